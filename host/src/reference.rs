@@ -1,0 +1,396 @@
+//! The f64 CPU reference of one MoE layer with SwiGLU experts, forward and backward, for R ranks
+//! (shared/ANCHORS.md, "The computation").
+//!
+//! Rank r holds tokens `x_r [T_r, H]` with `topk_ids_r [T_r, k]` (global expert ids, -1 = masked slot) and
+//! `topk_w_r [T_r, k]`; expert e lives on rank `e / (E / R)`. Placement does not change the math, so the
+//! reference computes every routed row once, grouped by expert, in f64, on all cores:
+//!
+//! - forward: `z = x W1_e^T = [g | u]`, `h = silu(g) * u`, `y_tj = h W2_e^T`, `out_t = sum_j w_tj y_tj`;
+//! - backward from `dy`: `dh = dy_t W2_e`, `dtopk_tj = <dh, h>`, `dg = s dh u sig(g) (1 + g (1 - sig(g)))`,
+//!   `du = s dh silu(g)` with `s = w_tj`, `dx_t = sum_j [dg | du] W1_e`, `dW2_e = sum (s dy)^T h`,
+//!   `dW1_e = sum [dg | du]^T x`.
+//!
+//! Inputs are f64 so that finite differences can check the gradients; convert bf16 inputs with
+//! [`to_f64`].
+use half::bf16;
+
+/// Layer dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Hidden size H.
+    pub h: usize,
+    /// Expert intermediate size I (W1 has 2I rows: gate, then up).
+    pub i: usize,
+    /// Experts E (over all ranks).
+    pub e: usize,
+    /// Slots per token (top-k).
+    pub k: usize,
+}
+
+impl Shape {
+    /// Qwen3-30B-A3B's MoE layer.
+    pub const QWEN3_30B_A3B: Shape = Shape { h: 2048, i: 768, e: 128, k: 8 };
+    /// Qwen3-235B-A22B's MoE layer.
+    pub const QWEN3_235B_A22B: Shape = Shape { h: 4096, i: 1536, e: 128, k: 8 };
+
+    /// Forward FLOPs for `rows` routed rows (6 * rows * H * I).
+    pub fn forward_flops(&self, rows: usize) -> f64 {
+        6.0 * rows as f64 * self.h as f64 * self.i as f64
+    }
+}
+
+/// One rank's inputs.
+#[derive(Clone, Debug)]
+pub struct RankInput {
+    /// `[T, H]`.
+    pub x: Vec<f64>,
+    /// `[T, k]`, global expert ids or -1.
+    pub topk_ids: Vec<i32>,
+    /// `[T, k]`.
+    pub topk_w: Vec<f64>,
+    /// Gradient of the loss with respect to this rank's output, `[T, H]`.
+    pub dy: Vec<f64>,
+}
+
+impl RankInput {
+    /// Tokens on this rank.
+    pub fn tokens(&self, s: &Shape) -> usize {
+        self.x.len() / s.h
+    }
+}
+
+/// All experts' weights.
+#[derive(Clone, Debug)]
+pub struct Weights {
+    /// `[E, 2I, H]`.
+    pub w1: Vec<f64>,
+    /// `[E, H, I]`.
+    pub w2: Vec<f64>,
+}
+
+/// One rank's outputs.
+#[derive(Clone, Debug, Default)]
+pub struct RankOutput {
+    /// `[T, H]`.
+    pub y: Vec<f64>,
+    /// `[T, H]`.
+    pub dx: Vec<f64>,
+    /// `[T, k]` (0 for masked slots).
+    pub dtopk: Vec<f64>,
+}
+
+/// Weight gradients of all experts.
+#[derive(Clone, Debug)]
+pub struct Grads {
+    /// `[E, 2I, H]`.
+    pub dw1: Vec<f64>,
+    /// `[E, H, I]`.
+    pub dw2: Vec<f64>,
+}
+
+/// bf16 to f64.
+pub fn to_f64(v: &[bf16]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    // four partial sums: lets the compiler vectorise without reassociating one chain
+    let mut s = [0.0f64; 4];
+    let n4 = a.len() / 4 * 4;
+    for c in (0..n4).step_by(4) {
+        for l in 0..4 {
+            s[l] += a[c + l] * b[c + l];
+        }
+    }
+    let mut t = (s[0] + s[1]) + (s[2] + s[3]);
+    for c in n4..a.len() {
+        t += a[c] * b[c];
+    }
+    t
+}
+
+fn axpy(y: &mut [f64], a: f64, x: &[f64]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += a * x;
+    }
+}
+
+/// Check the inputs' shapes and ids; a message on the first problem.
+pub fn validate(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(), String> {
+    if ranks.is_empty() || s.e % ranks.len() != 0 {
+        return Err(format!("{} ranks do not divide {} experts", ranks.len(), s.e));
+    }
+    if w.w1.len() != s.e * 2 * s.i * s.h || w.w2.len() != s.e * s.h * s.i {
+        return Err("weights do not match the shape".into());
+    }
+    for (r, ri) in ranks.iter().enumerate() {
+        let t = ri.x.len() / s.h;
+        if ri.x.len() != t * s.h || ri.dy.len() != t * s.h || ri.topk_ids.len() != t * s.k || ri.topk_w.len() != t * s.k
+        {
+            return Err(format!("rank {r}: x, dy, topk_ids and topk_w disagree on the token count"));
+        }
+        if let Some(&id) = ri.topk_ids.iter().find(|&&id| id < -1 || id >= s.e as i32) {
+            return Err(format!("rank {r}: expert id {id} outside -1..{}", s.e));
+        }
+    }
+    Ok(())
+}
+
+struct ExpertOut {
+    rows: Vec<(usize, usize, usize)>,
+    y: Vec<f64>,
+    dx: Vec<f64>,
+    dtopk: Vec<f64>,
+    dw1: Vec<f64>,
+    dw2: Vec<f64>,
+}
+
+fn expert(s: &Shape, e: usize, rows: Vec<(usize, usize, usize)>, ranks: &[RankInput], w: &Weights) -> ExpertOut {
+    let (h, i) = (s.h, s.i);
+    let w1 = &w.w1[e * 2 * i * h..(e + 1) * 2 * i * h];
+    let w2 = &w.w2[e * h * i..(e + 1) * h * i];
+    let n = rows.len();
+    let mut out = ExpertOut {
+        y: vec![0.0; n * h],
+        dx: vec![0.0; n * h],
+        dtopk: vec![0.0; n],
+        dw1: vec![0.0; 2 * i * h],
+        dw2: vec![0.0; h * i],
+        rows,
+    };
+    let mut z = vec![0.0; 2 * i];
+    let mut act = vec![0.0; i];
+    let mut dh = vec![0.0; i];
+    let mut dz = vec![0.0; 2 * i];
+    for (row, &(r, t, j)) in out.rows.iter().enumerate() {
+        let x = &ranks[r].x[t * h..(t + 1) * h];
+        let dy = &ranks[r].dy[t * h..(t + 1) * h];
+        let sw = ranks[r].topk_w[t * s.k + j];
+        for (c, zc) in z.iter_mut().enumerate() {
+            *zc = dot(x, &w1[c * h..(c + 1) * h]);
+        }
+        for c in 0..i {
+            let g = z[c];
+            act[c] = g * sigmoid(g) * z[i + c];
+        }
+        let y = &mut out.y[row * h..(row + 1) * h];
+        for (hh, yv) in y.iter_mut().enumerate() {
+            *yv = dot(&act, &w2[hh * i..(hh + 1) * i]);
+        }
+        // backward
+        dh.iter_mut().for_each(|v| *v = 0.0);
+        for (hh, &d) in dy.iter().enumerate() {
+            axpy(&mut dh, d, &w2[hh * i..(hh + 1) * i]);
+        }
+        out.dtopk[row] = dot(&dh, &act);
+        for c in 0..i {
+            let (g, u) = (z[c], z[i + c]);
+            let sg = sigmoid(g);
+            dz[c] = sw * dh[c] * u * sg * (1.0 + g * (1.0 - sg));
+            dz[i + c] = sw * dh[c] * g * sg;
+        }
+        let dx = &mut out.dx[row * h..(row + 1) * h];
+        for (c, &d) in dz.iter().enumerate() {
+            axpy(dx, d, &w1[c * h..(c + 1) * h]);
+            axpy(&mut out.dw1[c * h..(c + 1) * h], d, x);
+        }
+        for (hh, &d) in dy.iter().enumerate() {
+            axpy(&mut out.dw2[hh * i..(hh + 1) * i], sw * d, &act);
+        }
+    }
+    out
+}
+
+/// Forward and backward of the layer over all ranks: each rank's y, dx, dtopk, and dW1, dW2 of every expert.
+/// Uses every core (experts are independent).
+pub fn forward_backward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(Vec<RankOutput>, Grads), String> {
+    validate(s, ranks, w)?;
+    let mut by_expert: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); s.e];
+    for (r, ri) in ranks.iter().enumerate() {
+        for (slot, &id) in ri.topk_ids.iter().enumerate() {
+            if id >= 0 {
+                by_expert[id as usize].push((r, slot / s.k, slot % s.k));
+            }
+        }
+    }
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(s.e);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, ExpertOut)> = Vec::with_capacity(s.e);
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                sc.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let e = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if e >= s.e {
+                            break;
+                        }
+                        mine.push((e, expert(s, e, by_expert[e].clone(), ranks, w)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        for hnd in hs {
+            done.extend(hnd.join().expect("reference worker panicked"));
+        }
+    });
+    done.sort_by_key(|(e, _)| *e);
+
+    let mut outs: Vec<RankOutput> = ranks
+        .iter()
+        .map(|ri| {
+            let t = ri.tokens(s);
+            RankOutput { y: vec![0.0; t * s.h], dx: vec![0.0; t * s.h], dtopk: vec![0.0; t * s.k] }
+        })
+        .collect();
+    let mut grads = Grads { dw1: vec![0.0; s.e * 2 * s.i * s.h], dw2: vec![0.0; s.e * s.h * s.i] };
+    // per-slot results, then sums over j in a fixed order
+    let mut slot_y: Vec<Vec<Option<(usize, usize)>>> = ranks.iter().map(|ri| vec![None; ri.topk_ids.len()]).collect();
+    for (e, eo) in &done {
+        let sz1 = 2 * s.i * s.h;
+        grads.dw1[e * sz1..(e + 1) * sz1].copy_from_slice(&eo.dw1);
+        grads.dw2[e * s.h * s.i..(e + 1) * s.h * s.i].copy_from_slice(&eo.dw2);
+        for (row, &(r, t, j)) in eo.rows.iter().enumerate() {
+            slot_y[r][t * s.k + j] = Some((*e, row));
+            outs[r].dtopk[t * s.k + j] = eo.dtopk[row];
+        }
+    }
+    for (r, ri) in ranks.iter().enumerate() {
+        for t in 0..ri.tokens(s) {
+            for j in 0..s.k {
+                if let Some((e, row)) = slot_y[r][t * s.k + j] {
+                    let eo = &done[e].1;
+                    let wv = ri.topk_w[t * s.k + j];
+                    axpy(&mut outs[r].y[t * s.h..(t + 1) * s.h], wv, &eo.y[row * s.h..(row + 1) * s.h]);
+                    let dx = &mut outs[r].dx[t * s.h..(t + 1) * s.h];
+                    axpy(dx, 1.0, &eo.dx[row * s.h..(row + 1) * s.h]);
+                }
+            }
+        }
+    }
+    Ok((outs, grads))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    const S: Shape = Shape { h: 8, i: 4, e: 4, k: 2 };
+
+    fn inputs(rng: &mut Rng, tokens: &[usize]) -> (Vec<RankInput>, Weights) {
+        let ranks = tokens
+            .iter()
+            .map(|&t| {
+                let mut ids: Vec<i32> = (0..t * S.k).map(|_| rng.below(S.e) as i32).collect();
+                if t > 0 {
+                    ids[0] = -1; // a masked slot on every non-empty rank
+                }
+                RankInput {
+                    x: (0..t * S.h).map(|_| rng.sym(1.0)).collect(),
+                    topk_ids: ids,
+                    topk_w: (0..t * S.k).map(|_| rng.uniform()).collect(),
+                    dy: (0..t * S.h).map(|_| rng.sym(1.0)).collect(),
+                }
+            })
+            .collect();
+        let w = Weights {
+            w1: (0..S.e * 2 * S.i * S.h).map(|_| rng.sym(0.5)).collect(),
+            w2: (0..S.e * S.h * S.i).map(|_| rng.sym(0.5)).collect(),
+        };
+        (ranks, w)
+    }
+
+    /// The scalar whose gradients the backward returns: sum over ranks of <dy, out>.
+    fn loss(ranks: &[RankInput], w: &Weights) -> f64 {
+        let (o, _) = forward_backward(&S, ranks, w).unwrap();
+        o.iter().zip(ranks).map(|(o, r)| o.y.iter().zip(&r.dy).map(|(a, b)| a * b).sum::<f64>()).sum()
+    }
+
+    fn fd<F: Fn(&mut Vec<RankInput>, &mut Weights, f64)>(ranks: &[RankInput], w: &Weights, bump: F) -> f64 {
+        let eps = 1e-6;
+        let (mut rp, mut wp) = (ranks.to_vec(), w.clone());
+        bump(&mut rp, &mut wp, eps);
+        let (mut rm, mut wm) = (ranks.to_vec(), w.clone());
+        bump(&mut rm, &mut wm, -eps);
+        (loss(&rp, &wp) - loss(&rm, &wm)) / (2.0 * eps)
+    }
+
+    fn near(a: f64, b: f64, what: &str) {
+        assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{what}: analytic {a} vs finite difference {b}");
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        let seed = Rng::fresh_seed();
+        let mut rng = Rng::new(seed);
+        let (ranks, w) = inputs(&mut rng, &[5, 0, 3, 4]);
+        let (outs, g) = forward_backward(&S, &ranks, &w).unwrap();
+        for r in [0usize, 2, 3] {
+            for idx in [0, 7, 13, 21] {
+                let a = outs[r].dx[idx];
+                near(a, fd(&ranks, &w, |rr, _, d| rr[r].x[idx] += d), &format!("seed {seed} dx[{r}][{idx}]"));
+            }
+            for slot in 0..ranks[r].topk_ids.len() {
+                let a = outs[r].dtopk[slot];
+                near(a, fd(&ranks, &w, |rr, _, d| rr[r].topk_w[slot] += d), &format!("seed {seed} dtopk[{r}][{slot}]"));
+            }
+        }
+        for idx in (0..g.dw1.len()).step_by(7) {
+            near(g.dw1[idx], fd(&ranks, &w, |_, ww, d| ww.w1[idx] += d), &format!("seed {seed} dW1[{idx}]"));
+        }
+        for idx in (0..g.dw2.len()).step_by(5) {
+            near(g.dw2[idx], fd(&ranks, &w, |_, ww, d| ww.w2[idx] += d), &format!("seed {seed} dW2[{idx}]"));
+        }
+    }
+
+    #[test]
+    fn masked_slots_contribute_nothing() {
+        let mut rng = Rng::new(Rng::fresh_seed());
+        let (mut ranks, w) = inputs(&mut rng, &[3]);
+        ranks[0].topk_ids.iter_mut().for_each(|id| *id = -1);
+        let (o, g) = forward_backward(&S, &ranks, &w).unwrap();
+        assert!(o[0].y.iter().chain(&o[0].dx).chain(&o[0].dtopk).all(|&v| v == 0.0));
+        assert!(g.dw1.iter().chain(&g.dw2).all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn placement_does_not_change_the_math() {
+        // the same tokens as one rank or split over two ranks give the same outputs
+        let mut rng = Rng::new(Rng::fresh_seed());
+        let (one, w) = inputs(&mut rng, &[6]);
+        let split = |a: usize, b: usize| RankInput {
+            x: one[0].x[a * S.h..b * S.h].to_vec(),
+            topk_ids: one[0].topk_ids[a * S.k..b * S.k].to_vec(),
+            topk_w: one[0].topk_w[a * S.k..b * S.k].to_vec(),
+            dy: one[0].dy[a * S.h..b * S.h].to_vec(),
+        };
+        let two = vec![split(0, 2), split(2, 6)];
+        let (o1, g1) = forward_backward(&S, &one, &w).unwrap();
+        let (o2, g2) = forward_backward(&S, &two, &w).unwrap();
+        let cat = |f: fn(&RankOutput) -> &Vec<f64>| [f(&o2[0]).clone(), f(&o2[1]).clone()].concat();
+        assert_eq!(o1[0].y, cat(|o| &o.y));
+        assert_eq!(o1[0].dx, cat(|o| &o.dx));
+        for (a, b) in g1.dw1.iter().zip(&g2.dw1).chain(g1.dw2.iter().zip(&g2.dw2)) {
+            assert!((a - b).abs() <= 1e-12 * (1.0 + a.abs()));
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_rejected() {
+        let mut rng = Rng::new(1);
+        let (mut ranks, w) = inputs(&mut rng, &[2]);
+        ranks[0].topk_ids[1] = S.e as i32;
+        assert!(validate(&S, &ranks, &w).unwrap_err().contains("expert id"));
+        ranks[0].topk_ids[1] = -2;
+        assert!(validate(&S, &ranks, &w).is_err());
+        let (ranks, w) = inputs(&mut rng, &[2, 2, 2]);
+        assert!(validate(&S, &ranks, &w).unwrap_err().contains("divide"));
+    }
+}

@@ -1,0 +1,296 @@
+//! The thin host runtime: detection, the per-device module cache, checked launches, device memory helpers.
+//!
+//! Debug switch: `MEGAMOE_DEBUG=1` writes the embedded PTX and ptxas report to `MEGAMOE_DUMP_DIR` (default: the
+//! system temp dir) when the module is loaded, and prints every launch configuration to stderr.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use megamoe_kernels::manifest::{self, KernelSpec};
+
+use crate::error::{Context, Error, Result};
+
+/// The kernels of one build: PTX (always), a cubin for sm_90a (empty when ptxas was absent at build time) and
+/// the ptxas `-v` report.
+#[derive(Clone, Copy, Debug)]
+pub struct Image {
+    /// PTX text for sm_90a.
+    pub ptx: &'static str,
+    /// ptxas output for sm_90a; empty when the build had no ptxas (then the driver JIT-compiles the PTX).
+    pub cubin: &'static [u8],
+    /// ptxas `-v` report of the cubin.
+    pub ptxas_report: &'static str,
+}
+
+/// True when `MEGAMOE_DEBUG` is set to anything but `0`.
+pub fn debug_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MEGAMOE_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// Whether a CUDA driver library can be loaded (no panic, no device touched).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the driver library.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Number of CUDA devices; [`Error::NoDriver`] without a driver.
+pub fn device_count() -> Result<usize> {
+    if !driver_present() {
+        return Err(Error::NoDriver);
+    }
+    match result::init() {
+        Ok(()) => {}
+        Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => return Ok(0),
+        Err(e) => return Err(e).ctx(|| "cuInit".into()),
+    }
+    Ok(result::device::get_count().ctx(|| "cuDeviceGetCount".into())? as usize)
+}
+
+/// Launch geometry: a 1D block of `block` threads, a 3D grid, `smem` bytes of dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    /// Grid in blocks.
+    pub grid: (u32, u32, u32),
+    /// Threads per block.
+    pub block: u32,
+    /// Dynamic shared memory per block in bytes.
+    pub smem: u32,
+}
+
+impl Launch {
+    /// A 1D grid.
+    pub const fn new(grid: u32, block: u32, smem: u32) -> Self {
+        Launch { grid: (grid, 1, 1), block, smem }
+    }
+}
+
+struct Loaded {
+    func: CudaFunction,
+    smem_limit: u32,
+}
+
+/// One GPU: its primary context, a stream, the lazily loaded module, and its functions.
+pub struct Gpu {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    name: String,
+    sm_count: u32,
+    smem_optin: u32,
+    image: Image,
+    module: OnceLock<Arc<CudaModule>>,
+    funcs: Mutex<HashMap<&'static str, Loaded>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("ordinal", &self.ordinal).field("name", &self.name).finish()
+    }
+}
+
+fn cache() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
+    static C: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+impl Gpu {
+    /// Device `ordinal`, opened once per process and cached; a typed error (never a panic) when there is no
+    /// driver, no such device, or a device other than Hopper (sm_90).
+    pub fn open(ordinal: usize, image: Image) -> Result<Arc<Gpu>> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::NoDevice { ordinal, count });
+        }
+        let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(g) = c.get(&ordinal) {
+            return Ok(g.clone());
+        }
+        let ctx = CudaContext::new(ordinal).ctx(|| format!("creating the context of device {ordinal}"))?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+        let (major, minor) = ctx.compute_capability().ctx(|| "reading the compute capability".into())?;
+        if (major, minor) != (9, 0) {
+            return Err(Error::UnsupportedDevice { ordinal, name, major, minor });
+        }
+        let attr = |a| ctx.attribute(a).ctx(|| format!("reading {a:?}"));
+        let sm_count = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let smem_optin = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+        // One stream per device and explicit ordering: cudarc's per-buffer event tracking is not needed.
+        // SAFETY: no buffers exist yet on this context.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let g = Arc::new(Gpu {
+            ordinal,
+            ctx,
+            stream,
+            name,
+            sm_count,
+            smem_optin,
+            image,
+            module: OnceLock::new(),
+            funcs: Mutex::new(HashMap::new()),
+        });
+        c.insert(ordinal, g.clone());
+        Ok(g)
+    }
+
+    /// Device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+    /// Device name as the driver reports it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Number of streaming multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+    /// Largest dynamic shared memory a block may opt into, bytes.
+    pub fn smem_optin(&self) -> u32 {
+        self.smem_optin
+    }
+    /// The stream every megamoe call on this device is ordered on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    /// The CUDA context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    fn module(&self) -> Result<&Arc<CudaModule>> {
+        if let Some(m) = self.module.get() {
+            return Ok(m);
+        }
+        if debug_enabled() {
+            let dir =
+                std::env::var_os("MEGAMOE_DUMP_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
+            let ptx = dir.join(format!("megamoe-{}.ptx", std::process::id()));
+            let _ = std::fs::write(&ptx, self.image.ptx);
+            eprintln!("[megamoe] PTX written to {}", ptx.display());
+            eprintln!("[megamoe] ptxas -v report:\n{}", self.image.ptxas_report);
+        }
+        let src = if self.image.cubin.is_empty() {
+            cudarc::nvrtc::Ptx::from_src(self.image.ptx)
+        } else {
+            cudarc::nvrtc::Ptx::from_binary(self.image.cubin.to_vec())
+        };
+        let what = if self.image.cubin.is_empty() { "PTX (JIT)" } else { "cubin" };
+        let m = self
+            .ctx
+            .load_module(src)
+            .ctx(|| format!("loading the kernel module ({what}) on device {}", self.ordinal))?;
+        Ok(self.module.get_or_init(|| m))
+    }
+
+    /// Check a launch against the kernel's manifest entry and the device's limits; load the function and raise
+    /// its dynamic shared-memory limit when needed.
+    fn prepare(&self, kernel: &'static str, cfg: &Launch) -> Result<CudaFunction> {
+        let spec: &KernelSpec = manifest::find(kernel).ok_or_else(|| Error::MissingKernel(kernel.into()))?;
+        let bad = |why: String| Err(Error::InvalidLaunch { kernel: spec.name, why });
+        if cfg.block == 0 || cfg.block > 1024 || cfg.block % 32 != 0 {
+            return bad(format!("block of {} threads (whole warps, 32..=1024)", cfg.block));
+        }
+        if spec.max_threads > 0 && cfg.block > spec.max_threads {
+            return bad(format!("block of {} threads > its .maxntid {}", cfg.block, spec.max_threads));
+        }
+        let (gx, gy, gz) = cfg.grid;
+        if gx == 0 || gy == 0 || gz == 0 || gy > 65535 || gz > 65535 {
+            return bad(format!("grid {:?}", cfg.grid));
+        }
+        if cfg.smem > self.smem_optin {
+            return bad(format!("{} bytes of shared memory > the device's {}", cfg.smem, self.smem_optin));
+        }
+        let module = self.module()?.clone();
+        let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
+        if !funcs.contains_key(kernel) {
+            let func = module.load_function(kernel).map_err(|_| Error::MissingKernel(kernel.into()))?;
+            funcs.insert(kernel, Loaded { func, smem_limit: 48 * 1024 });
+        }
+        let l = funcs.get_mut(kernel).expect("inserted above");
+        if cfg.smem > l.smem_limit {
+            l.func
+                .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cfg.smem as i32)
+                .ctx(|| format!("raising the shared-memory limit of {kernel} to {}", cfg.smem))?;
+            l.smem_limit = cfg.smem;
+        }
+        Ok(l.func.clone())
+    }
+
+    /// Launch `kernel` with its one argument `params` (a `#[repr(C)]` block or a single pointer) on this
+    /// device's stream. Errors of the launch itself are returned; faults inside the kernel surface at the next
+    /// [`Gpu::sync`].
+    ///
+    /// # Safety
+    /// `params` must be the argument type the kernel declares, and every pointer in it must be valid for what the
+    /// kernel does with it at `cfg`.
+    pub unsafe fn launch<P: Copy>(&self, kernel: &'static str, cfg: Launch, params: &P) -> Result<()> {
+        let func = self.prepare(kernel, &cfg)?;
+        if debug_enabled() {
+            eprintln!(
+                "[megamoe] launch {kernel} on device {}: grid {:?} block {} smem {} B, params {} B",
+                self.ordinal,
+                cfg.grid,
+                cfg.block,
+                cfg.smem,
+                std::mem::size_of::<P>()
+            );
+        }
+        self.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
+        let mut args = [params as *const P as *mut std::ffi::c_void];
+        result::launch_kernel(
+            func.cu_function(),
+            cfg.grid,
+            (cfg.block, 1, 1),
+            cfg.smem,
+            self.stream.cu_stream(),
+            &mut args,
+        )
+        .ctx(|| format!("launching {kernel} ({cfg:?})"))
+    }
+
+    /// Wait for the stream; reports any fault of the kernels run so far.
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize().ctx(|| format!("synchronizing device {}", self.ordinal))
+    }
+
+    /// A device buffer of `n` elements, uninitialised.
+    pub fn alloc<T: DeviceRepr>(&self, n: usize) -> Result<CudaSlice<T>> {
+        // SAFETY: the buffer is written (poisoned or uploaded) before any read by the callers of this crate.
+        unsafe { self.stream.alloc::<T>(n) }.ctx(|| format!("allocating {n} x {} bytes", std::mem::size_of::<T>()))
+    }
+
+    /// A device copy of `host`.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        self.stream.clone_htod(host).ctx(|| format!("uploading {} elements", host.len()))
+    }
+
+    /// Overwrite `dst` with `host` (same length).
+    pub fn write<T: DeviceRepr>(&self, dst: &mut CudaSlice<T>, host: &[T]) -> Result<()> {
+        if dst.len() != host.len() {
+            return Err(Error::InvalidArgument(format!("write of {} elements into {}", host.len(), dst.len())));
+        }
+        self.stream.memcpy_htod(host, dst).ctx(|| format!("writing {} elements", host.len()))
+    }
+
+    /// A host copy of `src` (synchronises the stream).
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, src: &CudaSlice<T>) -> Result<Vec<T>> {
+        self.stream.clone_dtoh(src).ctx(|| format!("downloading {} elements", src.len()))
+    }
+
+    /// Fill `dst` with `byte` (poison before a run).
+    pub fn fill_bytes<T>(&self, dst: &mut CudaSlice<T>, byte: u8) -> Result<()> {
+        let p = dptr(dst, &self.stream);
+        let n = dst.len() * std::mem::size_of::<T>();
+        // SAFETY: `p` .. `p + n` is `dst`'s allocation.
+        unsafe { result::memset_d8_async(p, byte, n, self.stream.cu_stream()) }.ctx(|| format!("filling {n} bytes"))
+    }
+}
+
+/// The raw device address of a buffer, for parameter blocks.
+pub fn dptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    let (p, _guard) = s.device_ptr(stream);
+    p
+}

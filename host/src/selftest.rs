@@ -1,0 +1,342 @@
+//! Host drivers of the device self-tests: each runs one primitive of `kernels-gpu/src/ptx` alone on fresh
+//! random data, into poisoned outputs, and checks the result against a host computation. The GPU tests and the
+//! main command's GPU self-check both call these.
+use megamoe_kernels::params::{FlagTest, MbarrierTest, TmaTest, WgmmaTest, STATUS_TIMEOUT};
+use megamoe_kernels::swizzle;
+
+use crate::check;
+use crate::error::{Error, Result};
+use crate::rng::Rng;
+use crate::runtime::{dptr, Gpu, Launch};
+use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
+
+fn fail(what: String) -> Error {
+    Error::InvalidArgument(format!("self-test failed: {what}"))
+}
+
+/// wgmma m64nNk16 (N = 64, 128 or 256) fed by TMA with 128-byte swizzle, or with `interleave` (N = 64 only) fed
+/// by ordinary stores in the no-swizzle core-matrix layout. Returns the relative error against f64.
+pub fn wgmma(gpu: &Gpu, rng: &mut Rng, n: u32, interleave: bool) -> Result<f64> {
+    let (m, k) = (64usize, 256usize);
+    let n_us = n as usize;
+    let kernel = match (n, interleave) {
+        (64, false) => "selftest_wgmma_n64",
+        (128, false) => "selftest_wgmma_n128",
+        (256, false) => "selftest_wgmma_n256",
+        (64, true) => "selftest_wgmma_n64_interleave",
+        _ => return Err(Error::InvalidArgument(format!("no wgmma self-test for N = {n}, interleave = {interleave}"))),
+    };
+    let a = rng.bf16_vec(m * k, 1.0);
+    let b = rng.bf16_vec(n_us * k, 1.0);
+    let da = gpu.upload(&a)?;
+    let db = gpu.upload(&b)?;
+    let mut dd = gpu.alloc::<f32>(m * n_us)?;
+    gpu.fill_bytes(&mut dd, 0xff)?;
+    let s = gpu.stream();
+    let map_a = DeviceTensorMap::new(
+        gpu,
+        TiledDesc::row_major_2d(Dtype::Bf16, dptr(&da, s), m as u64, k as u64, 64, 64, Swizzle::B128),
+    )?;
+    let map_b = DeviceTensorMap::new(
+        gpu,
+        TiledDesc::row_major_2d(Dtype::Bf16, dptr(&db, s), n as u64, k as u64, n, 64, Swizzle::B128),
+    )?;
+    let p = WgmmaTest {
+        map_a: map_a.ptr(gpu),
+        map_b: map_b.ptr(gpu),
+        a: dptr(&da, s),
+        b: dptr(&db, s),
+        d: dptr(&dd, s),
+        k: k as u32,
+        pad: 0,
+    };
+    let smem = (64 + n) * 128 + 16;
+    // SAFETY: the parameter block matches the kernel; every buffer has the sizes above.
+    unsafe { gpu.launch(kernel, Launch::new(1, 128, smem), &p)? };
+    gpu.sync()?;
+    let d: Vec<f64> = gpu.download(&dd)?.iter().map(|&v| v as f64).collect();
+    let mut want = vec![0.0f64; m * n_us];
+    for r in 0..m {
+        for c in 0..n_us {
+            want[r * n_us + c] = (0..k).map(|q| a[r * k + q].to_f64() * b[c * k + q].to_f64()).sum();
+        }
+    }
+    check::close(&format!("{kernel}: D"), &d, &want, 1e-5).map_err(fail)
+}
+
+/// TMA tensor round trip: a bf16 tensor of `dims` (innermost first, 2 or 3 of them) is copied box by box into
+/// a poisoned destination through shared memory; the destination must equal the source byte for byte, the
+/// guard after it must stay poisoned, and each raw shared tile must hold its box at the offsets the swizzle
+/// math of `kernels-gpu` predicts (zeros where the box leaves the tensor).
+pub fn tma_round_trip(gpu: &Gpu, rng: &mut Rng, dims: &[u64], box_dims: &[u32], swz: Swizzle) -> Result<()> {
+    let rank = dims.len();
+    if !(2..=3).contains(&rank) || box_dims.len() != rank {
+        return Err(Error::InvalidArgument("tma_round_trip takes 2 or 3 dimensions".into()));
+    }
+    let total: usize = dims.iter().product::<u64>() as usize;
+    let guard = 4096usize;
+    let src: Vec<u16> = (0..total).map(|_| (rng.next_u64() as u16) | 1).collect(); // never 0 (OOB fill) or 0xffff
+    let dsrc = gpu.upload(&src)?;
+    let mut ddst = gpu.alloc::<u16>(total + guard)?;
+    gpu.fill_bytes(&mut ddst, 0xff)?;
+    let s = gpu.stream();
+    let mut strides = vec![dims[0] * 2];
+    if rank == 3 {
+        strides.push(dims[0] * dims[1] * 2);
+    }
+    let desc = |addr| TiledDesc {
+        dtype: Dtype::Bf16,
+        addr,
+        dims: dims.to_vec(),
+        strides: strides.clone(),
+        box_dims: box_dims.to_vec(),
+        swizzle: swz,
+    };
+    let msrc = DeviceTensorMap::new(gpu, desc(dptr(&dsrc, s)))?;
+    let mdst = DeviceTensorMap::new(gpu, desc(dptr(&ddst, s)))?;
+    let mut bx = [1u32; 3];
+    let mut bd = [1u32; 3];
+    for d in 0..rank {
+        bx[d] = dims[d].div_ceil(box_dims[d] as u64) as u32;
+        bd[d] = box_dims[d];
+    }
+    let box_bytes = bd.iter().product::<u32>() * 2;
+    let blocks = bx.iter().product::<u32>();
+    let mut dump = gpu.alloc::<u8>((blocks * box_bytes) as usize)?;
+    gpu.fill_bytes(&mut dump, 0xee)?;
+    let p = TmaTest {
+        map_src: msrc.ptr(gpu),
+        map_dst: mdst.ptr(gpu),
+        smem_dump: dptr(&dump, s),
+        box_dims: bd,
+        boxes: bx,
+        box_bytes,
+        pad: 0,
+    };
+    let kernel = if rank == 2 { "selftest_tma_2d" } else { "selftest_tma_3d" };
+    // SAFETY: matches the kernel's parameter block; the dump holds one box per block.
+    unsafe { gpu.launch(kernel, Launch::new(blocks, 128, box_bytes + 16), &p)? };
+    gpu.sync()?;
+    let dst = gpu.download(&ddst)?;
+    if let Some(i) = (0..total).find(|&i| dst[i] != src[i]) {
+        return Err(fail(format!(
+            "{kernel} ({swz:?}): destination element {i} is {:#x}, source {:#x}",
+            dst[i], src[i]
+        )));
+    }
+    if let Some(i) = (total..total + guard).find(|&i| dst[i] != 0xffff) {
+        return Err(fail(format!("{kernel}: wrote past the tensor at element {i}")));
+    }
+    let dump = gpu.download(&dump)?;
+    let dims3 = [dims[0], dims[1], if rank == 3 { dims[2] } else { 1 }];
+    let row_bytes = bd[0] * 2;
+    for b in 0..blocks {
+        let (x0, y0, z0) = ((b % bx[0]) * bd[0], (b / bx[0] % bx[1]) * bd[1], b / (bx[0] * bx[1]) * bd[2]);
+        for z in 0..bd[2] {
+            for y in 0..bd[1] {
+                for x in 0..bd[0] {
+                    let (gx, gy, gz) = ((x0 + x) as u64, (y0 + y) as u64, (z0 + z) as u64);
+                    let want = if gx < dims3[0] && gy < dims3[1] && gz < dims3[2] {
+                        src[((gz * dims3[1] + gy) * dims3[0] + gx) as usize]
+                    } else {
+                        0
+                    };
+                    let row = z * bd[1] + y;
+                    let off = swizzle::tile_offset(row, x, 2, row_bytes, swz == Swizzle::B128);
+                    let at = (b * box_bytes + off) as usize;
+                    let got = u16::from_le_bytes([dump[at], dump[at + 1]]);
+                    if got != want {
+                        return Err(fail(format!(
+                            "{kernel} ({swz:?}): block {b} shared tile at row {row} col {x} holds {got:#x}, want {want:#x}"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Contiguous bulk copies (`cp.async.bulk` both ways), with a generic-proxy store into the shared tile
+/// published to the async proxy before the store reads it.
+pub fn bulk_1d(gpu: &Gpu, rng: &mut Rng) -> Result<()> {
+    let (blocks, bytes) = (8u32, 4096u32);
+    let n = (blocks * bytes) as usize;
+    let src: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+    let dsrc = gpu.upload(&src)?;
+    let mut ddst = gpu.alloc::<u8>(n + 256)?;
+    gpu.fill_bytes(&mut ddst, 0xcd)?;
+    let s = gpu.stream();
+    let p = TmaTest {
+        map_src: dptr(&dsrc, s),
+        map_dst: dptr(&ddst, s),
+        smem_dump: 0,
+        box_dims: [0; 3],
+        boxes: [blocks, 1, 1],
+        box_bytes: bytes,
+        pad: 0,
+    };
+    // SAFETY: matches the kernel; src and dst hold blocks * bytes.
+    unsafe { gpu.launch("selftest_bulk_1d", Launch::new(blocks, 128, bytes + 16), &p)? };
+    gpu.sync()?;
+    let dst = gpu.download(&ddst)?;
+    for b in 0..blocks as usize {
+        let base = b * bytes as usize;
+        let head: Vec<u8> =
+            [b as u32, 0xA5A5_0000, 0x5A5A_0000, !(b as u32)].iter().flat_map(|w| w.to_le_bytes()).collect();
+        if dst[base..base + 16] != head[..] {
+            return Err(fail(format!("selftest_bulk_1d: block {b}'s first 16 bytes lost the generic-proxy store")));
+        }
+        if let Some(i) = (base + 16..base + bytes as usize).find(|&i| dst[i] != src[i]) {
+            return Err(fail(format!("selftest_bulk_1d: byte {i} is {:#x}, source {:#x}", dst[i], src[i])));
+        }
+    }
+    if dst[n..].iter().any(|&v| v != 0xcd) {
+        return Err(fail("selftest_bulk_1d: wrote past the destination".into()));
+    }
+    Ok(())
+}
+
+/// mbarrier phases and transaction counts (see the kernel's docs for the expected answers).
+pub fn mbarrier_tx(gpu: &Gpu, rng: &mut Rng) -> Result<()> {
+    let bytes = 8192u32;
+    let src: Vec<u8> = (0..2 * bytes as usize).map(|_| rng.next_u64() as u8).collect();
+    let dsrc = gpu.upload(&src)?;
+    let mut out = gpu.alloc::<u8>(2 * bytes as usize)?;
+    gpu.fill_bytes(&mut out, 0xab)?;
+    let mut status = gpu.alloc::<u32>(8)?;
+    gpu.fill_bytes(&mut status, 0xff)?;
+    let s = gpu.stream();
+    let p = MbarrierTest { src: dptr(&dsrc, s), out: dptr(&out, s), status: dptr(&status, s), bytes, pad: 0 };
+    // SAFETY: matches the kernel; buffers as sized above.
+    unsafe { gpu.launch("selftest_mbarrier_tx", Launch::new(1, 128, 2 * bytes + 16), &p)? };
+    gpu.sync()?;
+    let st = gpu.download(&status)?;
+    if st != [1, 0, 1, 0, 1, 0, 0, 0] {
+        return Err(fail(format!("selftest_mbarrier_tx: try_wait answers {st:?}, want [1, 0, 1, 0, 1, 0, 0, 0]")));
+    }
+    if gpu.download(&out)? != src {
+        return Err(fail("selftest_mbarrier_tx: shared memory did not hold the copied bytes".into()));
+    }
+    Ok(())
+}
+
+/// Which flag protocol [`flags`] exercises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagMode {
+    /// st.release.gpu / ld.acquire.gpu chain.
+    ChainGpu = 0,
+    /// st.release.sys / ld.acquire.sys chain.
+    ChainSys = 1,
+    /// red.release.gpu counter, block 0 gathers.
+    Counter = 2,
+}
+
+/// Acquire/release between the blocks of one launch (grid = the SM count, all resident). With `withhold`,
+/// block 0 never releases its flag: block 1 must time out (bounded wait) and report it; the others carry on.
+pub fn flags(gpu: &Gpu, mode: FlagMode, withhold: bool) -> Result<()> {
+    let blocks = gpu.sm_count().min(132);
+    let words = 1024u32;
+    let mut f = gpu.alloc::<u32>(blocks as usize)?;
+    gpu.fill_bytes(&mut f, 0)?;
+    let mut data = gpu.alloc::<u32>((blocks * words) as usize)?;
+    gpu.fill_bytes(&mut data, 0xff)?;
+    let mut status = gpu.alloc::<u32>(blocks as usize)?;
+    gpu.fill_bytes(&mut status, 0)?;
+    let mut counter = gpu.alloc::<u32>(1)?;
+    gpu.fill_bytes(&mut counter, 0)?;
+    let s = gpu.stream();
+    let timeout_ns = if withhold { 20_000_000 } else { 2_000_000_000 };
+    let p = FlagTest {
+        flags: dptr(&f, s),
+        data: dptr(&data, s),
+        status: dptr(&status, s),
+        counter: dptr(&counter, s),
+        words,
+        mode: mode as u32 | if withhold { 0x100 } else { 0 },
+        timeout_ns,
+    };
+    // SAFETY: matches the kernel; grid <= SMs with 16 bytes of shared memory each, so every block is resident.
+    unsafe { gpu.launch("selftest_flags", Launch::new(blocks, 128, 16), &p)? };
+    gpu.sync()?;
+    let st = gpu.download(&status)?;
+    let d = gpu.download(&data)?;
+    let timed_out: Vec<usize> = (0..blocks as usize).filter(|&b| st[b] == STATUS_TIMEOUT).collect();
+    let want_timeouts: Vec<usize> = if withhold { vec![1] } else { vec![] };
+    if timed_out != want_timeouts {
+        return Err(fail(format!("selftest_flags {mode:?}: blocks {timed_out:?} timed out, want {want_timeouts:?}")));
+    }
+    let w = words as usize;
+    for b in 0..blocks as usize {
+        for i in 0..w {
+            let want = match mode {
+                FlagMode::ChainGpu | FlagMode::ChainSys => {
+                    // block b adds b to its predecessor's value; a timed-out block writes 0 and restarts the sum
+                    let start = if withhold && b >= 1 { 1 } else { 0 };
+                    if withhold && b == 1 {
+                        0
+                    } else {
+                        let base = if start == 1 { 0 } else { (i + 1) as u32 };
+                        base + ((start + 1)..=b).map(|x| x as u32).sum::<u32>()
+                    }
+                }
+                FlagMode::Counter => {
+                    if b == 0 {
+                        (1..blocks as usize).map(|bb| (bb * w + i) as u32).fold(0u32, u32::wrapping_add)
+                    } else {
+                        (b * w + i) as u32
+                    }
+                }
+            };
+            if d[b * w + i] != want {
+                return Err(fail(format!("selftest_flags {mode:?}: data[{b}][{i}] = {}, want {want}", d[b * w + i])));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// setmaxnreg in a 3-warpgroup kernel (needs the `.maxntid` build.rs adds).
+pub fn setmaxnreg(gpu: &Gpu) -> Result<()> {
+    let mut out = gpu.alloc::<u32>(384)?;
+    gpu.fill_bytes(&mut out, 0xff)?;
+    let p = dptr(&out, gpu.stream());
+    // SAFETY: the kernel takes one pointer to 384 u32.
+    unsafe { gpu.launch("selftest_setmaxnreg", Launch::new(1, 384, 0), &p)? };
+    gpu.sync()?;
+    let o = gpu.download(&out)?;
+    if let Some(t) = (0..384u32).find(|&t| o[t as usize] != t * 3 + t / 128) {
+        return Err(fail(format!("selftest_setmaxnreg: out[{t}] = {}", o[t as usize])));
+    }
+    Ok(())
+}
+
+/// Every self-test once, with one line per test: (name, outcome).
+pub fn run_all(gpu: &Gpu, rng: &mut Rng) -> Vec<(String, Result<String>)> {
+    let mut r: Vec<(String, Result<String>)> = Vec::new();
+    for (n, il) in [(64, false), (128, false), (256, false), (64, true)] {
+        let name = format!(
+            "wgmma m64n{n}k16 bf16 ({})",
+            if il { "interleave, generic-proxy stores" } else { "TMA, 128B swizzle" }
+        );
+        r.push((name, wgmma(gpu, rng, n, il).map(|e| format!("rel err {e:.2e}"))));
+    }
+    let ok = |x: Result<()>| x.map(|_| "exact".to_string());
+    r.push((
+        "TMA 2D round trip, no swizzle".into(),
+        ok(tma_round_trip(gpu, rng, &[200, 150], &[64, 32], Swizzle::None)),
+    ));
+    r.push((
+        "TMA 2D round trip, 128B swizzle".into(),
+        ok(tma_round_trip(gpu, rng, &[200, 150], &[64, 32], Swizzle::B128)),
+    ));
+    r.push(("TMA 3D round trip".into(), ok(tma_round_trip(gpu, rng, &[96, 40, 3], &[32, 16, 1], Swizzle::None))));
+    r.push(("bulk copy 1D + proxy fence".into(), ok(bulk_1d(gpu, rng))));
+    r.push(("mbarrier tx counting".into(), ok(mbarrier_tx(gpu, rng))));
+    for m in [FlagMode::ChainGpu, FlagMode::ChainSys, FlagMode::Counter] {
+        r.push((format!("flags {m:?}"), ok(flags(gpu, m, false))));
+    }
+    r.push(("flags: withheld flag times out".into(), ok(flags(gpu, FlagMode::ChainGpu, true))));
+    r.push(("setmaxnreg 3 warpgroups".into(), ok(setmaxnreg(gpu))));
+    r
+}

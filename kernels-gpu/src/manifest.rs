@@ -1,0 +1,87 @@
+//! What each kernel of the module promises: its name, its launch bound, and the checks CI holds it to.
+//!
+//! Plain data with no dependencies, so `build.rs` and the xtask compile this file as it is (`#[path]`): build.rs adds
+//! `.maxntid` (the register cap `setmaxnreg` needs) to the PTX of kernels with `max_threads > 0`, and
+//! `cargo xtask check-kernels` fails when a `spill_free` kernel has a stack frame or spills, or an `mma`
+//! kernel's SASS has no HGMMA.
+
+/// One kernel's promises.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSpec {
+    /// The exported symbol.
+    pub name: &'static str,
+    /// Threads per block the kernel is written for; written into the PTX as `.maxntid` when non-zero.
+    pub max_threads: u32,
+    /// ptxas must report a 0-byte stack frame and no spills.
+    pub spill_free: bool,
+    /// The SASS must contain HGMMA (the kernel runs on the tensor cores).
+    pub mma: bool,
+}
+
+const fn k(name: &'static str, max_threads: u32, spill_free: bool, mma: bool) -> KernelSpec {
+    KernelSpec { name, max_threads, spill_free, mma }
+}
+
+/// Every kernel in the module.
+pub const KERNELS: &[KernelSpec] = &[
+    k("selftest_wgmma_n64", 128, true, true),
+    k("selftest_wgmma_n128", 128, true, true),
+    k("selftest_wgmma_n256", 128, true, true),
+    k("selftest_wgmma_n64_interleave", 128, true, true),
+    k("selftest_tma_2d", 128, true, false),
+    k("selftest_tma_3d", 128, true, false),
+    k("selftest_bulk_1d", 128, true, false),
+    k("selftest_mbarrier_tx", 128, true, false),
+    k("selftest_flags", 128, true, false),
+    k("selftest_setmaxnreg", 384, true, false),
+];
+
+/// The spec of `name`, if the module exports it.
+pub fn find(name: &str) -> Option<&'static KernelSpec> {
+    let mut i = 0;
+    while i < KERNELS.len() {
+        if str_eq(KERNELS[i].name, name) {
+            return Some(&KERNELS[i]);
+        }
+        i += 1;
+    }
+    None
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for (i, a) in KERNELS.iter().enumerate() {
+            assert_eq!(find(a.name).map(|s| s.name), Some(a.name));
+            for b in &KERNELS[i + 1..] {
+                assert_ne!(a.name, b.name);
+            }
+        }
+        assert!(find("no_such_kernel").is_none());
+    }
+
+    #[test]
+    fn launch_bounds_are_whole_warps() {
+        for s in KERNELS {
+            assert_eq!(s.max_threads % 32, 0, "{}", s.name);
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Special registers and register reallocation.
+use core::arch::asm;
+
+/// Thread index in the block (x).
+#[inline(always)]
+pub fn tid() -> u32 {
+    // SAFETY: reads a special register; any thread, no memory.
+    unsafe { core::arch::nvptx::_thread_idx_x() as u32 }
+}
+
+/// Block index in the grid (x).
+#[inline(always)]
+pub fn bid() -> u32 {
+    // SAFETY: reads a special register; any thread, no memory.
+    unsafe { core::arch::nvptx::_block_idx_x() as u32 }
+}
+
+/// Block size (x).
+#[inline(always)]
+pub fn ntid() -> u32 {
+    // SAFETY: reads a special register; any thread, no memory.
+    unsafe { core::arch::nvptx::_block_dim_x() as u32 }
+}
+
+/// Grid size in blocks (x).
+#[inline(always)]
+pub fn nctaid() -> u32 {
+    // SAFETY: reads a special register; any thread, no memory.
+    unsafe { core::arch::nvptx::_grid_dim_x() as u32 }
+}
+
+/// The global nanosecond timer (coarse ticks); used to bound waits.
+#[inline(always)]
+pub fn globaltimer() -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register; any thread, no memory.
+    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
+    t
+}
+
+/// `setmaxnreg.inc.sync.aligned.u32 N`: raise this warpgroup's register budget to N.
+/// SAFETY: all 128 threads of a warpgroup, uniformly; the kernel must have a register cap at entry (`.maxntid`,
+/// which build.rs adds from the manifest); N a multiple of 8 in 24..=256. No memory.
+#[inline(always)]
+pub unsafe fn setmaxnreg_inc<const N: u32>() {
+    asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const N, options(nomem, nostack));
+}
+
+/// `setmaxnreg.dec.sync.aligned.u32 N`: lower this warpgroup's register budget to N.
+/// SAFETY: as [`setmaxnreg_inc`].
+#[inline(always)]
+pub unsafe fn setmaxnreg_dec<const N: u32>() {
+    asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const N, options(nomem, nostack));
+}
+
+/// Stop the kernel with an error (`trap`): the launch fails with an illegal-instruction error on the host.
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: ends the kernel; any thread.
+    unsafe { core::arch::nvptx::trap() }
+}

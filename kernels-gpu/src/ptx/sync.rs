@@ -1,0 +1,81 @@
+//! Barriers and flags: named barriers, and acquire/release accesses at GPU and system scope.
+use core::arch::asm;
+
+/// `barrier.sync id, n`: wait until `n` threads (a multiple of 32) have reached barrier `id`.
+/// The non-`.aligned` form, safe even if the compiler duplicates it into divergent branches.
+/// SAFETY: `n` threads of the block, in whole warps; `id` < 16 and not used with another count meanwhile.
+#[inline(always)]
+pub unsafe fn named_sync(id: u32, n: u32) {
+    asm!("barrier.sync {i}, {n};", i = in(reg32) id, n = in(reg32) n, options(nostack));
+}
+
+/// `barrier.arrive id, n`: count this warp towards barrier `id` without waiting.
+/// SAFETY: as [`named_sync`]; the waiting side calls [`named_sync`] with the same `n`.
+#[inline(always)]
+pub unsafe fn named_arrive(id: u32, n: u32) {
+    asm!("barrier.arrive {i}, {n};", i = in(reg32) id, n = in(reg32) n, options(nostack));
+}
+
+/// The whole block: `barrier.sync 0` (non-aligned form).
+/// SAFETY: every thread of the block.
+#[inline(always)]
+pub unsafe fn block_sync() {
+    asm!("barrier.sync 0;", options(nostack));
+}
+
+macro_rules! flag_ops {
+    ($scope:literal, $ld:ident, $st:ident, $red:ident, $atom_add:ident) => {
+        #[doc = concat!("`ld.acquire.", $scope, ".global.u32`: read a flag; later accesses stay after it.")]
+        /// SAFETY: any thread; `p` 4-byte aligned global (or peer-mapped) memory.
+        #[inline(always)]
+        pub unsafe fn $ld(p: *const u32) -> u32 {
+            let v: u32;
+            asm!(concat!("ld.acquire.", $scope, ".global.u32 {v}, [{p}];"), v = out(reg32) v, p = in(reg64) p,
+                 options(nostack));
+            v
+        }
+
+        #[doc = concat!("`st.release.", $scope, ".global.u32`: publish a flag after this thread's earlier accesses.")]
+        /// SAFETY: any thread; `p` 4-byte aligned global (or peer-mapped) memory.
+        #[inline(always)]
+        pub unsafe fn $st(p: *mut u32, v: u32) {
+            asm!(concat!("st.release.", $scope, ".global.u32 [{p}], {v};"), p = in(reg64) p, v = in(reg32) v,
+                 options(nostack));
+        }
+
+        #[doc = concat!("`red.release.", $scope, ".global.add.u32`: add to a counter, releasing earlier accesses.")]
+        /// SAFETY: any thread; `p` 4-byte aligned global (or peer-mapped) memory.
+        #[inline(always)]
+        pub unsafe fn $red(p: *mut u32, v: u32) {
+            asm!(concat!("red.release.", $scope, ".global.add.u32 [{p}], {v};"), p = in(reg64) p, v = in(reg32) v,
+                 options(nostack));
+        }
+
+        #[doc = concat!("`atom.acq_rel.", $scope, ".global.add.u32`: add and return the old value.")]
+        /// SAFETY: any thread; `p` 4-byte aligned global (or peer-mapped) memory.
+        #[inline(always)]
+        pub unsafe fn $atom_add(p: *mut u32, v: u32) -> u32 {
+            let old: u32;
+            asm!(concat!("atom.acq_rel.", $scope, ".global.add.u32 {o}, [{p}], {v};"), o = out(reg32) old,
+                 p = in(reg64) p, v = in(reg32) v, options(nostack));
+            old
+        }
+    };
+}
+
+flag_ops!("gpu", ld_acquire_gpu, st_release_gpu, red_release_gpu, atom_add_acq_rel_gpu);
+flag_ops!("sys", ld_acquire_sys, st_release_sys, red_release_sys, atom_add_acq_rel_sys);
+
+/// `ld.relaxed.gpu.global.u32`. SAFETY: any thread; `p` 4-byte aligned global memory.
+#[inline(always)]
+pub unsafe fn ld_relaxed_gpu(p: *const u32) -> u32 {
+    let v: u32;
+    asm!("ld.relaxed.gpu.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack));
+    v
+}
+
+/// `__nanosleep`: back off for about `ns` nanoseconds. SAFETY: any thread; no memory.
+#[inline(always)]
+pub unsafe fn nanosleep(ns: u32) {
+    asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nomem, nostack));
+}

@@ -1,0 +1,39 @@
+//! # megamoe
+//!
+//! Fused Mixture-of-Experts GPU kernels for training, written in Rust, device code included.
+//!
+//! This crate is the public API. Today it offers the foundation the layer is built on:
+//! - [`gpu`]: open a Hopper GPU with megamoe's kernels (a typed [`Error`], never a panic, without one);
+//! - [`reference`]: the f64 CPU reference of the whole MoE layer, forward and backward, for R ranks;
+//! - [`selftest`]: each Hopper primitive of the kernels crate run alone and checked;
+//! - [`kernels::IMAGE`]: the embedded PTX, cubin and ptxas report, built by `build.rs` from `kernels-gpu/`.
+//!
+//! ```no_run
+//! let gpu = megamoe::gpu(0)?; // Err(Error::NoDriver) on a machine without an NVIDIA driver
+//! let mut rng = megamoe::rng::Rng::new(megamoe::rng::Rng::fresh_seed());
+//! let err = megamoe::selftest::wgmma(&gpu, &mut rng, 128, false)?;
+//! assert!(err < 1e-5);
+//! # Ok::<(), megamoe::Error>(())
+//! ```
+use std::sync::Arc;
+
+pub use megamoe_host::runtime::{Gpu, Image, Launch};
+pub use megamoe_host::{check, reference, rng, selftest, tensor_map, Error, Result};
+pub use megamoe_kernels::{desc, manifest, params, swizzle};
+
+/// The kernels of this build, embedded by `build.rs`.
+pub mod kernels {
+    use super::Image;
+
+    /// PTX, cubin (empty when ptxas was absent at build time) and ptxas report of `kernels-gpu`.
+    pub const IMAGE: Image = Image {
+        ptx: include_str!(concat!(env!("OUT_DIR"), "/megamoe.ptx")),
+        cubin: include_bytes!(concat!(env!("OUT_DIR"), "/megamoe.cubin")),
+        ptxas_report: include_str!(concat!(env!("OUT_DIR"), "/ptxas.txt")),
+    };
+}
+
+/// Open GPU `ordinal` with megamoe's kernels (cached per device).
+pub fn gpu(ordinal: usize) -> Result<Arc<Gpu>> {
+    Gpu::open(ordinal, kernels::IMAGE)
+}

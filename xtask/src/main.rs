@@ -1,0 +1,283 @@
+//! `cargo xtask <command>`: the project's own commands. Each does the setup it needs first.
+//!
+//! - `setup`: install the kernel toolchain if any piece is missing (idempotent): Debian's rustc-web,
+//!   cargo-web, rust-web-src and LLVM 22 by apt, and ptxas, cuobjdump and nvdisasm from PyPI into `.tools/cuda`.
+//! - `run`: the main job (`cargo run --release --bin megamoe`).
+//! - `test`: formatting, clippy, every test, and `check-kernels`.
+//! - `check-kernels`: every kernel marked spill-free has a 0-byte stack frame and no spills; every kernel marked
+//!   mma has HGMMA in its SASS.
+//! - `gpu-bundle DIR`: build the test binaries and the main binary (release) and copy them into DIR with a
+//!   `run.sh`, for the GPU machine (which has no Rust).
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+#[allow(dead_code)]
+#[path = "../../kernels-gpu/src/manifest.rs"]
+mod manifest;
+
+const APT_PACKAGES: &[&str] = &["rustc-web", "cargo-web", "rust-web-src", "llvm-22"];
+const PIP_PACKAGES: &[&str] =
+    &["nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-cuobjdump==13.5.37", "nvidia-cuda-nvdisasm==13.5.37"];
+
+type Res = Result<(), String>;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn cuda_bin() -> PathBuf {
+    root().join(".tools/cuda/nvidia/cu13/bin")
+}
+
+fn run(cmd: &mut Command) -> Res {
+    eprintln!("+ {cmd:?}");
+    let st = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed ({st})"))
+    }
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn setup() -> Res {
+    let need_apt = [
+        "/usr/bin/rustc",
+        "/usr/bin/cargo",
+        "/usr/lib/rustlib/src/rust/library/core",
+        "/usr/lib/llvm-22/bin/llc",
+        "/usr/lib/llvm-22/bin/llvm-link",
+        "/usr/lib/llvm-22/bin/opt",
+    ]
+    .iter()
+    .any(|p| !Path::new(p).exists());
+    if need_apt {
+        let sudo = !is_root();
+        let apt = |args: &[&str]| {
+            let mut c = if sudo { Command::new("sudo") } else { Command::new("apt-get") };
+            if sudo {
+                c.arg("apt-get");
+            }
+            c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+            run(&mut c)
+        };
+        apt(&["update", "-qq"])?;
+        let mut args = vec!["install", "-y", "-qq"];
+        args.extend_from_slice(APT_PACKAGES);
+        apt(&args)?;
+    }
+    if !cuda_bin().join("ptxas").exists()
+        || !cuda_bin().join("cuobjdump").exists()
+        || !cuda_bin().join("nvdisasm").exists()
+    {
+        let py = if Command::new("python3").arg("--version").output().is_ok() { "python3" } else { "python" };
+        let mut c = Command::new(py);
+        c.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--upgrade",
+            "--target",
+        ])
+        .arg(root().join(".tools/cuda"))
+        .args(PIP_PACKAGES);
+        run(&mut c)?;
+    }
+    eprintln!(
+        "toolchain ready: Debian rustc {} + LLVM 22; ptxas at {}",
+        version("/usr/bin/rustc"),
+        cuda_bin().join("ptxas").display()
+    );
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+fn version(bin: &str) -> String {
+    Command::new(bin)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn test() -> Res {
+    setup()?;
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(cargo().args(["test", "--workspace"]).env("MEGAMOE_REQUIRE_CUBIN", "1"))?;
+    check_kernels()
+}
+
+/// Parse ptxas -v: per function, (stack frame bytes, spill store bytes, spill load bytes).
+fn ptxas_props(report: &str) -> Vec<(String, u64, u64, u64)> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    for line in report.lines() {
+        if let Some(rest) = line.split("Function properties for ").nth(1) {
+            cur = Some(rest.trim().to_string());
+        } else if let (Some(name), true) = (cur.as_ref(), line.contains("bytes stack frame")) {
+            let nums: Vec<u64> = line
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|s| !s.is_empty())
+                .filter_map(|s| s.parse().ok())
+                .collect();
+            if nums.len() >= 3 {
+                out.push((name.clone(), nums[0], nums[1], nums[2]));
+            }
+            cur = None;
+        }
+    }
+    out
+}
+
+fn check_kernels() -> Res {
+    // build.rs leaves the PTX, cubin and report of the last build in target/kernels
+    run(cargo().args(["build", "--release", "--package", "megamoe", "--lib"]))?;
+    let dir = root().join("target/kernels");
+    let report = std::fs::read_to_string(dir.join("ptxas.txt")).map_err(|e| format!("no ptxas report: {e}"))?;
+    let cubin = dir.join("megamoe.cubin");
+    if std::fs::metadata(&cubin).map(|m| m.len()).unwrap_or(0) == 0 {
+        return Err("no cubin was built (ptxas missing?): run `cargo xtask setup`".into());
+    }
+    let props = ptxas_props(&report);
+    let mut errors = Vec::new();
+    let sass = Command::new(cuda_bin().join("cuobjdump"))
+        .arg("--dump-sass")
+        .arg(&cubin)
+        .env("PATH", format!("{}:{}", cuda_bin().display(), std::env::var("PATH").unwrap_or_default()))
+        .output()
+        .map_err(|e| format!("cannot run cuobjdump: {e}"))?;
+    if !sass.status.success() {
+        return Err(format!("cuobjdump failed: {}", String::from_utf8_lossy(&sass.stderr)));
+    }
+    let sass = String::from_utf8_lossy(&sass.stdout).into_owned();
+    println!("{:<36} {:>6} {:>7} {:>7} {:>6}", "kernel", "stack", "spill-s", "spill-l", "HGMMA");
+    for k in manifest::KERNELS {
+        let Some((_, stack, ss, sl)) = props.iter().find(|p| p.0 == k.name) else {
+            errors.push(format!("{}: not in the ptxas report", k.name));
+            continue;
+        };
+        let body = sass_of(&sass, k.name);
+        let hgmma = body.map(|b| b.matches("HGMMA").count()).unwrap_or(0);
+        println!("{:<36} {:>6} {:>7} {:>7} {:>6}", k.name, stack, ss, sl, hgmma);
+        if k.spill_free && (*stack != 0 || *ss != 0 || *sl != 0) {
+            errors.push(format!("{}: stack frame {stack} B, spills {ss}/{sl} B (marked spill-free)", k.name));
+        }
+        if body.is_none() {
+            errors.push(format!("{}: no SASS found", k.name));
+        } else if k.mma && hgmma == 0 {
+            errors.push(format!("{}: marked mma but its SASS has no HGMMA", k.name));
+        }
+    }
+    if report.contains("C7508") || report.to_lowercase().contains("warning") {
+        errors.push(format!(
+            "ptxas warned:\n{}",
+            report.lines().filter(|l| l.contains("arning") || l.contains("C75")).collect::<Vec<_>>().join("\n")
+        ));
+    }
+    if errors.is_empty() {
+        println!("check-kernels: {} kernels ok", manifest::KERNELS.len());
+        Ok(())
+    } else {
+        Err(format!("check-kernels:\n  {}", errors.join("\n  ")))
+    }
+}
+
+/// The SASS of one function in a `cuobjdump --dump-sass` listing.
+fn sass_of<'a>(sass: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!("Function : {name}\n");
+    let start = sass.find(&key)? + key.len();
+    let rest = &sass[start..];
+    let end = rest.find("Function : ").unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+fn gpu_bundle(dir: &str) -> Res {
+    setup()?;
+    let dir = root().join(dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let out = cargo()
+        .args(["test", "--workspace", "--no-run", "--message-format=json"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("building the tests failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let mut names = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") || !line.contains("\"test\":true") {
+            continue;
+        }
+        if let Some(exe) = json_str(line, "executable") {
+            let src = PathBuf::from(&exe);
+            let name = src.file_name().unwrap().to_string_lossy().into_owned();
+            let base = name.rsplit_once('-').map(|(b, _)| b.to_string()).unwrap_or(name.clone());
+            // only the binaries that touch the GPU travel (the device call carries at most 64 MiB)
+            if !GPU_TEST_BINARIES.contains(&base.as_str()) {
+                continue;
+            }
+            std::fs::copy(&src, dir.join(&base)).map_err(|e| e.to_string())?;
+            strip(&dir.join(&base));
+            names.push(base);
+        }
+    }
+    run(cargo().args(["build", "--release", "--bin", "megamoe"]))?;
+    std::fs::copy(root().join("target/release/megamoe"), dir.join("megamoe")).map_err(|e| e.to_string())?;
+    strip(&dir.join("megamoe"));
+    std::fs::copy(root().join("target/kernels/ptxas.txt"), dir.join("ptxas.txt")).map_err(|e| e.to_string())?;
+    names.sort();
+    let script = format!(
+        "#!/usr/bin/env bash\n# Runs every test binary (GPU tests included) and the main job. Built by `cargo xtask gpu-bundle`.\n\
+         cd \"$(dirname \"$0\")\"\nrc=0\nfor t in {}; do echo \"== $t\"; timeout 300 ./$t --include-ignored --test-threads=1 || rc=1; done\n\
+         echo '== megamoe'; timeout 300 ./megamoe || rc=1\nexit $rc\n",
+        names.join(" ")
+    );
+    std::fs::write(dir.join("run.sh"), script).map_err(|e| e.to_string())?;
+    println!("bundle in {}: {} test binaries + megamoe + run.sh", dir.display(), names.len());
+    Ok(())
+}
+
+/// Test binaries the GPU bundle carries.
+const GPU_TEST_BINARIES: &[&str] = &["gpu_primitives", "no_gpu"];
+
+fn strip(p: &Path) {
+    // best effort: an unstripped binary still runs, it is only larger
+    let _ = Command::new("strip").arg("--strip-debug").arg(p).status();
+}
+
+fn json_str(line: &str, key: &str) -> Option<String> {
+    let k = format!("\"{key}\":\"");
+    let start = line.find(&k)? + k.len();
+    let end = line[start..].find('"')?;
+    Some(line[start..start + end].to_string())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let r = match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("test") => test(),
+        Some("run") => setup().and_then(|_| run(cargo().args(["run", "--release", "--bin", "megamoe"]))),
+        Some("check-kernels") => setup().and_then(|_| check_kernels()),
+        Some("gpu-bundle") => gpu_bundle(args.get(1).map(String::as_str).unwrap_or(".dev/bundle")),
+        _ => Err("usage: cargo xtask <setup | run | test | check-kernels | gpu-bundle [DIR]>".into()),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
