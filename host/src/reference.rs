@@ -149,60 +149,71 @@ struct ExpertOut {
     dw2: Vec<f64>,
 }
 
+/// One expert's rows, weight-row outer: each weight row is streamed once per phase while the expert's rows
+/// stay in cache.
 fn expert(s: &Shape, e: usize, rows: Vec<(usize, usize, usize)>, ranks: &[RankInput], w: &Weights) -> ExpertOut {
     let (h, i) = (s.h, s.i);
     let w1 = &w.w1[e * 2 * i * h..(e + 1) * 2 * i * h];
     let w2 = &w.w2[e * h * i..(e + 1) * h * i];
     let n = rows.len();
-    let mut out = ExpertOut {
-        y: vec![0.0; n * h],
-        dx: vec![0.0; n * h],
-        dtopk: vec![0.0; n],
-        dw1: vec![0.0; 2 * i * h],
-        dw2: vec![0.0; h * i],
-        rows,
-    };
-    let mut z = vec![0.0; 2 * i];
-    let mut act = vec![0.0; i];
-    let mut dh = vec![0.0; i];
-    let mut dz = vec![0.0; 2 * i];
-    for (row, &(r, t, j)) in out.rows.iter().enumerate() {
-        let x = &ranks[r].x[t * h..(t + 1) * h];
-        let dy = &ranks[r].dy[t * h..(t + 1) * h];
-        let sw = ranks[r].topk_w[t * s.k + j];
-        for (c, zc) in z.iter_mut().enumerate() {
-            *zc = dot(x, &w1[c * h..(c + 1) * h]);
-        }
-        for c in 0..i {
-            let g = z[c];
-            act[c] = g * sigmoid(g) * z[i + c];
-        }
-        let y = &mut out.y[row * h..(row + 1) * h];
-        for (hh, yv) in y.iter_mut().enumerate() {
-            *yv = dot(&act, &w2[hh * i..(hh + 1) * i]);
-        }
-        // backward
-        dh.iter_mut().for_each(|v| *v = 0.0);
-        for (hh, &d) in dy.iter().enumerate() {
-            axpy(&mut dh, d, &w2[hh * i..(hh + 1) * i]);
-        }
-        out.dtopk[row] = dot(&dh, &act);
-        for c in 0..i {
-            let (g, u) = (z[c], z[i + c]);
-            let sg = sigmoid(g);
-            dz[c] = sw * dh[c] * u * sg * (1.0 + g * (1.0 - sg));
-            dz[i + c] = sw * dh[c] * g * sg;
-        }
-        let dx = &mut out.dx[row * h..(row + 1) * h];
-        for (c, &d) in dz.iter().enumerate() {
-            axpy(dx, d, &w1[c * h..(c + 1) * h]);
-            axpy(&mut out.dw1[c * h..(c + 1) * h], d, x);
-        }
-        for (hh, &d) in dy.iter().enumerate() {
-            axpy(&mut out.dw2[hh * i..(hh + 1) * i], sw * d, &act);
+    let x: Vec<&[f64]> = rows.iter().map(|&(r, t, _)| &ranks[r].x[t * h..(t + 1) * h]).collect();
+    let dy: Vec<&[f64]> = rows.iter().map(|&(r, t, _)| &ranks[r].dy[t * h..(t + 1) * h]).collect();
+    let sw: Vec<f64> = rows.iter().map(|&(r, t, j)| ranks[r].topk_w[t * s.k + j]).collect();
+    // forward: z = x W1^T, act = silu(g) * u, y = act W2^T
+    let mut z = vec![0.0; n * 2 * i];
+    for c in 0..2 * i {
+        let wr = &w1[c * h..(c + 1) * h];
+        for row in 0..n {
+            z[row * 2 * i + c] = dot(x[row], wr);
         }
     }
-    out
+    let mut act = vec![0.0; n * i];
+    for row in 0..n {
+        for c in 0..i {
+            let g = z[row * 2 * i + c];
+            act[row * i + c] = g * sigmoid(g) * z[row * 2 * i + i + c];
+        }
+    }
+    let mut y = vec![0.0; n * h];
+    let mut dh = vec![0.0; n * i];
+    let mut dw2 = vec![0.0; h * i];
+    for hh in 0..h {
+        let wr = &w2[hh * i..(hh + 1) * i];
+        let dwr = &mut dw2[hh * i..(hh + 1) * i];
+        for row in 0..n {
+            let a = &act[row * i..(row + 1) * i];
+            y[row * h + hh] = dot(a, wr);
+            // backward: dh = dy W2, dW2 = sum (s dy)^T act
+            axpy(&mut dh[row * i..(row + 1) * i], dy[row][hh], wr);
+            axpy(dwr, sw[row] * dy[row][hh], a);
+        }
+    }
+    // dtopk = <dh, act>; SwiGLU backward with s = w_tj
+    let mut dtopk = vec![0.0; n];
+    let mut dz = vec![0.0; n * 2 * i];
+    for row in 0..n {
+        dtopk[row] = dot(&dh[row * i..(row + 1) * i], &act[row * i..(row + 1) * i]);
+        for c in 0..i {
+            let (g, u) = (z[row * 2 * i + c], z[row * 2 * i + i + c]);
+            let sg = sigmoid(g);
+            let d = sw[row] * dh[row * i + c];
+            dz[row * 2 * i + c] = d * u * sg * (1.0 + g * (1.0 - sg));
+            dz[row * 2 * i + i + c] = d * g * sg;
+        }
+    }
+    // dx = dz W1, dW1 = sum dz^T x
+    let mut dx = vec![0.0; n * h];
+    let mut dw1 = vec![0.0; 2 * i * h];
+    for c in 0..2 * i {
+        let wr = &w1[c * h..(c + 1) * h];
+        let dwr = &mut dw1[c * h..(c + 1) * h];
+        for row in 0..n {
+            let d = dz[row * 2 * i + c];
+            axpy(&mut dx[row * h..(row + 1) * h], d, wr);
+            axpy(dwr, d, x[row]);
+        }
+    }
+    ExpertOut { rows, y, dx, dtopk, dw1, dw2 }
 }
 
 /// Forward and backward of the layer over all ranks: each rank's y, dx, dtopk, and dW1, dW2 of every expert.
