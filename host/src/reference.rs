@@ -151,7 +151,14 @@ struct ExpertOut {
 
 /// One expert's rows, weight-row outer: each weight row is streamed once per phase while the expert's rows
 /// stay in cache.
-fn expert(s: &Shape, e: usize, rows: Vec<(usize, usize, usize)>, ranks: &[RankInput], w: &Weights) -> ExpertOut {
+fn expert(
+    s: &Shape,
+    e: usize,
+    rows: Vec<(usize, usize, usize)>,
+    ranks: &[RankInput],
+    w: &Weights,
+    backward: bool,
+) -> ExpertOut {
     let (h, i) = (s.h, s.i);
     let w1 = &w.w1[e * 2 * i * h..(e + 1) * 2 * i * h];
     let w2 = &w.w2[e * h * i..(e + 1) * h * i];
@@ -183,13 +190,19 @@ fn expert(s: &Shape, e: usize, rows: Vec<(usize, usize, usize)>, ranks: &[RankIn
         for row in 0..n {
             let a = &act[row * i..(row + 1) * i];
             y[row * h + hh] = dot(a, wr);
+            if !backward {
+                continue;
+            }
             // backward: dh = dy W2, dW2 = sum (s dy)^T act
             axpy(&mut dh[row * i..(row + 1) * i], dy[row][hh], wr);
             axpy(dwr, sw[row] * dy[row][hh], a);
         }
     }
-    // dtopk = <dh, act>; SwiGLU backward with s = w_tj
     let mut dtopk = vec![0.0; n];
+    if !backward {
+        return ExpertOut { rows, y, dx: vec![0.0; n * h], dtopk, dw1: vec![0.0; 2 * i * h], dw2 };
+    }
+    // dtopk = <dh, act>; SwiGLU backward with s = w_tj
     let mut dz = vec![0.0; n * 2 * i];
     for row in 0..n {
         dtopk[row] = dot(&dh[row * i..(row + 1) * i], &act[row * i..(row + 1) * i]);
@@ -219,6 +232,15 @@ fn expert(s: &Shape, e: usize, rows: Vec<(usize, usize, usize)>, ranks: &[RankIn
 /// Forward and backward of the layer over all ranks: each rank's y, dx, dtopk, and dW1, dW2 of every expert.
 /// Uses every core (experts are independent).
 pub fn forward_backward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(Vec<RankOutput>, Grads), String> {
+    run(s, ranks, w, true)
+}
+
+/// The forward alone: each rank's y (dx, dtopk and the gradients are left at zero).
+pub fn forward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<Vec<RankOutput>, String> {
+    run(s, ranks, w, false).map(|(o, _)| o)
+}
+
+fn run(s: &Shape, ranks: &[RankInput], w: &Weights, backward: bool) -> Result<(Vec<RankOutput>, Grads), String> {
     validate(s, ranks, w)?;
     let mut by_expert: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); s.e];
     for (r, ri) in ranks.iter().enumerate() {
@@ -241,7 +263,7 @@ pub fn forward_backward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(
                         if e >= s.e {
                             break;
                         }
-                        mine.push((e, expert(s, e, by_expert[e].clone(), ranks, w)));
+                        mine.push((e, expert(s, e, by_expert[e].clone(), ranks, w, backward)));
                     }
                     mine
                 })

@@ -13,6 +13,18 @@
 #[cfg(test)]
 extern crate std;
 
+/// Repeat a block once per listed index, the index bound as a `const` (so register-array accesses stay
+/// compile-time constants and never push an accumulator into local memory).
+#[macro_export]
+macro_rules! unroll {
+    ($i:ident in [$($n:literal),* $(,)?] $body:block) => {
+        $({
+            const $i: usize = $n;
+            $body
+        })*
+    };
+}
+
 pub mod desc;
 pub mod manifest;
 pub mod params;
@@ -29,4 +41,21 @@ pub mod kernels;
 fn panic(_: &core::panic::PanicInfo) -> ! {
     // SAFETY: ends the kernel.
     unsafe { core::arch::nvptx::trap() }
+}
+
+/// Launch constants of the kernels, for the host (the kernels' own modules are device-only).
+pub mod kernels_host {
+    /// Rows per block tile of the grouped GEMMs.
+    pub const GEMM_BM: u32 = 128;
+    /// Columns of the grouped GEMMs' wgmma tile.
+    pub const GEMM_BN: u32 = 256;
+    /// Threads per block of the grouped GEMMs (producer + 2 consumer warpgroups).
+    pub const GEMM_THREADS: u32 = 384;
+    /// Pipeline stages of the grouped GEMMs.
+    pub const GEMM_STAGES: u32 = 4;
+    /// Dynamic shared memory of the grouped GEMMs: the ring of (A 128 x 64 + B 256 x 64) bf16 stages and the
+    /// mbarriers.
+    pub const GEMM_SMEM: u32 = GEMM_STAGES * (GEMM_BM + GEMM_BN) * 64 * 2 + 16 * GEMM_STAGES;
+    /// Threads per block of the routing kernels.
+    pub const ROUTE_THREADS: u32 = 256;
 }

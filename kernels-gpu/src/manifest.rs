@@ -34,6 +34,13 @@ pub const KERNELS: &[KernelSpec] = &[
     k("selftest_mbarrier_tx", 128, true, false),
     k("selftest_flags", 128, true, false),
     k("selftest_setmaxnreg", 384, true, false),
+    k("route_count", 256, true, false),
+    k("route_scan", 32, true, false),
+    k("route_place", 256, true, false),
+    k("gather_rows", 128, true, false),
+    k("combine_rows", 256, true, false),
+    k("grouped_gemm_bf16", 384, true, true),
+    k("grouped_gemm_swiglu", 384, true, true),
 ];
 
 /// The spec of `name`, if the module exports it.

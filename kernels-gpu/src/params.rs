@@ -80,3 +80,108 @@ pub struct MbarrierTest {
     /// Unused.
     pub pad: u32,
 }
+
+/// Routing layout (kernels `route_count`, `route_scan`, `route_place`): rows of expert e are the slots
+/// `t * k + j` with `topk_ids[t, j] = e`, in increasing slot order, at rows `offsets[e]..offsets[e + 1]`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct Route {
+    /// i32 [slots]: expert ids (-1 = masked).
+    pub topk_ids: u64,
+    /// u32 [E]: rows per expert (written by `route_count`).
+    pub counts: u64,
+    /// u32 [E + 1]: first row of each expert (written by `route_scan`).
+    pub offsets: u64,
+    /// u32 [E + 1]: first m-tile of each expert, tiles of `tile_m` rows (written by `route_scan`).
+    pub tile_offsets: u64,
+    /// u32 [slots]: the slot of each row, rows 0..offsets[E] (written by `route_place`).
+    pub row_slot: u64,
+    /// i32 [slots]: the row of each slot, -1 for a masked slot (written by `route_place`).
+    pub slot_row: u64,
+    /// u32 [1]: set to 1 when an id is outside -1..E (such slots are treated as masked).
+    pub error: u64,
+    /// Slots = tokens * k.
+    pub slots: u32,
+    /// Experts.
+    pub experts: u32,
+    /// Rows per m-tile of the grouped GEMMs.
+    pub tile_m: u32,
+    /// Unused.
+    pub pad: u32,
+}
+
+/// Row gather (kernel `gather_rows`): dst[r] = src[row_slot[r] / k] for r < offsets[E], rows of `cols` bf16.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct Gather {
+    /// bf16 [tokens, cols].
+    pub src: u64,
+    /// bf16 [rows, cols].
+    pub dst: u64,
+    /// u32 [rows].
+    pub row_slot: u64,
+    /// u32 [E + 1]; offsets[E] is the row count.
+    pub offsets: u64,
+    /// Columns (a multiple of 8).
+    pub cols: u32,
+    /// Slots per token.
+    pub k: u32,
+    /// Experts.
+    pub experts: u32,
+    /// Unused.
+    pub pad: u32,
+}
+
+/// Combine (kernel `combine_rows`): out[t] = sum over j of w[t, j] * y[slot_row[t * k + j]] in f32, j in order,
+/// masked slots skipped; out in bf16.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct Combine {
+    /// bf16 [rows, cols].
+    pub y: u64,
+    /// f32 [tokens, k].
+    pub w: u64,
+    /// i32 [tokens * k].
+    pub slot_row: u64,
+    /// bf16 [tokens, cols].
+    pub out: u64,
+    /// Tokens.
+    pub tokens: u32,
+    /// Columns (a multiple of 8).
+    pub cols: u32,
+    /// Slots per token.
+    pub k: u32,
+    /// Unused.
+    pub pad: u32,
+}
+
+/// Grouped GEMM over experts (M-grouped): for each expert e and its rows offsets[e]..offsets[e + 1] of A,
+/// C[rows, N] = A[rows, K] . B_e[N, K]^T, with the epilogue of the kernel.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct GroupedGemm {
+    /// Tensor map of A: bf16 [rows_total, K], box 64 x 128 rows, 128-byte swizzle.
+    pub map_a: u64,
+    /// Tensor map of B: bf16 [E * n_b, K] (n_b rows per expert), box 64 x (256 or 128) rows, 128-byte swizzle.
+    pub map_b: u64,
+    /// u32 [E + 1] row offsets.
+    pub offsets: u64,
+    /// u32 [E + 1] m-tile offsets (tiles of 128 rows).
+    pub tile_offsets: u64,
+    /// Output, bf16, row stride `ldc` elements.
+    pub c: u64,
+    /// Optional second output (SwiGLU: z = [g | u] bf16 [rows, 2 * n]); 0 for none.
+    pub z: u64,
+    /// Experts.
+    pub experts: u32,
+    /// Output columns per expert (plain: N; SwiGLU: I).
+    pub n: u32,
+    /// Contraction length, a multiple of 64.
+    pub k: u32,
+    /// Rows of B per expert in `map_b` (plain: N; SwiGLU: 2I).
+    pub n_b: u32,
+    /// Row stride of C in elements.
+    pub ldc: u32,
+    /// Output tiles along N.
+    pub n_tiles: u32,
+}

@@ -249,7 +249,7 @@ fn gpu_bundle(dir: &str) -> Res {
 }
 
 /// Test binaries the GPU bundle carries.
-const GPU_TEST_BINARIES: &[&str] = &["gpu_primitives", "no_gpu"];
+const GPU_TEST_BINARIES: &[&str] = &["gpu_primitives", "no_gpu", "layer_forward"];
 
 fn strip(p: &Path) {
     // best effort: an unstripped binary still runs, it is only larger

@@ -4,6 +4,7 @@
 //! and what memory it touches. Shared-memory addresses are 32-bit `shared::cta` addresses (from
 //! [`smem::base`]); global addresses are generic 64-bit pointers.
 pub mod fence;
+pub mod math;
 pub mod mbarrier;
 pub mod regs;
 pub mod smem;

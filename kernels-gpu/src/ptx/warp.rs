@@ -65,3 +65,23 @@ pub unsafe fn elect_one() -> bool {
          e = out(reg32) e, options(nomem, nostack));
     e != 0
 }
+
+/// `shfl.sync.up.b32` over the full warp: the value of lane - delta (own value for lanes < delta).
+/// SAFETY: all 32 lanes, uniformly; no memory.
+#[inline(always)]
+pub unsafe fn shfl_up(v: u32, delta: u32) -> u32 {
+    let r: u32;
+    asm!("shfl.sync.up.b32 {r}, {v}, {d}, 0, 0xffffffff;", r = out(reg32) r, v = in(reg32) v,
+         d = in(reg32) delta, options(nomem, nostack));
+    r
+}
+
+/// `shfl.sync.idx.b32` over the full warp: the value of lane `src`.
+/// SAFETY: all 32 lanes, uniformly; no memory.
+#[inline(always)]
+pub unsafe fn shfl_idx(v: u32, src: u32) -> u32 {
+    let r: u32;
+    asm!("shfl.sync.idx.b32 {r}, {v}, {s}, 0x1f, 0xffffffff;", r = out(reg32) r, v = in(reg32) v,
+         s = in(reg32) src, options(nomem, nostack));
+    r
+}

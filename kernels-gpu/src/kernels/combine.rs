@@ -1,0 +1,45 @@
+//! Combine: out[t] = sum over j of w[t, j] * y[row of (t, j)], in f32, in j order (deterministic), to bf16.
+use crate::params::Combine;
+use crate::ptx::{math, regs};
+
+/// One block per token, 256 threads, 8 columns (16 bytes) a step.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn combine_rows(p: Combine) {
+    let t = regs::bid();
+    if t >= p.tokens {
+        return;
+    }
+    let chunks = p.cols / 8;
+    let slot_row = p.slot_row as *const i32;
+    let w = p.w as *const f32;
+    let y = p.y as *const [u32; 4];
+    let out = p.out as *mut [u32; 4];
+    let mut c = regs::tid();
+    while c < chunks {
+        let mut acc = [0f32; 8];
+        let mut j = 0;
+        while j < p.k {
+            let slot = (t * p.k + j) as usize;
+            let row = *slot_row.add(slot);
+            if row >= 0 {
+                let wt = *w.add(slot);
+                let v = *y.add(row as usize * chunks as usize + c as usize);
+                let mut q = 0;
+                while q < 4 {
+                    acc[2 * q] += wt * math::bf16_to_f32(v[q] as u16);
+                    acc[2 * q + 1] += wt * math::bf16_to_f32((v[q] >> 16) as u16);
+                    q += 1;
+                }
+            }
+            j += 1;
+        }
+        let o = [
+            math::pack_bf16x2(acc[0], acc[1]),
+            math::pack_bf16x2(acc[2], acc[3]),
+            math::pack_bf16x2(acc[4], acc[5]),
+            math::pack_bf16x2(acc[6], acc[7]),
+        ];
+        *out.add((t * chunks + c) as usize) = o;
+        c += regs::ntid();
+    }
+}

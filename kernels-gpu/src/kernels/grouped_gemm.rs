@@ -1,0 +1,257 @@
+//! M-grouped bf16 GEMM over experts, warp-specialised: C[rows_e, N] = A[rows_e, K] . B_e[N, K]^T for every
+//! expert e, the rows of each expert contiguous in A at `offsets[e]..offsets[e + 1]` (read on the device).
+//!
+//! Block: 3 warpgroups. Warpgroup 0 is the producer (one thread issues TMA loads into a 4-stage ring,
+//! registers given back with setmaxnreg); warpgroups 1 and 2 are consumers, each a 64 x 256 wgmma tile of the
+//! 128 x 256 block tile. Persistent: block b takes tiles b, b + grid, ... of (expert m-tile, n-tile), m-tiles
+//! numbered by `tile_offsets`; producer and consumers walk the same sequence, so the ring cannot deadlock.
+//! Rows past the expert's end and columns past N are computed but never stored (no padding in any output).
+//!
+//! Epilogues: `grouped_gemm_bf16` stores C in bf16; `grouped_gemm_swiglu` takes B tiles of 128 gate rows and
+//! the 128 matching up rows, stores h = silu(g) * u (bf16, 128 columns per tile) and optionally z = [g | u].
+use crate::desc::SmemDesc;
+use crate::params::GroupedGemm;
+use crate::ptx::{fence, math, mbarrier, regs, smem, tma, wgmma};
+
+/// Rows per block tile (two consumer warpgroups of 64).
+pub const BM: u32 = crate::kernels_host::GEMM_BM;
+/// Columns of the wgmma tile (B rows per stage).
+pub const BN: u32 = crate::kernels_host::GEMM_BN;
+/// K per stage (one 128-byte swizzle row of bf16).
+pub const BK: u32 = 64;
+/// Pipeline depth.
+pub const STAGES: u32 = crate::kernels_host::GEMM_STAGES;
+const A_BYTES: u32 = BM * BK * 2;
+const B_BYTES: u32 = BN * BK * 2;
+const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
+/// Dynamic shared memory of the kernel: the ring, then 2 * STAGES mbarriers.
+pub const SMEM_BYTES: u32 = STAGES * STAGE_BYTES + 16 * STAGES;
+/// Threads per block.
+pub const THREADS: u32 = crate::kernels_host::GEMM_THREADS;
+
+const _: () = assert!(STAGE_BYTES % 1024 == 0, "stages must keep 1024-byte alignment for 128-byte swizzle");
+const _: () = assert!(A_BYTES % 1024 == 0, "B tile must start 1024-byte aligned");
+const _: () = assert!(SMEM_BYTES == crate::kernels_host::GEMM_SMEM, "host and kernel disagree on the ring");
+const _: () = assert!(SMEM_BYTES <= 232448, "sm_90 allows at most 227 KiB of shared memory per block");
+
+/// What a tile is: expert, first row, end of the expert's rows, n-tile.
+struct Tile {
+    e: u32,
+    row0: u32,
+    row_end: u32,
+    n_tile: u32,
+}
+
+#[inline(always)]
+unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
+    let m = tile / p.n_tiles;
+    let n_tile = tile % p.n_tiles;
+    let to = p.tile_offsets as *const u32;
+    // the expert e with tile_offsets[e] <= m < tile_offsets[e + 1] (empty experts have equal bounds)
+    let (mut lo, mut hi) = (0u32, p.experts);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if *to.add(mid as usize) <= m {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let e = lo;
+    let off = p.offsets as *const u32;
+    let row0 = *off.add(e as usize) + (m - *to.add(e as usize)) * BM;
+    Tile { e, row0, row_end: *off.add(e as usize + 1), n_tile }
+}
+
+#[inline(always)]
+unsafe fn grouped_gemm<const SWIGLU: bool>(p: &GroupedGemm) {
+    // shared-memory carve-out: STAGES x (A 128x64, B 256x64) bf16, then full[STAGES], empty[STAGES]
+    let ring = smem::base();
+    let full = ring + STAGES * STAGE_BYTES;
+    let empty = full + 8 * STAGES;
+    let t = regs::tid();
+    let wg = t / 128;
+    // barrier init
+    if t == 0 {
+        let mut s = 0;
+        while s < STAGES {
+            mbarrier::init(full + 8 * s, 1);
+            mbarrier::init(empty + 8 * s, 8); // lane 0 of each consumer warp
+            s += 1;
+        }
+        fence::mbarrier_init();
+    }
+    crate::ptx::sync::block_sync();
+    let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
+    let kt_n = p.k / BK;
+    if wg == 0 {
+        regs::setmaxnreg_dec::<40>();
+        if t == 0 {
+            produce::<SWIGLU>(p, ring, full, empty, total, kt_n);
+        }
+    } else {
+        regs::setmaxnreg_inc::<232>();
+        consume::<SWIGLU>(p, ring, full, empty, total, kt_n, wg - 1);
+    }
+}
+
+#[inline(always)]
+unsafe fn produce<const SWIGLU: bool>(p: &GroupedGemm, ring: u32, full: u32, empty: u32, total: u32, kt_n: u32) {
+    tma::prefetch_tensormap(p.map_a as *const u8);
+    tma::prefetch_tensormap(p.map_b as *const u8);
+    let mut it = 0u32;
+    let mut tile = regs::bid();
+    while tile < total {
+        let ti = tile_info(p, tile);
+        let mut kt = 0;
+        while kt < kt_n {
+            let s = it % STAGES;
+            let ph = (it / STAGES) & 1;
+            mbarrier::wait_parity(empty + 8 * s, ph ^ 1);
+            let fb = full + 8 * s;
+            mbarrier::arrive_expect_tx(fb, STAGE_BYTES);
+            let a_s = ring + s * STAGE_BYTES;
+            let b_s = a_s + A_BYTES;
+            let kx = (kt * BK) as i32;
+            tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
+            let brow = ti.e * p.n_b;
+            if SWIGLU {
+                let n0 = ti.n_tile * (BN / 2);
+                tma::load_2d(b_s, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
+                tma::load_2d(b_s + B_BYTES / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
+            } else {
+                tma::load_2d(b_s, p.map_b as *const u8, kx, (brow + ti.n_tile * BN) as i32, fb);
+            }
+            it += 1;
+            kt += 1;
+        }
+        tile += regs::nctaid();
+    }
+}
+
+#[inline(always)]
+unsafe fn consume<const SWIGLU: bool>(
+    p: &GroupedGemm,
+    ring: u32,
+    full: u32,
+    empty: u32,
+    total: u32,
+    kt_n: u32,
+    cw: u32,
+) {
+    let lane = t_lane();
+    let mut it = 0u32;
+    let mut tile = regs::bid();
+    while tile < total {
+        let ti = tile_info(p, tile);
+        let mut acc = [0f32; 128];
+        let mut kt = 0;
+        while kt < kt_n {
+            let s = it % STAGES;
+            let ph = (it / STAGES) & 1;
+            mbarrier::wait_parity(full + 8 * s, ph);
+            let a_s = ring + s * STAGE_BYTES + cw * (A_BYTES / 2);
+            let b_s = ring + s * STAGE_BYTES + A_BYTES;
+            wgmma::fence();
+            let da = SmemDesc::k_major_sw128(a_s);
+            let db = SmemDesc::k_major_sw128(b_s);
+            let mut ks = 0;
+            while ks < BK / 16 {
+                let scale_d = (kt > 0 || ks > 0) as u32;
+                wgmma::m64n256k16_f32_bf16_ss(&mut acc, da.advance(32 * ks).0, db.advance(32 * ks).0, scale_d);
+                ks += 1;
+            }
+            wgmma::commit_group();
+            wgmma::wait_group::<1>();
+            if kt > 0 && lane == 0 {
+                mbarrier::arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
+            }
+            it += 1;
+            kt += 1;
+        }
+        wgmma::wait_group::<0>();
+        wgmma::fence_operand_128(&mut acc);
+        if lane == 0 {
+            mbarrier::arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
+        }
+        if SWIGLU {
+            store_swiglu(p, &acc, &ti, cw);
+        } else {
+            store_bf16(p, &acc, &ti, cw);
+        }
+        tile += regs::nctaid();
+    }
+}
+
+#[inline(always)]
+fn t_lane() -> u32 {
+    regs::tid() % 32
+}
+
+/// (first row, second row, first column) of this thread's fragment inside the 64 x N warpgroup tile.
+#[inline(always)]
+fn frag() -> (u32, u32, u32) {
+    let t = regs::tid() % 128;
+    let r = 16 * (t / 32) + (t % 32) / 4;
+    (r, r + 8, 2 * (t % 4))
+}
+
+#[inline(always)]
+unsafe fn store_bf16(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+    let (r0, r1, c0) = frag();
+    let row_a = ti.row0 + cw * 64 + r0;
+    let row_b = ti.row0 + cw * 64 + r1;
+    let c = p.c as *mut u32;
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+        let col = ti.n_tile * BN + 8 * J as u32 + c0;
+        if col < p.n {
+            if row_a < ti.row_end {
+                *c.add(((row_a * p.ldc + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J], acc[4 * J + 1]);
+            }
+            if row_b < ti.row_end {
+                *c.add(((row_b * p.ldc + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
+            }
+        }
+    });
+}
+
+#[inline(always)]
+fn silu_mul(g: f32, u: f32) -> f32 {
+    g * math::sigmoid(g) * u
+}
+
+#[inline(always)]
+unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+    let (r0, r1, c0) = frag();
+    let rows = [ti.row0 + cw * 64 + r0, ti.row0 + cw * 64 + r1];
+    let c = p.c as *mut u32;
+    let z = p.z as *mut u32;
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        let col = ti.n_tile * (BN / 2) + 8 * J as u32 + c0;
+        crate::unroll!(H in [0, 1] {
+            let row = rows[H];
+            if col < p.n && row < ti.row_end {
+                let (g0, g1) = (acc[4 * J + 2 * H], acc[4 * J + 2 * H + 1]);
+                let (u0, u1) = (acc[4 * (J + 16) + 2 * H], acc[4 * (J + 16) + 2 * H + 1]);
+                *c.add(((row * p.ldc + col) / 2) as usize) = math::pack_bf16x2(silu_mul(g0, u0), silu_mul(g1, u1));
+                if p.z != 0 {
+                    let zrow = row * 2 * p.n;
+                    *z.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(g0, g1);
+                    *z.add(((zrow + p.n + col) / 2) as usize) = math::pack_bf16x2(u0, u1);
+                }
+            }
+        });
+    });
+}
+
+/// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
+    grouped_gemm::<false>(&p);
+}
+
+/// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
+    grouped_gemm::<true>(&p);
+}

@@ -1,0 +1,44 @@
+//! Fast math and bf16 packing.
+use core::arch::asm;
+
+/// `ex2.approx.ftz.f32`: 2^x. SAFETY: none needed (any thread, no memory); `unsafe` only for the asm.
+#[inline(always)]
+pub fn ex2(x: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic; any thread.
+    unsafe { asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `rcp.approx.ftz.f32`: 1 / x.
+#[inline(always)]
+pub fn rcp(x: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic; any thread.
+    unsafe { asm!("rcp.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `cvt.rn.bf16x2.f32`: two f32 rounded to nearest-even bf16, `lo` in bits 0..16, `hi` in bits 16..32.
+#[inline(always)]
+pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
+    let r: u32;
+    // SAFETY: pure conversion; any thread.
+    unsafe {
+        asm!("cvt.rn.bf16x2.f32 {r}, {h}, {l};", r = out(reg32) r, h = in(reg32) hi, l = in(reg32) lo,
+             options(pure, nomem, nostack))
+    };
+    r
+}
+
+/// bf16 bits to f32 (exact).
+#[inline(always)]
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// The sigmoid 1 / (1 + e^-x) through ex2 (about 2 ulp in f32).
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    rcp(1.0 + ex2(-x * core::f32::consts::LOG2_E))
+}

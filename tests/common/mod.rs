@@ -1,0 +1,100 @@
+//! Shared helpers of the GPU layer tests: random layer inputs, routings, and the comparison with the
+//! f64 reference.
+#![allow(dead_code)]
+use half::bf16;
+use megamoe::reference::{self, RankInput, Shape, Weights};
+use megamoe::rng::Rng;
+
+/// How slots are routed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// k distinct uniform experts per token.
+    Uniform,
+    /// Every slot on expert 0 (k = 1 per token would be the same; here all k slots of a token are expert 0).
+    AllOnOne,
+    /// Only the even experts get rows.
+    HalfEmpty,
+    /// Uniform with 10% of the slots masked (-1).
+    Masked10,
+}
+
+/// Host inputs of one layer call.
+pub struct Inputs {
+    pub shape: Shape,
+    pub tokens: usize,
+    pub x: Vec<bf16>,
+    pub ids: Vec<i32>,
+    pub w: Vec<f32>,
+    pub w1: Vec<bf16>,
+    pub w2: Vec<bf16>,
+    pub dy: Vec<bf16>,
+}
+
+pub fn rng() -> Rng {
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed} (MEGAMOE_SEED={seed} replays it)");
+    Rng::new(seed)
+}
+
+pub fn inputs(rng: &mut Rng, shape: Shape, tokens: usize, routing: Routing) -> Inputs {
+    let (h, i, e, k) = (shape.h, shape.i, shape.e, shape.k);
+    let mut ids = Vec::with_capacity(tokens * k);
+    for _ in 0..tokens {
+        let mut row: Vec<i32> = Vec::with_capacity(k);
+        while row.len() < k {
+            let id = match routing {
+                Routing::AllOnOne => 0,
+                Routing::HalfEmpty => 2 * rng.below(e.div_ceil(2)) as i32,
+                Routing::Uniform | Routing::Masked10 => rng.below(e) as i32,
+            };
+            let distinct = matches!(routing, Routing::Uniform | Routing::Masked10) && k <= e;
+            let distinct = distinct || (routing == Routing::HalfEmpty && k <= e.div_ceil(2));
+            if !distinct || !row.contains(&id) {
+                row.push(id);
+            }
+        }
+        if routing == Routing::Masked10 {
+            for id in row.iter_mut() {
+                if rng.uniform() < 0.1 {
+                    *id = -1;
+                }
+            }
+        }
+        ids.extend(row);
+    }
+    // scales keep z and y around 1 so bf16 rounding is the dominant error
+    let s1 = 1.0 / (h as f64).sqrt();
+    let s2 = 2.0 / (i as f64).sqrt();
+    Inputs {
+        shape,
+        tokens,
+        x: rng.bf16_vec(tokens * h, 1.0),
+        ids,
+        w: (0..tokens * k).map(|_| rng.uniform() as f32).collect(),
+        w1: rng.bf16_vec(e * 2 * i * h, s1 * 1.7),
+        w2: rng.bf16_vec(e * h * i, s2),
+        dy: rng.bf16_vec(tokens * h, 1.0),
+    }
+}
+
+pub fn f64s(v: &[bf16]) -> Vec<f64> {
+    reference::to_f64(v)
+}
+
+pub fn rank_input(inp: &Inputs) -> RankInput {
+    RankInput {
+        x: f64s(&inp.x),
+        topk_ids: inp.ids.clone(),
+        topk_w: inp.w.iter().map(|&v| v as f64).collect(),
+        dy: f64s(&inp.dy),
+    }
+}
+
+pub fn weights(inp: &Inputs) -> Weights {
+    Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) }
+}
+
+/// The reference forward of one rank holding all tokens.
+pub fn reference_y(inp: &Inputs) -> Vec<f64> {
+    reference::forward(&inp.shape, &[rank_input(inp)], &weights(inp)).unwrap().remove(0).y
+}

@@ -1,0 +1,139 @@
+//! The layer's forward on one GPU against the f64 CPU reference (fresh random inputs every run, outputs
+//! poisoned before each run, repeat runs bitwise equal). GPU tests: ignored without a GPU.
+mod common;
+
+use std::sync::Arc;
+
+use common::{inputs, reference_y, rng, Inputs, Routing};
+use half::bf16;
+use megamoe::layer::{LayerConfig, MoeLayer, Save};
+use megamoe::reference::Shape;
+use megamoe::{check, Gpu};
+
+fn gpu() -> Arc<Gpu> {
+    megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
+}
+
+fn config(s: Shape, max_tokens: usize, save: Save) -> LayerConfig {
+    LayerConfig { hidden: s.h, intermediate: s.i, experts: s.e, top_k: s.k, max_tokens, save }
+}
+
+/// Run the forward once on `inp` into a poisoned output; return it as f64 and as raw bits.
+fn run(g: &Arc<Gpu>, layer: &mut MoeLayer, inp: &Inputs) -> (Vec<f64>, Vec<u16>) {
+    let x = g.upload(&inp.x).unwrap();
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let w1 = g.upload(&inp.w1).unwrap();
+    let w2 = g.upload(&inp.w2).unwrap();
+    let mut out = g.alloc::<bf16>(inp.tokens * inp.shape.h).unwrap();
+    g.fill_bytes(&mut out, 0xff).unwrap(); // bf16 NaN everywhere
+    layer.forward(inp.tokens, &x, &ids, &w, &w1, &w2, &mut out).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let o = g.download(&out).unwrap();
+    (o.iter().map(|v| v.to_f64()).collect(), o.iter().map(|v| v.to_bits()).collect())
+}
+
+fn check_forward(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    let g = gpu();
+    let mut r = rng();
+    let inp = inputs(&mut r, s, tokens, routing);
+    let mut layer = MoeLayer::new(g.clone(), config(s, tokens.max(1), save)).unwrap();
+    let (y, bits) = run(&g, &mut layer, &inp);
+    if let Some(i) = y.iter().position(|v| v.is_nan()) {
+        panic!("out[{i}] is NaN: not written (poison) or not finite");
+    }
+    let want = reference_y(&inp);
+    let e = check::close(&format!("y ({s:?}, T={tokens}, {routing:?})"), &y, &want, 1e-2).unwrap();
+    eprintln!("y rel err {e:.3e}");
+    let (_, bits2) = run(&g, &mut layer, &inp);
+    assert!(bits == bits2, "two runs on the same inputs differ");
+}
+
+const SMALL: Shape = Shape { h: 256, i: 128, e: 8, k: 2 };
+/// Sizes that are not multiples of the tiles: H = 320 (GEMM2 n-tile of 256 partial), I = 192 (SwiGLU n-tile of
+/// 128 partial), K = 320 and 192.
+const RAGGED: Shape = Shape { h: 320, i: 192, e: 5, k: 3 };
+
+macro_rules! gpu_test {
+    ($name:ident, $body:block) => {
+        #[test]
+        #[ignore = "needs a Hopper GPU: run with --ignored on the H200"]
+        fn $name() $body
+    };
+}
+
+gpu_test!(small_uniform, { check_forward(SMALL, 100, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(small_save_z, { check_forward(SMALL, 77, Routing::Uniform, Save::WithZ) });
+gpu_test!(ragged_shape, { check_forward(RAGGED, 211, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(every_slot_on_one_expert, { check_forward(SMALL, 300, Routing::AllOnOne, Save::InputsOnly) });
+gpu_test!(half_the_experts_empty, { check_forward(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly) });
+gpu_test!(ten_percent_masked, { check_forward(SMALL, 160, Routing::Masked10, Save::InputsOnly) });
+gpu_test!(one_token, { check_forward(SMALL, 1, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(qwen3_30b_a3b_t4096, { check_forward(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(qwen3_30b_a3b_t512_masked, { check_forward(Shape::QWEN3_30B_A3B, 512, Routing::Masked10, Save::WithZ) });
+
+gpu_test!(zero_tokens_is_a_no_op, {
+    let g = gpu();
+    let mut layer = MoeLayer::new(g.clone(), config(SMALL, 8, Save::InputsOnly)).unwrap();
+    let mut r = rng();
+    let inp = inputs(&mut r, SMALL, 0, Routing::Uniform);
+    let (y, _) = run(&g, &mut layer, &inp);
+    assert!(y.is_empty());
+});
+
+gpu_test!(bad_inputs_are_rejected_and_write_nothing, {
+    let g = gpu();
+    let mut r = rng();
+    let inp = inputs(&mut r, SMALL, 16, Routing::Uniform);
+    let mut layer = MoeLayer::new(g.clone(), config(SMALL, 16, Save::InputsOnly)).unwrap();
+    let x = g.upload(&inp.x).unwrap();
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let w1 = g.upload(&inp.w1).unwrap();
+    let w2 = g.upload(&inp.w2).unwrap();
+    let mut out = g.alloc::<bf16>(16 * SMALL.h).unwrap();
+    g.fill_bytes(&mut out, 0x7b).unwrap();
+    // more tokens than configured; lengths that do not match
+    assert!(layer.forward(17, &x, &ids, &w, &w1, &w2, &mut out).is_err());
+    assert!(layer.forward(15, &x, &ids, &w, &w1, &w2, &mut out).is_err());
+    assert!(layer.forward(16, &x, &ids, &w, &w2, &w2, &mut out).is_err());
+    g.sync().unwrap();
+    assert!(g.download(&out).unwrap().iter().all(|v| v.to_bits() == 0x7b7b), "a rejected call wrote");
+    // an id >= E is flagged and treated as masked, never read out of bounds
+    let mut bad = inp.ids.clone();
+    bad[3] = SMALL.e as i32;
+    bad[5] = -7;
+    let bad_ids = g.upload(&bad).unwrap();
+    layer.forward(16, &x, &bad_ids, &w, &w1, &w2, &mut out).unwrap();
+    g.sync().unwrap();
+    assert!(layer.routing_error().is_err());
+    // configurations the layer does not take
+    for c in [
+        LayerConfig { hidden: 100, ..config(SMALL, 8, Save::InputsOnly) },
+        LayerConfig { intermediate: 96, ..config(SMALL, 8, Save::InputsOnly) },
+        LayerConfig { top_k: 9, ..config(SMALL, 8, Save::InputsOnly) },
+        LayerConfig { max_tokens: 0, ..config(SMALL, 8, Save::InputsOnly) },
+    ] {
+        assert!(MoeLayer::new(g.clone(), c).is_err(), "{c:?} accepted");
+    }
+});
+
+gpu_test!(nan_in_one_token_stays_in_that_token, {
+    let g = gpu();
+    let mut r = rng();
+    let mut inp = inputs(&mut r, SMALL, 64, Routing::Uniform);
+    inp.x[5 * SMALL.h + 3] = bf16::NAN;
+    let mut layer = MoeLayer::new(g.clone(), config(SMALL, 64, Save::InputsOnly)).unwrap();
+    let (y, _) = run(&g, &mut layer, &inp);
+    let want = reference_y(&inp);
+    for t in 0..64 {
+        let row = &y[t * SMALL.h..(t + 1) * SMALL.h];
+        if t == 5 {
+            assert!(row.iter().any(|v| v.is_nan()));
+        } else {
+            assert!(row.iter().all(|v| v.is_finite()), "token {t} got a NaN from token 5");
+            check::close(&format!("token {t}"), row, &want[t * SMALL.h..(t + 1) * SMALL.h], 1e-2).unwrap();
+        }
+    }
+});
