@@ -221,6 +221,7 @@ impl MoeLayer {
         out: &mut CudaSlice<bf16>,
     ) -> Result<()> {
         self.check_inputs(tokens, x, topk_ids, topk_weights, w1, w2, out)?;
+        self.gpu.fill_bytes(&mut self.work.error, 0)?;
         if tokens == 0 {
             return Ok(());
         }
@@ -231,7 +232,6 @@ impl MoeLayer {
         let wk = &mut self.work;
         let slots = (tokens * c.top_k) as u32;
         let e = c.experts as u32;
-        g.fill_bytes(&mut wk.error, 0)?;
         let route = Route {
             topk_ids: dptr(topk_ids, &s),
             counts: dptr(&wk.counts, &s),

@@ -232,7 +232,8 @@ fn gpu_bundle(dir: &str) -> Res {
             names.push(base);
         }
     }
-    run(cargo().args(["build", "--release", "--bin", "megamoe"]))?;
+    run(cargo().args(["build", "--release", "--bin", "megamoe", "--bench", "layer"]))?;
+    bundle_bench(&dir)?;
     std::fs::copy(root().join("target/release/megamoe"), dir.join("megamoe")).map_err(|e| e.to_string())?;
     strip(&dir.join("megamoe"));
     std::fs::copy(root().join("target/kernels/ptxas.txt"), dir.join("ptxas.txt")).map_err(|e| e.to_string())?;
@@ -245,6 +246,26 @@ fn gpu_bundle(dir: &str) -> Res {
     );
     std::fs::write(dir.join("run.sh"), script).map_err(|e| e.to_string())?;
     println!("bundle in {}: {} test binaries + megamoe + run.sh", dir.display(), names.len());
+    Ok(())
+}
+
+/// The layer benchmark binary and its PyTorch partner.
+fn bundle_bench(dir: &Path) -> Res {
+    let out = cargo()
+        .args(["bench", "--bench", "layer", "--no-run", "--message-format=json"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let exe = text
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"name\":\"layer\""))
+        .find_map(|l| json_str(l, "executable"))
+        .ok_or("no layer benchmark binary")?;
+    std::fs::copy(&exe, dir.join("layer")).map_err(|e| e.to_string())?;
+    strip(&dir.join("layer"));
+    for f in ["torch_layer.py", "h200.sh"] {
+        std::fs::copy(root().join("benches").join(f), dir.join(f)).map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 

@@ -1,0 +1,118 @@
+//! Layer benchmark on the GPU: megamoe's forward at the Qwen3-30B-A3B and Qwen3-235B-A22B shapes, T = 16384
+//! tokens, top-8 of 128 experts, all on one GPU. Warm-up 3, then 20 timed runs bracketed by device events;
+//! the median is reported. Correctness in the same run: the first 64 tokens against the f64 reference, and
+//! the output poisoned before the timed runs and checked fully written after them.
+//!
+//! `cargo bench --bench layer` (on the GPU machine: the binary from `cargo xtask gpu-bundle`, with `--bench`).
+//! `benches/h200.sh` runs it beside the PyTorch layers (`benches/torch_layer.py`) in one call.
+use std::sync::Arc;
+
+use half::bf16;
+use megamoe::layer::{LayerConfig, MoeLayer, Save};
+use megamoe::reference::{self, RankInput, Shape, Weights};
+use megamoe::rng::Rng;
+use megamoe::{check, Gpu};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng) -> megamoe::Result<()> {
+    let (h, i, e, k) = (s.h, s.i, s.e, s.k);
+    let x = rng.bf16_vec(tokens * h, 1.0);
+    let mut ids = Vec::with_capacity(tokens * k);
+    for _ in 0..tokens {
+        let mut row: Vec<i32> = Vec::new();
+        while row.len() < k {
+            let id = rng.below(e) as i32;
+            if !row.contains(&id) {
+                row.push(id);
+            }
+        }
+        ids.extend(row);
+    }
+    let w: Vec<f32> = (0..tokens * k).map(|_| rng.uniform() as f32).collect();
+    let w1 = rng.bf16_vec(e * 2 * i * h, 1.7 / (h as f64).sqrt());
+    let w2 = rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
+    let (dx, dids, dw, dw1, dw2) = (g.upload(&x)?, g.upload(&ids)?, g.upload(&w)?, g.upload(&w1)?, g.upload(&w2)?);
+    let mut out = g.alloc::<bf16>(tokens * h)?;
+    let cfg =
+        LayerConfig { hidden: h, intermediate: i, experts: e, top_k: k, max_tokens: tokens, save: Save::InputsOnly };
+    let mut layer = MoeLayer::new(g.clone(), cfg)?;
+    for _ in 0..3 {
+        layer.forward(tokens, &dx, &dids, &dw, &dw1, &dw2, &mut out)?;
+    }
+    g.fill_bytes(&mut out, 0xff)?;
+    let ctx = g.context();
+    let ev = |what: &str| ctx.new_event(None).map_err(|e| megamoe::Error::Driver { what: what.into(), source: e });
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let (a, b) = (ev("event")?, ev("event")?);
+        a.record(g.stream()).map_err(|e| megamoe::Error::Driver { what: "record".into(), source: e })?;
+        layer.forward(tokens, &dx, &dids, &dw, &dw1, &dw2, &mut out)?;
+        b.record(g.stream()).map_err(|e| megamoe::Error::Driver { what: "record".into(), source: e })?;
+        b.synchronize().map_err(|e| megamoe::Error::Driver { what: "event sync".into(), source: e })?;
+        times.push(a.elapsed_ms(&b).map_err(|e| megamoe::Error::Driver { what: "elapsed".into(), source: e })? as f64);
+    }
+    g.sync()?;
+    layer.routing_error()?;
+    let o = g.download(&out)?;
+    let written = o.iter().all(|v| !v.is_nan());
+    // the first 64 tokens against the reference (each token's output depends only on its own inputs)
+    let n = 64;
+    // only the experts these tokens use, renumbered, so the reference converts a few experts' weights
+    let mut used: Vec<i32> = ids[..n * k].to_vec();
+    used.sort_unstable();
+    used.dedup();
+    let remap = |id: i32| used.binary_search(&id).map(|p| p as i32).unwrap_or(-1);
+    let pick = |wv: &[bf16], per: usize| -> Vec<f64> {
+        used.iter().flat_map(|&id| wv[id as usize * per..(id as usize + 1) * per].iter().map(|v| v.to_f64())).collect()
+    };
+    let ri = RankInput {
+        x: reference::to_f64(&x[..n * h]),
+        topk_ids: ids[..n * k].iter().map(|&id| remap(id)).collect(),
+        topk_w: w[..n * k].iter().map(|&v| v as f64).collect(),
+        dy: vec![0.0; n * h],
+    };
+    let wts = Weights { w1: pick(&w1, 2 * i * h), w2: pick(&w2, h * i) };
+    let sub = Shape { e: used.len(), ..s };
+    let want = reference::forward(&sub, &[ri], &wts).map_err(megamoe::Error::InvalidArgument)?.remove(0).y;
+    let got: Vec<f64> = o[..n * h].iter().map(|v| v.to_f64()).collect();
+    let err = check::rel_err(&got, &want);
+    let ms = median(times);
+    let tflops = s.forward_flops(tokens * k) / (ms * 1e-3) / 1e12;
+    println!(
+        "RESULT megamoe forward {name} T={tokens}: {:.0} us, {tflops:.0} TFLOP/s (median of 20), rel err {err:.2e} \
+         (first {n} tokens), all written: {written}",
+        ms * 1e3
+    );
+    if err.is_nan() || err > 1e-2 || !written {
+        return Err(megamoe::Error::InvalidArgument(format!("{name}: wrong results in the benchmark run")));
+    }
+    Ok(())
+}
+
+fn main() {
+    let g = match megamoe::gpu(0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("layer benchmark skipped: {e}");
+            return;
+        }
+    };
+    let seed = Rng::fresh_seed();
+    let mut rng = Rng::new(seed);
+    println!("layer benchmark on {} (seed {seed})", g.name());
+    let tokens = 16384;
+    let mut ok = true;
+    for (name, s) in [("Qwen3-30B-A3B", Shape::QWEN3_30B_A3B), ("Qwen3-235B-A22B", Shape::QWEN3_235B_A22B)] {
+        if let Err(e) = bench_shape(&g, name, s, tokens, &mut rng) {
+            println!("FAILED {name}: {e}");
+            ok = false;
+        }
+    }
+    if !ok {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,89 @@
+"""The PyTorch baselines of the MoE layer, on the GPU beside megamoe's benchmark (benches/h200.sh).
+
+Layers: torch._grouped_mm experts (sort, gather, grouped GEMM1, SwiGLU, grouped GEMM2, weighting, index_add)
+and the per-expert loop; forward and forward+backward by autograd. Also the dense cuBLAS GEMM of GEMM1's total
+shape (T*k x H x 2I) as the ceiling. bf16, T = 16384, E = 128, top-8, random routing. Warm-up 3, median of
+10 (fwd+bwd of the loop: median of 3), CUDA events.
+"""
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(torch.seed())
+dev = "cuda"
+
+
+def timeit(fn, reps=10, warm=3):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def grouped(x, ids, w, W1, W2):
+    T, k = ids.shape
+    I = W2.shape[2]
+    flat = ids.flatten()
+    order = torch.argsort(flat, stable=True)
+    tok = order // k
+    counts = torch.bincount(flat, minlength=W1.shape[0])
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    xs = x[tok]
+    z = torch._grouped_mm(xs, W1.transpose(1, 2), offs=offs)
+    h = F.silu(z[:, :I]) * z[:, I:]
+    y = torch._grouped_mm(h, W2.transpose(1, 2), offs=offs)
+    y = y * w.flatten()[order].unsqueeze(1).to(y.dtype)
+    return torch.zeros_like(x).index_add_(0, tok, y)
+
+
+def loop(x, ids, w, W1, W2):
+    T, k = ids.shape
+    I = W2.shape[2]
+    out = torch.zeros_like(x)
+    for e in range(W1.shape[0]):
+        t, j = torch.where(ids == e)
+        if t.numel() == 0:
+            continue
+        z = x[t] @ W1[e].t()
+        h = F.silu(z[:, :I]) * z[:, I:]
+        out.index_add_(0, t, (h @ W2[e].t()) * w[t, j].unsqueeze(1).to(x.dtype))
+    return out
+
+
+for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)]:
+    T, E, k = 16384, 128, 8
+    x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)])
+    w = torch.rand(T, k, device=dev)
+    W1 = (torch.randn(E, 2 * I, H, device=dev) * (1.7 / H ** 0.5)).to(torch.bfloat16)
+    W2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)
+    flops = 6 * T * k * H * I
+    dy = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+    for lname, f, reps in [("torch._grouped_mm", grouped, 10), ("expert loop", loop, 10)]:
+        ms = timeit(lambda: f(x, ids, w, W1, W2), reps=reps)
+        print(f"RESULT pytorch {lname} forward {name} T={T}: {ms * 1e3:.0f} us, {flops / ms / 1e9:.0f} TFLOP/s")
+        xr, W1r, W2r, wr = [t.detach().clone().requires_grad_(True) for t in (x, W1, W2, w)]
+
+        def fb():
+            out = f(xr, ids, wr, W1r, W2r)
+            out.backward(dy)
+
+        ms = timeit(fb, reps=reps if lname != "expert loop" else 3, warm=2)
+        print(f"RESULT pytorch {lname} forward+backward {name} T={T}: {ms * 1e3:.0f} us, "
+              f"{3 * flops / ms / 1e9:.0f} TFLOP/s")
+        del xr, W1r, W2r, wr
+    a = torch.randn(T * k, H, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(H, 2 * I, device=dev, dtype=torch.bfloat16)
+    ms = timeit(lambda: a @ b)
+    print(f"RESULT cublas dense GEMM1-shaped ({T * k}x{H}x{2 * I}) {name}: {ms * 1e3:.0f} us, "
+          f"{2 * T * k * H * 2 * I / ms / 1e9:.0f} TFLOP/s")
+    del x, W1, W2, a, b
+    torch.cuda.empty_cache()
