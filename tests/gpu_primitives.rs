@@ -63,3 +63,20 @@ fn launch_validation_rejects_bad_configs() {
         assert!(g.launch("no_such_kernel", megamoe::Launch::new(1, 32, 0), &p).is_err());
     }
 }
+
+#[test]
+#[ignore = "needs a Hopper GPU: run with --ignored on the H200"]
+fn wgmma_mn_major_operands() {
+    let g = gpu();
+    let mut r = rng();
+    let found = selftest::wgmma_mn_search(&g, &mut r).unwrap();
+    for (ta, l, s, e) in &found {
+        println!("MN-major wgmma: trans_a {ta} LBO {l} SBO {s}: rel err {e:.3e}");
+    }
+    for ta in [false, true] {
+        assert!(
+            found.iter().any(|&(t, _, _, e)| t == ta && e < 1e-5),
+            "no descriptor candidate computes the MN-major product (trans_a = {ta})"
+        );
+    }
+}

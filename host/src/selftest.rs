@@ -337,3 +337,54 @@ pub fn run_all(gpu: &Gpu, rng: &mut Rng) -> Vec<(String, Result<String>)> {
     r.push(("setmaxnreg 3 warpgroups".into(), ok(setmaxnreg(gpu))));
     r
 }
+
+/// Descriptor strides tried for MN-major operands by [`wgmma_mn_search`]: (LBO, SBO) in bytes.
+pub const MN_CANDIDATES: [(u32, u32); 6] = [(1024, 8192), (8192, 1024), (16, 1024), (1024, 16), (16, 8192), (8192, 16)];
+
+/// wgmma m64n128k16 with B N-major (and A M-major when `trans_a`), 128-byte swizzle, descriptor strides
+/// (`lbo`, `sbo`). Returns the relative error against f64.
+pub fn wgmma_mn(gpu: &Gpu, rng: &mut Rng, trans_a: bool, lbo: u32, sbo: u32) -> Result<f64> {
+    let (m, n, k) = (64usize, 128usize, 64usize);
+    let a = rng.bf16_vec(m * k, 1.0); // stored [64, 64]: A[m][k] (K-major) or A[k][m] (M-major)
+    let b = rng.bf16_vec(k * n, 1.0); // stored [K, N]
+    let (da, db) = (gpu.upload(&a)?, gpu.upload(&b)?);
+    let mut dd = gpu.alloc::<f32>(m * n)?;
+    gpu.fill_bytes(&mut dd, 0xff)?;
+    let s = gpu.stream();
+    let map_a =
+        DeviceTensorMap::new(gpu, TiledDesc::row_major_2d(Dtype::Bf16, dptr(&da, s), 64, 64, 64, 64, Swizzle::B128))?;
+    let map_b =
+        DeviceTensorMap::new(gpu, TiledDesc::row_major_2d(Dtype::Bf16, dptr(&db, s), 64, 128, 64, 64, Swizzle::B128))?;
+    let p = megamoe_kernels::params::WgmmaMnTest {
+        map_a: map_a.ptr(gpu),
+        map_b: map_b.ptr(gpu),
+        d: dptr(&dd, s),
+        trans_a: trans_a as u32,
+        lbo,
+        sbo,
+        pad: 0,
+    };
+    // SAFETY: matches the kernel; buffers as sized above.
+    unsafe { gpu.launch("selftest_wgmma_mn", Launch::new(1, 128, 8192 + 16384 + 16), &p)? };
+    gpu.sync()?;
+    let d: Vec<f64> = gpu.download(&dd)?.iter().map(|&v| v as f64).collect();
+    let at = |mm: usize, kk: usize| if trans_a { a[kk * m + mm] } else { a[mm * k + kk] }.to_f64();
+    let mut want = vec![0.0; m * n];
+    for mm in 0..m {
+        for nn in 0..n {
+            want[mm * n + nn] = (0..k).map(|kk| at(mm, kk) * b[kk * n + nn].to_f64()).sum();
+        }
+    }
+    Ok(check::rel_err(&d, &want))
+}
+
+/// Every candidate of [`MN_CANDIDATES`] for B N-major (A K-major, then A M-major): (trans_a, lbo, sbo, error).
+pub fn wgmma_mn_search(gpu: &Gpu, rng: &mut Rng) -> Result<Vec<(bool, u32, u32, f64)>> {
+    let mut r = Vec::new();
+    for trans_a in [false, true] {
+        for (l, s) in MN_CANDIDATES {
+            r.push((trans_a, l, s, wgmma_mn(gpu, rng, trans_a, l, s)?));
+        }
+    }
+    Ok(r)
+}

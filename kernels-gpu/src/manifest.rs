@@ -28,6 +28,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("selftest_wgmma_n128", 128, true, true),
     k("selftest_wgmma_n256", 128, true, true),
     k("selftest_wgmma_n64_interleave", 128, true, true),
+    k("selftest_wgmma_mn", 128, true, true),
     k("selftest_tma_2d", 128, true, false),
     k("selftest_tma_3d", 128, true, false),
     k("selftest_bulk_1d", 128, true, false),

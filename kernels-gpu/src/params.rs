@@ -185,3 +185,26 @@ pub struct GroupedGemm {
     /// Output tiles along N.
     pub n_tiles: u32,
 }
+
+/// Arguments of the MN-major wgmma self-test: D[64, 128] (f32) = A . B with B stored [K, 128] row-major
+/// (N-major) and A stored [64, K] (K-major, `trans_a = 0`) or [K, 64] (M-major, `trans_a = 1`), K = 64, both
+/// loaded by TMA with 128-byte swizzle in boxes 64 wide; the descriptors of the MN-major operands use `lbo` and
+/// `sbo` as given (the host tries the candidates).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct WgmmaMnTest {
+    /// Tensor map of A.
+    pub map_a: u64,
+    /// Tensor map of B ([K, 128], box 64 x 64).
+    pub map_b: u64,
+    /// D, f32 [64, 128].
+    pub d: u64,
+    /// 1: A is M-major.
+    pub trans_a: u32,
+    /// Leading byte offset of the MN-major descriptors.
+    pub lbo: u32,
+    /// Stride byte offset of the MN-major descriptors.
+    pub sbo: u32,
+    /// Unused.
+    pub pad: u32,
+}

@@ -141,3 +141,45 @@ pub unsafe extern "ptx-kernel" fn selftest_wgmma_n64_interleave(p: WgmmaTest) {
     }
     store_fragment(&acc, p.d as *mut f32, N);
 }
+
+/// MN-major operands: see [`crate::params::WgmmaMnTest`]. One block of 128 threads; shared memory
+/// 8 KiB (A) + 16 KiB (B, two 64-wide boxes) + 16.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn selftest_wgmma_mn(p: crate::params::WgmmaMnTest) {
+    let a_s = smem::base();
+    let b_s = a_s + 8192;
+    let bar = b_s + 16384;
+    let t = regs::tid();
+    if t == 0 {
+        mbarrier::init(bar, 1);
+        fence::mbarrier_init();
+    }
+    sync::block_sync();
+    if t == 0 {
+        mbarrier::arrive_expect_tx(bar, 8192 + 16384);
+        // A: K-major box (64 K, 64 M) or M-major box (64 M, 64 K); B: two boxes (64 N, 64 K)
+        tma::load_2d(a_s, p.map_a as *const u8, 0, 0, bar);
+        tma::load_2d(b_s, p.map_b as *const u8, 0, 0, bar);
+        tma::load_2d(b_s + 8192, p.map_b as *const u8, 64, 0, bar);
+    }
+    mbarrier::wait_parity(bar, 0);
+    let mut acc = [0f32; 64];
+    wgmma::fence();
+    let mut ks = 0;
+    while ks < 4 {
+        // MN-major: a k16 step is 16 rows of 128 bytes further
+        let db = SmemDesc::new(b_s + ks * 2048, p.lbo, p.sbo, Layout::Swizzle128B);
+        if p.trans_a == 0 {
+            let da = SmemDesc::k_major_sw128(a_s).advance(32 * ks);
+            wgmma::m64n128k16_f32_bf16_ss_bt(&mut acc, da.0, db.0, (ks > 0) as u32);
+        } else {
+            let da = SmemDesc::new(a_s + ks * 2048, p.lbo, p.sbo, Layout::Swizzle128B);
+            wgmma::m64n128k16_f32_bf16_ss_tt(&mut acc, da.0, db.0, (ks > 0) as u32);
+        }
+        ks += 1;
+    }
+    wgmma::commit_group();
+    wgmma::wait_group::<0>();
+    wgmma::fence_operand_64(&mut acc);
+    store_fragment(&acc, p.d as *mut f32, 128);
+}
