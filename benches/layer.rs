@@ -45,7 +45,10 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     }
     g.fill_bytes(&mut out, 0xff)?;
     let ctx = g.context();
-    let ev = |what: &str| ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| megamoe::Error::Driver { what: what.into(), source: e });
+    let ev = |what: &str| {
+        ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| megamoe::Error::Driver { what: what.into(), source: e })
+    };
     let mut times = Vec::new();
     for _ in 0..20 {
         let (a, b) = (ev("event")?, ev("event")?);

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 pub use megamoe_host::runtime::{Gpu, Image, Launch};
-pub use megamoe_host::{check, layer, reference, rng, selftest, tensor_map, Error, Result};
+pub use megamoe_host::{check, gemm, layer, reference, rng, selftest, tensor_map, Error, Result};
 pub use megamoe_kernels::{desc, manifest, params, swizzle};
 
 /// The kernels of this build, embedded by `build.rs`.

@@ -7,6 +7,7 @@
 //! - [`rng`], [`check`]: fresh random inputs and the relative-error checks every test uses.
 pub mod check;
 pub mod error;
+pub mod gemm;
 pub mod layer;
 pub mod reference;
 pub mod rng;

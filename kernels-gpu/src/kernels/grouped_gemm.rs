@@ -9,7 +9,10 @@
 //!
 //! Epilogues: `grouped_gemm_bf16` stores C in bf16; `grouped_gemm_swiglu` takes B tiles of 128 gate rows and
 //! the 128 matching up rows, stores h = silu(g) * u (bf16, 128 columns per tile) and optionally z = [g | u].
-use crate::desc::SmemDesc;
+//! `grouped_gemm_bt_bf16` takes B_e stored [K, N] (N-major, as the backward's dgrad reads W2_e and W1_e):
+//! four TMA boxes of 64 N x 64 K per stage, wgmma with imm-trans-b = 1 and MN-major descriptors
+//! (LBO = 8192 B between the 64-wide N atoms, SBO = 1024 B between 8-row K groups; measured, docs/NOTES.md).
+use crate::desc::{Layout, SmemDesc};
 use crate::params::GroupedGemm;
 use crate::ptx::{fence, math, mbarrier, regs, smem, tma, wgmma};
 
@@ -64,7 +67,7 @@ unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
 }
 
 #[inline(always)]
-unsafe fn grouped_gemm<const SWIGLU: bool>(p: &GroupedGemm) {
+unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool>(p: &GroupedGemm) {
     // shared-memory carve-out: STAGES x (A 128x64, B 256x64) bf16, then full[STAGES], empty[STAGES]
     let ring = smem::base();
     let full = ring + STAGES * STAGE_BYTES;
@@ -87,16 +90,23 @@ unsafe fn grouped_gemm<const SWIGLU: bool>(p: &GroupedGemm) {
     if wg == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce::<SWIGLU>(p, ring, full, empty, total, kt_n);
+            produce::<SWIGLU, BT>(p, ring, full, empty, total, kt_n);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SWIGLU>(p, ring, full, empty, total, kt_n, wg - 1);
+        consume::<SWIGLU, BT>(p, ring, full, empty, total, kt_n, wg - 1);
     }
 }
 
 #[inline(always)]
-unsafe fn produce<const SWIGLU: bool>(p: &GroupedGemm, ring: u32, full: u32, empty: u32, total: u32, kt_n: u32) {
+unsafe fn produce<const SWIGLU: bool, const BT: bool>(
+    p: &GroupedGemm,
+    ring: u32,
+    full: u32,
+    empty: u32,
+    total: u32,
+    kt_n: u32,
+) {
     tma::prefetch_tensormap(p.map_a as *const u8);
     tma::prefetch_tensormap(p.map_b as *const u8);
     let mut it = 0u32;
@@ -115,7 +125,15 @@ unsafe fn produce<const SWIGLU: bool>(p: &GroupedGemm, ring: u32, full: u32, emp
             let kx = (kt * BK) as i32;
             tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
             let brow = ti.e * p.n_b;
-            if SWIGLU {
+            if BT {
+                // B_e [K, N]: rows e * K + kt * 64, four 64-column boxes from the tile's first column
+                let mut q = 0;
+                while q < BN / 64 {
+                    let col = (ti.n_tile * BN + 64 * q) as i32;
+                    tma::load_2d(b_s + q * (64 * BK * 2), p.map_b as *const u8, col, (ti.e * p.k + kt * BK) as i32, fb);
+                    q += 1;
+                }
+            } else if SWIGLU {
                 let n0 = ti.n_tile * (BN / 2);
                 tma::load_2d(b_s, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
                 tma::load_2d(b_s + B_BYTES / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
@@ -130,7 +148,7 @@ unsafe fn produce<const SWIGLU: bool>(p: &GroupedGemm, ring: u32, full: u32, emp
 }
 
 #[inline(always)]
-unsafe fn consume<const SWIGLU: bool>(
+unsafe fn consume<const SWIGLU: bool, const BT: bool>(
     p: &GroupedGemm,
     ring: u32,
     full: u32,
@@ -158,7 +176,12 @@ unsafe fn consume<const SWIGLU: bool>(
             let mut ks = 0;
             while ks < BK / 16 {
                 let scale_d = (kt > 0 || ks > 0) as u32;
-                wgmma::m64n256k16_f32_bf16_ss(&mut acc, da.advance(32 * ks).0, db.advance(32 * ks).0, scale_d);
+                if BT {
+                    let dbt = SmemDesc::new(b_s + ks * 2048, 64 * BK * 2, 1024, Layout::Swizzle128B);
+                    wgmma::m64n256k16_f32_bf16_ss_bt(&mut acc, da.advance(32 * ks).0, dbt.0, scale_d);
+                } else {
+                    wgmma::m64n256k16_f32_bf16_ss(&mut acc, da.advance(32 * ks).0, db.advance(32 * ks).0, scale_d);
+                }
                 ks += 1;
             }
             wgmma::commit_group();
@@ -247,11 +270,17 @@ unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false>(&p);
+    grouped_gemm::<false, false>(&p);
+}
+
+/// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
+    grouped_gemm::<false, true>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true>(&p);
+    grouped_gemm::<true, false>(&p);
 }
