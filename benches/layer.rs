@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::layer::{LayerConfig, MoeLayer, Save};
+use megamoe::layer::{Grads, Inputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
@@ -37,32 +37,45 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let w2 = rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
     let (dx, dids, dw, dw1, dw2) = (g.upload(&x)?, g.upload(&ids)?, g.upload(&w)?, g.upload(&w1)?, g.upload(&w2)?);
     let mut out = g.alloc::<bf16>(tokens * h)?;
+    let dy_h = rng.bf16_vec(tokens * h, 1.0);
+    let ddy = g.upload(&dy_h)?;
+    let mut gdx = g.alloc::<bf16>(tokens * h)?;
+    let mut gw1 = g.alloc::<f32>(e * 2 * i * h)?;
+    let mut gw2 = g.alloc::<f32>(e * h * i)?;
+    let mut gtk = g.alloc::<f32>(tokens * k)?;
     let cfg =
         LayerConfig { hidden: h, intermediate: i, experts: e, top_k: k, max_tokens: tokens, save: Save::InputsOnly };
     let mut layer = MoeLayer::new(g.clone(), cfg)?;
-    for _ in 0..3 {
-        layer.forward(tokens, &dx, &dids, &dw, &dw1, &dw2, &mut out)?;
+    let inp = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
+    let drv = |what: &'static str| move |e| megamoe::Error::Driver { what: what.into(), source: e };
+    let ev = || g.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("event"));
+    // forward alone, then forward + backward (z recomputed: Save::InputsOnly); 3 warm-ups, 20 timed
+    let mut times = [Vec::new(), Vec::new()];
+    for (pass, with_bwd) in [false, true].into_iter().enumerate() {
+        for rep in 0..23 {
+            if rep == 3 {
+                g.fill_bytes(&mut out, 0xff)?;
+            }
+            let (a, b) = (ev()?, ev()?);
+            a.record(g.stream()).map_err(drv("record"))?;
+            let sv = layer.forward(&inp, &mut out)?;
+            if with_bwd {
+                let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
+                layer.backward(&sv, &ddy, &inp, gr)?;
+            }
+            b.record(g.stream()).map_err(drv("record"))?;
+            b.synchronize().map_err(drv("event sync"))?;
+            if rep >= 3 {
+                times[pass].push(a.elapsed_ms(&b).map_err(drv("elapsed"))? as f64);
+            }
+        }
     }
-    g.fill_bytes(&mut out, 0xff)?;
-    let ctx = g.context();
-    let ev = |what: &str| {
-        ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| megamoe::Error::Driver { what: what.into(), source: e })
-    };
-    let mut times = Vec::new();
-    for _ in 0..20 {
-        let (a, b) = (ev("event")?, ev("event")?);
-        a.record(g.stream()).map_err(|e| megamoe::Error::Driver { what: "record".into(), source: e })?;
-        layer.forward(tokens, &dx, &dids, &dw, &dw1, &dw2, &mut out)?;
-        b.record(g.stream()).map_err(|e| megamoe::Error::Driver { what: "record".into(), source: e })?;
-        b.synchronize().map_err(|e| megamoe::Error::Driver { what: "event sync".into(), source: e })?;
-        times.push(a.elapsed_ms(&b).map_err(|e| megamoe::Error::Driver { what: "elapsed".into(), source: e })? as f64);
-    }
+    let (ms_f, ms_fb) = (median(times[0].clone()), median(times[1].clone()));
     g.sync()?;
     layer.routing_error()?;
     let o = g.download(&out)?;
     let written = o.iter().all(|v| !v.is_nan());
-    // the first 64 tokens against the reference (each token's output depends only on its own inputs)
+    let (gdx_h, gtk_h) = (g.download(&gdx)?, g.download(&gtk)?);
     let n = 64;
     // only the experts these tokens use, renumbered, so the reference converts a few experts' weights
     let mut used: Vec<i32> = ids[..n * k].to_vec();
@@ -76,20 +89,31 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         x: reference::to_f64(&x[..n * h]),
         topk_ids: ids[..n * k].iter().map(|&id| remap(id)).collect(),
         topk_w: w[..n * k].iter().map(|&v| v as f64).collect(),
-        dy: vec![0.0; n * h],
+        dy: reference::to_f64(&dy_h[..n * h]),
     };
     let wts = Weights { w1: pick(&w1, 2 * i * h), w2: pick(&w2, h * i) };
     let sub = Shape { e: used.len(), ..s };
-    let want = reference::forward(&sub, &[ri], &wts).map_err(megamoe::Error::InvalidArgument)?.remove(0).y;
-    let got: Vec<f64> = o[..n * h].iter().map(|v| v.to_f64()).collect();
-    let err = check::rel_err(&got, &want);
-    let ms = median(times);
-    let tflops = s.forward_flops(tokens * k) / (ms * 1e-3) / 1e12;
+    let (mut want, _) = reference::forward_backward(&sub, &[ri], &wts).map_err(megamoe::Error::InvalidArgument)?;
+    let want = want.remove(0);
+    let f = |v: &[bf16]| v.iter().map(|x| x.to_f64()).collect::<Vec<f64>>();
+    let err = check::rel_err(&f(&o[..n * h]), &want.y);
+    let err_dx = check::rel_err(&f(&gdx_h[..n * h]), &want.dx);
+    let err_tk = check::rel_err(&gtk_h[..n * k].iter().map(|&v| v as f64).collect::<Vec<_>>(), &want.dtopk);
+    let fl = s.forward_flops(tokens * k);
     println!(
-        "RESULT megamoe forward {name} T={tokens}: {:.0} us, {tflops:.0} TFLOP/s (median of 20), rel err {err:.2e} \
+        "RESULT megamoe forward {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median of 20), rel err {err:.2e} \
          (first {n} tokens), all written: {written}",
-        ms * 1e3
+        ms_f * 1e3,
+        fl / (ms_f * 1e-3) / 1e12
     );
+    println!(
+        "RESULT megamoe forward+backward {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (3x the forward FLOPs, as \
+         shared/ANCHORS.md; the recompute of z not counted), rel err dx {err_dx:.2e} dtopk {err_tk:.2e} \
+         (first {n} tokens)",
+        ms_fb * 1e3,
+        3.0 * fl / (ms_fb * 1e-3) / 1e12
+    );
+    let err = err.max(err_dx).max(err_tk);
     if err.is_nan() || err > 1e-2 || !written {
         return Err(megamoe::Error::InvalidArgument(format!("{name}: wrong results in the benchmark run")));
     }

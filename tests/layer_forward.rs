@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::{inputs, reference_y, rng, Inputs, Routing};
 use half::bf16;
-use megamoe::layer::{LayerConfig, MoeLayer, Save};
+use megamoe::layer::{Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
 use megamoe::{check, Gpu};
 
@@ -27,7 +27,8 @@ fn run(g: &Arc<Gpu>, layer: &mut MoeLayer, inp: &Inputs) -> (Vec<f64>, Vec<u16>)
     let w2 = g.upload(&inp.w2).unwrap();
     let mut out = g.alloc::<bf16>(inp.tokens * inp.shape.h).unwrap();
     g.fill_bytes(&mut out, 0xff).unwrap(); // bf16 NaN everywhere
-    layer.forward(inp.tokens, &x, &ids, &w, &w1, &w2, &mut out).unwrap();
+    let li = LayerInputs { tokens: inp.tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    layer.forward(&li, &mut out).unwrap();
     g.sync().unwrap();
     layer.routing_error().unwrap();
     let o = g.download(&out).unwrap();
@@ -95,9 +96,10 @@ gpu_test!(bad_inputs_are_rejected_and_write_nothing, {
     let mut out = g.alloc::<bf16>(16 * SMALL.h).unwrap();
     g.fill_bytes(&mut out, 0x7b).unwrap();
     // more tokens than configured; lengths that do not match
-    assert!(layer.forward(17, &x, &ids, &w, &w1, &w2, &mut out).is_err());
-    assert!(layer.forward(15, &x, &ids, &w, &w1, &w2, &mut out).is_err());
-    assert!(layer.forward(16, &x, &ids, &w, &w2, &w2, &mut out).is_err());
+    let li = |tokens, w1| LayerInputs { tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1, w2: &w2 };
+    assert!(layer.forward(&li(17, &w1), &mut out).is_err());
+    assert!(layer.forward(&li(15, &w1), &mut out).is_err());
+    assert!(layer.forward(&li(16, &w2), &mut out).is_err());
     g.sync().unwrap();
     assert!(g.download(&out).unwrap().iter().all(|v| v.to_bits() == 0x7b7b), "a rejected call wrote");
     // an id >= E is flagged and treated as masked, never read out of bounds
@@ -105,7 +107,8 @@ gpu_test!(bad_inputs_are_rejected_and_write_nothing, {
     bad[3] = SMALL.e as i32;
     bad[5] = -7;
     let bad_ids = g.upload(&bad).unwrap();
-    layer.forward(16, &x, &bad_ids, &w, &w1, &w2, &mut out).unwrap();
+    let lb = LayerInputs { tokens: 16, x: &x, topk_ids: &bad_ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    layer.forward(&lb, &mut out).unwrap();
     g.sync().unwrap();
     assert!(layer.routing_error().is_err());
     // configurations the layer does not take

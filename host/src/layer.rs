@@ -1,12 +1,18 @@
-//! The MoE layer on one GPU (EP = 1), forward: routing layout, gather, grouped GEMM1 with SwiGLU, grouped
-//! GEMM2, combine. Every stage runs on the device and none needs the host to read a count back: the grids are
-//! sized for the worst case and the kernels read the per-expert offsets on the device.
+//! The MoE layer on one GPU (EP = 1), forward and backward. Every stage runs on the device and none needs the
+//! host to read a count back: grids are sized for the worst case and the kernels read the per-expert offsets on
+//! the device.
+//!
+//! Forward: routing layout, gather of x, grouped GEMM1 with the SwiGLU epilogue, grouped GEMM2, combine.
+//! Backward: gather of x (and recompute of z, unless saved), gathers of dy and s * dy, dh = dy W2 with the
+//! SwiGLU-backward epilogue (dz and the dtopk partial sums), dtopk, dx rows = dz W1, combine of dx, and the
+//! K-grouped weight gradients dW2 = (s dy)^T h and dW1 = dz^T x.
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{Combine, Gather, GroupedGemm, Route};
+use megamoe_kernels::params::{Combine, DtopkReduce, Gather, GroupedGemm, Route, WgradGemm};
 
 use crate::error::{Error, Result};
 use crate::runtime::{dptr, Gpu, Launch};
@@ -17,7 +23,7 @@ use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 pub enum Save {
     /// Only the inputs; the backward recomputes z.
     InputsOnly,
-    /// z = [g | u] as well (bf16, 2I per routed row).
+    /// z = [g | u] and h = silu(g) * u as well (bf16, 3I per routed row).
     WithZ,
 }
 
@@ -62,28 +68,92 @@ impl LayerConfig {
     }
 }
 
-/// Device workspace of one layer instance.
-struct Work {
+/// What the forward leaves for the backward: the routing layout of the call, and z and h in `Save::WithZ`.
+pub struct Saved {
+    tokens: usize,
     counts: CudaSlice<u32>,
     offsets: CudaSlice<u32>,
     tile_offsets: CudaSlice<u32>,
     row_slot: CudaSlice<u32>,
     slot_row: CudaSlice<i32>,
+    z: Option<CudaSlice<bf16>>,
+    h: Option<CudaSlice<bf16>>,
+}
+
+impl Saved {
+    /// Tokens of the forward call.
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+    /// Device bytes held.
+    pub fn bytes(&self) -> usize {
+        let b = |n: usize, s: usize| n * s;
+        b(self.row_slot.len() + self.slot_row.len() + self.counts.len() + 2 * self.offsets.len(), 4)
+            + self.z.as_ref().map_or(0, |z| z.len() * 2)
+            + self.h.as_ref().map_or(0, |h| h.len() * 2)
+    }
+}
+
+/// Gradients the backward writes (or adds to, for the weights, with `accumulate`).
+pub struct Grads<'a> {
+    /// bf16 [T, H].
+    pub dx: &'a mut CudaSlice<bf16>,
+    /// f32 [E, 2I, H].
+    pub dw1: &'a mut CudaSlice<f32>,
+    /// f32 [E, H, I].
+    pub dw2: &'a mut CudaSlice<f32>,
+    /// f32 [T, k].
+    pub dtopk: &'a mut CudaSlice<f32>,
+    /// Add into dw1 and dw2 (gradient accumulation over micro-batches) instead of overwriting them.
+    pub accumulate: bool,
+}
+
+/// The inputs of a layer call (device buffers on the layer's GPU).
+pub struct Inputs<'a> {
+    /// Tokens T.
+    pub tokens: usize,
+    /// bf16 [T, H].
+    pub x: &'a CudaSlice<bf16>,
+    /// i32 [T, k], expert ids, -1 = masked.
+    pub topk_ids: &'a CudaSlice<i32>,
+    /// f32 [T, k].
+    pub topk_weights: &'a CudaSlice<f32>,
+    /// bf16 [E, 2I, H] (gate rows, then up rows).
+    pub w1: &'a CudaSlice<bf16>,
+    /// bf16 [E, H, I].
+    pub w2: &'a CudaSlice<bf16>,
+}
+
+/// Device workspace of one layer instance (sized for max_tokens).
+struct Work {
     error: CudaSlice<u32>,
     xs: CudaSlice<bf16>,
     h: CudaSlice<bf16>,
-    z: Option<CudaSlice<bf16>>,
+    z: CudaSlice<bf16>,
     ys: CudaSlice<bf16>,
-    map_xs: DeviceTensorMap,
-    map_h: DeviceTensorMap,
+    dys: CudaSlice<bf16>,
+    sdys: CudaSlice<bf16>,
+    dz: CudaSlice<bf16>,
+    partial: CudaSlice<f32>,
 }
 
-/// Weight tensor maps, re-encoded only when the caller's weight buffers move.
-struct WeightMaps {
-    w1: u64,
-    w2: u64,
-    map_w1: DeviceTensorMap,
-    map_w2: DeviceTensorMap,
+/// Tensor maps by (address, rows, cols, box rows, box cols), encoded once per buffer and box.
+#[derive(Default)]
+struct MapCache(HashMap<(u64, u64, u64, u32, u32), DeviceTensorMap>);
+
+impl MapCache {
+    fn get(&mut self, g: &Gpu, addr: u64, rows: usize, cols: usize, box_rows: u32, box_cols: u32) -> Result<u64> {
+        let key = (addr, rows as u64, cols as u64, box_rows, box_cols);
+        if !self.0.contains_key(&key) {
+            if self.0.len() > 256 {
+                self.0.clear(); // buffers of old calls; kernels that used them are ordered before any reuse
+            }
+            let d =
+                TiledDesc::row_major_2d(Dtype::Bf16, addr, rows as u64, cols as u64, box_rows, box_cols, Swizzle::B128);
+            self.0.insert(key, DeviceTensorMap::new(g, d)?);
+        }
+        Ok(self.0[&key].ptr(g))
+    }
 }
 
 /// The MoE layer on one GPU.
@@ -91,7 +161,7 @@ pub struct MoeLayer {
     gpu: Arc<Gpu>,
     cfg: LayerConfig,
     work: Work,
-    maps: Option<WeightMaps>,
+    maps: MapCache,
 }
 
 impl MoeLayer {
@@ -99,41 +169,22 @@ impl MoeLayer {
     pub fn new(gpu: Arc<Gpu>, cfg: LayerConfig) -> Result<Self> {
         cfg.validate()?;
         let slots = cfg.max_tokens * cfg.top_k;
-        let (h, i, e) = (cfg.hidden, cfg.intermediate, cfg.experts);
-        let xs = gpu.alloc::<bf16>(slots * h)?;
-        let hbuf = gpu.alloc::<bf16>(slots * i)?;
-        let s = gpu.stream().clone();
-        let map_xs = DeviceTensorMap::new(
-            &gpu,
-            TiledDesc::row_major_2d(Dtype::Bf16, dptr(&xs, &s), slots as u64, h as u64, kh::GEMM_BM, 64, Swizzle::B128),
-        )?;
-        let map_h = DeviceTensorMap::new(
-            &gpu,
-            TiledDesc::row_major_2d(
-                Dtype::Bf16,
-                dptr(&hbuf, &s),
-                slots as u64,
-                i as u64,
-                kh::GEMM_BM,
-                64,
-                Swizzle::B128,
-            ),
-        )?;
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let n_tiles_i = i.div_ceil(kh::GEMM_BN as usize);
+        let mut error = gpu.alloc::<u32>(1)?;
+        gpu.fill_bytes(&mut error, 0)?;
         let work = Work {
-            counts: gpu.alloc(e)?,
-            offsets: gpu.alloc(e + 1)?,
-            tile_offsets: gpu.alloc(e + 1)?,
-            row_slot: gpu.alloc(slots)?,
-            slot_row: gpu.alloc(slots)?,
-            error: gpu.alloc(1)?,
-            xs,
-            h: hbuf,
-            z: if cfg.save == Save::WithZ { Some(gpu.alloc(slots * 2 * i)?) } else { None },
+            error,
+            xs: gpu.alloc(slots * h)?,
+            h: gpu.alloc(slots * i)?,
+            z: gpu.alloc(slots * 2 * i)?,
             ys: gpu.alloc(slots * h)?,
-            map_xs,
-            map_h,
+            dys: gpu.alloc(slots * h)?,
+            sdys: gpu.alloc(slots * h)?,
+            dz: gpu.alloc(slots * 2 * i)?,
+            partial: gpu.alloc(slots * n_tiles_i)?,
         };
-        Ok(MoeLayer { gpu, cfg, work, maps: None })
+        Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default() })
     }
 
     /// The configuration.
@@ -141,48 +192,20 @@ impl MoeLayer {
         &self.cfg
     }
 
-    fn weight_maps(&mut self, w1: &CudaSlice<bf16>, w2: &CudaSlice<bf16>) -> Result<()> {
-        let s = self.gpu.stream().clone();
-        let (p1, p2) = (dptr(w1, &s), dptr(w2, &s));
-        if self.maps.as_ref().is_some_and(|m| m.w1 == p1 && m.w2 == p2) {
-            return Ok(());
-        }
-        let (h, i, e) = (self.cfg.hidden as u64, self.cfg.intermediate as u64, self.cfg.experts as u64);
-        let map_w1 = DeviceTensorMap::new(
-            &self.gpu,
-            TiledDesc::row_major_2d(Dtype::Bf16, p1, e * 2 * i, h, kh::GEMM_BN / 2, 64, Swizzle::B128),
-        )?;
-        let map_w2 = DeviceTensorMap::new(
-            &self.gpu,
-            TiledDesc::row_major_2d(Dtype::Bf16, p2, e * h, i, kh::GEMM_BN, 64, Swizzle::B128),
-        )?;
-        self.maps = Some(WeightMaps { w1: p1, w2: p2, map_w1, map_w2 });
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn check_inputs(
-        &self,
-        tokens: usize,
-        x: &CudaSlice<bf16>,
-        ids: &CudaSlice<i32>,
-        w: &CudaSlice<f32>,
-        w1: &CudaSlice<bf16>,
-        w2: &CudaSlice<bf16>,
-        out: &CudaSlice<bf16>,
-    ) -> Result<()> {
+    fn check_inputs(&self, inp: &Inputs<'_>, out_len: usize) -> Result<()> {
         let c = &self.cfg;
         let bad = |s: String| Err(Error::InvalidArgument(s));
-        if tokens > c.max_tokens {
-            return bad(format!("{tokens} tokens > the configured maximum {}", c.max_tokens));
+        let t = inp.tokens;
+        if t > c.max_tokens {
+            return bad(format!("{t} tokens > the configured maximum {}", c.max_tokens));
         }
         let want = [
-            ("x", x.len(), tokens * c.hidden),
-            ("topk_ids", ids.len(), tokens * c.top_k),
-            ("topk_weights", w.len(), tokens * c.top_k),
-            ("W1", w1.len(), c.experts * 2 * c.intermediate * c.hidden),
-            ("W2", w2.len(), c.experts * c.hidden * c.intermediate),
-            ("out", out.len(), tokens * c.hidden),
+            ("x", inp.x.len(), t * c.hidden),
+            ("topk_ids", inp.topk_ids.len(), t * c.top_k),
+            ("topk_weights", inp.topk_weights.len(), t * c.top_k),
+            ("W1", inp.w1.len(), c.experts * 2 * c.intermediate * c.hidden),
+            ("W2", inp.w2.len(), c.experts * c.hidden * c.intermediate),
+            ("out", out_len, t * c.hidden),
         ];
         for (name, got, need) in want {
             if got != need {
@@ -191,12 +214,11 @@ impl MoeLayer {
         }
         let me = self.gpu.ordinal();
         let ords = [
-            ("x", x.ordinal()),
-            ("topk_ids", ids.ordinal()),
-            ("topk_weights", w.ordinal()),
-            ("W1", w1.ordinal()),
-            ("W2", w2.ordinal()),
-            ("out", out.ordinal()),
+            ("x", inp.x.ordinal()),
+            ("topk_ids", inp.topk_ids.ordinal()),
+            ("topk_weights", inp.topk_weights.ordinal()),
+            ("W1", inp.w1.ordinal()),
+            ("W2", inp.w2.ordinal()),
         ];
         for (name, o) in ords {
             if o != me {
@@ -206,112 +228,278 @@ impl MoeLayer {
         Ok(())
     }
 
-    /// Forward: out[t] = sum over j of topk_weights[t, j] * SwiGLU-expert(topk_ids[t, j])(x[t]). Asynchronous on
-    /// the layer's stream; no host synchronisation. Ids outside -1..E are treated as masked slots and flagged
-    /// (read the flag with [`MoeLayer::routing_error`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward(
-        &mut self,
-        tokens: usize,
-        x: &CudaSlice<bf16>,
-        topk_ids: &CudaSlice<i32>,
-        topk_weights: &CudaSlice<f32>,
-        w1: &CudaSlice<bf16>,
-        w2: &CudaSlice<bf16>,
-        out: &mut CudaSlice<bf16>,
-    ) -> Result<()> {
-        self.check_inputs(tokens, x, topk_ids, topk_weights, w1, w2, out)?;
-        self.gpu.fill_bytes(&mut self.work.error, 0)?;
-        if tokens == 0 {
-            return Ok(());
-        }
-        self.weight_maps(w1, w2)?;
+    fn gather(&self, src: u64, dst: u64, scale: u64, sv: &Saved) -> Result<()> {
+        let g = &self.gpu;
+        let s = g.stream();
+        let p = Gather {
+            scale,
+            src,
+            dst,
+            row_slot: dptr(&sv.row_slot, s),
+            offsets: dptr(&sv.offsets, s),
+            cols: self.cfg.hidden as u32,
+            k: self.cfg.top_k as u32,
+            experts: self.cfg.experts as u32,
+            pad: 0,
+        };
+        let slots = (sv.tokens * self.cfg.top_k) as u32;
+        // SAFETY: rows < offsets[E] <= slots; src holds T rows, dst slots rows of `cols`.
+        unsafe { g.launch("gather_rows", Launch::new(slots, 128, 0), &p) }
+    }
+
+    fn m_tiles_max(&self, sv: &Saved) -> u32 {
+        let slots = (sv.tokens * self.cfg.top_k) as u32;
+        slots.div_ceil(kh::GEMM_BM) + (self.cfg.experts as u32).min(slots)
+    }
+
+    /// One M-grouped GEMM launch over the saved routing.
+    fn mgemm(&self, kernel: &'static str, mut p: GroupedGemm, sv: &Saved) -> Result<()> {
+        let s = self.gpu.stream();
+        p.offsets = dptr(&sv.offsets, s);
+        p.tile_offsets = dptr(&sv.tile_offsets, s);
+        p.experts = self.cfg.experts as u32;
+        let grid = self.gpu.sm_count().min(self.m_tiles_max(sv) * p.n_tiles);
+        // SAFETY: A and C hold slots rows, B the experts' weights; rows are bounded by the device offsets.
+        unsafe { self.gpu.launch(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+    }
+
+    /// GEMM1 (+ SwiGLU): h (and z when `z` is non-zero) from the gathered x.
+    fn gemm1(&mut self, sv: &Saved, w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
+        let c = self.cfg;
+        let slots = c.max_tokens * c.top_k;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let map_a = self.maps.get(&g, dptr(&self.work.xs, &s), slots, c.hidden, kh::GEMM_BM, 64)?;
+        let map_b = self.maps.get(&g, dptr(w1, &s), c.experts * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
+        let p = GroupedGemm {
+            map_a,
+            map_b,
+            c: h,
+            z,
+            n: c.intermediate as u32,
+            k: c.hidden as u32,
+            n_b: 2 * c.intermediate as u32,
+            ldc: c.intermediate as u32,
+            n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
+            ..zero_gemm()
+        };
+        self.mgemm("grouped_gemm_swiglu", p, sv)
+    }
+
+    /// Forward: out[t] = sum over j of topk_weights[t, j] * SwiGLU-expert(topk_ids[t, j])(x[t]), asynchronous on
+    /// the layer's stream, no host synchronisation. Returns what the backward needs. Ids outside -1..E are
+    /// treated as masked slots and flagged (read the flag with [`MoeLayer::routing_error`]).
+    pub fn forward(&mut self, inp: &Inputs<'_>, out: &mut CudaSlice<bf16>) -> Result<Saved> {
+        self.check_inputs(inp, out.len())?;
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let c = self.cfg;
-        let wk = &mut self.work;
-        let slots = (tokens * c.top_k) as u32;
-        let e = c.experts as u32;
+        let slots = inp.tokens * c.top_k;
+        let e = c.experts;
+        g.fill_bytes(&mut self.work.error, 0)?;
+        let with_z = c.save == Save::WithZ;
+        let sv = Saved {
+            tokens: inp.tokens,
+            counts: g.alloc(e)?,
+            offsets: g.alloc(e + 1)?,
+            tile_offsets: g.alloc(e + 1)?,
+            row_slot: g.alloc(slots.max(1))?,
+            slot_row: g.alloc(slots.max(1))?,
+            z: if with_z { Some(g.alloc((slots * 2 * c.intermediate).max(1))?) } else { None },
+            h: if with_z { Some(g.alloc((slots * c.intermediate).max(1))?) } else { None },
+        };
+        if inp.tokens == 0 {
+            return Ok(sv);
+        }
         let route = Route {
-            topk_ids: dptr(topk_ids, &s),
-            counts: dptr(&wk.counts, &s),
-            offsets: dptr(&wk.offsets, &s),
-            tile_offsets: dptr(&wk.tile_offsets, &s),
-            row_slot: dptr(&wk.row_slot, &s),
-            slot_row: dptr(&wk.slot_row, &s),
-            error: dptr(&wk.error, &s),
-            slots,
-            experts: e,
+            topk_ids: dptr(inp.topk_ids, &s),
+            counts: dptr(&sv.counts, &s),
+            offsets: dptr(&sv.offsets, &s),
+            tile_offsets: dptr(&sv.tile_offsets, &s),
+            row_slot: dptr(&sv.row_slot, &s),
+            slot_row: dptr(&sv.slot_row, &s),
+            error: dptr(&self.work.error, &s),
+            slots: slots as u32,
+            experts: e as u32,
             tile_m: kh::GEMM_BM,
             pad: 0,
         };
-        let maps = self.maps.as_ref().expect("set above");
-        let sms = g.sm_count();
-        // SAFETY (all launches): each parameter block matches its kernel; every buffer is sized for
-        // max_tokens * top_k rows, and the kernels bound every index by the device-side counts.
+        // SAFETY: the routing buffers hold E, E + 1 and slots entries; ids are range-checked on the device.
         unsafe {
-            g.launch("route_count", Launch::new(e, kh::ROUTE_THREADS, 64), &route)?;
+            g.launch("route_count", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
             g.launch("route_scan", Launch::new(1, 32, 0), &route)?;
-            g.launch("route_place", Launch::new(e, kh::ROUTE_THREADS, 64), &route)?;
-            let gather = Gather {
-                src: dptr(x, &s),
-                dst: dptr(&wk.xs, &s),
-                row_slot: route.row_slot,
-                offsets: route.offsets,
-                cols: c.hidden as u32,
-                k: c.top_k as u32,
-                experts: e,
-                pad: 0,
-            };
-            g.launch("gather_rows", Launch::new(slots, 128, 0), &gather)?;
-            // worst-case m-tiles: every expert may add one partial tile
-            let m_tiles_max = slots.div_ceil(kh::GEMM_BM) + e.min(slots);
-            let n1 = (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2);
-            let gemm1 = GroupedGemm {
-                map_a: wk.map_xs.ptr(&g),
-                map_b: maps.map_w1.ptr(&g),
-                offsets: route.offsets,
-                tile_offsets: route.tile_offsets,
-                c: dptr(&wk.h, &s),
-                z: wk.z.as_ref().map(|z| dptr(z, &s)).unwrap_or(0),
-                experts: e,
-                n: c.intermediate as u32,
-                k: c.hidden as u32,
-                n_b: 2 * c.intermediate as u32,
-                ldc: c.intermediate as u32,
-                n_tiles: n1,
-            };
-            let grid1 = sms.min(m_tiles_max * n1);
-            g.launch("grouped_gemm_swiglu", Launch::new(grid1, kh::GEMM_THREADS, kh::GEMM_SMEM), &gemm1)?;
-            let n2 = (c.hidden as u32).div_ceil(kh::GEMM_BN);
-            let gemm2 = GroupedGemm {
-                map_a: wk.map_h.ptr(&g),
-                map_b: maps.map_w2.ptr(&g),
-                offsets: route.offsets,
-                tile_offsets: route.tile_offsets,
-                c: dptr(&wk.ys, &s),
-                z: 0,
-                experts: e,
-                n: c.hidden as u32,
-                k: c.intermediate as u32,
-                n_b: c.hidden as u32,
-                ldc: c.hidden as u32,
-                n_tiles: n2,
-            };
-            let grid2 = sms.min(m_tiles_max * n2);
-            g.launch("grouped_gemm_bf16", Launch::new(grid2, kh::GEMM_THREADS, kh::GEMM_SMEM), &gemm2)?;
-            let comb = Combine {
-                y: dptr(&wk.ys, &s),
-                w: dptr(topk_weights, &s),
-                slot_row: route.slot_row,
-                out: dptr(out, &s),
-                tokens: tokens as u32,
-                cols: c.hidden as u32,
-                k: c.top_k as u32,
-                pad: 0,
-            };
-            g.launch("combine_rows", Launch::new(tokens as u32, 256, 0), &comb)?;
+            g.launch("route_place", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
         }
+        self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), 0, &sv)?;
+        let (h_ptr, h_rows) = match &sv.h {
+            Some(h) => (dptr(h, &s), slots),
+            None => (dptr(&self.work.h, &s), c.max_tokens * c.top_k),
+        };
+        let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
+        self.gemm1(&sv, inp.w1, h_ptr, z_ptr)?;
+        let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
+        let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
+        let p = GroupedGemm {
+            map_a: map_h,
+            map_b: map_w2,
+            c: dptr(&self.work.ys, &s),
+            n: c.hidden as u32,
+            k: c.intermediate as u32,
+            n_b: c.hidden as u32,
+            ldc: c.hidden as u32,
+            n_tiles: (c.hidden as u32).div_ceil(kh::GEMM_BN),
+            ..zero_gemm()
+        };
+        self.mgemm("grouped_gemm_bf16", p, &sv)?;
+        self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), &sv)?;
+        Ok(sv)
+    }
+
+    fn combine(&self, y: u64, w: u64, out: u64, sv: &Saved) -> Result<()> {
+        let s = self.gpu.stream();
+        let p = Combine {
+            y,
+            w,
+            slot_row: dptr(&sv.slot_row, s),
+            out,
+            tokens: sv.tokens as u32,
+            cols: self.cfg.hidden as u32,
+            k: self.cfg.top_k as u32,
+            pad: 0,
+        };
+        // SAFETY: y holds the rows slot_row points at; out holds T rows.
+        unsafe { self.gpu.launch("combine_rows", Launch::new(sv.tokens as u32, 256, 0), &p) }
+    }
+
+    /// dW = A^T B per expert; `a` and `b` are (address, rows the buffer holds, columns).
+    fn wgrad(
+        &mut self,
+        a: (u64, usize, usize),
+        b: (u64, usize, usize),
+        c: &mut CudaSlice<f32>,
+        sv: &Saved,
+        acc: bool,
+    ) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let (a_ptr, a_rows, m) = a;
+        let (b_ptr, b_rows, n) = b;
+        let map_a = self.maps.get(&g, a_ptr, a_rows, m, 64, 64)?;
+        let map_b = self.maps.get(&g, b_ptr, b_rows, n, 64, 64)?;
+        let e = self.cfg.experts as u32;
+        let p = WgradGemm {
+            map_a,
+            map_b,
+            offsets: dptr(&sv.offsets, &s),
+            c: dptr(c, &s),
+            experts: e,
+            m: m as u32,
+            n: n as u32,
+            m_tiles: (m as u32).div_ceil(128),
+            n_tiles: (n as u32).div_ceil(256),
+            accumulate: acc as u32,
+        };
+        let grid = g.sm_count().min(e * p.m_tiles * p.n_tiles);
+        // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets.
+        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+    }
+
+    /// Backward of the forward that returned `saved`, on the same inputs: dx, dtopk, and dW1, dW2 (written, or
+    /// added with `grads.accumulate`). Asynchronous on the layer's stream, no host synchronisation.
+    pub fn backward(&mut self, saved: &Saved, dy: &CudaSlice<bf16>, inp: &Inputs<'_>, grads: Grads<'_>) -> Result<()> {
+        self.check_inputs(inp, dy.len())?;
+        let c = self.cfg;
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if saved.tokens != inp.tokens {
+            return bad(format!("saved state is of {} tokens, the inputs of {}", saved.tokens, inp.tokens));
+        }
+        let t = inp.tokens;
+        let want = [
+            ("dx", grads.dx.len(), t * c.hidden),
+            ("dW1", grads.dw1.len(), c.experts * 2 * c.intermediate * c.hidden),
+            ("dW2", grads.dw2.len(), c.experts * c.hidden * c.intermediate),
+            ("dtopk", grads.dtopk.len(), t * c.top_k),
+        ];
+        for (name, got, need) in want {
+            if got != need {
+                return bad(format!("{name} has {got} elements, the layer needs {need}"));
+            }
+        }
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        if t == 0 {
+            if !grads.accumulate {
+                g.fill_bytes(grads.dw1, 0)?;
+                g.fill_bytes(grads.dw2, 0)?;
+            }
+            return Ok(());
+        }
+        let slots = t * c.top_k;
+        let ws_rows = c.max_tokens * c.top_k;
+        let (h2, i2) = (c.hidden, c.intermediate);
+        // x rows (and z, h unless saved)
+        self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), 0, saved)?;
+        let (z_ptr, h_ptr, h_rows) = match (&saved.z, &saved.h) {
+            (Some(z), Some(h)) => (dptr(z, &s), dptr(h, &s), slots),
+            _ => {
+                let (zp, hp) = (dptr(&self.work.z, &s), dptr(&self.work.h, &s));
+                self.gemm1(saved, inp.w1, hp, zp)?;
+                (zp, hp, ws_rows)
+            }
+        };
+        // dy rows, and s * dy rows for dW2
+        self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), 0, saved)?;
+        self.gather(dptr(dy, &s), dptr(&self.work.sdys, &s), dptr(inp.topk_weights, &s), saved)?;
+        // dh = dy W2_e with the SwiGLU backward: dz, dtopk partials
+        let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
+        let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;
+        let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), c.experts * h2, i2, 64, 64)?;
+        let p = GroupedGemm {
+            map_a: map_dy,
+            map_b: map_w2,
+            c: dptr(&self.work.dz, &s),
+            z: z_ptr,
+            n: i2 as u32,
+            k: h2 as u32,
+            n_b: h2 as u32,
+            ldc: 2 * i2 as u32,
+            n_tiles: n_tiles_i,
+            w: dptr(inp.topk_weights, &s),
+            row_slot: dptr(&saved.row_slot, &s),
+            partial: dptr(&self.work.partial, &s),
+            ..zero_gemm()
+        };
+        self.mgemm("grouped_gemm_bt_dswiglu", p, saved)?;
+        let red = DtopkReduce {
+            partial: dptr(&self.work.partial, &s),
+            slot_row: dptr(&saved.slot_row, &s),
+            dtopk: dptr(grads.dtopk, &s),
+            slots: slots as u32,
+            n_tiles: n_tiles_i,
+        };
+        // SAFETY: partial holds n_tiles sums for every row slot_row points at; dtopk holds slots entries.
+        unsafe { g.launch("dtopk_reduce", Launch::new((slots as u32).div_ceil(256), 256, 0), &red)? };
+        // dx rows = dz W1_e, then the sum over each token's slots
+        let map_dz = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, kh::GEMM_BM, 64)?;
+        let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), c.experts * 2 * i2, h2, 64, 64)?;
+        let p = GroupedGemm {
+            map_a: map_dz,
+            map_b: map_w1,
+            c: dptr(&self.work.ys, &s),
+            n: h2 as u32,
+            k: 2 * i2 as u32,
+            n_b: 2 * i2 as u32,
+            ldc: h2 as u32,
+            n_tiles: (h2 as u32).div_ceil(kh::GEMM_BN),
+            ..zero_gemm()
+        };
+        self.mgemm("grouped_gemm_bt_bf16", p, saved)?;
+        self.combine(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved)?;
+        // weight gradients, contracting over each expert's rows
+        let acc = grads.accumulate;
+        self.wgrad((dptr(&self.work.sdys, &s), ws_rows, h2), (h_ptr, h_rows, i2), grads.dw2, saved, acc)?;
+        let xs = (dptr(&self.work.xs, &s), ws_rows, h2);
+        self.wgrad((dptr(&self.work.dz, &s), ws_rows, 2 * i2), xs, grads.dw1, saved, acc)?;
         Ok(())
     }
 
@@ -327,9 +515,32 @@ impl MoeLayer {
         }
         Ok(())
     }
+}
 
-    /// Per-expert row counts of the last forward (synchronises; for tests).
-    pub fn expert_counts(&self) -> Result<Vec<u32>> {
-        self.gpu.download(&self.work.counts)
+/// A parameter block with every pointer null and every count zero, for `..zero_gemm()`.
+fn zero_gemm() -> GroupedGemm {
+    GroupedGemm {
+        map_a: 0,
+        map_b: 0,
+        offsets: 0,
+        tile_offsets: 0,
+        c: 0,
+        z: 0,
+        experts: 0,
+        n: 0,
+        k: 0,
+        n_b: 0,
+        ldc: 0,
+        n_tiles: 0,
+        w: 0,
+        row_slot: 0,
+        partial: 0,
+    }
+}
+
+impl Saved {
+    /// Per-expert row counts of the forward (synchronises; for tests).
+    pub fn expert_counts(&self, gpu: &Gpu) -> Result<Vec<u32>> {
+        gpu.download(&self.counts)
     }
 }

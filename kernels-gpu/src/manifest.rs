@@ -43,6 +43,9 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_bf16", 384, true, true),
     k("grouped_gemm_swiglu", 384, true, true),
     k("grouped_gemm_bt_bf16", 384, true, true),
+    k("grouped_gemm_bt_dswiglu", 384, true, true),
+    k("grouped_wgrad_f32", 384, true, true),
+    k("dtopk_reduce", 256, true, false),
 ];
 
 /// The spec of `name`, if the module exports it.

@@ -110,10 +110,13 @@ pub struct Route {
     pub pad: u32,
 }
 
-/// Row gather (kernel `gather_rows`): dst[r] = src[row_slot[r] / k] for r < offsets[E], rows of `cols` bf16.
+/// Row gather (kernel `gather_rows`): dst[r] = src[row_slot[r] / k] for r < offsets[E], rows of `cols` bf16;
+/// with `scale` set, dst[r] = bf16(scale[row_slot[r]] * src[...]) (the backward's s * dy).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct Gather {
+    /// f32 [slots] per-slot scale, or 0 for none.
+    pub scale: u64,
     /// bf16 [tokens, cols].
     pub src: u64,
     /// bf16 [rows, cols].
@@ -133,7 +136,7 @@ pub struct Gather {
 }
 
 /// Combine (kernel `combine_rows`): out[t] = sum over j of w[t, j] * y[slot_row[t * k + j]] in f32, j in order,
-/// masked slots skipped; out in bf16.
+/// masked slots skipped; out in bf16. With `w` = 0 every weight is 1 (the backward's dx).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct Combine {
@@ -184,6 +187,57 @@ pub struct GroupedGemm {
     /// Row stride of C in elements.
     pub ldc: u32,
     /// Output tiles along N.
+    pub n_tiles: u32,
+    /// SwiGLU-backward epilogue: f32 [slots] routing weights (s of each row's slot).
+    pub w: u64,
+    /// SwiGLU-backward epilogue: u32 [rows] slot of each row.
+    pub row_slot: u64,
+    /// SwiGLU-backward epilogue: f32 [rows, n_tiles] partial sums of dh * h (dtopk).
+    pub partial: u64,
+}
+
+/// K-grouped weight-gradient GEMM (kernel `grouped_wgrad_f32`): for each expert e,
+/// C_e[M, N] (+)= A[rows_e, M]^T . B[rows_e, N], contracting over the expert's rows offsets[e]..offsets[e + 1]
+/// (both operands MN-major, loaded in 64 x 64 boxes; rows past the expert's end are zeroed in shared memory).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct WgradGemm {
+    /// Tensor map of A: bf16 [rows_total, M], box 64 x 64, 128-byte swizzle.
+    pub map_a: u64,
+    /// Tensor map of B: bf16 [rows_total, N], box 64 x 64, 128-byte swizzle.
+    pub map_b: u64,
+    /// u32 [E + 1] row offsets.
+    pub offsets: u64,
+    /// f32 [E, M, N].
+    pub c: u64,
+    /// Experts.
+    pub experts: u32,
+    /// M (a multiple of 64).
+    pub m: u32,
+    /// N (a multiple of 8).
+    pub n: u32,
+    /// Tiles of 128 along M.
+    pub m_tiles: u32,
+    /// Tiles of 256 along N.
+    pub n_tiles: u32,
+    /// 1: add into C; 0: overwrite.
+    pub accumulate: u32,
+}
+
+/// dtopk from the SwiGLU-backward partial sums (kernel `dtopk_reduce`): dtopk[slot] = sum over n-tiles of
+/// partial[slot_row[slot]], 0 for masked slots.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct DtopkReduce {
+    /// f32 [rows, n_tiles].
+    pub partial: u64,
+    /// i32 [slots].
+    pub slot_row: u64,
+    /// f32 [slots].
+    pub dtopk: u64,
+    /// Slots.
+    pub slots: u32,
+    /// Partial sums per row.
     pub n_tiles: u32,
 }
 

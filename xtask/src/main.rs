@@ -270,7 +270,7 @@ fn bundle_bench(dir: &Path) -> Res {
 }
 
 /// Test binaries the GPU bundle carries.
-const GPU_TEST_BINARIES: &[&str] = &["gpu_primitives", "no_gpu", "layer_forward", "grouped_gemm"];
+const GPU_TEST_BINARIES: &[&str] = &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm"];
 
 fn strip(p: &Path) {
     // best effort: an unstripped binary still runs, it is only larger

@@ -22,7 +22,7 @@ pub unsafe extern "ptx-kernel" fn combine_rows(p: Combine) {
             let slot = (t * p.k + j) as usize;
             let row = *slot_row.add(slot);
             if row >= 0 {
-                let wt = *w.add(slot);
+                let wt = if p.w == 0 { 1.0 } else { *w.add(slot) };
                 let v = *y.add(row as usize * chunks as usize + c as usize);
                 let mut q = 0;
                 while q < 4 {

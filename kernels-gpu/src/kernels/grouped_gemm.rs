@@ -67,7 +67,7 @@ unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
 }
 
 #[inline(always)]
-unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool>(p: &GroupedGemm) {
+unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool>(p: &GroupedGemm) {
     // shared-memory carve-out: STAGES x (A 128x64, B 256x64) bf16, then full[STAGES], empty[STAGES]
     let ring = smem::base();
     let full = ring + STAGES * STAGE_BYTES;
@@ -90,16 +90,16 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool>(p: &GroupedGemm) {
     if wg == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce::<SWIGLU, BT>(p, ring, full, empty, total, kt_n);
+            produce::<SWIGLU, BT, DSW>(p, ring, full, empty, total, kt_n);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SWIGLU, BT>(p, ring, full, empty, total, kt_n, wg - 1);
+        consume::<SWIGLU, BT, DSW>(p, ring, full, empty, total, kt_n, wg - 1);
     }
 }
 
 #[inline(always)]
-unsafe fn produce<const SWIGLU: bool, const BT: bool>(
+unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool>(
     p: &GroupedGemm,
     ring: u32,
     full: u32,
@@ -148,7 +148,7 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool>(
 }
 
 #[inline(always)]
-unsafe fn consume<const SWIGLU: bool, const BT: bool>(
+unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
     p: &GroupedGemm,
     ring: u32,
     full: u32,
@@ -199,6 +199,8 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool>(
         }
         if SWIGLU {
             store_swiglu(p, &acc, &ti, cw);
+        } else if DSW {
+            store_dswiglu(p, &acc, &ti, cw);
         } else {
             store_bf16(p, &acc, &ti, cw);
         }
@@ -267,20 +269,78 @@ unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
     });
 }
 
+/// SwiGLU backward on the dh tile (dh = dy_e . W2_e, this kernel with B N-major): with g, u read from
+/// z = [g | u] (bf16 [rows, 2n]) and s = w[row_slot[row]], stores dz = [dg | du] (bf16 [rows, 2n], into `c`),
+/// dg = s dh u sig(g) (1 + g (1 - sig(g))), du = s dh silu(g), and the partial sum of dh * h (h = silu(g) u)
+/// over the tile's columns into partial[row, n_tile] (dtopk = <dh, h> after `dtopk_reduce`).
+#[inline(always)]
+unsafe fn store_dswiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+    let (r0, r1, c0) = frag();
+    let rows = [ti.row0 + cw * 64 + r0, ti.row0 + cw * 64 + r1];
+    let n = p.n;
+    let z = p.z as *const u32;
+    let dz = p.c as *mut u32;
+    let mut part = [0f32; 2];
+    crate::unroll!(H in [0, 1] {
+        let row = rows[H];
+        if row < ti.row_end {
+            let s = *(p.w as *const f32).add(*(p.row_slot as *const u32).add(row as usize) as usize);
+            let zrow = row * 2 * n;
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+                let col = ti.n_tile * BN + 8 * J as u32 + c0;
+                if col < n {
+                    let gp = *z.add(((zrow + col) / 2) as usize);
+                    let up = *z.add(((zrow + n + col) / 2) as usize);
+                    let mut dg = [0f32; 2];
+                    let mut du = [0f32; 2];
+                    crate::unroll!(Q in [0, 1] {
+                        let g = math::bf16_to_f32((gp >> (16 * Q)) as u16);
+                        let u = math::bf16_to_f32((up >> (16 * Q)) as u16);
+                        let dh = acc[4 * J + 2 * H + Q];
+                        let sg = math::sigmoid(g);
+                        let silu = g * sg;
+                        part[H] += dh * silu * u;
+                        dg[Q] = s * dh * u * sg * (1.0 + g * (1.0 - sg));
+                        du[Q] = s * dh * silu;
+                    });
+                    *dz.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(dg[0], dg[1]);
+                    *dz.add(((zrow + n + col) / 2) as usize) = math::pack_bf16x2(du[0], du[1]);
+                }
+            });
+        }
+    });
+    // the four threads of a quad hold the same two rows: reduce, then lane % 4 == 0 writes (uniform shuffles)
+    crate::unroll!(H in [0, 1] {
+        let mut v = part[H];
+        v += f32::from_bits(crate::ptx::warp::shfl_xor(v.to_bits(), 1));
+        v += f32::from_bits(crate::ptx::warp::shfl_xor(v.to_bits(), 2));
+        let row = rows[H];
+        if regs::tid() % 4 == 0 && row < ti.row_end {
+            *(p.partial as *mut f32).add((row * p.n_tiles + ti.n_tile) as usize) = v;
+        }
+    });
+}
+
+/// SwiGLU-backward epilogue (see `store_dswiglu`), B_e stored [K, N] (W2_e: K = H, N = I). 384 threads.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
+    grouped_gemm::<false, true, true>(&p);
+}
+
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false>(&p);
+    grouped_gemm::<false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true>(&p);
+    grouped_gemm::<false, true, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false>(&p);
+    grouped_gemm::<true, false, false>(&p);
 }

@@ -3,6 +3,7 @@
 pub mod combine;
 pub mod gather;
 pub mod grouped_gemm;
+pub mod grouped_wgrad;
 pub mod route;
 pub mod selftest_sync;
 pub mod selftest_tma;

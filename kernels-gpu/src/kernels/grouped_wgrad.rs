@@ -1,0 +1,204 @@
+//! K-grouped weight-gradient GEMM: for every expert e, C_e[M, N] (+)= A[rows_e, M]^T . B[rows_e, N], the
+//! contraction over the expert's own rows offsets[e]..offsets[e + 1] (read on the device; any count, 0 too).
+//!
+//! Same block as the M-grouped engine (1 producer + 2 consumer warpgroups, 4-stage TMA ring of 48 KiB): a
+//! stage holds 64 rows (K) of A (two 64 x 64 boxes, M-major: 128 M) and of B (four boxes: 256 N). Both
+//! operands are MN-major (imm-trans-a = imm-trans-b = 1; descriptors LBO = 8192 B between 64-wide atoms,
+//! SBO = 1024 B between 8-row K groups). In an expert's last, partial k-tile the consumers zero the rows past
+//! the expert's end (they belong to the next expert) before the wgmma, so neither its values nor a NaN in them
+//! reach this expert's gradient. Tiles: (expert, m-tile, n-tile), persistent over the grid, identical order
+//! for producer and consumers. Epilogue: f32, written or added (gradient accumulation), one owner per element.
+use crate::desc::{Layout, SmemDesc};
+use crate::kernels::grouped_gemm::{BK, STAGES};
+use crate::params::WgradGemm;
+use crate::ptx::{fence, mbarrier, regs, smem, sync, tma, wgmma};
+
+const BOX: u32 = 64 * 64 * 2;
+const A_BYTES: u32 = 2 * BOX;
+const STAGE_BYTES: u32 = 6 * BOX;
+const _: () =
+    assert!(STAGE_BYTES * STAGES + 16 * STAGES == crate::kernels_host::GEMM_SMEM, "same ring as the M-grouped GEMM");
+
+struct Tile {
+    e: u32,
+    r0: u32,
+    r1: u32,
+    mt: u32,
+    nt: u32,
+}
+
+#[inline(always)]
+unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
+    let per = p.m_tiles * p.n_tiles;
+    let e = tile / per;
+    let mt = (tile % per) / p.n_tiles;
+    let nt = tile % p.n_tiles;
+    let off = p.offsets as *const u32;
+    Tile { e, r0: *off.add(e as usize), r1: *off.add(e as usize + 1), mt, nt }
+}
+
+/// 384 threads, GEMM_SMEM bytes of dynamic shared memory, grid <= the SM count.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
+    let ring = smem::base();
+    let full = ring + STAGES * STAGE_BYTES;
+    let empty = full + 8 * STAGES;
+    let t = regs::tid();
+    if t == 0 {
+        let mut s = 0;
+        while s < STAGES {
+            mbarrier::init(full + 8 * s, 1);
+            mbarrier::init(empty + 8 * s, 8);
+            s += 1;
+        }
+        fence::mbarrier_init();
+    }
+    sync::block_sync();
+    let total = p.experts * p.m_tiles * p.n_tiles;
+    if t / 128 == 0 {
+        regs::setmaxnreg_dec::<40>();
+        if t == 0 {
+            produce(&p, ring, full, empty, total);
+        }
+    } else {
+        regs::setmaxnreg_inc::<232>();
+        consume(&p, ring, full, empty, total, t / 128 - 1);
+    }
+}
+
+#[inline(always)]
+unsafe fn produce(p: &WgradGemm, ring: u32, full: u32, empty: u32, total: u32) {
+    tma::prefetch_tensormap(p.map_a as *const u8);
+    tma::prefetch_tensormap(p.map_b as *const u8);
+    let mut it = 0u32;
+    let mut tile = regs::bid();
+    while tile < total {
+        let ti = tile_info(p, tile);
+        let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
+        let mut kt = 0;
+        while kt < kt_n {
+            let s = it % STAGES;
+            mbarrier::wait_parity(empty + 8 * s, ((it / STAGES) & 1) ^ 1);
+            let fb = full + 8 * s;
+            mbarrier::arrive_expect_tx(fb, STAGE_BYTES);
+            let st = ring + s * STAGE_BYTES;
+            let row = (ti.r0 + kt * BK) as i32;
+            tma::load_2d(st, p.map_a as *const u8, (ti.mt * 128) as i32, row, fb);
+            tma::load_2d(st + BOX, p.map_a as *const u8, (ti.mt * 128 + 64) as i32, row, fb);
+            let mut q = 0;
+            while q < 4 {
+                tma::load_2d(st + A_BYTES + q * BOX, p.map_b as *const u8, (ti.nt * 256 + 64 * q) as i32, row, fb);
+                q += 1;
+            }
+            it += 1;
+            kt += 1;
+        }
+        tile += regs::nctaid();
+    }
+}
+
+/// Zero rows `valid..64` of the 64-row boxes this warpgroup owns: its A box and B boxes 2cw, 2cw + 1.
+#[inline(always)]
+unsafe fn zero_tail(st: u32, cw: u32, valid: u32) {
+    let rows = 64 - valid;
+    let per_box = rows * 8; // 16-byte chunks
+    let mut i = regs::tid() % 128;
+    while i < 3 * per_box {
+        let b = i / per_box;
+        let chunk = i % per_box;
+        let boxa = if b == 0 { st + cw * BOX } else { st + A_BYTES + (2 * cw + b - 1) * BOX };
+        // a whole 128-byte row stays a whole row under the 128-byte swizzle
+        smem::st_v4(boxa + valid * 128 + chunk * 16, [0; 4]);
+        i += 128;
+    }
+    fence::proxy_async_shared_cta();
+}
+
+#[inline(always)]
+unsafe fn consume(p: &WgradGemm, ring: u32, full: u32, empty: u32, total: u32, cw: u32) {
+    let lane = regs::tid() % 32;
+    let mut it = 0u32;
+    let mut tile = regs::bid();
+    while tile < total {
+        let ti = tile_info(p, tile);
+        let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
+        let mut acc = [0f32; 128];
+        let mut kt = 0;
+        while kt < kt_n {
+            let s = it % STAGES;
+            mbarrier::wait_parity(full + 8 * s, (it / STAGES) & 1);
+            let st = ring + s * STAGE_BYTES;
+            let valid = ti.r1 - (ti.r0 + kt * BK);
+            if valid < BK {
+                // both consumer warpgroups take this branch for the same tile: the barrier is uniform
+                zero_tail(st, cw, valid);
+                sync::named_sync(1, 256);
+            }
+            wgmma::fence();
+            let mut ks = 0;
+            while ks < BK / 16 {
+                let da = SmemDesc::new(st + cw * BOX + ks * 2048, BOX, 1024, Layout::Swizzle128B);
+                let db = SmemDesc::new(st + A_BYTES + ks * 2048, BOX, 1024, Layout::Swizzle128B);
+                wgmma::m64n256k16_f32_bf16_ss_tt(&mut acc, da.0, db.0, (kt > 0 || ks > 0) as u32);
+                ks += 1;
+            }
+            wgmma::commit_group();
+            wgmma::wait_group::<1>();
+            if kt > 0 && lane == 0 {
+                mbarrier::arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
+            }
+            it += 1;
+            kt += 1;
+        }
+        if kt_n > 0 {
+            wgmma::wait_group::<0>();
+            wgmma::fence_operand_128(&mut acc);
+            if lane == 0 {
+                mbarrier::arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
+            }
+        }
+        store(p, &acc, &ti, cw);
+        tile += regs::nctaid();
+    }
+}
+
+#[inline(always)]
+unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+    let t = regs::tid() % 128;
+    let r = 16 * (t / 32) + (t % 32) / 4;
+    let c0 = 2 * (t % 4);
+    let base = (p.c as *mut [f32; 2]).add((ti.e as usize) * (p.m as usize) * (p.n as usize) / 2);
+    crate::unroll!(H in [0, 1] {
+        let row = ti.mt * 128 + cw * 64 + r + 8 * H as u32;
+        if row < p.m {
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+                let col = ti.nt * 256 + 8 * J as u32 + c0;
+                if col < p.n {
+                    let q = base.add(((row * p.n + col) / 2) as usize);
+                    let v = [acc[4 * J + 2 * H], acc[4 * J + 2 * H + 1]];
+                    *q = if p.accumulate != 0 { let o = *q; [o[0] + v[0], o[1] + v[1]] } else { v };
+                }
+            });
+        }
+    });
+}
+
+/// dtopk[slot] = sum over n-tiles of partial[slot_row[slot]], 0 for masked slots (fixed order). 256 threads.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn dtopk_reduce(p: crate::params::DtopkReduce) {
+    let slot = regs::bid() * 256 + regs::tid();
+    if slot >= p.slots {
+        return;
+    }
+    let row = *(p.slot_row as *const i32).add(slot as usize);
+    let mut s = 0f32;
+    if row >= 0 {
+        let part = (p.partial as *const f32).add(row as usize * p.n_tiles as usize);
+        let mut i = 0;
+        while i < p.n_tiles {
+            s += *part.add(i as usize);
+            i += 1;
+        }
+    }
+    *(p.dtopk as *mut f32).add(slot as usize) = s;
+}

@@ -1,0 +1,184 @@
+//! The layer's forward + backward on one GPU against the f64 CPU reference: y, dx, dW1, dW2 and dtopk within
+//! 1e-2, outputs poisoned before each run and checked fully written, repeat runs bitwise equal, gradient
+//! accumulation exact. GPU tests: ignored without a GPU.
+mod common;
+
+use std::sync::Arc;
+
+use common::{inputs, rank_input, rng, weights, Inputs, Routing};
+use half::bf16;
+use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
+use megamoe::reference::{self, Shape};
+use megamoe::{check, Gpu};
+
+fn gpu() -> Arc<Gpu> {
+    megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
+}
+
+struct Out {
+    y: Vec<bf16>,
+    dx: Vec<bf16>,
+    dtopk: Vec<f32>,
+    dw1: Vec<f32>,
+    dw2: Vec<f32>,
+    dw1_acc: Vec<f32>,
+    dw2_acc: Vec<f32>,
+}
+
+fn run(g: &Arc<Gpu>, layer: &mut MoeLayer, inp: &Inputs) -> Out {
+    let s = inp.shape;
+    let up = |v: &[bf16]| g.upload(v).unwrap();
+    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let li = LayerInputs { tokens: inp.tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let mut out = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
+    let mut dx = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
+    let mut dtopk = g.alloc::<f32>(inp.tokens * s.k).unwrap();
+    let mut dw1 = g.alloc::<f32>(s.e * 2 * s.i * s.h).unwrap();
+    let mut dw2 = g.alloc::<f32>(s.e * s.h * s.i).unwrap();
+    // poison: NaN everywhere (bf16 0xffff, f32 0xffffffff)
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    g.fill_bytes(&mut dx, 0xff).unwrap();
+    g.fill_bytes(&mut dtopk, 0xff).unwrap();
+    g.fill_bytes(&mut dw1, 0xff).unwrap();
+    g.fill_bytes(&mut dw2, 0xff).unwrap();
+    let saved = layer.forward(&li, &mut out).unwrap();
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward(&saved, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let (dw1_h, dw2_h) = (g.download(&dw1).unwrap(), g.download(&dw2).unwrap());
+    // a second micro-batch of the same data, accumulated: exactly twice the gradients
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: true };
+    layer.backward(&saved, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    Out {
+        y: g.download(&out).unwrap(),
+        dx: g.download(&dx).unwrap(),
+        dtopk: g.download(&dtopk).unwrap(),
+        dw1: dw1_h,
+        dw2: dw2_h,
+        dw1_acc: g.download(&dw1).unwrap(),
+        dw2_acc: g.download(&dw2).unwrap(),
+    }
+}
+
+fn f16s(v: &[bf16]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
+}
+fn f32s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    let g = gpu();
+    let mut r = rng();
+    let inp = inputs(&mut r, s, tokens, routing);
+    let cfg = LayerConfig { hidden: s.h, intermediate: s.i, experts: s.e, top_k: s.k, max_tokens: tokens.max(1), save };
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let o = run(&g, &mut layer, &inp);
+    let (mut outs, grads) = reference::forward_backward(&s, &[rank_input(&inp)], &weights(&inp)).unwrap();
+    let want = outs.remove(0);
+    let tag = format!("{s:?} T={tokens} {routing:?} {save:?}");
+    for (what, got, reference) in [
+        ("y", f16s(&o.y), &want.y),
+        ("dx", f16s(&o.dx), &want.dx),
+        ("dtopk", f32s(&o.dtopk), &want.dtopk),
+        ("dW1", f32s(&o.dw1), &grads.dw1),
+        ("dW2", f32s(&o.dw2), &grads.dw2),
+    ] {
+        if let Some(i) = got.iter().position(|v| v.is_nan()) {
+            panic!("{tag}: {what}[{i}] is NaN (not written)");
+        }
+        let e = check::close(&format!("{tag}: {what}"), &got, reference, 1e-2).unwrap();
+        eprintln!("{what}: rel err {e:.3e}");
+    }
+    for (what, one, two) in [("dW1", &o.dw1, &o.dw1_acc), ("dW2", &o.dw2, &o.dw2_acc)] {
+        if let Some(i) = (0..one.len()).find(|&i| (one[i] + one[i]).to_bits() != two[i].to_bits()) {
+            panic!("{tag}: accumulated {what}[{i}] = {} != 2 x {}", two[i], one[i]);
+        }
+    }
+    // repeat: bitwise equal
+    let o2 = run(&g, &mut layer, &inp);
+    let bits16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(bits16(&o.y) == bits16(&o2.y) && bits16(&o.dx) == bits16(&o2.dx), "{tag}: y or dx differ between runs");
+    assert!(bits32(&o.dtopk) == bits32(&o2.dtopk), "{tag}: dtopk differs between runs");
+    assert!(bits32(&o.dw1) == bits32(&o2.dw1) && bits32(&o.dw2) == bits32(&o2.dw2), "{tag}: dW differs between runs");
+}
+
+const SMALL: Shape = Shape { h: 256, i: 128, e: 8, k: 2 };
+const RAGGED: Shape = Shape { h: 320, i: 192, e: 5, k: 3 };
+
+macro_rules! gpu_test {
+    ($name:ident, $body:block) => {
+        #[test]
+        #[ignore = "needs a Hopper GPU: run with --ignored on the H200"]
+        fn $name() $body
+    };
+}
+
+gpu_test!(small_recompute, { check_backward(SMALL, 100, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(small_saved_z, { check_backward(SMALL, 100, Routing::Uniform, Save::WithZ) });
+gpu_test!(ragged_shape, { check_backward(RAGGED, 211, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(ragged_shape_saved_z, { check_backward(RAGGED, 97, Routing::Masked10, Save::WithZ) });
+gpu_test!(every_slot_on_one_expert, { check_backward(SMALL, 300, Routing::AllOnOne, Save::InputsOnly) });
+gpu_test!(half_the_experts_empty, { check_backward(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly) });
+gpu_test!(ten_percent_masked, { check_backward(SMALL, 160, Routing::Masked10, Save::InputsOnly) });
+gpu_test!(one_token, { check_backward(SMALL, 1, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(qwen3_30b_a3b_t4096, { check_backward(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(qwen3_30b_a3b_t4096_all_on_one_expert, {
+    check_backward(Shape::QWEN3_30B_A3B, 4096, Routing::AllOnOne, Save::WithZ)
+});
+gpu_test!(qwen3_30b_a3b_t4096_half_empty_masked, {
+    check_backward(Shape::QWEN3_30B_A3B, 4096, Routing::HalfEmpty, Save::InputsOnly)
+});
+
+gpu_test!(zero_tokens_write_zero_weight_gradients, {
+    let g = gpu();
+    let mut r = rng();
+    let inp = inputs(&mut r, SMALL, 0, Routing::Uniform);
+    let cfg = LayerConfig {
+        hidden: SMALL.h,
+        intermediate: SMALL.i,
+        experts: SMALL.e,
+        top_k: SMALL.k,
+        max_tokens: 4,
+        save: Save::InputsOnly,
+    };
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let o = run(&g, &mut layer, &inp);
+    assert!(o.y.is_empty() && o.dx.is_empty() && o.dtopk.is_empty());
+    assert!(o.dw1.iter().chain(&o.dw2).all(|&v| v == 0.0), "dW of an empty batch must be zero");
+});
+
+gpu_test!(backward_rejects_mismatched_buffers, {
+    let g = gpu();
+    let mut r = rng();
+    let inp = inputs(&mut r, SMALL, 8, Routing::Uniform);
+    let cfg = LayerConfig {
+        hidden: SMALL.h,
+        intermediate: SMALL.i,
+        experts: SMALL.e,
+        top_k: SMALL.k,
+        max_tokens: 8,
+        save: Save::InputsOnly,
+    };
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let up = |v: &[bf16]| g.upload(v).unwrap();
+    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
+    let (ids, w) = (g.upload(&inp.ids).unwrap(), g.upload(&inp.w).unwrap());
+    let li = LayerInputs { tokens: 8, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let mut out = g.alloc::<bf16>(8 * SMALL.h).unwrap();
+    let saved = layer.forward(&li, &mut out).unwrap();
+    let mut dx = g.alloc::<bf16>(7 * SMALL.h).unwrap(); // one token short
+    let mut dtopk = g.alloc::<f32>(8 * SMALL.k).unwrap();
+    let mut dw1 = g.alloc::<f32>(SMALL.e * 2 * SMALL.i * SMALL.h).unwrap();
+    let mut dw2 = g.alloc::<f32>(SMALL.e * SMALL.h * SMALL.i).unwrap();
+    g.fill_bytes(&mut dw1, 0x3c).unwrap();
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    assert!(layer.backward(&saved, &dy, &li, grads).is_err());
+    g.sync().unwrap();
+    assert!(g.download(&dw1).unwrap().iter().all(|v| v.to_bits() == 0x3c3c_3c3c), "a rejected backward wrote");
+});
