@@ -1,7 +1,8 @@
-//! Layer benchmark on the GPU: megamoe's forward at the Qwen3-30B-A3B and Qwen3-235B-A22B shapes, T = 16384
-//! tokens, top-8 of 128 experts, all on one GPU. Warm-up 3, then 20 timed runs bracketed by device events;
-//! the median is reported. Correctness in the same run: the first 64 tokens against the f64 reference, and
-//! the output poisoned before the timed runs and checked fully written after them.
+//! Layer benchmark on the GPU: megamoe's forward, and forward + backward in both save modes, at the
+//! Qwen3-30B-A3B and Qwen3-235B-A22B shapes, T = 16384 tokens, top-8 of 128 experts, all on one GPU. Warm-up 3,
+//! then 20 timed runs bracketed by device events; the median is reported. Correctness in the same run: y, dx
+//! and dtopk of the first 64 tokens against the f64 reference, and the output poisoned before the timed runs
+//! and checked fully written after them.
 //!
 //! `cargo bench --bench layer` (on the GPU machine: the binary from `cargo xtask gpu-bundle`, with `--bench`).
 //! `benches/h200.sh` runs it beside the PyTorch layers (`benches/torch_layer.py`) in one call.
@@ -46,12 +47,16 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let cfg =
         LayerConfig { hidden: h, intermediate: i, experts: e, top_k: k, max_tokens: tokens, save: Save::InputsOnly };
     let mut layer = MoeLayer::new(g.clone(), cfg)?;
+    let mut layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
     let inp = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
     let drv = |what: &'static str| move |e| megamoe::Error::Driver { what: what.into(), source: e };
     let ev = || g.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("event"));
-    // forward alone, then forward + backward (z recomputed: Save::InputsOnly); 3 warm-ups, 20 timed
-    let mut times = [Vec::new(), Vec::new()];
-    for (pass, with_bwd) in [false, true].into_iter().enumerate() {
+    // forward alone; forward + backward with z recomputed (Save::InputsOnly); forward + backward with z and h
+    // saved (Save::WithZ, what autograd keeps for the PyTorch layer too); 3 warm-ups, 20 timed each
+    let mut times = [Vec::new(), Vec::new(), Vec::new()];
+    let mut checked = Vec::new();
+    for (pass, with_bwd) in [false, true, true].into_iter().enumerate() {
+        let layer = if pass == 2 { &mut layer_z } else { &mut layer };
         for rep in 0..23 {
             if rep == 3 {
                 g.fill_bytes(&mut out, 0xff)?;
@@ -69,13 +74,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
                 times[pass].push(a.elapsed_ms(&b).map_err(drv("elapsed"))? as f64);
             }
         }
+        if with_bwd {
+            checked.push((g.download(&gdx)?, g.download(&gtk)?));
+        }
     }
-    let (ms_f, ms_fb) = (median(times[0].clone()), median(times[1].clone()));
+    let [ms_f, ms_fb, ms_fbz] = times.map(median);
     g.sync()?;
     layer.routing_error()?;
     let o = g.download(&out)?;
     let written = o.iter().all(|v| !v.is_nan());
-    let (gdx_h, gtk_h) = (g.download(&gdx)?, g.download(&gtk)?);
     let n = 64;
     // only the experts these tokens use, renumbered, so the reference converts a few experts' weights
     let mut used: Vec<i32> = ids[..n * k].to_vec();
@@ -97,8 +104,12 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let want = want.remove(0);
     let f = |v: &[bf16]| v.iter().map(|x| x.to_f64()).collect::<Vec<f64>>();
     let err = check::rel_err(&f(&o[..n * h]), &want.y);
-    let err_dx = check::rel_err(&f(&gdx_h[..n * h]), &want.dx);
-    let err_tk = check::rel_err(&gtk_h[..n * k].iter().map(|&v| v as f64).collect::<Vec<_>>(), &want.dtopk);
+    let mut err_dx = 0.0f64;
+    let mut err_tk = 0.0f64;
+    for (gdx_h, gtk_h) in &checked {
+        err_dx = err_dx.max(check::rel_err(&f(&gdx_h[..n * h]), &want.dx));
+        err_tk = err_tk.max(check::rel_err(&gtk_h[..n * k].iter().map(|&v| v as f64).collect::<Vec<_>>(), &want.dtopk));
+    }
     let fl = s.forward_flops(tokens * k);
     println!(
         "RESULT megamoe forward {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median of 20), rel err {err:.2e} \
@@ -106,13 +117,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_f * 1e3,
         fl / (ms_f * 1e-3) / 1e12
     );
-    println!(
-        "RESULT megamoe forward+backward {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (3x the forward FLOPs, as \
-         shared/ANCHORS.md; the recompute of z not counted), rel err dx {err_dx:.2e} dtopk {err_tk:.2e} \
-         (first {n} tokens)",
-        ms_fb * 1e3,
-        3.0 * fl / (ms_fb * 1e-3) / 1e12
-    );
+    for (mode, ms) in [("z recomputed", ms_fb), ("z saved", ms_fbz)] {
+        println!(
+            "RESULT megamoe forward+backward ({mode}) {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (3x the forward \
+             FLOPs, as shared/ANCHORS.md; a recompute is not counted), rel err dx {err_dx:.2e} dtopk {err_tk:.2e} \
+             (first {n} tokens, worst of both modes)",
+            ms * 1e3,
+            3.0 * fl / (ms * 1e-3) / 1e12
+        );
+    }
     let err = err.max(err_dx).max(err_tk);
     if err.is_nan() || err > 1e-2 || !written {
         return Err(megamoe::Error::InvalidArgument(format!("{name}: wrong results in the benchmark run")));

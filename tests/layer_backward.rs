@@ -128,11 +128,12 @@ gpu_test!(half_the_experts_empty, { check_backward(SMALL, 150, Routing::HalfEmpt
 gpu_test!(ten_percent_masked, { check_backward(SMALL, 160, Routing::Masked10, Save::InputsOnly) });
 gpu_test!(one_token, { check_backward(SMALL, 1, Routing::Uniform, Save::InputsOnly) });
 gpu_test!(qwen3_30b_a3b_t4096, { check_backward(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::InputsOnly) });
-gpu_test!(qwen3_30b_a3b_t4096_all_on_one_expert, {
-    check_backward(Shape::QWEN3_30B_A3B, 4096, Routing::AllOnOne, Save::WithZ)
+// the f64 reference runs one thread per expert: every row on one expert keeps it on one core, so T is small here
+gpu_test!(qwen3_30b_a3b_t256_all_on_one_expert, {
+    check_backward(Shape::QWEN3_30B_A3B, 256, Routing::AllOnOne, Save::WithZ)
 });
-gpu_test!(qwen3_30b_a3b_t4096_half_empty_masked, {
-    check_backward(Shape::QWEN3_30B_A3B, 4096, Routing::HalfEmpty, Save::InputsOnly)
+gpu_test!(qwen3_30b_a3b_t1024_half_empty, {
+    check_backward(Shape::QWEN3_30B_A3B, 1024, Routing::HalfEmpty, Save::InputsOnly)
 });
 
 gpu_test!(zero_tokens_write_zero_weight_gradients, {
