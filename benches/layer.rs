@@ -44,8 +44,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let mut gw1 = g.alloc::<f32>(e * 2 * i * h)?;
     let mut gw2 = g.alloc::<f32>(e * h * i)?;
     let mut gtk = g.alloc::<f32>(tokens * k)?;
-    let cfg =
-        LayerConfig { hidden: h, intermediate: i, experts: e, top_k: k, max_tokens: tokens, save: Save::InputsOnly };
+    let cfg = LayerConfig::bf16(h, i, e, k, tokens, Save::InputsOnly);
     let mut layer = MoeLayer::new(g.clone(), cfg)?;
     let mut layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
     let inp = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };

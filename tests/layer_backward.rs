@@ -75,7 +75,7 @@ fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
     let g = gpu();
     let mut r = rng();
     let inp = inputs(&mut r, s, tokens, routing);
-    let cfg = LayerConfig { hidden: s.h, intermediate: s.i, experts: s.e, top_k: s.k, max_tokens: tokens.max(1), save };
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens.max(1), save);
     let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
     let o = run(&g, &mut layer, &inp);
     let (mut outs, grads) = reference::forward_backward(&s, &[rank_input(&inp)], &weights(&inp)).unwrap();
@@ -140,14 +140,7 @@ gpu_test!(zero_tokens_write_zero_weight_gradients, {
     let g = gpu();
     let mut r = rng();
     let inp = inputs(&mut r, SMALL, 0, Routing::Uniform);
-    let cfg = LayerConfig {
-        hidden: SMALL.h,
-        intermediate: SMALL.i,
-        experts: SMALL.e,
-        top_k: SMALL.k,
-        max_tokens: 4,
-        save: Save::InputsOnly,
-    };
+    let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 4, Save::InputsOnly);
     let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
     let o = run(&g, &mut layer, &inp);
     assert!(o.y.is_empty() && o.dx.is_empty() && o.dtopk.is_empty());
@@ -158,14 +151,7 @@ gpu_test!(backward_rejects_mismatched_buffers, {
     let g = gpu();
     let mut r = rng();
     let inp = inputs(&mut r, SMALL, 8, Routing::Uniform);
-    let cfg = LayerConfig {
-        hidden: SMALL.h,
-        intermediate: SMALL.i,
-        experts: SMALL.e,
-        top_k: SMALL.k,
-        max_tokens: 8,
-        save: Save::InputsOnly,
-    };
+    let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 8, Save::InputsOnly);
     let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
     let up = |v: &[bf16]| g.upload(v).unwrap();
     let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
@@ -182,4 +168,30 @@ gpu_test!(backward_rejects_mismatched_buffers, {
     assert!(layer.backward(&saved, &dy, &li, grads).is_err());
     g.sync().unwrap();
     assert!(g.download(&dw1).unwrap().iter().all(|v| v.to_bits() == 0x3c3c_3c3c), "a rejected backward wrote");
+});
+
+gpu_test!(nan_in_one_token_stays_in_what_it_touches, {
+    let g = gpu();
+    let mut r = rng();
+    let mut inp = inputs(&mut r, SMALL, 64, Routing::Uniform);
+    inp.x[9 * SMALL.h + 1] = bf16::NAN;
+    let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 64, Save::InputsOnly);
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let o = run(&g, &mut layer, &inp);
+    let (mut outs, grads) = reference::forward_backward(&SMALL, &[rank_input(&inp)], &weights(&inp)).unwrap();
+    let want = outs.remove(0);
+    let (h, k) = (SMALL.h, SMALL.k);
+    let touched: Vec<usize> = inp.ids[9 * k..10 * k].iter().map(|&e| e as usize).collect();
+    for t in (0..64).filter(|&t| t != 9) {
+        let dx = f16s(&o.dx[t * h..(t + 1) * h]);
+        check::close(&format!("dx of token {t}"), &dx, &want.dx[t * h..(t + 1) * h], 1e-2).unwrap();
+        assert!(o.dtopk[t * k..(t + 1) * k].iter().all(|v| v.is_finite()), "dtopk of token {t}");
+    }
+    let (s1, s2) = (2 * SMALL.i * h, h * SMALL.i);
+    for e in (0..SMALL.e).filter(|e| !touched.contains(e)) {
+        let got = f32s(&o.dw1[e * s1..(e + 1) * s1]);
+        check::close(&format!("dW1 of untouched expert {e}"), &got, &grads.dw1[e * s1..(e + 1) * s1], 1e-2).unwrap();
+        let got = f32s(&o.dw2[e * s2..(e + 1) * s2]);
+        check::close(&format!("dW2 of untouched expert {e}"), &got, &grads.dw2[e * s2..(e + 1) * s2], 1e-2).unwrap();
+    }
 });

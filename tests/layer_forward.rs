@@ -15,7 +15,7 @@ fn gpu() -> Arc<Gpu> {
 }
 
 fn config(s: Shape, max_tokens: usize, save: Save) -> LayerConfig {
-    LayerConfig { hidden: s.h, intermediate: s.i, experts: s.e, top_k: s.k, max_tokens, save }
+    LayerConfig::bf16(s.h, s.i, s.e, s.k, max_tokens, save)
 }
 
 /// Run the forward once on `inp` into a poisoned output; return it as f64 and as raw bits.

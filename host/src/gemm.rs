@@ -111,3 +111,12 @@ pub fn grouped_gemm(gpu: &Gpu, g: GroupedGemmArgs<'_>) -> Result<()> {
     // are freed in stream order after the kernel.
     unsafe { gpu.launch(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tile_offsets_count_partial_tiles_and_skip_empty_experts() {
+        assert_eq!(super::tile_offsets(&[0, 1, 128, 129, 0, 256]), vec![0, 0, 1, 2, 4, 4, 6]);
+        assert_eq!(super::tile_offsets(&[]), vec![0]);
+    }
+}

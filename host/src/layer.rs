@@ -27,9 +27,18 @@ pub enum Save {
     WithZ,
 }
 
+/// Element type of the layer's activations and weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    /// bf16 operands, f32 accumulation; f32 weight gradients and dtopk.
+    Bf16,
+}
+
 /// Layer configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayerConfig {
+    /// Element type (bf16 today; blockwise FP8 later).
+    pub dtype: DType,
     /// Hidden size H (a multiple of 64).
     pub hidden: usize,
     /// Expert intermediate size I (a multiple of 64).
@@ -45,6 +54,18 @@ pub struct LayerConfig {
 }
 
 impl LayerConfig {
+    /// A bf16 layer.
+    pub const fn bf16(
+        hidden: usize,
+        intermediate: usize,
+        experts: usize,
+        top_k: usize,
+        max_tokens: usize,
+        save: Save,
+    ) -> Self {
+        LayerConfig { dtype: DType::Bf16, hidden, intermediate, experts, top_k, max_tokens, save }
+    }
+
     /// Check the configuration; a message naming the first problem.
     pub fn validate(&self) -> Result<()> {
         let bad = |s: String| Err(Error::InvalidArgument(s));
@@ -542,5 +563,24 @@ impl Saved {
     /// Per-expert row counts of the forward (synchronises; for tests).
     pub fn expert_counts(&self, gpu: &Gpu) -> Result<Vec<u32>> {
         gpu.download(&self.counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurations_are_checked_with_reasons() {
+        let ok = LayerConfig::bf16(2048, 768, 128, 8, 16384, Save::InputsOnly);
+        ok.validate().unwrap();
+        let why = |c: LayerConfig| c.validate().unwrap_err().to_string();
+        assert!(why(LayerConfig { hidden: 2000, ..ok }).contains("hidden size 2000"));
+        assert!(why(LayerConfig { intermediate: 100, ..ok }).contains("intermediate size 100"));
+        assert!(why(LayerConfig { top_k: 129, ..ok }).contains("top-k 129"));
+        assert!(why(LayerConfig { top_k: 0, ..ok }).contains("top-k 0"));
+        assert!(why(LayerConfig { experts: 0, ..ok }).contains("0 experts"));
+        assert!(why(LayerConfig { max_tokens: 0, ..ok }).contains("max_tokens 0"));
+        assert!(why(LayerConfig { max_tokens: 1 << 30, ..ok }).contains("32-bit"));
     }
 }

@@ -140,8 +140,11 @@ pub fn validate(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(), Strin
     Ok(())
 }
 
+/// A routed row: (rank, token, slot j).
+type Row = (usize, usize, usize);
+
 struct ExpertOut {
-    rows: Vec<(usize, usize, usize)>,
+    rows: Vec<Row>,
     y: Vec<f64>,
     dx: Vec<f64>,
     dtopk: Vec<f64>,
@@ -151,14 +154,7 @@ struct ExpertOut {
 
 /// One expert's rows, weight-row outer: each weight row is streamed once per phase while the expert's rows
 /// stay in cache.
-fn expert(
-    s: &Shape,
-    e: usize,
-    rows: Vec<(usize, usize, usize)>,
-    ranks: &[RankInput],
-    w: &Weights,
-    backward: bool,
-) -> ExpertOut {
+fn expert(s: &Shape, e: usize, rows: Vec<Row>, ranks: &[RankInput], w: &Weights, backward: bool) -> ExpertOut {
     let (h, i) = (s.h, s.i);
     let w1 = &w.w1[e * 2 * i * h..(e + 1) * 2 * i * h];
     let w2 = &w.w2[e * h * i..(e + 1) * h * i];
@@ -242,7 +238,7 @@ pub fn forward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<Vec<RankOu
 
 fn run(s: &Shape, ranks: &[RankInput], w: &Weights, backward: bool) -> Result<(Vec<RankOutput>, Grads), String> {
     validate(s, ranks, w)?;
-    let mut by_expert: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); s.e];
+    let mut by_expert: Vec<Vec<Row>> = vec![Vec::new(); s.e];
     for (r, ri) in ranks.iter().enumerate() {
         for (slot, &id) in ri.topk_ids.iter().enumerate() {
             if id >= 0 {
@@ -250,20 +246,30 @@ fn run(s: &Shape, ranks: &[RankInput], w: &Weights, backward: bool) -> Result<(V
             }
         }
     }
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(s.e);
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    // work items: an expert's rows, split into chunks when one expert holds far more than its share, so a
+    // skewed routing still uses every core; chunks' weight gradients are summed in chunk order afterwards
+    let total: usize = by_expert.iter().map(Vec::len).sum();
+    let chunk = total.div_ceil(threads).max(128);
+    let mut items: Vec<(usize, Vec<Row>)> = Vec::new();
+    for (e, rows) in by_expert.into_iter().enumerate() {
+        if rows.len() <= chunk {
+            items.push((e, rows));
+        } else {
+            items.extend(rows.chunks(chunk).map(|c| (e, c.to_vec())));
+        }
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut done: Vec<(usize, ExpertOut)> = Vec::with_capacity(s.e);
+    let mut done: Vec<(usize, usize, ExpertOut)> = Vec::with_capacity(items.len());
     std::thread::scope(|sc| {
-        let hs: Vec<_> = (0..threads)
+        let hs: Vec<_> = (0..threads.min(items.len()).max(1))
             .map(|_| {
                 sc.spawn(|| {
                     let mut mine = Vec::new();
                     loop {
-                        let e = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if e >= s.e {
-                            break;
-                        }
-                        mine.push((e, expert(s, e, by_expert[e].clone(), ranks, w, backward)));
+                        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((e, rows)) = items.get(n) else { break };
+                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward)));
                     }
                     mine
                 })
@@ -273,7 +279,7 @@ fn run(s: &Shape, ranks: &[RankInput], w: &Weights, backward: bool) -> Result<(V
             done.extend(hnd.join().expect("reference worker panicked"));
         }
     });
-    done.sort_by_key(|(e, _)| *e);
+    done.sort_by_key(|(n, _, _)| *n);
 
     let mut outs: Vec<RankOutput> = ranks
         .iter()
@@ -285,20 +291,20 @@ fn run(s: &Shape, ranks: &[RankInput], w: &Weights, backward: bool) -> Result<(V
     let mut grads = Grads { dw1: vec![0.0; s.e * 2 * s.i * s.h], dw2: vec![0.0; s.e * s.h * s.i] };
     // per-slot results, then sums over j in a fixed order
     let mut slot_y: Vec<Vec<Option<(usize, usize)>>> = ranks.iter().map(|ri| vec![None; ri.topk_ids.len()]).collect();
-    for (e, eo) in &done {
+    for (n, e, eo) in &done {
         let sz1 = 2 * s.i * s.h;
-        grads.dw1[e * sz1..(e + 1) * sz1].copy_from_slice(&eo.dw1);
-        grads.dw2[e * s.h * s.i..(e + 1) * s.h * s.i].copy_from_slice(&eo.dw2);
+        axpy(&mut grads.dw1[e * sz1..(e + 1) * sz1], 1.0, &eo.dw1);
+        axpy(&mut grads.dw2[e * s.h * s.i..(e + 1) * s.h * s.i], 1.0, &eo.dw2);
         for (row, &(r, t, j)) in eo.rows.iter().enumerate() {
-            slot_y[r][t * s.k + j] = Some((*e, row));
+            slot_y[r][t * s.k + j] = Some((*n, row));
             outs[r].dtopk[t * s.k + j] = eo.dtopk[row];
         }
     }
     for (r, ri) in ranks.iter().enumerate() {
         for t in 0..ri.tokens(s) {
             for j in 0..s.k {
-                if let Some((e, row)) = slot_y[r][t * s.k + j] {
-                    let eo = &done[e].1;
+                if let Some((n, row)) = slot_y[r][t * s.k + j] {
+                    let eo = &done[n].2;
                     let wv = ri.topk_w[t * s.k + j];
                     axpy(&mut outs[r].y[t * s.h..(t + 1) * s.h], wv, &eo.y[row * s.h..(row + 1) * s.h]);
                     let dx = &mut outs[r].dx[t * s.h..(t + 1) * s.h];
@@ -412,6 +418,40 @@ mod tests {
         assert_eq!(o1[0].dx, cat(|o| &o.dx));
         for (a, b) in g1.dw1.iter().zip(&g2.dw1).chain(g1.dw2.iter().zip(&g2.dw2)) {
             assert!((a - b).abs() <= 1e-12 * (1.0 + a.abs()));
+        }
+    }
+
+    #[test]
+    fn a_hot_expert_split_into_chunks_gives_the_same_gradients() {
+        // 300 tokens x 2 slots all on expert 1: with 2 or more cores the rows are split into chunks
+        let mut rng = Rng::new(Rng::fresh_seed());
+        let (mut ranks, w) = inputs(&mut rng, &[300]);
+        for (n, id) in ranks[0].topk_ids.iter_mut().enumerate() {
+            *id = if n % 2 == 0 { 1 } else { 2 };
+        }
+        let (o, g) = forward_backward(&S, &ranks, &w).unwrap();
+        // expert 1's dW2 directly: sum over its rows of (s dy)^T act, computed row by row
+        let one = |e: i32| {
+            let mut r = ranks.clone();
+            r[0].topk_ids.iter_mut().for_each(|id| {
+                if *id != e {
+                    *id = -1
+                }
+            });
+            forward_backward(&S, &r, &w).unwrap()
+        };
+        let (o1, g1) = one(1);
+        let (o2, g2) = one(2);
+        let sz = S.h * S.i;
+        for q in 0..sz {
+            let (a, b) = (g.dw2[sz + q], g1.dw2[sz + q]);
+            assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "dW2 {a} vs {b}");
+            let (a, b) = (g.dw2[2 * sz + q], g2.dw2[2 * sz + q]);
+            assert!((a - b).abs() <= 1e-12 * (1.0 + b.abs()), "dW2 {a} vs {b}");
+        }
+        for q in 0..o[0].y.len() {
+            let b = o1[0].y[q] + o2[0].y[q];
+            assert!((o[0].y[q] - b).abs() <= 1e-12 * (1.0 + b.abs()));
         }
     }
 
