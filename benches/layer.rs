@@ -48,8 +48,6 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let mut layer = MoeLayer::new(g.clone(), cfg)?;
     let mut layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
     let inp = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
-    let drv = |what: &'static str| move |e| megamoe::Error::Driver { what: what.into(), source: e };
-    let ev = || g.context().new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("event"));
     // forward alone; forward + backward with z recomputed (Save::InputsOnly); forward + backward with z and h
     // saved (Save::WithZ, what autograd keeps for the PyTorch layer too); 3 warm-ups, 20 timed each
     let mut times = [Vec::new(), Vec::new(), Vec::new()];
@@ -60,17 +58,16 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             if rep == 3 {
                 g.fill_bytes(&mut out, 0xff)?;
             }
-            let (a, b) = (ev()?, ev()?);
-            a.record(g.stream()).map_err(drv("record"))?;
-            let sv = layer.forward(&inp, &mut out)?;
-            if with_bwd {
-                let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
-                layer.backward(&sv, &ddy, &inp, gr)?;
-            }
-            b.record(g.stream()).map_err(drv("record"))?;
-            b.synchronize().map_err(drv("event sync"))?;
+            let ms = g.timed(|| {
+                let sv = layer.forward(&inp, &mut out)?;
+                if with_bwd {
+                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
+                    layer.backward(&sv, &ddy, &inp, gr)?;
+                }
+                Ok(())
+            })?;
             if rep >= 3 {
-                times[pass].push(a.elapsed_ms(&b).map_err(drv("elapsed"))? as f64);
+                times[pass].push(ms);
             }
         }
         if with_bwd {

@@ -251,6 +251,19 @@ impl Gpu {
         .ctx(|| format!("launching {kernel} ({cfg:?})"))
     }
 
+    /// Milliseconds the work `f` enqueues on this device's stream takes, measured with device events around it
+    /// (waits for the end event).
+    pub fn timed(&self, f: impl FnOnce() -> Result<()>) -> Result<f64> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let a = self.ctx.new_event(flags).ctx(|| "creating an event".into())?;
+        let b = self.ctx.new_event(flags).ctx(|| "creating an event".into())?;
+        a.record(&self.stream).ctx(|| "recording an event".into())?;
+        f()?;
+        b.record(&self.stream).ctx(|| "recording an event".into())?;
+        b.synchronize().ctx(|| "waiting for an event".into())?;
+        Ok(a.elapsed_ms(&b).ctx(|| "reading an event pair".into())? as f64)
+    }
+
     /// Wait for the stream; reports any fault of the kernels run so far.
     pub fn sync(&self) -> Result<()> {
         self.stream.synchronize().ctx(|| format!("synchronizing device {}", self.ordinal))
