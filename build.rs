@@ -63,7 +63,7 @@ fn main() {
         .env("RUSTFLAGS", rustflags)
         .env("MEGAMOE_LLVM_BIN", &llvm)
         .current_dir(&crate_dir)
-        .args(["rustc", "--release", "--offline", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+        .args(["rustc", "--release", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
         .args(["--crate-type", "cdylib", "--target-dir"])
         .arg(&target_dir);
     let status = cmd.status().unwrap_or_else(|e| panic!("megamoe: cannot run {}: {e}; {SETUP_HINT}", cargo.display()));
