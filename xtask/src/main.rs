@@ -115,8 +115,40 @@ fn test() -> Res {
     setup()?;
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    run(cargo().args(["test", "--workspace"]).env("MEGAMOE_REQUIRE_CUBIN", "1"))?;
-    check_kernels()
+    let (passed, failed, ignored) =
+        run_counted(cargo().args(["test", "--workspace"]).env("MEGAMOE_REQUIRE_CUBIN", "1"))?;
+    check_kernels()?;
+    // one closing line over every test binary (GPU tests are the skipped ones on a machine without a GPU)
+    println!("tests: {passed} passed, {failed} failed, {ignored} skipped");
+    Ok(())
+}
+
+/// Run a `cargo test` command, echoing its output, and add up its `test result:` lines.
+fn run_counted(cmd: &mut Command) -> Result<(u64, u64, u64), String> {
+    use std::io::BufRead;
+    eprintln!("+ {cmd:?}");
+    let mut child =
+        cmd.stdout(std::process::Stdio::piped()).spawn().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let out = child.stdout.take().expect("piped");
+    let (mut p, mut f, mut i) = (0, 0, 0);
+    for line in std::io::BufReader::new(out).lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let num = |key: &str| {
+                rest.split(';')
+                    .find_map(|part| part.trim().strip_suffix(key)?.trim().rsplit(' ').next()?.parse::<u64>().ok())
+            };
+            p += num("passed").unwrap_or(0);
+            f += num("failed").unwrap_or(0);
+            i += num("ignored").unwrap_or(0);
+        }
+    }
+    let st = child.wait().map_err(|e| e.to_string())?;
+    if !st.success() {
+        return Err(format!("{cmd:?} failed ({st})"));
+    }
+    Ok((p, f, i))
 }
 
 /// Parse ptxas -v: per function, (stack frame bytes, spill store bytes, spill load bytes).
