@@ -26,6 +26,7 @@ macro_rules! unroll {
 }
 
 pub mod desc;
+pub mod ep;
 pub mod manifest;
 pub mod params;
 pub mod swizzle;
