@@ -29,6 +29,8 @@ pub mod desc;
 pub mod ep;
 pub mod manifest;
 pub mod params;
+#[cfg(target_arch = "nvptx64")]
+pub mod pipeline;
 pub mod swizzle;
 
 #[cfg(target_arch = "nvptx64")]

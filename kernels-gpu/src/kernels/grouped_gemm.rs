@@ -14,7 +14,8 @@
 //! (LBO = 8192 B between the 64-wide N atoms, SBO = 1024 B between 8-row K groups; measured, docs/NOTES.md).
 use crate::desc::{Layout, SmemDesc};
 use crate::params::GroupedGemm;
-use crate::ptx::{fence, math, mbarrier, regs, smem, tma, wgmma};
+use crate::pipeline::Ring;
+use crate::ptx::{math, regs, smem, tma, wgmma};
 
 /// Rows per block tile (two consumer warpgroups of 64).
 pub const BM: u32 = crate::kernels_host::GEMM_BM;
@@ -28,7 +29,7 @@ const A_BYTES: u32 = BM * BK * 2;
 const B_BYTES: u32 = BN * BK * 2;
 const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
 /// Dynamic shared memory of the kernel: the ring, then 2 * STAGES mbarriers.
-pub const SMEM_BYTES: u32 = STAGES * STAGE_BYTES + 16 * STAGES;
+pub const SMEM_BYTES: u32 = STAGES * STAGE_BYTES + Ring::<STAGES>::BYTES;
 /// Threads per block.
 pub const THREADS: u32 = crate::kernels_host::GEMM_THREADS;
 
@@ -69,20 +70,13 @@ unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
 #[inline(always)]
 unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool>(p: &GroupedGemm) {
     // shared-memory carve-out: STAGES x (A 128x64, B 256x64) bf16, then full[STAGES], empty[STAGES]
-    let ring = smem::base();
-    let full = ring + STAGES * STAGE_BYTES;
-    let empty = full + 8 * STAGES;
+    let base = smem::base();
+    let ring = Ring::<STAGES>::at(base + STAGES * STAGE_BYTES);
     let t = regs::tid();
     let wg = t / 128;
     // barrier init
     if t == 0 {
-        let mut s = 0;
-        while s < STAGES {
-            mbarrier::init(full + 8 * s, 1);
-            mbarrier::init(empty + 8 * s, 8); // lane 0 of each consumer warp
-            s += 1;
-        }
-        fence::mbarrier_init();
+        ring.init(8); // one arrival per consumer warp
     }
     crate::ptx::sync::block_sync();
     let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
@@ -90,20 +84,19 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool>(p: &
     if wg == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce::<SWIGLU, BT, DSW>(p, ring, full, empty, total, kt_n);
+            produce::<SWIGLU, BT, DSW>(p, base, ring, total, kt_n);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SWIGLU, BT, DSW>(p, ring, full, empty, total, kt_n, wg - 1);
+        consume::<SWIGLU, BT, DSW>(p, base, ring, total, kt_n, wg - 1);
     }
 }
 
 #[inline(always)]
 unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool>(
     p: &GroupedGemm,
-    ring: u32,
-    full: u32,
-    empty: u32,
+    base: u32,
+    ring: Ring<STAGES>,
     total: u32,
     kt_n: u32,
 ) {
@@ -115,12 +108,9 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool>(
         let ti = tile_info(p, tile);
         let mut kt = 0;
         while kt < kt_n {
-            let s = it % STAGES;
-            let ph = (it / STAGES) & 1;
-            mbarrier::wait_parity(empty + 8 * s, ph ^ 1);
-            let fb = full + 8 * s;
-            mbarrier::arrive_expect_tx(fb, STAGE_BYTES);
-            let a_s = ring + s * STAGE_BYTES;
+            let s = Ring::<STAGES>::stage(it);
+            let fb = ring.produce(it, STAGE_BYTES);
+            let a_s = base + s * STAGE_BYTES;
             let b_s = a_s + A_BYTES;
             let kx = (kt * BK) as i32;
             tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
@@ -150,9 +140,8 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool>(
 #[inline(always)]
 unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
     p: &GroupedGemm,
-    ring: u32,
-    full: u32,
-    empty: u32,
+    base: u32,
+    ring: Ring<STAGES>,
     total: u32,
     kt_n: u32,
     cw: u32,
@@ -165,11 +154,10 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
         let mut acc = [0f32; 128];
         let mut kt = 0;
         while kt < kt_n {
-            let s = it % STAGES;
-            let ph = (it / STAGES) & 1;
-            mbarrier::wait_parity(full + 8 * s, ph);
-            let a_s = ring + s * STAGE_BYTES + cw * (A_BYTES / 2);
-            let b_s = ring + s * STAGE_BYTES + A_BYTES;
+            let s = Ring::<STAGES>::stage(it);
+            ring.wait_full(it);
+            let a_s = base + s * STAGE_BYTES + cw * (A_BYTES / 2);
+            let b_s = base + s * STAGE_BYTES + A_BYTES;
             wgmma::fence();
             let da = SmemDesc::k_major_sw128(a_s);
             let db = SmemDesc::k_major_sw128(b_s);
@@ -187,7 +175,7 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
             wgmma::commit_group();
             wgmma::wait_group::<1>();
             if kt > 0 && lane == 0 {
-                mbarrier::arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
+                ring.release_prev(it);
             }
             it += 1;
             kt += 1;
@@ -195,7 +183,7 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
         wgmma::wait_group::<0>();
         wgmma::fence_operand_128(&mut acc);
         if lane == 0 {
-            mbarrier::arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
+            ring.release_prev(it);
         }
         if SWIGLU {
             store_swiglu(p, &acc, &ti, cw);

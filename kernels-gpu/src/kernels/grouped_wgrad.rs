@@ -11,7 +11,8 @@
 use crate::desc::{Layout, SmemDesc};
 use crate::kernels::grouped_gemm::{BK, STAGES};
 use crate::params::WgradGemm;
-use crate::ptx::{fence, mbarrier, regs, smem, sync, tma, wgmma};
+use crate::pipeline::Ring;
+use crate::ptx::{fence, regs, smem, sync, tma, wgmma};
 
 const BOX: u32 = 64 * 64 * 2;
 const A_BYTES: u32 = 2 * BOX;
@@ -40,34 +41,27 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
 /// 384 threads, GEMM_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
-    let ring = smem::base();
-    let full = ring + STAGES * STAGE_BYTES;
-    let empty = full + 8 * STAGES;
+    let base = smem::base();
+    let ring = Ring::<STAGES>::at(base + STAGES * STAGE_BYTES);
     let t = regs::tid();
     if t == 0 {
-        let mut s = 0;
-        while s < STAGES {
-            mbarrier::init(full + 8 * s, 1);
-            mbarrier::init(empty + 8 * s, 8);
-            s += 1;
-        }
-        fence::mbarrier_init();
+        ring.init(8); // one arrival per consumer warp
     }
     sync::block_sync();
     let total = p.experts * p.m_tiles * p.n_tiles;
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(&p, ring, full, empty, total);
+            produce(&p, base, ring, total);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume(&p, ring, full, empty, total, t / 128 - 1);
+        consume(&p, base, ring, total, t / 128 - 1);
     }
 }
 
 #[inline(always)]
-unsafe fn produce(p: &WgradGemm, ring: u32, full: u32, empty: u32, total: u32) {
+unsafe fn produce(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32) {
     tma::prefetch_tensormap(p.map_a as *const u8);
     tma::prefetch_tensormap(p.map_b as *const u8);
     let mut it = 0u32;
@@ -77,11 +71,8 @@ unsafe fn produce(p: &WgradGemm, ring: u32, full: u32, empty: u32, total: u32) {
         let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
         let mut kt = 0;
         while kt < kt_n {
-            let s = it % STAGES;
-            mbarrier::wait_parity(empty + 8 * s, ((it / STAGES) & 1) ^ 1);
-            let fb = full + 8 * s;
-            mbarrier::arrive_expect_tx(fb, STAGE_BYTES);
-            let st = ring + s * STAGE_BYTES;
+            let fb = ring.produce(it, STAGE_BYTES);
+            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             let row = (ti.r0 + kt * BK) as i32;
             tma::load_2d(st, p.map_a as *const u8, (ti.mt * 128) as i32, row, fb);
             tma::load_2d(st + BOX, p.map_a as *const u8, (ti.mt * 128 + 64) as i32, row, fb);
@@ -115,7 +106,7 @@ unsafe fn zero_tail(st: u32, cw: u32, valid: u32) {
 }
 
 #[inline(always)]
-unsafe fn consume(p: &WgradGemm, ring: u32, full: u32, empty: u32, total: u32, cw: u32) {
+unsafe fn consume(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
     let lane = regs::tid() % 32;
     let mut it = 0u32;
     let mut tile = regs::bid();
@@ -125,9 +116,8 @@ unsafe fn consume(p: &WgradGemm, ring: u32, full: u32, empty: u32, total: u32, c
         let mut acc = [0f32; 128];
         let mut kt = 0;
         while kt < kt_n {
-            let s = it % STAGES;
-            mbarrier::wait_parity(full + 8 * s, (it / STAGES) & 1);
-            let st = ring + s * STAGE_BYTES;
+            ring.wait_full(it);
+            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             let valid = ti.r1 - (ti.r0 + kt * BK);
             if valid < BK {
                 // both consumer warpgroups take this branch for the same tile: the barrier is uniform
@@ -145,7 +135,7 @@ unsafe fn consume(p: &WgradGemm, ring: u32, full: u32, empty: u32, total: u32, c
             wgmma::commit_group();
             wgmma::wait_group::<1>();
             if kt > 0 && lane == 0 {
-                mbarrier::arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
+                ring.release_prev(it);
             }
             it += 1;
             kt += 1;
@@ -154,7 +144,7 @@ unsafe fn consume(p: &WgradGemm, ring: u32, full: u32, empty: u32, total: u32, c
             wgmma::wait_group::<0>();
             wgmma::fence_operand_128(&mut acc);
             if lane == 0 {
-                mbarrier::arrive(empty + 8 * ((it + STAGES - 1) % STAGES));
+                ring.release_prev(it);
             }
         }
         store(p, &acc, &ti, cw);

@@ -1,0 +1,66 @@
+//! The producer / consumer ring of a warp-specialised kernel: `S` shared-memory stages, each with a `full`
+//! mbarrier (one producer arrival plus the copy engine's transaction bytes) and an `empty` mbarrier (one arrival
+//! per consumer warp). Producer and consumers count the same iterations `it` over the same tile sequence, so
+//! stage = it % S and phase = (it / S) & 1 on both sides, and the ring cannot deadlock.
+use crate::ptx::{fence, mbarrier};
+
+/// The barriers of a ring of `S` stages: full[S], then empty[S], 8 bytes each.
+#[derive(Clone, Copy)]
+pub struct Ring<const S: u32> {
+    full: u32,
+    empty: u32,
+}
+
+impl<const S: u32> Ring<S> {
+    /// Shared-memory bytes of the barriers.
+    pub const BYTES: u32 = 16 * S;
+
+    /// The ring whose barriers start at shared address `at` (8-byte aligned).
+    #[inline(always)]
+    pub const fn at(at: u32) -> Self {
+        Ring { full: at, empty: at + 8 * S }
+    }
+
+    /// Initialise every barrier. SAFETY: one thread, before the block barrier that publishes the ring.
+    #[inline(always)]
+    pub unsafe fn init(&self, consumer_warps: u32) {
+        let mut s = 0;
+        while s < S {
+            mbarrier::init(self.full + 8 * s, 1);
+            mbarrier::init(self.empty + 8 * s, consumer_warps);
+            s += 1;
+        }
+        fence::mbarrier_init();
+    }
+
+    /// Stage of iteration `it`.
+    #[inline(always)]
+    pub const fn stage(it: u32) -> u32 {
+        it % S
+    }
+
+    /// Producer: wait until the stage of `it` is free, announce `bytes` of copies on it, and return its full
+    /// barrier (the copies complete on it). SAFETY: the producer thread, in iteration order.
+    #[inline(always)]
+    pub unsafe fn produce(&self, it: u32, bytes: u32) -> u32 {
+        let s = it % S;
+        let ph = (it / S) & 1;
+        mbarrier::wait_parity(self.empty + 8 * s, ph ^ 1);
+        let fb = self.full + 8 * s;
+        mbarrier::arrive_expect_tx(fb, bytes);
+        fb
+    }
+
+    /// Consumer: wait until the stage of `it` holds its data. SAFETY: consumer threads, in iteration order.
+    #[inline(always)]
+    pub unsafe fn wait_full(&self, it: u32) {
+        mbarrier::wait_parity(self.full + 8 * (it % S), (it / S) & 1);
+    }
+
+    /// Consumer warp (one lane): give back the stage of iteration `it - 1` (the wgmma that read it are
+    /// complete). SAFETY: one lane of each consumer warp, once per iteration, `it` >= 1.
+    #[inline(always)]
+    pub unsafe fn release_prev(&self, it: u32) {
+        mbarrier::arrive(self.empty + 8 * ((it + S - 1) % S));
+    }
+}
