@@ -108,10 +108,8 @@ impl Saved {
     }
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
-        let b = |n: usize, s: usize| n * s;
-        b(self.row_slot.len() + self.slot_row.len() + self.counts.len() + 2 * self.offsets.len(), 4)
-            + self.z.as_ref().map_or(0, |z| z.len() * 2)
-            + self.h.as_ref().map_or(0, |h| h.len() * 2)
+        let words = self.row_slot.len() + self.slot_row.len() + self.counts.len() + 2 * self.offsets.len();
+        4 * words + 2 * (self.z.as_ref().map_or(0, |z| z.len()) + self.h.as_ref().map_or(0, |h| h.len()))
     }
 }
 

@@ -168,8 +168,10 @@ impl Gpu {
             let dir =
                 std::env::var_os("MEGAMOE_DUMP_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
             let ptx = dir.join(format!("megamoe-{}.ptx", std::process::id()));
-            let _ = std::fs::write(&ptx, self.image.ptx);
-            eprintln!("[megamoe] PTX written to {}", ptx.display());
+            match std::fs::write(&ptx, self.image.ptx) {
+                Ok(()) => eprintln!("[megamoe] PTX written to {}", ptx.display()),
+                Err(e) => eprintln!("[megamoe] could not write the PTX to {}: {e}", ptx.display()),
+            }
             eprintln!("[megamoe] ptxas -v report:\n{}", self.image.ptxas_report);
         }
         let src = if self.image.cubin.is_empty() {
