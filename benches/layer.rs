@@ -124,7 +124,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     }
     let err = err.max(err_dx).max(err_tk);
     if err.is_nan() || err > 1e-2 || !written {
-        return Err(megamoe::Error::InvalidArgument(format!("{name}: wrong results in the benchmark run")));
+        return Err(megamoe::Error::Mismatch(format!("{name}: wrong results in the benchmark run")));
     }
     Ok(())
 }

@@ -246,6 +246,6 @@ fn gpu_layer(
     if bad.is_empty() {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("{bad:?} differ from the reference")))
+        Err(Error::Mismatch(format!("{bad:?} differ from the reference")))
     }
 }

@@ -50,6 +50,9 @@ pub enum Error {
     /// The module does not export the kernel.
     #[error("kernel `{0}` is not in the embedded module")]
     MissingKernel(String),
+    /// A result differs from its reference (self-tests, checked runs).
+    #[error("check failed: {0}")]
+    Mismatch(String),
     /// A bounded wait on the device expired.
     #[error("timed out after {timeout_ms} ms waiting for rank {rank} in phase `{phase}`")]
     Timeout {

@@ -11,7 +11,7 @@ use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
 fn fail(what: String) -> Error {
-    Error::InvalidArgument(format!("self-test failed: {what}"))
+    Error::Mismatch(format!("self-test: {what}"))
 }
 
 /// wgmma m64nNk16 (N = 64, 128 or 256) fed by TMA with 128-byte swizzle, or with `interleave` (N = 64 only) fed
