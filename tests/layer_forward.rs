@@ -4,15 +4,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{inputs, reference_y, rng, Inputs, Routing};
+use common::{gpu, inputs, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
 use half::bf16;
 use megamoe::layer::{Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
 use megamoe::{check, Gpu};
-
-fn gpu() -> Arc<Gpu> {
-    megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
-}
 
 fn config(s: Shape, max_tokens: usize, save: Save) -> LayerConfig {
     LayerConfig::bf16(s.h, s.i, s.e, s.k, max_tokens, save)
@@ -49,19 +45,6 @@ fn check_forward(s: Shape, tokens: usize, routing: Routing, save: Save) {
     eprintln!("y rel err {e:.3e}");
     let (_, bits2) = run(&g, &mut layer, &inp);
     assert!(bits == bits2, "two runs on the same inputs differ");
-}
-
-const SMALL: Shape = Shape { h: 256, i: 128, e: 8, k: 2 };
-/// Sizes that are not multiples of the tiles: H = 320 (GEMM2 n-tile of 256 partial), I = 192 (SwiGLU n-tile of
-/// 128 partial), K = 320 and 192.
-const RAGGED: Shape = Shape { h: 320, i: 192, e: 5, k: 3 };
-
-macro_rules! gpu_test {
-    ($name:ident, $body:block) => {
-        #[test]
-        #[ignore = "needs a Hopper GPU: run with --ignored on the H200"]
-        fn $name() $body
-    };
 }
 
 gpu_test!(small_uniform, { check_forward(SMALL, 100, Routing::Uniform, Save::InputsOnly) });

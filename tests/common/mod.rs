@@ -1,9 +1,33 @@
 //! Shared helpers of the GPU layer tests: random layer inputs, routings, and the comparison with the
 //! f64 reference.
 #![allow(dead_code)]
+use std::sync::Arc;
+
 use half::bf16;
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
+use megamoe::Gpu;
+
+/// A small layer shape.
+pub const SMALL: Shape = Shape { h: 256, i: 128, e: 8, k: 2 };
+/// Sizes that are not multiples of the tiles: H = 320 (a partial n-tile of 256), I = 192 (a partial SwiGLU n-tile
+/// of 128), contractions of 320 and 192.
+pub const RAGGED: Shape = Shape { h: 320, i: 192, e: 5, k: 3 };
+
+/// A test that needs the GPU: ignored elsewhere, run with `--ignored` on the H200.
+#[macro_export]
+macro_rules! gpu_test {
+    ($name:ident, $body:block) => {
+        #[test]
+        #[ignore = "needs a Hopper GPU: run with --ignored on the H200"]
+        fn $name() $body
+    };
+}
+
+/// GPU 0, or a panic saying these tests belong on the GPU machine.
+pub fn gpu() -> Arc<Gpu> {
+    megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
+}
 
 /// How slots are routed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
