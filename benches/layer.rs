@@ -19,6 +19,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Timed repetitions after the 3 warm-ups: `MEGAMOE_BENCH_REPS` (default 20; 1 for a profiler run, where the
+/// kernels of one warm iteration are launches 4 * 7 + 17 .. of each shape's forward + backward pass).
+fn timed_reps() -> usize {
+    std::env::var("MEGAMOE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(20)
+}
+
 fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng) -> megamoe::Result<()> {
     let (h, i, e, k) = (s.h, s.i, s.e, s.k);
     let x = rng.bf16_vec(tokens * h, 1.0);
@@ -48,13 +54,14 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let mut layer = MoeLayer::new(g.clone(), cfg)?;
     let mut layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
     let inp = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
-    // forward alone; forward + backward with z recomputed (Save::InputsOnly); forward + backward with z and h
-    // saved (Save::WithZ, what autograd keeps for the PyTorch layer too); 3 warm-ups, 20 timed each
+    // forward alone; forward + backward with z recomputed (Save::InputsOnly); forward + backward with z
+    // saved (Save::WithZ, as autograd keeps activations for the PyTorch layer); 3 warm-ups, 20 timed each
     let mut times = [Vec::new(), Vec::new(), Vec::new()];
     let mut checked = Vec::new();
+    let reps = timed_reps();
     for (pass, with_bwd) in [false, true, true].into_iter().enumerate() {
         let layer = if pass == 2 { &mut layer_z } else { &mut layer };
-        for rep in 0..23 {
+        for rep in 0..3 + reps {
             if rep == 3 {
                 g.fill_bytes(&mut out, 0xff)?;
             }
@@ -108,7 +115,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     }
     let fl = s.forward_flops(tokens * k);
     println!(
-        "RESULT megamoe forward {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median of 20), rel err {err:.2e} \
+        "RESULT megamoe forward {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median of {reps}), rel err {err:.2e} \
          (first {n} tokens), all written: {written}",
         ms_f * 1e3,
         fl / (ms_f * 1e-3) / 1e12
@@ -142,7 +149,12 @@ fn main() {
     println!("layer benchmark on {} (seed {seed})", g.name());
     let tokens = 16384;
     let mut ok = true;
+    // MEGAMOE_BENCH_ONLY=235B (a substring of the shape name) runs one shape
+    let only = std::env::var("MEGAMOE_BENCH_ONLY").unwrap_or_default();
     for (name, s) in [("Qwen3-30B-A3B", Shape::QWEN3_30B_A3B), ("Qwen3-235B-A22B", Shape::QWEN3_235B_A22B)] {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
         if let Err(e) = bench_shape(&g, name, s, tokens, &mut rng) {
             println!("FAILED {name}: {e}");
             ok = false;

@@ -103,6 +103,7 @@ pub fn grouped_gemm(gpu: &Gpu, g: GroupedGemmArgs<'_>) -> Result<()> {
         w: 0,
         row_slot: 0,
         partial: 0,
+        sh: 0,
     };
     let m_tiles_max = (g.rows_max as u32).div_ceil(kh::GEMM_BM) + (g.experts as u32).min(g.rows_max as u32);
     let grid = gpu.sm_count().min(m_tiles_max * n_tiles);

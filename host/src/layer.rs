@@ -3,9 +3,9 @@
 //! the device.
 //!
 //! Forward: routing layout, gather of x, grouped GEMM1 with the SwiGLU epilogue, grouped GEMM2, combine.
-//! Backward: gather of x (and recompute of z, unless saved), gathers of dy and s * dy, dh = dy W2 with the
-//! SwiGLU-backward epilogue (dz and the dtopk partial sums), dtopk, dx rows = dz W1, combine of dx, and the
-//! K-grouped weight gradients dW2 = (s dy)^T h and dW1 = dz^T x.
+//! Backward: gather of x (and recompute of z, unless saved), gather of dy, dh = dy W2 with the SwiGLU-backward
+//! epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1, combine of dx, and the K-grouped
+//! weight gradients dW2 = dy^T (s h) and dW1 = dz^T x.
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 pub enum Save {
     /// Only the inputs; the backward recomputes z.
     InputsOnly,
-    /// z = [g | u] and h = silu(g) * u as well (bf16, 3I per routed row).
+    /// z = [g | u] as well (bf16, 2I per routed row); the backward recomputes h from it.
     WithZ,
 }
 
@@ -89,7 +89,7 @@ impl LayerConfig {
     }
 }
 
-/// What the forward leaves for the backward: the routing layout of the call, and z and h in `Save::WithZ`.
+/// What the forward leaves for the backward: the routing layout of the call, and z in `Save::WithZ`.
 pub struct Saved {
     tokens: usize,
     counts: CudaSlice<u32>,
@@ -98,7 +98,6 @@ pub struct Saved {
     row_slot: CudaSlice<u32>,
     slot_row: CudaSlice<i32>,
     z: Option<CudaSlice<bf16>>,
-    h: Option<CudaSlice<bf16>>,
 }
 
 impl Saved {
@@ -109,7 +108,7 @@ impl Saved {
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
         let words = self.row_slot.len() + self.slot_row.len() + self.counts.len() + 2 * self.offsets.len();
-        4 * words + 2 * (self.z.as_ref().map_or(0, |z| z.len()) + self.h.as_ref().map_or(0, |h| h.len()))
+        4 * words + 2 * self.z.as_ref().map_or(0, |z| z.len())
     }
 }
 
@@ -151,7 +150,7 @@ struct Work {
     z: CudaSlice<bf16>,
     ys: CudaSlice<bf16>,
     dys: CudaSlice<bf16>,
-    sdys: CudaSlice<bf16>,
+    sh: CudaSlice<bf16>,
     dz: CudaSlice<bf16>,
     partial: CudaSlice<f32>,
 }
@@ -199,7 +198,7 @@ impl MoeLayer {
             z: gpu.alloc(slots * 2 * i)?,
             ys: gpu.alloc(slots * h)?,
             dys: gpu.alloc(slots * h)?,
-            sdys: gpu.alloc(slots * h)?,
+            sh: gpu.alloc(slots * i)?,
             dz: gpu.alloc(slots * 2 * i)?,
             partial: gpu.alloc(slots * n_tiles_i)?,
         };
@@ -325,7 +324,6 @@ impl MoeLayer {
             row_slot: g.alloc(slots.max(1))?,
             slot_row: g.alloc(slots.max(1))?,
             z: if with_z { Some(g.alloc((slots * 2 * c.intermediate).max(1))?) } else { None },
-            h: if with_z { Some(g.alloc((slots * c.intermediate).max(1))?) } else { None },
         };
         if inp.tokens == 0 {
             return Ok(sv);
@@ -350,10 +348,7 @@ impl MoeLayer {
             g.launch("route_place", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
         }
         self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), 0, &sv)?;
-        let (h_ptr, h_rows) = match &sv.h {
-            Some(h) => (dptr(h, &s), slots),
-            None => (dptr(&self.work.h, &s), c.max_tokens * c.top_k),
-        };
+        let (h_ptr, h_rows) = (dptr(&self.work.h, &s), c.max_tokens * c.top_k);
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
         self.gemm1(&sv, inp.w1, h_ptr, z_ptr)?;
         let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
@@ -458,18 +453,18 @@ impl MoeLayer {
         let (h2, i2) = (c.hidden, c.intermediate);
         // x rows (and z, h unless saved)
         self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), 0, saved)?;
-        let (z_ptr, h_ptr, h_rows) = match (&saved.z, &saved.h) {
-            (Some(z), Some(h)) => (dptr(z, &s), dptr(h, &s), slots),
-            _ => {
-                let (zp, hp) = (dptr(&self.work.z, &s), dptr(&self.work.h, &s));
-                self.gemm1(saved, inp.w1, hp, zp)?;
-                (zp, hp, ws_rows)
+        let z_ptr = match &saved.z {
+            Some(z) => dptr(z, &s),
+            None => {
+                // z only: h is recomputed from z in the dh epilogue
+                let zp = dptr(&self.work.z, &s);
+                self.gemm1(saved, inp.w1, 0, zp)?;
+                zp
             }
         };
-        // dy rows, and s * dy rows for dW2
+        // dy rows
         self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), 0, saved)?;
-        self.gather(dptr(dy, &s), dptr(&self.work.sdys, &s), dptr(inp.topk_weights, &s), saved)?;
-        // dh = dy W2_e with the SwiGLU backward: dz, dtopk partials
+        // dh = dy W2_e with the SwiGLU backward: dz, s * h, dtopk partials
         let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
         let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), c.experts * h2, i2, 64, 64)?;
@@ -486,6 +481,7 @@ impl MoeLayer {
             w: dptr(inp.topk_weights, &s),
             row_slot: dptr(&saved.row_slot, &s),
             partial: dptr(&self.work.partial, &s),
+            sh: dptr(&self.work.sh, &s),
             ..zero_gemm()
         };
         self.mgemm("grouped_gemm_bt_dswiglu", p, saved)?;
@@ -516,7 +512,8 @@ impl MoeLayer {
         self.combine(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved)?;
         // weight gradients, contracting over each expert's rows
         let acc = grads.accumulate;
-        self.wgrad((dptr(&self.work.sdys, &s), ws_rows, h2), (h_ptr, h_rows, i2), grads.dw2, saved, acc)?;
+        let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
+        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc)?;
         let xs = (dptr(&self.work.xs, &s), ws_rows, h2);
         self.wgrad((dptr(&self.work.dz, &s), ws_rows, 2 * i2), xs, grads.dw1, saved, acc)?;
         Ok(())
@@ -554,6 +551,7 @@ fn zero_gemm() -> GroupedGemm {
         w: 0,
         row_slot: 0,
         partial: 0,
+        sh: 0,
     }
 }
 

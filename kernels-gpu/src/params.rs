@@ -194,6 +194,9 @@ pub struct GroupedGemm {
     pub row_slot: u64,
     /// SwiGLU-backward epilogue: f32 [rows, n_tiles] partial sums of dh * h (dtopk).
     pub partial: u64,
+    /// SwiGLU-backward epilogue: bf16 [rows, n] output s * h (the dW2 operand, s the row's routing weight);
+    /// 0 for none.
+    pub sh: u64,
 }
 
 /// K-grouped weight-gradient GEMM (kernel `grouped_wgrad_f32`): for each expert e,

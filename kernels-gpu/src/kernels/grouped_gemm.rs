@@ -246,7 +246,9 @@ unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
             if col < p.n && row < ti.row_end {
                 let (g0, g1) = (acc[4 * J + 2 * H], acc[4 * J + 2 * H + 1]);
                 let (u0, u1) = (acc[4 * (J + 16) + 2 * H], acc[4 * (J + 16) + 2 * H + 1]);
-                *c.add(((row * p.ldc + col) / 2) as usize) = math::pack_bf16x2(silu_mul(g0, u0), silu_mul(g1, u1));
+                if p.c != 0 {
+                    *c.add(((row * p.ldc + col) / 2) as usize) = math::pack_bf16x2(silu_mul(g0, u0), silu_mul(g1, u1));
+                }
                 if p.z != 0 {
                     let zrow = row * 2 * p.n;
                     *z.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(g0, g1);
@@ -259,8 +261,9 @@ unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
 
 /// SwiGLU backward on the dh tile (dh = dy_e . W2_e, this kernel with B N-major): with g, u read from
 /// z = [g | u] (bf16 [rows, 2n]) and s = w[row_slot[row]], stores dz = [dg | du] (bf16 [rows, 2n], into `c`),
-/// dg = s dh u sig(g) (1 + g (1 - sig(g))), du = s dh silu(g), and the partial sum of dh * h (h = silu(g) u)
-/// over the tile's columns into partial[row, n_tile] (dtopk = <dh, h> after `dtopk_reduce`).
+/// dg = s dh u sig(g) (1 + g (1 - sig(g))), du = s dh silu(g), s * h (h = silu(g) u, bf16 [rows, n], into
+/// `sh` when non-zero: the dW2 = dy^T (s h) operand, so no scaled copy of dy is needed), and the partial sum
+/// of dh * h over the tile's columns into partial[row, n_tile] (dtopk = <dh, h> after `dtopk_reduce`).
 #[inline(always)]
 unsafe fn store_dswiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
     let (r0, r1, c0) = frag();
@@ -268,6 +271,7 @@ unsafe fn store_dswiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
     let n = p.n;
     let z = p.z as *const u32;
     let dz = p.c as *mut u32;
+    let sh = p.sh as *mut u32;
     let mut part = [0f32; 2];
     crate::unroll!(H in [0, 1] {
         let row = rows[H];
@@ -281,6 +285,7 @@ unsafe fn store_dswiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
                     let up = *z.add(((zrow + n + col) / 2) as usize);
                     let mut dg = [0f32; 2];
                     let mut du = [0f32; 2];
+                    let mut hs = [0f32; 2];
                     crate::unroll!(Q in [0, 1] {
                         let g = math::bf16_to_f32((gp >> (16 * Q)) as u16);
                         let u = math::bf16_to_f32((up >> (16 * Q)) as u16);
@@ -290,9 +295,13 @@ unsafe fn store_dswiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
                         part[H] += dh * silu * u;
                         dg[Q] = s * dh * u * sg * (1.0 + g * (1.0 - sg));
                         du[Q] = s * dh * silu;
+                        hs[Q] = s * silu * u;
                     });
                     *dz.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(dg[0], dg[1]);
                     *dz.add(((zrow + n + col) / 2) as usize) = math::pack_bf16x2(du[0], du[1]);
+                    if p.sh != 0 {
+                        *sh.add(((row * n + col) / 2) as usize) = math::pack_bf16x2(hs[0], hs[1]);
+                    }
                 }
             });
         }
