@@ -67,16 +67,10 @@ fn f32s(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
 
-fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
-    let g = gpu();
-    let mut r = rng();
-    let inp = inputs(&mut r, s, tokens, routing);
-    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens.max(1), save);
-    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
-    let o = run(&g, &mut layer, &inp);
-    let (mut outs, grads) = reference::forward_backward(&s, &[rank_input(&inp)], &weights(&inp)).unwrap();
+/// y, dx, dtopk, dW1, dW2 of `o` fully written and within 1e-2 of the reference; accumulation exactly doubles.
+fn compare(inp: &Inputs, o: &Out, tag: &str) {
+    let (mut outs, grads) = reference::forward_backward(&inp.shape, &[rank_input(inp)], &weights(inp)).unwrap();
     let want = outs.remove(0);
-    let tag = format!("{s:?} T={tokens} {routing:?} {save:?}");
     for (what, got, reference) in [
         ("y", f16s(&o.y), &want.y),
         ("dx", f16s(&o.dx), &want.dx),
@@ -95,6 +89,17 @@ fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
             panic!("{tag}: accumulated {what}[{i}] = {} != 2 x {}", two[i], one[i]);
         }
     }
+}
+
+fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    let g = gpu();
+    let mut r = rng();
+    let inp = inputs(&mut r, s, tokens, routing);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens.max(1), save);
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let o = run(&g, &mut layer, &inp);
+    let tag = format!("{s:?} T={tokens} {routing:?} {save:?}");
+    compare(&inp, &o, &tag);
     // repeat: bitwise equal
     let o2 = run(&g, &mut layer, &inp);
     let bits16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -180,3 +185,97 @@ gpu_test!(nan_in_one_token_stays_in_what_it_touches, {
         check::close(&format!("dW2 of untouched expert {e}"), &got, &grads.dw2[e * s2..(e + 1) * s2], 1e-2).unwrap();
     }
 });
+
+/// Poison (every byte 0xff: NaN, which any write or any f32 add, even of 0, changes to another bit pattern)
+/// and the check that a buffer still holds it.
+fn poison<T>(g: &Gpu, b: &mut cudarc::driver::CudaSlice<T>) {
+    g.fill_bytes(b, 0xff).unwrap();
+}
+fn untouched16(what: &str, v: &[bf16]) {
+    if let Some(i) = v.iter().position(|x| x.to_bits() != 0xffff) {
+        panic!("{what}[{i}] = {:#06x} was written (poison 0xffff)", v[i].to_bits());
+    }
+}
+fn untouched32(what: &str, v: &[f32]) {
+    if let Some(i) = v.iter().position(|x| x.to_bits() != 0xffff_ffff) {
+        panic!("{what}[{i}] = {:#010x} was written (poison 0xffffffff)", v[i].to_bits());
+    }
+}
+
+/// A forward with one invalid id (`bad_id`: >= E or < -1) between a valid forward and its backward: the bad
+/// call writes nothing (y), its backward writes nothing (dx, dtopk, dW1, dW2; accumulate false and true), the
+/// earlier valid call's backward is right, and so is a valid forward + backward after it on the same layer.
+fn invalid_id_backward_writes_nothing(bad_id: i32, save: Save) {
+    let g = gpu();
+    let mut r = rng();
+    let s = SMALL;
+    let tokens = 48;
+    let inp = inputs(&mut r, s, tokens, Routing::Uniform);
+    let mut bad = inp.ids.clone();
+    bad[11 * s.k] = bad_id;
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens, save);
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let up = |v: &[bf16]| g.upload(v).unwrap();
+    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
+    let (ids, bad_ids, w) = (g.upload(&inp.ids).unwrap(), g.upload(&bad).unwrap(), g.upload(&inp.w).unwrap());
+    let li = LayerInputs { tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let lb = LayerInputs { topk_ids: &bad_ids, ..li };
+    let alloc16 = || g.alloc::<bf16>(tokens * s.h).unwrap();
+    let (mut y_ok, mut y_bad, mut dx) = (alloc16(), alloc16(), alloc16());
+    let mut dtopk = g.alloc::<f32>(tokens * s.k).unwrap();
+    let mut dw1 = g.alloc::<f32>(s.e * 2 * s.i * s.h).unwrap();
+    let mut dw2 = g.alloc::<f32>(s.e * s.h * s.i).unwrap();
+    poison(&g, &mut y_ok);
+    poison(&g, &mut y_bad);
+    let saved_ok = layer.forward(&li, &mut y_ok).unwrap();
+    let saved_bad = layer.forward(&lb, &mut y_bad).unwrap();
+    g.sync().unwrap();
+    untouched16(&format!("id {bad_id}: y"), &g.download(&y_bad).unwrap());
+    assert!(layer.routing_error().is_err() && saved_bad.check(&g).is_err(), "id {bad_id} not reported");
+    saved_ok.check(&g).unwrap();
+    for accumulate in [false, true] {
+        poison(&g, &mut dx);
+        poison(&g, &mut dtopk);
+        poison(&g, &mut dw1);
+        poison(&g, &mut dw2);
+        let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
+        layer.backward(&saved_bad, &dy, &lb, grads).expect("found on the device, not by the call");
+        g.sync().unwrap();
+        let tag = format!("id {bad_id}, {save:?}, accumulate {accumulate}");
+        untouched16(&format!("{tag}: dx"), &g.download(&dx).unwrap());
+        untouched32(&format!("{tag}: dtopk"), &g.download(&dtopk).unwrap());
+        untouched32(&format!("{tag}: dW1"), &g.download(&dw1).unwrap());
+        untouched32(&format!("{tag}: dW2"), &g.download(&dw2).unwrap());
+    }
+    // the valid call's backward, after the bad forward: its own word is clear, so it is complete and right
+    poison(&g, &mut dx);
+    poison(&g, &mut dtopk);
+    poison(&g, &mut dw1);
+    poison(&g, &mut dw2);
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward(&saved_ok, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    let (dw1_h, dw2_h) = (g.download(&dw1).unwrap(), g.download(&dw2).unwrap());
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: true };
+    layer.backward(&saved_ok, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    let o = Out {
+        y: g.download(&y_ok).unwrap(),
+        dx: g.download(&dx).unwrap(),
+        dtopk: g.download(&dtopk).unwrap(),
+        dw1: dw1_h,
+        dw2: dw2_h,
+        dw1_acc: g.download(&dw1).unwrap(),
+        dw2_acc: g.download(&dw2).unwrap(),
+    };
+    compare(&inp, &o, &format!("valid call before a bad one (id {bad_id}, {save:?})"));
+    // a valid forward + backward after the bad call, on the same layer (run() checks routing_error is clear)
+    let o = run(&g, &mut layer, &inp);
+    compare(&inp, &o, &format!("valid call after a bad one (id {bad_id}, {save:?})"));
+    assert!(saved_bad.check(&g).is_err(), "a later forward changed an older call's error word");
+}
+
+gpu_test!(invalid_id_e_backward_writes_nothing, {
+    invalid_id_backward_writes_nothing(SMALL.e as i32, Save::InputsOnly)
+});
+gpu_test!(invalid_id_minus_two_backward_writes_nothing, { invalid_id_backward_writes_nothing(-2, Save::WithZ) });

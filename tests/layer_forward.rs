@@ -8,7 +8,7 @@ use common::{gpu, inputs, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
 use half::bf16;
 use megamoe::layer::{Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
-use megamoe::{check, Gpu};
+use megamoe::{check, Error, Gpu};
 
 fn config(s: Shape, max_tokens: usize, save: Save) -> LayerConfig {
     LayerConfig::bf16(s.h, s.i, s.e, s.k, max_tokens, save)
@@ -85,7 +85,7 @@ gpu_test!(bad_inputs_are_rejected_and_write_nothing, {
     assert!(layer.forward(&li(16, &w2), &mut out).is_err());
     g.sync().unwrap();
     assert!(g.download(&out).unwrap().iter().all(|v| v.to_bits() == 0x7b7b), "a rejected call wrote");
-    // an id >= E is flagged and treated as masked, never read out of bounds
+    // ids >= E and < -1 are found on the device: the call returns, writes nothing, and the error is read after
     let mut bad = inp.ids.clone();
     bad[3] = SMALL.e as i32;
     bad[5] = -7;
@@ -94,6 +94,7 @@ gpu_test!(bad_inputs_are_rejected_and_write_nothing, {
     layer.forward(&lb, &mut out).unwrap();
     g.sync().unwrap();
     assert!(layer.routing_error().is_err());
+    assert!(g.download(&out).unwrap().iter().all(|v| v.to_bits() == 0x7b7b), "a forward with bad ids wrote");
     // configurations the layer does not take
     for c in [
         LayerConfig { hidden: 100, ..config(SMALL, 8, Save::InputsOnly) },
@@ -123,3 +124,49 @@ gpu_test!(nan_in_one_token_stays_in_that_token, {
         }
     }
 });
+
+/// One invalid id (`bad_id`: >= E or < -1) in a forward: the call returns Ok, `out` keeps its poison bit for
+/// bit, the layer's and the Saved's error say why; then a valid forward on the same layer is right and clears
+/// the layer's error, while the bad call's Saved keeps its own.
+fn invalid_id_writes_nothing(bad_id: i32, save: Save) {
+    let g = gpu();
+    let mut r = rng();
+    let tokens = 40;
+    let inp = inputs(&mut r, SMALL, tokens, Routing::Uniform);
+    let mut bad = inp.ids.clone();
+    bad[7 * SMALL.k + 1] = bad_id;
+    let mut layer = MoeLayer::new(g.clone(), config(SMALL, tokens, save)).unwrap();
+    layer.routing_error().unwrap(); // no forward yet
+    let x = g.upload(&inp.x).unwrap();
+    let bad_ids = g.upload(&bad).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let w1 = g.upload(&inp.w1).unwrap();
+    let w2 = g.upload(&inp.w2).unwrap();
+    let mut out = g.alloc::<bf16>(tokens * SMALL.h).unwrap();
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    let lb = LayerInputs { tokens, x: &x, topk_ids: &bad_ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let saved = layer.forward(&lb, &mut out).expect("an invalid id is found on the device, not by the call");
+    g.sync().unwrap();
+    let o = g.download(&out).unwrap();
+    if let Some(i) = o.iter().position(|v| v.to_bits() != 0xffff) {
+        panic!("id {bad_id}: out[{i}] = {:#06x} was written (poison 0xffff)", o[i].to_bits());
+    }
+    for (who, res) in [("layer.routing_error()", layer.routing_error()), ("saved.check()", saved.check(&g))] {
+        match res {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("outside -1..E") && m.contains("nothing was written"), "{who}: {m}");
+                eprintln!("{who}: {m}");
+            }
+            other => panic!("id {bad_id}: {who} returned {other:?}"),
+        }
+    }
+    // the same layer, valid ids: right, and the layer's error is the new call's
+    let (y, _) = run(&g, &mut layer, &inp);
+    let want = reference_y(&inp);
+    check::close(&format!("y after a bad call (id {bad_id}, {save:?})"), &y, &want, 1e-2).unwrap();
+    layer.routing_error().unwrap();
+    assert!(saved.check(&g).is_err(), "a later forward changed an older call's error word");
+}
+
+gpu_test!(invalid_id_e_writes_nothing, { invalid_id_writes_nothing(SMALL.e as i32, Save::InputsOnly) });
+gpu_test!(invalid_id_minus_two_writes_nothing, { invalid_id_writes_nothing(-2, Save::WithZ) });

@@ -6,6 +6,13 @@
 //! Backward: gather of x (and recompute of z, unless saved), gather of dy, dh = dy W2 with the SwiGLU-backward
 //! epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1, combine of dx, and the K-grouped
 //! weight gradients dW2 = dy^T (s h) and dW1 = dz^T x.
+//!
+//! Invalid expert ids (outside -1..E) cannot be seen by the host without a synchronisation. Each forward
+//! call has its own device error word (in its [`Saved`]): `route_count` sets it, `route_scan` then writes
+//! all-zero offsets (no gather or grouped GEMM of the call has rows), and the kernels that write outputs
+//! (`combine_rows`, `dtopk_reduce`, `grouped_wgrad_f32`) return at once, in the forward and in every backward
+//! of that [`Saved`]: y, dx, dtopk, dW1 and dW2 keep their previous contents. [`MoeLayer::routing_error`]
+//! and [`Saved::check`] read the word (they synchronise).
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -89,9 +96,14 @@ impl LayerConfig {
     }
 }
 
-/// What the forward leaves for the backward: the routing layout of the call, and z in `Save::WithZ`.
+/// What the forward leaves for the backward: the routing layout of the call, its routing error word, and z
+/// in `Save::WithZ`.
 pub struct Saved {
     tokens: usize,
+    experts: usize,
+    /// u32 [1]: set on the device when the call's topk_ids hold an id outside -1..E (one word per call, shared
+    /// with the layer so that [`MoeLayer::routing_error`] reads the last call's).
+    error: Arc<CudaSlice<u32>>,
     counts: CudaSlice<u32>,
     offsets: CudaSlice<u32>,
     tile_offsets: CudaSlice<u32>,
@@ -107,7 +119,8 @@ impl Saved {
     }
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
-        let words = self.row_slot.len() + self.slot_row.len() + self.counts.len() + 2 * self.offsets.len();
+        let words =
+            self.row_slot.len() + self.slot_row.len() + self.counts.len() + 2 * self.offsets.len() + self.error.len();
         4 * words + 2 * self.z.as_ref().map_or(0, |z| z.len())
     }
 }
@@ -144,7 +157,6 @@ pub struct Inputs<'a> {
 
 /// Device workspace of one layer instance (sized for max_tokens).
 struct Work {
-    error: CudaSlice<u32>,
     xs: CudaSlice<bf16>,
     h: CudaSlice<bf16>,
     z: CudaSlice<bf16>,
@@ -180,6 +192,8 @@ pub struct MoeLayer {
     cfg: LayerConfig,
     work: Work,
     maps: MapCache,
+    /// The routing error word of the last forward (None before the first).
+    last_error: Option<Arc<CudaSlice<u32>>>,
 }
 
 impl MoeLayer {
@@ -189,10 +203,7 @@ impl MoeLayer {
         let slots = cfg.max_tokens * cfg.top_k;
         let (h, i) = (cfg.hidden, cfg.intermediate);
         let n_tiles_i = i.div_ceil(kh::GEMM_BN as usize);
-        let mut error = gpu.alloc::<u32>(1)?;
-        gpu.fill_bytes(&mut error, 0)?;
         let work = Work {
-            error,
             xs: gpu.alloc(slots * h)?,
             h: gpu.alloc(slots * i)?,
             z: gpu.alloc(slots * 2 * i)?,
@@ -202,7 +213,7 @@ impl MoeLayer {
             dz: gpu.alloc(slots * 2 * i)?,
             partial: gpu.alloc(slots * n_tiles_i)?,
         };
-        Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default() })
+        Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None })
     }
 
     /// The configuration.
@@ -305,8 +316,12 @@ impl MoeLayer {
     }
 
     /// Forward: out[t] = sum over j of topk_weights[t, j] * SwiGLU-expert(topk_ids[t, j])(x[t]), asynchronous on
-    /// the layer's stream, no host synchronisation. Returns what the backward needs. Ids outside -1..E are
-    /// treated as masked slots and flagged (read the flag with [`MoeLayer::routing_error`]).
+    /// the layer's stream, no host synchronisation. Returns what the backward needs.
+    ///
+    /// An expert id outside -1..E in `topk_ids` is found on the device, so the call still returns `Ok`: it sets
+    /// this call's error word and nothing is written (`out` keeps its previous contents; every backward of the
+    /// returned [`Saved`] writes nothing either). Read the word with [`MoeLayer::routing_error`] (the last
+    /// forward) or [`Saved::check`] (that call); both synchronise and return [`Error::InvalidArgument`].
     pub fn forward(&mut self, inp: &Inputs<'_>, out: &mut CudaSlice<bf16>) -> Result<Saved> {
         self.check_inputs(inp, out.len())?;
         let g = self.gpu.clone();
@@ -314,10 +329,16 @@ impl MoeLayer {
         let c = self.cfg;
         let slots = inp.tokens * c.top_k;
         let e = c.experts;
-        g.fill_bytes(&mut self.work.error, 0)?;
+        // a fresh word per call: a later forward never changes what an older Saved's backward sees
+        let mut error = g.alloc::<u32>(1)?;
+        g.fill_bytes(&mut error, 0)?;
+        let error = Arc::new(error);
+        self.last_error = Some(error.clone());
         let with_z = c.save == Save::WithZ;
         let sv = Saved {
             tokens: inp.tokens,
+            experts: e,
+            error,
             counts: g.alloc(e)?,
             offsets: g.alloc(e + 1)?,
             tile_offsets: g.alloc(e + 1)?,
@@ -335,13 +356,15 @@ impl MoeLayer {
             tile_offsets: dptr(&sv.tile_offsets, &s),
             row_slot: dptr(&sv.row_slot, &s),
             slot_row: dptr(&sv.slot_row, &s),
-            error: dptr(&self.work.error, &s),
+            error: dptr(sv.error.as_ref(), &s),
             slots: slots as u32,
             experts: e as u32,
             tile_m: kh::GEMM_BM,
             pad: 0,
         };
-        // SAFETY: the routing buffers hold E, E + 1 and slots entries; ids are range-checked on the device.
+        // SAFETY: the routing buffers hold E, E + 1 and slots entries; ids are range-checked on the device. With an
+        // invalid id, route_scan writes zero offsets: the gather and both GEMMs below have no rows, and the
+        // combine returns at once (out untouched).
         unsafe {
             g.launch("route_count", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
             g.launch("route_scan", Launch::new(1, 32, 0), &route)?;
@@ -376,12 +399,14 @@ impl MoeLayer {
             w,
             slot_row: dptr(&sv.slot_row, s),
             out,
+            error: dptr(sv.error.as_ref(), s),
             tokens: sv.tokens as u32,
             cols: self.cfg.hidden as u32,
             k: self.cfg.top_k as u32,
             pad: 0,
         };
-        // SAFETY: y holds the rows slot_row points at; out holds T rows.
+        // SAFETY: y holds the rows slot_row points at; out holds T rows. Returns at once (slot_row unwritten) when
+        // the forward's error word is set.
         unsafe { self.gpu.launch("combine_rows", Launch::new(sv.tokens as u32, 256, 0), &p) }
     }
 
@@ -406,6 +431,7 @@ impl MoeLayer {
             map_b,
             offsets: dptr(&sv.offsets, &s),
             c: dptr(c, &s),
+            error: dptr(sv.error.as_ref(), &s),
             experts: e,
             m: m as u32,
             n: n as u32,
@@ -414,12 +440,17 @@ impl MoeLayer {
             accumulate: acc as u32,
         };
         let grid = g.sm_count().min(e * p.m_tiles * p.n_tiles);
-        // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets.
+        // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
+        // entry when the forward's error word is set (C neither written nor added to).
         unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
     }
 
     /// Backward of the forward that returned `saved`, on the same inputs: dx, dtopk, and dW1, dW2 (written, or
     /// added with `grads.accumulate`). Asynchronous on the layer's stream, no host synchronisation.
+    ///
+    /// When that forward saw an expert id outside -1..E (its error word, [`Saved::check`]), nothing is written:
+    /// dx, dtopk, dW1 and dW2 keep their previous contents, with or without `accumulate`. With T = 0 there are
+    /// no ids: dW1 and dW2 are zero-filled unless accumulating.
     pub fn backward(&mut self, saved: &Saved, dy: &CudaSlice<bf16>, inp: &Inputs<'_>, grads: Grads<'_>) -> Result<()> {
         self.check_inputs(inp, dy.len())?;
         let c = self.cfg;
@@ -489,10 +520,12 @@ impl MoeLayer {
             partial: dptr(&self.work.partial, &s),
             slot_row: dptr(&saved.slot_row, &s),
             dtopk: dptr(grads.dtopk, &s),
+            error: dptr(saved.error.as_ref(), &s),
             slots: slots as u32,
             n_tiles: n_tiles_i,
         };
-        // SAFETY: partial holds n_tiles sums for every row slot_row points at; dtopk holds slots entries.
+        // SAFETY: partial holds n_tiles sums for every row slot_row points at; dtopk holds slots entries. Returns
+        // at once (slot_row unwritten) when the forward's error word is set.
         unsafe { g.launch("dtopk_reduce", Launch::new((slots as u32).div_ceil(256), 256, 0), &red)? };
         // dx rows = dz W1_e, then the sum over each token's slots
         let map_dz = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, kh::GEMM_BM, 64)?;
@@ -519,18 +552,26 @@ impl MoeLayer {
         Ok(())
     }
 
-    /// Whether the last forward saw an expert id outside -1..E (synchronises the stream: a check for tests and
-    /// debugging, not for the hot path).
+    /// Whether the last forward saw an expert id outside -1..E: `Err(Error::InvalidArgument)` naming the
+    /// problem if it did (then that forward, and every backward of its [`Saved`], wrote nothing), `Ok` if it did
+    /// not or no forward ran yet. Synchronises the stream: a check for tests, debugging or a once-per-step
+    /// guard, not for the hot path. [`Saved::check`] asks the same of one particular forward.
     pub fn routing_error(&self) -> Result<()> {
-        let v = self.gpu.download(&self.work.error)?;
-        if v[0] != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "topk_ids holds an expert id outside -1..{} (those slots were treated as masked)",
-                self.cfg.experts
-            )));
+        match &self.last_error {
+            Some(w) => check_word(&self.gpu, w, self.cfg.experts),
+            None => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// Read a routing error word (synchronises).
+fn check_word(gpu: &Gpu, word: &CudaSlice<u32>, experts: usize) -> Result<()> {
+    if gpu.download(word)?[0] != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "topk_ids holds an expert id outside -1..E (E = {experts}); nothing was written"
+        )));
+    }
+    Ok(())
 }
 
 /// A parameter block with every pointer null and every count zero, for `..zero_gemm()`.
@@ -559,6 +600,13 @@ impl Saved {
     /// Per-expert row counts of the forward (synchronises; for tests).
     pub fn expert_counts(&self, gpu: &Gpu) -> Result<Vec<u32>> {
         gpu.download(&self.counts)
+    }
+
+    /// Whether the forward that returned this saw an expert id outside -1..E: `Err(Error::InvalidArgument)`
+    /// ("topk_ids holds an expert id outside -1..E (E = ..); nothing was written") if it did; then that forward
+    /// and every backward of this `Saved` wrote nothing. Synchronises `gpu`'s stream (the layer's GPU).
+    pub fn check(&self, gpu: &Gpu) -> Result<()> {
+        check_word(gpu, &self.error, self.experts)
     }
 }
 

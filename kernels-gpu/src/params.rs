@@ -98,7 +98,8 @@ pub struct Route {
     pub row_slot: u64,
     /// i32 [slots]: the row of each slot, -1 for a masked slot (written by `route_place`).
     pub slot_row: u64,
-    /// u32 [1]: set to 1 when an id is outside -1..E (such slots are treated as masked).
+    /// u32 [1], the call's routing error word, zero before `route_count`: set to 1 there when an id is outside
+    /// -1..E. When set, `route_scan` writes all-zero offsets and tile offsets and `route_place` writes nothing.
     pub error: u64,
     /// Slots = tokens * k.
     pub slots: u32,
@@ -148,6 +149,9 @@ pub struct Combine {
     pub slot_row: u64,
     /// bf16 [tokens, cols].
     pub out: u64,
+    /// u32 [1]: the routing error word of the forward (`Route::error`); when set the kernel writes nothing.
+    /// 0: no word.
+    pub error: u64,
     /// Tokens.
     pub tokens: u32,
     /// Columns (a multiple of 8).
@@ -213,6 +217,9 @@ pub struct WgradGemm {
     pub offsets: u64,
     /// f32 [E, M, N].
     pub c: u64,
+    /// u32 [1]: the routing error word of the forward (`Route::error`); when set the kernel returns at entry and
+    /// C is neither overwritten nor added to. 0: no word.
+    pub error: u64,
     /// Experts.
     pub experts: u32,
     /// M (a multiple of 64).
@@ -238,6 +245,9 @@ pub struct DtopkReduce {
     pub slot_row: u64,
     /// f32 [slots].
     pub dtopk: u64,
+    /// u32 [1]: the routing error word of the forward (`Route::error`); when set the kernel writes nothing.
+    /// 0: no word.
+    pub error: u64,
     /// Slots.
     pub slots: u32,
     /// Partial sums per row.
@@ -265,4 +275,27 @@ pub struct WgmmaMnTest {
     pub sbo: u32,
     /// Unused.
     pub pad: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn parameter_blocks_are_whole_8_byte_words_without_padding() {
+        // every block is u64 fields then u32 fields in pairs: no implicit padding, a multiple of 8 bytes
+        let sizes = [
+            ("Route", size_of::<Route>(), 7 * 8 + 4 * 4),
+            ("Gather", size_of::<Gather>(), 5 * 8 + 4 * 4),
+            ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 9 * 8 + 6 * 4),
+            ("WgradGemm", size_of::<WgradGemm>(), 5 * 8 + 6 * 4),
+            ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
+        ];
+        for (name, got, fields) in sizes {
+            assert_eq!(got, fields, "{name}: padding between fields");
+            assert_eq!(got % 8, 0, "{name}: not a multiple of 8 bytes");
+        }
+    }
 }

@@ -1,12 +1,14 @@
 //! Combine: out[t] = sum over j of w[t, j] * y[row of (t, j)], in f32, in j order (deterministic), to bf16.
+//! Writes nothing when the routing error word is set (an expert id outside -1..E in the forward).
+use crate::kernels::routing_failed;
 use crate::params::Combine;
 use crate::ptx::{math, regs};
 
-/// One block per token, 256 threads, 8 columns (16 bytes) a step.
+/// One block per token, 256 threads, 8 columns (16 bytes) a step. No barriers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn combine_rows(p: Combine) {
     let t = regs::bid();
-    if t >= p.tokens {
+    if t >= p.tokens || routing_failed(p.error) {
         return;
     }
     let chunks = p.cols / 8;

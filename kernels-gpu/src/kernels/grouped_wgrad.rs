@@ -8,8 +8,10 @@
 //! the expert's end (they belong to the next expert) before the wgmma, so neither its values nor a NaN in them
 //! reach this expert's gradient. Tiles: (expert, m-tile, n-tile), persistent over the grid, identical order
 //! for producer and consumers. Epilogue: f32, written or added (gradient accumulation), one owner per element.
+//! When the routing error word is set the kernel returns at entry: C is neither overwritten nor added to.
 use crate::desc::{Layout, SmemDesc};
 use crate::kernels::grouped_gemm::{BK, STAGES};
+use crate::kernels::routing_failed;
 use crate::params::WgradGemm;
 use crate::pipeline::Ring;
 use crate::ptx::{fence, regs, smem, sync, tma, wgmma};
@@ -41,6 +43,10 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
 /// 384 threads, GEMM_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
+    // the error word is read once, by every thread, before the first barrier: the whole block returns or none
+    if routing_failed(p.error) {
+        return;
+    }
     let base = smem::base();
     let ring = Ring::<STAGES>::at(base + STAGES * STAGE_BYTES);
     let t = regs::tid();
@@ -173,11 +179,12 @@ unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
     });
 }
 
-/// dtopk[slot] = sum over n-tiles of partial[slot_row[slot]], 0 for masked slots (fixed order). 256 threads.
+/// dtopk[slot] = sum over n-tiles of partial[slot_row[slot]], 0 for masked slots (fixed order); nothing when
+/// the routing error word is set. 256 threads, no barriers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn dtopk_reduce(p: crate::params::DtopkReduce) {
     let slot = regs::bid() * 256 + regs::tid();
-    if slot >= p.slots {
+    if slot >= p.slots || routing_failed(p.error) {
         return;
     }
     let row = *(p.slot_row as *const i32).add(slot as usize);

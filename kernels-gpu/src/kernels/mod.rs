@@ -8,3 +8,11 @@ pub mod route;
 pub mod selftest_sync;
 pub mod selftest_tma;
 pub mod selftest_wgmma;
+
+/// Whether the routing error word at `word` (a u32 written by `route_count`; 0 = no word) is set. Every
+/// thread reads it once at kernel entry, before any barrier: one address written by an earlier launch, so
+/// the answer is the same in every thread and an early return on it never splits a barrier.
+#[inline(always)]
+pub(crate) unsafe fn routing_failed(word: u64) -> bool {
+    word != 0 && core::ptr::read_volatile(word as *const u32) != 0
+}

@@ -2,7 +2,12 @@
 //! m-tile offsets, and the expert-ordered rows (slots of one expert in increasing slot order).
 //!
 //! Three launches: `route_count` (one block per expert), `route_scan` (one block), `route_place` (one block
-//! per expert). Ids outside -1..E set the error word and are treated as masked, so no index leaves its buffer.
+//! per expert). An id outside -1..E sets the call's error word (`route_count`); then `route_scan` writes
+//! all-zero offsets and tile offsets (every gather and grouped GEMM of the call has no rows) and `route_place`
+//! writes nothing, and the kernels that write the layer's outputs (`combine_rows`, `dtopk_reduce`,
+//! `grouped_wgrad_f32`) return at once: nothing is written. Invalid ids are also read as masked, so no index
+//! ever leaves its buffer.
+use crate::kernels::routing_failed;
 use crate::params::Route;
 use crate::ptx::{regs, smem, sync, warp};
 
@@ -77,12 +82,14 @@ pub unsafe extern "ptx-kernel" fn route_count(p: Route) {
     }
 }
 
-/// One thread: offsets and m-tile offsets from the counts (E is small).
+/// One thread: offsets and m-tile offsets from the counts (E is small); all zero when the error word is set
+/// (no expert has rows: every later gather and grouped GEMM of the call has no work).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_scan(p: Route) {
     if regs::tid() != 0 {
         return;
     }
+    let failed = routing_failed(p.error);
     let counts = p.counts as *const u32;
     let offsets = p.offsets as *mut u32;
     let tiles = p.tile_offsets as *mut u32;
@@ -91,7 +98,7 @@ pub unsafe extern "ptx-kernel" fn route_scan(p: Route) {
     while e < p.experts as usize {
         *offsets.add(e) = o;
         *tiles.add(e) = t;
-        let c = *counts.add(e);
+        let c = if failed { 0 } else { *counts.add(e) };
         o += c;
         t += c.div_ceil(p.tile_m);
         e += 1;
@@ -101,9 +108,13 @@ pub unsafe extern "ptx-kernel" fn route_scan(p: Route) {
 }
 
 /// Block e writes the rows of expert e in slot order: row_slot[row] = slot, slot_row[slot] = row; block 0
-/// also writes slot_row = -1 for masked slots. 256 threads, 64 B shared.
+/// also writes slot_row = -1 for masked slots. Writes nothing when the error word is set (read once at entry,
+/// the same in every thread, before the scan's barriers). 256 threads, 64 B shared.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_place(p: Route) {
+    if routing_failed(p.error) {
+        return;
+    }
     let e = regs::bid() as i32;
     let t = regs::tid();
     let mut next = *(p.offsets as *const u32).add(e as usize);
