@@ -261,7 +261,7 @@ impl Line<'_> {
                 let ratio = us / self.us;
                 format!(
                     "cuBLAS dense {us:.0} us {:.0} TFLOP/s (sample rel err {err:.1e}) | ours/cuBLAS {ratio:.2} \
-                     (target >= {target}: {})",
+                     (throughput; target >= {target}: {})",
                     tf(*us),
                     if ratio >= target { "met" } else { "MISSED" }
                 )
@@ -271,13 +271,14 @@ impl Line<'_> {
         let ok = self.err <= TOL && self.written;
         println!(
             "RESULT gemm {} {} ({}) M={m} N={n} K={k}: megamoe {:.0} us {:.0} TFLOP/s | {dense} | rel err {:.2e} \
-             (3 experts' first/last rows vs f64), all written: {}{}",
+             ({} vs f64), all written: {}{}",
             self.shape,
             self.name,
             if self.k_grouped { "K-grouped" } else { "M-grouped" },
             self.us,
             tf(self.us),
             self.err,
+            if self.k_grouped { "8 rows of C_e of 2 experts" } else { "first and last 4 rows of 3 experts" },
             self.written,
             if ok { "" } else { " FAILED" }
         );

@@ -11,7 +11,8 @@ M = T*k = 131072 rows grouped by expert. offs from the per-expert row counts meg
   bwd dx     [M, 2I] x W1_e  -> [M, H]         torch._grouped_mm(dz, W1, offs)
   bwd dW2    (s dy)^T h per expert -> [E, H, I] torch._grouped_mm(sdy.t(), h, offs)  (K-grouped)
   bwd dW1    dz^T x per expert     -> [E, 2I, H] torch._grouped_mm(dz.t(), xs, offs)  (K-grouped)
-The weight gradients ask for f32 output (out_dtype); where this PyTorch refuses, bf16 output, and the line says so.
+The weight gradients ask for f32 output (out_dtype); PyTorch may refuse (out_dtype must match the inputs in recent
+versions): then bf16 output, and the line says so.
 """
 import os
 import sys
