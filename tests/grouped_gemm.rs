@@ -1,9 +1,10 @@
-//! The grouped-GEMM engine alone on the GPU: ragged row counts (experts of 0 and 1 rows), sizes that are not
-//! multiples of the tile, both B layouts; C poisoned before, rows past the experts' end must stay poisoned.
+//! The grouped-GEMM engine alone on the GPU, every call of `megamoe::gemm` (plain, SwiGLU, SwiGLU backward,
+//! K-grouped weight gradient): ragged row counts (experts of 0 and 1 rows), sizes that are not multiples of the
+//! tile, both B layouts; outputs poisoned before, rows past the experts' end must stay poisoned.
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::gemm::{self, BLayout, GroupedGemmArgs};
+use megamoe::gemm::{self, BLayout, DswigluArgs, GroupedGemmArgs, SwigluArgs, WgradArgs};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
 
@@ -86,3 +87,228 @@ gpu_test!(nk_full_tiles, run(&[256, 128, 384], 512, 256, BLayout::NK));
 gpu_test!(kn_full_tiles, run(&[256, 128, 384], 512, 256, BLayout::KN));
 gpu_test!(kn_one_expert_many_rows, run(&[1000], 768, 2048, BLayout::KN));
 gpu_test!(all_experts_empty, run(&[0, 0, 0], 256, 64, BLayout::KN));
+
+/// Shared inputs of the epilogue and weight-gradient tests: ragged counts, rows_max past the last row.
+struct Setup {
+    g: Arc<Gpu>,
+    r: Rng,
+    counts: Vec<u32>,
+    offsets: Vec<u32>,
+    rows: usize,
+    rows_max: usize,
+}
+
+fn setup(counts: &[u32]) -> Setup {
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut offsets = vec![0u32; counts.len() + 1];
+    for i in 0..counts.len() {
+        offsets[i + 1] = offsets[i] + counts[i];
+    }
+    let rows = offsets[counts.len()] as usize;
+    Setup { g: gpu(), r: Rng::new(seed), counts: counts.to_vec(), offsets, rows, rows_max: rows + 37 }
+}
+
+fn f(v: &[bf16]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
+}
+
+fn sig(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// z = A . W1_e^T ([rows, 2I]) in f64 for every expert's rows.
+fn z_ref(s: &Setup, a: &[bf16], w1: &[bf16], i: usize, k: usize) -> Vec<f64> {
+    let mut z = vec![0.0; s.rows * 2 * i];
+    for e in 0..s.counts.len() {
+        for row in s.offsets[e] as usize..s.offsets[e + 1] as usize {
+            for c in 0..2 * i {
+                z[row * 2 * i + c] =
+                    (0..k).map(|q| a[row * k + q].to_f64() * w1[(e * 2 * i + c) * k + q].to_f64()).sum();
+            }
+        }
+    }
+    z
+}
+
+fn swiglu(keep_z: bool) {
+    let mut s = setup(&[0, 1, 300, 129, 0, 17]);
+    let (e, i, k) = (s.counts.len(), 192, 128);
+    let g = s.g.clone();
+    let a = s.r.bf16_vec(s.rows_max * k, 1.0);
+    let w1 = s.r.bf16_vec(e * 2 * i * k, 1.7 / (k as f64).sqrt());
+    let (da, dw1) = (g.upload(&a).unwrap(), g.upload(&w1).unwrap());
+    let (doff, dtil) = (g.upload(&s.offsets).unwrap(), g.upload(&gemm::tile_offsets(&s.counts)).unwrap());
+    let mut dh = g.alloc::<bf16>(s.rows_max * i).unwrap();
+    let mut dz = g.alloc::<bf16>(s.rows_max * 2 * i).unwrap();
+    g.fill_bytes(&mut dh, 0xff).unwrap();
+    g.fill_bytes(&mut dz, 0xff).unwrap();
+    let args = SwigluArgs {
+        a: &da,
+        w1: &dw1,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        h: &mut dh,
+        z: if keep_z { Some(&mut dz) } else { None },
+        experts: e,
+        i,
+        k,
+        rows_max: s.rows_max,
+    };
+    gemm::grouped_gemm_swiglu(&g, args).unwrap();
+    let (h, z) = (g.download(&dh).unwrap(), g.download(&dz).unwrap());
+    let zr = z_ref(&s, &a, &w1, i, k);
+    let hr: Vec<f64> =
+        zr.chunks(2 * i).flat_map(|z| (0..i).map(|c| z[c] * sig(z[c]) * z[i + c]).collect::<Vec<_>>()).collect();
+    check::close("swiglu h", &f(&h[..s.rows * i]), &hr, 1e-2).unwrap();
+    assert!(h[s.rows * i..].iter().all(|v| v.to_bits() == 0xffff), "h rows past the experts' end were written");
+    if keep_z {
+        check::close("swiglu z", &f(&z[..s.rows * 2 * i]), &zr, 1e-2).unwrap();
+        assert!(z[s.rows * 2 * i..].iter().all(|v| v.to_bits() == 0xffff), "z rows past the end were written");
+    } else {
+        assert!(z.iter().all(|v| v.to_bits() == 0xffff), "z written though not asked for");
+    }
+}
+
+gpu_test!(swiglu_ragged_h_only, swiglu(false));
+gpu_test!(swiglu_ragged_h_and_z, swiglu(true));
+
+gpu_test!(dswiglu_ragged, {
+    let mut s = setup(&[0, 1, 300, 129, 0, 17]);
+    let (e, i, k) = (s.counts.len(), 320, 128);
+    let g = s.g.clone();
+    let slots = s.rows + 11;
+    let dy = s.r.bf16_vec(s.rows_max * k, 1.0);
+    let w2 = s.r.bf16_vec(e * k * i, 2.0 / (k as f64).sqrt());
+    let z = s.r.bf16_vec(s.rows_max * 2 * i, 3.0);
+    let w: Vec<f32> = (0..slots).map(|_| s.r.uniform() as f32).collect();
+    // a permutation of slots onto rows, every slot < slots
+    let row_slot: Vec<u32> = (0..s.rows_max).map(|r| ((r * 7 + 3) % slots) as u32).collect();
+    let (ddy, dw2, dzin) = (g.upload(&dy).unwrap(), g.upload(&w2).unwrap(), g.upload(&z).unwrap());
+    let (dw, drs) = (g.upload(&w).unwrap(), g.upload(&row_slot).unwrap());
+    let (doff, dtil) = (g.upload(&s.offsets).unwrap(), g.upload(&gemm::tile_offsets(&s.counts)).unwrap());
+    let nt = gemm::dswiglu_partials(i);
+    let mut ddz = g.alloc::<bf16>(s.rows_max * 2 * i).unwrap();
+    let mut dpart = g.alloc::<f32>(s.rows_max * nt).unwrap();
+    g.fill_bytes(&mut ddz, 0xff).unwrap();
+    g.fill_bytes(&mut dpart, 0xff).unwrap();
+    let args = DswigluArgs {
+        dy: &ddy,
+        w2: &dw2,
+        z: &dzin,
+        weights: &dw,
+        row_slot: &drs,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        dz: &mut ddz,
+        partial: &mut dpart,
+        experts: e,
+        i,
+        k,
+        rows_max: s.rows_max,
+    };
+    gemm::grouped_gemm_dswiglu(&g, args).unwrap();
+    let (dz, part) = (g.download(&ddz).unwrap(), g.download(&dpart).unwrap());
+    let (mut want_dz, mut want_part) = (vec![0.0; s.rows * 2 * i], vec![0.0; s.rows * nt]);
+    for ex in 0..e {
+        for row in s.offsets[ex] as usize..s.offsets[ex + 1] as usize {
+            let sw = w[row_slot[row] as usize] as f64;
+            for c in 0..i {
+                let dh: f64 = (0..k).map(|q| dy[row * k + q].to_f64() * w2[(ex * k + q) * i + c].to_f64()).sum();
+                let (gv, uv) = (z[row * 2 * i + c].to_f64(), z[row * 2 * i + i + c].to_f64());
+                let sg = sig(gv);
+                want_dz[row * 2 * i + c] = sw * dh * uv * sg * (1.0 + gv * (1.0 - sg));
+                want_dz[row * 2 * i + i + c] = sw * dh * gv * sg;
+                want_part[row * nt + c / 256] += dh * gv * sg * uv;
+            }
+        }
+    }
+    check::close("dswiglu dz", &f(&dz[..s.rows * 2 * i]), &want_dz, 1e-2).unwrap();
+    let got_part: Vec<f64> = part[..s.rows * nt].iter().map(|&v| v as f64).collect();
+    check::close("dswiglu partial", &got_part, &want_part, 1e-2).unwrap();
+    assert!(dz[s.rows * 2 * i..].iter().all(|v| v.to_bits() == 0xffff), "dz rows past the end were written");
+    assert!(part[s.rows * nt..].iter().all(|v| v.is_nan()), "partial rows past the end were written");
+});
+
+fn wgrad(counts: &[u32], accumulate: bool) {
+    let mut s = setup(counts);
+    let (e, m, n) = (s.counts.len(), 192, 320);
+    let g = s.g.clone();
+    let a = s.r.bf16_vec(s.rows_max * m, 1.0);
+    let b = s.r.bf16_vec(s.rows_max * n, 1.0);
+    let c0: Vec<f32> = (0..e * m * n).map(|_| s.r.sym(1.0) as f32).collect();
+    let (da, db, doff) = (g.upload(&a).unwrap(), g.upload(&b).unwrap(), g.upload(&s.offsets).unwrap());
+    let mut dc = g.upload(&c0).unwrap();
+    let args =
+        WgradArgs { a: &da, b: &db, offsets: &doff, c: &mut dc, experts: e, m, n, rows_max: s.rows_max, accumulate };
+    gemm::grouped_wgrad(&g, args).unwrap();
+    let c = g.download(&dc).unwrap();
+    let mut want: Vec<f64> = if accumulate { c0.iter().map(|&v| v as f64).collect() } else { vec![0.0; e * m * n] };
+    for ex in 0..e {
+        for row in s.offsets[ex] as usize..s.offsets[ex + 1] as usize {
+            for i in 0..m {
+                let av = a[row * m + i].to_f64();
+                for j in 0..n {
+                    want[(ex * m + i) * n + j] += av * b[row * n + j].to_f64();
+                }
+            }
+        }
+    }
+    let got: Vec<f64> = c.iter().map(|&v| v as f64).collect();
+    check::close(&format!("wgrad counts {counts:?} accumulate {accumulate}"), &got, &want, 1e-2).unwrap();
+}
+
+gpu_test!(wgrad_ragged_overwrite, wgrad(&[0, 1, 300, 129, 0, 17], false));
+gpu_test!(wgrad_ragged_accumulate, wgrad(&[0, 1, 300, 129, 0, 17], true));
+gpu_test!(wgrad_no_rows_zeroes_c, wgrad(&[0, 0, 0], false));
+
+gpu_test!(bad_arguments_are_rejected_before_launch, {
+    let g = gpu();
+    // B sized for three experts, the call names two
+    let (a, b) = (g.alloc::<bf16>(64 * 128).unwrap(), g.alloc::<bf16>(3 * 64 * 128).unwrap());
+    let (off, til) = (g.upload(&[0u32, 32, 64]).unwrap(), g.upload(&[0u32, 1, 2]).unwrap());
+    let mut c = g.alloc::<bf16>(64 * 64).unwrap();
+    let mut wc = g.alloc::<f32>(2 * 128 * 64).unwrap();
+    let why = |r: megamoe::Result<()>| r.unwrap_err().to_string();
+    let plain = |c: &mut _, k| {
+        let args = GroupedGemmArgs {
+            a: &a,
+            b: &b,
+            b_layout: BLayout::NK,
+            offsets: &off,
+            tile_offsets: &til,
+            c,
+            experts: 2,
+            n: 64,
+            k,
+            rows_max: 64,
+        };
+        gemm::grouped_gemm(&g, args)
+    };
+    assert!(why(plain(&mut c, 96)).contains("K = 96"));
+    assert!(why(plain(&mut c, 128)).contains("B has"));
+    let args = WgradArgs {
+        a: &a,
+        b: &a,
+        offsets: &off,
+        c: &mut wc,
+        experts: 2,
+        m: 128,
+        n: 128,
+        rows_max: 64,
+        accumulate: false,
+    };
+    assert!(why(gemm::grouped_wgrad(&g, args)).contains("C must be"));
+    let args = WgradArgs {
+        a: &a,
+        b: &a,
+        offsets: &til,
+        c: &mut wc,
+        experts: 3,
+        m: 128,
+        n: 64,
+        rows_max: 64,
+        accumulate: false,
+    };
+    assert!(why(gemm::grouped_wgrad(&g, args)).contains("offsets"));
+});

@@ -1,12 +1,30 @@
-//! The grouped-GEMM engine as a call of its own: C[rows_e, N] = A[rows_e, K] . op(B_e) for every expert, the
-//! experts' rows given by device-side offsets (the host never learns the counts). The layer's stages are
-//! built on the same kernels.
-use cudarc::driver::CudaSlice;
+//! The grouped-GEMM engine as calls of their own, one per kernel variant the layer launches, on caller-given
+//! buffers and device-side routing offsets (the host never learns the counts):
+//!
+//! - [`grouped_gemm`]: C[rows_e, N] = A[rows_e, K] . op(B_e) in bf16, B K-major ([`BLayout::NK`], kernel
+//!   `grouped_gemm_bf16`: the forward's GEMM2, or GEMM1 without its epilogue) or N-major ([`BLayout::KN`],
+//!   `grouped_gemm_bt_bf16`: the backward's dx, or dh without its epilogue);
+//! - [`grouped_gemm_swiglu`]: the forward's GEMM1 with the SwiGLU epilogue (`grouped_gemm_swiglu`);
+//! - [`grouped_gemm_dswiglu`]: the backward's dh GEMM with the SwiGLU-backward epilogue
+//!   (`grouped_gemm_bt_dswiglu`);
+//! - [`grouped_wgrad`]: the K-grouped f32 weight gradient (`grouped_wgrad_f32`).
+//!
+//! Each argument block also has a `prepare` method: the arguments checked and the tensor maps encoded once, a
+//! [`Prepared`] launch to run any number of times (what a benchmark times). The buffers stay borrowed while
+//! it lives.
+//!
+//! The routing layout is the caller's: `offsets` (u32 [E + 1], nondecreasing, `offsets[0] = 0`,
+//! `offsets[E] <= rows_max`) and, for the M-grouped kernels, `tile_offsets` (u32 [E + 1], as
+//! [`tile_offsets`] computes them from the counts). They live on the device and cannot be checked without a
+//! synchronisation: they are the caller's promise, as in the layer, which computes them on the device.
+use std::marker::PhantomData;
+
+use cudarc::driver::{CudaSlice, DeviceRepr};
 use half::bf16;
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::GroupedGemm;
+use megamoe_kernels::params::{GroupedGemm, WgradGemm};
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
@@ -43,6 +61,91 @@ pub struct GroupedGemmArgs<'a> {
     pub rows_max: usize,
 }
 
+/// GEMM1 of the forward with the SwiGLU epilogue: for every expert e and its rows, z = A . W1_e^T
+/// ([rows, 2I]: the gate g in columns 0..I, the up projection u in I..2I, from W1_e's rows in that order),
+/// h = silu(g) * u, computed from the f32 accumulators; z is stored (rounded to bf16) only when given.
+pub struct SwigluArgs<'a> {
+    /// bf16 [rows_max, K] (the gathered x: K = H); the rows of expert e at offsets[e]..offsets[e + 1].
+    pub a: &'a CudaSlice<bf16>,
+    /// bf16 [E, 2I, K] (gate rows, then up rows).
+    pub w1: &'a CudaSlice<bf16>,
+    /// u32 [E + 1], row offsets (device).
+    pub offsets: &'a CudaSlice<u32>,
+    /// u32 [E + 1], m-tile offsets in tiles of 128 rows (device).
+    pub tile_offsets: &'a CudaSlice<u32>,
+    /// bf16 [rows_max, I]; rows past offsets[E] are not written.
+    pub h: &'a mut CudaSlice<bf16>,
+    /// bf16 [rows_max, 2I], or `None` not to keep z.
+    pub z: Option<&'a mut CudaSlice<bf16>>,
+    /// Experts.
+    pub experts: usize,
+    /// Intermediate size I (a multiple of 64).
+    pub i: usize,
+    /// Contraction K = H (a multiple of 64).
+    pub k: usize,
+    /// Rows A, h and z have room for (>= offsets[E]).
+    pub rows_max: usize,
+}
+
+/// The backward's dh GEMM with the SwiGLU-backward epilogue: for every expert e and its rows,
+/// dh = dy . W2_e ([rows, I], W2_e stored [K, I], N-major) in f32, then with g, u read from z, s the routing
+/// weight of the row's slot and sig = sigmoid(g): dz = [dg | du] with dg = s dh u sig (1 + g (1 - sig)),
+/// du = s dh silu(g) (bf16 [rows, 2I]), and the partial sums of dh * silu(g) * u over each 256-column tile of
+/// I into `partial` (their sum over the tiles is the gradient of the routing weight).
+pub struct DswigluArgs<'a> {
+    /// bf16 [rows_max, K] (the gathered dy: K = H).
+    pub dy: &'a CudaSlice<bf16>,
+    /// bf16 [E, K, I] (W2 as the layer stores it: [E, H, I]).
+    pub w2: &'a CudaSlice<bf16>,
+    /// bf16 [rows_max, 2I]: z = [g | u] of the forward.
+    pub z: &'a CudaSlice<bf16>,
+    /// f32 [slots]: the routing weight of each slot.
+    pub weights: &'a CudaSlice<f32>,
+    /// u32 [rows_max]: the slot of each row (< slots: the caller's promise, read on the device).
+    pub row_slot: &'a CudaSlice<u32>,
+    /// u32 [E + 1], row offsets (device).
+    pub offsets: &'a CudaSlice<u32>,
+    /// u32 [E + 1], m-tile offsets in tiles of 128 rows (device).
+    pub tile_offsets: &'a CudaSlice<u32>,
+    /// bf16 [rows_max, 2I]; rows past offsets[E] are not written.
+    pub dz: &'a mut CudaSlice<bf16>,
+    /// f32 [rows_max, dswiglu_partials(I)]; rows past offsets[E] are not written.
+    pub partial: &'a mut CudaSlice<f32>,
+    /// Experts.
+    pub experts: usize,
+    /// Intermediate size I (a multiple of 64).
+    pub i: usize,
+    /// Contraction K = H (a multiple of 64).
+    pub k: usize,
+    /// Rows dy, z, row_slot, dz and partial have room for (>= offsets[E]).
+    pub rows_max: usize,
+}
+
+/// The K-grouped weight gradient: for every expert e, C_e[M, N] = A[rows_e, M]^T . B[rows_e, N] in f32
+/// (or added to C_e with `accumulate`), contracting over the expert's rows offsets[e]..offsets[e + 1]; an
+/// expert without rows gets zeros (or nothing added). dW2 = (s dy)^T h: A = s dy rows (M = H), B = h rows
+/// (N = I); dW1 = dz^T x: A = dz rows (M = 2I), B = x rows (N = H).
+pub struct WgradArgs<'a> {
+    /// bf16 [rows_max, M].
+    pub a: &'a CudaSlice<bf16>,
+    /// bf16 [rows_max, N].
+    pub b: &'a CudaSlice<bf16>,
+    /// u32 [E + 1], row offsets (device).
+    pub offsets: &'a CudaSlice<u32>,
+    /// f32 [E, M, N], every element written (or added to).
+    pub c: &'a mut CudaSlice<f32>,
+    /// Experts.
+    pub experts: usize,
+    /// M (a multiple of 64).
+    pub m: usize,
+    /// N (a multiple of 8).
+    pub n: usize,
+    /// Rows A and B have room for (>= offsets[E]).
+    pub rows_max: usize,
+    /// Add into C instead of overwriting it.
+    pub accumulate: bool,
+}
+
 /// The m-tile offsets (tiles of 128 rows) of per-expert row counts, as `route_scan` computes them.
 pub fn tile_offsets(counts: &[u32]) -> Vec<u32> {
     let mut t = vec![0u32; counts.len() + 1];
@@ -52,65 +155,356 @@ pub fn tile_offsets(counts: &[u32]) -> Vec<u32> {
     t
 }
 
+/// Columns of the dtopk partial sums [`grouped_gemm_dswiglu`] writes per row: one per 256-column tile of I.
+pub fn dswiglu_partials(i: usize) -> usize {
+    i.div_ceil(kh::GEMM_BN as usize)
+}
+
 /// Launch one grouped GEMM on `gpu`'s stream.
 pub fn grouped_gemm(gpu: &Gpu, g: GroupedGemmArgs<'_>) -> Result<()> {
-    let bad = |s: String| Err(Error::InvalidArgument(format!("grouped_gemm: {s}")));
-    if g.k == 0 || g.k % 64 != 0 || g.n == 0 || g.n % 8 != 0 || g.experts == 0 {
-        return bad(format!("K = {} must be a multiple of 64 and N = {} of 8, with experts > 0", g.k, g.n));
+    g.prepare(gpu)?.launch(gpu)
+}
+
+/// Launch GEMM1 with the SwiGLU epilogue on `gpu`'s stream.
+pub fn grouped_gemm_swiglu(gpu: &Gpu, g: SwigluArgs<'_>) -> Result<()> {
+    g.prepare(gpu)?.launch(gpu)
+}
+
+/// Launch the dh GEMM with the SwiGLU-backward epilogue on `gpu`'s stream.
+pub fn grouped_gemm_dswiglu(gpu: &Gpu, g: DswigluArgs<'_>) -> Result<()> {
+    g.prepare(gpu)?.launch(gpu)
+}
+
+/// Launch the K-grouped weight gradient on `gpu`'s stream.
+pub fn grouped_wgrad(gpu: &Gpu, g: WgradArgs<'_>) -> Result<()> {
+    g.prepare(gpu)?.launch(gpu)
+}
+
+enum Block {
+    /// Nothing to launch (no rows).
+    Nothing,
+    /// Zero `bytes` bytes at `ptr` (a weight gradient of no rows, overwritten).
+    Zero { ptr: u64, bytes: usize },
+    /// An M-grouped kernel.
+    M(&'static str, Launch, GroupedGemm),
+    /// The K-grouped kernel.
+    K(Launch, WgradGemm),
+}
+
+/// A grouped GEMM with its arguments checked and its tensor maps encoded: [`Prepared::launch`] enqueues it on
+/// the GPU it was prepared for, as often as wanted. It borrows the argument buffers (the outputs mutably)
+/// for its lifetime.
+pub struct Prepared<'a> {
+    ordinal: usize,
+    block: Block,
+    _maps: Vec<DeviceTensorMap>,
+    _bufs: PhantomData<&'a mut ()>,
+}
+
+impl Prepared<'_> {
+    /// The kernel it launches (`None` when there is no kernel to run: no rows).
+    pub fn kernel(&self) -> Option<&'static str> {
+        match self.block {
+            Block::M(k, ..) => Some(k),
+            Block::K(..) => Some("grouped_wgrad_f32"),
+            _ => None,
+        }
     }
-    if g.a.len() != g.rows_max * g.k || g.c.len() != g.rows_max * g.n || g.b.len() != g.experts * g.n * g.k {
-        return bad("A, B or C do not match rows_max, N, K and the expert count".into());
+
+    /// Enqueue the GEMM on `gpu`'s stream (the GPU it was prepared on).
+    pub fn launch(&self, gpu: &Gpu) -> Result<()> {
+        if gpu.ordinal() != self.ordinal {
+            return Err(Error::InvalidArgument(format!(
+                "a grouped GEMM prepared on device {} launched on device {}",
+                self.ordinal,
+                gpu.ordinal()
+            )));
+        }
+        match &self.block {
+            Block::Nothing => Ok(()),
+            Block::Zero { ptr, bytes } => {
+                // SAFETY: `ptr .. ptr + bytes` is the borrowed output's allocation.
+                unsafe { cudarc::driver::result::memset_d8_async(*ptr, 0, *bytes, gpu.stream().cu_stream()) }
+                    .ctx(|| format!("zeroing {bytes} bytes"))
+            }
+            // SAFETY (both): the block matches the kernel; its buffers were checked against the shapes in
+            // `prepare` and stay borrowed while `self` lives; rows are bounded by the device offsets
+            // (offsets[E] <= rows_max is the caller's promise, as in the layer); the tensor maps live in
+            // `self` and are freed in stream order after the last launch.
+            Block::M(kernel, cfg, p) => unsafe { gpu.launch(kernel, *cfg, p) },
+            Block::K(cfg, p) => unsafe { gpu.launch("grouped_wgrad_f32", *cfg, p) },
+        }
     }
-    if g.offsets.len() != g.experts + 1 || g.tile_offsets.len() != g.experts + 1 {
-        return bad("offsets and tile_offsets need E + 1 entries".into());
+}
+
+/// Argument checks shared by the calls: a message naming the call and the first problem.
+struct Check {
+    what: &'static str,
+    ordinal: usize,
+}
+
+impl Check {
+    fn bad<T>(&self, s: String) -> Result<T> {
+        Err(Error::InvalidArgument(format!("{}: {s}", self.what)))
     }
-    if g.rows_max == 0 {
-        return Ok(());
+
+    /// `buf` is on the GPU and holds `want` elements, fewer than 2^31 (the kernels index in 32 bits).
+    fn buf<T: DeviceRepr>(&self, name: &str, buf: &CudaSlice<T>, want: usize) -> Result<()> {
+        if buf.len() != want {
+            return self.bad(format!("{name} has {} elements, the shapes need {want}", buf.len()));
+        }
+        if want >= 1 << 31 {
+            return self.bad(format!("{name} has {want} elements, 2^31 or more (the kernels index in 32 bits)"));
+        }
+        if buf.ordinal() != self.ordinal {
+            return self.bad(format!(
+                "{name} lives on device {}, the call is on device {}",
+                buf.ordinal(),
+                self.ordinal
+            ));
+        }
+        Ok(())
     }
-    let s = gpu.stream().clone();
-    let (e, n, k, rows) = (g.experts as u64, g.n as u64, g.k as u64, g.rows_max as u64);
-    let map_a = DeviceTensorMap::new(
-        gpu,
-        TiledDesc::row_major_2d(Dtype::Bf16, dptr(g.a, &s), rows, k, kh::GEMM_BM, 64, Swizzle::B128),
-    )?;
-    let (map_b, kernel, n_b) = match g.b_layout {
-        BLayout::NK => (
-            TiledDesc::row_major_2d(Dtype::Bf16, dptr(g.b, &s), e * n, k, kh::GEMM_BN, 64, Swizzle::B128),
-            "grouped_gemm_bf16",
-            g.n as u32,
-        ),
-        BLayout::KN => (
-            TiledDesc::row_major_2d(Dtype::Bf16, dptr(g.b, &s), e * k, n, 64, 64, Swizzle::B128),
-            "grouped_gemm_bt_bf16",
-            g.k as u32,
-        ),
-    };
-    let map_b = DeviceTensorMap::new(gpu, map_b)?;
-    let n_tiles = (g.n as u32).div_ceil(kh::GEMM_BN);
-    let p = GroupedGemm {
-        map_a: map_a.ptr(gpu),
-        map_b: map_b.ptr(gpu),
-        offsets: dptr(g.offsets, &s),
-        tile_offsets: dptr(g.tile_offsets, &s),
-        c: dptr(g.c, &s),
+
+    fn multiple(&self, name: &str, v: usize, of: usize) -> Result<()> {
+        if v == 0 || v % of != 0 {
+            return self.bad(format!("{name} = {v} must be a positive multiple of {of}"));
+        }
+        Ok(())
+    }
+
+    fn routing(&self, experts: usize, offsets: &CudaSlice<u32>, tiles: Option<&CudaSlice<u32>>) -> Result<()> {
+        if experts == 0 {
+            return self.bad("no experts".into());
+        }
+        self.buf("offsets", offsets, experts + 1)?;
+        if let Some(t) = tiles {
+            self.buf("tile_offsets", t, experts + 1)?;
+        }
+        Ok(())
+    }
+}
+
+fn map(gpu: &Gpu, addr: u64, rows: usize, cols: usize, box_rows: u32, box_cols: u32) -> Result<DeviceTensorMap> {
+    let d = TiledDesc::row_major_2d(Dtype::Bf16, addr, rows as u64, cols as u64, box_rows, box_cols, Swizzle::B128);
+    DeviceTensorMap::new(gpu, d)
+}
+
+/// The M-grouped launch: maps of A ([rows_max, K], boxes of 128 rows x 64) and B, the grid.
+fn m_grouped<'a>(
+    gpu: &Gpu,
+    kernel: &'static str,
+    map_a: DeviceTensorMap,
+    map_b: DeviceTensorMap,
+    mut p: GroupedGemm,
+    rows_max: usize,
+) -> Result<Prepared<'a>> {
+    p.map_a = map_a.ptr(gpu);
+    p.map_b = map_b.ptr(gpu);
+    let m_tiles_max = (rows_max as u32).div_ceil(kh::GEMM_BM) + p.experts.min(rows_max as u32);
+    let grid = gpu.sm_count().min(m_tiles_max * p.n_tiles);
+    Ok(Prepared {
+        ordinal: gpu.ordinal(),
+        block: Block::M(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), p),
+        _maps: vec![map_a, map_b],
+        _bufs: PhantomData,
+    })
+}
+
+fn nothing<'a>(gpu: &Gpu) -> Prepared<'a> {
+    Prepared { ordinal: gpu.ordinal(), block: Block::Nothing, _maps: Vec::new(), _bufs: PhantomData }
+}
+
+impl<'a> GroupedGemmArgs<'a> {
+    /// Check the arguments and encode the tensor maps (see [`grouped_gemm`]).
+    pub fn prepare(self, gpu: &Gpu) -> Result<Prepared<'a>> {
+        let ck = Check { what: "grouped_gemm", ordinal: gpu.ordinal() };
+        ck.multiple("K", self.k, 64)?;
+        ck.multiple("N", self.n, 8)?;
+        ck.routing(self.experts, self.offsets, Some(self.tile_offsets))?;
+        ck.buf("A", self.a, self.rows_max * self.k)?;
+        ck.buf("B", self.b, self.experts * self.n * self.k)?;
+        ck.buf("C", self.c, self.rows_max * self.n)?;
+        if self.rows_max == 0 {
+            return Ok(nothing(gpu));
+        }
+        let s = gpu.stream().clone();
+        let (e, n, k) = (self.experts, self.n, self.k);
+        let map_a = map(gpu, dptr(self.a, &s), self.rows_max, k, kh::GEMM_BM, 64)?;
+        let (map_b, kernel, n_b) = match self.b_layout {
+            BLayout::NK => (map(gpu, dptr(self.b, &s), e * n, k, kh::GEMM_BN, 64)?, "grouped_gemm_bf16", n),
+            BLayout::KN => (map(gpu, dptr(self.b, &s), e * k, n, 64, 64)?, "grouped_gemm_bt_bf16", k),
+        };
+        let p = GroupedGemm {
+            offsets: dptr(self.offsets, &s),
+            tile_offsets: dptr(self.tile_offsets, &s),
+            c: dptr(self.c, &s),
+            experts: e as u32,
+            n: n as u32,
+            k: k as u32,
+            n_b: n_b as u32,
+            ldc: n as u32,
+            n_tiles: (n as u32).div_ceil(kh::GEMM_BN),
+            ..zero_gemm()
+        };
+        m_grouped(gpu, kernel, map_a, map_b, p, self.rows_max)
+    }
+}
+
+impl<'a> SwigluArgs<'a> {
+    /// Check the arguments and encode the tensor maps (see [`grouped_gemm_swiglu`]).
+    pub fn prepare(self, gpu: &Gpu) -> Result<Prepared<'a>> {
+        let ck = Check { what: "grouped_gemm_swiglu", ordinal: gpu.ordinal() };
+        ck.multiple("K", self.k, 64)?;
+        ck.multiple("I", self.i, 64)?;
+        ck.routing(self.experts, self.offsets, Some(self.tile_offsets))?;
+        let (e, i, k, rows) = (self.experts, self.i, self.k, self.rows_max);
+        ck.buf("A", self.a, rows * k)?;
+        ck.buf("W1", self.w1, e * 2 * i * k)?;
+        ck.buf("h", self.h, rows * i)?;
+        if let Some(z) = &self.z {
+            ck.buf("z", z, rows * 2 * i)?;
+        }
+        if rows == 0 {
+            return Ok(nothing(gpu));
+        }
+        let s = gpu.stream().clone();
+        let map_a = map(gpu, dptr(self.a, &s), rows, k, kh::GEMM_BM, 64)?;
+        // 128 gate rows and the 128 matching up rows per tile
+        let map_b = map(gpu, dptr(self.w1, &s), e * 2 * i, k, kh::GEMM_BN / 2, 64)?;
+        let p = GroupedGemm {
+            offsets: dptr(self.offsets, &s),
+            tile_offsets: dptr(self.tile_offsets, &s),
+            c: dptr(self.h, &s),
+            z: self.z.as_ref().map_or(0, |z| dptr(*z, &s)),
+            experts: e as u32,
+            n: i as u32,
+            k: k as u32,
+            n_b: 2 * i as u32,
+            ldc: i as u32,
+            n_tiles: (i as u32).div_ceil(kh::GEMM_BN / 2),
+            ..zero_gemm()
+        };
+        m_grouped(gpu, "grouped_gemm_swiglu", map_a, map_b, p, rows)
+    }
+}
+
+impl<'a> DswigluArgs<'a> {
+    /// Check the arguments and encode the tensor maps (see [`grouped_gemm_dswiglu`]).
+    pub fn prepare(self, gpu: &Gpu) -> Result<Prepared<'a>> {
+        let ck = Check { what: "grouped_gemm_dswiglu", ordinal: gpu.ordinal() };
+        ck.multiple("K", self.k, 64)?;
+        ck.multiple("I", self.i, 64)?;
+        ck.routing(self.experts, self.offsets, Some(self.tile_offsets))?;
+        let (e, i, k, rows) = (self.experts, self.i, self.k, self.rows_max);
+        ck.buf("dy", self.dy, rows * k)?;
+        ck.buf("W2", self.w2, e * k * i)?;
+        ck.buf("z", self.z, rows * 2 * i)?;
+        ck.buf("row_slot", self.row_slot, rows)?;
+        ck.buf("dz", self.dz, rows * 2 * i)?;
+        ck.buf("partial", self.partial, rows * dswiglu_partials(i))?;
+        if self.weights.len() >= 1 << 31 || self.weights.ordinal() != gpu.ordinal() {
+            return ck.bad("weights must be on the call's device with fewer than 2^31 slots".into());
+        }
+        if rows == 0 {
+            return Ok(nothing(gpu));
+        }
+        let s = gpu.stream().clone();
+        let map_a = map(gpu, dptr(self.dy, &s), rows, k, kh::GEMM_BM, 64)?;
+        let map_b = map(gpu, dptr(self.w2, &s), e * k, i, 64, 64)?;
+        let p = GroupedGemm {
+            offsets: dptr(self.offsets, &s),
+            tile_offsets: dptr(self.tile_offsets, &s),
+            c: dptr(self.dz, &s),
+            z: dptr(self.z, &s),
+            experts: e as u32,
+            n: i as u32,
+            k: k as u32,
+            n_b: k as u32,
+            ldc: 2 * i as u32,
+            n_tiles: dswiglu_partials(i) as u32,
+            w: dptr(self.weights, &s),
+            row_slot: dptr(self.row_slot, &s),
+            partial: dptr(self.partial, &s),
+            ..zero_gemm()
+        };
+        m_grouped(gpu, "grouped_gemm_bt_dswiglu", map_a, map_b, p, rows)
+    }
+}
+
+impl<'a> WgradArgs<'a> {
+    /// Check the arguments and encode the tensor maps (see [`grouped_wgrad`]).
+    pub fn prepare(self, gpu: &Gpu) -> Result<Prepared<'a>> {
+        let ck = Check { what: "grouped_wgrad", ordinal: gpu.ordinal() };
+        ck.multiple("M", self.m, 64)?;
+        ck.multiple("N", self.n, 8)?;
+        ck.routing(self.experts, self.offsets, None)?;
+        let (e, m, n, rows) = (self.experts, self.m, self.n, self.rows_max);
+        ck.buf("A", self.a, rows * m)?;
+        ck.buf("B", self.b, rows * n)?;
+        // C is indexed per expert in 32 bits (m * n < 2^31), across experts in 64
+        if self.c.len() != e * m * n || m * n >= 1 << 31 || self.c.ordinal() != gpu.ordinal() {
+            return ck.bad(format!(
+                "C must be f32 [E, M, N] = {e} x {m} x {n} (each expert's M x N below 2^31) on device {}; it has \
+                 {} elements on device {}",
+                gpu.ordinal(),
+                self.c.len(),
+                self.c.ordinal()
+            ));
+        }
+        let s = gpu.stream().clone();
+        if rows == 0 {
+            if self.accumulate {
+                return Ok(nothing(gpu));
+            }
+            let block = Block::Zero { ptr: dptr(self.c, &s), bytes: self.c.len() * 4 };
+            return Ok(Prepared { ordinal: gpu.ordinal(), block, _maps: Vec::new(), _bufs: PhantomData });
+        }
+        let map_a = map(gpu, dptr(self.a, &s), rows, m, 64, 64)?;
+        let map_b = map(gpu, dptr(self.b, &s), rows, n, 64, 64)?;
+        let p = WgradGemm {
+            map_a: map_a.ptr(gpu),
+            map_b: map_b.ptr(gpu),
+            offsets: dptr(self.offsets, &s),
+            c: dptr(self.c, &s),
+            experts: e as u32,
+            m: m as u32,
+            n: n as u32,
+            m_tiles: (m as u32).div_ceil(128),
+            n_tiles: (n as u32).div_ceil(256),
+            accumulate: self.accumulate as u32,
+            error: 0,
+        };
+        let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
+        Ok(Prepared {
+            ordinal: gpu.ordinal(),
+            block: Block::K(Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), p),
+            _maps: vec![map_a, map_b],
+            _bufs: PhantomData,
+        })
+    }
+}
+
+/// A parameter block with every pointer null and every count zero, for `..zero_gemm()`.
+pub(crate) fn zero_gemm() -> GroupedGemm {
+    GroupedGemm {
+        map_a: 0,
+        map_b: 0,
+        offsets: 0,
+        tile_offsets: 0,
+        c: 0,
         z: 0,
-        experts: g.experts as u32,
-        n: g.n as u32,
-        k: g.k as u32,
-        n_b,
-        ldc: g.n as u32,
-        n_tiles,
+        experts: 0,
+        n: 0,
+        k: 0,
+        n_b: 0,
+        ldc: 0,
+        n_tiles: 0,
         w: 0,
         row_slot: 0,
         partial: 0,
         sh: 0,
-    };
-    let m_tiles_max = (g.rows_max as u32).div_ceil(kh::GEMM_BM) + (g.experts as u32).min(g.rows_max as u32);
-    let grid = gpu.sm_count().min(m_tiles_max * n_tiles);
-    // SAFETY: the block matches the kernel; A and C hold rows_max rows and the kernel bounds rows by the
-    // device offsets (offsets[E] <= rows_max is the caller's promise, as in the layer); the maps and buffers
-    // are freed in stream order after the kernel.
-    unsafe { gpu.launch(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+    }
 }
 
 #[cfg(test)]
@@ -119,5 +513,12 @@ mod tests {
     fn tile_offsets_count_partial_tiles_and_skip_empty_experts() {
         assert_eq!(super::tile_offsets(&[0, 1, 128, 129, 0, 256]), vec![0, 0, 1, 2, 4, 4, 6]);
         assert_eq!(super::tile_offsets(&[]), vec![0]);
+    }
+
+    #[test]
+    fn dswiglu_partials_are_per_256_columns() {
+        assert_eq!(super::dswiglu_partials(768), 3);
+        assert_eq!(super::dswiglu_partials(1536), 6);
+        assert_eq!(super::dswiglu_partials(64), 1);
     }
 }

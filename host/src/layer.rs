@@ -22,6 +22,7 @@ use megamoe_kernels::kernels_host as kh;
 use megamoe_kernels::params::{Combine, DtopkReduce, Gather, GroupedGemm, Route, WgradGemm};
 
 use crate::error::{Error, Result};
+use crate::gemm::zero_gemm;
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
@@ -572,28 +573,6 @@ fn check_word(gpu: &Gpu, word: &CudaSlice<u32>, experts: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// A parameter block with every pointer null and every count zero, for `..zero_gemm()`.
-fn zero_gemm() -> GroupedGemm {
-    GroupedGemm {
-        map_a: 0,
-        map_b: 0,
-        offsets: 0,
-        tile_offsets: 0,
-        c: 0,
-        z: 0,
-        experts: 0,
-        n: 0,
-        k: 0,
-        n_b: 0,
-        ldc: 0,
-        n_tiles: 0,
-        w: 0,
-        row_slot: 0,
-        partial: 0,
-        sh: 0,
-    }
 }
 
 impl Saved {

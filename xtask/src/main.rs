@@ -6,8 +6,9 @@
 //! - `test`: formatting, clippy, every test, and `check-kernels`.
 //! - `check-kernels`: every kernel marked spill-free has a 0-byte stack frame and no spills; every kernel marked
 //!   mma has HGMMA in its SASS.
-//! - `gpu-bundle DIR`: build the test binaries and the main binary (release) and copy them into DIR with a
-//!   `run.sh`, for the GPU machine (which has no Rust).
+//! - `gpu-bundle DIR`: build the test binaries, the main binary and the benchmarks (`layer`, `gemm`; release)
+//!   and copy them into DIR with a `run.sh` and the benchmarks' scripts (`h200.sh`, `gemm_h200.sh`), for the
+//!   GPU machine (which has no Rust).
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -264,7 +265,7 @@ fn gpu_bundle(dir: &str) -> Res {
             names.push(base);
         }
     }
-    run(cargo().args(["build", "--release", "--bin", "megamoe", "--bench", "layer"]))?;
+    run(cargo().args(["build", "--release", "--bin", "megamoe"]))?;
     bundle_bench(&dir)?;
     std::fs::copy(root().join("target/release/megamoe"), dir.join("megamoe")).map_err(|e| e.to_string())?;
     strip(&dir.join("megamoe"));
@@ -277,29 +278,51 @@ fn gpu_bundle(dir: &str) -> Res {
         names.join(" ")
     );
     std::fs::write(dir.join("run.sh"), script).map_err(|e| e.to_string())?;
-    println!("bundle in {}: {} test binaries + megamoe + run.sh", dir.display(), names.len());
+    let bytes: u64 = std::fs::read_dir(&dir)
+        .map_err(|e| e.to_string())?
+        .filter_map(|f| f.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    println!(
+        "bundle in {}: {} test binaries + megamoe + run.sh, benchmarks {} (h200.sh, gemm_h200.sh); {:.1} MiB of \
+         the device call's 64",
+        dir.display(),
+        names.len(),
+        BENCHES.join(", "),
+        bytes as f64 / (1 << 20) as f64
+    );
     Ok(())
 }
 
-/// The layer benchmark binary and its PyTorch partner.
+/// The benchmark binaries (`layer`: the layer against PyTorch; `gemm`: each GEMM alone against cuBLAS) and
+/// their PyTorch partners and shell scripts.
 fn bundle_bench(dir: &Path) -> Res {
-    let out = cargo()
-        .args(["bench", "--bench", "layer", "--no-run", "--message-format=json"])
-        .output()
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let exe = text
-        .lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"name\":\"layer\""))
-        .find_map(|l| json_str(l, "executable"))
-        .ok_or("no layer benchmark binary")?;
-    std::fs::copy(&exe, dir.join("layer")).map_err(|e| e.to_string())?;
-    strip(&dir.join("layer"));
-    for f in ["torch_layer.py", "h200.sh"] {
+    for bench in BENCHES {
+        let out = cargo()
+            .args(["bench", "--bench", bench, "--no-run", "--message-format=json"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("building the {bench} benchmark failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let key = format!("\"name\":\"{bench}\"");
+        let exe = text
+            .lines()
+            .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&key))
+            .find_map(|l| json_str(l, "executable"))
+            .ok_or(format!("no {bench} benchmark binary"))?;
+        std::fs::copy(&exe, dir.join(bench)).map_err(|e| e.to_string())?;
+        strip(&dir.join(bench));
+    }
+    for f in ["torch_layer.py", "h200.sh", "torch_gemm.py", "gemm_h200.sh"] {
         std::fs::copy(root().join("benches").join(f), dir.join(f)).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
+
+/// Benchmarks the GPU bundle carries.
+const BENCHES: &[&str] = &["layer", "gemm"];
 
 /// Test binaries the GPU bundle carries.
 const GPU_TEST_BINARIES: &[&str] = &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm"];

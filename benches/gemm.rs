@@ -1,0 +1,693 @@
+//! Each GEMM of the MoE layer alone (issue 4), against cuBLAS's dense GEMM of the same total shape, at the
+//! Qwen3-30B-A3B and Qwen3-235B-A22B shapes: T = 16384 tokens, top-8 of E = 128 experts, one GPU, uniform
+//! random routing (k distinct experts per token), M = T k = 131072 rows grouped by expert.
+//!
+//! M-grouped (target >= 0.9x cuBLAS): fwd GEMM1 [M, H] x W1_e^T -> [M, 2I] (plain, then with the SwiGLU
+//! epilogue as the layer launches it, without and with z kept), fwd GEMM2 [M, I] x W2_e^T -> [M, H], bwd dh
+//! [M, H] x W2_e -> [M, I] (plain, then with the SwiGLU-backward epilogue), bwd dx [M, 2I] x W1_e -> [M, H].
+//! K-grouped (target >= 0.8x): dW2_e = (s dy)^T h [H, I] and dW1_e = dz^T x [2I, H], f32.
+//! cuBLAS: cublasGemmEx, bf16 inputs, CUBLAS_COMPUTE_32F, bf16 out (f32 for the weight gradients), the same
+//! operand layouts, B = expert 0's weight (the dense GEMM of the same M, N, K; for the weight gradients one
+//! [M, N] output contracted over all T k rows).
+//!
+//! Each GEMM: 3 warm-ups, then the median of 20 launches, each bracketed by device events. Inputs random
+//! (never zero); outputs poisoned (NaN) before the runs, then checked fully written, and rows of three experts
+//! (the first and last rows of each) checked against an f64 CPU product (relative error <= 1e-2); cuBLAS's
+//! output is checked on a sample too. The routing layout is computed on the host exactly as the layer's
+//! `route_*` kernels lay it out (each expert's rows in increasing slot order).
+//!
+//! `cargo bench --bench gemm`; on the GPU machine `bash gemm_h200.sh OUT` (it finds libcublas in PyTorch's
+//! pip packages and runs `benches/torch_gemm.py` beside it). With `MEGAMOE_GEMM_COUNTS_DIR` set, the
+//! per-expert row counts are written there for the PyTorch partner (`gemm_counts_<shape>.txt`).
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::cublas::{result as blas_result, sys as blas_sys, CudaBlas};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use half::bf16;
+use megamoe::gemm::{self, BLayout, DswigluArgs, GroupedGemmArgs, Prepared, SwigluArgs, WgradArgs};
+use megamoe::reference::Shape;
+use megamoe::rng::Rng;
+use megamoe::{check, Gpu};
+
+const WARM: usize = 3;
+const REPS: usize = 20;
+const TOKENS: usize = 16384;
+const TOL: f64 = 1e-2;
+
+type R<T> = Result<T, String>;
+
+trait Ctx<T> {
+    fn s(self) -> R<T>;
+}
+impl<T, E: std::fmt::Display> Ctx<T> for Result<T, E> {
+    fn s(self) -> R<T> {
+        self.map_err(|e| e.to_string())
+    }
+}
+
+/// A random bf16 pattern: element i of a buffer is `pool[i % pool.len()]`, the pool odd-sized and not a multiple
+/// of 3, so no two rows of any of the layer's widths repeat each other; the host reads any element back.
+struct Pat {
+    pool: Vec<bf16>,
+}
+
+impl Pat {
+    const LEN: usize = (1 << 22) + 15;
+
+    fn new(rng: &mut Rng, scale: f64) -> Pat {
+        let pool = (0..Self::LEN)
+            .map(|_| {
+                let v = bf16::from_f64(rng.sym(scale));
+                if v.to_f64() == 0.0 {
+                    bf16::from_f64(scale / 64.0)
+                } else {
+                    v
+                }
+            })
+            .collect();
+        Pat { pool }
+    }
+
+    fn get(&self, i: usize) -> f64 {
+        self.pool[i % Self::LEN].to_f64()
+    }
+
+    fn upload(&self, g: &Gpu, n: usize) -> R<CudaSlice<bf16>> {
+        let mut v = Vec::with_capacity(n);
+        while v.len() < n {
+            let take = (n - v.len()).min(Self::LEN);
+            v.extend_from_slice(&self.pool[..take]);
+        }
+        g.upload(&v).s()
+    }
+}
+
+/// Device-event timing: `WARM` runs, then the median of `REPS`, microseconds.
+fn median_us(g: &Gpu, mut f: impl FnMut() -> R<()>) -> R<f64> {
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let (a, b) = (g.context().new_event(flags).s()?, g.context().new_event(flags).s()?);
+    let mut t = Vec::with_capacity(REPS);
+    for rep in 0..WARM + REPS {
+        a.record(g.stream()).s()?;
+        f()?;
+        b.record(g.stream()).s()?;
+        b.synchronize().s()?;
+        if rep >= WARM {
+            t.push(a.elapsed_ms(&b).s()? as f64 * 1e3);
+        }
+    }
+    t.sort_by(|x, y| x.total_cmp(y));
+    Ok(t[t.len() / 2])
+}
+
+/// The raw device address of a buffer.
+fn dptr<T>(b: &CudaSlice<T>, s: &Arc<CudaStream>) -> u64 {
+    let (p, _guard) = b.device_ptr(s);
+    p
+}
+
+fn time_prepared(g: &Gpu, p: &Prepared<'_>) -> R<f64> {
+    median_us(g, || p.launch(g).s())
+}
+
+fn poison<T>(g: &Gpu, b: &mut CudaSlice<T>) -> R<()> {
+    g.fill_bytes(b, 0xff).s()
+}
+
+/// Whether every element of a poisoned output was written (no NaN left), read back in chunks.
+fn all_written<T: DeviceRepr + Default + Clone + Copy>(
+    s: &Arc<CudaStream>,
+    b: &CudaSlice<T>,
+    nan: impl Fn(T) -> bool,
+) -> R<bool> {
+    let chunk = 1 << 26;
+    let mut at = 0;
+    while at < b.len() {
+        let end = (at + chunk).min(b.len());
+        let v = s.clone_dtoh(&b.slice(at..end)).s()?;
+        if v.into_iter().any(&nan) {
+            return Ok(false);
+        }
+        at = end;
+    }
+    Ok(true)
+}
+
+fn rows_f64<T: DeviceRepr + Default + Clone>(
+    s: &Arc<CudaStream>,
+    b: &CudaSlice<T>,
+    start: usize,
+    len: usize,
+    f: impl Fn(&T) -> f64,
+) -> R<Vec<f64>> {
+    Ok(s.clone_dtoh(&b.slice(start..start + len)).s()?.iter().map(f).collect())
+}
+
+/// The routing of T tokens to k distinct experts each, laid out as the layer does.
+struct Routing {
+    counts: Vec<u32>,
+    offsets: Vec<u32>,
+    row_slot: Vec<u32>,
+    weights: Vec<f32>,
+}
+
+fn routing(rng: &mut Rng, tokens: usize, e: usize, k: usize) -> Routing {
+    let mut ids = Vec::with_capacity(tokens * k);
+    for _ in 0..tokens {
+        let mut row: Vec<usize> = Vec::with_capacity(k);
+        while row.len() < k {
+            let id = rng.below(e);
+            if !row.contains(&id) {
+                row.push(id);
+            }
+        }
+        ids.extend(row);
+    }
+    let mut counts = vec![0u32; e];
+    for &id in &ids {
+        counts[id] += 1;
+    }
+    let mut offsets = vec![0u32; e + 1];
+    for x in 0..e {
+        offsets[x + 1] = offsets[x] + counts[x];
+    }
+    let mut next: Vec<u32> = offsets[..e].to_vec();
+    let mut row_slot = vec![0u32; ids.len()];
+    for (slot, &id) in ids.iter().enumerate() {
+        row_slot[next[id] as usize] = slot as u32;
+        next[id] += 1;
+    }
+    let weights = (0..ids.len()).map(|_| (1.0 - rng.uniform()) as f32).collect();
+    Routing { counts, offsets, row_slot, weights }
+}
+
+/// Row-major dense GEMM by cuBLAS: C[m, n] = op(A) . op(B), A stored [m, k] (or [k, m] with `a_t`), B stored
+/// [k, n] (or [n, k] with `b_t`), bf16 in, f32 accumulate, C bf16 or f32.
+struct Blas(CudaBlas);
+
+impl Blas {
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(&self, a_t: bool, b_t: bool, m: usize, n: usize, k: usize, a: u64, b: u64, c: u64, c_f32: bool) -> R<()> {
+        use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        // column-major view: C^T [n, m] = op(B)^T [n, k] . op(A)^T [k, m]
+        let (op_b, ldb) = if b_t { (CUBLAS_OP_T, k) } else { (CUBLAS_OP_N, n) };
+        let (op_a, lda) = if a_t { (CUBLAS_OP_T, m) } else { (CUBLAS_OP_N, k) };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
+        let ct = if c_f32 { blas_sys::cudaDataType::CUDA_R_32F } else { bf };
+        // SAFETY: the pointers are device buffers holding the shapes named (the caller's buffers, checked
+        // against these shapes when they were allocated); alpha and beta are host f32 (pointer mode host).
+        unsafe {
+            blas_result::gemm_ex(
+                *self.0.handle(),
+                op_b,
+                op_a,
+                n as i32,
+                m as i32,
+                k as i32,
+                &alpha as *const f32 as *const c_void,
+                b as *const c_void,
+                bf,
+                ldb as i32,
+                a as *const c_void,
+                bf,
+                lda as i32,
+                &beta as *const f32 as *const c_void,
+                c as *mut c_void,
+                ct,
+                n as i32,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| format!("cublasGemmEx: {e:?}"))
+    }
+}
+
+fn open_cublas(g: &Gpu) -> Result<Blas, String> {
+    // SAFETY: only tries to dlopen libcublas.
+    if !unsafe { blas_sys::is_culib_present() } {
+        return Err(
+            "libcublas could not be loaded (cudarc tries libcublas.so and libcublas.so.13 on the library \
+                    path: set LD_LIBRARY_PATH to the directory of PyTorch's nvidia cublas wheel, as gemm_h200.sh does)"
+                .into(),
+        );
+    }
+    CudaBlas::new(g.stream().clone()).map(Blas).map_err(|e| format!("cublasCreate failed: {e:?}"))
+}
+
+/// One measurement line.
+struct Line<'a> {
+    shape: &'a str,
+    name: &'a str,
+    k_grouped: bool,
+    mnk: (usize, usize, usize),
+    us: f64,
+    err: f64,
+    written: bool,
+    dense: &'a R<(f64, f64)>,
+}
+
+impl Line<'_> {
+    fn print(&self) -> bool {
+        let (m, n, k) = self.mnk;
+        let flop = 2.0 * m as f64 * n as f64 * k as f64;
+        let tf = |us: f64| flop / (us * 1e-6) / 1e12;
+        let target = if self.k_grouped { 0.8 } else { 0.9 };
+        let dense = match self.dense {
+            Ok((us, err)) => {
+                let ratio = us / self.us;
+                format!(
+                    "cuBLAS dense {us:.0} us {:.0} TFLOP/s (sample rel err {err:.1e}) | ours/cuBLAS {ratio:.2} \
+                     (throughput; target >= {target}: {})",
+                    tf(*us),
+                    if ratio >= target { "met" } else { "MISSED" }
+                )
+            }
+            Err(e) => format!("cuBLAS dense: not measured ({e})"),
+        };
+        let ok = self.err <= TOL && self.written;
+        println!(
+            "RESULT gemm {} {} ({}) M={m} N={n} K={k}: megamoe {:.0} us {:.0} TFLOP/s | {dense} | rel err {:.2e} \
+             ({} vs f64), all written: {}{}",
+            self.shape,
+            self.name,
+            if self.k_grouped { "K-grouped" } else { "M-grouped" },
+            self.us,
+            tf(self.us),
+            self.err,
+            if self.k_grouped { "8 rows of C_e of 2 experts" } else { "first and last 4 rows of 3 experts" },
+            self.written,
+            if ok { "" } else { " FAILED" }
+        );
+        ok
+    }
+}
+
+/// f64 reference of C[r, c] = sum_q A(r, q) B(q, c) for the listed rows, all columns.
+fn ref_rows(rows: &[usize], n: usize, k: usize, a: impl Fn(usize, usize) -> f64, b: &[f64]) -> Vec<f64> {
+    // b is [n][k] (column c's k values contiguous)
+    let mut out = Vec::with_capacity(rows.len() * n);
+    for &r in rows {
+        let av: Vec<f64> = (0..k).map(|q| a(r, q)).collect();
+        for c in 0..n {
+            out.push(av.iter().zip(&b[c * k..(c + 1) * k]).map(|(x, y)| x * y).sum());
+        }
+    }
+    out
+}
+
+/// Expert e's B as [n][k] in f64, from B_e stored [n, k] (`nk`) or [k, n].
+fn b_cols(p: &Pat, e: usize, n: usize, k: usize, nk: bool) -> Vec<f64> {
+    let base = e * n * k;
+    let mut v = vec![0.0; n * k];
+    for c in 0..n {
+        for q in 0..k {
+            v[c * k + q] = p.get(base + if nk { c * k + q } else { q * n + c });
+        }
+    }
+    v
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
+    let (h, i, e, k) = (sh.h, sh.i, sh.e, sh.k);
+    let st = g.stream().clone();
+    let rt = routing(rng, TOKENS, e, k);
+    let m = TOKENS * k;
+    assert_eq!(rt.offsets[e] as usize, m);
+    if let Ok(dir) = std::env::var("MEGAMOE_GEMM_COUNTS_DIR") {
+        let line: Vec<String> = rt.counts.iter().map(|c| c.to_string()).collect();
+        let path = std::path::Path::new(&dir).join(format!("gemm_counts_{name}.txt"));
+        if let Err(err) = std::fs::write(&path, line.join(" ") + "\n") {
+            println!("could not write {}: {err}", path.display());
+        }
+    }
+    // experts sampled by the checks, and their first and last four rows
+    let sample_e = [0, e / 2, e - 1];
+    let mut sample_rows = Vec::new();
+    for &x in &sample_e {
+        let (r0, r1) = (rt.offsets[x] as usize, rt.offsets[x + 1] as usize);
+        for r in (r0..r0 + 4).chain(r1 - 4..r1) {
+            sample_rows.push((x, r));
+        }
+    }
+    let i2 = 2 * i;
+    let (px, pw1, pw2, ph, pdy, pz, pdz, psdy) = (
+        Pat::new(rng, 1.0),
+        Pat::new(rng, 1.7 / (h as f64).sqrt()),
+        Pat::new(rng, 2.0 / (i as f64).sqrt()),
+        Pat::new(rng, 1.0),
+        Pat::new(rng, 1.0),
+        Pat::new(rng, 3.0),
+        Pat::new(rng, 1.0),
+        Pat::new(rng, 1.0),
+    );
+    let xs = px.upload(g, m * h)?;
+    let w1 = pw1.upload(g, e * i2 * h)?;
+    let w2 = pw2.upload(g, e * h * i)?;
+    let hin = ph.upload(g, m * i)?;
+    let dy = pdy.upload(g, m * h)?;
+    let zin = pz.upload(g, m * i2)?;
+    let dzin = pdz.upload(g, m * i2)?;
+    let sdy = psdy.upload(g, m * h)?;
+    let offsets = g.upload(&rt.offsets).s()?;
+    let tiles = g.upload(&gemm::tile_offsets(&rt.counts)).s()?;
+    let row_slot = g.upload(&rt.row_slot).s()?;
+    let weights = g.upload(&rt.weights).s()?;
+    let nt = gemm::dswiglu_partials(i);
+    let mut z_out = g.alloc::<bf16>(m * i2).s()?;
+    let mut h_out = g.alloc::<bf16>(m * i).s()?;
+    let mut y_out = g.alloc::<bf16>(m * h).s()?;
+    let mut dh_out = g.alloc::<bf16>(m * i).s()?;
+    let mut dz_out = g.alloc::<bf16>(m * i2).s()?;
+    let mut partial = g.alloc::<f32>(m * nt).s()?;
+    let mut dx_out = g.alloc::<bf16>(m * h).s()?;
+    let mut dw2 = g.alloc::<f32>(e * h * i).s()?;
+    let mut dw1 = g.alloc::<f32>(e * i2 * h).s()?;
+    let bf_nan = |v: bf16| v.is_nan();
+    let f_nan = |v: f32| v.is_nan();
+    let bf = |v: &bf16| v.to_f64();
+    let ff = |v: &f32| *v as f64;
+    let ptr = |b: &CudaSlice<bf16>| dptr(b, &st);
+
+    // f64 reference rows of an M-grouped product over the sampled experts: C = A . op(B_e), [rows][n]
+    let m_ref = |pa: &Pat, ka: usize, pb: &Pat, n: usize, nk: bool| -> Vec<Vec<f64>> {
+        sample_e
+            .iter()
+            .map(|&x| {
+                let bc = b_cols(pb, x, n, ka, nk);
+                let rows: Vec<usize> = sample_rows.iter().filter(|s| s.0 == x).map(|s| s.1).collect();
+                ref_rows(&rows, n, ka, |r, q| pa.get(r * ka + q), &bc)
+            })
+            .collect()
+    };
+    let got_rows = |b: &CudaSlice<bf16>, n: usize| -> R<Vec<f64>> {
+        let mut v = Vec::new();
+        for &(_, r) in &sample_rows {
+            v.extend(rows_f64(&st, b, r * n, n, bf)?);
+        }
+        Ok(v)
+    };
+    let flat = |v: &[Vec<f64>]| v.concat();
+    // cuBLAS on the same total shape, and a check of its rows 0 and m - 1 (up to 64 columns) against f64
+    let dense = |a_t: bool,
+                 b_t: bool,
+                 (dm, dn, dk): (usize, usize, usize),
+                 a: u64,
+                 b: u64,
+                 c_bf: Option<&CudaSlice<bf16>>,
+                 c_f: Option<&CudaSlice<f32>>,
+                 want: &dyn Fn(usize, usize) -> f64|
+     -> R<(f64, f64)> {
+        let blas = blas.as_ref().map_err(|e| e.clone())?;
+        let c = c_bf.map(ptr).unwrap_or_else(|| c_f.map(|c| dptr(c, &st)).unwrap_or(0));
+        let us = median_us(g, || blas.gemm(a_t, b_t, dm, dn, dk, a, b, c, c_f.is_some()))?;
+        let cols = dn.min(64);
+        let (mut got, mut exp) = (Vec::new(), Vec::new());
+        for r in [0, dm - 1] {
+            got.extend(match (c_bf, c_f) {
+                (Some(cb), _) => rows_f64(&st, cb, r * dn, cols, bf)?,
+                (_, Some(cf)) => rows_f64(&st, cf, r * dn, cols, ff)?,
+                _ => unreachable!(),
+            });
+            exp.extend((0..cols).map(|col| want(r, col)));
+        }
+        let err = check::rel_err(&got, &exp);
+        if err.is_nan() || err > TOL {
+            return Err(format!("cuBLAS baseline check FAILED: rel err {err:.2e}"));
+        }
+        Ok((us, err))
+    };
+    let dot = |len: usize, f: &dyn Fn(usize) -> f64| (0..len).map(f).sum::<f64>();
+    let mut ok = true;
+
+    // ---- fwd GEMM1: [M, H] x W1_e^T -> [M, 2I]
+    let gemm1_ref = m_ref(&px, h, &pw1, i2, true);
+    poison(g, &mut z_out)?;
+    let p = GroupedGemmArgs {
+        a: &xs,
+        b: &w1,
+        b_layout: BLayout::NK,
+        offsets: &offsets,
+        tile_offsets: &tiles,
+        c: &mut z_out,
+        experts: e,
+        n: i2,
+        k: h,
+        rows_max: m,
+    }
+    .prepare(g)
+    .s()?;
+    let us = time_prepared(g, &p)?;
+    drop(p);
+    let err = check::rel_err(&got_rows(&z_out, i2)?, &flat(&gemm1_ref));
+    let written = all_written(&st, &z_out, bf_nan)?;
+    let d1 = dense(false, true, (m, i2, h), ptr(&xs), ptr(&w1), Some(&z_out), None, &|r, c| {
+        dot(h, &|q| px.get(r * h + q) * pw1.get(c * h + q))
+    });
+    let mnk = (m, i2, h);
+    ok &= Line { shape: name, name: "fwd GEMM1 (plain)", k_grouped: false, mnk, us, err, written, dense: &d1 }.print();
+
+    // ---- fwd GEMM1 with the SwiGLU epilogue: h only (z recomputed later), then h and z (z saved)
+    let h_ref: Vec<f64> = gemm1_ref
+        .iter()
+        .flat_map(|rows| {
+            rows.chunks(i2).flat_map(|z| (0..i).map(|c| z[c] * sigmoid(z[c]) * z[i + c]).collect::<Vec<_>>())
+        })
+        .collect();
+    for keep_z in [false, true] {
+        poison(g, &mut h_out)?;
+        poison(g, &mut z_out)?;
+        let p = SwigluArgs {
+            a: &xs,
+            w1: &w1,
+            offsets: &offsets,
+            tile_offsets: &tiles,
+            h: &mut h_out,
+            z: if keep_z { Some(&mut z_out) } else { None },
+            experts: e,
+            i,
+            k: h,
+            rows_max: m,
+        }
+        .prepare(g)
+        .s()?;
+        let us = time_prepared(g, &p)?;
+        drop(p);
+        let mut err = check::rel_err(&got_rows(&h_out, i)?, &h_ref);
+        let mut written = all_written(&st, &h_out, bf_nan)?;
+        if keep_z {
+            err = err.max(check::rel_err(&got_rows(&z_out, i2)?, &flat(&gemm1_ref)));
+            written &= all_written(&st, &z_out, bf_nan)?;
+        }
+        let what = if keep_z { "fwd GEMM1 + SwiGLU (h and z stored)" } else { "fwd GEMM1 + SwiGLU (h stored)" };
+        ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &d1 }.print();
+    }
+
+    // ---- fwd GEMM2: [M, I] x W2_e^T -> [M, H]
+    let want = m_ref(&ph, i, &pw2, h, true);
+    poison(g, &mut y_out)?;
+    let p = GroupedGemmArgs {
+        a: &hin,
+        b: &w2,
+        b_layout: BLayout::NK,
+        offsets: &offsets,
+        tile_offsets: &tiles,
+        c: &mut y_out,
+        experts: e,
+        n: h,
+        k: i,
+        rows_max: m,
+    }
+    .prepare(g)
+    .s()?;
+    let us = time_prepared(g, &p)?;
+    drop(p);
+    let err = check::rel_err(&got_rows(&y_out, h)?, &flat(&want));
+    let written = all_written(&st, &y_out, bf_nan)?;
+    let dd = dense(false, true, (m, h, i), ptr(&hin), ptr(&w2), Some(&y_out), None, &|r, c| {
+        dot(i, &|q| ph.get(r * i + q) * pw2.get(c * i + q))
+    });
+    let mnk = (m, h, i);
+    ok &= Line { shape: name, name: "fwd GEMM2", k_grouped: false, mnk, us, err, written, dense: &dd }.print();
+
+    // ---- bwd dh: [M, H] x W2_e (W2_e [H, I], N-major) -> [M, I]; plain, then with the SwiGLU backward
+    let dh_ref = m_ref(&pdy, h, &pw2, i, false);
+    poison(g, &mut dh_out)?;
+    let p = GroupedGemmArgs {
+        a: &dy,
+        b: &w2,
+        b_layout: BLayout::KN,
+        offsets: &offsets,
+        tile_offsets: &tiles,
+        c: &mut dh_out,
+        experts: e,
+        n: i,
+        k: h,
+        rows_max: m,
+    }
+    .prepare(g)
+    .s()?;
+    let us = time_prepared(g, &p)?;
+    drop(p);
+    let err = check::rel_err(&got_rows(&dh_out, i)?, &flat(&dh_ref));
+    let written = all_written(&st, &dh_out, bf_nan)?;
+    let dd = dense(false, false, (m, i, h), ptr(&dy), ptr(&w2), Some(&dh_out), None, &|r, c| {
+        dot(h, &|q| pdy.get(r * h + q) * pw2.get(q * i + c))
+    });
+    let mnk = (m, i, h);
+    ok &= Line { shape: name, name: "bwd dh (plain)", k_grouped: false, mnk, us, err, written, dense: &dd }.print();
+
+    poison(g, &mut dz_out)?;
+    poison(g, &mut partial)?;
+    let p = DswigluArgs {
+        dy: &dy,
+        w2: &w2,
+        z: &zin,
+        weights: &weights,
+        row_slot: &row_slot,
+        offsets: &offsets,
+        tile_offsets: &tiles,
+        dz: &mut dz_out,
+        partial: &mut partial,
+        experts: e,
+        i,
+        k: h,
+        rows_max: m,
+    }
+    .prepare(g)
+    .s()?;
+    let us = time_prepared(g, &p)?;
+    drop(p);
+    let (mut want_dz, mut want_part, mut got_part) = (Vec::new(), Vec::new(), Vec::new());
+    for (&(_, r), dh) in sample_rows.iter().zip(flat(&dh_ref).chunks(i)) {
+        let s = rt.weights[rt.row_slot[r] as usize] as f64;
+        let mut dz = vec![0.0; i2];
+        let mut part = vec![0.0; nt];
+        for c in 0..i {
+            let (gv, uv) = (pz.get(r * i2 + c), pz.get(r * i2 + i + c));
+            let sg = sigmoid(gv);
+            dz[c] = s * dh[c] * uv * sg * (1.0 + gv * (1.0 - sg));
+            dz[i + c] = s * dh[c] * gv * sg;
+            part[c / 256] += dh[c] * gv * sg * uv;
+        }
+        want_dz.extend(dz);
+        want_part.extend(part);
+        got_part.extend(rows_f64(&st, &partial, r * nt, nt, ff)?);
+    }
+    let err = check::rel_err(&got_rows(&dz_out, i2)?, &want_dz).max(check::rel_err(&got_part, &want_part));
+    let written = all_written(&st, &dz_out, bf_nan)? && all_written(&st, &partial, f_nan)?;
+    let what = "bwd dh + SwiGLU backward (dz, dtopk partials)";
+    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd }.print();
+
+    // ---- bwd dx: [M, 2I] x W1_e (W1_e [2I, H], N-major) -> [M, H]
+    let want = m_ref(&pdz, i2, &pw1, h, false);
+    poison(g, &mut dx_out)?;
+    let p = GroupedGemmArgs {
+        a: &dzin,
+        b: &w1,
+        b_layout: BLayout::KN,
+        offsets: &offsets,
+        tile_offsets: &tiles,
+        c: &mut dx_out,
+        experts: e,
+        n: h,
+        k: i2,
+        rows_max: m,
+    }
+    .prepare(g)
+    .s()?;
+    let us = time_prepared(g, &p)?;
+    drop(p);
+    let err = check::rel_err(&got_rows(&dx_out, h)?, &flat(&want));
+    let written = all_written(&st, &dx_out, bf_nan)?;
+    let dd = dense(false, false, (m, h, i2), ptr(&dzin), ptr(&w1), Some(&dx_out), None, &|r, c| {
+        dot(i2, &|q| pdz.get(r * i2 + q) * pw1.get(q * h + c))
+    });
+    let mnk = (m, h, i2);
+    ok &= Line { shape: name, name: "bwd dx", k_grouped: false, mnk, us, err, written, dense: &dd }.print();
+
+    // ---- bwd dW2 = (s dy)^T h: [H, I] per expert; dW1 = dz^T x: [2I, H] per expert (f32, K-grouped)
+    for (what, pa, a, wm, pb, b, wn, c) in
+        [("bwd dW2", &psdy, &sdy, h, &ph, &hin, i, &mut dw2), ("bwd dW1", &pdz, &dzin, i2, &px, &xs, h, &mut dw1)]
+    {
+        poison(g, c)?;
+        let p =
+            WgradArgs { a, b, offsets: &offsets, c: &mut *c, experts: e, m: wm, n: wn, rows_max: m, accumulate: false }
+                .prepare(g)
+                .s()?;
+        let us = time_prepared(g, &p)?;
+        drop(p);
+        // rows of C_e across the m-tiles, all columns, for the first and last sampled experts
+        let c_rows = [0, 1, 63, 64, 127, 128 + 5, wm / 2 + 3, wm - 1];
+        let (mut got, mut exp) = (Vec::new(), Vec::new());
+        for &x in &[sample_e[0], sample_e[2]] {
+            let (r0, r1) = (rt.offsets[x] as usize, rt.offsets[x + 1] as usize);
+            let mut acc = vec![0.0f64; c_rows.len() * wn];
+            for r in r0..r1 {
+                let brow: Vec<f64> = (0..wn).map(|col| pb.get(r * wn + col)).collect();
+                for (j, &cr) in c_rows.iter().enumerate() {
+                    let av = pa.get(r * wm + cr);
+                    for (o, bv) in acc[j * wn..(j + 1) * wn].iter_mut().zip(&brow) {
+                        *o += av * bv;
+                    }
+                }
+            }
+            exp.extend(acc);
+            for &cr in &c_rows {
+                got.extend(rows_f64(&st, c, (x * wm + cr) * wn, wn, ff)?);
+            }
+        }
+        let err = check::rel_err(&got, &exp);
+        let written = all_written(&st, c, f_nan)?;
+        let dd = dense(true, false, (wm, wn, m), ptr(a), ptr(b), None, Some(c), &|r, col| {
+            dot(m, &|q| pa.get(q * wm + r) * pb.get(q * wn + col))
+        });
+        let mnk = (wm, wn, m);
+        ok &= Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd }.print();
+    }
+    Ok(ok)
+}
+
+fn main() {
+    let g = match megamoe::gpu(0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("GEMM benchmark skipped: {e}");
+            return;
+        }
+    };
+    let seed = Rng::fresh_seed();
+    let mut rng = Rng::new(seed);
+    println!(
+        "GEMM benchmark on {} (seed {seed}): T={TOKENS}, top-8 of 128 experts, {WARM} warm-ups, median of {REPS}",
+        g.name()
+    );
+    let blas = open_cublas(&g);
+    match &blas {
+        Ok(_) => println!("cuBLAS: loaded (cublasGemmEx, bf16 in, CUBLAS_COMPUTE_32F)"),
+        Err(e) => println!("cuBLAS NOT AVAILABLE: {e}; megamoe's figures only"),
+    }
+    let blas = blas.map_err(|_| "cuBLAS not available (see the top of the output)".to_string());
+    let mut ok = true;
+    for (name, s) in [("Qwen3-30B-A3B", Shape::QWEN3_30B_A3B), ("Qwen3-235B-A22B", Shape::QWEN3_235B_A22B)] {
+        match bench_shape(&g, &blas, name, s, &mut rng) {
+            Ok(true) => {}
+            Ok(false) => ok = false,
+            Err(e) => {
+                println!("FAILED {name}: {e}");
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        println!("FAILED: at least one of megamoe's GEMMs gave a wrong or incomplete result (lines marked FAILED)");
+        std::process::exit(1);
+    }
+}
