@@ -264,7 +264,7 @@ fn gpu_bundle(dir: &str) -> Res {
             names.push(base);
         }
     }
-    run(cargo().args(["build", "--release", "--bin", "megamoe", "--bench", "layer"]))?;
+    run(cargo().args(["build", "--release", "--bin", "megamoe", "--bench", "layer", "--bench", "ep"]))?;
     bundle_bench(&dir)?;
     std::fs::copy(root().join("target/release/megamoe"), dir.join("megamoe")).map_err(|e| e.to_string())?;
     strip(&dir.join("megamoe"));
@@ -281,20 +281,23 @@ fn gpu_bundle(dir: &str) -> Res {
     Ok(())
 }
 
-/// The layer benchmark binary and its PyTorch partner.
+/// The benchmark binaries (`layer`, and `ep` as `ep_bench` beside the `ep` test binary) and the PyTorch partner.
 fn bundle_bench(dir: &Path) -> Res {
-    let out = cargo()
-        .args(["bench", "--bench", "layer", "--no-run", "--message-format=json"])
-        .output()
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let exe = text
-        .lines()
-        .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains("\"name\":\"layer\""))
-        .find_map(|l| json_str(l, "executable"))
-        .ok_or("no layer benchmark binary")?;
-    std::fs::copy(&exe, dir.join("layer")).map_err(|e| e.to_string())?;
-    strip(&dir.join("layer"));
+    for (bench, file) in [("layer", "layer"), ("ep", "ep_bench")] {
+        let out = cargo()
+            .args(["bench", "--bench", bench, "--no-run", "--message-format=json"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let name = format!("\"name\":\"{bench}\"");
+        let exe = text
+            .lines()
+            .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&name))
+            .find_map(|l| json_str(l, "executable"))
+            .ok_or(format!("no {bench} benchmark binary"))?;
+        std::fs::copy(&exe, dir.join(file)).map_err(|e| e.to_string())?;
+        strip(&dir.join(file));
+    }
     for f in ["torch_layer.py", "h200.sh"] {
         std::fs::copy(root().join("benches").join(f), dir.join(f)).map_err(|e| e.to_string())?;
     }
@@ -302,7 +305,8 @@ fn bundle_bench(dir: &Path) -> Res {
 }
 
 /// Test binaries the GPU bundle carries.
-const GPU_TEST_BINARIES: &[&str] = &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm"];
+const GPU_TEST_BINARIES: &[&str] =
+    &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm", "ep"];
 
 fn strip(p: &Path) {
     // best effort: an unstripped binary still runs, it is only larger
