@@ -85,7 +85,7 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
             }
         }
         let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
-        let t = layer.forward_timed(&inp, &mut o)?;
+        let (_, t) = layer.forward_timed(&inp, &mut o)?;
         if rep >= 3 {
             td.push(t.dispatch_ms);
             tc.push(t.combine_ms);

@@ -1,7 +1,9 @@
 //! Expert parallelism, R ranks emulated on one GPU: outputs bitwise equal to the EP = 1 layer on the ranks'
 //! tokens concatenated in rank order and within 1e-2 of the f64 reference (computed over the R ranks), outputs
 //! poisoned before each run and checked fully written; bounded waits that end in `Error::Timeout` naming the
-//! withheld rank and phase, after which the same workspace runs normally. GPU tests: ignored without a GPU.
+//! withheld rank and phase, after which the same workspace runs normally; the backward (dx, dtopk, each rank's
+//! dW1 and dW2) bitwise equal to the EP = 1 backward and within 1e-2 of the reference. GPU tests: ignored
+//! without a GPU.
 mod common;
 
 use std::sync::Arc;
@@ -10,9 +12,9 @@ use std::time::{Duration, Instant};
 use common::{f64s, gpu, inputs, rng, Inputs, Routing, SMALL};
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, RankInputs};
+use megamoe::ep::{EpLayer, RankGrads, RankInputs};
 use megamoe::ep_layout::Phase;
-use megamoe::layer::{Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
+use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::{check, Error, Gpu};
@@ -265,4 +267,210 @@ gpu_test!(bad_arguments_are_rejected, {
     r.w1.swap(0, 1);
     r.w1[0] = g.upload(&inp.w1[..10]).unwrap(); // wrong local weight length
     assert!(matches!(run_ep(&g, &mut layer, &mut r), Err(Error::InvalidArgument(_))));
+});
+
+/// The EP = 1 forward + backward (z recomputed) on all tokens: dx, dtopk, dW1, dW2 as raw bits.
+struct Ep1Grads {
+    dx: Vec<u16>,
+    dtopk: Vec<u32>,
+    dw1: Vec<u32>,
+    dw2: Vec<u32>,
+}
+
+fn ep1_backward(g: &Arc<Gpu>, inp: &Inputs) -> Ep1Grads {
+    let s = inp.shape;
+    let t = inp.tokens;
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, t, Save::InputsOnly)).unwrap();
+    let up = |v: &[bf16]| g.upload(v).unwrap();
+    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let li = LayerInputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let mut out = g.alloc::<bf16>(t * s.h).unwrap();
+    let mut dx = g.alloc::<bf16>(t * s.h).unwrap();
+    let mut dtopk = g.alloc::<f32>(t * s.k).unwrap();
+    let mut dw1 = g.alloc::<f32>(s.e * 2 * s.i * s.h).unwrap();
+    let mut dw2 = g.alloc::<f32>(s.e * s.h * s.i).unwrap();
+    let saved = layer.forward(&li, &mut out).unwrap();
+    let gr = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward(&saved, &dy, &li, gr).unwrap();
+    g.sync().unwrap();
+    Ep1Grads {
+        dx: g.download(&dx).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dtopk: g.download(&dtopk).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dw1: g.download(&dw1).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dw2: g.download(&dw2).unwrap().iter().map(|v| v.to_bits()).collect(),
+    }
+}
+
+/// `got` bitwise equal to `want`, none left at the poison `poison`.
+fn same_bits<T: PartialEq + Copy + std::fmt::LowerHex>(what: &str, got: &[T], want: &[T], poison: T) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = got.iter().position(|&v| v == poison) {
+        panic!("{what}[{i}] still holds the poison (not written)");
+    }
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+        panic!("{what}[{i}] = {:#x}, EP = 1 gives {:#x}", got[i], want[i]);
+    }
+}
+
+fn check_ep_backward(s: Shape, tokens: &[usize], routing: EpRouting) {
+    let g = gpu();
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, tokens, routing);
+    let want_y = ep1_bits(&g, &inp);
+    let want = ep1_backward(&g, &inp);
+    let world = tokens.len();
+    let per = s.e / world;
+    let max_t = tokens.iter().copied().max().unwrap().max(1);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
+    let mut r = upload_ranks(&g, &inp, tokens);
+    let pad = |n: usize| n.max(1);
+    let mut t0 = 0;
+    let mut dy = Vec::new();
+    for &t in tokens {
+        let mut v = inp.dy[t0 * s.h..(t0 + t) * s.h].to_vec();
+        v.resize(pad(t * s.h), bf16::ZERO);
+        dy.push(g.upload(&v).unwrap());
+        t0 += t;
+    }
+    let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
+    let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(pad(t * s.h)).unwrap()).collect();
+    let mut dtopk: Vec<CudaSlice<f32>> = tokens.iter().map(|&t| g.alloc(pad(t * s.k)).unwrap()).collect();
+    let mut dw1: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n1).unwrap()).collect();
+    let mut dw2: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n2).unwrap()).collect();
+    for rep in 0..2 {
+        for b in dx.iter_mut() {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+        for b in dtopk.iter_mut().chain(dw1.iter_mut()).chain(dw2.iter_mut()) {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+        for o in r.out.iter_mut() {
+            g.fill_bytes(o, 0xff).unwrap();
+        }
+        let li: Vec<RankInputs> = (0..world)
+            .map(|i| RankInputs {
+                tokens: r.tokens[i],
+                x: &r.x[i],
+                topk_ids: &r.ids[i],
+                topk_weights: &r.w[i],
+                w1: &r.w1[i],
+                w2: &r.w2[i],
+            })
+            .collect();
+        let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+        let saved = layer.forward(&li, &mut outs).unwrap();
+        let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
+        let mut grads: Vec<RankGrads> = dx
+            .iter_mut()
+            .zip(dtopk.iter_mut())
+            .zip(dw1.iter_mut().zip(dw2.iter_mut()))
+            .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+            .collect();
+        layer.backward(&saved, &dys, &li, &mut grads, false).unwrap();
+        drop(grads);
+        layer.check().unwrap();
+        compare(&g, &r, s.h, &want_y);
+        let mut t0 = 0;
+        let (mut all_dx, mut all_tk) = (Vec::new(), Vec::new());
+        for (rank, &t) in tokens.iter().enumerate() {
+            let gx: Vec<u16> = g.download(&dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            let gt: Vec<u32> = g.download(&dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            if t == 0 {
+                assert_eq!(
+                    (gx[0], gt[0]),
+                    (0xffff, 0xffff_ffff),
+                    "rank {rank} has no tokens but its dx or dtopk was written"
+                );
+            } else {
+                same_bits(&format!("rank {rank} dx"), &gx, &want.dx[t0 * s.h..(t0 + t) * s.h], 0xffff);
+                same_bits(&format!("rank {rank} dtopk"), &gt, &want.dtopk[t0 * s.k..(t0 + t) * s.k], 0xffff_ffff);
+                all_dx.extend(gx.iter().map(|&b| bf16::from_bits(b).to_f64()));
+                all_tk.extend(gt.iter().map(|&b| f32::from_bits(b) as f64));
+            }
+            let g1: Vec<u32> = g.download(&dw1[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            let g2: Vec<u32> = g.download(&dw2[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            same_bits(&format!("rank {rank} dW1"), &g1, &want.dw1[rank * n1..(rank + 1) * n1], 0xffff_ffff);
+            same_bits(&format!("rank {rank} dW2"), &g2, &want.dw2[rank * n2..(rank + 1) * n2], 0xffff_ffff);
+            t0 += t;
+        }
+        if rep == 0 {
+            // the f64 reference over the R ranks (EP = 1 equals EP = R bitwise, so once is enough)
+            let mut ranks = Vec::new();
+            let mut t0 = 0;
+            for &t in tokens {
+                ranks.push(RankInput {
+                    x: f64s(&inp.x[t0 * s.h..(t0 + t) * s.h]),
+                    topk_ids: inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec(),
+                    topk_w: inp.w[t0 * s.k..(t0 + t) * s.k].iter().map(|&v| v as f64).collect(),
+                    dy: f64s(&inp.dy[t0 * s.h..(t0 + t) * s.h]),
+                });
+                t0 += t;
+            }
+            let w = Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) };
+            let (outs, grads) = reference::forward_backward(&s, &ranks, &w).unwrap();
+            let dx_ref: Vec<f64> = outs.iter().flat_map(|o| o.dx.iter().copied()).collect();
+            let tk_ref: Vec<f64> = outs.iter().flat_map(|o| o.dtopk.iter().copied()).collect();
+            let f = |v: &[u32]| v.iter().map(|&b| f32::from_bits(b) as f64).collect::<Vec<f64>>();
+            let tag = format!("EP = {world} {s:?} {tokens:?} {routing:?}");
+            for (what, got, reference) in [
+                ("dx", all_dx.clone(), dx_ref),
+                ("dtopk", all_tk.clone(), tk_ref),
+                ("dW1", f(&want.dw1), grads.dw1),
+                ("dW2", f(&want.dw2), grads.dw2),
+            ] {
+                let e = check::close(&format!("{what} ({tag})"), &got, &reference, 1e-2).unwrap();
+                eprintln!("{what} rel err {e:.3e}");
+            }
+        }
+    }
+}
+
+gpu_test!(ep4_backward_uneven_one_rank_empty, {
+    check_ep_backward(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10))
+});
+gpu_test!(ep8_backward_every_row_to_one_rank, {
+    check_ep_backward(MEDIUM, &[40, 0, 90, 17, 5, 128, 66, 9], EpRouting::AllOnRank(2))
+});
+gpu_test!(ep2_backward_small, { check_ep_backward(SMALL, &[0, 61], EpRouting::Layer(Routing::Uniform)) });
+
+gpu_test!(backward_needs_the_latest_forward, {
+    let g = gpu();
+    let s = SMALL;
+    let tokens = [9usize, 4];
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, &tokens, EpRouting::Layer(Routing::Uniform));
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, 9, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, 2).unwrap();
+    let mut r = upload_ranks(&g, &inp, &tokens);
+    let li: Vec<RankInputs> = (0..2)
+        .map(|i| RankInputs {
+            tokens: r.tokens[i],
+            x: &r.x[i],
+            topk_ids: &r.ids[i],
+            topk_weights: &r.w[i],
+            w1: &r.w1[i],
+            w2: &r.w2[i],
+        })
+        .collect();
+    let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+    let old = layer.forward(&li, &mut outs).unwrap();
+    let _new = layer.forward(&li, &mut outs).unwrap();
+    let dy: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(t * s.h).unwrap()).collect();
+    let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
+    let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(t * s.h).unwrap()).collect();
+    let mut tk: Vec<CudaSlice<f32>> = tokens.iter().map(|&t| g.alloc(t * s.k).unwrap()).collect();
+    let per = s.e / 2;
+    let mut w1: Vec<CudaSlice<f32>> = (0..2).map(|_| g.alloc(per * 2 * s.i * s.h).unwrap()).collect();
+    let mut w2: Vec<CudaSlice<f32>> = (0..2).map(|_| g.alloc(per * s.h * s.i).unwrap()).collect();
+    let mut grads: Vec<RankGrads> = dx
+        .iter_mut()
+        .zip(tk.iter_mut())
+        .zip(w1.iter_mut().zip(w2.iter_mut()))
+        .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+        .collect();
+    assert!(matches!(layer.backward(&old, &dys, &li, &mut grads, false), Err(Error::InvalidArgument(_))));
+    layer.check().unwrap();
 });

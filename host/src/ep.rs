@@ -1,5 +1,5 @@
 //! Expert parallelism (EP = R) on the host: the rank group (symmetric workspaces and the peer pointers the
-//! kernels reach them by) and the MoE layer over R ranks, forward (docs/EP.md).
+//! kernels reach them by) and the MoE layer over R ranks, forward and backward (docs/EP.md).
 //!
 //! Forms of the rank group (only how `peer[]` is filled differs; the kernels are the same):
 //! - [`RankGroup::emulated`]: R ranks on one GPU, R workspaces in one allocation. The layer launches the
@@ -19,7 +19,7 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::ep::{Phase, Workspace};
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{self, EpParams, EpRank, GroupedGemm, Route, MAX_RANKS};
+use megamoe_kernels::params::{self, DtopkReduce, EpParams, EpRank, Gather, GroupedGemm, Route, WgradGemm, MAX_RANKS};
 
 use crate::error::{Context, Error, Result};
 use crate::layer::{zero_gemm, LayerConfig, MapCache};
@@ -174,6 +174,53 @@ pub struct StageTimes {
     pub combine_ms: f64,
 }
 
+/// What a forward leaves for its backward: its epoch and token counts. The routed x rows, the gathered counts
+/// and every rank's local layout stay in the workspace, so the backward must come before the next forward
+/// (checked: [`EpLayer::backward`] refuses an older forward's state).
+#[derive(Clone, Debug)]
+pub struct EpSaved {
+    epoch: u32,
+    tokens: Vec<usize>,
+}
+
+/// One rank's gradients of a backward call.
+pub struct RankGrads<'a> {
+    /// bf16 [T_r, H] (at least).
+    pub dx: &'a mut CudaSlice<bf16>,
+    /// f32 [E / R, 2I, H]: this rank's experts.
+    pub dw1: &'a mut CudaSlice<f32>,
+    /// f32 [E / R, H, I].
+    pub dw2: &'a mut CudaSlice<f32>,
+    /// f32 [T_r, k] (at least); 0 for masked slots.
+    pub dtopk: &'a mut CudaSlice<f32>,
+}
+
+/// One rank's backward buffers over its receive rows (allocated at the first backward).
+struct BwdWork {
+    z: CudaSlice<bf16>,
+    dz: CudaSlice<bf16>,
+    sdy: CudaSlice<bf16>,
+    partial: CudaSlice<f32>,
+    row_dtopk: CudaSlice<f32>,
+}
+
+/// An [`EpRank`] with every pointer null (ranks a launch does not serve).
+const NO_RANK: EpRank = EpRank {
+    x: 0,
+    topk_ids: 0,
+    w: 0,
+    counts: 0,
+    offsets: 0,
+    row_slot: 0,
+    slot_row: 0,
+    y: 0,
+    row_w: 0,
+    out: 0,
+    dtopk: 0,
+    tokens: 0,
+    pad: 0,
+};
+
 /// One rank's own buffers (on the one GPU of the emulated form).
 struct RankWork {
     route_error: CudaSlice<u32>,
@@ -184,6 +231,7 @@ struct RankWork {
     slot_row: CudaSlice<i32>,
     h: CudaSlice<bf16>,
     y: CudaSlice<bf16>,
+    bwd: Option<BwdWork>,
 }
 
 /// The MoE layer at EP = R, R ranks emulated on one GPU (forward).
@@ -193,7 +241,10 @@ pub struct EpLayer {
     group: RankGroup,
     ranks: Vec<RankWork>,
     epoch: u32,
+    fwd_epoch: u32,
     checked_epoch: u32,
+    /// u32 [max_recv]: 0, 1, 2, ... (row -> itself: the owner's rows are their own slots for the EP = 1 kernels).
+    ident: Option<CudaSlice<u32>>,
     timeout_ns: u64,
     withhold: Option<(usize, Phase)>,
     maps: MapCache,
@@ -238,6 +289,7 @@ impl EpLayer {
                 slot_row: gpu.alloc(slots)?,
                 h: gpu.alloc(recv * cfg.intermediate)?,
                 y: gpu.alloc(recv * cfg.hidden)?,
+                bwd: None,
             });
         }
         Ok(EpLayer {
@@ -246,7 +298,9 @@ impl EpLayer {
             group,
             ranks,
             epoch: 0,
+            fwd_epoch: 0,
             checked_epoch: 0,
+            ident: None,
             timeout_ns: DEFAULT_TIMEOUT_NS,
             withhold: None,
             maps: MapCache::default(),
@@ -328,27 +382,40 @@ impl EpLayer {
     /// Forward at EP = R: `outs[r][t] = sum_j w_tj * expert(ids_tj)(x_t)` for every rank r, bitwise the EP = 1
     /// layer's result on the ranks' tokens concatenated in rank order. Asynchronous on the GPU's stream, no host
     /// synchronisation; call [`EpLayer::check`] at a synchronisation point to learn of a device-side timeout.
-    pub fn forward(&mut self, inp: &[RankInputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<()> {
-        self.run(inp, outs, false).map(|_| ())
+    pub fn forward(&mut self, inp: &[RankInputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<EpSaved> {
+        self.run(inp, outs, false).map(|(s, _)| s)
     }
 
     /// [`EpLayer::forward`] with device-event times of the dispatch and combine kernels (synchronises twice; for
     /// benchmarks).
-    pub fn forward_timed(&mut self, inp: &[RankInputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<StageTimes> {
+    pub fn forward_timed(
+        &mut self,
+        inp: &[RankInputs<'_>],
+        outs: &mut [&mut CudaSlice<bf16>],
+    ) -> Result<(EpSaved, StageTimes)> {
         self.run(inp, outs, true)
     }
 
-    fn run(&mut self, inp: &[RankInputs<'_>], outs: &mut [&mut CudaSlice<bf16>], timed: bool) -> Result<StageTimes> {
-        self.check_inputs(inp, outs)?;
-        let g = self.gpu.clone();
-        let s = g.stream().clone();
-        let c = self.cfg;
-        let r_n = self.world();
-        let e = c.experts;
+    fn next_epoch(&mut self) -> Result<u32> {
         self.epoch = self
             .epoch
             .checked_add(1)
             .ok_or_else(|| Error::InvalidArgument("2^32 - 1 calls on one workspace: make a new layer".into()))?;
+        Ok(self.epoch)
+    }
+
+    fn run(
+        &mut self,
+        inp: &[RankInputs<'_>],
+        outs: &mut [&mut CudaSlice<bf16>],
+        timed: bool,
+    ) -> Result<(EpSaved, StageTimes)> {
+        self.check_inputs(inp, outs)?;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let c = self.cfg;
+        let e = c.experts;
+        let epoch = self.next_epoch()?;
         // each rank's routing layout over its own slots and the E global experts
         for (i, w) in inp.iter().zip(self.ranks.iter_mut()) {
             g.fill_bytes(&mut w.route_error, 0)?;
@@ -373,53 +440,55 @@ impl EpLayer {
                 g.launch("route_place", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
             }
         }
-        let p = self.params(inp, outs);
-        let blocks = self.group.layout.blocks as u32;
-        let grid = r_n as u32 * blocks;
-        // SAFETY: every index the kernels form is bounded by the workspace layout (docs in the kernels); the grid
-        // is at most the SM count with small blocks, so every waiting block is resident.
-        let dispatch = || unsafe { g.launch("ep_dispatch", Launch::new(grid, EP_THREADS, 16 + 4 * e as u32), &p) };
-        let dispatch_ms = if timed { g.timed(dispatch)? } else { dispatch().map(|_| 0.0)? };
-        for (r, i) in inp.iter().enumerate() {
-            self.experts(r, i)?;
+        let mut ranks = [NO_RANK; MAX_RANKS];
+        for (r, ((i, o), w)) in inp.iter().zip(outs.iter()).zip(&self.ranks).enumerate() {
+            ranks[r] = EpRank { x: dptr(i.x, &s), y: dptr(&w.y, &s), out: dptr(&**o, &s), ..self.rank_common(r, i) };
         }
-        // SAFETY: as for the dispatch.
-        let combine = || unsafe { g.launch("ep_combine", Launch::new(grid, EP_THREADS, 16), &p) };
-        let combine_ms = if timed { g.timed(combine)? } else { combine().map(|_| 0.0)? };
-        Ok(StageTimes { dispatch_ms, combine_ms })
+        let p = self.params(ranks, false);
+        let dispatch_ms = self.launch_ep("ep_dispatch", &p, timed)?;
+        for (r, i) in inp.iter().enumerate() {
+            let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
+            self.gemm1(r, i, h, 0)?;
+            self.gemm2(r, i, h, y)?;
+        }
+        let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
+        self.fwd_epoch = epoch;
+        let saved = EpSaved { epoch, tokens: inp.iter().map(|i| i.tokens).collect() };
+        Ok((saved, StageTimes { dispatch_ms, combine_ms }))
     }
 
-    fn params(&self, inp: &[RankInputs<'_>], outs: &[&mut CudaSlice<bf16>]) -> EpParams {
-        let s = self.gpu.stream();
-        let none = EpRank {
-            x: 0,
-            topk_ids: 0,
-            w: 0,
-            counts: 0,
-            offsets: 0,
-            row_slot: 0,
-            slot_row: 0,
-            y: 0,
-            out: 0,
-            tokens: 0,
-            pad: 0,
-        };
-        let mut ranks = [none; MAX_RANKS];
-        for (r, ((i, o), w)) in inp.iter().zip(outs).zip(&self.ranks).enumerate() {
-            ranks[r] = EpRank {
-                x: dptr(i.x, s),
-                topk_ids: dptr(i.topk_ids, s),
-                w: dptr(i.topk_weights, s),
-                counts: dptr(&w.counts, s),
-                offsets: dptr(&w.offsets, s),
-                row_slot: dptr(&w.row_slot, s),
-                slot_row: dptr(&w.slot_row, s),
-                y: dptr(&w.y, s),
-                out: dptr(&**o, s),
-                tokens: i.tokens as u32,
-                pad: 0,
-            };
+    /// One launch of a dispatch or combine kernel for all the emulated ranks; its device time when `timed`.
+    fn launch_ep(&self, kernel: &'static str, p: &EpParams, timed: bool) -> Result<f64> {
+        let g = &self.gpu;
+        let grid = self.world() as u32 * self.group.layout.blocks as u32;
+        let smem = if kernel == "ep_dispatch" { 16 + 4 * self.cfg.experts as u32 } else { 16 };
+        // SAFETY: every index the kernels form is bounded by the workspace layout (docs in the kernels); the grid
+        // is at most the SM count with small blocks, so every waiting block is resident.
+        let f = || unsafe { g.launch(kernel, Launch::new(grid, EP_THREADS, smem), p) };
+        if timed {
+            g.timed(f)
+        } else {
+            f().map(|_| 0.0)
         }
+    }
+
+    /// Rank r's buffers that forward and backward share.
+    fn rank_common(&self, r: usize, i: &RankInputs<'_>) -> EpRank {
+        let s = self.gpu.stream();
+        let w = &self.ranks[r];
+        EpRank {
+            topk_ids: dptr(i.topk_ids, s),
+            w: dptr(i.topk_weights, s),
+            counts: dptr(&w.counts, s),
+            offsets: dptr(&w.offsets, s),
+            row_slot: dptr(&w.row_slot, s),
+            slot_row: dptr(&w.slot_row, s),
+            tokens: i.tokens as u32,
+            ..NO_RANK
+        }
+    }
+
+    fn params(&self, ranks: [EpRank; MAX_RANKS], backward: bool) -> EpParams {
         let (withhold_rank, withhold_phase) = match self.withhold {
             Some((r, ph)) => (r as u32 + 1, ph as u32),
             None => (0, 0),
@@ -434,12 +503,198 @@ impl EpLayer {
             tile_m: kh::GEMM_BM,
             withhold_rank,
             withhold_phase,
+            backward: backward as u32,
+            pad: 0,
         }
     }
 
-    /// Rank r's experts over its receive buffer: GEMM1 + SwiGLU, then GEMM2, the EP = 1 kernels with the local
-    /// layout the dispatch wrote (read on the device).
-    fn experts(&mut self, r: usize, inp: &RankInputs<'_>) -> Result<()> {
+    /// A grouped-GEMM parameter block over rank r's local layout (read on the device).
+    fn local_gemm(&self, r: usize) -> GroupedGemm {
+        let ws = self.group.peer(r);
+        let lay = &self.group.layout;
+        GroupedGemm {
+            offsets: ws + lay.local_offsets,
+            tile_offsets: ws + lay.local_tiles,
+            experts: (self.cfg.experts / self.world()) as u32,
+            ..zero_gemm()
+        }
+    }
+
+    /// One M-grouped GEMM launch over rank r's receive rows.
+    fn mgemm(&self, kernel: &'static str, p: GroupedGemm) -> Result<()> {
+        let recv = self.group.layout.max_recv as u32;
+        let per = (self.cfg.experts / self.world()) as u32;
+        let m_tiles = recv.div_ceil(kh::GEMM_BM) + per.min(recv);
+        let grid = self.gpu.sm_count().min(m_tiles * p.n_tiles);
+        // SAFETY: A holds max_recv rows, C max_recv rows of ldc; the local offsets the kernels read are clamped to
+        // max_recv on the device; B holds the rank's experts.
+        unsafe { self.gpu.launch(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+    }
+
+    /// Rank r's GEMM1 + SwiGLU over its received x rows: h, and z when `z` is non-zero.
+    fn gemm1(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, z: u64) -> Result<()> {
+        let g = self.gpu.clone();
+        let c = self.cfg;
+        let per = c.experts / self.world();
+        let lay = self.group.layout;
+        let recv = lay.max_recv as usize;
+        let map_a = self.maps.get(&g, self.group.peer(r) + lay.recv, recv, c.hidden, kh::GEMM_BM, 64)?;
+        let map_b =
+            self.maps.get(&g, dptr(inp.w1, g.stream()), per * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
+        let p = GroupedGemm {
+            map_a,
+            map_b,
+            c: h,
+            z,
+            n: c.intermediate as u32,
+            k: c.hidden as u32,
+            n_b: 2 * c.intermediate as u32,
+            ldc: c.intermediate as u32,
+            n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
+            ..self.local_gemm(r)
+        };
+        self.mgemm("grouped_gemm_swiglu", p)
+    }
+
+    /// Rank r's GEMM2: y rows from h rows.
+    fn gemm2(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, y: u64) -> Result<()> {
+        let g = self.gpu.clone();
+        let c = self.cfg;
+        let per = c.experts / self.world();
+        let recv = self.group.layout.max_recv as usize;
+        let map_a = self.maps.get(&g, h, recv, c.intermediate, kh::GEMM_BM, 64)?;
+        let map_b = self.maps.get(&g, dptr(inp.w2, g.stream()), per * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
+        let p = GroupedGemm {
+            map_a,
+            map_b,
+            c: y,
+            n: c.hidden as u32,
+            k: c.intermediate as u32,
+            n_b: c.hidden as u32,
+            ldc: c.hidden as u32,
+            n_tiles: (c.hidden as u32).div_ceil(kh::GEMM_BN),
+            ..self.local_gemm(r)
+        };
+        self.mgemm("grouped_gemm_bf16", p)
+    }
+
+    /// Backward of the forward that returned `saved` (which must be this layer's latest forward), on the same
+    /// inputs, with `dy[r]` bf16 [T_r, H] per rank: every rank's dx and dtopk, and its experts' dW1 and dW2
+    /// (written, or added to with `accumulate`), bitwise the EP = 1 backward (z recomputed) on the concatenated
+    /// tokens. dy travels to the experts like x; dx rows and each row's dtopk travel back; weight gradients stay
+    /// local. Asynchronous, no host synchronisation; [`EpLayer::check`] reports a device timeout.
+    pub fn backward(
+        &mut self,
+        saved: &EpSaved,
+        dy: &[&CudaSlice<bf16>],
+        inp: &[RankInputs<'_>],
+        grads: &mut [RankGrads<'_>],
+        accumulate: bool,
+    ) -> Result<()> {
+        let c = self.cfg;
+        let r_n = self.world();
+        let per = c.experts / r_n;
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if saved.epoch != self.fwd_epoch {
+            return bad(
+                "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()
+            );
+        }
+        if dy.len() != r_n || grads.len() != r_n || inp.len() != r_n {
+            return bad(format!("{} dy, {} grads and {} inputs for {r_n} ranks", dy.len(), grads.len(), inp.len()));
+        }
+        let me = self.gpu.ordinal();
+        for r in 0..r_n {
+            let t = inp[r].tokens;
+            if t != saved.tokens[r] {
+                return bad(format!("rank {r}: {t} tokens, its forward had {}", saved.tokens[r]));
+            }
+            let gr = &grads[r];
+            let at_least = [
+                ("dy", dy[r].len(), t * c.hidden),
+                ("dx", gr.dx.len(), t * c.hidden),
+                ("dtopk", gr.dtopk.len(), t * c.top_k),
+            ];
+            for (name, got, need) in at_least {
+                if got < need {
+                    return bad(format!("rank {r}: {name} has {got} elements, the layer needs {need}"));
+                }
+            }
+            let exact = [
+                ("dW1", gr.dw1.len(), per * 2 * c.intermediate * c.hidden),
+                ("dW2", gr.dw2.len(), per * c.hidden * c.intermediate),
+            ];
+            for (name, got, need) in exact {
+                if got != need {
+                    return bad(format!("rank {r}: {name} has {got} elements, the rank's experts need {need}"));
+                }
+            }
+            let ords = [("dy", dy[r].ordinal()), ("dx", gr.dx.ordinal()), ("dtopk", gr.dtopk.ordinal())];
+            for (name, d) in ords.into_iter().chain([("dW1", gr.dw1.ordinal()), ("dW2", gr.dw2.ordinal())]) {
+                if d != me {
+                    return bad(format!("rank {r}: {name} lives on device {d}, the layer on device {me}"));
+                }
+            }
+        }
+        self.alloc_backward()?;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        self.next_epoch()?;
+        let mut ranks = [NO_RANK; MAX_RANKS];
+        for r in 0..r_n {
+            let w = &self.ranks[r];
+            let b = w.bwd.as_ref().expect("allocated above");
+            ranks[r] = EpRank {
+                x: dptr(dy[r], &s),
+                y: dptr(&w.y, &s),
+                row_w: dptr(&b.row_dtopk, &s),
+                out: dptr(&*grads[r].dx, &s),
+                dtopk: dptr(&*grads[r].dtopk, &s),
+                ..self.rank_common(r, &inp[r])
+            };
+        }
+        let p = self.params(ranks, true);
+        self.launch_ep("ep_dispatch", &p, false)?;
+        for r in 0..r_n {
+            self.experts_backward(r, &inp[r], &mut grads[r], accumulate)?;
+        }
+        self.launch_ep("ep_combine", &p, false)?;
+        Ok(())
+    }
+
+    fn alloc_backward(&mut self) -> Result<()> {
+        let g = self.gpu.clone();
+        let c = self.cfg;
+        let recv = self.group.layout.max_recv as usize;
+        if self.ident.is_none() {
+            let ids: Vec<u32> = (0..recv as u32).collect();
+            self.ident = Some(g.upload(&ids)?);
+        }
+        let n_tiles_i = c.intermediate.div_ceil(kh::GEMM_BN as usize);
+        for w in self.ranks.iter_mut().filter(|w| w.bwd.is_none()) {
+            let mut partial = g.alloc::<f32>(recv * n_tiles_i)?;
+            g.fill_bytes(&mut partial, 0)?;
+            w.bwd = Some(BwdWork {
+                z: g.alloc(recv * 2 * c.intermediate)?,
+                dz: g.alloc(recv * 2 * c.intermediate)?,
+                sdy: g.alloc(recv * c.hidden)?,
+                partial,
+                row_dtopk: g.alloc(recv)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Rank r's experts, backward, over its received x and dy rows (the EP = 1 kernels, the row's own index
+    /// standing for its slot): z and h again, s * dy, dh with the SwiGLU backward (dz and the dtopk partial
+    /// sums), each row's dtopk, dx rows, dW2 and dW1.
+    fn experts_backward(
+        &mut self,
+        r: usize,
+        inp: &RankInputs<'_>,
+        gr: &mut RankGrads<'_>,
+        accumulate: bool,
+    ) -> Result<()> {
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let c = self.cfg;
@@ -447,47 +702,96 @@ impl EpLayer {
         let lay = self.group.layout;
         let ws = self.group.peer(r);
         let recv = lay.max_recv as usize;
-        let (h_ptr, y_ptr) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
-        let m_tiles = (recv as u32).div_ceil(kh::GEMM_BM) + (per as u32).min(recv as u32);
-        let base = GroupedGemm {
+        let (h2, i2) = (c.hidden, c.intermediate);
+        let ident = dptr(self.ident.as_ref().expect("allocated"), &s);
+        let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
+        let (z, dz, sdy, partial, row_dtopk) = {
+            let b = self.ranks[r].bwd.as_ref().expect("allocated");
+            (dptr(&b.z, &s), dptr(&b.dz, &s), dptr(&b.sdy, &s), dptr(&b.partial, &s), dptr(&b.row_dtopk, &s))
+        };
+        // z and h again from the x rows the forward left in recv
+        self.gemm1(r, inp, h, z)?;
+        // s * dy rows (s = the row's routing weight, sent with the forward's rows)
+        let gp = Gather {
+            scale: ws + lay.recv_w,
+            src: ws + lay.recv_dy,
+            dst: sdy,
+            row_slot: ident,
             offsets: ws + lay.local_offsets,
-            tile_offsets: ws + lay.local_tiles,
+            cols: h2 as u32,
+            k: 1,
             experts: per as u32,
-            ..zero_gemm()
+            pad: 0,
         };
-        let map_recv = self.maps.get(&g, ws + lay.recv, recv, c.hidden, kh::GEMM_BM, 64)?;
-        let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), per * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
-        let p1 = GroupedGemm {
-            map_a: map_recv,
-            map_b: map_w1,
-            c: h_ptr,
-            n: c.intermediate as u32,
-            k: c.hidden as u32,
-            n_b: 2 * c.intermediate as u32,
-            ldc: c.intermediate as u32,
-            n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
-            ..base
-        };
-        let map_h = self.maps.get(&g, h_ptr, recv, c.intermediate, kh::GEMM_BM, 64)?;
-        let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), per * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
-        let p2 = GroupedGemm {
-            map_a: map_h,
+        // SAFETY: rows < local_offsets[per] <= max_recv; src and dst hold max_recv rows, scale max_recv values.
+        unsafe { g.launch("gather_rows", Launch::new(recv as u32, 128, 0), &gp)? };
+        // dh = dy W2_e with the SwiGLU backward: dz and the dtopk partials
+        let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
+        let map_dy = self.maps.get(&g, ws + lay.recv_dy, recv, h2, kh::GEMM_BM, 64)?;
+        let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), per * h2, i2, 64, 64)?;
+        let p = GroupedGemm {
+            map_a: map_dy,
             map_b: map_w2,
-            c: y_ptr,
-            n: c.hidden as u32,
-            k: c.intermediate as u32,
-            n_b: c.hidden as u32,
-            ldc: c.hidden as u32,
-            n_tiles: (c.hidden as u32).div_ceil(kh::GEMM_BN),
-            ..base
+            c: dz,
+            z,
+            n: i2 as u32,
+            k: h2 as u32,
+            n_b: h2 as u32,
+            ldc: 2 * i2 as u32,
+            n_tiles: n_tiles_i,
+            w: ws + lay.recv_w,
+            row_slot: ident,
+            partial,
+            ..self.local_gemm(r)
         };
-        for (kernel, p) in [("grouped_gemm_swiglu", p1), ("grouped_gemm_bf16", p2)] {
-            let grid = g.sm_count().min(m_tiles * p.n_tiles);
-            // SAFETY: A holds max_recv rows, C max_recv rows of ldc; the local offsets the kernels read are
-            // clamped to max_recv on the device; B holds the rank's experts.
-            unsafe { g.launch(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p)? };
-        }
+        self.mgemm("grouped_gemm_bt_dswiglu", p)?;
+        let red = DtopkReduce { partial, slot_row: ident, dtopk: row_dtopk, slots: recv as u32, n_tiles: n_tiles_i };
+        // SAFETY: partial holds n_tiles sums for every row < max_recv; row_dtopk holds max_recv values.
+        unsafe { g.launch("dtopk_reduce", Launch::new((recv as u32).div_ceil(256), 256, 0), &red)? };
+        // dx rows = dz W1_e
+        let map_dz = self.maps.get(&g, dz, recv, 2 * i2, kh::GEMM_BM, 64)?;
+        let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), per * 2 * i2, h2, 64, 64)?;
+        let p = GroupedGemm {
+            map_a: map_dz,
+            map_b: map_w1,
+            c: y,
+            n: h2 as u32,
+            k: 2 * i2 as u32,
+            n_b: 2 * i2 as u32,
+            ldc: h2 as u32,
+            n_tiles: (h2 as u32).div_ceil(kh::GEMM_BN),
+            ..self.local_gemm(r)
+        };
+        self.mgemm("grouped_gemm_bt_bf16", p)?;
+        // weight gradients, before the combine releases this rank's rows (recv is not read after it)
+        self.wgrad(r, (sdy, h2), (h, i2), gr.dw2, accumulate)?;
+        self.wgrad(r, (dz, 2 * i2), (ws + lay.recv, h2), gr.dw1, accumulate)?;
         Ok(())
+    }
+
+    /// dW = A^T B over each of rank r's local experts' rows; `a` and `b` are (address, columns) of buffers of
+    /// max_recv rows.
+    fn wgrad(&mut self, r: usize, a: (u64, usize), b: (u64, usize), c: &mut CudaSlice<f32>, acc: bool) -> Result<()> {
+        let g = self.gpu.clone();
+        let recv = self.group.layout.max_recv as usize;
+        let per = (self.cfg.experts / self.world()) as u32;
+        let map_a = self.maps.get(&g, a.0, recv, a.1, 64, 64)?;
+        let map_b = self.maps.get(&g, b.0, recv, b.1, 64, 64)?;
+        let p = WgradGemm {
+            map_a,
+            map_b,
+            offsets: self.group.peer(r) + self.group.layout.local_offsets,
+            c: dptr(&*c, g.stream()),
+            experts: per,
+            m: a.1 as u32,
+            n: b.1 as u32,
+            m_tiles: (a.1 as u32).div_ceil(128),
+            n_tiles: (b.1 as u32).div_ceil(256),
+            accumulate: acc as u32,
+        };
+        let grid = g.sm_count().min(per * p.m_tiles * p.n_tiles);
+        // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
+        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
     }
 
     /// Synchronise and report what the device recorded since the last check: a bounded wait that expired

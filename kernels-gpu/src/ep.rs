@@ -107,8 +107,10 @@ pub struct Workspace {
     pub counts: u64,
     /// u32 [world]: count flags (epoch numbers; source s releases flag s after writing its counts row).
     pub count_flags: u64,
-    /// bf16 [max_recv, hidden]: dispatched rows (x forward, dy backward).
+    /// bf16 [max_recv, hidden]: dispatched x rows (kept from the forward for the backward).
     pub recv: u64,
+    /// bf16 [max_recv, hidden]: dispatched dy rows (backward).
+    pub recv_dy: u64,
     /// f32 [max_recv]: the routing weight of each received row (the backward's s).
     pub recv_w: u64,
     /// u32 [max_recv, 2]: (source rank, source slot `t * k + j`) of each received row: where its result goes.
@@ -117,6 +119,8 @@ pub struct Workspace {
     pub data_flags: u64,
     /// bf16 [max_slots, hidden]: rows returned to this rank, at slot `t * k + j` (y forward, dx backward).
     pub back: u64,
+    /// f32 [max_slots]: values returned to this rank at slot `t * k + j` (the backward's dtopk).
+    pub back_w: u64,
     /// u32 [world, blocks]: combine flags (block b of owner r releases flag `r * blocks + b` after its rows
     /// landed here).
     pub back_flags: u64,
@@ -151,11 +155,13 @@ impl Workspace {
         let counts = 0;
         let count_flags = align(counts + 4 * world * experts);
         let recv = align(count_flags + 4 * world);
-        let recv_w = align(recv + 2 * max_recv * hidden);
+        let recv_dy = align(recv + 2 * max_recv * hidden);
+        let recv_w = align(recv_dy + 2 * max_recv * hidden);
         let recv_meta = align(recv_w + 4 * max_recv);
         let data_flags = align(recv_meta + 8 * max_recv);
         let back = align(data_flags + 4 * world * blocks);
-        let back_flags = align(back + 2 * max_slots * hidden);
+        let back_w = align(back + 2 * max_slots * hidden);
+        let back_flags = align(back_w + 4 * max_slots);
         let local_offsets = align(back_flags + 4 * world * blocks);
         let local_tiles = align(local_offsets + 4 * (experts + 1));
         let error = align(local_tiles + 4 * (experts + 1));
@@ -164,10 +170,12 @@ impl Workspace {
             counts,
             count_flags,
             recv,
+            recv_dy,
             recv_w,
             recv_meta,
             data_flags,
             back,
+            back_w,
             back_flags,
             local_offsets,
             local_tiles,
@@ -299,10 +307,12 @@ mod tests {
             w.counts,
             w.count_flags,
             w.recv,
+            w.recv_dy,
             w.recv_w,
             w.recv_meta,
             w.data_flags,
             w.back,
+            w.back_w,
             w.back_flags,
             w.local_offsets,
             w.local_tiles,
@@ -314,7 +324,8 @@ mod tests {
             assert_eq!(pair[1] % 256, 0);
         }
         // the receive buffer holds every slot of every rank: 8 * 2048 * 8 rows of 4 KiB
-        assert!(w.recv_w - w.recv >= 8 * 2048 * 8 * 2048 * 2);
+        assert!(w.recv_dy - w.recv >= 8 * 2048 * 8 * 2048 * 2 && w.recv_w - w.recv_dy >= 8 * 2048 * 8 * 2048 * 2);
+        assert!(w.back_flags - w.back_w >= 4 * 2048 * 8);
         assert_eq!(w.max_recv, 8 * 2048 * 8);
         assert!(w.back_flags - w.data_flags >= 4 * 8 * 16 && w.local_offsets - w.back_flags >= 4 * 8 * 16);
         assert!(w.back_flags - w.back >= 2048 * 8 * 2048 * 2);

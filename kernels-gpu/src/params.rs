@@ -291,7 +291,7 @@ pub struct RankGroup {
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct EpRank {
-    /// bf16 [tokens, hidden]: the rank's tokens.
+    /// bf16 [tokens, hidden]: the rank's tokens (forward: x; backward: dy).
     pub x: u64,
     /// i32 [tokens * k]: expert ids (global), -1 = masked.
     pub topk_ids: u64,
@@ -305,10 +305,15 @@ pub struct EpRank {
     pub row_slot: u64,
     /// i32 [tokens * k]: row of each slot, -1 when masked (`route_place`).
     pub slot_row: u64,
-    /// bf16 [max_recv, hidden]: the rank's expert outputs over its receive buffer (combine reads them).
+    /// bf16 [max_recv, hidden]: the rank's expert outputs over its receive buffer (combine reads them; the
+    /// backward: dx rows).
     pub y: u64,
-    /// bf16 [tokens, hidden]: the combined output.
+    /// Backward: f32 [max_recv], dtopk of each received row (travels back with the row).
+    pub row_w: u64,
+    /// bf16 [tokens, hidden]: the combined output (forward: out; backward: dx).
     pub out: u64,
+    /// Backward: f32 [tokens * k], dtopk (0 for masked slots).
+    pub dtopk: u64,
     /// Tokens of this rank (<= max_tokens).
     pub tokens: u32,
     /// Unused.
@@ -337,4 +342,10 @@ pub struct EpParams {
     pub withhold_rank: u32,
     /// Debug: the `ep::Phase` code of the withheld releases.
     pub withhold_phase: u32,
+    /// 0: forward (count all-gather and layout, x into `recv`; combine weights the rows by topk_w).
+    /// 1: backward of the forward just before (its counts and layout; dy into `recv_dy`; combine sums the dx
+    /// rows with weight 1 and returns each row's dtopk).
+    pub backward: u32,
+    /// Unused.
+    pub pad: u32,
 }

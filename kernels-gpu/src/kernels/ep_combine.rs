@@ -8,6 +8,9 @@
 //!    sums tokens: out[t] = sum over j of w[t, j] * back[t * k + j] in f32 in j order, masked slots skipped,
 //!    to bf16: the arithmetic of `combine_rows`, so bitwise the EP = 1 result. A wait that expires writes the
 //!    error record and the block writes no output.
+//!
+//! Backward (`p.backward = 1`): the rows are dx rows and travel with their dtopk (`row_w` into the source's
+//! `back_w`); the source sums dx with weight 1 (as `combine_rows` with no weights) and writes dtopk per slot.
 use crate::ep::Phase;
 use crate::kernels::ep_common::{copy_row, me, pick, wait_flags};
 use crate::params::EpParams;
@@ -31,6 +34,7 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
     let chunks = p.hidden / 8;
     let (warp, lane, warps) = (t / 32, t % 32, nt / 32);
     let per = p.experts / world;
+    let bwd = p.backward != 0;
 
     // 1. results back to their sources
     let rows = (*((me.ws + ws.local_offsets) as *const u32).add(per as usize) as u64).min(ws.max_recv) as u32;
@@ -43,6 +47,10 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
             let from = (me.own.y as *const [u32; 4]).add(q as usize * chunks as usize);
             let to = ((pick(&g.peer, src) + ws.back) as *mut [u32; 4]).add(slot as usize * chunks as usize);
             copy_row(from, to, chunks, lane);
+            if bwd && lane == 0 {
+                let v = *(me.own.row_w as *const f32).add(q as usize);
+                *((pick(&g.peer, src) + ws.back_w) as *mut f32).add(slot as usize) = v;
+            }
         }
         q += blocks * warps;
     }
@@ -68,6 +76,13 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
     let out = me.own.out as *mut [u32; 4];
     let mut tok = me.b * warps + warp;
     while tok < me.own.tokens {
+        let mut j = lane;
+        while bwd && j < p.k {
+            let slot = (tok * p.k + j) as usize;
+            let v = if *slot_row.add(slot) >= 0 { *((me.ws + ws.back_w) as *const f32).add(slot) } else { 0.0 };
+            *(me.own.dtopk as *mut f32).add(slot) = v;
+            j += 32;
+        }
         let mut c = lane;
         while c < chunks {
             let mut acc = [0f32; 8];
@@ -75,7 +90,7 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
             while j < p.k {
                 let slot = tok * p.k + j;
                 if *slot_row.add(slot as usize) >= 0 {
-                    let wt = *w.add(slot as usize);
+                    let wt = if bwd { 1.0 } else { *w.add(slot as usize) };
                     let v = *back.add(slot as usize * chunks as usize + c as usize);
                     let mut h = 0;
                     while h < 4 {

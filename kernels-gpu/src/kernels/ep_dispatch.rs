@@ -17,6 +17,11 @@
 //! 5. block 0 waits for the `world * B` data flags of its workspace, then `fence.proxy.async.global` (the
 //!    grouped GEMMs read `recv` with TMA next). A wait that expires writes the error record; the rank's later
 //!    waits of the call return at once, its local layout is emptied, and its releases still happen.
+//!
+//! Backward (`p.backward = 1`, the call right after the forward it differentiates): steps 1, 2 and the local
+//! layout are the forward's (the gathered counts are still in the workspace: no rank starts the next forward
+//! before every rank has finished this backward's combine); step 4 pushes dy rows into `recv_dy` (their
+//! weights and slots are already in `recv_w` and `recv_meta`).
 use crate::ep::{self, Phase};
 use crate::kernels::ep_common::{copy_row, me, pick, wait_flags};
 use crate::params::EpParams;
@@ -72,9 +77,10 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
     let ok_s = smem::base();
     let base_s = ok_s + 16;
     let withheld = |ph: Phase| p.withhold_rank == me.rank + 1 && p.withhold_phase == ph as u32;
+    let bwd = p.backward != 0;
 
     // 1. counts row to every rank
-    if me.b == 0 {
+    if me.b == 0 && !bwd {
         let mine = me.own.counts as *const u32;
         let mut i = t;
         while i < world * e_n {
@@ -85,7 +91,7 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
         }
     }
     sync::block_sync();
-    if me.b == 0 && t == 0 && !withheld(Phase::Counts) {
+    if me.b == 0 && t == 0 && !bwd && !withheld(Phase::Counts) {
         fence::acq_rel_sys();
         let mut o = 0;
         while o < world {
@@ -95,7 +101,7 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
     }
 
     // 2. every source's counts
-    let ok = wait_flags(me.ws + ws.count_flags, world, 1, g, err, Phase::Counts as u32, ok_s);
+    let ok = bwd || wait_flags(me.ws + ws.count_flags, world, 1, g, err, Phase::Counts as u32, ok_s);
 
     // 3. where this rank's rows of each expert start on the owner; the local layout
     if ok {
@@ -107,7 +113,7 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
             e += nt;
         }
     }
-    if me.b == 0 && t == 0 {
+    if me.b == 0 && t == 0 && !bwd {
         local_layout(&p, me.ws, me.rank, ok);
     }
     sync::block_sync();
@@ -120,6 +126,7 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
         let row_slot = me.own.row_slot as *const u32;
         let ids = me.own.topk_ids as *const i32;
         let chunks = p.hidden / 8;
+        let region = if bwd { ws.recv_dy } else { ws.recv };
         let (warp, lane, warps) = (t / 32, t % 32, nt / 32);
         let mut q = me.b * warps + warp;
         while q < rows {
@@ -133,9 +140,9 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
                     let peer = pick(&g.peer, ep::owner(e, e_n, world));
                     let tok = slot / p.k;
                     let src = (me.own.x as *const [u32; 4]).add((tok * chunks) as usize);
-                    let to = ((peer + ws.recv) as *mut [u32; 4]).add(dst as usize * chunks as usize);
+                    let to = ((peer + region) as *mut [u32; 4]).add(dst as usize * chunks as usize);
                     copy_row(src, to, chunks, lane);
-                    if lane == 0 {
+                    if lane == 0 && !bwd {
                         *((peer + ws.recv_w) as *mut f32).add(dst as usize) =
                             *(me.own.w as *const f32).add(slot as usize);
                         let meta = ((peer + ws.recv_meta) as *mut u32).add(2 * dst as usize);
