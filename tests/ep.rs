@@ -89,7 +89,6 @@ fn upload_ranks(g: &Arc<Gpu>, inp: &Inputs, tokens: &[usize]) -> Ranks {
         t0 += t;
     }
     assert_eq!(t0, inp.tokens);
-    let _ = world;
     r
 }
 
