@@ -18,7 +18,9 @@
 use std::sync::Arc;
 
 pub use megamoe_host::runtime::{Gpu, Image, Launch};
-pub use megamoe_host::{check, gemm, layer, reference, rng, selftest, tensor_map, Error, Result};
+pub use megamoe_host::{check, ep, gemm, layer, reference, rng, selftest, tensor_map, Error, Result};
+/// The expert-parallel layout math shared with the kernels (owners, receive rows, the symmetric workspace, phases).
+pub use megamoe_kernels::ep as ep_layout;
 pub use megamoe_kernels::{desc, manifest, params, swizzle};
 
 /// The kernels of this build, embedded by `build.rs`.

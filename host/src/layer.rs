@@ -170,10 +170,18 @@ struct Work {
 
 /// Tensor maps by (address, rows, cols, box rows, box cols), encoded once per buffer and box.
 #[derive(Default)]
-struct MapCache(HashMap<(u64, u64, u64, u32, u32), DeviceTensorMap>);
+pub(crate) struct MapCache(HashMap<(u64, u64, u64, u32, u32), DeviceTensorMap>);
 
 impl MapCache {
-    fn get(&mut self, g: &Gpu, addr: u64, rows: usize, cols: usize, box_rows: u32, box_cols: u32) -> Result<u64> {
+    pub(crate) fn get(
+        &mut self,
+        g: &Gpu,
+        addr: u64,
+        rows: usize,
+        cols: usize,
+        box_rows: u32,
+        box_cols: u32,
+    ) -> Result<u64> {
         let key = (addr, rows as u64, cols as u64, box_rows, box_cols);
         if !self.0.contains_key(&key) {
             if self.0.len() > 256 {

@@ -6,6 +6,7 @@
 //! - [`reference`]: the f64 CPU reference of the whole MoE layer (forward and backward) for R ranks.
 //! - [`rng`], [`check`]: fresh random inputs and the relative-error checks every test uses.
 pub mod check;
+pub mod ep;
 pub mod error;
 pub mod gemm;
 pub mod layer;

@@ -17,6 +17,13 @@ pub const fn owner(e: u32, experts: u32, world: u32) -> u32 {
 /// counts `[world, experts]`. The owner's local experts are laid out one after another, each holding its
 /// sources in rank order.
 pub fn recv_row(counts: &[u32], experts: u32, world: u32, e: u32, src: u32) -> u32 {
+    recv_row_by(|s, x| counts[(s * experts + x) as usize], experts, world, e, src)
+}
+
+/// [`recv_row`] over any accessor `count(source, expert)` (the kernels read the gathered counts through a
+/// pointer). Sums wrap instead of overflowing; callers bound the result against the receive buffer.
+#[inline(always)]
+pub fn recv_row_by(count: impl Fn(u32, u32) -> u32, experts: u32, world: u32, e: u32, src: u32) -> u32 {
     let per = experts / world;
     let first = owner(e, experts, world) * per;
     let mut row = 0u32;
@@ -25,7 +32,7 @@ pub fn recv_row(counts: &[u32], experts: u32, world: u32, e: u32, src: u32) -> u
     while x < e {
         let mut s = 0;
         while s < world {
-            row += counts[(s * experts + x) as usize];
+            row = row.wrapping_add(count(s, x));
             s += 1;
         }
         x += 1;
@@ -33,7 +40,7 @@ pub fn recv_row(counts: &[u32], experts: u32, world: u32, e: u32, src: u32) -> u
     // then the rows of expert e from earlier sources
     let mut s = 0;
     while s < src {
-        row += counts[(s * experts + e) as usize];
+        row = row.wrapping_add(count(s, e));
         s += 1;
     }
     row
@@ -55,28 +62,83 @@ pub fn recv_total(counts: &[u32], experts: u32, world: u32, r: u32) -> u32 {
     total
 }
 
+/// The owner's local routing layout for the grouped GEMMs: for local expert i of rank `r`, its rows
+/// `offsets[i]..offsets[i + 1]` of the receive buffer and its first m-tile `tiles[i]` (tiles of `tile_m` rows),
+/// `per + 1` entries each. Counts are clamped so that no offset passes `max_rows` (a bound that valid counts
+/// never reach; it keeps every index in its buffer whatever the counts hold). Written through `put(i, offset,
+/// tile)`; returns the rows in all.
+#[inline(always)]
+pub fn local_layout(
+    count: impl Fn(u32, u32) -> u32,
+    experts: u32,
+    world: u32,
+    r: u32,
+    tile_m: u32,
+    max_rows: u32,
+    mut put: impl FnMut(u32, u32, u32),
+) -> u32 {
+    let per = experts / world;
+    let (mut o, mut t) = (0u32, 0u32);
+    let mut i = 0;
+    while i < per {
+        put(i, o, t);
+        let mut c = 0u32;
+        let mut s = 0;
+        while s < world {
+            c = c.saturating_add(count(s, r * per + i));
+            s += 1;
+        }
+        let c = if c > max_rows - o { max_rows - o } else { c };
+        o += c;
+        t += c.div_ceil(tile_m);
+        i += 1;
+    }
+    put(per, o, t);
+    o
+}
+
 /// Bytes of each region of one rank's symmetric workspace, every region 256-byte aligned, identical on every
-/// rank (so one rank's offset is every rank's offset and a peer pointer is `peer_base + offset`).
+/// rank (so one rank's offset is every rank's offset and a peer pointer is `peer_base + offset`). Passed to the
+/// kernels as it is (`#[repr(C)]`, all `u64`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Workspace {
     /// u32 [world, experts]: the all-gathered counts (each source writes its row).
     pub counts: u64,
     /// u32 [world]: count flags (epoch numbers; source s releases flag s after writing its counts row).
     pub count_flags: u64,
-    /// bf16 [max_recv_rows, hidden]: dispatched rows (x forward, dy backward).
+    /// bf16 [max_recv, hidden]: dispatched x rows (kept from the forward for the backward).
     pub recv: u64,
-    /// f32 [max_recv_rows]: the routing weight of each received row (the backward's s).
+    /// bf16 [max_recv, hidden]: dispatched dy rows (backward).
+    pub recv_dy: u64,
+    /// f32 [max_recv]: the routing weight of each received row (the backward's s).
     pub recv_w: u64,
-    /// u32 [world]: data flags (source s releases flag s after its rows landed).
+    /// u32 [max_recv, 2]: (source rank, source slot `t * k + j`) of each received row: where its result goes.
+    pub recv_meta: u64,
+    /// u32 [world, blocks]: data flags (block b of source s releases flag `s * blocks + b` after its rows landed).
     pub data_flags: u64,
-    /// bf16 [max_tokens * k, hidden]: rows returned to this rank, at (token, slot) (y forward, dx backward).
+    /// bf16 [max_slots, hidden]: rows returned to this rank, at slot `t * k + j` (y forward, dx backward).
     pub back: u64,
-    /// u32 [world]: combine flags (owner r releases flag r after its rows landed here).
+    /// f32 [max_slots]: values returned to this rank at slot `t * k + j` (the backward's dtopk).
+    pub back_w: u64,
+    /// u32 [world, blocks]: combine flags (block b of owner r releases flag `r * blocks + b` after its rows
+    /// landed here).
     pub back_flags: u64,
+    /// u32 [experts + 1]: this rank's local experts' row offsets in `recv` (the first `experts / world + 1`
+    /// used); local, written by the rank itself.
+    pub local_offsets: u64,
+    /// u32 [experts + 1]: this rank's local experts' first m-tiles; local.
+    pub local_tiles: u64,
     /// u32 [4]: the error record of a bounded wait that expired (phase, rank waited for, epoch, 1 = set).
     pub error: u64,
     /// Total bytes.
     pub bytes: u64,
+    /// Rows `recv` holds: `world * max_tokens * k`.
+    pub max_recv: u64,
+    /// Slots `back` holds: `max_tokens * k`.
+    pub max_slots: u64,
+    /// Blocks per rank of the dispatch and combine kernels (flags per source).
+    pub blocks: u64,
 }
 
 const fn align(x: u64) -> u64 {
@@ -85,19 +147,44 @@ const fn align(x: u64) -> u64 {
 
 impl Workspace {
     /// The layout for `max_tokens` tokens per rank with `k` slots, rows of `hidden` bf16, `experts` experts over
-    /// `world` ranks. A rank receives at most `world * max_tokens * k` rows (every slot of every rank).
-    pub const fn new(max_tokens: u64, k: u64, hidden: u64, experts: u64, world: u64) -> Self {
-        let max_recv = world * max_tokens * k;
+    /// `world` ranks, `blocks` blocks per rank in the dispatch and combine kernels. A rank receives at most
+    /// `world * max_tokens * k` rows (every slot of every rank).
+    pub const fn new(max_tokens: u64, k: u64, hidden: u64, experts: u64, world: u64, blocks: u64) -> Self {
+        let max_slots = max_tokens * k;
+        let max_recv = world * max_slots;
         let counts = 0;
         let count_flags = align(counts + 4 * world * experts);
         let recv = align(count_flags + 4 * world);
-        let recv_w = align(recv + 2 * max_recv * hidden);
-        let data_flags = align(recv_w + 4 * max_recv);
-        let back = align(data_flags + 4 * world);
-        let back_flags = align(back + 2 * max_tokens * k * hidden);
-        let error = align(back_flags + 4 * world);
+        let recv_dy = align(recv + 2 * max_recv * hidden);
+        let recv_w = align(recv_dy + 2 * max_recv * hidden);
+        let recv_meta = align(recv_w + 4 * max_recv);
+        let data_flags = align(recv_meta + 8 * max_recv);
+        let back = align(data_flags + 4 * world * blocks);
+        let back_w = align(back + 2 * max_slots * hidden);
+        let back_flags = align(back_w + 4 * max_slots);
+        let local_offsets = align(back_flags + 4 * world * blocks);
+        let local_tiles = align(local_offsets + 4 * (experts + 1));
+        let error = align(local_tiles + 4 * (experts + 1));
         let bytes = align(error + 16);
-        Workspace { counts, count_flags, recv, recv_w, data_flags, back, back_flags, error, bytes }
+        Workspace {
+            counts,
+            count_flags,
+            recv,
+            recv_dy,
+            recv_w,
+            recv_meta,
+            data_flags,
+            back,
+            back_w,
+            back_flags,
+            local_offsets,
+            local_tiles,
+            error,
+            bytes,
+            max_recv,
+            max_slots,
+            blocks,
+        }
     }
 }
 
@@ -215,14 +302,68 @@ mod tests {
 
     #[test]
     fn workspace_regions_are_aligned_and_disjoint() {
-        let w = Workspace::new(2048, 8, 2048, 128, 8);
-        let regions = [w.counts, w.count_flags, w.recv, w.recv_w, w.data_flags, w.back, w.back_flags, w.error, w.bytes];
+        let w = Workspace::new(2048, 8, 2048, 128, 8, 16);
+        let regions = [
+            w.counts,
+            w.count_flags,
+            w.recv,
+            w.recv_dy,
+            w.recv_w,
+            w.recv_meta,
+            w.data_flags,
+            w.back,
+            w.back_w,
+            w.back_flags,
+            w.local_offsets,
+            w.local_tiles,
+            w.error,
+            w.bytes,
+        ];
         for pair in regions.windows(2) {
             assert!(pair[0] < pair[1]);
             assert_eq!(pair[1] % 256, 0);
         }
         // the receive buffer holds every slot of every rank: 8 * 2048 * 8 rows of 4 KiB
-        assert!(w.recv_w - w.recv >= 8 * 2048 * 8 * 2048 * 2);
+        assert!(w.recv_dy - w.recv >= 8 * 2048 * 8 * 2048 * 2 && w.recv_w - w.recv_dy >= 8 * 2048 * 8 * 2048 * 2);
+        assert!(w.back_flags - w.back_w >= 4 * 2048 * 8);
+        assert_eq!(w.max_recv, 8 * 2048 * 8);
+        assert!(w.back_flags - w.data_flags >= 4 * 8 * 16 && w.local_offsets - w.back_flags >= 4 * 8 * 16);
+        assert!(w.back_flags - w.back >= 2048 * 8 * 2048 * 2);
+    }
+
+    #[test]
+    fn local_layout_matches_recv_rows_and_is_clamped() {
+        for world in [1u32, 2, 4, 8] {
+            let experts = 16;
+            let per = experts / world;
+            let slots = sample(world, experts, 3 + world as u64);
+            let c = counts_of(&slots, experts);
+            let count = |s: u32, e: u32| c[(s * experts + e) as usize];
+            for r in 0..world {
+                let mut offs = std::vec![u32::MAX; per as usize + 1];
+                let mut tiles = std::vec![u32::MAX; per as usize + 1];
+                let total = local_layout(count, experts, world, r, 4, u32::MAX, |i, o, t| {
+                    offs[i as usize] = o;
+                    tiles[i as usize] = t;
+                });
+                assert_eq!(total, recv_total(&c, experts, world, r));
+                for i in 0..per {
+                    let e = r * per + i;
+                    assert_eq!(offs[i as usize], recv_row(&c, experts, world, e, 0));
+                    let n = offs[i as usize + 1] - offs[i as usize];
+                    assert_eq!(tiles[i as usize + 1] - tiles[i as usize], n.div_ceil(4));
+                }
+                // a bound below the total: offsets stop at the bound and never pass it
+                if total > 3 {
+                    let mut last = 0;
+                    let t = local_layout(count, experts, world, r, 4, 3, |_, o, _| {
+                        assert!(o <= 3);
+                        last = o;
+                    });
+                    assert_eq!((t, last), (3, 3));
+                }
+            }
+        }
     }
 
     #[test]

@@ -277,6 +277,92 @@ pub struct WgmmaMnTest {
     pub pad: u32,
 }
 
+/// Most ranks a rank group holds (peer pointers), and most ranks one launch of the emulated form runs.
+pub const MAX_RANKS: usize = 8;
+
+/// The device-side description of a rank group, the same in every form (docs/EP.md): R ranks emulated on one
+/// GPU (one launch, `rank = rank_base + block / blocks_per_rank`), or one launch per GPU (`rank_base` = that
+/// GPU's rank, grid = `blocks_per_rank`). Only how `peer` is filled differs between the forms.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct RankGroup {
+    /// Rank of the launch's first block group.
+    pub rank_base: u32,
+    /// Ranks in the group (R), 1..=8.
+    pub world: u32,
+    /// This call's epoch (> 0; the host increments it per call, the same on every rank). Flags are epoch numbers.
+    pub epoch: u32,
+    /// Blocks per rank in the dispatch and combine kernels (the same on every rank; flags per source).
+    pub blocks_per_rank: u32,
+    /// Bound of every wait, nanoseconds (`%globaltimer`).
+    pub timeout_ns: u64,
+    /// `peer[r]`: device address, valid on this GPU, of rank r's symmetric workspace (`ep::Workspace` layout).
+    pub peer: [u64; MAX_RANKS],
+}
+
+/// One rank's own buffers for the dispatch and combine kernels (all on that rank's GPU).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct EpRank {
+    /// bf16 [tokens, hidden]: the rank's tokens (forward: x; backward: dy).
+    pub x: u64,
+    /// i32 [tokens * k]: expert ids (global), -1 = masked.
+    pub topk_ids: u64,
+    /// f32 [tokens * k]: routing weights.
+    pub w: u64,
+    /// u32 [experts]: rows per global expert of this rank's slots (`route_count`).
+    pub counts: u64,
+    /// u32 [experts + 1]: this rank's expert-ordered rows per expert (`route_scan`).
+    pub offsets: u64,
+    /// u32 [tokens * k]: slot of each expert-ordered row (`route_place`).
+    pub row_slot: u64,
+    /// i32 [tokens * k]: row of each slot, -1 when masked (`route_place`).
+    pub slot_row: u64,
+    /// bf16 [max_recv, hidden]: the rank's expert outputs over its receive buffer (combine reads them; the
+    /// backward: dx rows).
+    pub y: u64,
+    /// Backward: f32 [max_recv], dtopk of each received row (travels back with the row).
+    pub row_w: u64,
+    /// bf16 [tokens, hidden]: the combined output (forward: out; backward: dx).
+    pub out: u64,
+    /// Backward: f32 [tokens * k], dtopk (0 for masked slots).
+    pub dtopk: u64,
+    /// Tokens of this rank (<= max_tokens).
+    pub tokens: u32,
+    /// Unused.
+    pub pad: u32,
+}
+
+/// Parameters of `ep_dispatch` and `ep_combine`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct EpParams {
+    /// The rank group.
+    pub group: RankGroup,
+    /// The symmetric workspace layout (offsets from each `peer` base).
+    pub ws: crate::ep::Workspace,
+    /// The launch's ranks' own buffers: entry i is rank `rank_base + i`.
+    pub ranks: [EpRank; MAX_RANKS],
+    /// Experts E (global), a multiple of `world`.
+    pub experts: u32,
+    /// Slots per token.
+    pub k: u32,
+    /// Row length in bf16 elements (a multiple of 8).
+    pub hidden: u32,
+    /// m-tile of the grouped GEMMs (for the local tile offsets).
+    pub tile_m: u32,
+    /// Debug (fault tests): rank + 1 whose blocks skip their releases in phase `withhold_phase`; 0 = none.
+    pub withhold_rank: u32,
+    /// Debug: the `ep::Phase` code of the withheld releases.
+    pub withhold_phase: u32,
+    /// 0: forward (count all-gather and layout, x into `recv`; combine weights the rows by topk_w).
+    /// 1: backward of the forward just before (its counts and layout; dy into `recv_dy`; combine sums the dx
+    /// rows with weight 1 and returns each row's dtopk).
+    pub backward: u32,
+    /// Unused.
+    pub pad: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,7 +375,7 @@ mod tests {
             ("Route", size_of::<Route>(), 7 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 5 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 9 * 8 + 6 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 10 * 8 + 6 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 5 * 8 + 6 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
         ];

@@ -288,16 +288,16 @@ fn gpu_bundle(dir: &str) -> Res {
          the device call's 64",
         dir.display(),
         names.len(),
-        BENCHES.join(", "),
+        BENCHES.iter().map(|b| b.1).collect::<Vec<_>>().join(", "),
         bytes as f64 / (1 << 20) as f64
     );
     Ok(())
 }
 
-/// The benchmark binaries (`layer`: the layer against PyTorch; `gemm`: each GEMM alone against cuBLAS) and
-/// their PyTorch partners and shell scripts.
+/// The benchmark binaries (`layer`: the layer against PyTorch; `gemm`: each GEMM alone against cuBLAS; `ep`,
+/// as `ep_bench` beside the `ep` test binary: dispatch and combine) and their PyTorch partners and scripts.
 fn bundle_bench(dir: &Path) -> Res {
-    for bench in BENCHES {
+    for (bench, file) in BENCHES {
         let out = cargo()
             .args(["bench", "--bench", bench, "--no-run", "--message-format=json"])
             .output()
@@ -312,8 +312,8 @@ fn bundle_bench(dir: &Path) -> Res {
             .filter(|l| l.contains("\"reason\":\"compiler-artifact\"") && l.contains(&key))
             .find_map(|l| json_str(l, "executable"))
             .ok_or(format!("no {bench} benchmark binary"))?;
-        std::fs::copy(&exe, dir.join(bench)).map_err(|e| e.to_string())?;
-        strip(&dir.join(bench));
+        std::fs::copy(&exe, dir.join(file)).map_err(|e| e.to_string())?;
+        strip(&dir.join(file));
     }
     for f in ["torch_layer.py", "h200.sh", "torch_gemm.py", "gemm_h200.sh"] {
         std::fs::copy(root().join("benches").join(f), dir.join(f)).map_err(|e| e.to_string())?;
@@ -322,10 +322,12 @@ fn bundle_bench(dir: &Path) -> Res {
 }
 
 /// Benchmarks the GPU bundle carries.
-const BENCHES: &[&str] = &["layer", "gemm"];
+/// (benchmark, file name in the bundle).
+const BENCHES: &[(&str, &str)] = &[("layer", "layer"), ("gemm", "gemm"), ("ep", "ep_bench")];
 
 /// Test binaries the GPU bundle carries.
-const GPU_TEST_BINARIES: &[&str] = &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm"];
+const GPU_TEST_BINARIES: &[&str] =
+    &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm", "ep"];
 
 fn strip(p: &Path) {
     // best effort: an unstripped binary still runs, it is only larger

@@ -79,3 +79,14 @@ pub unsafe fn ld_relaxed_gpu(p: *const u32) -> u32 {
 pub unsafe fn nanosleep(ns: u32) {
     asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nomem, nostack));
 }
+
+/// `atom.relaxed.gpu.global.max.u32`: raise `*p` to at least `v`; returns the old value (the error record's
+/// claim: the first writer of an epoch sees an older value).
+/// SAFETY: any thread; `p` 4-byte aligned global memory.
+#[inline(always)]
+pub unsafe fn atom_max_relaxed_gpu(p: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    asm!("atom.relaxed.gpu.global.max.u32 {o}, [{p}], {v};", o = out(reg32) old, p = in(reg64) p, v = in(reg32) v,
+         options(nostack));
+    old
+}

@@ -1,0 +1,858 @@
+//! Expert parallelism (EP = R) on the host: the rank group (symmetric workspaces and the peer pointers the
+//! kernels reach them by) and the MoE layer over R ranks, forward and backward (docs/EP.md).
+//!
+//! Forms of the rank group (only how `peer[]` is filled differs; the kernels are the same):
+//! - [`RankGroup::emulated`]: R ranks on one GPU, R workspaces in one allocation. The layer launches the
+//!   dispatch and combine kernels once for all R ranks (grid = R groups of blocks, <= the SM count, so every
+//!   block that waits is resident), and the routing and grouped GEMMs once per rank.
+//! - [`RankGroup::across_gpus`]: R GPUs of one process with peer access, one workspace per GPU; each GPU's
+//!   launch has `rank_base` = its rank and one group of blocks. Written, not tested (one GPU here), and the
+//!   layer does not drive it yet.
+//!
+//! No call reads a count back: every rank's routing, the gathered counts and every rank's local layout live on
+//! the device. A bounded wait that expires on the device leaves an error record; [`EpLayer::check`] (a
+//! synchronisation point) turns it into [`Error::Timeout`], and the next call (a new epoch) runs normally.
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUresult;
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use megamoe_kernels::ep::{Phase, Workspace};
+use megamoe_kernels::kernels_host as kh;
+use megamoe_kernels::params::{self, DtopkReduce, EpParams, EpRank, GroupedGemm, Route, WgradGemm, MAX_RANKS};
+
+use crate::error::{Context, Error, Result};
+use crate::gemm::zero_gemm;
+use crate::layer::{LayerConfig, MapCache};
+use crate::runtime::{dptr, Gpu, Launch};
+
+/// Threads per block of `ep_dispatch` and `ep_combine`.
+const EP_THREADS: u32 = 256;
+/// Most blocks per rank of the dispatch and combine kernels.
+const MAX_BLOCKS_PER_RANK: usize = 16;
+/// Default bound of every wait on the device: generous for first-call skew between ranks (module loading).
+pub const DEFAULT_TIMEOUT_NS: u64 = 10_000_000_000;
+
+/// The rank group: R symmetric workspaces (same layout on every rank) and their addresses.
+pub struct RankGroup {
+    world: usize,
+    layout: Workspace,
+    peers: [u64; MAX_RANKS],
+    /// The allocations, kept alive (emulated: one, on one GPU; across GPUs: one per GPU).
+    mem: Vec<CudaSlice<u32>>,
+}
+
+impl RankGroup {
+    fn check_world(world: usize, layout: &Workspace) -> Result<()> {
+        if world == 0 || world > MAX_RANKS {
+            return Err(Error::InvalidArgument(format!("{world} ranks (1..={MAX_RANKS} supported)")));
+        }
+        if layout.blocks == 0 || layout.bytes % 256 != 0 {
+            return Err(Error::InvalidArgument(format!("workspace layout {layout:?} is not usable")));
+        }
+        Ok(())
+    }
+
+    /// R = `world` ranks emulated on `gpu`: one zeroed allocation of R workspaces of `layout`, rank r's at
+    /// `r * layout.bytes`.
+    pub fn emulated(gpu: &Gpu, world: usize, layout: Workspace) -> Result<Self> {
+        Self::check_world(world, &layout)?;
+        let mut mem = gpu.alloc::<u32>(world * layout.bytes as usize / 4)?;
+        gpu.fill_bytes(&mut mem, 0)?;
+        let base = dptr(&mem, gpu.stream());
+        let mut peers = [0u64; MAX_RANKS];
+        for (r, p) in peers.iter_mut().enumerate().take(world) {
+            *p = base + r as u64 * layout.bytes;
+        }
+        Ok(RankGroup { world, layout, peers, mem: vec![mem] })
+    }
+
+    /// R = `gpus.len()` GPUs of this process, rank r on `gpus[r]`: peer access enabled between every pair
+    /// (`cuCtxEnablePeerAccess`), one zeroed workspace per GPU; `peer[r]` is rank r's allocation, valid on every
+    /// GPU of the group by unified addressing. Each GPU then launches the same kernels with `rank_base` = its rank
+    /// ([`RankGroup::device`]). Not tested: the development machine has one GPU.
+    pub fn across_gpus(gpus: &[Arc<Gpu>], layout: Workspace) -> Result<Self> {
+        let world = gpus.len();
+        Self::check_world(world, &layout)?;
+        for (i, a) in gpus.iter().enumerate() {
+            if gpus[..i].iter().any(|b| b.ordinal() == a.ordinal()) {
+                return Err(Error::InvalidArgument(format!("device {} appears twice in the group", a.ordinal())));
+            }
+        }
+        for a in gpus {
+            a.context().bind_to_thread().ctx(|| format!("binding the context of device {}", a.ordinal()))?;
+            for b in gpus.iter().filter(|b| b.ordinal() != a.ordinal()) {
+                let mut can = 0;
+                // SAFETY: plain queries and a context flag on contexts that live as long as the `Gpu`s.
+                unsafe {
+                    cudarc::driver::sys::cuDeviceCanAccessPeer(
+                        &mut can,
+                        a.context().cu_device(),
+                        b.context().cu_device(),
+                    )
+                    .result()
+                    .ctx(|| format!("cuDeviceCanAccessPeer({}, {})", a.ordinal(), b.ordinal()))?;
+                    if can == 0 {
+                        return Err(Error::InvalidArgument(format!(
+                            "device {} cannot access device {} (no peer access)",
+                            a.ordinal(),
+                            b.ordinal()
+                        )));
+                    }
+                    let r = cudarc::driver::sys::cuCtxEnablePeerAccess(b.context().cu_ctx(), 0);
+                    if r != CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                        r.result().ctx(|| format!("enabling peer access {} -> {}", a.ordinal(), b.ordinal()))?;
+                    }
+                }
+            }
+        }
+        let mut peers = [0u64; MAX_RANKS];
+        let mut mem = Vec::with_capacity(world);
+        for (r, g) in gpus.iter().enumerate() {
+            let mut m = g.alloc::<u32>(layout.bytes as usize / 4)?;
+            g.fill_bytes(&mut m, 0)?;
+            peers[r] = dptr(&m, g.stream());
+            mem.push(m);
+        }
+        for g in gpus {
+            g.sync()?; // every workspace zeroed before any GPU's first launch reads it
+        }
+        Ok(RankGroup { world, layout, peers, mem })
+    }
+
+    /// Ranks R.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+    /// The workspace layout every rank shares.
+    pub fn layout(&self) -> &Workspace {
+        &self.layout
+    }
+    /// Device address of rank r's workspace.
+    pub fn peer(&self, r: usize) -> u64 {
+        self.peers[r]
+    }
+    /// Device bytes held (all ranks).
+    pub fn bytes(&self) -> usize {
+        self.mem.iter().map(|m| 4 * m.len()).sum()
+    }
+
+    /// The device-side description for a launch whose first block group is rank `rank_base`.
+    pub fn device(&self, rank_base: usize, epoch: u32, timeout_ns: u64) -> params::RankGroup {
+        params::RankGroup {
+            rank_base: rank_base as u32,
+            world: self.world as u32,
+            epoch,
+            blocks_per_rank: self.layout.blocks as u32,
+            timeout_ns,
+            peer: self.peers,
+        }
+    }
+}
+
+/// One rank's inputs of a layer call (device buffers on the layer's GPU).
+pub struct RankInputs<'a> {
+    /// Tokens T_r (may be 0).
+    pub tokens: usize,
+    /// bf16 [T_r, H] (at least).
+    pub x: &'a CudaSlice<bf16>,
+    /// i32 [T_r, k] (at least), global expert ids, -1 = masked.
+    pub topk_ids: &'a CudaSlice<i32>,
+    /// f32 [T_r, k] (at least).
+    pub topk_weights: &'a CudaSlice<f32>,
+    /// bf16 [E / R, 2I, H]: this rank's experts (gate rows, then up rows).
+    pub w1: &'a CudaSlice<bf16>,
+    /// bf16 [E / R, H, I].
+    pub w2: &'a CudaSlice<bf16>,
+}
+
+/// Device milliseconds of the communication stages of one forward ([`EpLayer::forward_timed`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StageTimes {
+    /// Count all-gather, layout, push of the rows, arrival wait (`ep_dispatch`).
+    pub dispatch_ms: f64,
+    /// Return of the rows and the weighted sums (`ep_combine`).
+    pub combine_ms: f64,
+}
+
+/// What a forward leaves for its backward: its epoch and token counts. The routed x rows, the gathered counts
+/// and every rank's local layout stay in the workspace, so the backward must come before the next forward
+/// (checked: [`EpLayer::backward`] refuses an older forward's state).
+#[derive(Clone, Debug)]
+pub struct EpSaved {
+    epoch: u32,
+    tokens: Vec<usize>,
+}
+
+/// One rank's gradients of a backward call.
+pub struct RankGrads<'a> {
+    /// bf16 [T_r, H] (at least).
+    pub dx: &'a mut CudaSlice<bf16>,
+    /// f32 [E / R, 2I, H]: this rank's experts.
+    pub dw1: &'a mut CudaSlice<f32>,
+    /// f32 [E / R, H, I].
+    pub dw2: &'a mut CudaSlice<f32>,
+    /// f32 [T_r, k] (at least); 0 for masked slots.
+    pub dtopk: &'a mut CudaSlice<f32>,
+}
+
+/// One rank's backward buffers over its receive rows (allocated at the first backward).
+struct BwdWork {
+    z: CudaSlice<bf16>,
+    dz: CudaSlice<bf16>,
+    sh: CudaSlice<bf16>,
+    partial: CudaSlice<f32>,
+    row_dtopk: CudaSlice<f32>,
+}
+
+/// An [`EpRank`] with every pointer null (ranks a launch does not serve).
+const NO_RANK: EpRank = EpRank {
+    x: 0,
+    topk_ids: 0,
+    w: 0,
+    counts: 0,
+    offsets: 0,
+    row_slot: 0,
+    slot_row: 0,
+    y: 0,
+    row_w: 0,
+    out: 0,
+    dtopk: 0,
+    tokens: 0,
+    pad: 0,
+};
+
+/// One rank's own buffers (on the one GPU of the emulated form).
+struct RankWork {
+    route_error: CudaSlice<u32>,
+    counts: CudaSlice<u32>,
+    offsets: CudaSlice<u32>,
+    tile_offsets: CudaSlice<u32>,
+    row_slot: CudaSlice<u32>,
+    slot_row: CudaSlice<i32>,
+    h: CudaSlice<bf16>,
+    y: CudaSlice<bf16>,
+    bwd: Option<BwdWork>,
+}
+
+/// The MoE layer at EP = R, R ranks emulated on one GPU (forward).
+pub struct EpLayer {
+    gpu: Arc<Gpu>,
+    cfg: LayerConfig,
+    group: RankGroup,
+    ranks: Vec<RankWork>,
+    epoch: u32,
+    fwd_epoch: u32,
+    checked_epoch: u32,
+    /// u32 [max_recv]: 0, 1, 2, ... (row -> itself: the owner's rows are their own slots for the EP = 1 kernels).
+    ident: Option<CudaSlice<u32>>,
+    timeout_ns: u64,
+    withhold: Option<(usize, Phase)>,
+    maps: MapCache,
+}
+
+impl EpLayer {
+    /// `world` ranks emulated on `gpu`; `cfg.experts` is the global E (a multiple of `world`), `cfg.max_tokens`
+    /// the most tokens of one rank.
+    pub fn new(gpu: Arc<Gpu>, cfg: LayerConfig, world: usize) -> Result<Self> {
+        cfg.validate()?;
+        if world == 0 || world > MAX_RANKS || cfg.experts % world != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{world} ranks for {} experts (1..={MAX_RANKS} ranks, dividing the experts)",
+                cfg.experts
+            )));
+        }
+        // every block of the emulated ranks resident at once: R * B <= SMs
+        let blocks = (gpu.sm_count() as usize / world).min(MAX_BLOCKS_PER_RANK);
+        if blocks == 0 {
+            return Err(Error::InvalidArgument(format!("{world} ranks > {} SMs", gpu.sm_count())));
+        }
+        let (t, k, h) = (cfg.max_tokens as u64, cfg.top_k as u64, cfg.hidden as u64);
+        let layout = Workspace::new(t, k, h, cfg.experts as u64, world as u64, blocks as u64);
+        if layout.max_recv * cfg.hidden.max(2 * cfg.intermediate) as u64 >= 1 << 31 {
+            return Err(Error::InvalidArgument(format!(
+                "{world} ranks x {} tokens x top-{} rows exceed 32-bit element offsets",
+                cfg.max_tokens, cfg.top_k
+            )));
+        }
+        let group = RankGroup::emulated(&gpu, world, layout)?;
+        let (slots, recv) = (layout.max_slots as usize, layout.max_recv as usize);
+        let mut ranks = Vec::with_capacity(world);
+        for _ in 0..world {
+            let mut route_error = gpu.alloc::<u32>(1)?;
+            gpu.fill_bytes(&mut route_error, 0)?;
+            ranks.push(RankWork {
+                route_error,
+                counts: gpu.alloc(cfg.experts)?,
+                offsets: gpu.alloc(cfg.experts + 1)?,
+                tile_offsets: gpu.alloc(cfg.experts + 1)?,
+                row_slot: gpu.alloc(slots)?,
+                slot_row: gpu.alloc(slots)?,
+                h: gpu.alloc(recv * cfg.intermediate)?,
+                y: gpu.alloc(recv * cfg.hidden)?,
+                bwd: None,
+            });
+        }
+        Ok(EpLayer {
+            gpu,
+            cfg,
+            group,
+            ranks,
+            epoch: 0,
+            fwd_epoch: 0,
+            checked_epoch: 0,
+            ident: None,
+            timeout_ns: DEFAULT_TIMEOUT_NS,
+            withhold: None,
+            maps: MapCache::default(),
+        })
+    }
+
+    /// The configuration (global E; max tokens per rank).
+    pub fn config(&self) -> &LayerConfig {
+        &self.cfg
+    }
+    /// The rank group.
+    pub fn group(&self) -> &RankGroup {
+        &self.group
+    }
+    /// Ranks R.
+    pub fn world(&self) -> usize {
+        self.group.world
+    }
+    /// Set the bound of every device wait (default [`DEFAULT_TIMEOUT_NS`]).
+    pub fn set_timeout_ns(&mut self, ns: u64) {
+        self.timeout_ns = ns.max(1);
+    }
+    /// Fault injection for tests: rank `r`'s blocks skip their releases in `phase` (None: nobody does).
+    pub fn debug_withhold(&mut self, w: Option<(usize, Phase)>) {
+        self.withhold = w;
+    }
+
+    fn check_inputs(&self, inp: &[RankInputs<'_>], outs: &[&mut CudaSlice<bf16>]) -> Result<()> {
+        let c = &self.cfg;
+        let r_n = self.world();
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if inp.len() != r_n || outs.len() != r_n {
+            return bad(format!("{} inputs and {} outputs for {r_n} ranks", inp.len(), outs.len()));
+        }
+        let per = c.experts / r_n;
+        let me = self.gpu.ordinal();
+        for (r, (i, o)) in inp.iter().zip(outs).enumerate() {
+            let t = i.tokens;
+            if t > c.max_tokens {
+                return bad(format!("rank {r}: {t} tokens > the configured maximum {}", c.max_tokens));
+            }
+            let at_least = [
+                ("x", i.x.len(), t * c.hidden),
+                ("topk_ids", i.topk_ids.len(), t * c.top_k),
+                ("topk_weights", i.topk_weights.len(), t * c.top_k),
+                ("out", o.len(), t * c.hidden),
+            ];
+            for (name, got, need) in at_least {
+                if got < need {
+                    return bad(format!("rank {r}: {name} has {got} elements, the layer needs {need}"));
+                }
+            }
+            let exact = [
+                ("W1", i.w1.len(), per * 2 * c.intermediate * c.hidden),
+                ("W2", i.w2.len(), per * c.hidden * c.intermediate),
+            ];
+            for (name, got, need) in exact {
+                if got != need {
+                    return bad(format!("rank {r}: {name} has {got} elements, the rank's {per} experts need {need}"));
+                }
+            }
+            let ords = [
+                ("x", i.x.ordinal()),
+                ("topk_ids", i.topk_ids.ordinal()),
+                ("topk_weights", i.topk_weights.ordinal()),
+                ("W1", i.w1.ordinal()),
+                ("W2", i.w2.ordinal()),
+                ("out", o.ordinal()),
+            ];
+            for (name, d) in ords {
+                if d != me {
+                    return bad(format!("rank {r}: {name} lives on device {d}, the layer on device {me}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forward at EP = R: `outs[r][t] = sum_j w_tj * expert(ids_tj)(x_t)` for every rank r, bitwise the EP = 1
+    /// layer's result on the ranks' tokens concatenated in rank order. Asynchronous on the GPU's stream, no host
+    /// synchronisation; call [`EpLayer::check`] at a synchronisation point to learn of a device-side timeout.
+    pub fn forward(&mut self, inp: &[RankInputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<EpSaved> {
+        self.run(inp, outs, false).map(|(s, _)| s)
+    }
+
+    /// [`EpLayer::forward`] with device-event times of the dispatch and combine kernels (synchronises twice; for
+    /// benchmarks).
+    pub fn forward_timed(
+        &mut self,
+        inp: &[RankInputs<'_>],
+        outs: &mut [&mut CudaSlice<bf16>],
+    ) -> Result<(EpSaved, StageTimes)> {
+        self.run(inp, outs, true)
+    }
+
+    fn next_epoch(&mut self) -> Result<u32> {
+        self.epoch = self
+            .epoch
+            .checked_add(1)
+            .ok_or_else(|| Error::InvalidArgument("2^32 - 1 calls on one workspace: make a new layer".into()))?;
+        Ok(self.epoch)
+    }
+
+    fn run(
+        &mut self,
+        inp: &[RankInputs<'_>],
+        outs: &mut [&mut CudaSlice<bf16>],
+        timed: bool,
+    ) -> Result<(EpSaved, StageTimes)> {
+        self.check_inputs(inp, outs)?;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let c = self.cfg;
+        let e = c.experts;
+        let epoch = self.next_epoch()?;
+        // each rank's routing layout over its own slots and the E global experts
+        for (i, w) in inp.iter().zip(self.ranks.iter_mut()) {
+            g.fill_bytes(&mut w.route_error, 0)?;
+            let route = Route {
+                topk_ids: dptr(i.topk_ids, &s),
+                counts: dptr(&w.counts, &s),
+                offsets: dptr(&w.offsets, &s),
+                tile_offsets: dptr(&w.tile_offsets, &s),
+                row_slot: dptr(&w.row_slot, &s),
+                slot_row: dptr(&w.slot_row, &s),
+                error: dptr(&w.route_error, &s),
+                slots: (i.tokens * c.top_k) as u32,
+                experts: e as u32,
+                tile_m: kh::GEMM_BM,
+                pad: 0,
+            };
+            // SAFETY: the routing buffers hold E, E + 1 and max_slots entries; ids are range-checked on the
+            // device; with 0 slots the kernels only write zero counts and offsets.
+            unsafe {
+                g.launch("route_count", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
+                g.launch("route_scan", Launch::new(1, 32, 0), &route)?;
+                g.launch("route_place", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
+            }
+        }
+        let mut ranks = [NO_RANK; MAX_RANKS];
+        for (r, ((i, o), w)) in inp.iter().zip(outs.iter()).zip(&self.ranks).enumerate() {
+            ranks[r] = EpRank { x: dptr(i.x, &s), y: dptr(&w.y, &s), out: dptr(&**o, &s), ..self.rank_common(r, i) };
+        }
+        let p = self.params(ranks, false);
+        let dispatch_ms = self.launch_ep("ep_dispatch", &p, timed)?;
+        for (r, i) in inp.iter().enumerate() {
+            let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
+            self.gemm1(r, i, h, 0)?;
+            self.gemm2(r, i, h, y)?;
+        }
+        let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
+        self.fwd_epoch = epoch;
+        let saved = EpSaved { epoch, tokens: inp.iter().map(|i| i.tokens).collect() };
+        Ok((saved, StageTimes { dispatch_ms, combine_ms }))
+    }
+
+    /// One launch of a dispatch or combine kernel for all the emulated ranks; its device time when `timed`.
+    fn launch_ep(&self, kernel: &'static str, p: &EpParams, timed: bool) -> Result<f64> {
+        let g = &self.gpu;
+        let grid = self.world() as u32 * self.group.layout.blocks as u32;
+        let smem = if kernel == "ep_dispatch" { 16 + 4 * self.cfg.experts as u32 } else { 16 };
+        // SAFETY: every index the kernels form is bounded by the workspace layout (docs in the kernels); the grid
+        // is at most the SM count with small blocks, so every waiting block is resident.
+        let f = || unsafe { g.launch(kernel, Launch::new(grid, EP_THREADS, smem), p) };
+        if timed {
+            g.timed(f)
+        } else {
+            f().map(|_| 0.0)
+        }
+    }
+
+    /// Rank r's buffers that forward and backward share.
+    fn rank_common(&self, r: usize, i: &RankInputs<'_>) -> EpRank {
+        let s = self.gpu.stream();
+        let w = &self.ranks[r];
+        EpRank {
+            topk_ids: dptr(i.topk_ids, s),
+            w: dptr(i.topk_weights, s),
+            counts: dptr(&w.counts, s),
+            offsets: dptr(&w.offsets, s),
+            row_slot: dptr(&w.row_slot, s),
+            slot_row: dptr(&w.slot_row, s),
+            tokens: i.tokens as u32,
+            ..NO_RANK
+        }
+    }
+
+    fn params(&self, ranks: [EpRank; MAX_RANKS], backward: bool) -> EpParams {
+        let (withhold_rank, withhold_phase) = match self.withhold {
+            Some((r, ph)) => (r as u32 + 1, ph as u32),
+            None => (0, 0),
+        };
+        EpParams {
+            group: self.group.device(0, self.epoch, self.timeout_ns),
+            ws: self.group.layout,
+            ranks,
+            experts: self.cfg.experts as u32,
+            k: self.cfg.top_k as u32,
+            hidden: self.cfg.hidden as u32,
+            tile_m: kh::GEMM_BM,
+            withhold_rank,
+            withhold_phase,
+            backward: backward as u32,
+            pad: 0,
+        }
+    }
+
+    /// A grouped-GEMM parameter block over rank r's local layout (read on the device).
+    fn local_gemm(&self, r: usize) -> GroupedGemm {
+        let ws = self.group.peer(r);
+        let lay = &self.group.layout;
+        GroupedGemm {
+            offsets: ws + lay.local_offsets,
+            tile_offsets: ws + lay.local_tiles,
+            experts: (self.cfg.experts / self.world()) as u32,
+            ..zero_gemm()
+        }
+    }
+
+    /// One M-grouped GEMM launch over rank r's receive rows.
+    fn mgemm(&self, kernel: &'static str, p: GroupedGemm) -> Result<()> {
+        let recv = self.group.layout.max_recv as u32;
+        let per = (self.cfg.experts / self.world()) as u32;
+        let m_tiles = recv.div_ceil(kh::GEMM_BM) + per.min(recv);
+        let grid = self.gpu.sm_count().min(m_tiles * p.n_tiles);
+        // SAFETY: A holds max_recv rows, C max_recv rows of ldc; the local offsets the kernels read are clamped to
+        // max_recv on the device; B holds the rank's experts.
+        unsafe { self.gpu.launch(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+    }
+
+    /// Rank r's GEMM1 + SwiGLU over its received x rows: h, and z when `z` is non-zero.
+    fn gemm1(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, z: u64) -> Result<()> {
+        let g = self.gpu.clone();
+        let c = self.cfg;
+        let per = c.experts / self.world();
+        let lay = self.group.layout;
+        let recv = lay.max_recv as usize;
+        let map_a = self.maps.get(&g, self.group.peer(r) + lay.recv, recv, c.hidden, kh::GEMM_BM, 64)?;
+        let map_b =
+            self.maps.get(&g, dptr(inp.w1, g.stream()), per * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
+        let p = GroupedGemm {
+            map_a,
+            map_b,
+            c: h,
+            z,
+            n: c.intermediate as u32,
+            k: c.hidden as u32,
+            n_b: 2 * c.intermediate as u32,
+            ldc: c.intermediate as u32,
+            n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
+            ..self.local_gemm(r)
+        };
+        self.mgemm("grouped_gemm_swiglu", p)
+    }
+
+    /// Rank r's GEMM2: y rows from h rows.
+    fn gemm2(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, y: u64) -> Result<()> {
+        let g = self.gpu.clone();
+        let c = self.cfg;
+        let per = c.experts / self.world();
+        let recv = self.group.layout.max_recv as usize;
+        let map_a = self.maps.get(&g, h, recv, c.intermediate, kh::GEMM_BM, 64)?;
+        let map_b = self.maps.get(&g, dptr(inp.w2, g.stream()), per * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
+        let p = GroupedGemm {
+            map_a,
+            map_b,
+            c: y,
+            n: c.hidden as u32,
+            k: c.intermediate as u32,
+            n_b: c.hidden as u32,
+            ldc: c.hidden as u32,
+            n_tiles: (c.hidden as u32).div_ceil(kh::GEMM_BN),
+            ..self.local_gemm(r)
+        };
+        self.mgemm("grouped_gemm_bf16", p)
+    }
+
+    /// Backward of the forward that returned `saved` (which must be this layer's latest forward), on the same
+    /// inputs, with `dy[r]` bf16 [T_r, H] per rank: every rank's dx and dtopk, and its experts' dW1 and dW2
+    /// (written, or added to with `accumulate`), bitwise the EP = 1 backward (z recomputed) on the concatenated
+    /// tokens. dy travels to the experts like x; dx rows and each row's dtopk travel back; weight gradients stay
+    /// local. Asynchronous, no host synchronisation; [`EpLayer::check`] reports a device timeout.
+    pub fn backward(
+        &mut self,
+        saved: &EpSaved,
+        dy: &[&CudaSlice<bf16>],
+        inp: &[RankInputs<'_>],
+        grads: &mut [RankGrads<'_>],
+        accumulate: bool,
+    ) -> Result<()> {
+        let c = self.cfg;
+        let r_n = self.world();
+        let per = c.experts / r_n;
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if saved.epoch != self.fwd_epoch {
+            return bad(
+                "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()
+            );
+        }
+        if dy.len() != r_n || grads.len() != r_n || inp.len() != r_n {
+            return bad(format!("{} dy, {} grads and {} inputs for {r_n} ranks", dy.len(), grads.len(), inp.len()));
+        }
+        let me = self.gpu.ordinal();
+        for r in 0..r_n {
+            let t = inp[r].tokens;
+            if t != saved.tokens[r] {
+                return bad(format!("rank {r}: {t} tokens, its forward had {}", saved.tokens[r]));
+            }
+            let gr = &grads[r];
+            let at_least = [
+                ("dy", dy[r].len(), t * c.hidden),
+                ("dx", gr.dx.len(), t * c.hidden),
+                ("dtopk", gr.dtopk.len(), t * c.top_k),
+            ];
+            for (name, got, need) in at_least {
+                if got < need {
+                    return bad(format!("rank {r}: {name} has {got} elements, the layer needs {need}"));
+                }
+            }
+            let exact = [
+                ("dW1", gr.dw1.len(), per * 2 * c.intermediate * c.hidden),
+                ("dW2", gr.dw2.len(), per * c.hidden * c.intermediate),
+            ];
+            for (name, got, need) in exact {
+                if got != need {
+                    return bad(format!("rank {r}: {name} has {got} elements, the rank's experts need {need}"));
+                }
+            }
+            let ords = [("dy", dy[r].ordinal()), ("dx", gr.dx.ordinal()), ("dtopk", gr.dtopk.ordinal())];
+            for (name, d) in ords.into_iter().chain([("dW1", gr.dw1.ordinal()), ("dW2", gr.dw2.ordinal())]) {
+                if d != me {
+                    return bad(format!("rank {r}: {name} lives on device {d}, the layer on device {me}"));
+                }
+            }
+        }
+        self.alloc_backward()?;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        self.next_epoch()?;
+        let mut ranks = [NO_RANK; MAX_RANKS];
+        for r in 0..r_n {
+            let w = &self.ranks[r];
+            let b = w.bwd.as_ref().expect("allocated above");
+            ranks[r] = EpRank {
+                x: dptr(dy[r], &s),
+                y: dptr(&w.y, &s),
+                row_w: dptr(&b.row_dtopk, &s),
+                out: dptr(&*grads[r].dx, &s),
+                dtopk: dptr(&*grads[r].dtopk, &s),
+                ..self.rank_common(r, &inp[r])
+            };
+        }
+        let p = self.params(ranks, true);
+        self.launch_ep("ep_dispatch", &p, false)?;
+        for r in 0..r_n {
+            self.experts_backward(r, &inp[r], &mut grads[r], accumulate)?;
+        }
+        self.launch_ep("ep_combine", &p, false)?;
+        Ok(())
+    }
+
+    fn alloc_backward(&mut self) -> Result<()> {
+        let g = self.gpu.clone();
+        let c = self.cfg;
+        let recv = self.group.layout.max_recv as usize;
+        if self.ident.is_none() {
+            let ids: Vec<u32> = (0..recv as u32).collect();
+            self.ident = Some(g.upload(&ids)?);
+        }
+        let n_tiles_i = c.intermediate.div_ceil(kh::GEMM_BN as usize);
+        for w in self.ranks.iter_mut().filter(|w| w.bwd.is_none()) {
+            let mut partial = g.alloc::<f32>(recv * n_tiles_i)?;
+            g.fill_bytes(&mut partial, 0)?;
+            w.bwd = Some(BwdWork {
+                z: g.alloc(recv * 2 * c.intermediate)?,
+                dz: g.alloc(recv * 2 * c.intermediate)?,
+                sh: g.alloc(recv * c.intermediate)?,
+                partial,
+                row_dtopk: g.alloc(recv)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Rank r's experts, backward, over its received x and dy rows (the EP = 1 kernels, the row's own index
+    /// standing for its slot): z again, dh with the SwiGLU backward (dz, s * h and the dtopk partial sums), each
+    /// row's dtopk, dx rows, dW2 = dy^T (s h) and dW1 = dz^T x, as the EP = 1 backward.
+    fn experts_backward(
+        &mut self,
+        r: usize,
+        inp: &RankInputs<'_>,
+        gr: &mut RankGrads<'_>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let c = self.cfg;
+        let per = c.experts / self.world();
+        let lay = self.group.layout;
+        let ws = self.group.peer(r);
+        let recv = lay.max_recv as usize;
+        let (h2, i2) = (c.hidden, c.intermediate);
+        let ident = dptr(self.ident.as_ref().expect("allocated"), &s);
+        let y = dptr(&self.ranks[r].y, &s);
+        let (z, dz, sh, partial, row_dtopk) = {
+            let b = self.ranks[r].bwd.as_ref().expect("allocated");
+            (dptr(&b.z, &s), dptr(&b.dz, &s), dptr(&b.sh, &s), dptr(&b.partial, &s), dptr(&b.row_dtopk, &s))
+        };
+        // z again from the x rows the forward left in recv (h is recomputed from z in the dh epilogue)
+        self.gemm1(r, inp, 0, z)?;
+        // dh = dy W2_e with the SwiGLU backward: dz, s * h and the dtopk partials
+        let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
+        let map_dy = self.maps.get(&g, ws + lay.recv_dy, recv, h2, kh::GEMM_BM, 64)?;
+        let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), per * h2, i2, 64, 64)?;
+        let p = GroupedGemm {
+            map_a: map_dy,
+            map_b: map_w2,
+            c: dz,
+            z,
+            n: i2 as u32,
+            k: h2 as u32,
+            n_b: h2 as u32,
+            ldc: 2 * i2 as u32,
+            n_tiles: n_tiles_i,
+            w: ws + lay.recv_w,
+            row_slot: ident,
+            partial,
+            sh,
+            ..self.local_gemm(r)
+        };
+        self.mgemm("grouped_gemm_bt_dswiglu", p)?;
+        let red = DtopkReduce {
+            partial,
+            slot_row: ident,
+            dtopk: row_dtopk,
+            error: 0,
+            slots: recv as u32,
+            n_tiles: n_tiles_i,
+        };
+        // SAFETY: partial holds n_tiles sums for every row < max_recv; row_dtopk holds max_recv values.
+        unsafe { g.launch("dtopk_reduce", Launch::new((recv as u32).div_ceil(256), 256, 0), &red)? };
+        // dx rows = dz W1_e
+        let map_dz = self.maps.get(&g, dz, recv, 2 * i2, kh::GEMM_BM, 64)?;
+        let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), per * 2 * i2, h2, 64, 64)?;
+        let p = GroupedGemm {
+            map_a: map_dz,
+            map_b: map_w1,
+            c: y,
+            n: h2 as u32,
+            k: 2 * i2 as u32,
+            n_b: 2 * i2 as u32,
+            ldc: h2 as u32,
+            n_tiles: (h2 as u32).div_ceil(kh::GEMM_BN),
+            ..self.local_gemm(r)
+        };
+        self.mgemm("grouped_gemm_bt_bf16", p)?;
+        // weight gradients, before the combine releases this rank's rows (recv is not read after it)
+        self.wgrad(r, (ws + lay.recv_dy, h2), (sh, i2), gr.dw2, accumulate)?;
+        self.wgrad(r, (dz, 2 * i2), (ws + lay.recv, h2), gr.dw1, accumulate)?;
+        Ok(())
+    }
+
+    /// dW = A^T B over each of rank r's local experts' rows; `a` and `b` are (address, columns) of buffers of
+    /// max_recv rows.
+    fn wgrad(&mut self, r: usize, a: (u64, usize), b: (u64, usize), c: &mut CudaSlice<f32>, acc: bool) -> Result<()> {
+        let g = self.gpu.clone();
+        let recv = self.group.layout.max_recv as usize;
+        let per = (self.cfg.experts / self.world()) as u32;
+        let map_a = self.maps.get(&g, a.0, recv, a.1, 64, 64)?;
+        let map_b = self.maps.get(&g, b.0, recv, b.1, 64, 64)?;
+        let p = WgradGemm {
+            map_a,
+            map_b,
+            offsets: self.group.peer(r) + self.group.layout.local_offsets,
+            c: dptr(&*c, g.stream()),
+            experts: per,
+            m: a.1 as u32,
+            n: b.1 as u32,
+            m_tiles: (a.1 as u32).div_ceil(128),
+            n_tiles: (b.1 as u32).div_ceil(256),
+            accumulate: acc as u32,
+            error: 0,
+        };
+        let grid = g.sm_count().min(per * p.m_tiles * p.n_tiles);
+        // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
+        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+    }
+
+    /// Synchronise and report what the device recorded since the last check: a bounded wait that expired
+    /// ([`Error::Timeout`] naming the rank waited for and the phase) or an expert id outside -1..E
+    /// ([`Error::InvalidArgument`]). The workspace stays usable either way.
+    pub fn check(&mut self) -> Result<()> {
+        self.gpu.sync()?;
+        let lay = self.group.layout;
+        let mut timeout = None;
+        for r in 0..self.world() {
+            let at = (r as u64 * lay.bytes + lay.error) as usize / 4;
+            let view = self.group.mem[0].slice(at..at + 4);
+            let rec = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s error record"))?;
+            if timeout.is_none() && rec[3] == 1 && rec[2] > self.checked_epoch && rec[2] <= self.epoch {
+                let phase = Phase::from_code(rec[0]).map_or("unknown phase", Phase::name);
+                timeout = Some(Error::Timeout {
+                    rank: rec[1] as usize,
+                    phase,
+                    timeout_ms: self.timeout_ns.div_ceil(1_000_000),
+                });
+            }
+        }
+        self.checked_epoch = self.epoch;
+        if let Some(t) = timeout {
+            return Err(t);
+        }
+        for (r, w) in self.ranks.iter().enumerate() {
+            if self.gpu.download(&w.route_error)?[0] != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {r}: topk_ids holds an expert id outside -1..{} (those slots were treated as masked)",
+                    self.cfg.experts
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_group_carries_the_layout_and_the_peers() {
+        let layout = Workspace::new(100, 2, 256, 8, 4, 3);
+        let mut peers = [0u64; MAX_RANKS];
+        for (r, p) in peers.iter_mut().enumerate().take(4) {
+            *p = 0x1000_0000 + r as u64 * layout.bytes;
+        }
+        let g = RankGroup { world: 4, layout, peers, mem: Vec::new() };
+        let d = g.device(2, 7, 5_000);
+        assert_eq!((d.rank_base, d.world, d.epoch, d.blocks_per_rank, d.timeout_ns), (2, 4, 7, 3, 5_000));
+        assert_eq!(d.peer[3], 0x1000_0000 + 3 * layout.bytes);
+        assert_eq!(d.peer[4], 0);
+        assert!(RankGroup::check_world(0, &layout).is_err());
+        assert!(RankGroup::check_world(9, &layout).is_err());
+        assert!(RankGroup::check_world(8, &layout).is_ok());
+    }
+
+    #[test]
+    fn parameter_blocks_fit_a_kernel_argument() {
+        // kernel parameters are limited to 4 KiB; the block is all u32/u64 fields, no padding surprises
+        let n = std::mem::size_of::<EpParams>();
+        assert!(n <= 4096, "{n}");
+        assert_eq!(n % 8, 0);
+        assert_eq!(std::mem::size_of::<params::RankGroup>(), 24 + 8 * MAX_RANKS);
+    }
+}

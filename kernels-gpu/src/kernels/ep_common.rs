@@ -1,0 +1,120 @@
+//! What the expert-parallel kernels share: which rank a block serves, peer pointers, bounded waits on epoch flags
+//! and the error record. Not a kernel.
+use crate::params::{EpParams, EpRank, RankGroup, MAX_RANKS};
+use crate::ptx::{regs, smem, sync};
+
+/// `a[i]` for a run-time `i` < 8 through compile-time indices only (a run-time index into a parameter array would
+/// copy it into local memory).
+#[inline(always)]
+pub fn pick<T: Copy>(a: &[T; MAX_RANKS], i: u32) -> T {
+    let mut v = a[0];
+    crate::unroll!(I in [1, 2, 3, 4, 5, 6, 7] {
+        if i == I as u32 {
+            v = a[I];
+        }
+    });
+    v
+}
+
+/// The rank this block serves and its place among the rank's blocks.
+pub struct Me {
+    /// Rank.
+    pub rank: u32,
+    /// Block within the rank's group, 0..blocks_per_rank.
+    pub b: u32,
+    /// The rank's own buffers.
+    pub own: EpRank,
+    /// The rank's own workspace (`peer[rank]`).
+    pub ws: u64,
+}
+
+/// This block's rank (`rank_base + block / blocks_per_rank`), or None for a block past the group (it returns).
+#[inline(always)]
+pub fn me(p: &EpParams) -> Option<Me> {
+    let g = &p.group;
+    if g.blocks_per_rank == 0 || g.world == 0 || g.world > MAX_RANKS as u32 {
+        return None;
+    }
+    let local = regs::bid() / g.blocks_per_rank;
+    let rank = g.rank_base.wrapping_add(local);
+    if local >= MAX_RANKS as u32 || rank >= g.world {
+        return None;
+    }
+    Some(Me { rank, b: regs::bid() % g.blocks_per_rank, own: pick(&p.ranks, local), ws: pick(&g.peer, rank) })
+}
+
+/// Claim the error record `err` (u32 [4]: phase, rank waited for, epoch, 1) for `epoch` and fill it; the first
+/// writer of an epoch wins, later ones leave it.
+/// SAFETY: `err` is the rank's own record.
+#[inline(always)]
+pub unsafe fn record(err: *mut u32, phase: u32, rank: u32, epoch: u32) {
+    let old = sync::atom_max_relaxed_gpu(err.add(2), epoch);
+    if old < epoch {
+        *err = phase;
+        *err.add(1) = rank;
+        *err.add(3) = 1;
+    }
+}
+
+/// Every thread of the block: wait until `flags[i] >= epoch` for every i < n (threads take i = tid, tid + ntid,
+/// ...), each wait an `ld.acquire.sys` loop bounded by `timeout_ns` from the call. On expiry the thread records
+/// (phase, i / per_rank, epoch) and stops; a wait also stops at once when the rank's record already holds this
+/// epoch (another wait of this call expired: no further waits). True when every flag arrived.
+/// Uses the shared word at `ok_s`.
+/// SAFETY: every thread of the block, in uniform control flow; `flags` n words of the rank's own workspace.
+#[inline(always)]
+pub unsafe fn wait_flags(
+    flags: u64,
+    n: u32,
+    per_rank: u32,
+    g: &RankGroup,
+    err: *mut u32,
+    phase: u32,
+    ok_s: u32,
+) -> bool {
+    let t = regs::tid();
+    if t == 0 {
+        smem::st_u32(ok_s, 1);
+    }
+    sync::block_sync();
+    let start = regs::globaltimer();
+    let mut ok = true;
+    let mut i = t;
+    while ok && i < n {
+        let f = (flags + 4 * i as u64) as *const u32;
+        loop {
+            if sync::ld_acquire_sys(f) >= g.epoch {
+                break;
+            }
+            if sync::ld_relaxed_gpu(err.add(2)) >= g.epoch {
+                ok = false;
+                break;
+            }
+            if regs::globaltimer().wrapping_sub(start) > g.timeout_ns {
+                record(err, phase, i / per_rank.max(1), g.epoch);
+                ok = false;
+                break;
+            }
+            sync::nanosleep(128);
+        }
+        i += regs::ntid();
+    }
+    if !ok {
+        smem::st_u32(ok_s, 0);
+    }
+    sync::block_sync();
+    let all = smem::ld_u32(ok_s) != 0;
+    sync::block_sync();
+    all
+}
+
+/// Copy one row of `chunks` 16-byte chunks from `src` to `dst` with the 32 lanes of a warp.
+/// SAFETY: both rows valid for `chunks` chunks.
+#[inline(always)]
+pub unsafe fn copy_row(src: *const [u32; 4], dst: *mut [u32; 4], chunks: u32, lane: u32) {
+    let mut c = lane;
+    while c < chunks {
+        *dst.add(c as usize) = *src.add(c as usize);
+        c += 32;
+    }
+}

@@ -1,0 +1,176 @@
+//! Expert-parallel dispatch: count all-gather, layout, push of x rows to their owners, arrival wait
+//! (docs/EP.md, steps 1 to 4). One launch serves `grid / blocks_per_rank` ranks: R emulated ranks on one GPU
+//! (rank_base 0, grid R * B) or one rank per GPU (rank_base = its rank, grid B). Every block waits, so the grid
+//! must be resident at once (grid <= SM count).
+//!
+//! Per rank r (its routing layout already computed by `route_count`, `route_scan`, `route_place` over its own
+//! slots and the E global experts):
+//! 1. block 0 writes r's counts row into row r of every rank's `counts`; block barrier, `fence.acq_rel.sys`,
+//!    `st.release.sys` of `count_flags[r] = epoch` on every rank;
+//! 2. every block waits (bounded) for the `world` count flags of its own workspace;
+//! 3. every block computes the first row on the owner of r's rows of each expert (`ep::recv_row_by`: local
+//!    experts in order, sources in rank order within an expert, the EP = 1 order of the concatenated batch);
+//!    block 0 writes r's local layout (offsets and m-tiles of its E / R experts) for the grouped GEMMs;
+//! 4. each warp pushes whole rows: x[t] to the owner's `recv` row (16-byte stores through the peer pointer), the
+//!    row's routing weight to `recv_w` and (r, slot) to `recv_meta`; block barrier, `fence.acq_rel.sys`,
+//!    `st.release.sys` of `data_flags[r * B + b] = epoch` on every rank (rows or none);
+//! 5. block 0 waits for the `world * B` data flags of its workspace, then `fence.proxy.async.global` (the
+//!    grouped GEMMs read `recv` with TMA next). A wait that expires writes the error record; the rank's later
+//!    waits of the call return at once, its local layout is emptied, and its releases still happen.
+//!
+//! Backward (`p.backward = 1`, the call right after the forward it differentiates): steps 1, 2 and the local
+//! layout are the forward's (the gathered counts are still in the workspace: no rank starts the next forward
+//! before every rank has finished this backward's combine); step 4 pushes dy rows into `recv_dy` (their
+//! weights and slots are already in `recv_w` and `recv_meta`).
+use crate::ep::{self, Phase};
+use crate::kernels::ep_common::{copy_row, me, pick, wait_flags};
+use crate::params::EpParams;
+use crate::ptx::{fence, regs, smem, sync};
+
+/// Threads per block.
+pub const THREADS: u32 = 256;
+
+/// Block 0's thread 0: the local layout of `rank` from the gathered counts, or an empty one.
+#[inline(always)]
+unsafe fn local_layout(p: &EpParams, ws_base: u64, rank: u32, ok: bool) {
+    let ws = &p.ws;
+    let per = p.experts / p.group.world;
+    let offs = (ws_base + ws.local_offsets) as *mut u32;
+    let tiles = (ws_base + ws.local_tiles) as *mut u32;
+    if ok {
+        let counts = (ws_base + ws.counts) as *const u32;
+        let e_n = p.experts;
+        ep::local_layout(
+            |s, x| unsafe { *counts.add((s * e_n + x) as usize) },
+            e_n,
+            p.group.world,
+            rank,
+            p.tile_m,
+            ws.max_recv as u32,
+            |i, o, t| unsafe {
+                *offs.add(i as usize) = o;
+                *tiles.add(i as usize) = t;
+            },
+        );
+    } else {
+        let mut i = 0;
+        while i <= per {
+            *offs.add(i as usize) = 0;
+            *tiles.add(i as usize) = 0;
+            i += 1;
+        }
+    }
+}
+
+/// 256 threads; dynamic shared memory 16 + 4 * experts bytes.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
+    let Some(me) = me(&p) else { return };
+    let g = &p.group;
+    let ws = &p.ws;
+    let t = regs::tid();
+    let nt = regs::ntid();
+    let world = g.world;
+    let e_n = p.experts;
+    let blocks = g.blocks_per_rank;
+    let err = (me.ws + ws.error) as *mut u32;
+    let ok_s = smem::base();
+    let base_s = ok_s + 16;
+    let withheld = |ph: Phase| p.withhold_rank == me.rank + 1 && p.withhold_phase == ph as u32;
+    let bwd = p.backward != 0;
+
+    // 1. counts row to every rank
+    if me.b == 0 && !bwd {
+        let mine = me.own.counts as *const u32;
+        let mut i = t;
+        while i < world * e_n {
+            let (o, e) = (i / e_n, i % e_n);
+            let dst = (pick(&g.peer, o) + ws.counts) as *mut u32;
+            *dst.add((me.rank * e_n + e) as usize) = *mine.add(e as usize);
+            i += nt;
+        }
+    }
+    sync::block_sync();
+    if me.b == 0 && t == 0 && !bwd && !withheld(Phase::Counts) {
+        fence::acq_rel_sys();
+        let mut o = 0;
+        while o < world {
+            sync::st_release_sys((pick(&g.peer, o) + ws.count_flags + 4 * me.rank as u64) as *mut u32, g.epoch);
+            o += 1;
+        }
+    }
+
+    // 2. every source's counts
+    let ok = bwd || wait_flags(me.ws + ws.count_flags, world, 1, g, err, Phase::Counts as u32, ok_s);
+
+    // 3. where this rank's rows of each expert start on the owner; the local layout
+    if ok {
+        let counts = (me.ws + ws.counts) as *const u32;
+        let mut e = t;
+        while e < e_n {
+            let row = ep::recv_row_by(|s, x| *counts.add((s * e_n + x) as usize), e_n, world, e, me.rank);
+            smem::st_u32(base_s + 4 * e, row);
+            e += nt;
+        }
+    }
+    if me.b == 0 && t == 0 && !bwd {
+        local_layout(&p, me.ws, me.rank, ok);
+    }
+    sync::block_sync();
+
+    // 4. push the rows, a warp per row
+    if ok {
+        let slots = me.own.tokens * p.k;
+        let offsets = me.own.offsets as *const u32;
+        let rows = (*offsets.add(e_n as usize)).min(slots);
+        let row_slot = me.own.row_slot as *const u32;
+        let ids = me.own.topk_ids as *const i32;
+        let chunks = p.hidden / 8;
+        let region = if bwd { ws.recv_dy } else { ws.recv };
+        let (warp, lane, warps) = (t / 32, t % 32, nt / 32);
+        let mut q = me.b * warps + warp;
+        while q < rows {
+            let slot = *row_slot.add(q as usize);
+            let id = if slot < slots { *ids.add(slot as usize) } else { -1 };
+            if id >= 0 && (id as u32) < e_n {
+                let e = id as u32;
+                let first = *offsets.add(e as usize);
+                let dst = smem::ld_u32(base_s + 4 * e).wrapping_add(q.wrapping_sub(first));
+                if (dst as u64) < ws.max_recv {
+                    let peer = pick(&g.peer, ep::owner(e, e_n, world));
+                    let tok = slot / p.k;
+                    let src = (me.own.x as *const [u32; 4]).add((tok * chunks) as usize);
+                    let to = ((peer + region) as *mut [u32; 4]).add(dst as usize * chunks as usize);
+                    copy_row(src, to, chunks, lane);
+                    if lane == 0 && !bwd {
+                        *((peer + ws.recv_w) as *mut f32).add(dst as usize) =
+                            *(me.own.w as *const f32).add(slot as usize);
+                        let meta = ((peer + ws.recv_meta) as *mut u32).add(2 * dst as usize);
+                        *meta = me.rank;
+                        *meta.add(1) = slot;
+                    }
+                }
+            }
+            q += blocks * warps;
+        }
+    }
+    sync::block_sync();
+    if t == 0 && !withheld(Phase::Dispatch) {
+        fence::acq_rel_sys();
+        let flag = ws.data_flags + 4 * (me.rank * blocks + me.b) as u64;
+        let mut o = 0;
+        while o < world {
+            sync::st_release_sys((pick(&g.peer, o) + flag) as *mut u32, g.epoch);
+            o += 1;
+        }
+    }
+
+    // 5. every source block's rows, before the grouped GEMMs read them with TMA
+    if me.b == 0 {
+        let arrived = wait_flags(me.ws + ws.data_flags, world * blocks, blocks, g, err, Phase::Dispatch as u32, ok_s);
+        fence::proxy_async_global();
+        if !arrived && t == 0 {
+            local_layout(&p, me.ws, me.rank, false);
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! Expert parallelism, R ranks emulated on one GPU: outputs bitwise equal to the EP = 1 layer on the ranks'
+//! tokens concatenated in rank order and within 1e-2 of the f64 reference (computed over the R ranks), outputs
+//! poisoned before each run and checked fully written; bounded waits that end in `Error::Timeout` naming the
+//! withheld rank and phase, after which the same workspace runs normally; the backward (dx, dtopk, each rank's
+//! dW1 and dW2) bitwise equal to the EP = 1 backward and within 1e-2 of the reference. GPU tests: ignored
+//! without a GPU.
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{f64s, gpu, inputs, rng, Inputs, Routing, SMALL};
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use megamoe::ep::{EpLayer, RankGrads, RankInputs};
+use megamoe::ep_layout::Phase;
+use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
+use megamoe::reference::{self, RankInput, Shape, Weights};
+use megamoe::rng::Rng;
+use megamoe::{check, Error, Gpu};
+
+/// A shape with several experts per rank at R = 8 and k > 1 experts of one rank per token.
+const MEDIUM: Shape = Shape { h: 512, i: 256, e: 16, k: 4 };
+
+/// Where the slots go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EpRouting {
+    /// The common routings of the layer tests.
+    Layer(Routing),
+    /// Every slot on the experts of one rank (any of them, repeats allowed).
+    AllOnRank(usize),
+}
+
+/// The EP = 1 layer's output on all tokens, as raw bits, poisoned before and checked fully written.
+fn ep1_bits(g: &Arc<Gpu>, inp: &Inputs) -> Vec<u16> {
+    let s = inp.shape;
+    let mut layer =
+        MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, inp.tokens.max(1), Save::InputsOnly)).unwrap();
+    let up = |v: &[bf16]| g.upload(if v.is_empty() { &[bf16::ZERO][..] } else { v }).unwrap();
+    let (x, w1, w2) = (up(&inp.x), g.upload(&inp.w1).unwrap(), g.upload(&inp.w2).unwrap());
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let mut out = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    let li = LayerInputs { tokens: inp.tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    layer.forward(&li, &mut out).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let bits: Vec<u16> = g.download(&out).unwrap().iter().map(|v| v.to_bits()).collect();
+    assert!(bits.iter().all(|&b| b != 0xffff), "the EP = 1 layer left poison in its output");
+    bits
+}
+
+/// The inputs of every rank on the device, and their poisoned outputs (at least one element each, so a rank
+/// with no tokens still has buffers; its one element must keep the poison).
+struct Ranks {
+    x: Vec<CudaSlice<bf16>>,
+    ids: Vec<CudaSlice<i32>>,
+    w: Vec<CudaSlice<f32>>,
+    w1: Vec<CudaSlice<bf16>>,
+    w2: Vec<CudaSlice<bf16>>,
+    out: Vec<CudaSlice<bf16>>,
+    tokens: Vec<usize>,
+}
+
+fn upload_ranks(g: &Arc<Gpu>, inp: &Inputs, tokens: &[usize]) -> Ranks {
+    let s = inp.shape;
+    let world = tokens.len();
+    let per = s.e / world;
+    let mut r =
+        Ranks { x: vec![], ids: vec![], w: vec![], w1: vec![], w2: vec![], out: vec![], tokens: tokens.to_vec() };
+    let mut t0 = 0;
+    for (rank, &t) in tokens.iter().enumerate() {
+        let pad = |n: usize| n.max(1);
+        let mut x = inp.x[t0 * s.h..(t0 + t) * s.h].to_vec();
+        x.resize(pad(t * s.h), bf16::ZERO);
+        let mut ids = inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec();
+        ids.resize(pad(t * s.k), -1);
+        let mut w = inp.w[t0 * s.k..(t0 + t) * s.k].to_vec();
+        w.resize(pad(t * s.k), 0.0);
+        r.x.push(g.upload(&x).unwrap());
+        r.ids.push(g.upload(&ids).unwrap());
+        r.w.push(g.upload(&w).unwrap());
+        let w1 = per * 2 * s.i * s.h;
+        let w2 = per * s.h * s.i;
+        r.w1.push(g.upload(&inp.w1[rank * w1..(rank + 1) * w1]).unwrap());
+        r.w2.push(g.upload(&inp.w2[rank * w2..(rank + 1) * w2]).unwrap());
+        r.out.push(g.alloc::<bf16>(pad(t * s.h)).unwrap());
+        t0 += t;
+    }
+    assert_eq!(t0, inp.tokens);
+    r
+}
+
+/// Poison the outputs, run the forward, return its result (or the error of `check`).
+fn run_ep(g: &Arc<Gpu>, layer: &mut EpLayer, r: &mut Ranks) -> Result<(), Error> {
+    for o in r.out.iter_mut() {
+        g.fill_bytes(o, 0xff).unwrap();
+    }
+    let inp: Vec<RankInputs> = (0..r.tokens.len())
+        .map(|i| RankInputs {
+            tokens: r.tokens[i],
+            x: &r.x[i],
+            topk_ids: &r.ids[i],
+            topk_weights: &r.w[i],
+            w1: &r.w1[i],
+            w2: &r.w2[i],
+        })
+        .collect();
+    let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+    layer.forward(&inp, &mut outs)?;
+    layer.check()
+}
+
+/// Every rank's output against the EP = 1 bits (bitwise; fully written; a rank without tokens writes nothing).
+fn compare(g: &Arc<Gpu>, r: &Ranks, h: usize, want: &[u16]) -> Vec<f64> {
+    let mut all = Vec::with_capacity(want.len());
+    let mut t0 = 0;
+    for (rank, &t) in r.tokens.iter().enumerate() {
+        let o: Vec<u16> = g.download(&r.out[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+        if t == 0 {
+            assert_eq!(o, vec![0xffff], "rank {rank} has no tokens but its output was written");
+            continue;
+        }
+        if let Some(i) = o.iter().position(|&b| b == 0xffff) {
+            panic!("rank {rank}: out[{i}] still holds the poison (not written)");
+        }
+        let w = &want[t0 * h..(t0 + t) * h];
+        if let Some(i) = (0..o.len()).find(|&i| o[i] != w[i]) {
+            panic!(
+                "rank {rank}: out[{i}] (token {}, column {}) = {:#06x}, EP = 1 gives {:#06x}",
+                i / h,
+                i % h,
+                o[i],
+                w[i]
+            );
+        }
+        all.extend(o.iter().map(|&b| bf16::from_bits(b).to_f64()));
+        t0 += t;
+    }
+    all
+}
+
+/// Random inputs for the ranks' tokens concatenated.
+fn ep_inputs(rng: &mut Rng, s: Shape, tokens: &[usize], routing: EpRouting) -> Inputs {
+    let total: usize = tokens.iter().sum();
+    match routing {
+        EpRouting::Layer(r) => inputs(rng, s, total, r),
+        EpRouting::AllOnRank(hot) => {
+            let mut inp = inputs(rng, s, total, Routing::Uniform);
+            let per = s.e / tokens.len();
+            for id in inp.ids.iter_mut() {
+                *id = (hot * per + rng.below(per)) as i32;
+            }
+            inp
+        }
+    }
+}
+
+/// The f64 reference over the R ranks (each rank's tokens its own `RankInput`), concatenated.
+fn reference_over_ranks(inp: &Inputs, tokens: &[usize]) -> Vec<f64> {
+    let s = inp.shape;
+    let mut ranks = Vec::new();
+    let mut t0 = 0;
+    for &t in tokens {
+        ranks.push(RankInput {
+            x: f64s(&inp.x[t0 * s.h..(t0 + t) * s.h]),
+            topk_ids: inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec(),
+            topk_w: inp.w[t0 * s.k..(t0 + t) * s.k].iter().map(|&v| v as f64).collect(),
+            dy: f64s(&inp.dy[t0 * s.h..(t0 + t) * s.h]),
+        });
+        t0 += t;
+    }
+    let w = Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) };
+    reference::forward(&s, &ranks, &w).unwrap().into_iter().flat_map(|o| o.y).collect()
+}
+
+fn check_ep(s: Shape, tokens: &[usize], routing: EpRouting) {
+    let g = gpu();
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, tokens, routing);
+    let want = ep1_bits(&g, &inp);
+    let world = tokens.len();
+    let max_t = tokens.iter().copied().max().unwrap().max(1);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
+    let mut r = upload_ranks(&g, &inp, tokens);
+    run_ep(&g, &mut layer, &mut r).unwrap();
+    let y = compare(&g, &r, s.h, &want);
+    let e = check::close(
+        &format!("EP = {world} y ({s:?}, {tokens:?}, {routing:?})"),
+        &y,
+        &reference_over_ranks(&inp, tokens),
+        1e-2,
+    )
+    .unwrap();
+    eprintln!("EP = {world}: bitwise equal to EP = 1; rel err against the reference {e:.3e}");
+    // a second call (a new epoch over flags that already hold the last one) gives the same bits
+    run_ep(&g, &mut layer, &mut r).unwrap();
+    compare(&g, &r, s.h, &want);
+}
+
+gpu_test!(ep2_uneven_one_rank_empty, { check_ep(SMALL, &[37, 0], EpRouting::Layer(Routing::Uniform)) });
+gpu_test!(ep4_uneven_one_rank_empty, { check_ep(SMALL, &[50, 0, 123, 7], EpRouting::Layer(Routing::Uniform)) });
+gpu_test!(ep8_uneven_one_rank_empty, {
+    check_ep(SMALL, &[13, 0, 77, 150, 1, 64, 200, 31], EpRouting::Layer(Routing::Uniform))
+});
+gpu_test!(ep8_every_row_to_one_rank, { check_ep(MEDIUM, &[40, 0, 90, 17, 5, 128, 66, 9], EpRouting::AllOnRank(5)) });
+gpu_test!(ep4_every_row_to_one_rank_that_has_no_tokens, {
+    check_ep(MEDIUM, &[64, 0, 31, 100], EpRouting::AllOnRank(1))
+});
+gpu_test!(ep4_masked_slots, { check_ep(MEDIUM, &[77, 12, 0, 140], EpRouting::Layer(Routing::Masked10)) });
+gpu_test!(ep8_half_the_experts_empty, {
+    check_ep(MEDIUM, &[0, 33, 70, 12, 99, 1, 45, 80], EpRouting::Layer(Routing::HalfEmpty))
+});
+gpu_test!(ep8_qwen3_30b_a3b_shape, {
+    check_ep(Shape::QWEN3_30B_A3B, &[300, 0, 150, 257, 64, 512, 128, 33], EpRouting::Layer(Routing::Uniform))
+});
+
+gpu_test!(withheld_rank_times_out_naming_it_then_the_workspace_runs, {
+    let g = gpu();
+    let mut rng = rng();
+    let s = MEDIUM;
+    let tokens = [40usize, 0, 75, 18];
+    let inp = ep_inputs(&mut rng, s, &tokens, EpRouting::Layer(Routing::Uniform));
+    let want = ep1_bits(&g, &inp);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, 75, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, 4).unwrap();
+    layer.set_timeout_ns(50_000_000);
+    let mut r = upload_ranks(&g, &inp, &tokens);
+    run_ep(&g, &mut layer, &mut r).unwrap(); // warm: modules loaded, a normal call first
+    compare(&g, &r, s.h, &want);
+    for (rank, phase) in [(2usize, Phase::Counts), (1, Phase::Dispatch), (3, Phase::Combine), (0, Phase::Dispatch)] {
+        layer.debug_withhold(Some((rank, phase)));
+        let t0 = Instant::now();
+        match run_ep(&g, &mut layer, &mut r) {
+            Err(Error::Timeout { rank: got, phase: ph, timeout_ms }) => {
+                assert_eq!((got, ph), (rank, phase.name()), "withheld rank {rank} in {phase:?}");
+                assert_eq!(timeout_ms, 50);
+            }
+            other => panic!("withheld rank {rank} in {phase:?}: expected a timeout, got {other:?}"),
+        }
+        let took = t0.elapsed();
+        eprintln!("rank {rank} withheld in {phase:?}: timeout reported after {took:?}");
+        assert!(took < Duration::from_millis(1500), "the timeout took {took:?}");
+        // the same workspace, the next epoch: a normal call, bitwise the EP = 1 result
+        layer.debug_withhold(None);
+        run_ep(&g, &mut layer, &mut r).unwrap();
+        compare(&g, &r, s.h, &want);
+    }
+});
+
+gpu_test!(bad_arguments_are_rejected, {
+    let g = gpu();
+    let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 16, Save::InputsOnly);
+    assert!(EpLayer::new(g.clone(), cfg, 3).is_err(), "3 ranks do not divide 8 experts");
+    assert!(EpLayer::new(g.clone(), cfg, 9).is_err(), "more than 8 ranks");
+    assert!(EpLayer::new(g.clone(), cfg, 0).is_err());
+    let mut layer = EpLayer::new(g.clone(), cfg, 2).unwrap();
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, SMALL, &[16, 16], EpRouting::Layer(Routing::Uniform));
+    let mut r = upload_ranks(&g, &inp, &[16, 16]);
+    r.tokens[1] = 17; // more than the configured maximum
+    assert!(matches!(run_ep(&g, &mut layer, &mut r), Err(Error::InvalidArgument(_))));
+    r.tokens[1] = 16;
+    r.w1.swap(0, 1);
+    r.w1[0] = g.upload(&inp.w1[..10]).unwrap(); // wrong local weight length
+    assert!(matches!(run_ep(&g, &mut layer, &mut r), Err(Error::InvalidArgument(_))));
+});
+
+/// The EP = 1 forward + backward (z recomputed) on all tokens: dx, dtopk, dW1, dW2 as raw bits.
+struct Ep1Grads {
+    dx: Vec<u16>,
+    dtopk: Vec<u32>,
+    dw1: Vec<u32>,
+    dw2: Vec<u32>,
+}
+
+fn ep1_backward(g: &Arc<Gpu>, inp: &Inputs) -> Ep1Grads {
+    let s = inp.shape;
+    let t = inp.tokens;
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, t, Save::InputsOnly)).unwrap();
+    let up = |v: &[bf16]| g.upload(v).unwrap();
+    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let li = LayerInputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let mut out = g.alloc::<bf16>(t * s.h).unwrap();
+    let mut dx = g.alloc::<bf16>(t * s.h).unwrap();
+    let mut dtopk = g.alloc::<f32>(t * s.k).unwrap();
+    let mut dw1 = g.alloc::<f32>(s.e * 2 * s.i * s.h).unwrap();
+    let mut dw2 = g.alloc::<f32>(s.e * s.h * s.i).unwrap();
+    let saved = layer.forward(&li, &mut out).unwrap();
+    let gr = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward(&saved, &dy, &li, gr).unwrap();
+    g.sync().unwrap();
+    Ep1Grads {
+        dx: g.download(&dx).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dtopk: g.download(&dtopk).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dw1: g.download(&dw1).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dw2: g.download(&dw2).unwrap().iter().map(|v| v.to_bits()).collect(),
+    }
+}
+
+/// `got` bitwise equal to `want`, none left at the poison `poison`.
+fn same_bits<T: PartialEq + Copy + std::fmt::LowerHex>(what: &str, got: &[T], want: &[T], poison: T) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = got.iter().position(|&v| v == poison) {
+        panic!("{what}[{i}] still holds the poison (not written)");
+    }
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+        panic!("{what}[{i}] = {:#x}, EP = 1 gives {:#x}", got[i], want[i]);
+    }
+}
+
+fn check_ep_backward(s: Shape, tokens: &[usize], routing: EpRouting) {
+    let g = gpu();
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, tokens, routing);
+    let want_y = ep1_bits(&g, &inp);
+    let want = ep1_backward(&g, &inp);
+    let world = tokens.len();
+    let per = s.e / world;
+    let max_t = tokens.iter().copied().max().unwrap().max(1);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
+    let mut r = upload_ranks(&g, &inp, tokens);
+    let pad = |n: usize| n.max(1);
+    let mut t0 = 0;
+    let mut dy = Vec::new();
+    for &t in tokens {
+        let mut v = inp.dy[t0 * s.h..(t0 + t) * s.h].to_vec();
+        v.resize(pad(t * s.h), bf16::ZERO);
+        dy.push(g.upload(&v).unwrap());
+        t0 += t;
+    }
+    let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
+    let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(pad(t * s.h)).unwrap()).collect();
+    let mut dtopk: Vec<CudaSlice<f32>> = tokens.iter().map(|&t| g.alloc(pad(t * s.k)).unwrap()).collect();
+    let mut dw1: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n1).unwrap()).collect();
+    let mut dw2: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n2).unwrap()).collect();
+    for rep in 0..2 {
+        for b in dx.iter_mut() {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+        for b in dtopk.iter_mut().chain(dw1.iter_mut()).chain(dw2.iter_mut()) {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+        for o in r.out.iter_mut() {
+            g.fill_bytes(o, 0xff).unwrap();
+        }
+        let li: Vec<RankInputs> = (0..world)
+            .map(|i| RankInputs {
+                tokens: r.tokens[i],
+                x: &r.x[i],
+                topk_ids: &r.ids[i],
+                topk_weights: &r.w[i],
+                w1: &r.w1[i],
+                w2: &r.w2[i],
+            })
+            .collect();
+        let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+        let saved = layer.forward(&li, &mut outs).unwrap();
+        let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
+        let mut grads: Vec<RankGrads> = dx
+            .iter_mut()
+            .zip(dtopk.iter_mut())
+            .zip(dw1.iter_mut().zip(dw2.iter_mut()))
+            .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+            .collect();
+        layer.backward(&saved, &dys, &li, &mut grads, false).unwrap();
+        drop(grads);
+        layer.check().unwrap();
+        compare(&g, &r, s.h, &want_y);
+        let mut t0 = 0;
+        let (mut all_dx, mut all_tk) = (Vec::new(), Vec::new());
+        for (rank, &t) in tokens.iter().enumerate() {
+            let gx: Vec<u16> = g.download(&dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            let gt: Vec<u32> = g.download(&dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            if t == 0 {
+                assert_eq!(
+                    (gx[0], gt[0]),
+                    (0xffff, 0xffff_ffff),
+                    "rank {rank} has no tokens but its dx or dtopk was written"
+                );
+            } else {
+                same_bits(&format!("rank {rank} dx"), &gx, &want.dx[t0 * s.h..(t0 + t) * s.h], 0xffff);
+                same_bits(&format!("rank {rank} dtopk"), &gt, &want.dtopk[t0 * s.k..(t0 + t) * s.k], 0xffff_ffff);
+                all_dx.extend(gx.iter().map(|&b| bf16::from_bits(b).to_f64()));
+                all_tk.extend(gt.iter().map(|&b| f32::from_bits(b) as f64));
+            }
+            let g1: Vec<u32> = g.download(&dw1[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            let g2: Vec<u32> = g.download(&dw2[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            same_bits(&format!("rank {rank} dW1"), &g1, &want.dw1[rank * n1..(rank + 1) * n1], 0xffff_ffff);
+            same_bits(&format!("rank {rank} dW2"), &g2, &want.dw2[rank * n2..(rank + 1) * n2], 0xffff_ffff);
+            t0 += t;
+        }
+        if rep == 0 {
+            // the f64 reference over the R ranks (EP = 1 equals EP = R bitwise, so once is enough)
+            let mut ranks = Vec::new();
+            let mut t0 = 0;
+            for &t in tokens {
+                ranks.push(RankInput {
+                    x: f64s(&inp.x[t0 * s.h..(t0 + t) * s.h]),
+                    topk_ids: inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec(),
+                    topk_w: inp.w[t0 * s.k..(t0 + t) * s.k].iter().map(|&v| v as f64).collect(),
+                    dy: f64s(&inp.dy[t0 * s.h..(t0 + t) * s.h]),
+                });
+                t0 += t;
+            }
+            let w = Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) };
+            let (outs, grads) = reference::forward_backward(&s, &ranks, &w).unwrap();
+            let dx_ref: Vec<f64> = outs.iter().flat_map(|o| o.dx.iter().copied()).collect();
+            let tk_ref: Vec<f64> = outs.iter().flat_map(|o| o.dtopk.iter().copied()).collect();
+            let f = |v: &[u32]| v.iter().map(|&b| f32::from_bits(b) as f64).collect::<Vec<f64>>();
+            let tag = format!("EP = {world} {s:?} {tokens:?} {routing:?}");
+            for (what, got, reference) in [
+                ("dx", all_dx.clone(), dx_ref),
+                ("dtopk", all_tk.clone(), tk_ref),
+                ("dW1", f(&want.dw1), grads.dw1),
+                ("dW2", f(&want.dw2), grads.dw2),
+            ] {
+                let e = check::close(&format!("{what} ({tag})"), &got, &reference, 1e-2).unwrap();
+                eprintln!("{what} rel err {e:.3e}");
+            }
+        }
+    }
+}
+
+gpu_test!(ep4_backward_uneven_one_rank_empty, {
+    check_ep_backward(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10))
+});
+gpu_test!(ep8_backward_every_row_to_one_rank, {
+    check_ep_backward(MEDIUM, &[40, 0, 90, 17, 5, 128, 66, 9], EpRouting::AllOnRank(2))
+});
+gpu_test!(ep2_backward_small, { check_ep_backward(SMALL, &[0, 61], EpRouting::Layer(Routing::Uniform)) });
+
+gpu_test!(backward_needs_the_latest_forward, {
+    let g = gpu();
+    let s = SMALL;
+    let tokens = [9usize, 4];
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, &tokens, EpRouting::Layer(Routing::Uniform));
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, 9, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, 2).unwrap();
+    let mut r = upload_ranks(&g, &inp, &tokens);
+    let li: Vec<RankInputs> = (0..2)
+        .map(|i| RankInputs {
+            tokens: r.tokens[i],
+            x: &r.x[i],
+            topk_ids: &r.ids[i],
+            topk_weights: &r.w[i],
+            w1: &r.w1[i],
+            w2: &r.w2[i],
+        })
+        .collect();
+    let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+    let old = layer.forward(&li, &mut outs).unwrap();
+    let _new = layer.forward(&li, &mut outs).unwrap();
+    let dy: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(t * s.h).unwrap()).collect();
+    let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
+    let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(t * s.h).unwrap()).collect();
+    let mut tk: Vec<CudaSlice<f32>> = tokens.iter().map(|&t| g.alloc(t * s.k).unwrap()).collect();
+    let per = s.e / 2;
+    let mut w1: Vec<CudaSlice<f32>> = (0..2).map(|_| g.alloc(per * 2 * s.i * s.h).unwrap()).collect();
+    let mut w2: Vec<CudaSlice<f32>> = (0..2).map(|_| g.alloc(per * s.h * s.i).unwrap()).collect();
+    let mut grads: Vec<RankGrads> = dx
+        .iter_mut()
+        .zip(tk.iter_mut())
+        .zip(w1.iter_mut().zip(w2.iter_mut()))
+        .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+        .collect();
+    assert!(matches!(layer.backward(&old, &dys, &li, &mut grads, false), Err(Error::InvalidArgument(_))));
+    layer.check().unwrap();
+});
