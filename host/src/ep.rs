@@ -772,11 +772,13 @@ impl EpLayer {
         let per = (self.cfg.experts / self.world()) as u32;
         let map_a = self.maps.get(&g, a.0, recv, a.1, 64, 64)?;
         let map_b = self.maps.get(&g, b.0, recv, b.1, 64, 64)?;
+        let map_c = self.maps.get_wgrad_c(&g, dptr(&*c, g.stream()), per as usize * a.1, b.1)?;
         let p = WgradGemm {
             map_a,
             map_b,
             offsets: self.group.peer(r) + self.group.layout.local_offsets,
             c: dptr(&*c, g.stream()),
+            map_c,
             experts: per,
             m: a.1 as u32,
             n: b.1 as u32,
@@ -787,7 +789,7 @@ impl EpLayer {
         };
         let grid = g.sm_count().min(per * p.m_tiles * p.n_tiles);
         // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
-        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM), &p) }
     }
 
     /// Synchronise and report what the device recorded since the last check: a bounded wait that expired

@@ -462,11 +462,13 @@ impl<'a> WgradArgs<'a> {
         }
         let map_a = map(gpu, dptr(self.a, &s), rows, m, 64, 64)?;
         let map_b = map(gpu, dptr(self.b, &s), rows, n, 64, 64)?;
+        let map_c = DeviceTensorMap::new(gpu, wgrad_c_desc(dptr(self.c, &s), e * m, n))?;
         let p = WgradGemm {
             map_a: map_a.ptr(gpu),
             map_b: map_b.ptr(gpu),
             offsets: dptr(self.offsets, &s),
             c: dptr(self.c, &s),
+            map_c: map_c.ptr(gpu),
             experts: e as u32,
             m: m as u32,
             n: n as u32,
@@ -478,11 +480,18 @@ impl<'a> WgradArgs<'a> {
         let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
         Ok(Prepared {
             ordinal: gpu.ordinal(),
-            block: Block::K(Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), p),
-            _maps: vec![map_a, map_b],
+            block: Block::K(Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM), p),
+            _maps: vec![map_a, map_b, map_c],
             _bufs: PhantomData,
         })
     }
+}
+
+/// The tensor map of a weight gradient's output, f32 [rows, cols] (rows = E * M), in the boxes the epilogue of
+/// `grouped_wgrad_f32` stores (64 rows x 32 columns, 128-byte swizzle).
+pub(crate) fn wgrad_c_desc(addr: u64, rows: usize, cols: usize) -> TiledDesc {
+    let (box_rows, box_cols) = kh::WGRAD_C_BOX;
+    TiledDesc::row_major_2d(Dtype::F32, addr, rows as u64, cols as u64, box_rows, box_cols, Swizzle::B128)
 }
 
 /// A parameter block with every pointer null and every count zero, for `..zero_gemm()`.

@@ -170,7 +170,16 @@ struct Work {
 
 /// Tensor maps by (address, rows, cols, box rows, box cols), encoded once per buffer and box.
 #[derive(Default)]
-pub(crate) struct MapCache(HashMap<(u64, u64, u64, u32, u32), DeviceTensorMap>);
+pub(crate) struct MapCache(HashMap<(TiledDescKind, u64, u64, u64, u32, u32), DeviceTensorMap>);
+
+/// Which kind of map a cache entry is.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum TiledDescKind {
+    /// bf16 operand, 128-byte swizzle.
+    Operand,
+    /// f32 weight-gradient output (`gemm::wgrad_c_desc`).
+    WgradC,
+}
 
 impl MapCache {
     pub(crate) fn get(
@@ -182,13 +191,21 @@ impl MapCache {
         box_rows: u32,
         box_cols: u32,
     ) -> Result<u64> {
-        let key = (addr, rows as u64, cols as u64, box_rows, box_cols);
+        let d = TiledDesc::row_major_2d(Dtype::Bf16, addr, rows as u64, cols as u64, box_rows, box_cols, Swizzle::B128);
+        self.cached(g, TiledDescKind::Operand, d)
+    }
+
+    /// The map of a weight gradient's f32 output C [rows, cols] (the stores of `grouped_wgrad_f32`).
+    pub(crate) fn get_wgrad_c(&mut self, g: &Gpu, addr: u64, rows: usize, cols: usize) -> Result<u64> {
+        self.cached(g, TiledDescKind::WgradC, crate::gemm::wgrad_c_desc(addr, rows, cols))
+    }
+
+    fn cached(&mut self, g: &Gpu, kind: TiledDescKind, d: TiledDesc) -> Result<u64> {
+        let key = (kind, d.addr, d.dims[1], d.dims[0], d.box_dims[1], d.box_dims[0]);
         if !self.0.contains_key(&key) {
             if self.0.len() > 256 {
                 self.0.clear(); // buffers of old calls; kernels that used them are ordered before any reuse
             }
-            let d =
-                TiledDesc::row_major_2d(Dtype::Bf16, addr, rows as u64, cols as u64, box_rows, box_cols, Swizzle::B128);
             self.0.insert(key, DeviceTensorMap::new(g, d)?);
         }
         Ok(self.0[&key].ptr(g))
@@ -435,11 +452,13 @@ impl MoeLayer {
         let map_a = self.maps.get(&g, a_ptr, a_rows, m, 64, 64)?;
         let map_b = self.maps.get(&g, b_ptr, b_rows, n, 64, 64)?;
         let e = self.cfg.experts as u32;
+        let map_c = self.maps.get_wgrad_c(&g, dptr(c, &s), e as usize * m, n)?;
         let p = WgradGemm {
             map_a,
             map_b,
             offsets: dptr(&sv.offsets, &s),
             c: dptr(c, &s),
+            map_c,
             error: dptr(sv.error.as_ref(), &s),
             experts: e,
             m: m as u32,
@@ -451,7 +470,7 @@ impl MoeLayer {
         let grid = g.sm_count().min(e * p.m_tiles * p.n_tiles);
         // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
         // entry when the forward's error word is set (C neither written nor added to).
-        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM), &p) }
     }
 
     /// Backward of the forward that returned `saved`, on the same inputs: dx, dtopk, and dW1, dW2 (written, or

@@ -217,6 +217,9 @@ pub struct WgradGemm {
     pub offsets: u64,
     /// f32 [E, M, N].
     pub c: u64,
+    /// Tensor map of C as f32 [E * M, N], box 64 rows x 32 columns, 128-byte swizzle (the epilogue stores, or
+    /// adds, through it).
+    pub map_c: u64,
     /// u32 [1]: the routing error word of the forward (`Route::error`); when set the kernel returns at entry and
     /// C is neither overwritten nor added to. 0: no word.
     pub error: u64,
@@ -376,7 +379,7 @@ mod tests {
             ("Gather", size_of::<Gather>(), 5 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 10 * 8 + 6 * 4),
-            ("WgradGemm", size_of::<WgradGemm>(), 5 * 8 + 6 * 4),
+            ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
         ];
         for (name, got, fields) in sizes {

@@ -213,10 +213,11 @@ fn check_kernels() -> Res {
             errors.push(format!("{}: marked mma but its SASS has no HGMMA", k.name));
         }
     }
-    if report.contains("C7508") || report.to_lowercase().contains("warning") {
+    // C7508: setmaxnreg ignored; C7518: wgmma serialised (a compiler-inserted wait in a divergent path)
+    if report.contains("C7508") || report.contains("C7518") || report.to_lowercase().contains("warning") {
         errors.push(format!(
             "ptxas warned:\n{}",
-            report.lines().filter(|l| l.contains("arning") || l.contains("C75")).collect::<Vec<_>>().join("\n")
+            report.lines().filter(|l| l.contains("arning") || l.contains("C7508") || l.contains("C7518")).collect::<Vec<_>>().join("\n")
         ));
     }
     if errors.is_empty() {

@@ -7,7 +7,8 @@
 //! SBO = 1024 B between 8-row K groups). In an expert's last, partial k-tile the consumers zero the rows past
 //! the expert's end (they belong to the next expert) before the wgmma, so neither its values nor a NaN in them
 //! reach this expert's gradient. Tiles: (expert, m-tile, n-tile), persistent over the grid, identical order
-//! for producer and consumers. Epilogue: f32, written or added (gradient accumulation), one owner per element.
+//! for producer and consumers. Epilogue: f32 through shared memory and the copy engine (TMA stores, or TMA
+//! reduce-adds for gradient accumulation), overlapping the next tile's main loop; one owner per element.
 //! When the routing error word is set the kernel returns at entry: C is neither overwritten nor added to.
 use crate::desc::{Layout, SmemDesc};
 use crate::kernels::grouped_gemm::{BK, STAGES};
@@ -19,8 +20,15 @@ use crate::ptx::{fence, regs, smem, sync, tma, wgmma};
 const BOX: u32 = 64 * 64 * 2;
 const A_BYTES: u32 = 2 * BOX;
 const STAGE_BYTES: u32 = 6 * BOX;
+/// One staging box of the epilogue: 64 rows x 32 f32 columns (128 bytes a row, 128-byte swizzle).
+const C_BOX: u32 = crate::kernels_host::WGRAD_C_BOX.0 * crate::kernels_host::WGRAD_C_BOX.1 * 4;
+/// The epilogue's staging: two boxes per consumer warpgroup, after the ring.
+const STAGING: u32 = STAGES * STAGE_BYTES;
 const _: () =
     assert!(STAGE_BYTES * STAGES + 16 * STAGES == crate::kernels_host::GEMM_SMEM, "same ring as the M-grouped GEMM");
+const _: () = assert!(STAGING + 4 * C_BOX + 16 * STAGES == crate::kernels_host::WGRAD_SMEM, "host and kernel agree");
+const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
+const _: () = assert!(crate::kernels_host::WGRAD_SMEM <= 232448, "sm_90 allows at most 227 KiB per block");
 
 struct Tile {
     e: u32,
@@ -40,7 +48,7 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
     Tile { e, r0: *off.add(e as usize), r1: *off.add(e as usize + 1), mt, nt }
 }
 
-/// 384 threads, GEMM_SMEM bytes of dynamic shared memory, grid <= the SM count.
+/// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
@@ -48,7 +56,7 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
         return;
     }
     let base = smem::base();
-    let ring = Ring::<STAGES>::at(base + STAGES * STAGE_BYTES);
+    let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
     let t = regs::tid();
     if t == 0 {
         ring.init(8); // one arrival per consumer warp
@@ -146,35 +154,71 @@ unsafe fn consume(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: 
             it += 1;
             kt += 1;
         }
-        if kt_n > 0 {
-            wgmma::wait_group::<0>();
-            wgmma::fence_operand_128(&mut acc);
-            if lane == 0 {
-                ring.release_prev(it);
-            }
+        // unconditional (a no-op with nothing pending): a wait only on some paths makes ptxas insert its own
+        // in the others and serialise every wgmma of the kernel (C7518)
+        wgmma::wait_group::<0>();
+        wgmma::fence_operand_128(&mut acc);
+        if kt_n > 0 && lane == 0 {
+            ring.release_prev(it);
         }
-        store(p, &acc, &ti, cw);
+        store(p, &acc, &ti, cw, base + STAGING + cw * 2 * C_BOX);
         tile += regs::nctaid();
+    }
+    // the staging must not be freed (block exit) before the copy engine has read it
+    if regs::tid() % 128 == 0 {
+        tma::wait_group::<0>();
     }
 }
 
+/// The epilogue: this warpgroup's 64 x 256 f32 accumulators go to C through shared memory, one 64 x 32 box at a
+/// time (128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so the fragment stores are free of
+/// bank conflicts), stored (or, with `accumulate`, added: `cp.reduce.async.bulk.tensor .add`) by the copy
+/// engine while the warpgroup goes on. Two staging boxes alternate; before one is rewritten, its previous store
+/// must have read it (`wait_group.read 1`). Columns past N are clipped by the tensor map; a warpgroup whose rows
+/// start at or past M (M a multiple of 64, not of 128) stores nothing. One thread per warpgroup issues and
+/// waits; named barrier 2 + cw (128 threads) orders the staging writes around it.
 #[inline(always)]
-unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
+    let row0 = ti.mt * 128 + cw * 64;
+    if row0 >= p.m {
+        return; // uniform in the warpgroup
+    }
     let t = regs::tid() % 128;
-    let r = 16 * (t / 32) + (t % 32) / 4;
-    let c0 = 2 * (t % 4);
-    let base = (p.c as *mut [f32; 2]).add((ti.e as usize) * (p.m as usize) * (p.n as usize) / 2);
-    crate::unroll!(H in [0, 1] {
-        let row = ti.mt * 128 + cw * 64 + r + 8 * H as u32;
-        if row < p.m {
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
-                let col = ti.nt * 256 + 8 * J as u32 + c0;
-                if col < p.n {
-                    let q = base.add(((row * p.n + col) / 2) as usize);
-                    let v = [acc[4 * J + 2 * H], acc[4 * J + 2 * H + 1]];
-                    *q = if p.accumulate != 0 { let o = *q; [o[0] + v[0], o[1] + v[1]] } else { v };
-                }
+    let r = 16 * (t / 32) + (t % 32) / 4; // first of this thread's two rows (r, r + 8), 0..56
+    let c0 = 2 * (t % 4); // first of its two columns in each group of 8
+    let leader = t == 0;
+    let bar = 2 + cw;
+    let y = (ti.e * p.m + row0) as i32;
+    let map = p.map_c as *const u8;
+    crate::unroll!(B in [0, 1, 2, 3, 4, 5, 6, 7] {
+        let col0 = ti.nt * 256 + 32 * B as u32;
+        if col0 < p.n {
+            // uniform: every thread of the warpgroup sees the same col0
+            let buf = staging + (B as u32 % 2) * C_BOX;
+            if leader {
+                tma::wait_group_read::<1>();
+            }
+            sync::named_sync(bar, 128);
+            crate::unroll!(J in [0, 1, 2, 3] {
+                crate::unroll!(H in [0, 1] {
+                    let row = r + 8 * H as u32;
+                    let chunk = 2 * J as u32 + c0 / 4;
+                    let addr = buf + row * 128 + ((chunk ^ (row % 8)) * 16) + (c0 % 4) * 4;
+                    let v0 = acc[4 * (4 * B + J) + 2 * H];
+                    let v1 = acc[4 * (4 * B + J) + 2 * H + 1];
+                    smem::st_v2(addr, v0.to_bits(), v1.to_bits());
+                });
             });
+            fence::proxy_async_shared_cta();
+            sync::named_sync(bar, 128);
+            if leader {
+                if p.accumulate != 0 {
+                    tma::reduce_add_2d(map, col0 as i32, y, buf);
+                } else {
+                    tma::store_2d(map, col0 as i32, y, buf);
+                }
+                tma::commit_group();
+            }
         }
     });
 }

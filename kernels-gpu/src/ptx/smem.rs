@@ -35,6 +35,13 @@ pub unsafe fn ld_v4(addr: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `st.shared.v2.u32` (8 bytes). SAFETY: any thread; `addr` 8-byte aligned inside dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_v2(addr: u32, a: u32, b: u32) {
+    asm!("st.shared.v2.u32 [{p}], {{{a}, {b}}};", p = in(reg32) addr, a = in(reg32) a, b = in(reg32) b,
+         options(nostack));
+}
+
 /// `st.shared.v4.u32` (16 bytes). SAFETY: any thread; `addr` 16-byte aligned inside dynamic shared memory.
 #[inline(always)]
 pub unsafe fn st_v4(addr: u32, v: [u32; 4]) {

@@ -58,6 +58,15 @@ pub unsafe fn store_2d(map: *const u8, c0: i32, c1: i32, src: u32) {
          m = in(reg64) map, x = in(reg32) c0, y = in(reg32) c1, s = in(reg32) src, options(nostack));
 }
 
+/// `cp.reduce.async.bulk.tensor.2d ... .add`: add the box in shared `src` into the tensor at (c0, c1)
+/// (element type from the map; out-of-range parts are clipped). Each element is read, added to and written
+/// once. SAFETY: as [`store_2d`].
+#[inline(always)]
+pub unsafe fn reduce_add_2d(map: *const u8, c0: i32, c1: i32, src: u32) {
+    asm!("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [{m}, {{{x}, {y}}}], [{s}];",
+         m = in(reg64) map, x = in(reg32) c0, y = in(reg32) c1, s = in(reg32) src, options(nostack));
+}
+
 /// `cp.async.bulk.tensor.3d` store. SAFETY: as [`store_2d`], with a 3D map.
 #[inline(always)]
 pub unsafe fn store_3d(map: *const u8, c0: i32, c1: i32, c2: i32, src: u32) {
