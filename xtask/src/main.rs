@@ -217,7 +217,11 @@ fn check_kernels() -> Res {
     if report.contains("C7508") || report.contains("C7518") || report.to_lowercase().contains("warning") {
         errors.push(format!(
             "ptxas warned:\n{}",
-            report.lines().filter(|l| l.contains("arning") || l.contains("C7508") || l.contains("C7518")).collect::<Vec<_>>().join("\n")
+            report
+                .lines()
+                .filter(|l| l.contains("arning") || l.contains("C7508") || l.contains("C7518"))
+                .collect::<Vec<_>>()
+                .join("\n")
         ));
     }
     if errors.is_empty() {
