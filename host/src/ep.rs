@@ -565,10 +565,12 @@ impl EpLayer {
         let recv = self.group.layout.max_recv as usize;
         let map_a = self.maps.get(&g, h, recv, c.intermediate, kh::GEMM_BM, 64)?;
         let map_b = self.maps.get(&g, dptr(inp.w2, g.stream()), per * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
+        let map_c = self.maps.get(&g, y, recv, c.hidden, 64, 64)?;
         let p = GroupedGemm {
             map_a,
             map_b,
             c: y,
+            map_c,
             n: c.hidden as u32,
             k: c.intermediate as u32,
             n_b: c.hidden as u32,
@@ -746,10 +748,12 @@ impl EpLayer {
         // dx rows = dz W1_e
         let map_dz = self.maps.get(&g, dz, recv, 2 * i2, kh::GEMM_BM, 64)?;
         let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), per * 2 * i2, h2, 64, 64)?;
+        let map_c = self.maps.get(&g, y, recv, h2, 64, 64)?;
         let p = GroupedGemm {
             map_a: map_dz,
             map_b: map_w1,
             c: y,
+            map_c,
             n: h2 as u32,
             k: 2 * i2 as u32,
             n_b: 2 * i2 as u32,
@@ -789,7 +793,7 @@ impl EpLayer {
         };
         let grid = g.sm_count().min(per * p.m_tiles * p.n_tiles);
         // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
-        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM), &p) }
+        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
     }
 
     /// Synchronise and report what the device recorded since the last check: a bounded wait that expired

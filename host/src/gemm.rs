@@ -335,10 +335,13 @@ impl<'a> GroupedGemmArgs<'a> {
             BLayout::NK => (map(gpu, dptr(self.b, &s), e * n, k, kh::GEMM_BN, 64)?, "grouped_gemm_bf16", n),
             BLayout::KN => (map(gpu, dptr(self.b, &s), e * k, n, 64, 64)?, "grouped_gemm_bt_bf16", k),
         };
+        // whole 64-row groups of an expert are stored through the copy engine (C is [rows_max, N], ldc = N)
+        let map_c = map(gpu, dptr(self.c, &s), self.rows_max, n, kh::GEMM_C_BOX.0, kh::GEMM_C_BOX.1)?;
         let p = GroupedGemm {
             offsets: dptr(self.offsets, &s),
             tile_offsets: dptr(self.tile_offsets, &s),
             c: dptr(self.c, &s),
+            map_c: map_c.ptr(gpu),
             experts: e as u32,
             n: n as u32,
             k: k as u32,
@@ -347,7 +350,9 @@ impl<'a> GroupedGemmArgs<'a> {
             n_tiles: (n as u32).div_ceil(kh::GEMM_BN),
             ..zero_gemm()
         };
-        m_grouped(gpu, kernel, map_a, map_b, p, self.rows_max)
+        let mut prepared = m_grouped(gpu, kernel, map_a, map_b, p, self.rows_max)?;
+        prepared._maps.push(map_c);
+        Ok(prepared)
     }
 }
 
@@ -480,7 +485,7 @@ impl<'a> WgradArgs<'a> {
         let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
         Ok(Prepared {
             ordinal: gpu.ordinal(),
-            block: Block::K(Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM), p),
+            block: Block::K(Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), p),
             _maps: vec![map_a, map_b, map_c],
             _bufs: PhantomData,
         })
@@ -512,6 +517,7 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         w: 0,
         row_slot: 0,
         partial: 0,
+        map_c: 0,
         sh: 0,
     }
 }

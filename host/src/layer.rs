@@ -402,10 +402,12 @@ impl MoeLayer {
         self.gemm1(&sv, inp.w1, h_ptr, z_ptr)?;
         let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
+        let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
         let p = GroupedGemm {
             map_a: map_h,
             map_b: map_w2,
             c: dptr(&self.work.ys, &s),
+            map_c: map_ys,
             n: c.hidden as u32,
             k: c.intermediate as u32,
             n_b: c.hidden as u32,
@@ -470,7 +472,7 @@ impl MoeLayer {
         let grid = g.sm_count().min(e * p.m_tiles * p.n_tiles);
         // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
         // entry when the forward's error word is set (C neither written nor added to).
-        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM), &p) }
+        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
     }
 
     /// Backward of the forward that returned `saved`, on the same inputs: dx, dtopk, and dW1, dW2 (written, or
@@ -558,10 +560,12 @@ impl MoeLayer {
         // dx rows = dz W1_e, then the sum over each token's slots
         let map_dz = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, kh::GEMM_BM, 64)?;
         let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), c.experts * 2 * i2, h2, 64, 64)?;
+        let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
         let p = GroupedGemm {
             map_a: map_dz,
             map_b: map_w1,
             c: dptr(&self.work.ys, &s),
+            map_c: map_ys,
             n: h2 as u32,
             k: 2 * i2 as u32,
             n_b: 2 * i2 as u32,

@@ -56,14 +56,16 @@ pub mod kernels_host {
     pub const GEMM_THREADS: u32 = 384;
     /// Pipeline stages of the grouped GEMMs.
     pub const GEMM_STAGES: u32 = 4;
-    /// Dynamic shared memory of the grouped GEMMs: the ring of (A 128 x 64 + B 256 x 64) bf16 stages and the
-    /// mbarriers.
-    pub const GEMM_SMEM: u32 = GEMM_STAGES * (GEMM_BM + GEMM_BN) * 64 * 2 + 16 * GEMM_STAGES;
+    /// The ring of the grouped GEMMs (M- and K-grouped): stages of (A 128 x 64 + B 256 x 64) bf16.
+    pub const GEMM_RING: u32 = GEMM_STAGES * (GEMM_BM + GEMM_BN) * 64 * 2;
+    /// The epilogue's staging after the ring: two 8 KiB boxes per consumer warpgroup for the TMA stores.
+    pub const GEMM_STAGING: u32 = 4 * 8192;
+    /// Dynamic shared memory of the grouped GEMMs: the ring, the staging, then the mbarriers.
+    pub const GEMM_SMEM: u32 = GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES;
     /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns).
     pub const WGRAD_C_BOX: (u32, u32) = (64, 32);
-    /// Dynamic shared memory of the weight-gradient GEMM: the same ring, then two staging boxes of
-    /// 64 x 32 f32 per consumer warpgroup for the TMA-store epilogue, then the mbarriers.
-    pub const WGRAD_SMEM: u32 = GEMM_SMEM + 4 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4;
+    /// Rows and columns of the boxes the bf16 epilogue stores (128-byte swizzle: 64 columns).
+    pub const GEMM_C_BOX: (u32, u32) = (64, 64);
     /// Threads per block of the routing kernels.
     pub const ROUTE_THREADS: u32 = 256;
 }

@@ -198,6 +198,9 @@ pub struct GroupedGemm {
     pub row_slot: u64,
     /// SwiGLU-backward epilogue: f32 [rows, n_tiles] partial sums of dh * h (dtopk).
     pub partial: u64,
+    /// Plain bf16 epilogue: tensor map of C as bf16 [rows, n] (ldc = n), box 64 x 64, 128-byte swizzle; whole
+    /// 64-row groups of one expert are stored through it. 0: every row stored from registers.
+    pub map_c: u64,
     /// SwiGLU-backward epilogue: bf16 [rows, n] output s * h (the dW2 operand, s the row's routing weight);
     /// 0 for none.
     pub sh: u64,
@@ -378,7 +381,7 @@ mod tests {
             ("Route", size_of::<Route>(), 7 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 5 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 10 * 8 + 6 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 11 * 8 + 6 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
         ];

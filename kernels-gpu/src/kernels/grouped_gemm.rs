@@ -15,7 +15,7 @@
 use crate::desc::{Layout, SmemDesc};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
-use crate::ptx::{math, regs, smem, tma, wgmma};
+use crate::ptx::{fence, math, regs, smem, sync, tma, wgmma};
 
 /// Rows per block tile (two consumer warpgroups of 64).
 pub const BM: u32 = crate::kernels_host::GEMM_BM;
@@ -28,14 +28,19 @@ pub const STAGES: u32 = crate::kernels_host::GEMM_STAGES;
 const A_BYTES: u32 = BM * BK * 2;
 const B_BYTES: u32 = BN * BK * 2;
 const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
-/// Dynamic shared memory of the kernel: the ring, then 2 * STAGES mbarriers.
-pub const SMEM_BYTES: u32 = STAGES * STAGE_BYTES + Ring::<STAGES>::BYTES;
+/// The epilogue's staging (after the ring): two 64 x 64 bf16 boxes (8 KiB, 128-byte swizzle) per consumer
+/// warpgroup.
+const C_BOX: u32 = crate::kernels_host::GEMM_C_BOX.0 * crate::kernels_host::GEMM_C_BOX.1 * 2;
+const STAGING: u32 = STAGES * STAGE_BYTES;
+/// Dynamic shared memory of the kernel: the ring, the staging, then 2 * STAGES mbarriers.
+pub const SMEM_BYTES: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
 /// Threads per block.
 pub const THREADS: u32 = crate::kernels_host::GEMM_THREADS;
 
 const _: () = assert!(STAGE_BYTES % 1024 == 0, "stages must keep 1024-byte alignment for 128-byte swizzle");
 const _: () = assert!(A_BYTES % 1024 == 0, "B tile must start 1024-byte aligned");
 const _: () = assert!(SMEM_BYTES == crate::kernels_host::GEMM_SMEM, "host and kernel disagree on the ring");
+const _: () = assert!(4 * C_BOX == crate::kernels_host::GEMM_STAGING && STAGING % 1024 == 0, "staging layout");
 const _: () = assert!(SMEM_BYTES <= 232448, "sm_90 allows at most 227 KiB of shared memory per block");
 
 /// What a tile is: expert, first row, end of the expert's rows, n-tile.
@@ -71,7 +76,7 @@ unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
 unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool>(p: &GroupedGemm) {
     // shared-memory carve-out: STAGES x (A 128x64, B 256x64) bf16, then full[STAGES], empty[STAGES]
     let base = smem::base();
-    let ring = Ring::<STAGES>::at(base + STAGES * STAGE_BYTES);
+    let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
     let t = regs::tid();
     let wg = t / 128;
     // barrier init
@@ -190,9 +195,13 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
         } else if DSW {
             store_dswiglu(p, &acc, &ti, cw);
         } else {
-            store_bf16(p, &acc, &ti, cw);
+            store_bf16(p, &acc, &ti, cw, base + STAGING + cw * 2 * C_BOX);
         }
         tile += regs::nctaid();
+    }
+    // the staging must not be freed (block exit) before the copy engine has read it
+    if !SWIGLU && !DSW && regs::tid() % 128 == 0 {
+        tma::wait_group::<0>();
     }
 }
 
@@ -209,8 +218,48 @@ fn frag() -> (u32, u32, u32) {
     (r, r + 8, 2 * (t % 4))
 }
 
+/// The bf16 epilogue. A warpgroup whose 64 rows all belong to the tile's expert (and with `map_c` set) stores
+/// through shared memory and the copy engine: one 64 x 64 box at a time (128-byte swizzle: 16-byte chunk c of row
+/// r at chunk c ^ (r % 8), so the fragment stores are free of bank conflicts), two staging boxes alternating
+/// (`wait_group.read 1` before one is rewritten), columns past N clipped by the tensor map; one thread issues,
+/// named barrier 2 + cw (128 threads) orders the staging writes around it. A warpgroup with rows past the
+/// expert's end (the rows of the next expert, or past the buffer) stores from registers, row by row.
 #[inline(always)]
-unsafe fn store_bf16(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+unsafe fn store_bf16(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
+    let row0w = ti.row0 + cw * 64;
+    if p.map_c != 0 && row0w + 64 <= ti.row_end {
+        // uniform in the warpgroup: every thread sees the same tile
+        let t = regs::tid() % 128;
+        let r = 16 * (t / 32) + (t % 32) / 4; // rows r and r + 8 of the warpgroup's 64
+        let c0 = 2 * (t % 4);
+        let leader = t == 0;
+        let bar = 2 + cw;
+        crate::unroll!(B in [0, 1, 2, 3] {
+            let col_b = ti.n_tile * BN + 64 * B as u32;
+            if col_b < p.n {
+                let buf = staging + (B as u32 % 2) * C_BOX;
+                if leader {
+                    tma::wait_group_read::<1>();
+                }
+                sync::named_sync(bar, 128);
+                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    crate::unroll!(H in [0, 1] {
+                        let row = r + 8 * H as u32;
+                        let addr = buf + row * 128 + ((J as u32 ^ (row % 8)) * 16) + 2 * c0;
+                        let v = math::pack_bf16x2(acc[4 * (8 * B + J) + 2 * H], acc[4 * (8 * B + J) + 2 * H + 1]);
+                        smem::st_u32(addr, v);
+                    });
+                });
+                fence::proxy_async_shared_cta();
+                sync::named_sync(bar, 128);
+                if leader {
+                    tma::store_2d(p.map_c as *const u8, col_b as i32, row0w as i32, buf);
+                    tma::commit_group();
+                }
+            }
+        });
+        return;
+    }
     let (r0, r1, c0) = frag();
     let row_a = ti.row0 + cw * 64 + r0;
     let row_b = ti.row0 + cw * 64 + r1;

@@ -24,11 +24,9 @@ const STAGE_BYTES: u32 = 6 * BOX;
 const C_BOX: u32 = crate::kernels_host::WGRAD_C_BOX.0 * crate::kernels_host::WGRAD_C_BOX.1 * 4;
 /// The epilogue's staging: two boxes per consumer warpgroup, after the ring.
 const STAGING: u32 = STAGES * STAGE_BYTES;
-const _: () =
-    assert!(STAGE_BYTES * STAGES + 16 * STAGES == crate::kernels_host::GEMM_SMEM, "same ring as the M-grouped GEMM");
-const _: () = assert!(STAGING + 4 * C_BOX + 16 * STAGES == crate::kernels_host::WGRAD_SMEM, "host and kernel agree");
+const _: () = assert!(STAGING == crate::kernels_host::GEMM_RING, "same ring as the M-grouped GEMM");
+const _: () = assert!(4 * C_BOX == crate::kernels_host::GEMM_STAGING, "host and kernel agree on the staging");
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
-const _: () = assert!(crate::kernels_host::WGRAD_SMEM <= 232448, "sm_90 allows at most 227 KiB per block");
 
 struct Tile {
     e: u32,
@@ -48,7 +46,7 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
     Tile { e, r0: *off.add(e as usize), r1: *off.add(e as usize + 1), mt, nt }
 }
 
-/// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
+/// 384 threads, GEMM_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
