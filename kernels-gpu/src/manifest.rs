@@ -42,6 +42,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("combine_rows", 256, true, false),
     k("grouped_gemm_bf16", 384, true, true),
     k("grouped_gemm_swiglu", 384, true, true),
+    k("grouped_gemm_swiglu_gather", 384, true, true),
     k("grouped_gemm_bt_bf16", 384, true, true),
     k("grouped_gemm_bt_dswiglu", 384, true, true),
     k("grouped_wgrad_f32", 384, true, true),

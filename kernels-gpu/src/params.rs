@@ -204,6 +204,14 @@ pub struct GroupedGemm {
     /// SwiGLU-backward epilogue: bf16 [rows, n] output s * h (the dW2 operand, s the row's routing weight);
     /// 0 for none.
     pub sh: u64,
+    /// Gathered A (`grouped_gemm_swiglu_gather`): bf16 [T, K], the tokens; row r of the expert-ordered batch is
+    /// token row_slot[r] / top_k (`row_slot` above), copied row by row, so the gathered copy of A need not
+    /// exist. 0 otherwise (A through `map_a`).
+    pub a_rows: u64,
+    /// Slots per token (the gathered A).
+    pub top_k: u32,
+    /// Unused.
+    pub pad: u32,
 }
 
 /// K-grouped weight-gradient GEMM (kernel `grouped_wgrad_f32`): for each expert e,
@@ -381,7 +389,7 @@ mod tests {
             ("Route", size_of::<Route>(), 7 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 5 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 11 * 8 + 6 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 12 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
         ];

@@ -21,16 +21,38 @@ impl<const S: u32> Ring<S> {
         Ring { full: at, empty: at + 8 * S }
     }
 
-    /// Initialise every barrier. SAFETY: one thread, before the block barrier that publishes the ring.
+    /// Initialise every barrier: `full` expects one producer arrival (plus the copy engine's bytes).
+    /// SAFETY: one thread, before the block barrier that publishes the ring.
     #[inline(always)]
     pub unsafe fn init(&self, consumer_warps: u32) {
+        self.init_with(1, consumer_warps);
+    }
+
+    /// Initialise every barrier, `full` expecting `producer_arrivals` arrivals per phase (a gathering producer:
+    /// one arrival with the copy engine's bytes and one per thread that copied with `cp.async`).
+    /// SAFETY: one thread, before the block barrier that publishes the ring.
+    #[inline(always)]
+    pub unsafe fn init_with(&self, producer_arrivals: u32, consumer_warps: u32) {
         let mut s = 0;
         while s < S {
-            mbarrier::init(self.full + 8 * s, 1);
+            mbarrier::init(self.full + 8 * s, producer_arrivals);
             mbarrier::init(self.empty + 8 * s, consumer_warps);
             s += 1;
         }
         fence::mbarrier_init();
+    }
+
+    /// Producer thread: wait until the stage of `it` is free (no arrival). SAFETY: producer threads, in
+    /// iteration order.
+    #[inline(always)]
+    pub unsafe fn wait_empty(&self, it: u32) {
+        mbarrier::wait_parity(self.empty + 8 * (it % S), ((it / S) & 1) ^ 1);
+    }
+
+    /// The `full` barrier of the stage of `it`.
+    #[inline(always)]
+    pub const fn full_bar(&self, it: u32) -> u32 {
+        self.full + 8 * (it % S)
     }
 
     /// Stage of iteration `it`.

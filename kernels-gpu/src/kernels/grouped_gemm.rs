@@ -15,7 +15,7 @@
 use crate::desc::{Layout, SmemDesc};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
-use crate::ptx::{fence, math, regs, smem, sync, tma, wgmma};
+use crate::ptx::{cp_async, fence, math, mbarrier, regs, smem, sync, tma, wgmma};
 
 /// Rows per block tile (two consumer warpgroups of 64).
 pub const BM: u32 = crate::kernels_host::GEMM_BM;
@@ -72,8 +72,13 @@ unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
     Tile { e, row0, row_end: *off.add(e as usize + 1), n_tile }
 }
 
+/// Arrivals of the gathering producer's copies are published this many iterations late (the `cp.async`
+/// groups still in flight when a stage's arrival is made): STAGES - 1, so the stage the producer waits to
+/// refill has always been published one iteration earlier.
+const GATHER_LAG: u32 = STAGES - 1;
+
 #[inline(always)]
-unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool>(p: &GroupedGemm) {
+unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool>(p: &GroupedGemm) {
     // shared-memory carve-out: STAGES x (A 128x64, B 256x64) bf16, then full[STAGES], empty[STAGES]
     let base = smem::base();
     let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
@@ -81,19 +86,90 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool>(p: &
     let wg = t / 128;
     // barrier init
     if t == 0 {
-        ring.init(8); // one arrival per consumer warp
+        // one arrival per consumer warp; the gathering producer arrives once with the bytes of B and once per
+        // thread of its warpgroup for the rows of A
+        ring.init_with(if GATHER { 1 + 128 } else { 1 }, 8);
     }
     crate::ptx::sync::block_sync();
     let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
         regs::setmaxnreg_dec::<40>();
-        if t == 0 {
+        if GATHER {
+            produce_gather(p, base, ring, total, kt_n);
+        } else if t == 0 {
             produce::<SWIGLU, BT, DSW>(p, base, ring, total, kt_n);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
         consume::<SWIGLU, BT, DSW>(p, base, ring, total, kt_n, wg - 1);
+    }
+}
+
+/// The gathering producer of the SwiGLU GEMM (all 128 threads of warpgroup 0): thread t copies row t of every
+/// A tile, token row_slot[row] / top_k of `a_rows`, 128 bytes per stage in eight 16-byte `cp.async` into the
+/// 128-byte-swizzled layout the TMA would have made (chunk c of row r at chunk c ^ (r % 8)); rows past the
+/// expert's end are zero-filled (nothing read). Thread 0 also loads B by TMA, announcing its bytes. A thread
+/// publishes its rows of a stage GATHER_LAG iterations later: it waits for that group, fences the generic-proxy
+/// writes against the tensor cores' async-proxy reads, then arrives on the stage's full barrier (129 arrivals
+/// complete a phase).
+#[inline(always)]
+unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: u32, kt_n: u32) {
+    let t = regs::tid();
+    if t == 0 {
+        tma::prefetch_tensormap(p.map_b as *const u8);
+    }
+    let x = p.a_rows as *const u8;
+    let row_bytes = (p.k * 2) as usize;
+    let mut it = 0u32;
+    let mut tile = regs::bid();
+    while tile < total {
+        let ti = tile_info(p, tile);
+        let row = ti.row0 + t;
+        let (src_row, n) = if row < ti.row_end {
+            let tok = *(p.row_slot as *const u32).add(row as usize) / p.top_k;
+            (x.add(tok as usize * row_bytes), 16u32)
+        } else {
+            (x, 0u32)
+        };
+        let mut kt = 0;
+        while kt < kt_n {
+            let s = Ring::<STAGES>::stage(it);
+            ring.wait_empty(it);
+            let a_s = base + s * STAGE_BYTES;
+            if t == 0 {
+                let fb = ring.full_bar(it);
+                mbarrier::arrive_expect_tx(fb, B_BYTES);
+                let n0 = ti.n_tile * (BN / 2);
+                let (kx, brow) = ((kt * BK) as i32, ti.e * p.n_b);
+                tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
+                tma::load_2d(a_s + A_BYTES + B_BYTES / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
+            }
+            let dst = a_s + t * 128;
+            let src = if n == 0 { src_row } else { src_row.add((kt * BK * 2) as usize) };
+            crate::unroll!(C in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let c = C as u32;
+                let from = if n == 0 { src } else { src.add(16 * C) };
+                cp_async::copy16_zfill(dst + ((c ^ (t % 8)) * 16), from, n);
+            });
+            cp_async::commit_group();
+            if it >= GATHER_LAG {
+                cp_async::wait_group::<GATHER_LAG>();
+                fence::proxy_async_shared_cta();
+                mbarrier::arrive(ring.full_bar(it - GATHER_LAG));
+            }
+            it += 1;
+            kt += 1;
+        }
+        tile += regs::nctaid();
+    }
+    // publish the stages still in flight
+    cp_async::wait_group::<0>();
+    fence::proxy_async_shared_cta();
+    let mut j = if it > GATHER_LAG { it - GATHER_LAG } else { 0 };
+    while j < it {
+        mbarrier::arrive(ring.full_bar(j));
+        j += 1;
     }
 }
 
@@ -381,23 +457,30 @@ unsafe fn store_dswiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
 /// SwiGLU-backward epilogue (see `store_dswiglu`), B_e stored [K, N] (W2_e: K = H, N = I). 384 threads.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true>(&p);
+    grouped_gemm::<false, true, true, false>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false>(&p);
+    grouped_gemm::<false, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false>(&p);
+    grouped_gemm::<false, true, false, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false>(&p);
+    grouped_gemm::<true, false, false, false>(&p);
+}
+
+/// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
+/// 384 threads, SMEM_BYTES of dynamic shared memory.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
+    grouped_gemm::<true, false, false, true>(&p);
 }
