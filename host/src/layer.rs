@@ -2,7 +2,8 @@
 //! host to read a count back: grids are sized for the worst case and the kernels read the per-expert offsets on
 //! the device.
 //!
-//! Forward: routing layout, gather of x, grouped GEMM1 with the SwiGLU epilogue, grouped GEMM2, combine.
+//! Forward: routing layout, grouped GEMM1 with A gathered from x by its producer and the SwiGLU epilogue, grouped
+//! GEMM2, combine.
 //! Backward: gather of x (and recompute of z, unless saved), gather of dy, dh = dy W2 with the SwiGLU-backward
 //! epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1, combine of dx, and the K-grouped
 //! weight gradients dW2 = dy^T (s h) and dW1 = dz^T x.
@@ -320,11 +321,20 @@ impl MoeLayer {
 
     /// GEMM1 (+ SwiGLU): h (and z when `z` is non-zero) from the gathered x.
     fn gemm1(&mut self, sv: &Saved, w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
+        self.gemm1_from(sv, None, w1, h, z)
+    }
+
+    /// GEMM1 (+ SwiGLU) with A either the gathered rows in the workspace (`x` = None) or gathered from the
+    /// tokens `x` by the kernel's producer (no gathered copy).
+    fn gemm1_from(&mut self, sv: &Saved, x: Option<u64>, w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
         let c = self.cfg;
         let slots = c.max_tokens * c.top_k;
         let g = self.gpu.clone();
         let s = g.stream().clone();
-        let map_a = self.maps.get(&g, dptr(&self.work.xs, &s), slots, c.hidden, kh::GEMM_BM, 64)?;
+        let map_a = match x {
+            None => self.maps.get(&g, dptr(&self.work.xs, &s), slots, c.hidden, kh::GEMM_BM, 64)?,
+            Some(_) => 0,
+        };
         let map_b = self.maps.get(&g, dptr(w1, &s), c.experts * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
         let p = GroupedGemm {
             map_a,
@@ -336,9 +346,13 @@ impl MoeLayer {
             n_b: 2 * c.intermediate as u32,
             ldc: c.intermediate as u32,
             n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
+            row_slot: dptr(&sv.row_slot, &s),
+            a_rows: x.unwrap_or(0),
+            top_k: c.top_k as u32,
             ..zero_gemm()
         };
-        self.mgemm("grouped_gemm_swiglu", p, sv)
+        let kernel = if x.is_some() { "grouped_gemm_swiglu_gather" } else { "grouped_gemm_swiglu" };
+        self.mgemm(kernel, p, sv)
     }
 
     /// Forward: out[t] = sum over j of topk_weights[t, j] * SwiGLU-expert(topk_ids[t, j])(x[t]), asynchronous on
@@ -396,10 +410,10 @@ impl MoeLayer {
             g.launch("route_scan", Launch::new(1, 32, 0), &route)?;
             g.launch("route_place", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
         }
-        self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), 0, &sv)?;
         let (h_ptr, h_rows) = (dptr(&self.work.h, &s), c.max_tokens * c.top_k);
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
-        self.gemm1(&sv, inp.w1, h_ptr, z_ptr)?;
+        // GEMM1's producer gathers the rows of x itself (no gathered copy of x in the forward)
+        self.gemm1_from(&sv, Some(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?;
         let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
         let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
