@@ -73,9 +73,12 @@ unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
 }
 
 /// Arrivals of the gathering producer's copies are published this many iterations late (the `cp.async`
-/// groups still in flight when a stage's arrival is made): STAGES - 1, so the stage the producer waits to
-/// refill has always been published one iteration earlier.
-const GATHER_LAG: u32 = STAGES - 1;
+/// groups still in flight when a stage's arrival is made). The consumers give a stage back one iteration after
+/// they waited for it (`release_prev`), so refilling the stage of iteration it - STAGES needs iteration
+/// it - STAGES + 1 published: a lag of at most STAGES - 2. (STAGES - 1 deadlocks once a block runs more than
+/// STAGES iterations: seen on the H200, 2026-12-02.)
+const GATHER_LAG: u32 = STAGES - 2;
+const _: () = assert!(GATHER_LAG + 2 <= STAGES && GATHER_LAG >= 1, "the producer would wait for itself");
 
 #[inline(always)]
 unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool>(p: &GroupedGemm) {
