@@ -2,8 +2,8 @@
 //! host to read a count back: grids are sized for the worst case and the kernels read the per-expert offsets on
 //! the device.
 //!
-//! Forward: routing layout, grouped GEMM1 with A gathered from x by its producer and the SwiGLU epilogue, grouped
-//! GEMM2, combine.
+//! Forward: routing layout, gather of x (or, with [`Gather::InProducer`], GEMM1's producer gathers the rows
+//! itself), grouped GEMM1 with the SwiGLU epilogue, grouped GEMM2, combine.
 //! Backward: gather of x (and recompute of z, unless saved), gather of dy, dh = dy W2 with the SwiGLU-backward
 //! epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1, combine of dx, and the K-grouped
 //! weight gradients dW2 = dy^T (s h) and dW1 = dz^T x.
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{Combine, DtopkReduce, Gather, GroupedGemm, Route, WgradGemm};
+use megamoe_kernels::params::{self, Combine, DtopkReduce, GroupedGemm, Route, WgradGemm};
 
 use crate::error::{Error, Result};
 use crate::gemm::zero_gemm;
@@ -34,6 +34,18 @@ pub enum Save {
     InputsOnly,
     /// z = [g | u] as well (bf16, 2I per routed row); the backward recomputes h from it.
     WithZ,
+}
+
+/// Where the forward gathers the rows of x into expert order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gather {
+    /// A gather kernel writes the expert-ordered copy of x, then GEMM1 loads it by TMA (the default: faster
+    /// today, docs/NOTES.md).
+    Pass,
+    /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the copy of x does not exist;
+    /// bitwise the same results. Measured 0.2 ms slower at the Qwen3-30B-A3B shape (T = 16384): its producer
+    /// does not yet keep up with the tensor cores.
+    InProducer,
 }
 
 /// Element type of the layer's activations and weights.
@@ -60,6 +72,8 @@ pub struct LayerConfig {
     pub max_tokens: usize,
     /// What the forward keeps.
     pub save: Save,
+    /// Where the forward gathers x ([`Gather::Pass`] from [`LayerConfig::bf16`]).
+    pub gather: Gather,
 }
 
 impl LayerConfig {
@@ -72,7 +86,7 @@ impl LayerConfig {
         max_tokens: usize,
         save: Save,
     ) -> Self {
-        LayerConfig { dtype: DType::Bf16, hidden, intermediate, experts, top_k, max_tokens, save }
+        LayerConfig { dtype: DType::Bf16, hidden, intermediate, experts, top_k, max_tokens, save, gather: Gather::Pass }
     }
 
     /// Check the configuration; a message naming the first problem.
@@ -287,7 +301,7 @@ impl MoeLayer {
     fn gather(&self, src: u64, dst: u64, scale: u64, sv: &Saved) -> Result<()> {
         let g = &self.gpu;
         let s = g.stream();
-        let p = Gather {
+        let p = params::Gather {
             scale,
             src,
             dst,
@@ -412,8 +426,14 @@ impl MoeLayer {
         }
         let (h_ptr, h_rows) = (dptr(&self.work.h, &s), c.max_tokens * c.top_k);
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
-        // GEMM1's producer gathers the rows of x itself (no gathered copy of x in the forward)
-        self.gemm1_from(&sv, Some(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?;
+        match c.gather {
+            Gather::Pass => {
+                self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), 0, &sv)?;
+                self.gemm1(&sv, inp.w1, h_ptr, z_ptr)?;
+            }
+            // GEMM1's producer gathers the rows of x itself (no gathered copy of x in the forward)
+            Gather::InProducer => self.gemm1_from(&sv, Some(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?,
+        }
         let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
         let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
