@@ -31,6 +31,7 @@ pub mod manifest;
 pub mod params;
 #[cfg(target_arch = "nvptx64")]
 pub mod pipeline;
+pub mod scheduler;
 pub mod swizzle;
 
 #[cfg(target_arch = "nvptx64")]

@@ -16,6 +16,7 @@ use crate::desc::{Layout, SmemDesc};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
 use crate::ptx::{cp_async, fence, math, mbarrier, regs, smem, sync, tma, wgmma};
+use crate::scheduler::MTile as Tile;
 
 /// Rows per block tile (two consumer warpgroups of 64).
 pub const BM: u32 = crate::kernels_host::GEMM_BM;
@@ -43,33 +44,20 @@ const _: () = assert!(SMEM_BYTES == crate::kernels_host::GEMM_SMEM, "host and ke
 const _: () = assert!(4 * C_BOX == crate::kernels_host::GEMM_STAGING && STAGING % 1024 == 0, "staging layout");
 const _: () = assert!(SMEM_BYTES <= 232448, "sm_90 allows at most 227 KiB of shared memory per block");
 
-/// What a tile is: expert, first row, end of the expert's rows, n-tile.
-struct Tile {
-    e: u32,
-    row0: u32,
-    row_end: u32,
-    n_tile: u32,
-}
-
+/// The tile `tile` of this launch (see [`crate::scheduler::m_tile`]).
 #[inline(always)]
 unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
-    let m = tile / p.n_tiles;
-    let n_tile = tile % p.n_tiles;
     let to = p.tile_offsets as *const u32;
-    // the expert e with tile_offsets[e] <= m < tile_offsets[e + 1] (empty experts have equal bounds)
-    let (mut lo, mut hi) = (0u32, p.experts);
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        if *to.add(mid as usize) <= m {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    let e = lo;
     let off = p.offsets as *const u32;
-    let row0 = *off.add(e as usize) + (m - *to.add(e as usize)) * BM;
-    Tile { e, row0, row_end: *off.add(e as usize + 1), n_tile }
+    // SAFETY (of the reads): entries 0..=experts of both arrays, as the parameter block promises.
+    crate::scheduler::m_tile(
+        tile,
+        p.n_tiles,
+        p.experts,
+        BM,
+        |i| unsafe { *to.add(i as usize) },
+        |i| unsafe { *off.add(i as usize) },
+    )
 }
 
 /// Arrivals of the gathering producer's copies are published this many iterations late (the `cp.async`
