@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer on small cases (issue 5: memcheck and racecheck clean), from a gpu-bundle folder:
-#   bash sanitize.sh [OUT_DIR]
+#   bash sanitize.sh [OUT_DIR]        (one file back: OUT_DIR/sanitize.txt)
 # Each tool over one emulated EP test (dispatch, combine, bounded waits), one layer forward and one layer backward.
 # The EP waits are bounded by a 10 s default timeout; the tools slow kernels down, so a timeout here is reported
 # as such, not as a race.
@@ -8,16 +8,18 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:-.}"
 mkdir -p "$out"
+: > "$out/sanitize.txt"
 cs="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 rc=0
 for tool in memcheck racecheck; do
   for t in "ep ep2_uneven_one_rank_empty" "layer_forward small_uniform" "layer_backward small_recompute"; do
     set -- $t
     echo "== $tool $1 $2"
-    timeout 240 "$cs" --tool "$tool" --error-exitcode 9 "$here/$1" --include-ignored --exact "$2" --test-threads=1 \
-      > "$out/sanitize_${tool}_$1.txt" 2>&1
+    timeout 90 "$cs" --tool "$tool" --error-exitcode 9 "$here/$1" --include-ignored --exact "$2" --test-threads=1 \
+      > /tmp/sanitize_one.txt 2>&1
     r=$?
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|Timeout" "$out/sanitize_${tool}_$1.txt" | head -5
+    { echo "######## $tool $1 $2 (rc $r)"; cat /tmp/sanitize_one.txt; } >> "$out/sanitize.txt"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|Timeout" /tmp/sanitize_one.txt | head -5
     [ $r -eq 0 ] || { echo "rc $r"; rc=1; }
   done
 done

@@ -96,7 +96,7 @@ mod tests {
         let random: Vec<u32> = (0..128)
             .map(|_| {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((x >> 33) % 2000) as u32 * ((x >> 20) % 3 != 0) as u32
+                ((x >> 33) % 2000) as u32 * (!(x >> 20).is_multiple_of(3)) as u32
             })
             .collect();
         check(&random, 128, 6);
