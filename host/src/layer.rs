@@ -299,11 +299,10 @@ impl MoeLayer {
         Ok(())
     }
 
-    fn gather(&self, src: u64, dst: u64, scale: u64, sv: &Saved) -> Result<()> {
+    fn gather(&self, src: u64, dst: u64, sv: &Saved) -> Result<()> {
         let g = &self.gpu;
         let s = g.stream();
         let p = params::Gather {
-            scale,
             src,
             dst,
             row_slot: dptr(&sv.row_slot, s),
@@ -429,7 +428,7 @@ impl MoeLayer {
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
         match c.gather {
             Gather::Pass => {
-                self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), 0, &sv)?;
+                self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), &sv)?;
                 self.gemm1(&sv, inp.w1, h_ptr, z_ptr)?;
             }
             // GEMM1's producer gathers the rows of x itself (no gathered copy of x in the forward)
@@ -548,7 +547,7 @@ impl MoeLayer {
         let ws_rows = c.max_tokens * c.top_k;
         let (h2, i2) = (c.hidden, c.intermediate);
         // x rows (and z, h unless saved)
-        self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), 0, saved)?;
+        self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), saved)?;
         let z_ptr = match &saved.z {
             Some(z) => dptr(z, &s),
             None => {
@@ -559,7 +558,7 @@ impl MoeLayer {
             }
         };
         // dy rows
-        self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), 0, saved)?;
+        self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
         // dh = dy W2_e with the SwiGLU backward: dz, s * h, dtopk partials
         let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
         let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;

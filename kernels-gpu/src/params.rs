@@ -111,13 +111,10 @@ pub struct Route {
     pub pad: u32,
 }
 
-/// Row gather (kernel `gather_rows`): dst[r] = src[row_slot[r] / k] for r < offsets[E], rows of `cols` bf16;
-/// with `scale` set, dst[r] = bf16(scale[row_slot[r]] * src[...]) (the backward's s * dy).
+/// Row gather (kernel `gather_rows`): dst[r] = src[row_slot[r] / k] for r < offsets[E], rows of `cols` bf16.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct Gather {
-    /// f32 [slots] per-slot scale, or 0 for none.
-    pub scale: u64,
     /// bf16 [tokens, cols].
     pub src: u64,
     /// bf16 [rows, cols].
@@ -387,7 +384,7 @@ mod tests {
         // every block is u64 fields then u32 fields in pairs: no implicit padding, a multiple of 8 bytes
         let sizes = [
             ("Route", size_of::<Route>(), 7 * 8 + 4 * 4),
-            ("Gather", size_of::<Gather>(), 5 * 8 + 4 * 4),
+            ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 12 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4),
