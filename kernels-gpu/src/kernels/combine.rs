@@ -18,30 +18,42 @@ pub unsafe extern "ptx-kernel" fn combine_rows(p: Combine) {
     let out = p.out as *mut [u32; 4];
     let mut c = regs::tid();
     while c < chunks {
-        let mut acc = [0f32; 8];
-        let mut j = 0;
-        while j < p.k {
+        let sum = weighted_sum(p.k, |j| {
             let slot = (t * p.k + j) as usize;
             let row = *slot_row.add(slot);
-            if row >= 0 {
-                let wt = if p.w == 0 { 1.0 } else { *w.add(slot) };
-                let v = *y.add(row as usize * chunks as usize + c as usize);
-                let mut q = 0;
-                while q < 4 {
-                    acc[2 * q] += wt * math::bf16_to_f32(v[q] as u16);
-                    acc[2 * q + 1] += wt * math::bf16_to_f32((v[q] >> 16) as u16);
-                    q += 1;
-                }
+            if row < 0 {
+                return None;
             }
-            j += 1;
-        }
-        let o = [
-            math::pack_bf16x2(acc[0], acc[1]),
-            math::pack_bf16x2(acc[2], acc[3]),
-            math::pack_bf16x2(acc[4], acc[5]),
-            math::pack_bf16x2(acc[6], acc[7]),
-        ];
-        *out.add((t * chunks + c) as usize) = o;
+            let wt = if p.w == 0 { 1.0 } else { *w.add(slot) };
+            Some((wt, *y.add(row as usize * chunks as usize + c as usize)))
+        });
+        *out.add((t * chunks + c) as usize) = sum;
         c += regs::ntid();
     }
+}
+
+/// The combine's arithmetic, shared by `combine_rows` and `ep_combine` (so EP = R sums bitwise as EP = 1):
+/// the f32 sum over j = 0..k, in j order, of wt_j * (8 bf16 of row_j) for the slots `row(j)` gives
+/// (masked slots: None), rounded to 8 bf16.
+#[inline(always)]
+pub(crate) unsafe fn weighted_sum(k: u32, row: impl Fn(u32) -> Option<(f32, [u32; 4])>) -> [u32; 4] {
+    let mut acc = [0f32; 8];
+    let mut j = 0;
+    while j < k {
+        if let Some((wt, v)) = row(j) {
+            let mut q = 0;
+            while q < 4 {
+                acc[2 * q] += wt * math::bf16_to_f32(v[q] as u16);
+                acc[2 * q + 1] += wt * math::bf16_to_f32((v[q] >> 16) as u16);
+                q += 1;
+            }
+        }
+        j += 1;
+    }
+    [
+        math::pack_bf16x2(acc[0], acc[1]),
+        math::pack_bf16x2(acc[2], acc[3]),
+        math::pack_bf16x2(acc[4], acc[5]),
+        math::pack_bf16x2(acc[6], acc[7]),
+    ]
 }

@@ -12,6 +12,7 @@
 //! Backward (`p.backward = 1`): the rows are dx rows and travel with their dtopk (`row_w` into the source's
 //! `back_w`); the source sums dx with weight 1 (as `combine_rows` with no weights) and writes dtopk per slot.
 use crate::ep::Phase;
+use crate::kernels::combine::weighted_sum;
 use crate::kernels::ep_common::{copy_row, me, pick, wait_flags};
 use crate::params::EpParams;
 use crate::ptx::{fence, math, regs, smem, sync};
@@ -85,29 +86,15 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
         }
         let mut c = lane;
         while c < chunks {
-            let mut acc = [0f32; 8];
-            let mut j = 0;
-            while j < p.k {
+            let sum = weighted_sum(p.k, |j| {
                 let slot = tok * p.k + j;
-                if *slot_row.add(slot as usize) >= 0 {
-                    let wt = if bwd { 1.0 } else { *w.add(slot as usize) };
-                    let v = *back.add(slot as usize * chunks as usize + c as usize);
-                    let mut h = 0;
-                    while h < 4 {
-                        acc[2 * h] += wt * math::bf16_to_f32(v[h] as u16);
-                        acc[2 * h + 1] += wt * math::bf16_to_f32((v[h] >> 16) as u16);
-                        h += 1;
-                    }
+                if *slot_row.add(slot as usize) < 0 {
+                    return None;
                 }
-                j += 1;
-            }
-            let o = [
-                math::pack_bf16x2(acc[0], acc[1]),
-                math::pack_bf16x2(acc[2], acc[3]),
-                math::pack_bf16x2(acc[4], acc[5]),
-                math::pack_bf16x2(acc[6], acc[7]),
-            ];
-            *out.add((tok * chunks + c) as usize) = o;
+                let wt = if bwd { 1.0 } else { *w.add(slot as usize) };
+                Some((wt, *back.add(slot as usize * chunks as usize + c as usize)))
+            });
+            *out.add((tok * chunks + c) as usize) = sum;
             c += 32;
         }
         tok += blocks * warps;
