@@ -19,10 +19,10 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::ep::{Phase, Workspace};
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{self, DtopkReduce, EpParams, EpRank, GroupedGemm, Route, WgradGemm, MAX_RANKS};
+use megamoe_kernels::params::{self, DtopkReduce, EpParams, EpRank, GroupedGemm, Route, MAX_RANKS};
 
 use crate::error::{Context, Error, Result};
-use crate::gemm::zero_gemm;
+use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm};
 use crate::layer::{LayerConfig, MapCache};
 use crate::runtime::{dptr, Gpu, Launch};
 
@@ -525,11 +525,10 @@ impl EpLayer {
     fn mgemm(&self, kernel: &'static str, p: GroupedGemm) -> Result<()> {
         let recv = self.group.layout.max_recv as u32;
         let per = (self.cfg.experts / self.world()) as u32;
-        let m_tiles = recv.div_ceil(kh::GEMM_BM) + per.min(recv);
-        let grid = self.gpu.sm_count().min(m_tiles * p.n_tiles);
+        let launch = m_grouped_launch(&self.gpu, recv as usize, per as usize, p.n_tiles);
         // SAFETY: A holds max_recv rows, C max_recv rows of ldc; the local offsets the kernels read are clamped to
         // max_recv on the device; B holds the rank's experts.
-        unsafe { self.gpu.launch(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+        unsafe { self.gpu.launch(kernel, launch, &p) }
     }
 
     /// Rank r's GEMM1 + SwiGLU over its received x rows: h, and z when `z` is non-zero.
@@ -777,23 +776,11 @@ impl EpLayer {
         let map_a = self.maps.get(&g, a.0, recv, a.1, 64, 64)?;
         let map_b = self.maps.get(&g, b.0, recv, b.1, 64, 64)?;
         let map_c = self.maps.get_wgrad_c(&g, dptr(&*c, g.stream()), per as usize * a.1, b.1)?;
-        let p = WgradGemm {
-            map_a,
-            map_b,
-            offsets: self.group.peer(r) + self.group.layout.local_offsets,
-            c: dptr(&*c, g.stream()),
-            map_c,
-            experts: per,
-            m: a.1 as u32,
-            n: b.1 as u32,
-            m_tiles: (a.1 as u32).div_ceil(128),
-            n_tiles: (b.1 as u32).div_ceil(256),
-            accumulate: acc as u32,
-            error: 0,
-        };
-        let grid = g.sm_count().min(per * p.m_tiles * p.n_tiles);
+        let offsets = self.group.peer(r) + self.group.layout.local_offsets;
+        let maps = [map_a, map_b, map_c];
+        let (p, launch) = wgrad_launch(&g, maps, offsets, dptr(&*c, g.stream()), 0, per as usize, a.1, b.1, acc);
         // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
-        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+        unsafe { g.launch("grouped_wgrad_f32", launch, &p) }
     }
 
     /// Synchronise and report what the device recorded since the last check: a bounded wait that expired

@@ -301,11 +301,9 @@ fn m_grouped<'a>(
 ) -> Result<Prepared<'a>> {
     p.map_a = map_a.ptr(gpu);
     p.map_b = map_b.ptr(gpu);
-    let m_tiles_max = (rows_max as u32).div_ceil(kh::GEMM_BM) + p.experts.min(rows_max as u32);
-    let grid = gpu.sm_count().min(m_tiles_max * p.n_tiles);
     Ok(Prepared {
         ordinal: gpu.ordinal(),
-        block: Block::M(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), p),
+        block: Block::M(kernel, m_grouped_launch(gpu, rows_max, p.experts as usize, p.n_tiles), p),
         _maps: vec![map_a, map_b],
         _bufs: PhantomData,
     })
@@ -468,28 +466,57 @@ impl<'a> WgradArgs<'a> {
         let map_a = map(gpu, dptr(self.a, &s), rows, m, 64, 64)?;
         let map_b = map(gpu, dptr(self.b, &s), rows, n, 64, 64)?;
         let map_c = DeviceTensorMap::new(gpu, wgrad_c_desc(dptr(self.c, &s), e * m, n))?;
-        let p = WgradGemm {
-            map_a: map_a.ptr(gpu),
-            map_b: map_b.ptr(gpu),
-            offsets: dptr(self.offsets, &s),
-            c: dptr(self.c, &s),
-            map_c: map_c.ptr(gpu),
-            experts: e as u32,
-            m: m as u32,
-            n: n as u32,
-            m_tiles: (m as u32).div_ceil(128),
-            n_tiles: (n as u32).div_ceil(256),
-            accumulate: self.accumulate as u32,
-            error: 0,
-        };
-        let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
+        let maps = [map_a.ptr(gpu), map_b.ptr(gpu), map_c.ptr(gpu)];
+        let (offsets, c) = (dptr(self.offsets, &s), dptr(self.c, &s));
+        let (p, launch) = wgrad_launch(gpu, maps, offsets, c, 0, e, m, n, self.accumulate);
         Ok(Prepared {
             ordinal: gpu.ordinal(),
-            block: Block::K(Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), p),
+            block: Block::K(launch, p),
             _maps: vec![map_a, map_b, map_c],
             _bufs: PhantomData,
         })
     }
+}
+
+/// The launch of an M-grouped GEMM over at most `rows_max` expert-ordered rows of `experts` experts: one block
+/// per tile up to one per SM (the kernel is persistent), shared by the layer, the EP layer and the calls here.
+pub(crate) fn m_grouped_launch(gpu: &Gpu, rows_max: usize, experts: usize, n_tiles: u32) -> Launch {
+    let rows = rows_max as u32;
+    let m_tiles_max = rows.div_ceil(kh::GEMM_BM) + (experts as u32).min(rows);
+    Launch::new(gpu.sm_count().min(m_tiles_max * n_tiles), kh::GEMM_THREADS, kh::GEMM_SMEM)
+}
+
+/// The parameter block and launch of `grouped_wgrad_f32` (tiles of 128 x 256 of each expert's M x N, one block
+/// per tile up to one per SM), shared by the layer, the EP layer and [`grouped_wgrad`]. `maps` are the tensor
+/// maps of A, B and C; `error` the routing error word (0: none).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn wgrad_launch(
+    gpu: &Gpu,
+    maps: [u64; 3],
+    offsets: u64,
+    c: u64,
+    error: u64,
+    experts: usize,
+    m: usize,
+    n: usize,
+    accumulate: bool,
+) -> (WgradGemm, Launch) {
+    let p = WgradGemm {
+        map_a: maps[0],
+        map_b: maps[1],
+        offsets,
+        c,
+        map_c: maps[2],
+        error,
+        experts: experts as u32,
+        m: m as u32,
+        n: n as u32,
+        m_tiles: (m as u32).div_ceil(128),
+        n_tiles: (n as u32).div_ceil(256),
+        accumulate: accumulate as u32,
+    };
+    let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
+    (p, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM))
 }
 
 /// The tensor map of a weight gradient's output, f32 [rows, cols] (rows = E * M), in the boxes the epilogue of

@@ -20,10 +20,10 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{self, Combine, DtopkReduce, GroupedGemm, Route, WgradGemm};
+use megamoe_kernels::params::{self, Combine, DtopkReduce, GroupedGemm, Route};
 
 use crate::error::{Error, Result};
-use crate::gemm::zero_gemm;
+use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm};
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
@@ -317,20 +317,15 @@ impl MoeLayer {
         unsafe { g.launch("gather_rows", Launch::new(slots, 128, 0), &p) }
     }
 
-    fn m_tiles_max(&self, sv: &Saved) -> u32 {
-        let slots = (sv.tokens * self.cfg.top_k) as u32;
-        slots.div_ceil(kh::GEMM_BM) + (self.cfg.experts as u32).min(slots)
-    }
-
     /// One M-grouped GEMM launch over the saved routing.
     fn mgemm(&self, kernel: &'static str, mut p: GroupedGemm, sv: &Saved) -> Result<()> {
         let s = self.gpu.stream();
         p.offsets = dptr(&sv.offsets, s);
         p.tile_offsets = dptr(&sv.tile_offsets, s);
         p.experts = self.cfg.experts as u32;
-        let grid = self.gpu.sm_count().min(self.m_tiles_max(sv) * p.n_tiles);
+        let launch = m_grouped_launch(&self.gpu, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles);
         // SAFETY: A and C hold slots rows, B the experts' weights; rows are bounded by the device offsets.
-        unsafe { self.gpu.launch(kernel, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+        unsafe { self.gpu.launch(kernel, launch, &p) }
     }
 
     /// GEMM1 (+ SwiGLU): h (and z when `z` is non-zero) from the gathered x.
@@ -487,26 +482,13 @@ impl MoeLayer {
         let (b_ptr, b_rows, n) = b;
         let map_a = self.maps.get(&g, a_ptr, a_rows, m, 64, 64)?;
         let map_b = self.maps.get(&g, b_ptr, b_rows, n, 64, 64)?;
-        let e = self.cfg.experts as u32;
-        let map_c = self.maps.get_wgrad_c(&g, dptr(c, &s), e as usize * m, n)?;
-        let p = WgradGemm {
-            map_a,
-            map_b,
-            offsets: dptr(&sv.offsets, &s),
-            c: dptr(c, &s),
-            map_c,
-            error: dptr(sv.error.as_ref(), &s),
-            experts: e,
-            m: m as u32,
-            n: n as u32,
-            m_tiles: (m as u32).div_ceil(128),
-            n_tiles: (n as u32).div_ceil(256),
-            accumulate: acc as u32,
-        };
-        let grid = g.sm_count().min(e * p.m_tiles * p.n_tiles);
+        let e = self.cfg.experts;
+        let map_c = self.maps.get_wgrad_c(&g, dptr(c, &s), e * m, n)?;
+        let (offsets, error) = (dptr(&sv.offsets, &s), dptr(sv.error.as_ref(), &s));
+        let (p, launch) = wgrad_launch(&g, [map_a, map_b, map_c], offsets, dptr(c, &s), error, e, m, n, acc);
         // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
         // entry when the forward's error word is set (C neither written nor added to).
-        unsafe { g.launch("grouped_wgrad_f32", Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM), &p) }
+        unsafe { g.launch("grouped_wgrad_f32", launch, &p) }
     }
 
     /// Backward of the forward that returned `saved`, on the same inputs: dx, dtopk, and dW1, dW2 (written, or
