@@ -2,7 +2,8 @@
 //! Qwen3-30B-A3B and Qwen3-235B-A22B shapes, T = 16384 tokens, top-8 of 128 experts, all on one GPU. Warm-up 3,
 //! then 20 timed runs bracketed by device events; the median is reported. Correctness in the same run: y, dx
 //! and dtopk of the first 64 tokens against the f64 reference, and the output poisoned before the timed runs
-//! and checked fully written after them.
+//! and checked fully written after them. Then the routing layout alone (its three launches, each timed) at
+//! T = 16384, top-8 of 128 and of 4096 experts.
 //!
 //! `cargo bench --bench layer` (on the GPU machine: the binary from `cargo xtask gpu-bundle`, with `--bench`).
 //! `benches/h200.sh` runs it beside the PyTorch layers (`benches/torch_layer.py`) in one call.
@@ -136,6 +137,40 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     Ok(())
 }
 
+/// The routing layout alone (`route_count`, `route_scan`, `route_place`, each launch bracketed by device events,
+/// so launch gaps are not counted): top-8 of `e` experts for `tokens` tokens; medians of the timed reps.
+fn bench_routing(g: &Arc<Gpu>, tokens: usize, k: usize, e: usize, rng: &mut Rng) -> megamoe::Result<()> {
+    let mut ids = Vec::with_capacity(tokens * k);
+    for _ in 0..tokens {
+        let mut row: Vec<i32> = Vec::new();
+        while row.len() < k {
+            let id = rng.below(e) as i32;
+            if !row.contains(&id) {
+                row.push(id);
+            }
+        }
+        ids.extend(row);
+    }
+    let reps = timed_reps();
+    let mut t = [Vec::new(), Vec::new(), Vec::new()];
+    for rep in 0..3 + reps {
+        let (_, ms) = megamoe::route::layout(g, &ids, e, megamoe_kernels::kernels_host::GEMM_BM, 0xff, true)?;
+        if rep >= 3 {
+            for (v, m) in t.iter_mut().zip(ms) {
+                v.push(m * 1e3);
+            }
+        }
+    }
+    let [c, s, p] = t.map(median);
+    println!(
+        "RESULT megamoe routing layout T={tokens} top-{k} E={e} ({} slots): count {c:.1} us, scan {s:.1} us, place \
+         {p:.1} us, {:.1} us in all (each launch timed alone, median of {reps})",
+        tokens * k,
+        c + s + p
+    );
+    Ok(())
+}
+
 fn main() {
     let g = match megamoe::gpu(0) {
         Ok(g) => g,
@@ -158,6 +193,15 @@ fn main() {
         if let Err(e) = bench_shape(&g, name, s, tokens, &mut rng) {
             println!("FAILED {name}: {e}");
             ok = false;
+        }
+    }
+    // after the shapes, so the launch numbering of their passes (MEGAMOE_BENCH_REPS=1 profiles) is unchanged
+    if only.is_empty() {
+        for e in [128, 4096] {
+            if let Err(err) = bench_routing(&g, tokens, 8, e, &mut rng) {
+                println!("FAILED routing layout E={e}: {err}");
+                ok = false;
+            }
         }
     }
     if !ok {

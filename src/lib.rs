@@ -18,9 +18,11 @@
 use std::sync::Arc;
 
 pub use megamoe_host::runtime::{Gpu, Image, Launch};
-pub use megamoe_host::{check, ep, gemm, layer, reference, rng, selftest, tensor_map, Error, Result};
+pub use megamoe_host::{check, ep, gemm, layer, reference, rng, route, selftest, tensor_map, Error, Result};
 /// The expert-parallel layout math shared with the kernels (owners, receive rows, the symmetric workspace, phases).
 pub use megamoe_kernels::ep as ep_layout;
+/// The routing layout's chunking math and its CPU model (what `route_count`, `route_scan`, `route_place` compute).
+pub use megamoe_kernels::route as route_layout;
 pub use megamoe_kernels::{desc, manifest, params, swizzle};
 
 /// The kernels of this build, embedded by `build.rs`.

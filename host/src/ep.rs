@@ -230,6 +230,8 @@ struct RankWork {
     tile_offsets: CudaSlice<u32>,
     row_slot: CudaSlice<u32>,
     slot_row: CudaSlice<i32>,
+    /// u32 [`crate::route::workspace_words`]: the routing's per-chunk counts.
+    route_chunks: CudaSlice<u32>,
     h: CudaSlice<bf16>,
     y: CudaSlice<bf16>,
     bwd: Option<BwdWork>,
@@ -288,6 +290,7 @@ impl EpLayer {
                 tile_offsets: gpu.alloc(cfg.experts + 1)?,
                 row_slot: gpu.alloc(slots)?,
                 slot_row: gpu.alloc(slots)?,
+                route_chunks: gpu.alloc(crate::route::workspace_words(slots, cfg.experts))?,
                 h: gpu.alloc(recv * cfg.intermediate)?,
                 y: gpu.alloc(recv * cfg.hidden)?,
                 bwd: None,
@@ -428,18 +431,16 @@ impl EpLayer {
                 row_slot: dptr(&w.row_slot, &s),
                 slot_row: dptr(&w.slot_row, &s),
                 error: dptr(&w.route_error, &s),
+                chunk_counts: dptr(&w.route_chunks, &s),
                 slots: (i.tokens * c.top_k) as u32,
                 experts: e as u32,
                 tile_m: kh::GEMM_BM,
-                pad: 0,
+                chunk: 0,
             };
-            // SAFETY: the routing buffers hold E, E + 1 and max_slots entries; ids are range-checked on the
-            // device; with 0 slots the kernels only write zero counts and offsets.
-            unsafe {
-                g.launch("route_count", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
-                g.launch("route_scan", Launch::new(1, 32, 0), &route)?;
-                g.launch("route_place", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
-            }
+            // SAFETY: the routing buffers hold E, E + 1 and max_slots entries, the chunk workspace covers
+            // max_slots; ids are range-checked on the device; with 0 slots the kernels only write zero counts and
+            // offsets.
+            unsafe { crate::route::launch(&g, &route)? };
         }
         let mut ranks = [NO_RANK; MAX_RANKS];
         for (r, ((i, o), w)) in inp.iter().zip(outs.iter()).zip(&self.ranks).enumerate() {

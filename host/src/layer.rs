@@ -182,6 +182,8 @@ struct Work {
     sh: CudaSlice<bf16>,
     dz: CudaSlice<bf16>,
     partial: CudaSlice<f32>,
+    /// u32 [`crate::route::workspace_words`]: the routing's per-chunk counts (used within one forward).
+    route_chunks: CudaSlice<u32>,
 }
 
 /// Tensor maps by (address, rows, cols, box rows, box cols), encoded once per buffer and box.
@@ -254,6 +256,7 @@ impl MoeLayer {
             sh: gpu.alloc(slots * i)?,
             dz: gpu.alloc(slots * 2 * i)?,
             partial: gpu.alloc(slots * n_tiles_i)?,
+            route_chunks: gpu.alloc(crate::route::workspace_words(slots, cfg.experts))?,
         };
         Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None })
     }
@@ -406,19 +409,16 @@ impl MoeLayer {
             row_slot: dptr(&sv.row_slot, &s),
             slot_row: dptr(&sv.slot_row, &s),
             error: dptr(sv.error.as_ref(), &s),
+            chunk_counts: dptr(&self.work.route_chunks, &s),
             slots: slots as u32,
             experts: e as u32,
             tile_m: kh::GEMM_BM,
-            pad: 0,
+            chunk: 0,
         };
-        // SAFETY: the routing buffers hold E, E + 1 and slots entries; ids are range-checked on the device. With an
-        // invalid id, route_scan writes zero offsets: the gather and both GEMMs below have no rows, and the
-        // combine returns at once (out untouched).
-        unsafe {
-            g.launch("route_count", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
-            g.launch("route_scan", Launch::new(1, 32, 0), &route)?;
-            g.launch("route_place", Launch::new(e as u32, kh::ROUTE_THREADS, 64), &route)?;
-        }
+        // SAFETY: the routing buffers hold E, E + 1 and slots entries, the chunk workspace covers max_tokens * k
+        // slots; ids are range-checked on the device. With an invalid id, route_scan writes zero offsets: the
+        // gather and both GEMMs below have no rows, and the combine returns at once (out untouched).
+        unsafe { crate::route::launch(&g, &route)? };
         let (h_ptr, h_rows) = (dptr(&self.work.h, &s), c.max_tokens * c.top_k);
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
         match c.gather {

@@ -12,6 +12,7 @@ pub mod gemm;
 pub mod layer;
 pub mod reference;
 pub mod rng;
+pub mod route;
 pub mod runtime;
 pub mod selftest;
 pub mod tensor_map;

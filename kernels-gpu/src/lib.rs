@@ -31,6 +31,7 @@ pub mod manifest;
 pub mod params;
 #[cfg(target_arch = "nvptx64")]
 pub mod pipeline;
+pub mod route;
 pub mod scheduler;
 pub mod swizzle;
 
@@ -67,6 +68,6 @@ pub mod kernels_host {
     pub const WGRAD_C_BOX: (u32, u32) = (64, 32);
     /// Rows and columns of the boxes the bf16 epilogue stores (128-byte swizzle: 64 columns).
     pub const GEMM_C_BOX: (u32, u32) = (64, 64);
-    /// Threads per block of the routing kernels.
-    pub const ROUTE_THREADS: u32 = 256;
+    /// Threads per block of `route_count` and `route_place` (`route_scan`: [`crate::route::SCAN_THREADS`]).
+    pub const ROUTE_THREADS: u32 = crate::route::THREADS;
 }

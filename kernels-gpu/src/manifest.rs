@@ -36,7 +36,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("selftest_flags", 128, true, false),
     k("selftest_setmaxnreg", 384, true, false),
     k("route_count", 256, true, false),
-    k("route_scan", 32, true, false),
+    k("route_scan", 1024, true, false),
     k("route_place", 256, true, false),
     k("gather_rows", 128, true, false),
     k("combine_rows", 256, true, false),

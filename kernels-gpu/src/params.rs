@@ -81,14 +81,15 @@ pub struct MbarrierTest {
     pub pad: u32,
 }
 
-/// Routing layout (kernels `route_count`, `route_scan`, `route_place`): rows of expert e are the slots
-/// `t * k + j` with `topk_ids[t, j] = e`, in increasing slot order, at rows `offsets[e]..offsets[e + 1]`.
+/// Routing layout (kernels `route_count`, `route_scan`, `route_place`; the algorithm in [`crate::route`]): rows of
+/// expert e are the slots `t * k + j` with `topk_ids[t, j] = e`, in increasing slot order, at rows
+/// `offsets[e]..offsets[e + 1]`.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct Route {
     /// i32 [slots]: expert ids (-1 = masked).
     pub topk_ids: u64,
-    /// u32 [E]: rows per expert (written by `route_count`).
+    /// u32 [E]: rows per expert (written by `route_scan`).
     pub counts: u64,
     /// u32 [E + 1]: first row of each expert (written by `route_scan`).
     pub offsets: u64,
@@ -101,14 +102,18 @@ pub struct Route {
     /// u32 [1], the call's routing error word, zero before `route_count`: set to 1 there when an id is outside
     /// -1..E. When set, `route_scan` writes all-zero offsets and tile offsets and `route_place` writes nothing.
     pub error: u64,
+    /// u32 [chunks, E], workspace (`route::max_chunks(max slots)` rows): each chunk's rows per expert
+    /// (`route_count`), then each chunk's first row per expert (`route_scan`, read by `route_place`).
+    pub chunk_counts: u64,
     /// Slots = tokens * k.
     pub slots: u32,
     /// Experts.
     pub experts: u32,
     /// Rows per m-tile of the grouped GEMMs.
     pub tile_m: u32,
-    /// Unused.
-    pub pad: u32,
+    /// Slots per chunk: `route::chunk_slots(slots)` (set by the host's `route::launch`; the workspace is sized
+    /// for it).
+    pub chunk: u32,
 }
 
 /// Row gather (kernel `gather_rows`): dst[r] = src[row_slot[r] / k] for r < offsets[E], rows of `cols` bf16.
@@ -321,7 +326,7 @@ pub struct EpRank {
     pub topk_ids: u64,
     /// f32 [tokens * k]: routing weights.
     pub w: u64,
-    /// u32 [experts]: rows per global expert of this rank's slots (`route_count`).
+    /// u32 [experts]: rows per global expert of this rank's slots (`route_scan`).
     pub counts: u64,
     /// u32 [experts + 1]: this rank's expert-ordered rows per expert (`route_scan`).
     pub offsets: u64,
@@ -383,7 +388,7 @@ mod tests {
     fn parameter_blocks_are_whole_8_byte_words_without_padding() {
         // every block is u64 fields then u32 fields in pairs: no implicit padding, a multiple of 8 bytes
         let sizes = [
-            ("Route", size_of::<Route>(), 7 * 8 + 4 * 4),
+            ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 12 * 8 + 8 * 4),

@@ -1,35 +1,30 @@
 //! Routing layout on the device, deterministic and without a host round trip: per-expert counts, offsets and
 //! m-tile offsets, and the expert-ordered rows (slots of one expert in increasing slot order).
 //!
-//! Three launches: `route_count` (one block per expert), `route_scan` (one block), `route_place` (one block
-//! per expert). An id outside -1..E sets the call's error word (`route_count`); then `route_scan` writes
-//! all-zero offsets and tile offsets (every gather and grouped GEMM of the call has no rows) and `route_place`
-//! writes nothing, and the kernels that write the layer's outputs (`combine_rows`, `dtopk_reduce`,
-//! `grouped_wgrad_f32`) return at once: nothing is written. Invalid ids are also read as masked, so no index
-//! ever leaves its buffer.
+//! Three launches over chunks of slots (the algorithm and its CPU model: [`crate::route`]): `route_count` (one
+//! block per chunk: per-chunk counts), `route_scan` (one block: counts, offsets, tile offsets, each chunk's first
+//! row per expert), `route_place` (one block per chunk: the rows). An id outside -1..E sets the call's error
+//! word (`route_count`); then `route_scan` writes all-zero offsets and tile offsets (every gather and grouped
+//! GEMM of the call has no rows) and `route_place` writes nothing, and the kernels that write the layer's
+//! outputs (`combine_rows`, `dtopk_reduce`, `grouped_wgrad_f32`) return at once: nothing is written. Invalid
+//! ids are also read as masked, so no index ever leaves its buffer.
 use crate::kernels::routing_failed;
 use crate::params::Route;
 use crate::ptx::{regs, smem, sync, warp};
+use crate::route::{self, SCAN_THREADS, THREADS, WARPS};
 
-/// Threads per block of `route_count` and `route_place`.
-pub const ROUTE_THREADS: u32 = crate::kernels_host::ROUTE_THREADS;
-/// Slots each thread of `route_place` takes per step.
-const PER_THREAD: u32 = 8;
-
+/// The slots `lo..hi` of chunk `c`.
 #[inline(always)]
-unsafe fn id_at(p: &Route, slot: u32) -> i32 {
-    let id = *(p.topk_ids as *const i32).add(slot as usize);
-    if id < -1 || id >= p.experts as i32 {
-        -1
-    } else {
-        id
-    }
+fn chunk_range(p: &Route, c: u32) -> (u32, u32) {
+    let lo = c.saturating_mul(p.chunk).min(p.slots);
+    (lo, lo.saturating_add(p.chunk).min(p.slots))
 }
 
-/// Block-wide exclusive scan of one u32 per thread (256 threads); returns (exclusive prefix, block total).
-/// Uses shared words 0..8 at `scratch`. SAFETY: all 256 threads of the block, uniformly.
+/// Block-wide exclusive scan of one u32 per thread over `warps` warps; returns (exclusive prefix, block total).
+/// Uses shared words 0..warps at `scratch`. SAFETY: all threads of the block (`warps` * 32, at most 32 warps),
+/// uniformly.
 #[inline(always)]
-unsafe fn block_scan(v: u32, scratch: u32) -> (u32, u32) {
+unsafe fn block_scan(v: u32, scratch: u32, warps: u32) -> (u32, u32) {
     let lane = regs::tid() % 32;
     let w = regs::tid() / 32;
     let mut incl = v;
@@ -45,111 +40,230 @@ unsafe fn block_scan(v: u32, scratch: u32) -> (u32, u32) {
         smem::st_u32(scratch + 4 * w, incl);
     }
     sync::block_sync();
-    let mut before = 0;
-    let mut total = 0;
-    let mut i = 0;
-    while i < ROUTE_THREADS / 32 {
-        let t = smem::ld_u32(scratch + 4 * i);
-        if i < w {
-            before += t;
+    // every warp scans the warp totals (warps <= 32) and picks its own prefix
+    let x = if lane < warps { smem::ld_u32(scratch + 4 * lane) } else { 0 };
+    let mut xi = x;
+    let mut d = 1;
+    while d < 32 {
+        let o = warp::shfl_up(xi, d);
+        if lane >= d {
+            xi += o;
         }
-        total += t;
-        i += 1;
+        d *= 2;
     }
+    let before = warp::shfl_idx(xi - x, w);
+    let total = warp::shfl_idx(xi, 31);
     sync::block_sync();
     (before + incl - v, total)
 }
 
-/// Block e counts the slots routed to expert e; block 0 also flags invalid ids. 256 threads, 64 B shared.
+/// Block c counts chunk c's slots per expert into `chunk_counts[c * E ..]` (shared-memory counters: integer
+/// sums, whatever the order of the adds); any invalid id sets the error word. [`THREADS`] threads,
+/// `route::chunk_smem(E)` bytes of shared memory; grid `route::grid(slots, chunk)`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_count(p: Route) {
-    let e = regs::bid() as i32;
-    let mut n = 0u32;
+    let c = regs::bid();
+    let t = regs::tid();
+    let cnt = smem::base();
+    let mut e = t;
+    while e < p.experts {
+        smem::st_u32(cnt + 4 * e, 0);
+        e += THREADS;
+    }
+    sync::block_sync();
+    let (lo, hi) = chunk_range(&p, c);
+    let ids = p.topk_ids as *const i32;
     let mut bad = false;
-    let mut s = regs::tid();
-    while s < p.slots {
-        let raw = *(p.topk_ids as *const i32).add(s as usize);
-        bad |= raw < -1 || raw >= p.experts as i32;
-        n += (raw == e) as u32;
-        s += ROUTE_THREADS;
+    let mut s = lo + t;
+    // two independent loads in flight per step
+    while s < hi {
+        let s2 = s + THREADS;
+        let a = *ids.add(s as usize);
+        let b = if s2 < hi { *ids.add(s2 as usize) } else { -1 };
+        bad |= route::invalid(a, p.experts) | route::invalid(b, p.experts);
+        let (ea, eb) = (route::expert_of(a, p.experts), route::expert_of(b, p.experts));
+        if ea >= 0 {
+            smem::red_add_u32(cnt + 4 * ea as u32, 1);
+        }
+        if eb >= 0 {
+            smem::red_add_u32(cnt + 4 * eb as u32, 1);
+        }
+        s += 2 * THREADS;
     }
-    if bad && e == 0 {
-        *(p.error as *mut u32) = 1;
+    if bad {
+        // every writer stores the same value
+        core::ptr::write_volatile(p.error as *mut u32, 1);
     }
-    let (_, total) = block_scan(n, smem::base());
-    if regs::tid() == 0 {
-        *(p.counts as *mut u32).add(e as usize) = total;
+    sync::block_sync();
+    let out = (p.chunk_counts as *mut u32).add(c as usize * p.experts as usize);
+    let mut e = t;
+    while e < p.experts {
+        *out.add(e as usize) = smem::ld_u32(cnt + 4 * e);
+        e += THREADS;
     }
 }
 
-/// One thread: offsets and m-tile offsets from the counts (E is small); all zero when the error word is set
-/// (no expert has rows: every later gather and grouped GEMM of the call has no work).
+/// One block of [`SCAN_THREADS`]: `counts` (the chunk counts summed), `offsets` and `tile_offsets` (all zero when
+/// the error word is set), and `chunk_counts[c * E + e]` overwritten with chunk c's first row of expert e (not
+/// when the error word is set). Per expert, a group of `route::scan_group(E)` lanes splits the chunks into
+/// segments. Shared memory: `route::scan_smem(E)` bytes.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_scan(p: Route) {
-    if regs::tid() != 0 {
-        return;
-    }
+    // read once at entry, the same in every thread (written by an earlier launch)
     let failed = routing_failed(p.error);
-    let counts = p.counts as *const u32;
-    let offsets = p.offsets as *mut u32;
-    let tiles = p.tile_offsets as *mut u32;
-    let (mut o, mut t) = (0u32, 0u32);
-    let mut e = 0;
-    while e < p.experts as usize {
-        *offsets.add(e) = o;
-        *tiles.add(e) = t;
-        let c = if failed { 0 } else { *counts.add(e) };
-        o += c;
-        t += c.div_ceil(p.tile_m);
+    let t = regs::tid();
+    let lane = t % 32;
+    let n_e = p.experts;
+    let n_c = route::chunks(p.slots, p.chunk);
+    let group = route::scan_group(n_e);
+    let per_pass = SCAN_THREADS / group;
+    let passes = route::scan_passes(n_e);
+    let g = lane % group;
+    let (lo, hi) = route::segment(g, group, n_c);
+    let tot = smem::base();
+    let seg = tot + route::scan_seg_at(n_e);
+    let scratch = tot + route::scan_scratch_at(n_e);
+    let cc = p.chunk_counts as *mut u32;
+    let stride = n_e as usize;
+    // 1. segment sums, a segmented scan over the group's lanes, the expert totals
+    let mut pass = 0;
+    while pass < passes {
+        let e = pass * per_pass + t / group;
+        let mut sum = 0u32;
+        if e < n_e {
+            let mut c = lo;
+            while c < hi {
+                sum += *cc.add(c as usize * stride + e as usize);
+                c += 1;
+            }
+        }
+        let mut incl = sum;
+        let mut d = 1;
+        while d < group {
+            let o = warp::shfl_up(incl, d);
+            if g >= d {
+                incl += o;
+            }
+            d *= 2;
+        }
+        let total = warp::shfl_idx(incl, (lane - g) + group - 1);
+        smem::st_u32(seg + 4 * (pass * SCAN_THREADS + t), incl - sum);
+        if e < n_e && g == 0 {
+            smem::st_u32(tot + 4 * e, total);
+            *(p.counts as *mut u32).add(e as usize) = total;
+        }
+        pass += 1;
+    }
+    sync::block_sync();
+    // 2. offsets and tile offsets: thread t takes a run of consecutive experts
+    let (e_lo, e_hi) = route::scan_experts(t, n_e);
+    let (mut rows, mut tiles) = (0u32, 0u32);
+    let mut e = e_lo;
+    while e < e_hi {
+        let n = smem::ld_u32(tot + 4 * e);
+        rows += n;
+        tiles += n.div_ceil(p.tile_m);
         e += 1;
     }
-    *offsets.add(e) = o;
-    *tiles.add(e) = t;
+    let (mut o, rows_total) = block_scan(rows, scratch, SCAN_THREADS / 32);
+    let (mut tl, tiles_total) = block_scan(tiles, scratch, SCAN_THREADS / 32);
+    let offsets = p.offsets as *mut u32;
+    let tile_offsets = p.tile_offsets as *mut u32;
+    let mut e = e_lo;
+    while e < e_hi {
+        let n = smem::ld_u32(tot + 4 * e);
+        *offsets.add(e as usize) = if failed { 0 } else { o };
+        *tile_offsets.add(e as usize) = if failed { 0 } else { tl };
+        smem::st_u32(tot + 4 * e, o);
+        o += n;
+        tl += n.div_ceil(p.tile_m);
+        e += 1;
+    }
+    if t == 0 {
+        *offsets.add(n_e as usize) = if failed { 0 } else { rows_total };
+        *tile_offsets.add(n_e as usize) = if failed { 0 } else { tiles_total };
+    }
+    sync::block_sync();
+    // 3. each chunk's first row per expert (route_place does not run on a failed call)
+    if failed {
+        return;
+    }
+    let mut pass = 0;
+    while pass < passes {
+        let e = pass * per_pass + t / group;
+        if e < n_e {
+            let mut run = smem::ld_u32(tot + 4 * e) + smem::ld_u32(seg + 4 * (pass * SCAN_THREADS + t));
+            let mut c = lo;
+            while c < hi {
+                let at = cc.add(c as usize * stride + e as usize);
+                let n = *at;
+                *at = run;
+                run += n;
+                c += 1;
+            }
+        }
+        pass += 1;
+    }
 }
 
-/// Block e writes the rows of expert e in slot order: row_slot[row] = slot, slot_row[slot] = row; block 0
-/// also writes slot_row = -1 for masked slots. Writes nothing when the error word is set (read once at entry,
-/// the same in every thread, before the scan's barriers). 256 threads, 64 B shared.
+/// Block c writes the rows of chunk c's slots: row_slot[row] = slot, slot_row[slot] = row (-1 for a masked or
+/// invalid id), each expert's rows in slot order from chunk c's first row (`chunk_counts`, from `route_scan`).
+/// Rounds of one slot per thread; in a round the warps take turns (one barrier each), each lane's row being its
+/// expert's running row plus the lanes of its `match.any` group below it. Writes nothing when the error word is
+/// set (read once at entry, the same in every thread, before any barrier). [`THREADS`] threads,
+/// `route::chunk_smem(E)` bytes of shared memory; grid `route::grid(slots, chunk)`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_place(p: Route) {
     if routing_failed(p.error) {
         return;
     }
-    let e = regs::bid() as i32;
+    let c = regs::bid();
     let t = regs::tid();
-    let mut next = *(p.offsets as *const u32).add(e as usize);
+    let lane = t % 32;
+    let w = t / 32;
+    let run = smem::base();
+    let starts = (p.chunk_counts as *const u32).add(c as usize * p.experts as usize);
+    let mut e = t;
+    while e < p.experts {
+        smem::st_u32(run + 4 * e, *starts.add(e as usize));
+        e += THREADS;
+    }
+    let (lo, hi) = chunk_range(&p, c);
+    let ids = p.topk_ids as *const i32;
     let row_slot = p.row_slot as *mut u32;
     let slot_row = p.slot_row as *mut i32;
-    let step = ROUTE_THREADS * PER_THREAD;
-    let mut base = 0;
-    while base < p.slots {
-        let first = base + t * PER_THREAD;
-        let mut mine = 0u32;
-        let mut i = 0;
-        while i < PER_THREAD {
-            let s = first + i;
-            if s < p.slots {
-                let id = id_at(&p, s);
-                mine += (id == e) as u32;
-                if e == 0 && id < 0 {
-                    *slot_row.add(s as usize) = -1;
+    let load = |s: u32| if s < hi { route::expert_of(*ids.add(s as usize), p.experts) } else { -1 };
+    let mut next = load(lo + t);
+    sync::block_sync();
+    let mut base = lo;
+    while base < hi {
+        let s = base + t;
+        let id = next;
+        next = load(s + THREADS);
+        let mask = warp::match_any(id as u32);
+        let below = mask & ((1u32 << lane) - 1);
+        let mut turn = 0;
+        while turn < WARPS {
+            if turn == w {
+                // warp-uniform: every lane of warp w
+                // an unconditional load (expert 0 for masked lanes, unused): no branch before the warp sync
+                let r = smem::ld_u32(run + 4 * id.max(0) as u32);
+                warp::sync_warp();
+                if id >= 0 {
+                    let row = r + below.count_ones();
+                    *row_slot.add(row as usize) = s;
+                    *slot_row.add(s as usize) = row as i32;
+                    if route::highest_lane(mask) == lane {
+                        smem::st_u32(run + 4 * id as u32, r + mask.count_ones());
+                    }
                 }
             }
-            i += 1;
+            sync::block_sync();
+            turn += 1;
         }
-        let (before, total) = block_scan(mine, smem::base());
-        let mut row = next + before;
-        let mut i = 0;
-        while i < PER_THREAD {
-            let s = first + i;
-            if s < p.slots && id_at(&p, s) == e {
-                *row_slot.add(row as usize) = s;
-                *slot_row.add(s as usize) = row as i32;
-                row += 1;
-            }
-            i += 1;
+        if id < 0 && s < hi {
+            *slot_row.add(s as usize) = -1;
         }
-        next += total;
-        base += step;
+        base += THREADS;
     }
 }

@@ -48,3 +48,10 @@ pub unsafe fn st_v4(addr: u32, v: [u32; 4]) {
     asm!("st.shared.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg32) addr, a = in(reg32) v[0],
          b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack));
 }
+
+/// `red.shared.add.u32`: atomically add `v` to a shared word (no result).
+/// SAFETY: any thread; `addr` 4-byte aligned inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn red_add_u32(addr: u32, v: u32) {
+    asm!("red.shared.add.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
+}

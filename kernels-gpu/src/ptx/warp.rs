@@ -85,3 +85,19 @@ pub unsafe fn shfl_idx(v: u32, src: u32) -> u32 {
          s = in(reg32) src, options(nomem, nostack));
     r
 }
+
+/// `match.any.sync.b32` over the full warp: the mask of the lanes whose `v` equals this lane's.
+/// SAFETY: all 32 lanes, uniformly; no memory.
+#[inline(always)]
+pub unsafe fn match_any(v: u32) -> u32 {
+    let m: u32;
+    asm!("match.any.sync.b32 {m}, {v}, 0xffffffff;", m = out(reg32) m, v = in(reg32) v, options(nomem, nostack));
+    m
+}
+
+/// `bar.warp.sync 0xffffffff`: the warp's lanes meet here; their earlier memory accesses are ordered before
+/// their later ones (among the warp's lanes). SAFETY: all 32 lanes, uniformly.
+#[inline(always)]
+pub unsafe fn sync_warp() {
+    asm!("bar.warp.sync 0xffffffff;", options(nostack));
+}
