@@ -546,6 +546,7 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         partial: 0,
         map_c: 0,
         sh: 0,
+        map_z: 0,
         a_rows: 0,
         top_k: 0,
         pad: 0,
