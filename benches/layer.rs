@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::layer::{Grads, Inputs, LayerConfig, MoeLayer, Save};
+use megamoe::layer::{Gather, Grads, Inputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
@@ -54,14 +54,25 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let cfg = LayerConfig::bf16(h, i, e, k, tokens, Save::InputsOnly);
     let mut layer = MoeLayer::new(g.clone(), cfg)?;
     let mut layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
+    // the other place to gather x: GEMM1's producer (the default is the gather pass, or the other way round)
+    let other = match cfg.gather {
+        Gather::Pass => Gather::InProducer,
+        Gather::InProducer => Gather::Pass,
+    };
+    let mut layer_g = MoeLayer::new(g.clone(), LayerConfig { gather: other, ..cfg })?;
     let inp = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
     // forward alone; forward + backward with z recomputed (Save::InputsOnly); forward + backward with z
-    // saved (Save::WithZ, as autograd keeps activations for the PyTorch layer); 3 warm-ups, 20 timed each
-    let mut times = [Vec::new(), Vec::new(), Vec::new()];
+    // saved (Save::WithZ, as autograd keeps activations for the PyTorch layer); the forward alone with x
+    // gathered the other way; 3 warm-ups, 20 timed each
+    let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     let mut checked = Vec::new();
     let reps = timed_reps();
-    for (pass, with_bwd) in [false, true, true].into_iter().enumerate() {
-        let layer = if pass == 2 { &mut layer_z } else { &mut layer };
+    for (pass, with_bwd) in [false, true, true, false].into_iter().enumerate() {
+        let layer = match pass {
+            2 => &mut layer_z,
+            3 => &mut layer_g,
+            _ => &mut layer,
+        };
         for rep in 0..3 + reps {
             if rep == 3 {
                 g.fill_bytes(&mut out, 0xff)?;
@@ -82,9 +93,10 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             checked.push((g.download(&gdx)?, g.download(&gtk)?));
         }
     }
-    let [ms_f, ms_fb, ms_fbz] = times.map(median);
+    let [ms_f, ms_fb, ms_fbz, ms_fg] = times.map(median);
     g.sync()?;
     layer.routing_error()?;
+    // the last pass (gather the other way) wrote `out`: checked below like the default's
     let o = g.download(&out)?;
     let written = o.iter().all(|v| !v.is_nan());
     let n = 64;
@@ -120,6 +132,17 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
          (first {n} tokens), all written: {written}",
         ms_f * 1e3,
         fl / (ms_f * 1e-3) / 1e12
+    );
+    println!(
+        "RESULT megamoe forward, x gathered {} {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median of {reps}; \
+         default {:?})",
+        match other {
+            Gather::InProducer => "in GEMM1's producer",
+            Gather::Pass => "by a gather pass",
+        },
+        ms_fg * 1e3,
+        fl / (ms_fg * 1e-3) / 1e12,
+        cfg.gather
     );
     for (mode, ms) in [("z recomputed", ms_fb), ("z saved", ms_fbz)] {
         println!(

@@ -388,7 +388,18 @@ impl<'a> SwigluArgs<'a> {
             n_tiles: (i as u32).div_ceil(kh::GEMM_BN / 2),
             ..zero_gemm()
         };
-        m_grouped(gpu, "grouped_gemm_swiglu", map_a, map_b, p, rows)
+        // whole 64-row groups of an expert leave through the copy engine: h [rows_max, I], z [rows_max, 2I]
+        let (bx, by) = kh::GEMM_C_BOX;
+        let map_h = map(gpu, p.c, rows, i, bx, by)?;
+        let map_z = match self.z {
+            Some(_) => Some(map(gpu, p.z, rows, 2 * i, bx, by)?),
+            None => None,
+        };
+        let p = GroupedGemm { map_c: map_h.ptr(gpu), map_z: map_z.as_ref().map_or(0, |m| m.ptr(gpu)), ..p };
+        let mut prepared = m_grouped(gpu, "grouped_gemm_swiglu", map_a, map_b, p, rows)?;
+        prepared._maps.push(map_h);
+        prepared._maps.extend(map_z);
+        Ok(prepared)
     }
 }
 

@@ -348,11 +348,17 @@ impl MoeLayer {
             Some(_) => 0,
         };
         let map_b = self.maps.get(&g, dptr(w1, &s), c.experts * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
+        // whole 64-row groups of an expert leave through the copy engine: h [slots, I] and z [slots, 2I]
+        let (bx, by) = kh::GEMM_C_BOX;
+        let map_c = if h != 0 { self.maps.get(&g, h, slots, c.intermediate, bx, by)? } else { 0 };
+        let map_z = if z != 0 { self.maps.get(&g, z, slots, 2 * c.intermediate, bx, by)? } else { 0 };
         let p = GroupedGemm {
             map_a,
             map_b,
             c: h,
             z,
+            map_c,
+            map_z,
             n: c.intermediate as u32,
             k: c.hidden as u32,
             n_b: 2 * c.intermediate as u32,

@@ -60,14 +60,6 @@ unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
     )
 }
 
-/// Arrivals of the gathering producer's copies are published this many iterations late (the `cp.async`
-/// groups still in flight when a stage's arrival is made). The consumers give a stage back one iteration after
-/// they waited for it (`release_prev`), so refilling the stage of iteration it - STAGES needs iteration
-/// it - STAGES + 1 published: a lag of at most STAGES - 2. (STAGES - 1 deadlocks once a block runs more than
-/// STAGES iterations: seen on the H200, 2026-12-02.)
-const GATHER_LAG: u32 = STAGES - 2;
-const _: () = assert!(GATHER_LAG + 2 <= STAGES && GATHER_LAG >= 1, "the producer would wait for itself");
-
 #[inline(always)]
 unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool>(p: &GroupedGemm) {
     // shared-memory carve-out: STAGES x (A 128x64, B 256x64) bf16, then full[STAGES], empty[STAGES]
@@ -93,17 +85,18 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, cons
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SWIGLU, BT, DSW>(p, base, ring, total, kt_n, wg - 1);
+        consume::<SWIGLU, BT, DSW, GATHER>(p, base, ring, total, kt_n, wg - 1);
     }
 }
 
 /// The gathering producer of the SwiGLU GEMM (all 128 threads of warpgroup 0): thread t copies row t of every
 /// A tile, token row_slot[row] / top_k of `a_rows`, 128 bytes per stage in eight 16-byte `cp.async` into the
 /// 128-byte-swizzled layout the TMA would have made (chunk c of row r at chunk c ^ (r % 8)); rows past the
-/// expert's end are zero-filled (nothing read). Thread 0 also loads B by TMA, announcing its bytes. A thread
-/// publishes its rows of a stage GATHER_LAG iterations later: it waits for that group, fences the generic-proxy
-/// writes against the tensor cores' async-proxy reads, then arrives on the stage's full barrier (129 arrivals
-/// complete a phase).
+/// expert's end are zero-filled (nothing read). Thread 0 also loads B by TMA, announcing its bytes. Each thread
+/// then makes its copies arrive on the stage's full barrier when they complete (`cp.async.mbarrier.arrive
+/// .noinc`: 129 arrivals complete a phase) and goes on to the next stage without waiting, so as many stages are
+/// in flight as the ring holds; the consumers fence the generic-proxy writes against their wgmma reads after
+/// the wait.
 #[inline(always)]
 unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: u32, kt_n: u32) {
     let t = regs::tid();
@@ -128,8 +121,8 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
             let s = Ring::<STAGES>::stage(it);
             ring.wait_empty(it);
             let a_s = base + s * STAGE_BYTES;
+            let fb = ring.full_bar(it);
             if t == 0 {
-                let fb = ring.full_bar(it);
                 mbarrier::arrive_expect_tx(fb, B_BYTES);
                 let n0 = ti.n_tile * (BN / 2);
                 let (kx, brow) = ((kt * BK) as i32, ti.e * p.n_b);
@@ -143,24 +136,11 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
                 let from = if n == 0 { src } else { src.add(16 * C) };
                 cp_async::copy16_zfill(dst + ((c ^ (t % 8)) * 16), from, n);
             });
-            cp_async::commit_group();
-            if it >= GATHER_LAG {
-                cp_async::wait_group::<GATHER_LAG>();
-                fence::proxy_async_shared_cta();
-                mbarrier::arrive(ring.full_bar(it - GATHER_LAG));
-            }
+            cp_async::mbarrier_arrive_noinc(fb);
             it += 1;
             kt += 1;
         }
         tile += regs::nctaid();
-    }
-    // publish the stages still in flight
-    cp_async::wait_group::<0>();
-    fence::proxy_async_shared_cta();
-    let mut j = if it > GATHER_LAG { it - GATHER_LAG } else { 0 };
-    while j < it {
-        mbarrier::arrive(ring.full_bar(j));
-        j += 1;
     }
 }
 
@@ -210,7 +190,7 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool>(
 }
 
 #[inline(always)]
-unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
+unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -219,6 +199,10 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
     cw: u32,
 ) {
     let lane = t_lane();
+    // the warpgroup's two staging boxes, used alternately by every box the epilogues store (`boxes` counts them
+    // across tiles, so a box is never rewritten while the copy engine may still read it)
+    let staging = base + STAGING + cw * 2 * C_BOX;
+    let mut boxes = 0u32;
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
@@ -228,6 +212,10 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
         while kt < kt_n {
             let s = Ring::<STAGES>::stage(it);
             ring.wait_full(it);
+            if GATHER {
+                // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
+                fence::proxy_async_shared_cta();
+            }
             let a_s = base + s * STAGE_BYTES + cw * (A_BYTES / 2);
             let b_s = base + s * STAGE_BYTES + A_BYTES;
             wgmma::fence();
@@ -258,16 +246,16 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool>(
             ring.release_prev(it);
         }
         if SWIGLU {
-            store_swiglu(p, &acc, &ti, cw);
+            store_swiglu(p, &acc, &ti, cw, staging, &mut boxes);
         } else if DSW {
             store_dswiglu(p, &acc, &ti, cw);
         } else {
-            store_bf16(p, &acc, &ti, cw, base + STAGING + cw * 2 * C_BOX);
+            store_bf16(p, &acc, &ti, cw, staging, &mut boxes);
         }
         tile += regs::nctaid();
     }
     // the staging must not be freed (block exit) before the copy engine has read it
-    if !SWIGLU && !DSW && regs::tid() % 128 == 0 {
+    if regs::tid() % 128 == 0 {
         tma::wait_group::<0>();
     }
 }
@@ -285,6 +273,36 @@ fn frag() -> (u32, u32, u32) {
     (r, r + 8, 2 * (t % 4))
 }
 
+/// One 64 x 64 bf16 box of a consumer warpgroup's fragment out through shared memory and the copy engine:
+/// `val(j, h)` is the thread's packed pair of columns 8 j + c0, + 1 of its row r + 8 h (r, c0 of [`frag`]) in the
+/// box. Written into `buf` with 128-byte swizzle (16-byte chunk j of row r at chunk j ^ (r % 8): the fragment
+/// stores are free of bank conflicts), then stored by TMA at (`col`, `row`) of `map` (columns past the map's
+/// width clipped). `buf` is one of two staging boxes the caller alternates in issue order, across tiles too:
+/// `wait_group.read 1` before it is rewritten; one thread issues, named barrier 2 + cw (the warpgroup's 128 threads) orders the staging writes
+/// around it. SAFETY: all 128 threads of the warpgroup, in uniform control flow.
+#[inline(always)]
+unsafe fn store_box(map: u64, col: u32, row: u32, buf: u32, cw: u32, val: impl Fn(usize, usize) -> u32) {
+    let (r, _, c0) = frag();
+    let leader = regs::tid() % 128 == 0;
+    let bar = 2 + cw;
+    if leader {
+        tma::wait_group_read::<1>();
+    }
+    sync::named_sync(bar, 128);
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+        crate::unroll!(H in [0, 1] {
+            let rr = r + 8 * H as u32;
+            smem::st_u32(buf + rr * 128 + ((J as u32 ^ (rr % 8)) * 16) + 2 * c0, val(J, H));
+        });
+    });
+    fence::proxy_async_shared_cta();
+    sync::named_sync(bar, 128);
+    if leader {
+        tma::store_2d(map as *const u8, col as i32, row as i32, buf);
+        tma::commit_group();
+    }
+}
+
 /// The bf16 epilogue. A warpgroup whose 64 rows all belong to the tile's expert (and with `map_c` set) stores
 /// through shared memory and the copy engine: one 64 x 64 box at a time (128-byte swizzle: 16-byte chunk c of row
 /// r at chunk c ^ (r % 8), so the fragment stores are free of bank conflicts), two staging boxes alternating
@@ -292,37 +310,17 @@ fn frag() -> (u32, u32, u32) {
 /// named barrier 2 + cw (128 threads) orders the staging writes around it. A warpgroup with rows past the
 /// expert's end (the rows of the next expert, or past the buffer) stores from registers, row by row.
 #[inline(always)]
-unsafe fn store_bf16(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
+unsafe fn store_bf16(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32, k: &mut u32) {
     let row0w = ti.row0 + cw * 64;
     if p.map_c != 0 && row0w + 64 <= ti.row_end {
         // uniform in the warpgroup: every thread sees the same tile
-        let t = regs::tid() % 128;
-        let r = 16 * (t / 32) + (t % 32) / 4; // rows r and r + 8 of the warpgroup's 64
-        let c0 = 2 * (t % 4);
-        let leader = t == 0;
-        let bar = 2 + cw;
         crate::unroll!(B in [0, 1, 2, 3] {
             let col_b = ti.n_tile * BN + 64 * B as u32;
             if col_b < p.n {
-                let buf = staging + (B as u32 % 2) * C_BOX;
-                if leader {
-                    tma::wait_group_read::<1>();
-                }
-                sync::named_sync(bar, 128);
-                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                    crate::unroll!(H in [0, 1] {
-                        let row = r + 8 * H as u32;
-                        let addr = buf + row * 128 + ((J as u32 ^ (row % 8)) * 16) + 2 * c0;
-                        let v = math::pack_bf16x2(acc[4 * (8 * B + J) + 2 * H], acc[4 * (8 * B + J) + 2 * H + 1]);
-                        smem::st_u32(addr, v);
-                    });
+                store_box(p.map_c, col_b, row0w, staging + (*k % 2) * C_BOX, cw, |j, h| {
+                    math::pack_bf16x2(acc[4 * (8 * B + j) + 2 * h], acc[4 * (8 * B + j) + 2 * h + 1])
                 });
-                fence::proxy_async_shared_cta();
-                sync::named_sync(bar, 128);
-                if leader {
-                    tma::store_2d(p.map_c as *const u8, col_b as i32, row0w as i32, buf);
-                    tma::commit_group();
-                }
+                *k += 1;
             }
         });
         return;
@@ -349,8 +347,40 @@ fn silu_mul(g: f32, u: f32) -> f32 {
     g * math::sigmoid(g) * u
 }
 
+/// The SwiGLU epilogue: h = silu(g) u into `c` (when non-zero) and z = [g | u] into `z` (when non-zero). A
+/// warpgroup whose 64 rows all belong to the tile's expert, with a tensor map for each output it writes
+/// (`map_c` over h [rows, n], `map_z` over z [rows, 2n]; n a multiple of 64), stores 64 x 64 boxes through the
+/// staging and the copy engine (h: 2 boxes, z: 2 of g and 2 of u); the others store from registers.
 #[inline(always)]
-unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32, k: &mut u32) {
+    let row0w = ti.row0 + cw * 64;
+    if row0w + 64 <= ti.row_end && (p.c == 0 || p.map_c != 0) && (p.z == 0 || p.map_z != 0) {
+        // uniform in the warpgroup
+        crate::unroll!(B in [0, 1] {
+            let col_b = ti.n_tile * (BN / 2) + 64 * B as u32;
+            if col_b < p.n {
+                let (g, u) = (8 * B, 8 * B + 16);
+                if p.c != 0 {
+                    store_box(p.map_c, col_b, row0w, staging + (*k % 2) * C_BOX, cw, |j, h| {
+                        let (g0, g1) = (acc[4 * (g + j) + 2 * h], acc[4 * (g + j) + 2 * h + 1]);
+                        let (u0, u1) = (acc[4 * (u + j) + 2 * h], acc[4 * (u + j) + 2 * h + 1]);
+                        math::pack_bf16x2(silu_mul(g0, u0), silu_mul(g1, u1))
+                    });
+                    *k += 1;
+                }
+                if p.z != 0 {
+                    store_box(p.map_z, col_b, row0w, staging + (*k % 2) * C_BOX, cw, |j, h| {
+                        math::pack_bf16x2(acc[4 * (g + j) + 2 * h], acc[4 * (g + j) + 2 * h + 1])
+                    });
+                    store_box(p.map_z, p.n + col_b, row0w, staging + ((*k + 1) % 2) * C_BOX, cw, |j, h| {
+                        math::pack_bf16x2(acc[4 * (u + j) + 2 * h], acc[4 * (u + j) + 2 * h + 1])
+                    });
+                    *k += 2;
+                }
+            }
+        });
+        return;
+    }
     let (r0, r1, c0) = frag();
     let rows = [ti.row0 + cw * 64 + r0, ti.row0 + cw * 64 + r1];
     let c = p.c as *mut u32;
