@@ -32,7 +32,9 @@ use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 pub enum Save {
     /// Only the inputs; the backward recomputes z.
     InputsOnly,
-    /// z = [g | u] as well (bf16, 2I per routed row); the backward recomputes h from it.
+    /// z = [g | u] as well (bf16, 2I per routed row; the backward recomputes h from it) and, with
+    /// [`Gather::Pass`], the expert-ordered copy of x the forward made (bf16, H per routed row; the backward's
+    /// dW1 reads it instead of gathering x again).
     WithZ,
 }
 
@@ -114,7 +116,7 @@ impl LayerConfig {
 }
 
 /// What the forward leaves for the backward: the routing layout of the call, its routing error word, and z
-/// in `Save::WithZ`.
+/// (and the expert-ordered x) in `Save::WithZ`.
 pub struct Saved {
     tokens: usize,
     experts: usize,
@@ -127,6 +129,8 @@ pub struct Saved {
     row_slot: CudaSlice<u32>,
     slot_row: CudaSlice<i32>,
     z: Option<CudaSlice<bf16>>,
+    /// The expert-ordered rows of x (bf16 [slots, H]), `Save::WithZ` with `Gather::Pass`.
+    xs: Option<CudaSlice<bf16>>,
 }
 
 impl Saved {
@@ -138,7 +142,7 @@ impl Saved {
     pub fn bytes(&self) -> usize {
         let words =
             self.row_slot.len() + self.slot_row.len() + self.counts.len() + 2 * self.offsets.len() + self.error.len();
-        4 * words + 2 * self.z.as_ref().map_or(0, |z| z.len())
+        4 * words + 2 * self.z.as_ref().map_or(0, |z| z.len()) + 2 * self.xs.as_ref().map_or(0, |x| x.len())
     }
 }
 
@@ -331,27 +335,45 @@ impl MoeLayer {
         unsafe { self.gpu.launch(kernel, launch, &p) }
     }
 
-    /// GEMM1 (+ SwiGLU): h (and z when `z` is non-zero) from the gathered x.
-    fn gemm1(&mut self, sv: &Saved, w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
-        self.gemm1_from(sv, None, w1, h, z)
+    /// Where the expert-ordered rows of x go (address, rows the buffer holds): the call's [`Saved`] when it
+    /// keeps them, else the workspace.
+    fn xs_of(&self, sv: &Saved) -> (u64, usize) {
+        let s = self.gpu.stream();
+        match &sv.xs {
+            Some(xs) => (dptr(xs, s), sv.tokens * self.cfg.top_k),
+            None => (dptr(&self.work.xs, s), self.cfg.max_tokens * self.cfg.top_k),
+        }
     }
 
-    /// GEMM1 (+ SwiGLU) with A either the gathered rows in the workspace (`x` = None) or gathered from the
-    /// tokens `x` by the kernel's producer (no gathered copy).
-    fn gemm1_from(&mut self, sv: &Saved, x: Option<u64>, w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
+    /// GEMM1 (+ SwiGLU): h (and z when `z` is non-zero) from the gathered x (`xs`: address, rows it holds).
+    fn gemm1(&mut self, sv: &Saved, xs: (u64, usize), w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
+        self.gemm1_from(sv, Err(xs), w1, h, z)
+    }
+
+    /// GEMM1 (+ SwiGLU) with A either gathered rows (`Err((address, rows))`) or gathered from the tokens
+    /// (`Ok(x)`) by the kernel's producer (no gathered copy).
+    fn gemm1_from(
+        &mut self,
+        sv: &Saved,
+        x: std::result::Result<u64, (u64, usize)>,
+        w1: &CudaSlice<bf16>,
+        h: u64,
+        z: u64,
+    ) -> Result<()> {
         let c = self.cfg;
         let slots = c.max_tokens * c.top_k;
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let map_a = match x {
-            None => self.maps.get(&g, dptr(&self.work.xs, &s), slots, c.hidden, kh::GEMM_BM, 64)?,
-            Some(_) => 0,
+            Err((xs, rows)) => self.maps.get(&g, xs, rows, c.hidden, kh::GEMM_BM, 64)?,
+            Ok(_) => 0,
         };
         let map_b = self.maps.get(&g, dptr(w1, &s), c.experts * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
         // whole 64-row groups of an expert leave through the copy engine: h [slots, I] and z [slots, 2I]
         let (bx, by) = kh::GEMM_C_BOX;
         let map_c = if h != 0 { self.maps.get(&g, h, slots, c.intermediate, bx, by)? } else { 0 };
-        let map_z = if z != 0 { self.maps.get(&g, z, slots, 2 * c.intermediate, bx, by)? } else { 0 };
+        // z: the workspace's or the call's Saved one, which holds the call's rows only
+        let map_z = if z != 0 { self.maps.get(&g, z, sv.tokens * c.top_k, 2 * c.intermediate, bx, by)? } else { 0 };
         let p = GroupedGemm {
             map_a,
             map_b,
@@ -369,7 +391,7 @@ impl MoeLayer {
             top_k: c.top_k as u32,
             ..zero_gemm()
         };
-        let kernel = if x.is_some() { "grouped_gemm_swiglu_gather" } else { "grouped_gemm_swiglu" };
+        let kernel = if x.is_ok() { "grouped_gemm_swiglu_gather" } else { "grouped_gemm_swiglu" };
         self.mgemm(kernel, p, sv)
     }
 
@@ -403,6 +425,7 @@ impl MoeLayer {
             row_slot: g.alloc(slots.max(1))?,
             slot_row: g.alloc(slots.max(1))?,
             z: if with_z { Some(g.alloc((slots * 2 * c.intermediate).max(1))?) } else { None },
+            xs: if with_z && c.gather == Gather::Pass { Some(g.alloc((slots * c.hidden).max(1))?) } else { None },
         };
         if inp.tokens == 0 {
             return Ok(sv);
@@ -429,11 +452,12 @@ impl MoeLayer {
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
         match c.gather {
             Gather::Pass => {
-                self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), &sv)?;
-                self.gemm1(&sv, inp.w1, h_ptr, z_ptr)?;
+                let xs = self.xs_of(&sv);
+                self.gather(dptr(inp.x, &s), xs.0, &sv)?;
+                self.gemm1(&sv, xs, inp.w1, h_ptr, z_ptr)?;
             }
             // GEMM1's producer gathers the rows of x itself (no gathered copy of x in the forward)
-            Gather::InProducer => self.gemm1_from(&sv, Some(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?,
+            Gather::InProducer => self.gemm1_from(&sv, Ok(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?,
         }
         let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
@@ -534,14 +558,16 @@ impl MoeLayer {
         let slots = t * c.top_k;
         let ws_rows = c.max_tokens * c.top_k;
         let (h2, i2) = (c.hidden, c.intermediate);
-        // x rows (and z, h unless saved)
-        self.gather(dptr(inp.x, &s), dptr(&self.work.xs, &s), saved)?;
+        // x rows (unless saved), z (unless saved; h is recomputed from z in the dh epilogue)
+        let xs = self.xs_of(saved);
+        if saved.xs.is_none() {
+            self.gather(dptr(inp.x, &s), xs.0, saved)?;
+        }
         let z_ptr = match &saved.z {
             Some(z) => dptr(z, &s),
             None => {
-                // z only: h is recomputed from z in the dh epilogue
                 let zp = dptr(&self.work.z, &s);
-                self.gemm1(saved, inp.w1, 0, zp)?;
+                self.gemm1(saved, xs, inp.w1, 0, zp)?;
                 zp
             }
         };
@@ -601,8 +627,7 @@ impl MoeLayer {
         let acc = grads.accumulate;
         let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
         self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc)?;
-        let xs = (dptr(&self.work.xs, &s), ws_rows, h2);
-        self.wgrad((dptr(&self.work.dz, &s), ws_rows, 2 * i2), xs, grads.dw1, saved, acc)?;
+        self.wgrad((dptr(&self.work.dz, &s), ws_rows, 2 * i2), (xs.0, xs.1, h2), grads.dw1, saved, acc)?;
         Ok(())
     }
 
