@@ -62,8 +62,11 @@ pub mod kernels_host {
     pub const GEMM_RING: u32 = GEMM_STAGES * (GEMM_BM + GEMM_BN) * 64 * 2;
     /// The epilogue's staging after the ring: two 8 KiB boxes per consumer warpgroup for the TMA stores.
     pub const GEMM_STAGING: u32 = 4 * 8192;
-    /// Dynamic shared memory of the grouped GEMMs: the ring, the staging, then the mbarriers.
-    pub const GEMM_SMEM: u32 = GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES;
+    /// The gathering producer's token of each row of the current A tile (u32 [GEMM_BM]).
+    pub const GEMM_GATHER_ROWS: u32 = 4 * GEMM_BM;
+    /// Dynamic shared memory of the grouped GEMMs: the ring, the staging, the mbarriers, then the gathering
+    /// producer's row tokens.
+    pub const GEMM_SMEM: u32 = GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES + GEMM_GATHER_ROWS;
     /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns).
     pub const WGRAD_C_BOX: (u32, u32) = (64, 32);
     /// Rows and columns of the boxes the bf16 epilogue stores (128-byte swizzle: 64 columns).

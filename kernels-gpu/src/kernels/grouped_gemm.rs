@@ -33,8 +33,10 @@ const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
 /// warpgroup.
 const C_BOX: u32 = crate::kernels_host::GEMM_C_BOX.0 * crate::kernels_host::GEMM_C_BOX.1 * 2;
 const STAGING: u32 = STAGES * STAGE_BYTES;
-/// Dynamic shared memory of the kernel: the ring, the staging, then 2 * STAGES mbarriers.
-pub const SMEM_BYTES: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
+/// The gathering producer's row tokens (after the mbarriers): u32 [BM].
+const ROW_TOKENS: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
+/// Dynamic shared memory of the kernel: the ring, the staging, 2 * STAGES mbarriers, the row tokens.
+pub const SMEM_BYTES: u32 = ROW_TOKENS + crate::kernels_host::GEMM_GATHER_ROWS;
 /// Threads per block.
 pub const THREADS: u32 = crate::kernels_host::GEMM_THREADS;
 
@@ -89,8 +91,10 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, cons
     }
 }
 
-/// The gathering producer of the SwiGLU GEMM (all 128 threads of warpgroup 0): thread t copies row t of every
-/// A tile, token row_slot[row] / top_k of `a_rows`, 128 bytes per stage in eight 16-byte `cp.async` into the
+/// The gathering producer of the SwiGLU GEMM (all 128 threads of warpgroup 0). Per stage, the A tile's 128
+/// rows x 128 bytes are copied with 16-byte `cp.async`: thread t copies chunk t % 8 of rows t / 8 + 16 i
+/// (i < 8), so each 8 lanes of a warp instruction read one row's 128 contiguous bytes (whole L2 lines, not 32
+/// scattered 16-byte pieces). Row r of the tile is token row_slot[r] / top_k of `a_rows`; it lands in the
 /// 128-byte-swizzled layout the TMA would have made (chunk c of row r at chunk c ^ (r % 8)); rows past the
 /// expert's end are zero-filled (nothing read). Thread 0 also loads B by TMA, announcing its bytes. Each thread
 /// then makes its copies arrive on the stage's full barrier when they complete (`cp.async.mbarrier.arrive
@@ -104,18 +108,20 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
         tma::prefetch_tensormap(p.map_b as *const u8);
     }
     let x = p.a_rows as *const u8;
-    let row_bytes = (p.k * 2) as usize;
+    let (chunk, r0) = (t % 8, t / 8);
+    let toks = base + ROW_TOKENS;
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
         let ti = tile_info(p, tile);
+        // the tile's row tokens into shared memory (u32::MAX past the expert's end): thread t looks up row t;
+        // named barrier 1 (the 128 producer threads, uniform flow) before (the last tile's reads are done) and
+        // after (the writes are visible)
         let row = ti.row0 + t;
-        let (src_row, n) = if row < ti.row_end {
-            let tok = *(p.row_slot as *const u32).add(row as usize) / p.top_k;
-            (x.add(tok as usize * row_bytes), 16u32)
-        } else {
-            (x, 0u32)
-        };
+        let tok = if row < ti.row_end { *(p.row_slot as *const u32).add(row as usize) / p.top_k } else { u32::MAX };
+        sync::named_sync(1, 128);
+        smem::st_u32(toks + 4 * t, tok);
+        sync::named_sync(1, 128);
         let mut kt = 0;
         while kt < kt_n {
             let s = Ring::<STAGES>::stage(it);
@@ -129,12 +135,17 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
                 tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
                 tma::load_2d(a_s + A_BYTES + B_BYTES / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
             }
-            let dst = a_s + t * 128;
-            let src = if n == 0 { src_row } else { src_row.add((kt * BK * 2) as usize) };
-            crate::unroll!(C in [0, 1, 2, 3, 4, 5, 6, 7] {
-                let c = C as u32;
-                let from = if n == 0 { src } else { src.add(16 * C) };
-                cp_async::copy16_zfill(dst + ((c ^ (t % 8)) * 16), from, n);
+            // byte offset of this thread's chunk in a row at this stage
+            let col = (kt * BK * 2 + chunk * 16) as usize;
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let r = r0 + 16 * I as u32;
+                let dst = a_s + r * 128 + ((chunk ^ (r % 8)) * 16);
+                let tok = smem::ld_u32(toks + 4 * r);
+                if tok != u32::MAX {
+                    cp_async::copy16_zfill(dst, x.add(tok as usize * (p.k * 2) as usize + col), 16);
+                } else {
+                    cp_async::copy16_zfill(dst, x, 0);
+                }
             });
             cp_async::mbarrier_arrive_noinc(fb);
             it += 1;
