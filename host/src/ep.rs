@@ -526,7 +526,7 @@ impl EpLayer {
     fn mgemm(&self, kernel: &'static str, p: GroupedGemm) -> Result<()> {
         let recv = self.group.layout.max_recv as u32;
         let per = (self.cfg.experts / self.world()) as u32;
-        let launch = m_grouped_launch(&self.gpu, recv as usize, per as usize, p.n_tiles);
+        let launch = m_grouped_launch(&self.gpu, kernel, recv as usize, per as usize, p.n_tiles);
         // SAFETY: A holds max_recv rows, C max_recv rows of ldc; the local offsets the kernels read are clamped to
         // max_recv on the device; B holds the rank's experts.
         unsafe { self.gpu.launch(kernel, launch, &p) }
@@ -724,11 +724,16 @@ impl EpLayer {
         let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
         let map_dy = self.maps.get(&g, ws + lay.recv_dy, recv, h2, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), per * h2, i2, 64, 64)?;
+        // z and dz ([recv, 2I]) in 64 x 64 boxes: whole 64-row groups of an expert go through the copy engine
+        let map_z = self.maps.get(&g, z, recv, 2 * i2, kh::GEMM_C_BOX.0, kh::GEMM_C_BOX.1)?;
+        let map_dz_c = self.maps.get(&g, dz, recv, 2 * i2, kh::GEMM_C_BOX.0, kh::GEMM_C_BOX.1)?;
         let p = GroupedGemm {
             map_a: map_dy,
             map_b: map_w2,
             c: dz,
+            map_c: map_dz_c,
             z,
+            map_z,
             n: i2 as u32,
             k: h2 as u32,
             n_b: h2 as u32,

@@ -303,7 +303,7 @@ fn m_grouped<'a>(
     p.map_b = map_b.ptr(gpu);
     Ok(Prepared {
         ordinal: gpu.ordinal(),
-        block: Block::M(kernel, m_grouped_launch(gpu, rows_max, p.experts as usize, p.n_tiles), p),
+        block: Block::M(kernel, m_grouped_launch(gpu, kernel, rows_max, p.experts as usize, p.n_tiles), p),
         _maps: vec![map_a, map_b],
         _bufs: PhantomData,
     })
@@ -426,11 +426,17 @@ impl<'a> DswigluArgs<'a> {
         let s = gpu.stream().clone();
         let map_a = map(gpu, dptr(self.dy, &s), rows, k, kh::GEMM_BM, 64)?;
         let map_b = map(gpu, dptr(self.w2, &s), e * k, i, 64, 64)?;
+        // whole 64-row groups of an expert load g, u and store dg, du through the copy engine (64 x 64 boxes)
+        let (box_rows, box_cols) = kh::GEMM_C_BOX;
+        let map_z = map(gpu, dptr(self.z, &s), rows, 2 * i, box_rows, box_cols)?;
+        let map_dz = map(gpu, dptr(self.dz, &s), rows, 2 * i, box_rows, box_cols)?;
         let p = GroupedGemm {
             offsets: dptr(self.offsets, &s),
             tile_offsets: dptr(self.tile_offsets, &s),
             c: dptr(self.dz, &s),
+            map_c: map_dz.ptr(gpu),
             z: dptr(self.z, &s),
+            map_z: map_z.ptr(gpu),
             experts: e as u32,
             n: i as u32,
             k: k as u32,
@@ -442,7 +448,9 @@ impl<'a> DswigluArgs<'a> {
             partial: dptr(self.partial, &s),
             ..zero_gemm()
         };
-        m_grouped(gpu, "grouped_gemm_bt_dswiglu", map_a, map_b, p, rows)
+        let mut prepared = m_grouped(gpu, "grouped_gemm_bt_dswiglu", map_a, map_b, p, rows)?;
+        prepared._maps.extend([map_z, map_dz]);
+        Ok(prepared)
     }
 }
 
@@ -489,12 +497,13 @@ impl<'a> WgradArgs<'a> {
     }
 }
 
-/// The launch of an M-grouped GEMM over at most `rows_max` expert-ordered rows of `experts` experts: one block
-/// per tile up to one per SM (the kernel is persistent), shared by the layer, the EP layer and the calls here.
-pub(crate) fn m_grouped_launch(gpu: &Gpu, rows_max: usize, experts: usize, n_tiles: u32) -> Launch {
+/// The launch of the M-grouped kernel `kernel` over at most `rows_max` expert-ordered rows of `experts` experts:
+/// one block per tile up to one per SM (the kernel is persistent), with the kernel's shared memory
+/// ([`kh::m_grouped_smem`]); shared by the layer, the EP layer and the calls here.
+pub(crate) fn m_grouped_launch(gpu: &Gpu, kernel: &str, rows_max: usize, experts: usize, n_tiles: u32) -> Launch {
     let rows = rows_max as u32;
     let m_tiles_max = rows.div_ceil(kh::GEMM_BM) + (experts as u32).min(rows);
-    Launch::new(gpu.sm_count().min(m_tiles_max * n_tiles), kh::GEMM_THREADS, kh::GEMM_SMEM)
+    Launch::new(gpu.sm_count().min(m_tiles_max * n_tiles), kh::GEMM_THREADS, kh::m_grouped_smem(kernel))
 }
 
 /// The parameter block and launch of `grouped_wgrad_f32` (tiles of 128 x 256 of each expert's M x N, one block
@@ -570,6 +579,13 @@ mod tests {
     fn tile_offsets_count_partial_tiles_and_skip_empty_experts() {
         assert_eq!(super::tile_offsets(&[0, 1, 128, 129, 0, 256]), vec![0, 0, 1, 2, 4, 4, 6]);
         assert_eq!(super::tile_offsets(&[]), vec![0]);
+    }
+
+    #[test]
+    fn dswiglu_launches_with_its_own_shared_memory() {
+        use megamoe_kernels::kernels_host as kh;
+        assert_eq!(kh::m_grouped_smem("grouped_gemm_bt_dswiglu"), kh::GEMM_DSW_SMEM);
+        assert_eq!(kh::m_grouped_smem("grouped_gemm_bt_bf16"), kh::GEMM_SMEM);
     }
 
     #[test]

@@ -330,7 +330,7 @@ impl MoeLayer {
         p.offsets = dptr(&sv.offsets, s);
         p.tile_offsets = dptr(&sv.tile_offsets, s);
         p.experts = self.cfg.experts as u32;
-        let launch = m_grouped_launch(&self.gpu, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles);
+        let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles);
         // SAFETY: A and C hold slots rows, B the experts' weights; rows are bounded by the device offsets.
         unsafe { self.gpu.launch(kernel, launch, &p) }
     }
@@ -577,11 +577,19 @@ impl MoeLayer {
         let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
         let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), c.experts * h2, i2, 64, 64)?;
+        // z and dz in 64 x 64 boxes (whole 64-row groups of an expert go through the copy engine); a saved z
+        // holds the call's slots rows, the workspace's z and dz ws_rows
+        let (box_rows, box_cols) = kh::GEMM_C_BOX;
+        let z_rows = if saved.z.is_some() { slots } else { ws_rows };
+        let map_z = self.maps.get(&g, z_ptr, z_rows, 2 * i2, box_rows, box_cols)?;
+        let map_dzs = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, box_rows, box_cols)?;
         let p = GroupedGemm {
             map_a: map_dy,
             map_b: map_w2,
             c: dptr(&self.work.dz, &s),
+            map_c: map_dzs,
             z: z_ptr,
+            map_z,
             n: i2 as u32,
             k: h2 as u32,
             n_b: h2 as u32,

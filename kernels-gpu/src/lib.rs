@@ -67,6 +67,23 @@ pub mod kernels_host {
     /// Dynamic shared memory of the grouped GEMMs: the ring, the staging, the mbarriers, then the gathering
     /// producer's row tokens.
     pub const GEMM_SMEM: u32 = GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES + GEMM_GATHER_ROWS;
+    /// Pipeline stages of `grouped_gemm_bt_dswiglu`: the room of a fourth stage holds its epilogue's z staging.
+    pub const GEMM_DSW_STAGES: u32 = 3;
+    /// The z staging of `grouped_gemm_bt_dswiglu` after its ring: per consumer warpgroup two (g, u) pairs of
+    /// 64 x 64 bf16 boxes (8 KiB each, 128-byte swizzle).
+    pub const GEMM_DSW_STAGING: u32 = 8 * 8192;
+    /// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: the ring, the staging, the ring's mbarriers, then the
+    /// staging's four mbarriers (one per (g, u) pair).
+    pub const GEMM_DSW_SMEM: u32 =
+        GEMM_DSW_STAGES * (GEMM_BM + GEMM_BN) * 64 * 2 + GEMM_DSW_STAGING + 16 * GEMM_DSW_STAGES + 4 * 8;
+    /// Dynamic shared memory the M-grouped kernel `kernel` is launched with.
+    pub fn m_grouped_smem(kernel: &str) -> u32 {
+        if kernel == "grouped_gemm_bt_dswiglu" {
+            GEMM_DSW_SMEM
+        } else {
+            GEMM_SMEM
+        }
+    }
     /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns).
     pub const WGRAD_C_BOX: (u32, u32) = (64, 32);
     /// Rows and columns of the boxes the bf16 epilogue stores (128-byte swizzle: 64 columns).

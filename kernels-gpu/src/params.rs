@@ -201,7 +201,8 @@ pub struct GroupedGemm {
     /// SwiGLU-backward epilogue: f32 [rows, n_tiles] partial sums of dh * h (dtopk).
     pub partial: u64,
     /// Plain bf16 epilogue: tensor map of C as bf16 [rows, n] (ldc = n), box 64 x 64, 128-byte swizzle; whole
-    /// 64-row groups of one expert are stored through it. 0: every row stored from registers.
+    /// 64-row groups of one expert are stored through it. SwiGLU-backward epilogue: the same over dz = C as bf16
+    /// [rows, 2 * n] (set together with `map_z`). 0: every row stored from registers.
     pub map_c: u64,
     /// SwiGLU-backward epilogue: bf16 [rows, n] output s * h (the dW2 operand, s the row's routing weight);
     /// 0 for none.

@@ -12,6 +12,8 @@
 //! `grouped_gemm_bt_bf16` takes B_e stored [K, N] (N-major, as the backward's dgrad reads W2_e and W1_e):
 //! four TMA boxes of 64 N x 64 K per stage, wgmma with imm-trans-b = 1 and MN-major descriptors
 //! (LBO = 8192 B between the 64-wide N atoms, SBO = 1024 B between 8-row K groups; measured, docs/NOTES.md).
+//! `grouped_gemm_bt_dswiglu` (the backward's dh with the SwiGLU backward) runs a 3-stage ring: the room of the
+//! fourth stage holds its epilogue's z staging (see `store_dswiglu`).
 use crate::desc::{Layout, SmemDesc};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
@@ -26,6 +28,8 @@ pub const BN: u32 = crate::kernels_host::GEMM_BN;
 pub const BK: u32 = 64;
 /// Pipeline depth.
 pub const STAGES: u32 = crate::kernels_host::GEMM_STAGES;
+/// Pipeline depth of `grouped_gemm_bt_dswiglu`.
+pub const DSW_STAGES: u32 = crate::kernels_host::GEMM_DSW_STAGES;
 const A_BYTES: u32 = BM * BK * 2;
 const B_BYTES: u32 = BN * BK * 2;
 const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
@@ -37,6 +41,20 @@ const STAGING: u32 = STAGES * STAGE_BYTES;
 const ROW_TOKENS: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
 /// Dynamic shared memory of the kernel: the ring, the staging, 2 * STAGES mbarriers, the row tokens.
 pub const SMEM_BYTES: u32 = ROW_TOKENS + crate::kernels_host::GEMM_GATHER_ROWS;
+/// The z staging of `grouped_gemm_bt_dswiglu`: per consumer warpgroup two slots of a g box and a u box.
+const DSW_STAGING: u32 = 8 * C_BOX;
+/// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: its 3-stage ring, the z staging, the ring's mbarriers,
+/// then one mbarrier per (warpgroup, slot) of the staging.
+pub const DSW_SMEM_BYTES: u32 = DSW_STAGES * STAGE_BYTES + DSW_STAGING + Ring::<DSW_STAGES>::BYTES + 4 * 8;
+
+/// Bytes of staging after a ring (the epilogue's boxes).
+const fn staging_bytes(dsw: bool) -> u32 {
+    if dsw {
+        DSW_STAGING
+    } else {
+        4 * C_BOX
+    }
+}
 /// Threads per block.
 pub const THREADS: u32 = crate::kernels_host::GEMM_THREADS;
 
@@ -45,6 +63,10 @@ const _: () = assert!(A_BYTES % 1024 == 0, "B tile must start 1024-byte aligned"
 const _: () = assert!(SMEM_BYTES == crate::kernels_host::GEMM_SMEM, "host and kernel disagree on the ring");
 const _: () = assert!(4 * C_BOX == crate::kernels_host::GEMM_STAGING && STAGING % 1024 == 0, "staging layout");
 const _: () = assert!(SMEM_BYTES <= 232448, "sm_90 allows at most 227 KiB of shared memory per block");
+const _: () = assert!(DSW_SMEM_BYTES == crate::kernels_host::GEMM_DSW_SMEM, "host and kernel disagree (dswiglu)");
+const _: () = assert!(DSW_STAGING == crate::kernels_host::GEMM_DSW_STAGING, "dswiglu staging layout");
+const _: () = assert!(DSW_SMEM_BYTES <= 232448, "sm_90 allows at most 227 KiB of shared memory per block");
+const _: () = assert!((DSW_STAGES * STAGE_BYTES) % 1024 == 0 && C_BOX % 1024 == 0, "z boxes 1024-byte aligned");
 
 /// The tile `tile` of this launch (see [`crate::scheduler::m_tile`]).
 #[inline(always)]
@@ -62,17 +84,33 @@ unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
     )
 }
 
+/// The kernel body; `S` ring stages (STAGES, or DSW_STAGES for the SwiGLU backward).
 #[inline(always)]
-unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool>(p: &GroupedGemm) {
-    // shared-memory carve-out: STAGES x (A 128x64, B 256x64) bf16, then full[STAGES], empty[STAGES]
+unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool, const S: u32>(
+    p: &GroupedGemm,
+) {
+    const { assert!(!GATHER || S == STAGES, "the gathering producer uses the STAGES ring and the row tokens") };
+    const { assert!(S == if DSW { DSW_STAGES } else { STAGES }, "the host launches with the layout of this S") };
+    // shared-memory carve-out: S x (A 128x64, B 256x64) bf16, the epilogue's staging, full[S], empty[S], then
+    // (SwiGLU backward) the z staging's mbarriers [warpgroup][slot]
     let base = smem::base();
-    let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
+    let staging = base + S * STAGE_BYTES;
+    let ring = Ring::<S>::at(staging + staging_bytes(DSW));
+    let zbar = staging + staging_bytes(DSW) + Ring::<S>::BYTES;
     let t = regs::tid();
     let wg = t / 128;
     // barrier init
     if t == 0 {
+        if DSW {
+            // one arrival (the leader's arrive.expect_tx) plus the bytes of a g box and a u box per phase
+            let mut i = 0;
+            while i < 4 {
+                mbarrier::init(zbar + 8 * i, 1);
+                i += 1;
+            }
+        }
         // one arrival per consumer warp; the gathering producer arrives once with the bytes of B and once per
-        // thread of its warpgroup for the rows of A
+        // thread of its warpgroup for the rows of A (init_with's fence publishes the z barriers too)
         ring.init_with(if GATHER { 1 + 128 } else { 1 }, 8);
     }
     crate::ptx::sync::block_sync();
@@ -81,13 +119,14 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, cons
     if wg == 0 {
         regs::setmaxnreg_dec::<40>();
         if GATHER {
-            produce_gather(p, base, ring, total, kt_n);
+            // S == STAGES (asserted above): the same barriers
+            produce_gather(p, base, Ring::<STAGES>::at(staging + staging_bytes(DSW)), total, kt_n);
         } else if t == 0 {
-            produce::<SWIGLU, BT, DSW>(p, base, ring, total, kt_n);
+            produce::<SWIGLU, BT, DSW, S>(p, base, ring, total, kt_n);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SWIGLU, BT, DSW, GATHER>(p, base, ring, total, kt_n, wg - 1);
+        consume::<SWIGLU, BT, DSW, GATHER, S>(p, base, ring, staging, zbar, total, kt_n, wg - 1);
     }
 }
 
@@ -156,10 +195,10 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 }
 
 #[inline(always)]
-unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool>(
+unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32>(
     p: &GroupedGemm,
     base: u32,
-    ring: Ring<STAGES>,
+    ring: Ring<S>,
     total: u32,
     kt_n: u32,
 ) {
@@ -171,7 +210,7 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool>(
         let ti = tile_info(p, tile);
         let mut kt = 0;
         while kt < kt_n {
-            let s = Ring::<STAGES>::stage(it);
+            let s = Ring::<S>::stage(it);
             let fb = ring.produce(it, STAGE_BYTES);
             let a_s = base + s * STAGE_BYTES;
             let b_s = a_s + A_BYTES;
@@ -200,28 +239,45 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool>(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool>(
+unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool, const S: u32>(
     p: &GroupedGemm,
     base: u32,
-    ring: Ring<STAGES>,
+    ring: Ring<S>,
+    staging: u32,
+    zbar: u32,
     total: u32,
     kt_n: u32,
     cw: u32,
 ) {
     let lane = t_lane();
-    // the warpgroup's two staging boxes, used alternately by every box the epilogues store (`boxes` counts them
-    // across tiles, so a box is never rewritten while the copy engine may still read it)
-    let staging = base + STAGING + cw * 2 * C_BOX;
+    let leader = regs::tid() % 128 == 0;
+    // SwiGLU backward: this warpgroup's z staging (slots of a g box and a u box) and their mbarriers, and the
+    // number of z batches it has run through them (batch q: slot q % 2, phase q / 2 of that slot's barrier)
+    let zst = staging + cw * 4 * C_BOX;
+    let zbar = zbar + cw * 16;
+    let mut zq = 0u32;
+    if DSW && leader && p.map_z != 0 {
+        tma::prefetch_tensormap(p.map_z as *const u8);
+        tma::prefetch_tensormap(p.map_c as *const u8);
+    }
+    // bf16 and SwiGLU epilogues: the warpgroup's two staging boxes, used alternately by every box they store
+    // (`boxes` counts them across tiles, so a box is never rewritten while the copy engine may still read it)
+    let wst = staging + cw * 2 * C_BOX;
     let mut boxes = 0u32;
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
         let ti = tile_info(p, tile);
+        // SwiGLU backward: whether this warpgroup's rows go through the copy engine (uniform in the warpgroup),
+        // and the routing weights of its two rows, read now so that their latency hides under the main loop
+        let ztma = DSW && dsw_tma(p, &ti, cw);
+        let sw = if DSW { dsw_weights(p, &ti, cw) } else { [0f32; 2] };
         let mut acc = [0f32; 128];
         let mut kt = 0;
         while kt < kt_n {
-            let s = Ring::<STAGES>::stage(it);
+            let s = Ring::<S>::stage(it);
             ring.wait_full(it);
             if GATHER {
                 // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
@@ -248,6 +304,10 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool, const GAT
             if kt > 0 && lane == 0 {
                 ring.release_prev(it);
             }
+            if ztma && kt == 0 && leader {
+                // the first two z batches of the tile load under its main loop (K >= 64: kt = 0 always runs)
+                z_prefetch(p, &ti, cw, zst, zbar, zq);
+            }
             it += 1;
             kt += 1;
         }
@@ -257,16 +317,16 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool, const GAT
             ring.release_prev(it);
         }
         if SWIGLU {
-            store_swiglu(p, &acc, &ti, cw, staging, &mut boxes);
+            store_swiglu(p, &acc, &ti, cw, wst, &mut boxes);
         } else if DSW {
-            store_dswiglu(p, &acc, &ti, cw);
+            zq = store_dswiglu(p, &acc, &ti, cw, sw, ztma, zst, zbar, zq);
         } else {
-            store_bf16(p, &acc, &ti, cw, staging, &mut boxes);
+            store_bf16(p, &acc, &ti, cw, wst, &mut boxes);
         }
         tile += regs::nctaid();
     }
     // the staging must not be freed (block exit) before the copy engine has read it
-    if regs::tid() % 128 == 0 {
+    if leader {
         tma::wait_group::<0>();
     }
 }
@@ -416,64 +476,211 @@ unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, st
     });
 }
 
-/// SwiGLU backward on the dh tile (dh = dy_e . W2_e, this kernel with B N-major): with g, u read from
-/// z = [g | u] (bf16 [rows, 2n]) and s = w[row_slot[row]], stores dz = [dg | du] (bf16 [rows, 2n], into `c`),
-/// dg = s dh u sig(g) (1 + g (1 - sig(g))), du = s dh silu(g), s * h (h = silu(g) u, bf16 [rows, n], into
-/// `sh` when non-zero: the dW2 = dy^T (s h) operand, so no scaled copy of dy is needed), and the partial sum
-/// of dh * h over the tile's columns into partial[row, n_tile] (dtopk = <dh, h> after `dtopk_reduce`).
+/// One element of the SwiGLU backward, in f32: (dg, du, s h, dh h) with sg = sigmoid(g), silu = g sg,
+/// dg = s dh u sg (1 + g (1 - sg)), du = s dh silu, s h = s silu u, dh h = dh silu u. Both paths of
+/// `store_dswiglu` compute through it, so a row's results do not depend on the path it takes (the EP tests
+/// compare bitwise with EP = 1, where the same row may fall in another 64-row group).
 #[inline(always)]
-unsafe fn store_dswiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+fn dswiglu_elem(g: f32, u: f32, dh: f32, s: f32) -> (f32, f32, f32, f32) {
+    let sg = math::sigmoid(g);
+    let silu = g * sg;
+    (s * dh * u * sg * (1.0 + g * (1.0 - sg)), s * dh * silu, s * silu * u, dh * silu * u)
+}
+
+/// Whether warpgroup `cw`'s 64 rows of the tile go through the copy engine in the SwiGLU-backward epilogue: all
+/// of them the tile's expert's (a TMA box would read and write the next expert's rows) and the maps given.
+/// Uniform in the warpgroup.
+#[inline(always)]
+fn dsw_tma(p: &GroupedGemm, ti: &Tile, cw: u32) -> bool {
+    p.map_z != 0 && p.map_c != 0 && ti.row0 + cw * 64 + 64 <= ti.row_end
+}
+
+/// The routing weights s = w[row_slot[row]] of this thread's two rows of the tile (0 for rows past the expert's
+/// end, which nothing reads).
+#[inline(always)]
+unsafe fn dsw_weights(p: &GroupedGemm, ti: &Tile, cw: u32) -> [f32; 2] {
+    let (r0, r1, _) = frag();
+    let rows = [ti.row0 + cw * 64 + r0, ti.row0 + cw * 64 + r1];
+    let mut s = [0f32; 2];
+    crate::unroll!(H in [0, 1] {
+        if rows[H] < ti.row_end {
+            s[H] = *(p.w as *const f32).add(*(p.row_slot as *const u32).add(rows[H] as usize) as usize);
+        }
+    });
+    s
+}
+
+/// The warpgroup's leader: load z batch `q` (g columns col_b..col_b + 64 and the matching u columns n + col_b..,
+/// rows row0w..row0w + 64) into staging slot q % 2, completing on that slot's mbarrier. The slot's previous
+/// contents must have been read by the copy engine (`wait_group_read`) and every thread of the warpgroup must be
+/// past its wait for the slot's previous phase (a named barrier after it).
+#[inline(always)]
+unsafe fn z_load(p: &GroupedGemm, zst: u32, zbar: u32, q: u32, col_b: u32, row0w: u32) {
+    let slot = q % 2;
+    let bar = zbar + 8 * slot;
+    let gbox = zst + slot * 2 * C_BOX;
+    mbarrier::arrive_expect_tx(bar, 2 * C_BOX);
+    tma::load_2d(gbox, p.map_z as *const u8, col_b as i32, row0w as i32, bar);
+    tma::load_2d(gbox + C_BOX, p.map_z as *const u8, (p.n + col_b) as i32, row0w as i32, bar);
+}
+
+/// The warpgroup's leader, at the start of a tile's main loop (whole-group tiles only): load the tile's first
+/// two z batches, `zq` and `zq + 1`, once the last tile's dz stores have read the staging.
+#[inline(always)]
+unsafe fn z_prefetch(p: &GroupedGemm, ti: &Tile, cw: u32, zst: u32, zbar: u32, zq: u32) {
+    tma::wait_group_read::<0>();
+    crate::unroll!(B in [0, 1] {
+        let col_b = ti.n_tile * BN + 64 * B as u32;
+        if col_b < p.n {
+            z_load(p, zst, zbar, zq + B as u32, col_b, ti.row0 + cw * 64);
+        }
+    });
+}
+
+/// SwiGLU backward on the dh tile (dh = dy_e . W2_e, this kernel with B N-major): with g, u read from
+/// z = [g | u] (bf16 [rows, 2n]) and s = w[row_slot[row]] (`sw`, read before the main loop), stores
+/// dz = [dg | du] (bf16 [rows, 2n], into `c`), dg = s dh u sig(g) (1 + g (1 - sig(g))), du = s dh silu(g),
+/// s * h (h = silu(g) u, bf16 [rows, n], into `sh` when non-zero: the dW2 = dy^T (s h) operand, so no scaled
+/// copy of dy is needed), and the partial sum of dh * h over the tile's columns into partial[row, n_tile]
+/// (dtopk = <dh, h> after `dtopk_reduce`). Returns the warpgroup's z batch count `zq` after this tile.
+///
+/// A warpgroup whose 64 rows are all the expert's (`ztma`, see `dsw_tma`) goes through the copy engine, 64
+/// columns (a batch) at a time: z batch q sits in staging slot q % 2 (a 64 x 64 g box and the u box, 128-byte
+/// swizzle: 16-byte chunk j of row r at chunk j ^ (r % 8), so the fragment accesses are free of bank conflicts),
+/// loaded by TMA on the slot's mbarrier (batches 0 and 1 under the main loop, batch b + 2 once batch b's stores
+/// have read the slot). Each thread reads its g and u, writes dg and du in place (its own elements only), fences
+/// for the async proxy; after named barrier 2 + cw (128 threads, uniform control flow) the leader stores both
+/// boxes into dz through `map_c` and refills the slot. s * h leaves from registers (4-byte stores) on both
+/// paths: holding it across the barrier to store it later spills (ptxas keeps the whole kernel at the launch
+/// bound's 168 registers). n is a multiple of 64 (the layer and the gemm API check it), so a batch's columns are
+/// all < n or all >= n. Any other warpgroup reads z and writes dz from registers, row by row.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn store_dswiglu(
+    p: &GroupedGemm,
+    acc: &[f32; 128],
+    ti: &Tile,
+    cw: u32,
+    sw: [f32; 2],
+    ztma: bool,
+    zst: u32,
+    zbar: u32,
+    zq: u32,
+) -> u32 {
     let (r0, r1, c0) = frag();
     let rows = [ti.row0 + cw * 64 + r0, ti.row0 + cw * 64 + r1];
     let n = p.n;
-    let z = p.z as *const u32;
-    let dz = p.c as *mut u32;
     let sh = p.sh as *mut u32;
     let mut part = [0f32; 2];
-    crate::unroll!(H in [0, 1] {
-        let row = rows[H];
-        if row < ti.row_end {
-            let s = *(p.w as *const f32).add(*(p.row_slot as *const u32).add(row as usize) as usize);
-            let zrow = row * 2 * n;
-            // 64 columns (8 fragment groups) a batch: the 16 loads of g and u are issued together, then used, so
-            // the epilogue waits for memory 4 times per row instead of 32. n is a multiple of 64 (the layer and
-            // the gemm API check it), so a batch's columns are all < n or all >= n.
-            crate::unroll!(B in [0, 1, 2, 3] {
-                let col_b = ti.n_tile * BN + 64 * B as u32;
-                if col_b < n {
-                    let mut gp = [0u32; 8];
-                    let mut up = [0u32; 8];
+    let mut q = zq;
+    if ztma {
+        let row0w = ti.row0 + cw * 64;
+        let leader = regs::tid() % 128 == 0;
+        let bar = 2 + cw;
+        crate::unroll!(B in [0, 1, 2, 3] {
+            let col_b = ti.n_tile * BN + 64 * B as u32;
+            if col_b < n {
+                // uniform: every thread of the warpgroup sees the same col_b
+                let slot = q % 2;
+                let gbox = zst + slot * 2 * C_BOX;
+                let ubox = gbox + C_BOX;
+                mbarrier::wait_parity(zbar + 8 * slot, (q / 2) & 1);
+                let mut gp = [[0u32; 8]; 2];
+                let mut up = [[0u32; 8]; 2];
+                crate::unroll!(H in [0, 1] {
                     crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                        let col = col_b + 8 * J as u32 + c0;
-                        gp[J] = *z.add(((zrow + col) / 2) as usize);
-                        up[J] = *z.add(((zrow + n + col) / 2) as usize);
+                        let r = r0 + 8 * H as u32;
+                        let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
+                        gp[H][J] = smem::ld_u32(gbox + off);
+                        up[H][J] = smem::ld_u32(ubox + off);
                     });
+                });
+                crate::unroll!(H in [0, 1] {
+                    let r = r0 + 8 * H as u32;
                     crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
                         let col = col_b + 8 * J as u32 + c0;
                         let mut dg = [0f32; 2];
                         let mut du = [0f32; 2];
                         let mut hs = [0f32; 2];
                         crate::unroll!(Q in [0, 1] {
-                            let g = math::bf16_to_f32((gp[J] >> (16 * Q)) as u16);
-                            let u = math::bf16_to_f32((up[J] >> (16 * Q)) as u16);
+                            let g = math::bf16_to_f32((gp[H][J] >> (16 * Q)) as u16);
+                            let u = math::bf16_to_f32((up[H][J] >> (16 * Q)) as u16);
                             let dh = acc[4 * (8 * B + J) + 2 * H + Q];
-                            let sg = math::sigmoid(g);
-                            let silu = g * sg;
-                            part[H] += dh * silu * u;
-                            dg[Q] = s * dh * u * sg * (1.0 + g * (1.0 - sg));
-                            du[Q] = s * dh * silu;
-                            hs[Q] = s * silu * u;
+                            let (a, b, c, d) = dswiglu_elem(g, u, dh, sw[H]);
+                            part[H] += d;
+                            dg[Q] = a;
+                            du[Q] = b;
+                            hs[Q] = c;
                         });
-                        *dz.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(dg[0], dg[1]);
-                        *dz.add(((zrow + n + col) / 2) as usize) = math::pack_bf16x2(du[0], du[1]);
+                        let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
+                        smem::st_u32(gbox + off, math::pack_bf16x2(dg[0], dg[1]));
+                        smem::st_u32(ubox + off, math::pack_bf16x2(du[0], du[1]));
                         if p.sh != 0 {
-                            *sh.add(((row * n + col) / 2) as usize) = math::pack_bf16x2(hs[0], hs[1]);
+                            *sh.add(((rows[H] * n + col) / 2) as usize) = math::pack_bf16x2(hs[0], hs[1]);
                         }
                     });
+                });
+                fence::proxy_async_shared_cta();
+                sync::named_sync(bar, 128);
+                if leader {
+                    tma::store_2d(p.map_c as *const u8, col_b as i32, row0w as i32, gbox);
+                    tma::store_2d(p.map_c as *const u8, (n + col_b) as i32, row0w as i32, ubox);
+                    tma::commit_group();
+                    // batch B + 2 of this tile into the slot just stored from, once the store has read it
+                    if B < 2 && col_b + 128 < n {
+                        tma::wait_group_read::<0>();
+                        z_load(p, zst, zbar, q + 2, col_b + 128, row0w);
+                    }
                 }
-            });
-        }
-    });
+                q += 1;
+            }
+        });
+    } else {
+        let z = p.z as *const u32;
+        let dz = p.c as *mut u32;
+        crate::unroll!(H in [0, 1] {
+            let row = rows[H];
+            if row < ti.row_end {
+                let s = sw[H];
+                let zrow = row * 2 * n;
+                // 64 columns (8 fragment groups) a batch: the 16 loads of g and u are issued together, then used,
+                // so the epilogue waits for memory 4 times per row instead of 32
+                crate::unroll!(B in [0, 1, 2, 3] {
+                    let col_b = ti.n_tile * BN + 64 * B as u32;
+                    if col_b < n {
+                        let mut gp = [0u32; 8];
+                        let mut up = [0u32; 8];
+                        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                            let col = col_b + 8 * J as u32 + c0;
+                            gp[J] = *z.add(((zrow + col) / 2) as usize);
+                            up[J] = *z.add(((zrow + n + col) / 2) as usize);
+                        });
+                        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                            let col = col_b + 8 * J as u32 + c0;
+                            let mut dg = [0f32; 2];
+                            let mut du = [0f32; 2];
+                            let mut hs = [0f32; 2];
+                            crate::unroll!(Q in [0, 1] {
+                                let g = math::bf16_to_f32((gp[J] >> (16 * Q)) as u16);
+                                let u = math::bf16_to_f32((up[J] >> (16 * Q)) as u16);
+                                let dh = acc[4 * (8 * B + J) + 2 * H + Q];
+                                let (a, b, c, d) = dswiglu_elem(g, u, dh, s);
+                                part[H] += d;
+                                dg[Q] = a;
+                                du[Q] = b;
+                                hs[Q] = c;
+                            });
+                            *dz.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(dg[0], dg[1]);
+                            *dz.add(((zrow + n + col) / 2) as usize) = math::pack_bf16x2(du[0], du[1]);
+                            if p.sh != 0 {
+                                *sh.add(((row * n + col) / 2) as usize) = math::pack_bf16x2(hs[0], hs[1]);
+                            }
+                        });
+                    }
+                });
+            }
+        });
+    }
     // the four threads of a quad hold the same two rows: reduce, then lane % 4 == 0 writes (uniform shuffles)
     crate::unroll!(H in [0, 1] {
         let mut v = part[H];
@@ -484,35 +691,37 @@ unsafe fn store_dswiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
             *(p.partial as *mut f32).add((row * p.n_tiles + ti.n_tile) as usize) = v;
         }
     });
+    q
 }
 
-/// SwiGLU-backward epilogue (see `store_dswiglu`), B_e stored [K, N] (W2_e: K = H, N = I). 384 threads.
+/// SwiGLU-backward epilogue (see `store_dswiglu`), B_e stored [K, N] (W2_e: K = H, N = I). 384 threads,
+/// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true>(&p);
+    grouped_gemm::<true, false, false, true, STAGES>(&p);
 }
