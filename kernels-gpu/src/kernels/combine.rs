@@ -2,7 +2,7 @@
 //! Writes nothing when the routing error word is set (an expert id outside -1..E in the forward).
 use crate::kernels::routing_failed;
 use crate::params::Combine;
-use crate::ptx::{math, regs};
+use crate::ptx::{global, math, regs};
 
 /// One block per token, 256 threads, 8 columns (16 bytes) a step. No barriers.
 #[no_mangle]
@@ -25,30 +25,37 @@ pub unsafe extern "ptx-kernel" fn combine_rows(p: Combine) {
                 return None;
             }
             let wt = if p.w == 0 { 1.0 } else { *w.add(slot) };
-            Some((wt, *y.add(row as usize * chunks as usize + c as usize)))
+            Some((wt, global::ld_v4(y.add(row as usize * chunks as usize + c as usize))))
         });
-        *out.add((t * chunks + c) as usize) = sum;
+        global::st_v4(out.add((t * chunks + c) as usize), sum);
         c += regs::ntid();
     }
 }
 
 /// The combine's arithmetic, shared by `combine_rows` and `ep_combine` (so EP = R sums bitwise as EP = 1):
 /// the f32 sum over j = 0..k, in j order, of wt_j * (8 bf16 of row_j) for the slots `row(j)` gives
-/// (masked slots: None), rounded to 8 bf16.
+/// (masked slots: None), rounded to 8 bf16. The rows are fetched 8 slots at a time before they are summed
+/// (their loads in flight together), the sum itself in j order.
 #[inline(always)]
 pub(crate) unsafe fn weighted_sum(k: u32, row: impl Fn(u32) -> Option<(f32, [u32; 4])>) -> [u32; 4] {
     let mut acc = [0f32; 8];
-    let mut j = 0;
-    while j < k {
-        if let Some((wt, v)) = row(j) {
-            let mut q = 0;
-            while q < 4 {
-                acc[2 * q] += wt * math::bf16_to_f32(v[q] as u16);
-                acc[2 * q + 1] += wt * math::bf16_to_f32((v[q] >> 16) as u16);
-                q += 1;
+    let mut j0 = 0;
+    while j0 < k {
+        let mut got = [None; 8];
+        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if j0 + (J as u32) < k {
+                got[J] = row(j0 + J as u32);
             }
-        }
-        j += 1;
+        });
+        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if let Some((wt, v)) = got[J] {
+                crate::unroll!(Q in [0, 1, 2, 3] {
+                    acc[2 * Q] += wt * math::bf16_to_f32(v[Q] as u16);
+                    acc[2 * Q + 1] += wt * math::bf16_to_f32((v[Q] >> 16) as u16);
+                });
+            }
+        });
+        j0 += 8;
     }
     [
         math::pack_bf16x2(acc[0], acc[1]),

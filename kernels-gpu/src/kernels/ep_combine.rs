@@ -15,7 +15,7 @@ use crate::ep::Phase;
 use crate::kernels::combine::weighted_sum;
 use crate::kernels::ep_common::{copy_row, me, pick, wait_flags};
 use crate::params::EpParams;
-use crate::ptx::{fence, math, regs, smem, sync};
+use crate::ptx::{fence, global, math, regs, smem, sync};
 
 /// Threads per block.
 pub const THREADS: u32 = 256;
@@ -92,9 +92,9 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
                     return None;
                 }
                 let wt = if bwd { 1.0 } else { *w.add(slot as usize) };
-                Some((wt, *back.add(slot as usize * chunks as usize + c as usize)))
+                Some((wt, global::ld_v4(back.add(slot as usize * chunks as usize + c as usize))))
             });
-            *out.add((tok * chunks + c) as usize) = sum;
+            global::st_v4(out.add((tok * chunks + c) as usize), sum);
             c += 32;
         }
         tok += blocks * warps;

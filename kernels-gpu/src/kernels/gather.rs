@@ -1,6 +1,6 @@
-//! Row gather into expert order: dst[r] = src[row_slot[r] / k] (16-byte copies).
+//! Row gather into expert order: dst[r] = src[row_slot[r] / k] (16-byte loads and stores).
 use crate::params::Gather;
-use crate::ptx::regs;
+use crate::ptx::{global, regs};
 
 /// One block per possible row (grid = slots); blocks past offsets[E] return. 128 threads.
 #[no_mangle]
@@ -17,7 +17,7 @@ pub unsafe extern "ptx-kernel" fn gather_rows(p: Gather) {
     let dst = (p.dst as *mut [u32; 4]).add((r * chunks) as usize);
     let mut c = regs::tid();
     while c < chunks {
-        *dst.add(c as usize) = *src.add(c as usize);
+        global::st_v4(dst.add(c as usize), global::ld_v4(src.add(c as usize)));
         c += regs::ntid();
     }
 }

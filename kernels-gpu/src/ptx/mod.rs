@@ -5,6 +5,7 @@
 //! [`smem::base`]); global addresses are generic 64-bit pointers.
 pub mod cp_async;
 pub mod fence;
+pub mod global;
 pub mod math;
 pub mod mbarrier;
 pub mod regs;

@@ -1,0 +1,24 @@
+//! Plain 16-byte global-memory accesses (the row copies and sums of the gather, combine and EP kernels): one
+//! `ld.global.v4.u32` / `st.global.v4.u32` instead of the four 4-byte generic accesses a `[u32; 4]` copy
+//! compiles to. Ordinary (weak) accesses: ordering with other threads and GPUs comes from the callers' fences,
+//! flags and barriers.
+use core::arch::asm;
+
+/// `ld.global.v4.u32`. SAFETY: any thread; `p` a 16-byte aligned global address (a peer GPU's too, through
+/// its unified address) readable for 16 bytes, not written by anyone during this kernel unless the caller
+/// orders that write before this load.
+#[inline(always)]
+pub unsafe fn ld_v4(p: *const [u32; 4]) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];", a = out(reg32) a, b = out(reg32) b,
+         c = out(reg32) c, d = out(reg32) d, p = in(reg64) p, options(nostack, readonly));
+    [a, b, c, d]
+}
+
+/// `st.global.v4.u32`. SAFETY: any thread; `p` a 16-byte aligned global address (a peer GPU's too) writable for
+/// 16 bytes that no other thread accesses during this kernel unless the caller orders it.
+#[inline(always)]
+pub unsafe fn st_v4(p: *mut [u32; 4], v: [u32; 4]) {
+    asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg64) p, a = in(reg32) v[0],
+         b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack));
+}
