@@ -32,17 +32,7 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     let total = WORLD * TOKENS;
     let per = e / WORLD;
     let x = rng.bf16_vec(total * h, 1.0);
-    let mut ids = Vec::with_capacity(total * k);
-    for _ in 0..total {
-        let mut row: Vec<i32> = Vec::new();
-        while row.len() < k {
-            let id = rng.below(e) as i32;
-            if !row.contains(&id) {
-                row.push(id);
-            }
-        }
-        ids.extend(row);
-    }
+    let ids = rng.topk_ids(total, k, e);
     let w: Vec<f32> = (0..total * k).map(|_| rng.uniform() as f32).collect();
     let w1 = rng.bf16_vec(e * 2 * i * h, 1.7 / (h as f64).sqrt());
     let w2 = rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());

@@ -154,17 +154,7 @@ struct Routing {
 }
 
 fn routing(rng: &mut Rng, tokens: usize, e: usize, k: usize) -> Routing {
-    let mut ids = Vec::with_capacity(tokens * k);
-    for _ in 0..tokens {
-        let mut row: Vec<usize> = Vec::with_capacity(k);
-        while row.len() < k {
-            let id = rng.below(e);
-            if !row.contains(&id) {
-                row.push(id);
-            }
-        }
-        ids.extend(row);
-    }
+    let ids: Vec<usize> = rng.topk_ids(tokens, k, e).into_iter().map(|id| id as usize).collect();
     let mut counts = vec![0u32; e];
     for &id in &ids {
         counts[id] += 1;

@@ -29,17 +29,7 @@ fn timed_reps() -> usize {
 fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng) -> megamoe::Result<()> {
     let (h, i, e, k) = (s.h, s.i, s.e, s.k);
     let x = rng.bf16_vec(tokens * h, 1.0);
-    let mut ids = Vec::with_capacity(tokens * k);
-    for _ in 0..tokens {
-        let mut row: Vec<i32> = Vec::new();
-        while row.len() < k {
-            let id = rng.below(e) as i32;
-            if !row.contains(&id) {
-                row.push(id);
-            }
-        }
-        ids.extend(row);
-    }
+    let ids = rng.topk_ids(tokens, k, e);
     let w: Vec<f32> = (0..tokens * k).map(|_| rng.uniform() as f32).collect();
     let w1 = rng.bf16_vec(e * 2 * i * h, 1.7 / (h as f64).sqrt());
     let w2 = rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
@@ -163,17 +153,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
 /// The routing layout alone (`route_count`, `route_scan`, `route_place`, each launch bracketed by device events,
 /// so launch gaps are not counted): top-8 of `e` experts for `tokens` tokens; medians of the timed reps.
 fn bench_routing(g: &Arc<Gpu>, tokens: usize, k: usize, e: usize, rng: &mut Rng) -> megamoe::Result<()> {
-    let mut ids = Vec::with_capacity(tokens * k);
-    for _ in 0..tokens {
-        let mut row: Vec<i32> = Vec::new();
-        while row.len() < k {
-            let id = rng.below(e) as i32;
-            if !row.contains(&id) {
-                row.push(id);
-            }
-        }
-        ids.extend(row);
-    }
+    let ids = rng.topk_ids(tokens, k, e);
     let reps = timed_reps();
     let mut t = [Vec::new(), Vec::new(), Vec::new()];
     for rep in 0..3 + reps {

@@ -79,17 +79,7 @@ fn main() -> ExitCode {
 
 fn inputs(rng: &mut Rng, s: Shape, tokens: &[usize]) -> Host {
     let t: usize = tokens.iter().sum();
-    let mut ids = Vec::with_capacity(t * s.k);
-    for _ in 0..t {
-        let mut row: Vec<i32> = Vec::with_capacity(s.k);
-        while row.len() < s.k {
-            let id = rng.below(s.e) as i32;
-            if !row.contains(&id) {
-                row.push(id);
-            }
-        }
-        ids.extend(row);
-    }
+    let ids = rng.topk_ids(t, s.k, s.e);
     Host {
         tokens: tokens.to_vec(),
         x: rng.bf16_vec(t * s.h, 1.0),

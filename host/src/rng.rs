@@ -48,6 +48,23 @@ impl Rng {
         (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 
+    /// Uniform random routing: for each of `tokens` tokens, `k` distinct expert ids in 0..e (k <= e), row-major
+    /// [tokens, k].
+    pub fn topk_ids(&mut self, tokens: usize, k: usize, e: usize) -> Vec<i32> {
+        assert!(k <= e, "top-{k} of {e} experts");
+        let mut ids = Vec::with_capacity(tokens * k);
+        for _ in 0..tokens {
+            let first = ids.len();
+            while ids.len() < first + k {
+                let id = self.below(e) as i32;
+                if !ids[first..].contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids
+    }
+
     /// `n` bf16 values uniform in [-a, a).
     pub fn bf16_vec(&mut self, n: usize, a: f64) -> Vec<bf16> {
         (0..n).map(|_| bf16::from_f64(self.sym(a))).collect()
@@ -66,5 +83,20 @@ mod tests {
         let mean = v.iter().sum::<f64>() / 1000.0;
         assert!((mean - 0.5).abs() < 0.05, "{mean}");
         assert!((0..1000).map(|_| r.below(10)).all(|x| x < 10));
+    }
+
+    #[test]
+    fn topk_ids_are_distinct_per_token_and_in_range() {
+        let mut r = Rng::new(11);
+        let ids = r.topk_ids(500, 8, 20);
+        assert_eq!(ids.len(), 4000);
+        for row in ids.chunks(8) {
+            assert!(row.iter().all(|&i| (0..20).contains(&i)));
+            let mut s = row.to_vec();
+            s.sort_unstable();
+            s.dedup();
+            assert_eq!(s.len(), 8, "{row:?}");
+        }
+        assert_eq!(r.topk_ids(3, 4, 4).len(), 12);
     }
 }
