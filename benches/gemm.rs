@@ -385,6 +385,34 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
         Ok(v)
     };
     let flat = |v: &[Vec<f64>]| v.concat();
+    // one plain M-grouped GEMM: C poisoned, the launch timed, the sampled rows checked against `want`, every
+    // element written: (us, rel err, written)
+    let plain = |a: &CudaSlice<bf16>,
+                 b: &CudaSlice<bf16>,
+                 b_layout: BLayout,
+                 c: &mut CudaSlice<bf16>,
+                 (n, k): (usize, usize),
+                 want: &[f64]|
+     -> R<(f64, f64, bool)> {
+        poison(g, c)?;
+        let p = GroupedGemmArgs {
+            a,
+            b,
+            b_layout,
+            offsets: &offsets,
+            tile_offsets: &tiles,
+            c: &mut *c,
+            experts: e,
+            n,
+            k,
+            rows_max: m,
+        }
+        .prepare(g)
+        .s()?;
+        let us = time_prepared(g, &p)?;
+        drop(p);
+        Ok((us, check::rel_err(&got_rows(c, n)?, want), all_written(&st, c, bf_nan)?))
+    };
     // cuBLAS on the same total shape, and a check of its rows 0 and m - 1 (up to 64 columns) against f64
     let dense = |a_t: bool,
                  b_t: bool,
@@ -419,25 +447,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
 
     // ---- fwd GEMM1: [M, H] x W1_e^T -> [M, 2I]
     let gemm1_ref = m_ref(&px, h, &pw1, i2, true);
-    poison(g, &mut z_out)?;
-    let p = GroupedGemmArgs {
-        a: &xs,
-        b: &w1,
-        b_layout: BLayout::NK,
-        offsets: &offsets,
-        tile_offsets: &tiles,
-        c: &mut z_out,
-        experts: e,
-        n: i2,
-        k: h,
-        rows_max: m,
-    }
-    .prepare(g)
-    .s()?;
-    let us = time_prepared(g, &p)?;
-    drop(p);
-    let err = check::rel_err(&got_rows(&z_out, i2)?, &flat(&gemm1_ref));
-    let written = all_written(&st, &z_out, bf_nan)?;
+    let (us, err, written) = plain(&xs, &w1, BLayout::NK, &mut z_out, (i2, h), &flat(&gemm1_ref))?;
     let d1 = dense(false, true, (m, i2, h), ptr(&xs), ptr(&w1), Some(&z_out), None, &|r, c| {
         dot(h, &|q| px.get(r * h + q) * pw1.get(c * h + q))
     });
@@ -482,25 +492,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
 
     // ---- fwd GEMM2: [M, I] x W2_e^T -> [M, H]
     let want = m_ref(&ph, i, &pw2, h, true);
-    poison(g, &mut y_out)?;
-    let p = GroupedGemmArgs {
-        a: &hin,
-        b: &w2,
-        b_layout: BLayout::NK,
-        offsets: &offsets,
-        tile_offsets: &tiles,
-        c: &mut y_out,
-        experts: e,
-        n: h,
-        k: i,
-        rows_max: m,
-    }
-    .prepare(g)
-    .s()?;
-    let us = time_prepared(g, &p)?;
-    drop(p);
-    let err = check::rel_err(&got_rows(&y_out, h)?, &flat(&want));
-    let written = all_written(&st, &y_out, bf_nan)?;
+    let (us, err, written) = plain(&hin, &w2, BLayout::NK, &mut y_out, (h, i), &flat(&want))?;
     let dd = dense(false, true, (m, h, i), ptr(&hin), ptr(&w2), Some(&y_out), None, &|r, c| {
         dot(i, &|q| ph.get(r * i + q) * pw2.get(c * i + q))
     });
@@ -509,25 +501,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
 
     // ---- bwd dh: [M, H] x W2_e (W2_e [H, I], N-major) -> [M, I]; plain, then with the SwiGLU backward
     let dh_ref = m_ref(&pdy, h, &pw2, i, false);
-    poison(g, &mut dh_out)?;
-    let p = GroupedGemmArgs {
-        a: &dy,
-        b: &w2,
-        b_layout: BLayout::KN,
-        offsets: &offsets,
-        tile_offsets: &tiles,
-        c: &mut dh_out,
-        experts: e,
-        n: i,
-        k: h,
-        rows_max: m,
-    }
-    .prepare(g)
-    .s()?;
-    let us = time_prepared(g, &p)?;
-    drop(p);
-    let err = check::rel_err(&got_rows(&dh_out, i)?, &flat(&dh_ref));
-    let written = all_written(&st, &dh_out, bf_nan)?;
+    let (us, err, written) = plain(&dy, &w2, BLayout::KN, &mut dh_out, (i, h), &flat(&dh_ref))?;
     let dd = dense(false, false, (m, i, h), ptr(&dy), ptr(&w2), Some(&dh_out), None, &|r, c| {
         dot(h, &|q| pdy.get(r * h + q) * pw2.get(q * i + c))
     });
@@ -578,25 +552,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
 
     // ---- bwd dx: [M, 2I] x W1_e (W1_e [2I, H], N-major) -> [M, H]
     let want = m_ref(&pdz, i2, &pw1, h, false);
-    poison(g, &mut dx_out)?;
-    let p = GroupedGemmArgs {
-        a: &dzin,
-        b: &w1,
-        b_layout: BLayout::KN,
-        offsets: &offsets,
-        tile_offsets: &tiles,
-        c: &mut dx_out,
-        experts: e,
-        n: h,
-        k: i2,
-        rows_max: m,
-    }
-    .prepare(g)
-    .s()?;
-    let us = time_prepared(g, &p)?;
-    drop(p);
-    let err = check::rel_err(&got_rows(&dx_out, h)?, &flat(&want));
-    let written = all_written(&st, &dx_out, bf_nan)?;
+    let (us, err, written) = plain(&dzin, &w1, BLayout::KN, &mut dx_out, (h, i2), &flat(&want))?;
     let dd = dense(false, false, (m, h, i2), ptr(&dzin), ptr(&w1), Some(&dx_out), None, &|r, c| {
         dot(i2, &|q| pdz.get(r * i2 + q) * pw1.get(q * h + c))
     });

@@ -176,6 +176,15 @@ pub struct Inputs<'a> {
     pub w2: &'a CudaSlice<bf16>,
 }
 
+/// Where GEMM1 reads its A rows.
+#[derive(Clone, Copy)]
+enum Gemm1A {
+    /// The expert-ordered copy of x: (address, rows the buffer holds), loaded by TMA.
+    Rows(u64, usize),
+    /// The tokens x themselves (bf16 [T, H]), gathered row by row by the kernel's producer.
+    Tokens(u64),
+}
+
 /// Device workspace of one layer instance (sized for max_tokens).
 struct Work {
     xs: CudaSlice<bf16>,
@@ -347,26 +356,21 @@ impl MoeLayer {
 
     /// GEMM1 (+ SwiGLU): h (and z when `z` is non-zero) from the gathered x (`xs`: address, rows it holds).
     fn gemm1(&mut self, sv: &Saved, xs: (u64, usize), w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
-        self.gemm1_from(sv, Err(xs), w1, h, z)
+        self.gemm1_from(sv, Gemm1A::Rows(xs.0, xs.1), w1, h, z)
     }
 
-    /// GEMM1 (+ SwiGLU) with A either gathered rows (`Err((address, rows))`) or gathered from the tokens
-    /// (`Ok(x)`) by the kernel's producer (no gathered copy).
-    fn gemm1_from(
-        &mut self,
-        sv: &Saved,
-        x: std::result::Result<u64, (u64, usize)>,
-        w1: &CudaSlice<bf16>,
-        h: u64,
-        z: u64,
-    ) -> Result<()> {
+    /// GEMM1 (+ SwiGLU) with A either the expert-ordered rows or gathered from the tokens by the kernel's
+    /// producer (no gathered copy).
+    fn gemm1_from(&mut self, sv: &Saved, x: Gemm1A, w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
         let c = self.cfg;
         let slots = c.max_tokens * c.top_k;
         let g = self.gpu.clone();
         let s = g.stream().clone();
-        let map_a = match x {
-            Err((xs, rows)) => self.maps.get(&g, xs, rows, c.hidden, kh::GEMM_BM, 64)?,
-            Ok(_) => 0,
+        let (map_a, a_rows, kernel) = match x {
+            Gemm1A::Rows(xs, rows) => {
+                (self.maps.get(&g, xs, rows, c.hidden, kh::GEMM_BM, 64)?, 0, "grouped_gemm_swiglu")
+            }
+            Gemm1A::Tokens(x) => (0, x, "grouped_gemm_swiglu_gather"),
         };
         let map_b = self.maps.get(&g, dptr(w1, &s), c.experts * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
         // whole 64-row groups of an expert leave through the copy engine: h [slots, I] and z [slots, 2I]
@@ -387,11 +391,10 @@ impl MoeLayer {
             ldc: c.intermediate as u32,
             n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
             row_slot: dptr(&sv.row_slot, &s),
-            a_rows: x.unwrap_or(0),
+            a_rows,
             top_k: c.top_k as u32,
             ..zero_gemm()
         };
-        let kernel = if x.is_ok() { "grouped_gemm_swiglu_gather" } else { "grouped_gemm_swiglu" };
         self.mgemm(kernel, p, sv)
     }
 
@@ -457,7 +460,7 @@ impl MoeLayer {
                 self.gemm1(&sv, xs, inp.w1, h_ptr, z_ptr)?;
             }
             // GEMM1's producer gathers the rows of x itself (no gathered copy of x in the forward)
-            Gather::InProducer => self.gemm1_from(&sv, Ok(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?,
+            Gather::InProducer => self.gemm1_from(&sv, Gemm1A::Tokens(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?,
         }
         let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
