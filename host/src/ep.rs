@@ -727,6 +727,7 @@ impl EpLayer {
         // z and dz ([recv, 2I]) in 64 x 64 boxes: whole 64-row groups of an expert go through the copy engine
         let map_z = self.maps.get(&g, z, recv, 2 * i2, kh::GEMM_C_BOX.0, kh::GEMM_C_BOX.1)?;
         let map_dz_c = self.maps.get(&g, dz, recv, 2 * i2, kh::GEMM_C_BOX.0, kh::GEMM_C_BOX.1)?;
+        let map_sh = self.maps.get(&g, sh, recv, i2, kh::GEMM_C_BOX.0, kh::GEMM_C_BOX.1)?;
         let p = GroupedGemm {
             map_a: map_dy,
             map_b: map_w2,
@@ -743,6 +744,7 @@ impl EpLayer {
             row_slot: ident,
             partial,
             sh,
+            map_sh,
             ..self.local_gemm(r)
         };
         self.mgemm("grouped_gemm_bt_dswiglu", p)?;

@@ -567,6 +567,7 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         map_c: 0,
         sh: 0,
         map_z: 0,
+        map_sh: 0,
         a_rows: 0,
         top_k: 0,
         pad: 0,

@@ -586,6 +586,7 @@ impl MoeLayer {
         let z_rows = if saved.z.is_some() { slots } else { ws_rows };
         let map_z = self.maps.get(&g, z_ptr, z_rows, 2 * i2, box_rows, box_cols)?;
         let map_dzs = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, box_rows, box_cols)?;
+        let map_sh = self.maps.get(&g, dptr(&self.work.sh, &s), ws_rows, i2, box_rows, box_cols)?;
         let p = GroupedGemm {
             map_a: map_dy,
             map_b: map_w2,
@@ -602,6 +603,7 @@ impl MoeLayer {
             row_slot: dptr(&saved.row_slot, &s),
             partial: dptr(&self.work.partial, &s),
             sh: dptr(&self.work.sh, &s),
+            map_sh,
             ..zero_gemm()
         };
         self.mgemm("grouped_gemm_bt_dswiglu", p, saved)?;

@@ -69,9 +69,9 @@ pub mod kernels_host {
     pub const GEMM_SMEM: u32 = GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES + GEMM_GATHER_ROWS;
     /// Pipeline stages of `grouped_gemm_bt_dswiglu`: the room of a fourth stage holds its epilogue's z staging.
     pub const GEMM_DSW_STAGES: u32 = 3;
-    /// The z staging of `grouped_gemm_bt_dswiglu` after its ring: per consumer warpgroup two (g, u) pairs of
-    /// 64 x 64 bf16 boxes (8 KiB each, 128-byte swizzle).
-    pub const GEMM_DSW_STAGING: u32 = 8 * 8192;
+    /// The staging of `grouped_gemm_bt_dswiglu` after its ring: per consumer warpgroup two (g, u) pairs of
+    /// 64 x 64 bf16 boxes (8 KiB each, 128-byte swizzle), then one s * h box per consumer warpgroup.
+    pub const GEMM_DSW_STAGING: u32 = 10 * 8192;
     /// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: the ring, the staging, the ring's mbarriers, then the
     /// staging's four mbarriers (one per (g, u) pair).
     pub const GEMM_DSW_SMEM: u32 =

@@ -210,6 +210,9 @@ pub struct GroupedGemm {
     /// Tensor map of z = [g | u] as bf16 [rows, 2 * n], box 64 x 64, 128-byte swizzle: the SwiGLU epilogue
     /// stores z through it, the SwiGLU-backward epilogue loads g and u through it. 0: no map (register path).
     pub map_z: u64,
+    /// SwiGLU-backward epilogue: tensor map of `sh` as bf16 [rows, n], box 64 x 64, 128-byte swizzle (whole 64-row
+    /// groups store s * h through it); 0: s * h from registers.
+    pub map_sh: u64,
     /// Gathered A (`grouped_gemm_swiglu_gather`): bf16 [T, K], the tokens; row r of the expert-ordered batch is
     /// token row_slot[r] / top_k (`row_slot` above), copied row by row, so the gathered copy of A need not
     /// exist. 0 otherwise (A through `map_a`).
@@ -395,7 +398,7 @@ mod tests {
             ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 13 * 8 + 8 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 14 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
         ];

@@ -41,8 +41,9 @@ const STAGING: u32 = STAGES * STAGE_BYTES;
 const ROW_TOKENS: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
 /// Dynamic shared memory of the kernel: the ring, the staging, 2 * STAGES mbarriers, the row tokens.
 pub const SMEM_BYTES: u32 = ROW_TOKENS + crate::kernels_host::GEMM_GATHER_ROWS;
-/// The z staging of `grouped_gemm_bt_dswiglu`: per consumer warpgroup two slots of a g box and a u box.
-const DSW_STAGING: u32 = 8 * C_BOX;
+/// The staging of `grouped_gemm_bt_dswiglu`: per consumer warpgroup two slots of a g box and a u box, then one
+/// s * h box per consumer warpgroup.
+const DSW_STAGING: u32 = 10 * C_BOX;
 /// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: its 3-stage ring, the z staging, the ring's mbarriers,
 /// then one mbarrier per (warpgroup, slot) of the staging.
 pub const DSW_SMEM_BYTES: u32 = DSW_STAGES * STAGE_BYTES + DSW_STAGING + Ring::<DSW_STAGES>::BYTES + 4 * 8;
@@ -488,11 +489,12 @@ fn dswiglu_elem(g: f32, u: f32, dh: f32, s: f32) -> (f32, f32, f32, f32) {
 }
 
 /// Whether warpgroup `cw`'s 64 rows of the tile go through the copy engine in the SwiGLU-backward epilogue: all
-/// of them the tile's expert's (a TMA box would read and write the next expert's rows) and the maps given.
+/// of them the tile's expert's (a TMA box would read and write the next expert's rows) and the maps given
+/// (`map_sh` too when s * h is stored).
 /// Uniform in the warpgroup.
 #[inline(always)]
 fn dsw_tma(p: &GroupedGemm, ti: &Tile, cw: u32) -> bool {
-    p.map_z != 0 && p.map_c != 0 && ti.row0 + cw * 64 + 64 <= ti.row_end
+    p.map_z != 0 && p.map_c != 0 && (p.sh == 0 || p.map_sh != 0) && ti.row0 + cw * 64 + 64 <= ti.row_end
 }
 
 /// The routing weights s = w[row_slot[row]] of this thread's two rows of the tile (0 for rows past the expert's
@@ -550,9 +552,9 @@ unsafe fn z_prefetch(p: &GroupedGemm, ti: &Tile, cw: u32, zst: u32, zbar: u32, z
 /// loaded by TMA on the slot's mbarrier (batches 0 and 1 under the main loop, batch b + 2 once batch b's stores
 /// have read the slot). Each thread reads its g and u, writes dg and du in place (its own elements only), fences
 /// for the async proxy; after named barrier 2 + cw (128 threads, uniform control flow) the leader stores both
-/// boxes into dz through `map_c` and refills the slot. s * h leaves from registers (4-byte stores) on both
-/// paths: holding it across the barrier to store it later spills (ptxas keeps the whole kernel at the launch
-/// bound's 168 registers). n is a multiple of 64 (the layer and the gemm API check it), so a batch's columns are
+/// boxes into dz through `map_c` and refills the slot. s * h (with `map_sh`) goes the same way through the
+/// warpgroup's own sh box (written next to dg and du, stored with them; before a batch writes it, the leader
+/// waits for the last batch's stores to have read it and a named barrier publishes that). n is a multiple of 64 (the layer and the gemm API check it), so a batch's columns are
 /// all < n or all >= n. Any other warpgroup reads z and writes dz from registers, row by row.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -585,26 +587,34 @@ unsafe fn store_dswiglu(
                 let gbox = zst + slot * 2 * C_BOX;
                 let ubox = gbox + C_BOX;
                 mbarrier::wait_parity(zbar + 8 * slot, (q / 2) & 1);
-                let mut gp = [[0u32; 8]; 2];
-                let mut up = [[0u32; 8]; 2];
-                crate::unroll!(H in [0, 1] {
-                    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                        let r = r0 + 8 * H as u32;
-                        let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
-                        gp[H][J] = smem::ld_u32(gbox + off);
-                        up[H][J] = smem::ld_u32(ubox + off);
-                    });
-                });
+                // s * h through the warpgroup's sh box (uniform): its last store must have read it
+                let sh_tma = p.sh != 0; // with map_sh (dsw_tma)
+                // the warpgroup's sh box: after both warpgroups' z slots (zst = staging + 4 cw boxes)
+                let shb = zst + (8 - 3 * cw) * C_BOX;
+                if sh_tma {
+                    if leader {
+                        tma::wait_group_read::<0>();
+                    }
+                    sync::named_sync(bar, 128);
+                }
+                // one row at a time (16 registers of g and u, not 32: the kernel is at its 168)
                 crate::unroll!(H in [0, 1] {
                     let r = r0 + 8 * H as u32;
+                    let mut gp = [0u32; 8];
+                    let mut up = [0u32; 8];
+                    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
+                        gp[J] = smem::ld_u32(gbox + off);
+                        up[J] = smem::ld_u32(ubox + off);
+                    });
                     crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
                         let col = col_b + 8 * J as u32 + c0;
                         let mut dg = [0f32; 2];
                         let mut du = [0f32; 2];
                         let mut hs = [0f32; 2];
                         crate::unroll!(Q in [0, 1] {
-                            let g = math::bf16_to_f32((gp[H][J] >> (16 * Q)) as u16);
-                            let u = math::bf16_to_f32((up[H][J] >> (16 * Q)) as u16);
+                            let g = math::bf16_to_f32((gp[J] >> (16 * Q)) as u16);
+                            let u = math::bf16_to_f32((up[J] >> (16 * Q)) as u16);
                             let dh = acc[4 * (8 * B + J) + 2 * H + Q];
                             let (a, b, c, d) = dswiglu_elem(g, u, dh, sw[H]);
                             part[H] += d;
@@ -615,8 +625,8 @@ unsafe fn store_dswiglu(
                         let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
                         smem::st_u32(gbox + off, math::pack_bf16x2(dg[0], dg[1]));
                         smem::st_u32(ubox + off, math::pack_bf16x2(du[0], du[1]));
-                        if p.sh != 0 {
-                            *sh.add(((rows[H] * n + col) / 2) as usize) = math::pack_bf16x2(hs[0], hs[1]);
+                        if sh_tma {
+                            smem::st_u32(shb + off, math::pack_bf16x2(hs[0], hs[1]));
                         }
                     });
                 });
@@ -625,6 +635,9 @@ unsafe fn store_dswiglu(
                 if leader {
                     tma::store_2d(p.map_c as *const u8, col_b as i32, row0w as i32, gbox);
                     tma::store_2d(p.map_c as *const u8, (n + col_b) as i32, row0w as i32, ubox);
+                    if sh_tma {
+                        tma::store_2d(p.map_sh as *const u8, col_b as i32, row0w as i32, shb);
+                    }
                     tma::commit_group();
                     // batch B + 2 of this tile into the slot just stored from, once the store has read it
                     if B < 2 && col_b + 128 < n {
@@ -643,19 +656,20 @@ unsafe fn store_dswiglu(
             if row < ti.row_end {
                 let s = sw[H];
                 let zrow = row * 2 * n;
-                // 64 columns (8 fragment groups) a batch: the 16 loads of g and u are issued together, then used,
-                // so the epilogue waits for memory 4 times per row instead of 32
-                crate::unroll!(B in [0, 1, 2, 3] {
-                    let col_b = ti.n_tile * BN + 64 * B as u32;
+                // 32 columns (4 fragment groups) a batch: the 8 loads of g and u are issued together, then used,
+                // so the epilogue waits for memory 8 times per row instead of 32 (this path is only the partial
+                // 64-row groups at an expert's end; 16 loads at once made ptxas spill)
+                crate::unroll!(B in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    let col_b = ti.n_tile * BN + 32 * B as u32;
                     if col_b < n {
-                        let mut gp = [0u32; 8];
-                        let mut up = [0u32; 8];
-                        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        let mut gp = [0u32; 4];
+                        let mut up = [0u32; 4];
+                        crate::unroll!(J in [0, 1, 2, 3] {
                             let col = col_b + 8 * J as u32 + c0;
                             gp[J] = *z.add(((zrow + col) / 2) as usize);
                             up[J] = *z.add(((zrow + n + col) / 2) as usize);
                         });
-                        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        crate::unroll!(J in [0, 1, 2, 3] {
                             let col = col_b + 8 * J as u32 + c0;
                             let mut dg = [0f32; 2];
                             let mut du = [0f32; 2];
@@ -663,7 +677,7 @@ unsafe fn store_dswiglu(
                             crate::unroll!(Q in [0, 1] {
                                 let g = math::bf16_to_f32((gp[J] >> (16 * Q)) as u16);
                                 let u = math::bf16_to_f32((up[J] >> (16 * Q)) as u16);
-                                let dh = acc[4 * (8 * B + J) + 2 * H + Q];
+                                let dh = acc[4 * (4 * B + J) + 2 * H + Q];
                                 let (a, b, c, d) = dswiglu_elem(g, u, dh, s);
                                 part[H] += d;
                                 dg[Q] = a;
