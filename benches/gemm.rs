@@ -539,7 +539,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
             let sg = sigmoid(gv);
             dz[c] = s * dh[c] * uv * sg * (1.0 + gv * (1.0 - sg));
             dz[i + c] = s * dh[c] * gv * sg;
-            part[c / 256] += dh[c] * gv * sg * uv;
+            part[c / megamoe_kernels::kernels_host::GEMM_DSW_BN as usize] += dh[c] * gv * sg * uv;
         }
         want_dz.extend(dz);
         want_part.extend(part);

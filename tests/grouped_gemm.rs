@@ -219,7 +219,7 @@ gpu_test!(dswiglu_ragged, {
                 let sg = sig(gv);
                 want_dz[row * 2 * i + c] = sw * dh * uv * sg * (1.0 + gv * (1.0 - sg));
                 want_dz[row * 2 * i + i + c] = sw * dh * gv * sg;
-                want_part[row * nt + c / 256] += dh * gv * sg * uv;
+                want_part[row * nt + c / megamoe_kernels::kernels_host::GEMM_DSW_BN as usize] += dh * gv * sg * uv;
             }
         }
     }

@@ -679,7 +679,7 @@ impl EpLayer {
             let ids: Vec<u32> = (0..recv as u32).collect();
             self.ident = Some(g.upload(&ids)?);
         }
-        let n_tiles_i = c.intermediate.div_ceil(kh::GEMM_BN as usize);
+        let n_tiles_i = crate::gemm::dswiglu_partials(c.intermediate);
         for w in self.ranks.iter_mut().filter(|w| w.bwd.is_none()) {
             let mut partial = g.alloc::<f32>(recv * n_tiles_i)?;
             g.fill_bytes(&mut partial, 0)?;
@@ -721,7 +721,7 @@ impl EpLayer {
         // z again from the x rows the forward left in recv (h is recomputed from z in the dh epilogue)
         self.gemm1(r, inp, 0, z)?;
         // dh = dy W2_e with the SwiGLU backward: dz, s * h and the dtopk partials
-        let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
+        let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
         let map_dy = self.maps.get(&g, ws + lay.recv_dy, recv, h2, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), per * h2, i2, 64, 64)?;
         // z and dz ([recv, 2I]) in 64 x 64 boxes: whole 64-row groups of an expert go through the copy engine

@@ -90,7 +90,7 @@ pub struct SwigluArgs<'a> {
 /// The backward's dh GEMM with the SwiGLU-backward epilogue: for every expert e and its rows,
 /// dh = dy . W2_e ([rows, I], W2_e stored [K, I], N-major) in f32, then with g, u read from z, s the routing
 /// weight of the row's slot and sig = sigmoid(g): dz = [dg | du] with dg = s dh u sig (1 + g (1 - sig)),
-/// du = s dh silu(g) (bf16 [rows, 2I]), and the partial sums of dh * silu(g) * u over each 256-column tile of
+/// du = s dh silu(g) (bf16 [rows, 2I]), and the partial sums of dh * silu(g) * u over each 128-column tile of
 /// I into `partial` (their sum over the tiles is the gradient of the routing weight).
 pub struct DswigluArgs<'a> {
     /// bf16 [rows_max, K] (the gathered dy: K = H).
@@ -155,9 +155,10 @@ pub fn tile_offsets(counts: &[u32]) -> Vec<u32> {
     t
 }
 
-/// Columns of the dtopk partial sums [`grouped_gemm_dswiglu`] writes per row: one per 256-column tile of I.
+/// Columns of the dtopk partial sums [`grouped_gemm_dswiglu`] writes per row: one per 128-column tile of I
+/// (`kh::GEMM_DSW_BN`).
 pub fn dswiglu_partials(i: usize) -> usize {
-    i.div_ceil(kh::GEMM_BN as usize)
+    i.div_ceil(kh::GEMM_DSW_BN as usize)
 }
 
 /// Launch one grouped GEMM on `gpu`'s stream.
@@ -536,7 +537,7 @@ pub(crate) fn wgrad_launch(
         accumulate: accumulate as u32,
     };
     let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
-    (p, Launch::new(grid, kh::GEMM_THREADS, kh::GEMM_SMEM))
+    (p, Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM))
 }
 
 /// The tensor map of a weight gradient's output, f32 [rows, cols] (rows = E * M), in the boxes the epilogue of
@@ -590,9 +591,10 @@ mod tests {
     }
 
     #[test]
-    fn dswiglu_partials_are_per_256_columns() {
-        assert_eq!(super::dswiglu_partials(768), 3);
-        assert_eq!(super::dswiglu_partials(1536), 6);
+    fn dswiglu_partials_are_per_128_columns() {
+        assert_eq!(super::dswiglu_partials(768), 6);
+        assert_eq!(super::dswiglu_partials(1536), 12);
+        assert_eq!(super::dswiglu_partials(192), 2);
         assert_eq!(super::dswiglu_partials(64), 1);
     }
 }

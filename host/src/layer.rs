@@ -259,7 +259,7 @@ impl MoeLayer {
         cfg.validate()?;
         let slots = cfg.max_tokens * cfg.top_k;
         let (h, i) = (cfg.hidden, cfg.intermediate);
-        let n_tiles_i = i.div_ceil(kh::GEMM_BN as usize);
+        let n_tiles_i = crate::gemm::dswiglu_partials(i);
         let work = Work {
             xs: gpu.alloc(slots * h)?,
             h: gpu.alloc(slots * i)?,
@@ -577,7 +577,7 @@ impl MoeLayer {
         // dy rows
         self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
         // dh = dy W2_e with the SwiGLU backward: dz, s * h, dtopk partials
-        let n_tiles_i = (i2 as u32).div_ceil(kh::GEMM_BN);
+        let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
         let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), c.experts * h2, i2, 64, 64)?;
         // z and dz in 64 x 64 boxes (whole 64-row groups of an expert go through the copy engine); a saved z

@@ -50,32 +50,48 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 
 /// Launch constants of the kernels, for the host (the kernels' own modules are device-only).
 pub mod kernels_host {
-    /// Rows per block tile of the grouped GEMMs.
+    /// Rows per tile of the M-grouped GEMMs.
     pub const GEMM_BM: u32 = 128;
-    /// Columns of the grouped GEMMs' wgmma tile.
+    /// Columns per tile of the cooperative M-grouped GEMMs (two consumer warpgroups of wgmma m64n256k16).
     pub const GEMM_BN: u32 = 256;
+    /// Columns per tile of `grouped_gemm_bt_dswiglu` (ping-pong: one consumer warpgroup's tile, two wgmma
+    /// m64n128k16 halves).
+    pub const GEMM_DSW_BN: u32 = 128;
     /// Threads per block of the grouped GEMMs (producer + 2 consumer warpgroups).
     pub const GEMM_THREADS: u32 = 384;
-    /// Pipeline stages of the grouped GEMMs.
+    /// Pipeline stages of the cooperative M-grouped GEMMs.
     pub const GEMM_STAGES: u32 = 4;
-    /// The ring of the grouped GEMMs (M- and K-grouped): stages of (A 128 x 64 + B 256 x 64) bf16.
+    /// The ring of the cooperative M-grouped GEMMs: stages of (A 128 x 64 + B 256 x 64) bf16.
     pub const GEMM_RING: u32 = GEMM_STAGES * (GEMM_BM + GEMM_BN) * 64 * 2;
     /// The epilogue's staging after the ring: two 8 KiB boxes per consumer warpgroup for the TMA stores.
     pub const GEMM_STAGING: u32 = 4 * 8192;
     /// The gathering producer's token of each row of the current A tile (u32 [GEMM_BM]).
     pub const GEMM_GATHER_ROWS: u32 = 4 * GEMM_BM;
-    /// Dynamic shared memory of the grouped GEMMs: the ring, the staging, the mbarriers, then the gathering
-    /// producer's row tokens.
-    pub const GEMM_SMEM: u32 = GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES + GEMM_GATHER_ROWS;
-    /// Pipeline stages of `grouped_gemm_bt_dswiglu`: the room of a fourth stage holds its epilogue's z staging.
-    pub const GEMM_DSW_STAGES: u32 = 3;
+    /// The ping-pong order barriers after the ring's: one per consumer warpgroup (used by the SwiGLU backward).
+    pub const GEMM_ORDER_BARS: u32 = 2 * 8;
+    /// Dynamic shared memory of the M-grouped GEMMs: the ring, the staging, the ring's mbarriers, the order
+    /// barriers, then the gathering producer's row tokens.
+    pub const GEMM_SMEM: u32 = GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES + GEMM_ORDER_BARS + GEMM_GATHER_ROWS;
+    /// Pipeline stages of `grouped_gemm_bt_dswiglu` (A 128 x 64 + B 128 x 64; its z staging takes the room of
+    /// two more).
+    pub const GEMM_DSW_STAGES: u32 = 4;
     /// The staging of `grouped_gemm_bt_dswiglu` after its ring: per consumer warpgroup two (g, u) pairs of
     /// 64 x 64 bf16 boxes (8 KiB each, 128-byte swizzle), then one s * h box per consumer warpgroup.
     pub const GEMM_DSW_STAGING: u32 = 10 * 8192;
-    /// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: the ring, the staging, the ring's mbarriers, then the
-    /// staging's four mbarriers (one per (g, u) pair).
-    pub const GEMM_DSW_SMEM: u32 =
-        GEMM_DSW_STAGES * (GEMM_BM + GEMM_BN) * 64 * 2 + GEMM_DSW_STAGING + 16 * GEMM_DSW_STAGES + 4 * 8;
+    /// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: the ring, the staging, the ring's mbarriers, the
+    /// order barriers, then the staging's four mbarriers (one per (g, u) pair).
+    pub const GEMM_DSW_SMEM: u32 = GEMM_DSW_STAGES * (GEMM_BM + GEMM_DSW_BN) * 64 * 2
+        + GEMM_DSW_STAGING
+        + 16 * GEMM_DSW_STAGES
+        + GEMM_ORDER_BARS
+        + 4 * 8;
+    /// Pipeline stages of the weight-gradient GEMM.
+    pub const WGRAD_STAGES: u32 = 4;
+    /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.
+    pub const WGRAD_RING: u32 = WGRAD_STAGES * (128 + 256) * 64 * 2;
+    /// Dynamic shared memory of the weight-gradient GEMM: its ring, its staging (two 8 KiB boxes per consumer
+    /// warpgroup) and the ring's mbarriers.
+    pub const WGRAD_SMEM: u32 = WGRAD_RING + 4 * 8192 + 16 * WGRAD_STAGES;
     /// Dynamic shared memory the M-grouped kernel `kernel` is launched with.
     pub fn m_grouped_smem(kernel: &str) -> u32 {
         if kernel == "grouped_gemm_bt_dswiglu" {

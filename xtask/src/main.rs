@@ -214,7 +214,11 @@ fn check_kernels() -> Res {
         }
     }
     // C7508: setmaxnreg ignored; C7518: wgmma serialised (a compiler-inserted wait in a divergent path)
-    if report.contains("C7508") || report.contains("C7518") || report.to_lowercase().contains("warning") {
+    if report.contains("C7508")
+        || report.contains("C7518")
+        || report.contains("C7520")
+        || report.to_lowercase().contains("warning")
+    {
         errors.push(format!(
             "ptxas warned:\n{}",
             report

@@ -1,29 +1,34 @@
 //! M-grouped bf16 GEMM over experts, warp-specialised: C[rows_e, N] = A[rows_e, K] . B_e[N, K]^T for every
 //! expert e, the rows of each expert contiguous in A at `offsets[e]..offsets[e + 1]` (read on the device).
 //!
-//! Block: 3 warpgroups. Warpgroup 0 is the producer (one thread issues TMA loads into a 4-stage ring,
-//! registers given back with setmaxnreg); warpgroups 1 and 2 are consumers, each a 64 x 256 wgmma tile of the
-//! 128 x 256 block tile. Persistent: block b takes tiles b, b + grid, ... of (expert m-tile, n-tile), m-tiles
-//! numbered by `tile_offsets`; producer and consumers walk the same sequence, so the ring cannot deadlock.
+//! Block: 3 warpgroups. Warpgroup 0 is the producer (one thread issues TMA loads into a 6-stage ring of
+//! A 128 x 64 and B 128 x 64, registers given back with setmaxnreg); warpgroups 1 and 2 are consumers in
+//! ping-pong: each takes every other tile of the block, a whole 128 x 128 tile as two wgmma m64n128k16 halves, so
+//! one warpgroup's epilogue runs while the other's main loop keeps the tensor cores busy (order barriers
+//! alternate the main loops; see `consume`). Persistent: block b takes tiles b, b + grid, ... of (expert m-tile,
+//! n-tile), m-tiles numbered by `tile_offsets`; the producer walks the block's whole sequence, each consumer its
+//! half, counting the ring's iterations of the other's tiles too, so the ring cannot deadlock.
 //! Rows past the expert's end and columns past N are computed but never stored (no padding in any output).
 //!
 //! Epilogues: `grouped_gemm_bf16` stores C in bf16; `grouped_gemm_swiglu` takes B tiles of 128 gate rows and
-//! the 128 matching up rows, stores h = silu(g) * u (bf16, 128 columns per tile) and optionally z = [g | u].
+//! the 64 matching up rows, stores h = silu(g) * u (bf16, 64 columns per tile) and optionally z = [g | u].
 //! `grouped_gemm_bt_bf16` takes B_e stored [K, N] (N-major, as the backward's dgrad reads W2_e and W1_e):
-//! four TMA boxes of 64 N x 64 K per stage, wgmma with imm-trans-b = 1 and MN-major descriptors
+//! two TMA boxes of 64 N x 64 K per stage, wgmma with imm-trans-b = 1 and MN-major descriptors
 //! (LBO = 8192 B between the 64-wide N atoms, SBO = 1024 B between 8-row K groups; measured, docs/NOTES.md).
-//! `grouped_gemm_bt_dswiglu` (the backward's dh with the SwiGLU backward) runs a 3-stage ring: the room of the
-//! fourth stage holds its epilogue's z staging (see `store_dswiglu`).
+//! `grouped_gemm_bt_dswiglu` (the backward's dh with the SwiGLU backward) runs a 4-stage ring: the room of two
+//! more holds its epilogue's z staging (see `store_dswiglu`).
 use crate::desc::{Layout, SmemDesc};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
 use crate::ptx::{cp_async, fence, math, mbarrier, regs, smem, sync, tma, wgmma};
 use crate::scheduler::MTile as Tile;
 
-/// Rows per block tile (two consumer warpgroups of 64).
+/// Rows per tile (two wgmma halves of 64).
 pub const BM: u32 = crate::kernels_host::GEMM_BM;
-/// Columns of the wgmma tile (B rows per stage).
+/// Columns of a cooperative tile (B rows per stage).
 pub const BN: u32 = crate::kernels_host::GEMM_BN;
+/// Columns of a tile of the SwiGLU backward (ping-pong).
+pub const DSW_BN: u32 = crate::kernels_host::GEMM_DSW_BN;
 /// K per stage (one 128-byte swizzle row of bf16).
 pub const BK: u32 = 64;
 /// Pipeline depth.
@@ -33,21 +38,42 @@ pub const DSW_STAGES: u32 = crate::kernels_host::GEMM_DSW_STAGES;
 const A_BYTES: u32 = BM * BK * 2;
 const B_BYTES: u32 = BN * BK * 2;
 const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
+const DSW_STAGE_BYTES: u32 = A_BYTES + DSW_BN * BK * 2;
 /// The epilogue's staging (after the ring): two 64 x 64 bf16 boxes (8 KiB, 128-byte swizzle) per consumer
 /// warpgroup.
 const C_BOX: u32 = crate::kernels_host::GEMM_C_BOX.0 * crate::kernels_host::GEMM_C_BOX.1 * 2;
 const STAGING: u32 = STAGES * STAGE_BYTES;
+/// The ping-pong order barriers (after the ring's): one per consumer warpgroup.
+const ORDER_BYTES: u32 = crate::kernels_host::GEMM_ORDER_BARS;
 /// The gathering producer's row tokens (after the mbarriers): u32 [BM].
-const ROW_TOKENS: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
-/// Dynamic shared memory of the kernel: the ring, the staging, 2 * STAGES mbarriers, the row tokens.
+const ROW_TOKENS: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES + ORDER_BYTES;
+/// Dynamic shared memory of the kernel: the ring, the staging, 2 * STAGES mbarriers, the order barriers, the row
+/// tokens.
 pub const SMEM_BYTES: u32 = ROW_TOKENS + crate::kernels_host::GEMM_GATHER_ROWS;
 /// The staging of `grouped_gemm_bt_dswiglu`: per consumer warpgroup two slots of a g box and a u box, then one
 /// s * h box per consumer warpgroup.
 const DSW_STAGING: u32 = 10 * C_BOX;
-/// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: its 3-stage ring, the z staging, the ring's mbarriers,
-/// then one mbarrier per (warpgroup, slot) of the staging.
-pub const DSW_SMEM_BYTES: u32 = DSW_STAGES * STAGE_BYTES + DSW_STAGING + Ring::<DSW_STAGES>::BYTES + 4 * 8;
+/// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: its ring, the z staging, the ring's mbarriers, the order
+/// barriers, then one mbarrier per (warpgroup, slot) of the staging.
+pub const DSW_SMEM_BYTES: u32 =
+    DSW_STAGES * DSW_STAGE_BYTES + DSW_STAGING + Ring::<DSW_STAGES>::BYTES + ORDER_BYTES + 4 * 8;
 
+/// Bytes of a stage of the ring.
+const fn stage_bytes(dsw: bool) -> u32 {
+    if dsw {
+        DSW_STAGE_BYTES
+    } else {
+        STAGE_BYTES
+    }
+}
+/// Columns of a tile.
+const fn bn(dsw: bool) -> u32 {
+    if dsw {
+        DSW_BN
+    } else {
+        BN
+    }
+}
 /// Bytes of staging after a ring (the epilogue's boxes).
 const fn staging_bytes(dsw: bool) -> u32 {
     if dsw {
@@ -67,7 +93,7 @@ const _: () = assert!(SMEM_BYTES <= 232448, "sm_90 allows at most 227 KiB of sha
 const _: () = assert!(DSW_SMEM_BYTES == crate::kernels_host::GEMM_DSW_SMEM, "host and kernel disagree (dswiglu)");
 const _: () = assert!(DSW_STAGING == crate::kernels_host::GEMM_DSW_STAGING, "dswiglu staging layout");
 const _: () = assert!(DSW_SMEM_BYTES <= 232448, "sm_90 allows at most 227 KiB of shared memory per block");
-const _: () = assert!((DSW_STAGES * STAGE_BYTES) % 1024 == 0 && C_BOX % 1024 == 0, "z boxes 1024-byte aligned");
+const _: () = assert!((DSW_STAGES * DSW_STAGE_BYTES) % 1024 == 0 && C_BOX % 1024 == 0, "z boxes 1024-byte aligned");
 
 /// The tile `tile` of this launch (see [`crate::scheduler::m_tile`]).
 #[inline(always)]
@@ -92,12 +118,13 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, cons
 ) {
     const { assert!(!GATHER || S == STAGES, "the gathering producer uses the STAGES ring and the row tokens") };
     const { assert!(S == if DSW { DSW_STAGES } else { STAGES }, "the host launches with the layout of this S") };
-    // shared-memory carve-out: S x (A 128x64, B 256x64) bf16, the epilogue's staging, full[S], empty[S], then
-    // (SwiGLU backward) the z staging's mbarriers [warpgroup][slot]
+    // shared-memory carve-out: S x (A 128x64, B 128x64) bf16, the epilogue's staging, full[S], empty[S],
+    // order[2], then (SwiGLU backward) the z staging's mbarriers [warpgroup][slot]
     let base = smem::base();
-    let staging = base + S * STAGE_BYTES;
+    let staging = base + S * stage_bytes(DSW);
     let ring = Ring::<S>::at(staging + staging_bytes(DSW));
-    let zbar = staging + staging_bytes(DSW) + Ring::<S>::BYTES;
+    let order = staging + staging_bytes(DSW) + Ring::<S>::BYTES;
+    let zbar = order + ORDER_BYTES;
     let t = regs::tid();
     let wg = t / 128;
     // barrier init
@@ -110,9 +137,13 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, cons
                 i += 1;
             }
         }
-        // one arrival per consumer warp; the gathering producer arrives once with the bytes of B and once per
-        // thread of its warpgroup for the rows of A (init_with's fence publishes the z barriers too)
-        ring.init_with(if GATHER { 1 + 128 } else { 1 }, 8);
+        // the order barriers: one arrival (the other warpgroup's leader) per phase
+        mbarrier::init(order, 1);
+        mbarrier::init(order + 8, 1);
+        // one arrival per warp of the consuming warpgroup; the gathering producer arrives once with the bytes of
+        // B and once per thread of its warpgroup for the rows of A (init_with's fence publishes the other
+        // barriers too)
+        ring.init_with(if GATHER { 1 + 128 } else { 1 }, if DSW { 4 } else { 8 });
     }
     crate::ptx::sync::block_sync();
     let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
@@ -127,7 +158,14 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, cons
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SWIGLU, BT, DSW, GATHER, S>(p, base, ring, staging, zbar, total, kt_n, wg - 1);
+        if DSW {
+            // S == DSW_STAGES (asserted above)
+            let ring = Ring::<DSW_STAGES>::at(staging + staging_bytes(DSW));
+            consume_pp(p, base, ring, staging, order, zbar, total, kt_n, wg - 1);
+        } else {
+            let ring = Ring::<STAGES>::at(staging + staging_bytes(DSW));
+            consume_coop::<SWIGLU, BT, GATHER>(p, base, ring, staging, total, kt_n, wg - 1);
+        }
     }
 }
 
@@ -212,17 +250,17 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
         let mut kt = 0;
         while kt < kt_n {
             let s = Ring::<S>::stage(it);
-            let fb = ring.produce(it, STAGE_BYTES);
-            let a_s = base + s * STAGE_BYTES;
+            let fb = ring.produce(it, stage_bytes(DSW));
+            let a_s = base + s * stage_bytes(DSW);
             let b_s = a_s + A_BYTES;
             let kx = (kt * BK) as i32;
             tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
             let brow = ti.e * p.n_b;
             if BT {
-                // B_e [K, N]: rows e * K + kt * 64, four 64-column boxes from the tile's first column
+                // B_e [K, N]: rows e * K + kt * 64, bn / 64 boxes of 64 columns from the tile's first column
                 let mut q = 0;
-                while q < BN / 64 {
-                    let col = (ti.n_tile * BN + 64 * q) as i32;
+                while q < bn(DSW) / 64 {
+                    let col = (ti.n_tile * bn(DSW) + 64 * q) as i32;
                     tma::load_2d(b_s + q * (64 * BK * 2), p.map_b as *const u8, col, (ti.e * p.k + kt * BK) as i32, fb);
                     q += 1;
                 }
@@ -240,45 +278,33 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
     }
 }
 
+/// One consumer warpgroup of the cooperative kernels (all but the SwiGLU backward): both warpgroups run every tile
+/// of the block, warpgroup `cw` its rows 64 cw..64 cw + 64 as one wgmma m64n256k16 tile, then the epilogue.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool, const S: u32>(
+unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool>(
     p: &GroupedGemm,
     base: u32,
-    ring: Ring<S>,
+    ring: Ring<STAGES>,
     staging: u32,
-    zbar: u32,
     total: u32,
     kt_n: u32,
     cw: u32,
 ) {
     let lane = t_lane();
     let leader = regs::tid() % 128 == 0;
-    // SwiGLU backward: this warpgroup's z staging (slots of a g box and a u box) and their mbarriers, and the
-    // number of z batches it has run through them (batch q: slot q % 2, phase q / 2 of that slot's barrier)
-    let zst = staging + cw * 4 * C_BOX;
-    let zbar = zbar + cw * 16;
-    let mut zq = 0u32;
-    if DSW && leader && p.map_z != 0 {
-        tma::prefetch_tensormap(p.map_z as *const u8);
-        tma::prefetch_tensormap(p.map_c as *const u8);
-    }
-    // bf16 and SwiGLU epilogues: the warpgroup's two staging boxes, used alternately by every box they store
-    // (`boxes` counts them across tiles, so a box is never rewritten while the copy engine may still read it)
+    // the warpgroup's two staging boxes, used alternately by every box they store (`boxes` counts them across
+    // tiles, so a box is never rewritten while the copy engine may still read it)
     let wst = staging + cw * 2 * C_BOX;
     let mut boxes = 0u32;
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
         let ti = tile_info(p, tile);
-        // SwiGLU backward: whether this warpgroup's rows go through the copy engine (uniform in the warpgroup),
-        // and the routing weights of its two rows, read now so that their latency hides under the main loop
-        let ztma = DSW && dsw_tma(p, &ti, cw);
-        let sw = if DSW { dsw_weights(p, &ti, cw) } else { [0f32; 2] };
         let mut acc = [0f32; 128];
         let mut kt = 0;
         while kt < kt_n {
-            let s = Ring::<S>::stage(it);
+            let s = Ring::<STAGES>::stage(it);
             ring.wait_full(it);
             if GATHER {
                 // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
@@ -305,10 +331,6 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool, const GAT
             if kt > 0 && lane == 0 {
                 ring.release_prev(it);
             }
-            if ztma && kt == 0 && leader {
-                // the first two z batches of the tile load under its main loop (K >= 64: kt = 0 always runs)
-                z_prefetch(p, &ti, cw, zst, zbar, zq);
-            }
             it += 1;
             kt += 1;
         }
@@ -319,12 +341,108 @@ unsafe fn consume<const SWIGLU: bool, const BT: bool, const DSW: bool, const GAT
         }
         if SWIGLU {
             store_swiglu(p, &acc, &ti, cw, wst, &mut boxes);
-        } else if DSW {
-            zq = store_dswiglu(p, &acc, &ti, cw, sw, ztma, zst, zbar, zq);
         } else {
             store_bf16(p, &acc, &ti, cw, wst, &mut boxes);
         }
         tile += regs::nctaid();
+    }
+    // the staging must not be freed (block exit) before the copy engine has read it
+    if leader {
+        tma::wait_group::<0>();
+    }
+}
+
+/// One consumer warpgroup of the SwiGLU backward (ping-pong): local tile l of the block (tile bid + l * grid) is warpgroup l % 2's, a
+/// 128 x 128 tile as two wgmma m64n128k16 halves (rows 0..64 into `acc[0]`, 64..128 into `acc[1]`, both with the
+/// stage's B). Its ring iterations are l * kt_n.. (the other warpgroup's are skipped). Before a tile's main loop
+/// it waits on its order barrier until the other warpgroup has waited for every stage of the block's previous
+/// tile, and after its own main loop it arrives on the other's: the main loops alternate (the tensor cores run
+/// one warpgroup's tile while the other runs its epilogue), and no wait on a full barrier is ever more than one
+/// phase ahead of it (the parity would be ambiguous).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn consume_pp(
+    p: &GroupedGemm,
+    base: u32,
+    ring: Ring<DSW_STAGES>,
+    staging: u32,
+    order: u32,
+    zbar: u32,
+    total: u32,
+    kt_n: u32,
+    cw: u32,
+) {
+    let lane = t_lane();
+    let leader = regs::tid() % 128 == 0;
+    // SwiGLU backward: this warpgroup's z staging (slots of a g box and a u box) and their mbarriers, and the
+    // number of z batches it has run through them (batch q: slot q % 2, phase q / 2 of that slot's barrier)
+    let zst = staging + cw * 4 * C_BOX;
+    let zbar = zbar + cw * 16;
+    let mut zq = 0u32;
+    if leader && p.map_z != 0 {
+        tma::prefetch_tensormap(p.map_z as *const u8);
+        tma::prefetch_tensormap(p.map_c as *const u8);
+    }
+    let mut it = cw * kt_n;
+    let mut mine = 0u32;
+    let mut tile = regs::bid() + cw * regs::nctaid();
+    while tile < total {
+        let ti = tile_info(p, tile);
+        // SwiGLU backward: the z batches of this tile that go through the copy engine, and the routing weights of
+        // its four rows, read now so that their latency hides under the main loop
+        let (nb, ntma) = dsw_batches(p, &ti);
+        let sw = dsw_weights(p, &ti);
+        // the other warpgroup has waited for every stage of the block's previous tile (warpgroup 0's first tile
+        // has none): WG 1's m-th tile follows WG 0's m-th arrival, WG 0's m-th its (m - 1)-th
+        if cw == 1 || mine > 0 {
+            let ph = if cw == 0 { (mine - 1) & 1 } else { mine & 1 };
+            mbarrier::wait_parity(order + 8 * cw, ph);
+        }
+        let mut acc = [[0f32; 64]; 2];
+        let mut kt = 0;
+        while kt < kt_n {
+            let s = Ring::<DSW_STAGES>::stage(it);
+            ring.wait_full(it);
+            let a_s = base + s * DSW_STAGE_BYTES;
+            let b_s = a_s + A_BYTES;
+            wgmma::fence();
+            let da0 = SmemDesc::k_major_sw128(a_s);
+            let da1 = SmemDesc::k_major_sw128(a_s + A_BYTES / 2);
+            let mut ks = 0;
+            while ks < BK / 16 {
+                let scale_d = (kt > 0 || ks > 0) as u32;
+                // B_e stored [K, N]: N-major, two 64-column atoms (LBO 8192 B), 8-row K groups (SBO 1024 B)
+                let dbt = SmemDesc::new(b_s + ks * 2048, 64 * BK * 2, 1024, Layout::Swizzle128B);
+                wgmma::m64n128k16_f32_bf16_ss_bt(&mut acc[0], da0.advance(32 * ks).0, dbt.0, scale_d);
+                wgmma::m64n128k16_f32_bf16_ss_bt(&mut acc[1], da1.advance(32 * ks).0, dbt.0, scale_d);
+                ks += 1;
+            }
+            wgmma::commit_group();
+            wgmma::wait_group::<1>();
+            if kt > 0 && lane == 0 {
+                ring.release_prev(it);
+            }
+            if ntma > 0 && kt == 0 && leader {
+                // the first two z batches of the tile load under its main loop (K >= 64: kt = 0 always runs)
+                z_prefetch(p, &ti, zst, zbar, zq, nb, ntma);
+            }
+            it += 1;
+            kt += 1;
+        }
+        // every stage of this tile has arrived: the other warpgroup may start its main loop
+        if leader {
+            mbarrier::arrive(order + 8 * (1 - cw));
+        }
+        wgmma::wait_group::<0>();
+        wgmma::fence_operand_64(&mut acc[0]);
+        wgmma::fence_operand_64(&mut acc[1]);
+        if lane == 0 {
+            ring.release_prev(it);
+        }
+        zq = store_dswiglu(p, &acc, &ti, cw, sw, (nb, ntma), zst, zbar, zq);
+        it += kt_n;
+        mine += 1;
+        tile += 2 * regs::nctaid();
     }
     // the staging must not be freed (block exit) before the copy engine has read it
     if leader {
@@ -337,7 +455,7 @@ fn t_lane() -> u32 {
     regs::tid() % 32
 }
 
-/// (first row, second row, first column) of this thread's fragment inside the 64 x N warpgroup tile.
+/// (first row, second row, first column) of this thread's fragment inside a 64 x N wgmma half.
 #[inline(always)]
 fn frag() -> (u32, u32, u32) {
     let t = regs::tid() % 128;
@@ -350,8 +468,8 @@ fn frag() -> (u32, u32, u32) {
 /// box. Written into `buf` with 128-byte swizzle (16-byte chunk j of row r at chunk j ^ (r % 8): the fragment
 /// stores are free of bank conflicts), then stored by TMA at (`col`, `row`) of `map` (columns past the map's
 /// width clipped). `buf` is one of two staging boxes the caller alternates in issue order, across tiles too:
-/// `wait_group.read 1` before it is rewritten; one thread issues, named barrier 2 + cw (the warpgroup's 128 threads) orders the staging writes
-/// around it. SAFETY: all 128 threads of the warpgroup, in uniform control flow.
+/// `wait_group.read 1` before it is rewritten; one thread issues, named barrier 2 + cw (the warpgroup's 128
+/// threads) orders the staging writes around it. SAFETY: all 128 threads of the warpgroup, in uniform control flow.
 #[inline(always)]
 unsafe fn store_box(map: u64, col: u32, row: u32, buf: u32, cw: u32, val: impl Fn(usize, usize) -> u32) {
     let (r, _, c0) = frag();
@@ -480,7 +598,7 @@ unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, st
 /// One element of the SwiGLU backward, in f32: (dg, du, s h, dh h) with sg = sigmoid(g), silu = g sg,
 /// dg = s dh u sg (1 + g (1 - sg)), du = s dh silu, s h = s silu u, dh h = dh silu u. Both paths of
 /// `store_dswiglu` compute through it, so a row's results do not depend on the path it takes (the EP tests
-/// compare bitwise with EP = 1, where the same row may fall in another 64-row group).
+/// compare bitwise with EP = 1, where the same row may fall in another 64-row half).
 #[inline(always)]
 fn dswiglu_elem(g: f32, u: f32, dh: f32, s: f32) -> (f32, f32, f32, f32) {
     let sg = math::sigmoid(g);
@@ -488,53 +606,66 @@ fn dswiglu_elem(g: f32, u: f32, dh: f32, s: f32) -> (f32, f32, f32, f32) {
     (s * dh * u * sg * (1.0 + g * (1.0 - sg)), s * dh * silu, s * silu * u, dh * silu * u)
 }
 
-/// Whether warpgroup `cw`'s 64 rows of the tile go through the copy engine in the SwiGLU-backward epilogue: all
-/// of them the tile's expert's (a TMA box would read and write the next expert's rows) and the maps given
-/// (`map_sh` too when s * h is stored).
-/// Uniform in the warpgroup.
+/// Whether the 64-row half `m` of the tile goes through the copy engine in the SwiGLU-backward epilogue: all of
+/// its rows the tile's expert's (a TMA box would read and write the next expert's rows) and the maps given
+/// (`map_sh` too when s * h is stored). Uniform in the warpgroup.
 #[inline(always)]
-fn dsw_tma(p: &GroupedGemm, ti: &Tile, cw: u32) -> bool {
-    p.map_z != 0 && p.map_c != 0 && (p.sh == 0 || p.map_sh != 0) && ti.row0 + cw * 64 + 64 <= ti.row_end
+fn dsw_tma(p: &GroupedGemm, ti: &Tile, m: u32) -> bool {
+    p.map_z != 0 && p.map_c != 0 && (p.sh == 0 || p.map_sh != 0) && ti.row0 + 64 * m + 64 <= ti.row_end
 }
 
-/// The routing weights s = w[row_slot[row]] of this thread's two rows of the tile (0 for rows past the expert's
-/// end, which nothing reads).
+/// (nb, ntma): the tile's 64-column batches (1 or 2: n is a multiple of 64) and how many z batches of the tile
+/// go through the copy engine (nb per half for which [`dsw_tma`] holds; half 1 only if half 0). TMA batch i is
+/// half i / nb, columns n_tile * BN + 64 (i % nb).
 #[inline(always)]
-unsafe fn dsw_weights(p: &GroupedGemm, ti: &Tile, cw: u32) -> [f32; 2] {
-    let (r0, r1, _) = frag();
-    let rows = [ti.row0 + cw * 64 + r0, ti.row0 + cw * 64 + r1];
-    let mut s = [0f32; 2];
-    crate::unroll!(H in [0, 1] {
-        if rows[H] < ti.row_end {
-            s[H] = *(p.w as *const f32).add(*(p.row_slot as *const u32).add(rows[H] as usize) as usize);
+fn dsw_batches(p: &GroupedGemm, ti: &Tile) -> (u32, u32) {
+    let nb = if ti.n_tile * DSW_BN + 64 < p.n { 2 } else { 1 };
+    (nb, nb * (dsw_tma(p, ti, 0) as u32 + dsw_tma(p, ti, 1) as u32))
+}
+
+/// The routing weights s = w[row_slot[row]] of this thread's four rows of the tile, [half][row] (0 for rows past
+/// the expert's end, which nothing reads).
+#[inline(always)]
+unsafe fn dsw_weights(p: &GroupedGemm, ti: &Tile) -> [f32; 4] {
+    let (r0, _, _) = frag();
+    let mut s = [0f32; 4];
+    crate::unroll!(I in [0, 1, 2, 3] {
+        let row = ti.row0 + 64 * (I as u32 / 2) + r0 + 8 * (I as u32 % 2);
+        if row < ti.row_end {
+            s[I] = *(p.w as *const f32).add(*(p.row_slot as *const u32).add(row as usize) as usize);
         }
     });
     s
 }
 
 /// The warpgroup's leader: load z batch `q` (g columns col_b..col_b + 64 and the matching u columns n + col_b..,
-/// rows row0w..row0w + 64) into staging slot q % 2, completing on that slot's mbarrier. The slot's previous
+/// rows row0h..row0h + 64) into staging slot q % 2, completing on that slot's mbarrier. The slot's previous
 /// contents must have been read by the copy engine (`wait_group_read`) and every thread of the warpgroup must be
 /// past its wait for the slot's previous phase (a named barrier after it).
 #[inline(always)]
-unsafe fn z_load(p: &GroupedGemm, zst: u32, zbar: u32, q: u32, col_b: u32, row0w: u32) {
+unsafe fn z_load(p: &GroupedGemm, zst: u32, zbar: u32, q: u32, col_b: u32, row0h: u32) {
     let slot = q % 2;
     let bar = zbar + 8 * slot;
     let gbox = zst + slot * 2 * C_BOX;
     mbarrier::arrive_expect_tx(bar, 2 * C_BOX);
-    tma::load_2d(gbox, p.map_z as *const u8, col_b as i32, row0w as i32, bar);
-    tma::load_2d(gbox + C_BOX, p.map_z as *const u8, (p.n + col_b) as i32, row0w as i32, bar);
+    tma::load_2d(gbox, p.map_z as *const u8, col_b as i32, row0h as i32, bar);
+    tma::load_2d(gbox + C_BOX, p.map_z as *const u8, (p.n + col_b) as i32, row0h as i32, bar);
 }
 
-/// The warpgroup's leader, at the start of a tile's main loop (whole-group tiles only): load the tile's first
-/// two z batches, `zq` and `zq + 1`, once the last tile's dz stores have read the staging.
+/// The warpgroup's leader: load the tile's TMA batch `i` (see [`dsw_batches`]) as the warpgroup's z batch `q`.
 #[inline(always)]
-unsafe fn z_prefetch(p: &GroupedGemm, ti: &Tile, cw: u32, zst: u32, zbar: u32, zq: u32) {
+unsafe fn z_load_batch(p: &GroupedGemm, ti: &Tile, zst: u32, zbar: u32, q: u32, nb: u32, i: u32) {
+    z_load(p, zst, zbar, q, ti.n_tile * DSW_BN + 64 * (i % nb), ti.row0 + 64 * (i / nb));
+}
+
+/// The warpgroup's leader, at the start of a tile's main loop: load the tile's first two TMA z batches (as `zq`
+/// and `zq + 1`), once the last tile's dz stores have read the staging.
+#[inline(always)]
+unsafe fn z_prefetch(p: &GroupedGemm, ti: &Tile, zst: u32, zbar: u32, zq: u32, nb: u32, ntma: u32) {
     tma::wait_group_read::<0>();
     crate::unroll!(B in [0, 1] {
-        let col_b = ti.n_tile * BN + 64 * B as u32;
-        if col_b < p.n {
-            z_load(p, zst, zbar, zq + B as u32, col_b, ti.row0 + cw * 64);
+        if (B as u32) < ntma {
+            z_load_batch(p, ti, zst, zbar, zq + B as u32, nb, B as u32);
         }
     });
 }
@@ -546,161 +677,164 @@ unsafe fn z_prefetch(p: &GroupedGemm, ti: &Tile, cw: u32, zst: u32, zbar: u32, z
 /// copy of dy is needed), and the partial sum of dh * h over the tile's columns into partial[row, n_tile]
 /// (dtopk = <dh, h> after `dtopk_reduce`). Returns the warpgroup's z batch count `zq` after this tile.
 ///
-/// A warpgroup whose 64 rows are all the expert's (`ztma`, see `dsw_tma`) goes through the copy engine, 64
-/// columns (a batch) at a time: z batch q sits in staging slot q % 2 (a 64 x 64 g box and the u box, 128-byte
-/// swizzle: 16-byte chunk j of row r at chunk j ^ (r % 8), so the fragment accesses are free of bank conflicts),
-/// loaded by TMA on the slot's mbarrier (batches 0 and 1 under the main loop, batch b + 2 once batch b's stores
-/// have read the slot). Each thread reads its g and u, writes dg and du in place (its own elements only), fences
-/// for the async proxy; after named barrier 2 + cw (128 threads, uniform control flow) the leader stores both
-/// boxes into dz through `map_c` and refills the slot. s * h (with `map_sh`) goes the same way through the
+/// A 64-row half whose rows are all the expert's ([`dsw_tma`]) goes through the copy engine, 64 columns (a
+/// batch) at a time: z batch q sits in staging slot q % 2 (a 64 x 64 g box and the u box, 128-byte swizzle:
+/// 16-byte chunk j of row r at chunk j ^ (r % 8), so the fragment accesses are free of bank conflicts), loaded
+/// by TMA on the slot's mbarrier (the tile's TMA batches 0 and 1 under the main loop, batch i + 2 once batch i's
+/// stores have read the slot). Each thread reads its g and u, writes dg and du in place (its own elements only),
+/// fences for the async proxy; after named barrier 2 + cw (128 threads, uniform control flow) the leader stores
+/// both boxes into dz through `map_c` and refills the slot. s * h (with `map_sh`) goes the same way through the
 /// warpgroup's own sh box (written next to dg and du, stored with them; before a batch writes it, the leader
-/// waits for the last batch's stores to have read it and a named barrier publishes that). n is a multiple of 64 (the layer and the gemm API check it), so a batch's columns are
-/// all < n or all >= n. Any other warpgroup reads z and writes dz from registers, row by row.
+/// waits for the last batch's stores to have read it and a named barrier publishes that). Any other half reads
+/// z and writes dz from registers, row by row.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn store_dswiglu(
     p: &GroupedGemm,
-    acc: &[f32; 128],
+    acc: &[[f32; 64]; 2],
     ti: &Tile,
     cw: u32,
-    sw: [f32; 2],
-    ztma: bool,
+    sw: [f32; 4],
+    (nb, ntma): (u32, u32),
     zst: u32,
     zbar: u32,
     zq: u32,
 ) -> u32 {
     let (r0, r1, c0) = frag();
-    let rows = [ti.row0 + cw * 64 + r0, ti.row0 + cw * 64 + r1];
     let n = p.n;
+    let n0 = ti.n_tile * DSW_BN;
     let sh = p.sh as *mut u32;
-    let mut part = [0f32; 2];
+    let leader = regs::tid() % 128 == 0;
+    let bar = 2 + cw;
+    let mut part = [0f32; 4];
     let mut q = zq;
-    if ztma {
-        let row0w = ti.row0 + cw * 64;
-        let leader = regs::tid() % 128 == 0;
-        let bar = 2 + cw;
-        crate::unroll!(B in [0, 1, 2, 3] {
-            let col_b = ti.n_tile * BN + 64 * B as u32;
-            if col_b < n {
-                // uniform: every thread of the warpgroup sees the same col_b
-                let slot = q % 2;
-                let gbox = zst + slot * 2 * C_BOX;
-                let ubox = gbox + C_BOX;
-                mbarrier::wait_parity(zbar + 8 * slot, (q / 2) & 1);
-                // s * h through the warpgroup's sh box (uniform): its last store must have read it
-                let sh_tma = p.sh != 0; // with map_sh (dsw_tma)
-                // the warpgroup's sh box: after both warpgroups' z slots (zst = staging + 4 cw boxes)
-                let shb = zst + (8 - 3 * cw) * C_BOX;
-                if sh_tma {
-                    if leader {
-                        tma::wait_group_read::<0>();
-                    }
-                    sync::named_sync(bar, 128);
-                }
-                // one row at a time (16 registers of g and u, not 32: the kernel is at its 168)
-                crate::unroll!(H in [0, 1] {
-                    let r = r0 + 8 * H as u32;
-                    let mut gp = [0u32; 8];
-                    let mut up = [0u32; 8];
-                    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                        let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
-                        gp[J] = smem::ld_u32(gbox + off);
-                        up[J] = smem::ld_u32(ubox + off);
-                    });
-                    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                        let col = col_b + 8 * J as u32 + c0;
-                        let mut dg = [0f32; 2];
-                        let mut du = [0f32; 2];
-                        let mut hs = [0f32; 2];
-                        crate::unroll!(Q in [0, 1] {
-                            let g = math::bf16_to_f32((gp[J] >> (16 * Q)) as u16);
-                            let u = math::bf16_to_f32((up[J] >> (16 * Q)) as u16);
-                            let dh = acc[4 * (8 * B + J) + 2 * H + Q];
-                            let (a, b, c, d) = dswiglu_elem(g, u, dh, sw[H]);
-                            part[H] += d;
-                            dg[Q] = a;
-                            du[Q] = b;
-                            hs[Q] = c;
-                        });
-                        let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
-                        smem::st_u32(gbox + off, math::pack_bf16x2(dg[0], dg[1]));
-                        smem::st_u32(ubox + off, math::pack_bf16x2(du[0], du[1]));
-                        if sh_tma {
-                            smem::st_u32(shb + off, math::pack_bf16x2(hs[0], hs[1]));
-                        }
-                    });
-                });
-                fence::proxy_async_shared_cta();
-                sync::named_sync(bar, 128);
-                if leader {
-                    tma::store_2d(p.map_c as *const u8, col_b as i32, row0w as i32, gbox);
-                    tma::store_2d(p.map_c as *const u8, (n + col_b) as i32, row0w as i32, ubox);
+    crate::unroll!(M in [0, 1] {
+        let row0h = ti.row0 + 64 * M as u32;
+        let a = &acc[M];
+        if dsw_tma(p, ti, M as u32) {
+            crate::unroll!(B in [0, 1] {
+                let col_b = n0 + 64 * B as u32;
+                if (B as u32) < nb {
+                    // uniform: every thread of the warpgroup sees the same batch; i is its index in the tile
+                    let i = M as u32 * nb + B as u32;
+                    let slot = q % 2;
+                    let gbox = zst + slot * 2 * C_BOX;
+                    let ubox = gbox + C_BOX;
+                    mbarrier::wait_parity(zbar + 8 * slot, (q / 2) & 1);
+                    // s * h through the warpgroup's sh box (uniform): its last store must have read it
+                    let sh_tma = p.sh != 0; // with map_sh (dsw_tma)
+                    // the warpgroup's sh box: after both warpgroups' z slots (zst = staging + 4 cw boxes)
+                    let shb = zst + (8 - 3 * cw) * C_BOX;
                     if sh_tma {
-                        tma::store_2d(p.map_sh as *const u8, col_b as i32, row0w as i32, shb);
+                        if leader {
+                            tma::wait_group_read::<0>();
+                        }
+                        sync::named_sync(bar, 128);
                     }
-                    tma::commit_group();
-                    // batch B + 2 of this tile into the slot just stored from, once the store has read it
-                    if B < 2 && col_b + 128 < n {
-                        tma::wait_group_read::<0>();
-                        z_load(p, zst, zbar, q + 2, col_b + 128, row0w);
-                    }
-                }
-                q += 1;
-            }
-        });
-    } else {
-        let z = p.z as *const u32;
-        let dz = p.c as *mut u32;
-        crate::unroll!(H in [0, 1] {
-            let row = rows[H];
-            if row < ti.row_end {
-                let s = sw[H];
-                let zrow = row * 2 * n;
-                // 32 columns (4 fragment groups) a batch: the 8 loads of g and u are issued together, then used,
-                // so the epilogue waits for memory 8 times per row instead of 32 (this path is only the partial
-                // 64-row groups at an expert's end; 16 loads at once made ptxas spill)
-                crate::unroll!(B in [0, 1, 2, 3, 4, 5, 6, 7] {
-                    let col_b = ti.n_tile * BN + 32 * B as u32;
-                    if col_b < n {
-                        let mut gp = [0u32; 4];
-                        let mut up = [0u32; 4];
-                        crate::unroll!(J in [0, 1, 2, 3] {
-                            let col = col_b + 8 * J as u32 + c0;
-                            gp[J] = *z.add(((zrow + col) / 2) as usize);
-                            up[J] = *z.add(((zrow + n + col) / 2) as usize);
+                    // one row at a time (16 registers of g and u, not 32)
+                    crate::unroll!(H in [0, 1] {
+                        let r = r0 + 8 * H as u32;
+                        let mut gp = [0u32; 8];
+                        let mut up = [0u32; 8];
+                        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                            let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
+                            gp[J] = smem::ld_u32(gbox + off);
+                            up[J] = smem::ld_u32(ubox + off);
                         });
-                        crate::unroll!(J in [0, 1, 2, 3] {
-                            let col = col_b + 8 * J as u32 + c0;
+                        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
                             let mut dg = [0f32; 2];
                             let mut du = [0f32; 2];
                             let mut hs = [0f32; 2];
                             crate::unroll!(Q in [0, 1] {
                                 let g = math::bf16_to_f32((gp[J] >> (16 * Q)) as u16);
                                 let u = math::bf16_to_f32((up[J] >> (16 * Q)) as u16);
-                                let dh = acc[4 * (4 * B + J) + 2 * H + Q];
-                                let (a, b, c, d) = dswiglu_elem(g, u, dh, s);
-                                part[H] += d;
-                                dg[Q] = a;
-                                du[Q] = b;
-                                hs[Q] = c;
+                                let dh = a[4 * (8 * B + J) + 2 * H + Q];
+                                let (x0, x1, x2, x3) = dswiglu_elem(g, u, dh, sw[2 * M + H]);
+                                part[2 * M + H] += x3;
+                                dg[Q] = x0;
+                                du[Q] = x1;
+                                hs[Q] = x2;
                             });
-                            *dz.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(dg[0], dg[1]);
-                            *dz.add(((zrow + n + col) / 2) as usize) = math::pack_bf16x2(du[0], du[1]);
-                            if p.sh != 0 {
-                                *sh.add(((row * n + col) / 2) as usize) = math::pack_bf16x2(hs[0], hs[1]);
+                            let off = r * 128 + ((J as u32 ^ (r % 8)) * 16) + 2 * c0;
+                            smem::st_u32(gbox + off, math::pack_bf16x2(dg[0], dg[1]));
+                            smem::st_u32(ubox + off, math::pack_bf16x2(du[0], du[1]));
+                            if sh_tma {
+                                smem::st_u32(shb + off, math::pack_bf16x2(hs[0], hs[1]));
                             }
                         });
+                    });
+                    fence::proxy_async_shared_cta();
+                    sync::named_sync(bar, 128);
+                    if leader {
+                        tma::store_2d(p.map_c as *const u8, col_b as i32, row0h as i32, gbox);
+                        tma::store_2d(p.map_c as *const u8, (n + col_b) as i32, row0h as i32, ubox);
+                        if sh_tma {
+                            tma::store_2d(p.map_sh as *const u8, col_b as i32, row0h as i32, shb);
+                        }
+                        tma::commit_group();
+                        // the tile's TMA batch i + 2 into the slot just stored from, once the store has read it
+                        if i + 2 < ntma {
+                            tma::wait_group_read::<0>();
+                            z_load_batch(p, ti, zst, zbar, q + 2, nb, i + 2);
+                        }
                     }
-                });
-            }
-        });
-    }
-    // the four threads of a quad hold the same two rows: reduce, then lane % 4 == 0 writes (uniform shuffles)
-    crate::unroll!(H in [0, 1] {
-        let mut v = part[H];
+                    q += 1;
+                }
+            });
+        } else if row0h < ti.row_end {
+            let z = p.z as *const u32;
+            let dz = p.c as *mut u32;
+            crate::unroll!(H in [0, 1] {
+                let row = row0h + if H == 0 { r0 } else { r1 };
+                if row < ti.row_end {
+                    let s = sw[2 * M + H];
+                    let zrow = row * 2 * n;
+                    // 32 columns (4 fragment groups) a batch: the 8 loads of g and u are issued together, then
+                    // used, so the epilogue waits for memory 4 times per row instead of 16 (this path is only the
+                    // partial 64-row halves at an expert's end; 16 loads at once made ptxas spill)
+                    crate::unroll!(B in [0, 1, 2, 3] {
+                        let col_b = n0 + 32 * B as u32;
+                        if col_b < n {
+                            let mut gp = [0u32; 4];
+                            let mut up = [0u32; 4];
+                            crate::unroll!(J in [0, 1, 2, 3] {
+                                let col = col_b + 8 * J as u32 + c0;
+                                gp[J] = *z.add(((zrow + col) / 2) as usize);
+                                up[J] = *z.add(((zrow + n + col) / 2) as usize);
+                            });
+                            crate::unroll!(J in [0, 1, 2, 3] {
+                                let col = col_b + 8 * J as u32 + c0;
+                                let mut dg = [0f32; 2];
+                                let mut du = [0f32; 2];
+                                let mut hs = [0f32; 2];
+                                crate::unroll!(Q in [0, 1] {
+                                    let g = math::bf16_to_f32((gp[J] >> (16 * Q)) as u16);
+                                    let u = math::bf16_to_f32((up[J] >> (16 * Q)) as u16);
+                                    let dh = a[4 * (4 * B + J) + 2 * H + Q];
+                                    let (x0, x1, x2, x3) = dswiglu_elem(g, u, dh, s);
+                                    part[2 * M + H] += x3;
+                                    dg[Q] = x0;
+                                    du[Q] = x1;
+                                    hs[Q] = x2;
+                                });
+                                *dz.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(dg[0], dg[1]);
+                                *dz.add(((zrow + n + col) / 2) as usize) = math::pack_bf16x2(du[0], du[1]);
+                                if p.sh != 0 {
+                                    *sh.add(((row * n + col) / 2) as usize) = math::pack_bf16x2(hs[0], hs[1]);
+                                }
+                            });
+                        }
+                    });
+                }
+            });
+        }
+    });
+    // the four threads of a quad hold the same rows: reduce, then lane % 4 == 0 writes (uniform shuffles)
+    crate::unroll!(I in [0, 1, 2, 3] {
+        let mut v = part[I];
         v += f32::from_bits(crate::ptx::warp::shfl_xor(v.to_bits(), 1));
         v += f32::from_bits(crate::ptx::warp::shfl_xor(v.to_bits(), 2));
-        let row = rows[H];
+        let row = ti.row0 + 64 * (I as u32 / 2) + r0 + 8 * (I as u32 % 2);
         if regs::tid() % 4 == 0 && row < ti.row_end {
             *(p.partial as *mut f32).add((row * p.n_tiles + ti.n_tile) as usize) = v;
         }

@@ -11,12 +11,14 @@
 //! reduce-adds for gradient accumulation), overlapping the next tile's main loop; one owner per element.
 //! When the routing error word is set the kernel returns at entry: C is neither overwritten nor added to.
 use crate::desc::{Layout, SmemDesc};
-use crate::kernels::grouped_gemm::{BK, STAGES};
+use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::WgradGemm;
 use crate::pipeline::Ring;
 use crate::ptx::{fence, regs, smem, sync, tma, wgmma};
 
+/// Pipeline depth.
+const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
 const BOX: u32 = 64 * 64 * 2;
 const A_BYTES: u32 = 2 * BOX;
 const STAGE_BYTES: u32 = 6 * BOX;
@@ -24,8 +26,11 @@ const STAGE_BYTES: u32 = 6 * BOX;
 const C_BOX: u32 = crate::kernels_host::WGRAD_C_BOX.0 * crate::kernels_host::WGRAD_C_BOX.1 * 4;
 /// The epilogue's staging: two boxes per consumer warpgroup, after the ring.
 const STAGING: u32 = STAGES * STAGE_BYTES;
-const _: () = assert!(STAGING == crate::kernels_host::GEMM_RING, "same ring as the M-grouped GEMM");
-const _: () = assert!(4 * C_BOX == crate::kernels_host::GEMM_STAGING, "host and kernel agree on the staging");
+const _: () = assert!(STAGING == crate::kernels_host::WGRAD_RING, "host and kernel agree on the ring");
+const _: () = assert!(
+    STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES == crate::kernels_host::WGRAD_SMEM,
+    "host and kernel agree on the shared memory"
+);
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
 
 struct Tile {
@@ -46,7 +51,7 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
     Tile { e, r0: *off.add(e as usize), r1: *off.add(e as usize + 1), mt, nt }
 }
 
-/// 384 threads, GEMM_SMEM bytes of dynamic shared memory, grid <= the SM count.
+/// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
