@@ -5,6 +5,9 @@
 //! and checked fully written after them. Then the routing layout alone (its three launches, each timed) at
 //! T = 16384, top-8 of 128 and of 4096 experts.
 //!
+//! `MEGAMOE_BENCH_PHASES=1`: then one more forward + backward of each save mode with device events around every
+//! launch (`Gpu::profile_start`), printed as `PHASE` lines: each kernel's time in place and the idle time before it.
+//!
 //! `cargo bench --bench layer` (on the GPU machine: the binary from `cargo xtask gpu-bundle`, with `--bench`).
 //! `benches/h200.sh` runs it beside the PyTorch layers (`benches/torch_layer.py`) in one call.
 use std::sync::Arc;
@@ -84,6 +87,32 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         }
     }
     let [ms_f, ms_fb, ms_fbz, ms_fg] = times.map(median);
+    if std::env::var("MEGAMOE_BENCH_PHASES").is_ok_and(|v| v == "1") {
+        // one more forward + backward of each save mode with a device event around every launch: each kernel's
+        // time where it runs (back to back, not replayed alone as under a profiler) and the idle time before it
+        for (mode, layer) in [("z recomputed", &mut layer), ("z saved", &mut layer_z)] {
+            let ms = g.timed(|| {
+                g.profile_start();
+                let sv = layer.forward(&inp, &mut out)?;
+                let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
+                layer.backward(&sv, &ddy, &inp, gr)
+            })?;
+            let t = g.profile_end()?;
+            for l in &t {
+                println!(
+                    "PHASE {name} fwd+bwd ({mode}) {:>8.1} us {:<28} {:>8.1} us, gap before {:>6.1} us",
+                    l.at_us, l.kernel, l.us, l.gap_us
+                );
+            }
+            let (run, gaps) = (t.iter().map(|l| l.us).sum::<f64>(), t.iter().map(|l| l.gap_us).sum::<f64>());
+            println!(
+                "PHASES {name} fwd+bwd ({mode}): {} launches, kernels {run:.0} us + gaps {gaps:.0} us; {:.0} us between \
+                 the outer events (events around each launch included)",
+                t.len(),
+                ms * 1e3
+            );
+        }
+    }
     g.sync()?;
     layer.routing_error()?;
     // the last pass (gather the other way) wrote `out`: checked below like the default's

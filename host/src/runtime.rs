@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{
+    result, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+};
 use megamoe_kernels::manifest::{self, KernelSpec};
 
 use crate::error::{Context, Error, Result};
@@ -82,6 +84,26 @@ pub struct Gpu {
     image: Image,
     module: OnceLock<Arc<CudaModule>>,
     funcs: Mutex<HashMap<&'static str, Loaded>>,
+    /// While profiling ([`Gpu::profile_start`]): a device event before and after every launch, in order.
+    prof: Mutex<Option<Vec<Marked>>>,
+}
+
+/// A profiled launch: the kernel and device events recorded before and after it.
+type Marked = (&'static str, CudaEvent, CudaEvent);
+
+/// One launch of a profiled range ([`Gpu::profile_end`]): the kernel, when it started after the first launch's
+/// start, how long it ran, and the idle time between the end of the previous launch and its start (device
+/// events: launch gaps and host stalls show as `gap_us`, time inside the kernel as `us`).
+#[derive(Clone, Debug)]
+pub struct LaunchTime {
+    /// Kernel name.
+    pub kernel: &'static str,
+    /// Microseconds from the first launch's start event to this one's.
+    pub at_us: f64,
+    /// Microseconds between this launch's two events.
+    pub us: f64,
+    /// Microseconds between the previous launch's end event and this one's start (0 for the first).
+    pub gap_us: f64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -130,6 +152,7 @@ impl Gpu {
             image,
             module: OnceLock::new(),
             funcs: Mutex::new(HashMap::new()),
+            prof: Mutex::new(None),
         });
         c.insert(ordinal, g.clone());
         Ok(g)
@@ -241,6 +264,11 @@ impl Gpu {
             );
         }
         self.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
+        let mut prof = self.prof.lock().unwrap_or_else(|p| p.into_inner());
+        let before = match prof.as_ref() {
+            Some(_) => Some(self.event_now()?),
+            None => None,
+        };
         let mut args = [params as *const P as *mut std::ffi::c_void];
         result::launch_kernel(
             func.cu_function(),
@@ -250,7 +278,43 @@ impl Gpu {
             self.stream.cu_stream(),
             &mut args,
         )
-        .ctx(|| format!("launching {kernel} ({cfg:?})"))
+        .ctx(|| format!("launching {kernel} ({cfg:?})"))?;
+        if let (Some(log), Some(a)) = (prof.as_mut(), before) {
+            log.push((kernel, a, self.event_now()?));
+        }
+        Ok(())
+    }
+
+    /// A device event recorded on this device's stream now.
+    fn event_now(&self) -> Result<CudaEvent> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let e = self.ctx.new_event(flags).ctx(|| "creating an event".into())?;
+        e.record(&self.stream).ctx(|| "recording an event".into())?;
+        Ok(e)
+    }
+
+    /// Start recording a device event before and after every launch on this device (a diagnostic: each launch
+    /// then costs two event records). [`Gpu::profile_end`] returns the times.
+    pub fn profile_start(&self) {
+        *self.prof.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+    }
+
+    /// Stop recording, wait for the last launch, and return every launch since [`Gpu::profile_start`] in order
+    /// (empty if it was not started).
+    pub fn profile_end(&self) -> Result<Vec<LaunchTime>> {
+        let log = self.prof.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+        let Some((_, _, last)) = log.last() else { return Ok(Vec::new()) };
+        last.synchronize().ctx(|| "waiting for an event".into())?;
+        let us = |a: &CudaEvent, b: &CudaEvent| -> Result<f64> {
+            Ok(a.elapsed_ms(b).ctx(|| "reading an event pair".into())? as f64 * 1e3)
+        };
+        let first = &log[0].1;
+        let mut out = Vec::with_capacity(log.len());
+        for (i, (kernel, a, b)) in log.iter().enumerate() {
+            let gap_us = if i == 0 { 0.0 } else { us(&log[i - 1].2, a)? };
+            out.push(LaunchTime { kernel, at_us: us(first, a)?, us: us(a, b)?, gap_us });
+        }
+        Ok(out)
     }
 
     /// Milliseconds the work `f` enqueues on this device's stream takes, measured with device events around it
