@@ -3,6 +3,7 @@
 //! Debug switch: `MEGAMOE_DEBUG=1` writes the embedded PTX and ptxas report to `MEGAMOE_DUMP_DIR` (default: the
 //! system temp dir) when the module is loaded, and prints every launch configuration to stderr.
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
@@ -86,6 +87,8 @@ pub struct Gpu {
     funcs: Mutex<HashMap<&'static str, Loaded>>,
     /// While profiling ([`Gpu::profile_start`]): a device event before and after every launch, in order.
     prof: Mutex<Option<Vec<Marked>>>,
+    /// Whether `prof` is recording (read on every launch without taking its lock).
+    profiling: AtomicBool,
 }
 
 /// A profiled launch: the kernel and device events recorded before and after it.
@@ -153,6 +156,7 @@ impl Gpu {
             module: OnceLock::new(),
             funcs: Mutex::new(HashMap::new()),
             prof: Mutex::new(None),
+            profiling: AtomicBool::new(false),
         });
         c.insert(ordinal, g.clone());
         Ok(g)
@@ -264,11 +268,7 @@ impl Gpu {
             );
         }
         self.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
-        let mut prof = self.prof.lock().unwrap_or_else(|p| p.into_inner());
-        let before = match prof.as_ref() {
-            Some(_) => Some(self.event_now()?),
-            None => None,
-        };
+        let before = if self.profiling.load(Ordering::Relaxed) { Some(self.event_now()?) } else { None };
         let mut args = [params as *const P as *mut std::ffi::c_void];
         result::launch_kernel(
             func.cu_function(),
@@ -279,8 +279,11 @@ impl Gpu {
             &mut args,
         )
         .ctx(|| format!("launching {kernel} ({cfg:?})"))?;
-        if let (Some(log), Some(a)) = (prof.as_mut(), before) {
-            log.push((kernel, a, self.event_now()?));
+        if let Some(a) = before {
+            let b = self.event_now()?;
+            if let Some(log) = self.prof.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                log.push((kernel, a, b));
+            }
         }
         Ok(())
     }
@@ -297,11 +300,13 @@ impl Gpu {
     /// then costs two event records). [`Gpu::profile_end`] returns the times.
     pub fn profile_start(&self) {
         *self.prof.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+        self.profiling.store(true, Ordering::Relaxed);
     }
 
     /// Stop recording, wait for the last launch, and return every launch since [`Gpu::profile_start`] in order
     /// (empty if it was not started).
     pub fn profile_end(&self) -> Result<Vec<LaunchTime>> {
+        self.profiling.store(false, Ordering::Relaxed);
         let log = self.prof.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
         let Some((_, _, last)) = log.last() else { return Ok(Vec::new()) };
         last.synchronize().ctx(|| "waiting for an event".into())?;
