@@ -177,7 +177,7 @@ unsafe fn consume(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: 
 /// time (128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so the fragment stores are free of
 /// bank conflicts), stored (or, with `accumulate`, added: `cp.reduce.async.bulk.tensor .add`) by the copy
 /// engine while the warpgroup goes on. Two staging boxes alternate; before one is rewritten, its previous store
-/// must have read it (`wait_group.read 1`). Columns past N are clipped by the tensor map; a warpgroup whose rows
+/// must have read it (`wait_group.read 1`; `.read 0` at a tile's first box, see there). Columns past N are clipped by the tensor map; a warpgroup whose rows
 /// start at or past M (M a multiple of 64, not of 128) stores nothing. One thread per warpgroup issues and
 /// waits; named barrier 2 + cw (128 threads) orders the staging writes around it.
 #[inline(always)]
@@ -199,7 +199,14 @@ unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u3
             // uniform: every thread of the warpgroup sees the same col0
             let buf = staging + (B as u32 % 2) * C_BOX;
             if leader {
-                tma::wait_group_read::<1>();
+                // box 0 of a tile: the previous tile may have ended on buffer 0 (an odd number of boxes when
+                // N is not a multiple of 256), so every earlier store must have read its box; issued a whole
+                // main loop ago, it has. Later boxes: all but the last store (the other buffer's)
+                if B == 0 {
+                    tma::wait_group_read::<0>();
+                } else {
+                    tma::wait_group_read::<1>();
+                }
             }
             sync::named_sync(bar, 128);
             crate::unroll!(J in [0, 1, 2, 3] {
