@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Session 11 call F: (1) M-grouped schedulers read a shared-memory copy of the offsets; (2) 2-CTA cluster
+# SwiGLU backward with A multicast (MEGAMOE_DSW_MC=1, same binary). Old = d6f3a58 (.dev/old).
+set -uo pipefail
+cd "$(dirname "$0")/bundle"
+start=$(date +%s)
+late() { [ $(( $(date +%s) - start )) -gt $1 ]; }
+run() { local n=$1 to=$2; shift 2; local t0=$(date +%s); echo "== $n ($(( t0 - start )) s)"
+  timeout $to "$@" > $OUT/$n.txt 2>&1; local rc=$?; echo "rc $rc in $(( $(date +%s) - t0 )) s"
+  grep -E "^test .*(FAILED|ignored)$|test result|panicked|FAILED|error" $OUT/$n.txt | grep -v "^test .* ok$" | head -12; return $rc; }
+libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirname(p) for r in site.getsitepackages() for p in glob.glob(os.path.join(r,"nvidia","*","lib","libcublas.so*"))})))')"
+export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+run t_grouped_gemm 40 ./grouped_gemm --include-ignored --test-threads=1
+MC=0; MEGAMOE_DSW_MC=1 run t_grouped_gemm_mc 40 ./grouped_gemm --include-ignored --test-threads=1 dswiglu && MC=1
+echo "MC usable: $MC"
+modes="new old"; [ $MC = 1 ] && modes="new mc old"
+for v in $modes; do
+  late 200 && break
+  b=./gemm; [ $v = old ] && b=../old/gemm
+  t0=$(date +%s); echo "== gemm $v ($(( t0 - start )) s)"
+  MEGAMOE_DSW_MC=$([ $v = mc ] && echo 1 || echo 0) timeout 60 $b --bench > /tmp/g.txt 2>&1; echo "rc $? in $(( $(date +%s) - t0 )) s"
+  cat /tmp/g.txt >> $OUT/gemm_$v.txt
+  grep RESULT /tmp/g.txt | grep -v "dW\|torch" | sed 's/ (sample.*ours/ ours/; s/(throughput.*//; s/RESULT gemm Qwen3-//' | cut -c1-150
+done
+for v in $modes; do
+  late 250 && break
+  b=./layer; [ $v = old ] && b=../old/layer
+  echo "== layer $v ($(( $(date +%s) - start )) s)"
+  MEGAMOE_DSW_MC=$([ $v = mc ] && echo 1 || echo 0) MEGAMOE_BENCH_ONLY=30B timeout 40 $b --bench > $OUT/layer_$v.txt 2>&1; echo "rc $?"
+  grep -hE "^RESULT" $OUT/layer_$v.txt | cut -c1-120
+done
+late 255 || MEGAMOE_DSW_MC=$MC run t_layer_backward 110 ./layer_backward --include-ignored --test-threads=1
+late 300 || run t_layer_forward 60 ./layer_forward --include-ignored --test-threads=1
+echo "total $(( $(date +%s) - start )) s"
