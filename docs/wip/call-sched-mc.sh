@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call for docs/wip/sched-smem-and-clusters.patch. Before it, here: main's benches into
+# One device call for docs/wip/sched-smem-and-clusters.patch (three commits: scheduler offsets in shared memory and
+# the 2-CTA cluster variants; megamoe::tiles; the row-scattered epilogue, whose tests are in ./grouped_gemm). Before it, here: main's benches into
 # .dev/old (`cargo xtask gpu-bundle .dev/oldb && mkdir -p .dev/old && cp .dev/oldb/gemm .dev/oldb/layer .dev/old/
 # && rm -r .dev/oldb`), then `git am docs/wip/sched-smem-and-clusters.patch`, `cargo xtask gpu-bundle
 # .dev/bundle`, copy this script to .dev/ and run `bash .dev/call-sched-mc.sh` with carry [".dev"].
