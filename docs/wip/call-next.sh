@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for docs/wip/sched-smem-and-clusters.patch (three commits: scheduler offsets in shared memory and
+# One device call for docs/wip/sched-smem-and-clusters.patch (four commits: scheduler offsets in shared memory and
 # the 2-CTA cluster variants; megamoe::tiles; the row-scattered epilogue, whose tests are in ./grouped_gemm) and
 # docs/wip/wgrad-s3.patch (the weight gradients with a 3-stage ring and 4 staging boxes: MEGAMOE_WGRAD=s3), in
 # that order (`git am` both). Modes: new = both patches, experiments off; exp = new with MEGAMOE_MC=1 and
