@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call for the two wip patches, applied in this order:
-#   docs/wip/sched-smem-and-clusters.patch (five commits: scheduler offsets in shared memory and 2-CTA cluster
+# One device call for the two wip patches, applied in this order (the first has six commits: its sixth adds
+# gemm::with_clusters and GPU tests that the cluster variants match the single-CTA kernels bit for bit):
+#   docs/wip/sched-smem-and-clusters.patch (commits: scheduler offsets in shared memory and 2-CTA cluster
 #     variants sharing A (_mc); megamoe::tiles; the row-scattered epilogue, whose tests are in ./grouped_gemm;
 #     the cluster walk as pure scheduler logic; cluster variants sharing B (_mcb) of the cooperative kernels)
 #   docs/wip/wgrad-s3.patch (weight gradients with a 3-stage ring and 4 staging boxes: MEGAMOE_WGRAD=s3).
