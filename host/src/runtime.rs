@@ -372,12 +372,9 @@ impl Gpu {
     /// Milliseconds the work `f` enqueues on this device's stream takes, measured with device events around it
     /// (waits for the end event).
     pub fn timed(&self, f: impl FnOnce() -> Result<()>) -> Result<f64> {
-        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let a = self.ctx.new_event(flags).ctx(|| "creating an event".into())?;
-        let b = self.ctx.new_event(flags).ctx(|| "creating an event".into())?;
-        a.record(&self.stream).ctx(|| "recording an event".into())?;
+        let a = self.event_now()?;
         f()?;
-        b.record(&self.stream).ctx(|| "recording an event".into())?;
+        let b = self.event_now()?;
         b.synchronize().ctx(|| "waiting for an event".into())?;
         Ok(a.elapsed_ms(&b).ctx(|| "reading an event pair".into())? as f64)
     }

@@ -177,9 +177,10 @@ unsafe fn consume(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: 
 /// time (128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so the fragment stores are free of
 /// bank conflicts), stored (or, with `accumulate`, added: `cp.reduce.async.bulk.tensor .add`) by the copy
 /// engine while the warpgroup goes on. Two staging boxes alternate; before one is rewritten, its previous store
-/// must have read it (`wait_group.read 1`; `.read 0` at a tile's first box, see there). Columns past N are clipped by the tensor map; a warpgroup whose rows
-/// start at or past M (M a multiple of 64, not of 128) stores nothing. One thread per warpgroup issues and
-/// waits; named barrier 2 + cw (128 threads) orders the staging writes around it.
+/// must have read it (`wait_group.read 1`; `.read 0` at a tile's first box, see there). Columns past N are
+/// clipped by the tensor map; a warpgroup whose rows start at or past M (M a multiple of 64, not of 128) stores
+/// nothing. One thread per warpgroup issues and waits; named barrier 2 + cw (128 threads) orders the staging
+/// writes around it.
 #[inline(always)]
 unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
     let row0 = ti.mt * 128 + cw * 64;
