@@ -87,6 +87,9 @@ gpu_test!(nk_full_tiles, run(&[256, 128, 384], 512, 256, BLayout::NK));
 gpu_test!(kn_full_tiles, run(&[256, 128, 384], 512, 256, BLayout::KN));
 gpu_test!(kn_one_expert_many_rows, run(&[1000], 768, 2048, BLayout::KN));
 gpu_test!(all_experts_empty, run(&[0, 0, 0], 256, 64, BLayout::KN));
+// 256 experts: the schedulers' shared-memory copy of the offsets at its limit; 300: past it (global reads)
+gpu_test!(kn_256_experts, run(&(0..256).map(|e| (e * 37 % 11) as u32).collect::<Vec<_>>(), 320, 128, BLayout::KN));
+gpu_test!(nk_300_experts, run(&(0..300).map(|e| (e * 37 % 11) as u32).collect::<Vec<_>>(), 320, 128, BLayout::NK));
 
 /// Shared inputs of the epilogue and weight-gradient tests: ragged counts, rows_max past the last row.
 struct Setup {
@@ -173,9 +176,14 @@ fn swiglu(keep_z: bool) {
 gpu_test!(swiglu_ragged_h_only, swiglu(false));
 gpu_test!(swiglu_ragged_h_and_z, swiglu(true));
 
-gpu_test!(dswiglu_ragged, {
+// I = 320: 3 column tiles (odd: the unclustered kernel); 448: 4, the last partial (with MEGAMOE_MC=1 the
+// 2-CTA cluster kernel)
+gpu_test!(dswiglu_ragged, dswiglu(320));
+gpu_test!(dswiglu_ragged_even_column_tiles, dswiglu(448));
+
+fn dswiglu(i: usize) {
     let mut s = setup(&[0, 1, 300, 129, 0, 17]);
-    let (e, i, k) = (s.counts.len(), 320, 128);
+    let (e, k) = (s.counts.len(), 128);
     let g = s.g.clone();
     let slots = s.rows + 11;
     let dy = s.r.bf16_vec(s.rows_max * k, 1.0);
@@ -228,7 +236,7 @@ gpu_test!(dswiglu_ragged, {
     check::close("dswiglu partial", &got_part, &want_part, 1e-2).unwrap();
     assert!(dz[s.rows * 2 * i..].iter().all(|v| v.to_bits() == 0xffff), "dz rows past the end were written");
     assert!(part[s.rows * nt..].iter().all(|v| v.is_nan()), "partial rows past the end were written");
-});
+}
 
 fn wgrad(counts: &[u32], accumulate: bool) {
     let mut s = setup(counts);

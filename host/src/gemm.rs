@@ -302,9 +302,10 @@ fn m_grouped<'a>(
 ) -> Result<Prepared<'a>> {
     p.map_a = map_a.ptr(gpu);
     p.map_b = map_b.ptr(gpu);
+    let kernel = mc_variant(kernel, p.n_tiles);
     Ok(Prepared {
         ordinal: gpu.ordinal(),
-        block: Block::M(kernel, m_grouped_launch(gpu, kernel, rows_max, p.experts as usize, p.n_tiles), p),
+        block: Block::M(kernel, m_grouped_launch(gpu, kernel, rows_max, p.experts as usize, p.n_tiles)?, p),
         _maps: vec![map_a, map_b],
         _bufs: PhantomData,
     })
@@ -498,13 +499,47 @@ impl<'a> WgradArgs<'a> {
     }
 }
 
+/// The kernel to launch for the M-grouped `kernel` over `n_tiles` column tiles: with `MEGAMOE_MC=1` (read once;
+/// experimental, for a same-binary A/B) and n_tiles even, its 2-CTA cluster variant (`_mc`: the two CTAs of a
+/// cluster take n-tiles 2j, 2j + 1 of one m-tile and share A by TMA multicast); else `kernel` itself (the
+/// gathering GEMM1 has no cluster variant).
+pub(crate) fn mc_variant(kernel: &'static str, n_tiles: u32) -> &'static str {
+    static MC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if n_tiles % 2 != 0 || !*MC.get_or_init(|| std::env::var("MEGAMOE_MC").is_ok_and(|v| v == "1")) {
+        return kernel;
+    }
+    match kernel {
+        "grouped_gemm_bf16" => "grouped_gemm_bf16_mc",
+        "grouped_gemm_swiglu" => "grouped_gemm_swiglu_mc",
+        "grouped_gemm_bt_bf16" => "grouped_gemm_bt_bf16_mc",
+        "grouped_gemm_bt_dswiglu" => "grouped_gemm_bt_dswiglu_mc",
+        k => k,
+    }
+}
+
 /// The launch of the M-grouped kernel `kernel` over at most `rows_max` expert-ordered rows of `experts` experts:
 /// one block per tile up to one per SM (the kernel is persistent), with the kernel's shared memory
-/// ([`kh::m_grouped_smem`]); shared by the layer, the EP layer and the calls here.
-pub(crate) fn m_grouped_launch(gpu: &Gpu, kernel: &str, rows_max: usize, experts: usize, n_tiles: u32) -> Launch {
+/// ([`kh::m_grouped_smem`]); shared by the layer, the EP layer and the calls here. A kernel written for clusters
+/// of c CTAs gets a grid that is a multiple of c (its tile count is: c n-tiles per pair).
+/// A cluster kernel's grid is also capped by the clusters that fit at once (all resident: the walk of a
+/// persistent grid gives every cluster the same share).
+pub(crate) fn m_grouped_launch(
+    gpu: &Gpu,
+    kernel: &'static str,
+    rows_max: usize,
+    experts: usize,
+    n_tiles: u32,
+) -> Result<Launch> {
     let rows = rows_max as u32;
     let m_tiles_max = rows.div_ceil(kh::GEMM_BM) + (experts as u32).min(rows);
-    Launch::new(gpu.sm_count().min(m_tiles_max * n_tiles), kh::GEMM_THREADS, kh::m_grouped_smem(kernel))
+    let smem = kh::m_grouped_smem(kernel);
+    let c = megamoe_kernels::manifest::find(kernel).map_or(1, |k| k.cluster.max(1));
+    let mut grid = gpu.sm_count().min(m_tiles_max * n_tiles);
+    if c > 1 {
+        let fit = gpu.max_active_clusters(kernel, Launch::new(c * (gpu.sm_count() / c), kh::GEMM_THREADS, smem))?;
+        grid = grid.min(c * fit.max(1)) / c * c;
+    }
+    Ok(Launch::new(grid.max(c), kh::GEMM_THREADS, smem))
 }
 
 /// The parameter block and launch of `grouped_wgrad_f32` (tiles of 128 x 256 of each expert's M x N, one block

@@ -279,6 +279,9 @@ impl Gpu {
         if cfg.smem > self.smem_optin {
             return bad(format!("{} bytes of shared memory > the device's {}", cfg.smem, self.smem_optin));
         }
+        if spec.cluster > 1 && gx % spec.cluster != 0 {
+            return bad(format!("grid {:?}: not a multiple of its {} CTAs per cluster", cfg.grid, spec.cluster));
+        }
         let module = self.module()?.clone();
         let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
         if !funcs.contains_key(kernel) {
@@ -293,6 +296,25 @@ impl Gpu {
             l.smem_limit = cfg.smem;
         }
         Ok(l.func.clone())
+    }
+
+    /// How many clusters of `kernel` (a kernel written for clusters, `.reqnctapercluster`) can be resident at
+    /// once with `cfg`'s block and shared memory (`cuOccupancyMaxActiveClusters`); a persistent grid larger
+    /// than that runs its last clusters in a second wave. Queried once per kernel.
+    pub fn max_active_clusters(&self, kernel: &'static str, cfg: Launch) -> Result<u32> {
+        let func = self.prepare(kernel, &cfg)?;
+        let lc = cudarc::driver::LaunchConfig {
+            grid_dim: cfg.grid,
+            block_dim: (cfg.block, 1, 1),
+            shared_mem_bytes: cfg.smem,
+        };
+        let n = func
+            .occupancy_max_active_clusters(lc, &self.stream)
+            .ctx(|| format!("querying the active clusters of {kernel}"))?;
+        if debug_enabled() {
+            eprintln!("[megamoe] {kernel}: at most {n} active clusters ({} B of shared memory)", cfg.smem);
+        }
+        Ok(n)
     }
 
     /// Launch `kernel` with its one argument `params` (a `#[repr(C)]` block or a single pointer) on this

@@ -69,9 +69,15 @@ pub mod kernels_host {
     pub const GEMM_GATHER_ROWS: u32 = 4 * GEMM_BM;
     /// The ping-pong order barriers after the ring's: one per consumer warpgroup (used by the SwiGLU backward).
     pub const GEMM_ORDER_BARS: u32 = 2 * 8;
+    /// Experts up to which the M-grouped GEMMs copy the tile and row offsets into shared memory at entry (the
+    /// tile scheduler's binary search then reads shared memory, not global; more experts read global).
+    pub const GEMM_SCHED_E: u32 = 256;
+    /// That copy: u32 tile offsets [GEMM_SCHED_E + 1], then u32 row offsets [GEMM_SCHED_E + 1] (16-byte padded).
+    pub const GEMM_SCHED: u32 = (2 * (GEMM_SCHED_E + 1) * 4).div_ceil(16) * 16;
     /// Dynamic shared memory of the M-grouped GEMMs: the ring, the staging, the ring's mbarriers, the order
-    /// barriers, then the gathering producer's row tokens.
-    pub const GEMM_SMEM: u32 = GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES + GEMM_ORDER_BARS + GEMM_GATHER_ROWS;
+    /// barriers, the gathering producer's row tokens, then the scheduler's offsets.
+    pub const GEMM_SMEM: u32 =
+        GEMM_RING + GEMM_STAGING + 16 * GEMM_STAGES + GEMM_ORDER_BARS + GEMM_GATHER_ROWS + GEMM_SCHED;
     /// Pipeline stages of `grouped_gemm_bt_dswiglu` (A 128 x 64 + B 128 x 64; its z staging takes the room of
     /// two more).
     pub const GEMM_DSW_STAGES: u32 = 4;
@@ -79,12 +85,13 @@ pub mod kernels_host {
     /// 64 x 64 bf16 boxes (8 KiB each, 128-byte swizzle), then one s * h box per consumer warpgroup.
     pub const GEMM_DSW_STAGING: u32 = 10 * 8192;
     /// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: the ring, the staging, the ring's mbarriers, the
-    /// order barriers, then the staging's four mbarriers (one per (g, u) pair).
+    /// order barriers, the staging's four mbarriers (one per (g, u) pair), then the scheduler's offsets.
     pub const GEMM_DSW_SMEM: u32 = GEMM_DSW_STAGES * (GEMM_BM + GEMM_DSW_BN) * 64 * 2
         + GEMM_DSW_STAGING
         + 16 * GEMM_DSW_STAGES
         + GEMM_ORDER_BARS
-        + 4 * 8;
+        + 4 * 8
+        + GEMM_SCHED;
     /// Pipeline stages of the weight-gradient GEMM.
     pub const WGRAD_STAGES: u32 = 4;
     /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.
@@ -94,7 +101,8 @@ pub mod kernels_host {
     pub const WGRAD_SMEM: u32 = WGRAD_RING + 4 * 8192 + 16 * WGRAD_STAGES;
     /// Dynamic shared memory the M-grouped kernel `kernel` is launched with.
     pub fn m_grouped_smem(kernel: &str) -> u32 {
-        if kernel == "grouped_gemm_bt_dswiglu" {
+        // a 2-CTA cluster variant (`_mc`) has its kernel's layout
+        if kernel.trim_end_matches("_mc") == "grouped_gemm_bt_dswiglu" {
             GEMM_DSW_SMEM
         } else {
             GEMM_SMEM

@@ -16,10 +16,17 @@ pub struct KernelSpec {
     pub spill_free: bool,
     /// The SASS must contain HGMMA (the kernel runs on the tensor cores).
     pub mma: bool,
+    /// CTAs per cluster (x) the kernel is written for, written into the PTX as `.reqnctapercluster` when above
+    /// 1 (the launch then runs in clusters without a launch attribute; its grid must be a multiple).
+    pub cluster: u32,
 }
 
 const fn k(name: &'static str, max_threads: u32, spill_free: bool, mma: bool) -> KernelSpec {
-    KernelSpec { name, max_threads, spill_free, mma }
+    KernelSpec { name, max_threads, spill_free, mma, cluster: 1 }
+}
+
+const fn k2(name: &'static str, max_threads: u32, spill_free: bool, mma: bool) -> KernelSpec {
+    KernelSpec { name, max_threads, spill_free, mma, cluster: 2 }
 }
 
 /// Every kernel in the module.
@@ -41,10 +48,14 @@ pub const KERNELS: &[KernelSpec] = &[
     k("gather_rows", 128, true, false),
     k("combine_rows", 256, true, false),
     k("grouped_gemm_bf16", 384, true, true),
+    k2("grouped_gemm_bf16_mc", 384, true, true),
     k("grouped_gemm_swiglu", 384, true, true),
+    k2("grouped_gemm_swiglu_mc", 384, true, true),
     k("grouped_gemm_swiglu_gather", 384, true, true),
     k("grouped_gemm_bt_bf16", 384, true, true),
+    k2("grouped_gemm_bt_bf16_mc", 384, true, true),
     k("grouped_gemm_bt_dswiglu", 384, true, true),
+    k2("grouped_gemm_bt_dswiglu_mc", 384, true, true),
     k("grouped_wgrad_f32", 384, true, true),
     k("dtopk_reduce", 256, true, false),
     k("ep_dispatch", 256, true, false),

@@ -2,7 +2,7 @@
 //! mbarrier (one producer arrival plus the copy engine's transaction bytes) and an `empty` mbarrier (one arrival
 //! per consumer warp). Producer and consumers count the same iterations `it` over the same tile sequence, so
 //! stage = it % S and phase = (it / S) & 1 on both sides, and the ring cannot deadlock.
-use crate::ptx::{fence, mbarrier};
+use crate::ptx::{cluster, fence, mbarrier};
 
 /// The barriers of a ring of `S` stages: full[S], then empty[S], 8 bytes each.
 #[derive(Clone, Copy)]
@@ -77,6 +77,14 @@ impl<const S: u32> Ring<S> {
     #[inline(always)]
     pub unsafe fn wait_full(&self, it: u32) {
         mbarrier::wait_parity(self.full + 8 * (it % S), (it / S) & 1);
+    }
+
+    /// Consumer warp, lanes 0 and 1 of a 2-CTA cluster: lane `rank` gives back the stage of iteration `it - 1`
+    /// in CTA `rank` (a peer's multicast may write into it: its empty barrier counts both CTAs' warps).
+    /// SAFETY: lanes 0 and 1 of each consumer warp, once per iteration, `it` >= 1; both CTAs run the same ring.
+    #[inline(always)]
+    pub unsafe fn release_prev_cluster(&self, it: u32, rank: u32) {
+        mbarrier::arrive_cluster(cluster::map_shared(self.empty + 8 * ((it + S - 1) % S), rank));
     }
 
     /// Consumer warp (one lane): give back the stage of iteration `it - 1` (the wgmma that read it are

@@ -20,7 +20,7 @@
 use crate::desc::{Layout, SmemDesc};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
-use crate::ptx::{cp_async, fence, math, mbarrier, regs, smem, sync, tma, wgmma};
+use crate::ptx::{cluster, cp_async, fence, math, mbarrier, regs, smem, sync, tma, wgmma};
 use crate::scheduler::MTile as Tile;
 
 /// Rows per tile (two wgmma halves of 64).
@@ -48,15 +48,24 @@ const ORDER_BYTES: u32 = crate::kernels_host::GEMM_ORDER_BARS;
 /// The gathering producer's row tokens (after the mbarriers): u32 [BM].
 const ROW_TOKENS: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES + ORDER_BYTES;
 /// Dynamic shared memory of the kernel: the ring, the staging, 2 * STAGES mbarriers, the order barriers, the row
-/// tokens.
-pub const SMEM_BYTES: u32 = ROW_TOKENS + crate::kernels_host::GEMM_GATHER_ROWS;
+/// tokens, the scheduler's offsets (at `sched_at`).
+pub const SMEM_BYTES: u32 = ROW_TOKENS + crate::kernels_host::GEMM_GATHER_ROWS + SCHED;
+/// The scheduler's copy of the tile and row offsets (the last bytes of either layout), used when the launch has
+/// at most SCHED_E experts.
+const SCHED: u32 = crate::kernels_host::GEMM_SCHED;
+const SCHED_E: u32 = crate::kernels_host::GEMM_SCHED_E;
 /// The staging of `grouped_gemm_bt_dswiglu`: per consumer warpgroup two slots of a g box and a u box, then one
 /// s * h box per consumer warpgroup.
 const DSW_STAGING: u32 = 10 * C_BOX;
 /// Dynamic shared memory of `grouped_gemm_bt_dswiglu`: its ring, the z staging, the ring's mbarriers, the order
 /// barriers, then one mbarrier per (warpgroup, slot) of the staging.
 pub const DSW_SMEM_BYTES: u32 =
-    DSW_STAGES * DSW_STAGE_BYTES + DSW_STAGING + Ring::<DSW_STAGES>::BYTES + ORDER_BYTES + 4 * 8;
+    DSW_STAGES * DSW_STAGE_BYTES + DSW_STAGING + Ring::<DSW_STAGES>::BYTES + ORDER_BYTES + 4 * 8 + SCHED;
+
+/// Shared-memory offset of the scheduler's offsets: tile offsets [SCHED_E + 1], then row offsets.
+const fn sched_at(dsw: bool) -> u32 {
+    (if dsw { DSW_SMEM_BYTES } else { SMEM_BYTES }) - SCHED
+}
 
 /// Bytes of a stage of the ring.
 const fn stage_bytes(dsw: bool) -> u32 {
@@ -95,29 +104,69 @@ const _: () = assert!(DSW_STAGING == crate::kernels_host::GEMM_DSW_STAGING, "dsw
 const _: () = assert!(DSW_SMEM_BYTES <= 232448, "sm_90 allows at most 227 KiB of shared memory per block");
 const _: () = assert!((DSW_STAGES * DSW_STAGE_BYTES) % 1024 == 0 && C_BOX % 1024 == 0, "z boxes 1024-byte aligned");
 
-/// The tile `tile` of this launch (see [`crate::scheduler::m_tile`]).
+/// The tile `tile` of this launch (see [`crate::scheduler::m_tile`]): its binary search reads the block's
+/// shared-memory copy of the offsets (`sched_copy`) when there are at most SCHED_E experts, global memory
+/// otherwise (a dependent global load per step: ~8 per tile, at every tile start of the producer and consumers).
 #[inline(always)]
-unsafe fn tile_info(p: &GroupedGemm, tile: u32) -> Tile {
-    let to = p.tile_offsets as *const u32;
-    let off = p.offsets as *const u32;
-    // SAFETY (of the reads): entries 0..=experts of both arrays, as the parameter block promises.
-    crate::scheduler::m_tile(
-        tile,
-        p.n_tiles,
-        p.experts,
-        BM,
-        |i| unsafe { *to.add(i as usize) },
-        |i| unsafe { *off.add(i as usize) },
-    )
+unsafe fn tile_info<const DSW: bool>(p: &GroupedGemm, tile: u32) -> Tile {
+    if p.experts <= SCHED_E {
+        let s = smem::base() + sched_at(DSW);
+        let o = s + 4 * (SCHED_E + 1);
+        // SAFETY (of the reads): entries 0..=experts, written by `sched_copy` before the block's first barrier.
+        crate::scheduler::m_tile(
+            tile,
+            p.n_tiles,
+            p.experts,
+            BM,
+            |i| unsafe { smem::ld_u32(s + 4 * i) },
+            |i| unsafe { smem::ld_u32(o + 4 * i) },
+        )
+    } else {
+        let to = p.tile_offsets as *const u32;
+        let off = p.offsets as *const u32;
+        // SAFETY (of the reads): entries 0..=experts of both arrays, as the parameter block promises.
+        crate::scheduler::m_tile(
+            tile,
+            p.n_tiles,
+            p.experts,
+            BM,
+            |i| unsafe { *to.add(i as usize) },
+            |i| unsafe { *off.add(i as usize) },
+        )
+    }
+}
+
+/// Every thread of the block, before its first barrier: copy entries 0..=experts of the tile and row offsets into
+/// shared memory (at most SCHED_E experts; otherwise nothing: `tile_info` reads global memory).
+#[inline(always)]
+unsafe fn sched_copy<const DSW: bool>(p: &GroupedGemm) {
+    if p.experts <= SCHED_E {
+        let s = smem::base() + sched_at(DSW);
+        let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
+        let mut i = regs::tid();
+        while i <= p.experts {
+            smem::st_u32(s + 4 * i, *to.add(i as usize));
+            smem::st_u32(s + 4 * (SCHED_E + 1) + 4 * i, *off.add(i as usize));
+            i += regs::ntid();
+        }
+    }
 }
 
 /// The kernel body; `S` ring stages (STAGES, or DSW_STAGES for the SwiGLU backward).
 #[inline(always)]
-unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, const GATHER: bool, const S: u32>(
+unsafe fn grouped_gemm<
+    const SWIGLU: bool,
+    const BT: bool,
+    const DSW: bool,
+    const GATHER: bool,
+    const S: u32,
+    const MC: bool,
+>(
     p: &GroupedGemm,
 ) {
     const { assert!(!GATHER || S == STAGES, "the gathering producer uses the STAGES ring and the row tokens") };
     const { assert!(S == if DSW { DSW_STAGES } else { STAGES }, "the host launches with the layout of this S") };
+    const { assert!(!MC || !GATHER, "2-CTA clusters multicast A by TMA: not the gathering producer") };
     // shared-memory carve-out: S x (A 128x64, B 128x64) bf16, the epilogue's staging, full[S], empty[S],
     // order[2], then (SwiGLU backward) the z staging's mbarriers [warpgroup][slot]
     let base = smem::base();
@@ -143,9 +192,18 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, cons
         // one arrival per warp of the consuming warpgroup; the gathering producer arrives once with the bytes of
         // B and once per thread of its warpgroup for the rows of A (init_with's fence publishes the other
         // barriers too)
-        ring.init_with(if GATHER { 1 + 128 } else { 1 }, if DSW { 4 } else { 8 });
+        // consumer warps per stage: both warpgroups' 8 (cooperative) or one warpgroup's 4 (the SwiGLU backward,
+        // ping-pong); in a 2-CTA cluster both CTAs' (A is multicast into both)
+        let consumer_warps = if DSW { 4 } else { 8 };
+        ring.init_with(if GATHER { 1 + 128 } else { 1 }, if MC { 2 * consumer_warps } else { consumer_warps });
     }
-    crate::ptx::sync::block_sync();
+    sched_copy::<DSW>(p);
+    if MC {
+        // the peer's barriers are initialised before any multicast or remote arrival reaches them
+        cluster::sync();
+    } else {
+        crate::ptx::sync::block_sync();
+    }
     let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
@@ -154,18 +212,45 @@ unsafe fn grouped_gemm<const SWIGLU: bool, const BT: bool, const DSW: bool, cons
             // S == STAGES (asserted above): the same barriers
             produce_gather(p, base, Ring::<STAGES>::at(staging + staging_bytes(DSW)), total, kt_n);
         } else if t == 0 {
-            produce::<SWIGLU, BT, DSW, S>(p, base, ring, total, kt_n);
+            produce::<SWIGLU, BT, DSW, S, MC>(p, base, ring, total, kt_n);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
         if DSW {
             // S == DSW_STAGES (asserted above)
             let ring = Ring::<DSW_STAGES>::at(staging + staging_bytes(DSW));
-            consume_pp(p, base, ring, staging, order, zbar, total, kt_n, wg - 1);
+            consume_pp::<MC>(p, base, ring, staging, order, zbar, total, kt_n, wg - 1);
         } else {
             let ring = Ring::<STAGES>::at(staging + staging_bytes(DSW));
-            consume_coop::<SWIGLU, BT, GATHER>(p, base, ring, staging, total, kt_n, wg - 1);
+            consume_coop::<SWIGLU, BT, GATHER, MC>(p, base, ring, staging, total, kt_n, wg - 1);
         }
+    }
+    if MC {
+        // no CTA leaves while its peer may still arrive on its empty barriers (every thread, once)
+        cluster::sync();
+    }
+}
+
+/// A block's walk over the tiles: (first index, step, count). One CTA: every tile, `bid` + i * `nctaid`. A
+/// 2-CTA cluster (MC): the pairs of n-tiles (2j, 2j + 1) of one m-tile, the cluster's index + i * clusters;
+/// [`walk_tile`] gives this CTA's tile of a pair (n_tiles even: the host's condition).
+#[inline(always)]
+fn walk<const MC: bool>(total: u32) -> (u32, u32, u32) {
+    if MC {
+        (regs::bid() / 2, regs::nctaid() / 2, total / 2)
+    } else {
+        (regs::bid(), regs::nctaid(), total)
+    }
+}
+
+/// The tile of walk index `q` (see [`walk`]): CTA rank bid % 2 of a cluster takes n-tile 2j + rank.
+#[inline(always)]
+fn walk_tile<const MC: bool>(p: &GroupedGemm, q: u32) -> u32 {
+    if MC {
+        let h = p.n_tiles / 2;
+        (q / h) * p.n_tiles + 2 * (q % h) + regs::bid() % 2
+    } else {
+        q
     }
 }
 
@@ -191,7 +276,7 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
-        let ti = tile_info(p, tile);
+        let ti = tile_info::<false>(p, tile);
         // the tile's row tokens into shared memory (u32::MAX past the expert's end): thread t looks up row t;
         // named barrier 1 (the 128 producer threads, uniform flow) before (the last tile's reads are done) and
         // after (the writes are visible)
@@ -234,7 +319,7 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 }
 
 #[inline(always)]
-unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32>(
+unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32, const MC: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S>,
@@ -244,17 +329,24 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
     tma::prefetch_tensormap(p.map_a as *const u8);
     tma::prefetch_tensormap(p.map_b as *const u8);
     let mut it = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
-        let ti = tile_info(p, tile);
+    let (q0, step, count) = walk::<MC>(total);
+    let mut q = q0;
+    while q < count {
+        let ti = tile_info::<DSW>(p, walk_tile::<MC>(p, q));
         let mut kt = 0;
         while kt < kt_n {
             let s = Ring::<S>::stage(it);
+            // MC: the empty barrier counts both CTAs' consumer warps (the peer's arrive remotely)
             let fb = ring.produce(it, stage_bytes(DSW));
             let a_s = base + s * stage_bytes(DSW);
             let b_s = a_s + A_BYTES;
             let kx = (kt * BK) as i32;
-            tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
+            if !MC {
+                tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
+            } else if regs::bid() % 2 == 0 {
+                // the pair's A (same m-tile) into both CTAs; each expects it in its stage's bytes
+                tma::load_2d_mc(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb, 0b11);
+            }
             let brow = ti.e * p.n_b;
             if BT {
                 // B_e [K, N]: rows e * K + kt * 64, bn / 64 boxes of 64 columns from the tile's first column
@@ -274,7 +366,7 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
             it += 1;
             kt += 1;
         }
-        tile += regs::nctaid();
+        q += step;
     }
 }
 
@@ -282,7 +374,7 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
 /// of the block, warpgroup `cw` its rows 64 cw..64 cw + 64 as one wgmma m64n256k16 tile, then the epilogue.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool>(
+unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, const MC: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -298,9 +390,10 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool>(
     let wst = staging + cw * 2 * C_BOX;
     let mut boxes = 0u32;
     let mut it = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
-        let ti = tile_info(p, tile);
+    let (q0, step, count) = walk::<MC>(total);
+    let mut q = q0;
+    while q < count {
+        let ti = tile_info::<false>(p, walk_tile::<MC>(p, q));
         let mut acc = [0f32; 128];
         let mut kt = 0;
         while kt < kt_n {
@@ -328,23 +421,19 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool>(
             }
             wgmma::commit_group();
             wgmma::wait_group::<1>();
-            if kt > 0 && lane == 0 {
-                ring.release_prev(it);
-            }
+            release::<MC, STAGES>(&ring, it, lane, kt > 0);
             it += 1;
             kt += 1;
         }
         wgmma::wait_group::<0>();
         wgmma::fence_operand_128(&mut acc);
-        if lane == 0 {
-            ring.release_prev(it);
-        }
+        release::<MC, STAGES>(&ring, it, lane, true);
         if SWIGLU {
             store_swiglu(p, &acc, &ti, cw, wst, &mut boxes);
         } else {
             store_bf16(p, &acc, &ti, cw, wst, &mut boxes);
         }
-        tile += regs::nctaid();
+        q += step;
     }
     // the staging must not be freed (block exit) before the copy engine has read it
     if leader {
@@ -361,7 +450,7 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool>(
 /// phase ahead of it (the parity would be ambiguous).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume_pp(
+unsafe fn consume_pp<const MC: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<DSW_STAGES>,
@@ -385,9 +474,10 @@ unsafe fn consume_pp(
     }
     let mut it = cw * kt_n;
     let mut mine = 0u32;
-    let mut tile = regs::bid() + cw * regs::nctaid();
-    while tile < total {
-        let ti = tile_info(p, tile);
+    let (q0, step, count) = walk::<MC>(total);
+    let mut q = q0 + cw * step;
+    while q < count {
+        let ti = tile_info::<true>(p, walk_tile::<MC>(p, q));
         // SwiGLU backward: the z batches of this tile that go through the copy engine, and the routing weights of
         // its four rows, read now so that their latency hides under the main loop
         let (nb, ntma) = dsw_batches(p, &ti);
@@ -419,9 +509,7 @@ unsafe fn consume_pp(
             }
             wgmma::commit_group();
             wgmma::wait_group::<1>();
-            if kt > 0 && lane == 0 {
-                ring.release_prev(it);
-            }
+            release::<MC, DSW_STAGES>(&ring, it, lane, kt > 0);
             if ntma > 0 && kt == 0 && leader {
                 // the first two z batches of the tile load under its main loop (K >= 64: kt = 0 always runs)
                 z_prefetch(p, &ti, zst, zbar, zq, nb, ntma);
@@ -436,17 +524,28 @@ unsafe fn consume_pp(
         wgmma::wait_group::<0>();
         wgmma::fence_operand_64(&mut acc[0]);
         wgmma::fence_operand_64(&mut acc[1]);
-        if lane == 0 {
-            ring.release_prev(it);
-        }
+        release::<MC, DSW_STAGES>(&ring, it, lane, true);
         zq = store_dswiglu(p, &acc, &ti, cw, sw, (nb, ntma), zst, zbar, zq);
         it += kt_n;
         mine += 1;
-        tile += 2 * regs::nctaid();
+        q += 2 * step;
     }
     // the staging must not be freed (block exit) before the copy engine has read it
     if leader {
         tma::wait_group::<0>();
+    }
+}
+
+/// A consumer warp gives back the stage of iteration `it - 1` (when `cond`): lane 0 in its own CTA; in a 2-CTA
+/// cluster lanes 0 and 1 in CTA 0 and CTA 1.
+#[inline(always)]
+unsafe fn release<const MC: bool, const S: u32>(ring: &Ring<S>, it: u32, lane: u32, cond: bool) {
+    if MC {
+        if cond && lane < 2 {
+            ring.release_prev_cluster(it, lane);
+        }
+    } else if cond && lane == 0 {
+        ring.release_prev(it);
     }
 }
 
@@ -846,30 +945,59 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, false>(&p);
+}
+
+/// As `grouped_gemm_bt_dswiglu`, launched in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`; an even grid):
+/// the two CTAs take n-tiles 2j and 2j + 1 of the same m-tile in lock step and CTA 0 loads their shared A (dy
+/// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
+    grouped_gemm::<false, true, true, false, DSW_STAGES, true>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, false>(&p);
+}
+
+/// As `grouped_gemm_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
+/// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
+    grouped_gemm::<false, false, false, false, STAGES, true>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, false>(&p);
+}
+
+/// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
+/// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
+    grouped_gemm::<false, true, false, false, STAGES, true>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, false>(&p);
+}
+
+/// As `grouped_gemm_swiglu` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
+/// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
+    grouped_gemm::<true, false, false, false, STAGES, true>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true, STAGES>(&p);
+    grouped_gemm::<true, false, false, true, STAGES, false>(&p);
 }

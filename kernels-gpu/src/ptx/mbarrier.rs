@@ -60,3 +60,13 @@ pub unsafe fn try_wait_parity(bar: u32, parity: u32) -> bool {
 pub unsafe fn wait_parity(bar: u32, parity: u32) {
     while !try_wait_parity(bar, parity) {}
 }
+
+/// `mbarrier.arrive.shared::cluster.b64` (release at CTA scope, the default; CUTLASS's and DeepGEMM's remote
+/// arrival): one arrival on the barrier at `shared::cluster` address `bar` (this CTA's or a peer's, from
+/// [`crate::ptx::cluster::map_shared`]). The stage's readers here are wgmma, complete (`wgmma.wait_group`)
+/// before the arrival. SAFETY: any thread of a cluster launch; `bar` an initialized mbarrier of a CTA of the
+/// cluster that has not exited.
+#[inline(always)]
+pub unsafe fn arrive_cluster(bar: u32) {
+    asm!("mbarrier.arrive.shared::cluster.b64 _, [{b}];", b = in(reg32) bar, options(nostack));
+}

@@ -42,6 +42,17 @@ pub unsafe fn load_2d(dst: u32, map: *const u8, c0: i32, c1: i32, bar: u32) {
          options(nostack));
 }
 
+/// `cp.async.bulk.tensor.2d ... .multicast::cluster`: as [`load_2d`], the box lands at the same shared offset
+/// `dst` in every CTA of the cluster whose rank bit is set in `mask`, and completes its bytes on the mbarrier at
+/// offset `bar` of each. SAFETY: as [`load_2d`], for every CTA in `mask` (each expects the bytes on its barrier
+/// and its stage is free: the ring's cluster-wide empty barrier).
+#[inline(always)]
+pub unsafe fn load_2d_mc(dst: u32, map: *const u8, c0: i32, c1: i32, bar: u32, mask: u16) {
+    asm!("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [{d}], [{m}, {{{x}, {y}}}], [{b}], {k};",
+         d = in(reg32) dst, m = in(reg64) map, x = in(reg32) c0, y = in(reg32) c1, b = in(reg32) bar,
+         k = in(reg16) mask, options(nostack));
+}
+
 /// `cp.async.bulk.tensor.3d` load of one box at (c0, c1, c2). SAFETY: as [`load_2d`], with a 3D map.
 #[inline(always)]
 pub unsafe fn load_3d(dst: u32, map: *const u8, c0: i32, c1: i32, c2: i32, bar: u32) {
