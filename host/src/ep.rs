@@ -526,7 +526,7 @@ impl EpLayer {
     fn mgemm(&self, kernel: &'static str, p: GroupedGemm) -> Result<()> {
         let recv = self.group.layout.max_recv as u32;
         let per = (self.cfg.experts / self.world()) as u32;
-        let kernel = crate::gemm::mc_variant(kernel, p.n_tiles);
+        let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
         let launch = m_grouped_launch(&self.gpu, kernel, recv as usize, per as usize, p.n_tiles)?;
         // SAFETY: A holds max_recv rows, C max_recv rows of ldc; the local offsets the kernels read are clamped to
         // max_recv on the device; B holds the rank's experts.

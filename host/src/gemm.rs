@@ -27,6 +27,7 @@ use megamoe_kernels::params::{GroupedGemm, WgradGemm};
 use crate::error::{Context, Error, Result};
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
+use crate::tiles;
 
 /// How each expert's B is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,7 +303,7 @@ fn m_grouped<'a>(
 ) -> Result<Prepared<'a>> {
     p.map_a = map_a.ptr(gpu);
     p.map_b = map_b.ptr(gpu);
-    let kernel = mc_variant(kernel, p.n_tiles);
+    let kernel = kernel_for(gpu, kernel, &p)?;
     Ok(Prepared {
         ordinal: gpu.ordinal(),
         block: Block::M(kernel, m_grouped_launch(gpu, kernel, rows_max, p.experts as usize, p.n_tiles)?, p),
@@ -499,22 +500,32 @@ impl<'a> WgradArgs<'a> {
     }
 }
 
-/// The kernel to launch for the M-grouped `kernel` over `n_tiles` column tiles: with `MEGAMOE_MC=1` (read once;
-/// experimental, for a same-binary A/B) and n_tiles even, its 2-CTA cluster variant (`_mc`: the two CTAs of a
-/// cluster take n-tiles 2j, 2j + 1 of one m-tile and share A by TMA multicast); else `kernel` itself (the
-/// gathering GEMM1 has no cluster variant).
-pub(crate) fn mc_variant(kernel: &'static str, n_tiles: u32) -> &'static str {
+/// The kernel to launch where a call site names `base` (the single-CTA kernel of its epilogue, A load and B
+/// layout) for the parameter block `p` (its `n` columns, `n_tiles` as the tile's width gives them):
+/// [`tiles::choose`] under this device's shared memory, with the 2-CTA cluster
+/// variants allowed when `MEGAMOE_MC=1` (read once; off by default until they are measured faster).
+/// `MEGAMOE_DEBUG` prints each choice with its rejections.
+pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Result<&'static str> {
     static MC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if n_tiles % 2 != 0 || !*MC.get_or_init(|| std::env::var("MEGAMOE_MC").is_ok_and(|v| v == "1")) {
-        return kernel;
+    let Some(c) = tiles::config(base) else {
+        return Ok(base);
+    };
+    let n = p.n;
+    let problem = tiles::Problem { epilogue: c.epilogue, a: c.a, b: c.b, n };
+    if problem.n_tiles(c) != p.n_tiles {
+        return Err(Error::InvalidArgument(format!(
+            "{base}: {} column tiles for {n} columns of {} (the parameter block says {})",
+            problem.n_tiles(c),
+            c.bn,
+            p.n_tiles
+        )));
     }
-    match kernel {
-        "grouped_gemm_bf16" => "grouped_gemm_bf16_mc",
-        "grouped_gemm_swiglu" => "grouped_gemm_swiglu_mc",
-        "grouped_gemm_bt_bf16" => "grouped_gemm_bt_bf16_mc",
-        "grouped_gemm_bt_dswiglu" => "grouped_gemm_bt_dswiglu_mc",
-        k => k,
+    let clusters = *MC.get_or_init(|| std::env::var("MEGAMOE_MC").is_ok_and(|v| v == "1"));
+    let choice = tiles::choose(&problem, &tiles::Limits { smem_optin: gpu.smem_optin(), clusters })?;
+    if crate::runtime::debug_enabled() {
+        eprintln!("[megamoe] {base} over {n} columns: {choice}");
     }
+    Ok(choice.config.kernel)
 }
 
 /// The launch of the M-grouped kernel `kernel` over at most `rows_max` expert-ordered rows of `experts` experts:

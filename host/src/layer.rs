@@ -339,7 +339,7 @@ impl MoeLayer {
         p.offsets = dptr(&sv.offsets, s);
         p.tile_offsets = dptr(&sv.tile_offsets, s);
         p.experts = self.cfg.experts as u32;
-        let kernel = crate::gemm::mc_variant(kernel, p.n_tiles);
+        let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
         // SAFETY: A and C hold slots rows, B the experts' weights; rows are bounded by the device offsets.
         unsafe { self.gpu.launch(kernel, launch, &p) }

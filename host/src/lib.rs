@@ -16,5 +16,6 @@ pub mod route;
 pub mod runtime;
 pub mod selftest;
 pub mod tensor_map;
+pub mod tiles;
 
 pub use error::{Error, Result};

@@ -1,0 +1,305 @@
+//! Tile configurations of the M-grouped engine and the typed heuristic that picks one per launch.
+//!
+//! Every M-grouped kernel the module exports is one [`TileConfig`]: its epilogue, how A reaches shared memory,
+//! B's layout, the tile (rows x columns), the pipeline depth, the schedule of its two consumer warpgroups, the
+//! CTAs per cluster and its shared memory. A launch states its [`Problem`] (which epilogue, A load and B layout
+//! it needs, and how many column tiles it has); [`choose`] checks every configuration against it and the
+//! device's [`Limits`] and returns the pick with the reason each other configuration was rejected
+//! ([`Rejection`], printable). No configuration qualifying is an [`Error::InvalidArgument`] listing the reasons.
+use std::fmt;
+
+use megamoe_kernels::kernels_host as kh;
+
+use crate::error::{Error, Result};
+use crate::gemm::BLayout;
+
+/// What the epilogue does with the accumulators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    /// bf16 store.
+    Bf16,
+    /// SwiGLU: h = silu(g) u (and z = [g | u] when asked).
+    Swiglu,
+    /// SwiGLU backward from z: dz, s h, and the dtopk partial sums.
+    SwigluBackward,
+}
+
+/// How A's rows reach shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ALoad {
+    /// TMA from expert-ordered rows.
+    Tma,
+    /// The producer warpgroup gathers token rows (`cp.async`; no multicast).
+    Gather,
+}
+
+/// How the two consumer warpgroups share the tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// Both run every tile (64 rows each): one 128 x 256 tile at a time.
+    Cooperative,
+    /// Each runs every other tile (all 128 rows), so one's epilogue runs under the other's main loop.
+    PingPong,
+}
+
+/// One kernel of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileConfig {
+    /// The exported kernel.
+    pub kernel: &'static str,
+    /// Its epilogue.
+    pub epilogue: Epilogue,
+    /// How it loads A.
+    pub a: ALoad,
+    /// The B layout it reads.
+    pub b: BLayout,
+    /// Rows of a tile.
+    pub bm: u32,
+    /// Columns of C a tile covers (the SwiGLU tile: 128 of h, from 128 gate and 128 up columns of z).
+    pub bn: u32,
+    /// Ring stages.
+    pub stages: u32,
+    /// The consumers' schedule.
+    pub schedule: Schedule,
+    /// CTAs per cluster (2: the pair takes n-tiles 2j, 2j + 1 of one m-tile and shares A by TMA multicast).
+    pub cluster: u32,
+    /// Dynamic shared memory per block.
+    pub smem: u32,
+}
+
+const fn cfg(kernel: &'static str, epilogue: Epilogue, a: ALoad, b: BLayout, cluster: u32) -> TileConfig {
+    let dsw = matches!(epilogue, Epilogue::SwigluBackward);
+    TileConfig {
+        kernel,
+        epilogue,
+        a,
+        b,
+        bm: kh::GEMM_BM,
+        bn: match epilogue {
+            Epilogue::Bf16 => kh::GEMM_BN,
+            Epilogue::Swiglu => kh::GEMM_BN / 2,
+            Epilogue::SwigluBackward => kh::GEMM_DSW_BN,
+        },
+        stages: if dsw { kh::GEMM_DSW_STAGES } else { kh::GEMM_STAGES },
+        schedule: if dsw { Schedule::PingPong } else { Schedule::Cooperative },
+        cluster,
+        smem: if dsw { kh::GEMM_DSW_SMEM } else { kh::GEMM_SMEM },
+    }
+}
+
+use ALoad::{Gather, Tma};
+use BLayout::{KN, NK};
+use Epilogue::{Bf16, Swiglu, SwigluBackward};
+
+/// Every M-grouped kernel of the module, in order of preference among those that qualify (a cluster variant
+/// before its single-CTA kernel).
+pub const CONFIGS: &[TileConfig] = &[
+    cfg("grouped_gemm_bf16_mc", Bf16, Tma, NK, 2),
+    cfg("grouped_gemm_bf16", Bf16, Tma, NK, 1),
+    cfg("grouped_gemm_bt_bf16_mc", Bf16, Tma, KN, 2),
+    cfg("grouped_gemm_bt_bf16", Bf16, Tma, KN, 1),
+    cfg("grouped_gemm_swiglu_mc", Swiglu, Tma, NK, 2),
+    cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, 1),
+    cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, 1),
+    cfg("grouped_gemm_bt_dswiglu_mc", SwigluBackward, Tma, KN, 2),
+    cfg("grouped_gemm_bt_dswiglu", SwigluBackward, Tma, KN, 1),
+];
+
+/// One launch as the heuristic sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The epilogue it needs.
+    pub epilogue: Epilogue,
+    /// How A is to be loaded.
+    pub a: ALoad,
+    /// B's layout.
+    pub b: BLayout,
+    /// Columns of C (h's for SwiGLU: I).
+    pub n: u32,
+}
+
+impl Problem {
+    /// Column tiles of `c` over this problem.
+    pub fn n_tiles(&self, c: &TileConfig) -> u32 {
+        self.n.div_ceil(c.bn)
+    }
+}
+
+/// What the device and the caller allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Dynamic shared memory a block may opt in to.
+    pub smem_optin: u32,
+    /// Whether cluster variants may be chosen (`MEGAMOE_MC=1` while they are being measured).
+    pub clusters: bool,
+}
+
+/// Why a configuration was not chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// It has another epilogue.
+    Epilogue { has: Epilogue, needs: Epilogue },
+    /// It loads A another way.
+    ALoad { has: ALoad, needs: ALoad },
+    /// It reads B in another layout.
+    BLayout { has: BLayout, needs: BLayout },
+    /// Its shared memory exceeds the device's opt-in limit.
+    SharedMemory { needs: u32, device: u32 },
+    /// A 2-CTA cluster pairs column tiles; this problem has an odd number.
+    OddColumnTiles { n_tiles: u32 },
+    /// Cluster variants are off (`Limits::clusters`).
+    ClustersOff,
+    /// It qualifies, but `chosen` comes first in [`CONFIGS`].
+    Ranked { chosen: &'static str },
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Epilogue { has, needs } => write!(f, "its epilogue is {has:?}, the launch needs {needs:?}"),
+            Rejection::ALoad { has, needs } => write!(f, "it loads A by {has:?}, the launch needs {needs:?}"),
+            Rejection::BLayout { has, needs } => write!(f, "it reads B as {has:?}, the launch's B is {needs:?}"),
+            Rejection::SharedMemory { needs, device } => {
+                write!(f, "it needs {needs} B of shared memory per block, the device allows {device}")
+            }
+            Rejection::OddColumnTiles { n_tiles } => {
+                write!(f, "its 2-CTA clusters pair column tiles and the launch has {n_tiles}")
+            }
+            Rejection::ClustersOff => write!(f, "cluster variants are off (MEGAMOE_MC=1 turns them on)"),
+            Rejection::Ranked { chosen } => write!(f, "it qualifies but {chosen} ranks first"),
+        }
+    }
+}
+
+/// The configuration chosen for a problem and the reason every other one was not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Choice {
+    /// The pick.
+    pub config: TileConfig,
+    /// Every other configuration with its reason, in [`CONFIGS`] order.
+    pub rejected: Vec<(TileConfig, Rejection)>,
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.config.kernel)?;
+        for (c, r) in &self.rejected {
+            write!(f, "; not {}: {r}", c.kernel)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why `c` cannot run `p` under `l`, or `None` when it can.
+pub fn check(c: &TileConfig, p: &Problem, l: &Limits) -> Option<Rejection> {
+    if c.epilogue != p.epilogue {
+        return Some(Rejection::Epilogue { has: c.epilogue, needs: p.epilogue });
+    }
+    if c.a != p.a {
+        return Some(Rejection::ALoad { has: c.a, needs: p.a });
+    }
+    if c.b != p.b {
+        return Some(Rejection::BLayout { has: c.b, needs: p.b });
+    }
+    if c.smem > l.smem_optin {
+        return Some(Rejection::SharedMemory { needs: c.smem, device: l.smem_optin });
+    }
+    if c.cluster > 1 {
+        if !l.clusters {
+            return Some(Rejection::ClustersOff);
+        }
+        let n_tiles = p.n_tiles(c);
+        if n_tiles % c.cluster != 0 {
+            return Some(Rejection::OddColumnTiles { n_tiles });
+        }
+    }
+    None
+}
+
+/// The first configuration of [`CONFIGS`] that runs `p` under `l`, with the reasons for all others; an
+/// [`Error::InvalidArgument`] naming every reason when none does.
+pub fn choose(p: &Problem, l: &Limits) -> Result<Choice> {
+    let verdicts: Vec<(TileConfig, Option<Rejection>)> = CONFIGS.iter().map(|c| (*c, check(c, p, l))).collect();
+    let Some(config) = verdicts.iter().find(|(_, r)| r.is_none()).map(|(c, _)| *c) else {
+        let why: Vec<String> = verdicts.iter().filter_map(|(c, r)| r.map(|r| format!("{}: {r}", c.kernel))).collect();
+        return Err(Error::InvalidArgument(format!("no grouped-GEMM kernel runs {p:?}: {}", why.join("; "))));
+    };
+    let rejected = verdicts
+        .into_iter()
+        .filter(|(c, _)| c.kernel != config.kernel)
+        .map(|(c, r)| (c, r.unwrap_or(Rejection::Ranked { chosen: config.kernel })))
+        .collect();
+    Ok(Choice { config, rejected })
+}
+
+/// The configuration exported as `kernel`.
+pub fn config(kernel: &str) -> Option<&'static TileConfig> {
+    CONFIGS.iter().find(|c| c.kernel == kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H200: Limits = Limits { smem_optin: 232448, clusters: false };
+
+    fn p(epilogue: Epilogue, a: ALoad, b: BLayout, n: u32) -> Problem {
+        Problem { epilogue, a, b, n }
+    }
+
+    #[test]
+    fn every_config_is_in_the_manifest_with_its_cluster_and_shared_memory() {
+        for c in CONFIGS {
+            let spec = megamoe_kernels::manifest::find(c.kernel).unwrap_or_else(|| panic!("{} not exported", c.kernel));
+            assert_eq!(spec.cluster, c.cluster, "{}", c.kernel);
+            assert_eq!(kh::m_grouped_smem(c.kernel), c.smem, "{}", c.kernel);
+        }
+    }
+
+    #[test]
+    fn clusters_off_picks_the_single_cta_kernel_and_says_why_not_the_cluster_one() {
+        let ch = choose(&p(Bf16, Tma, NK, 2048), &H200).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_bf16");
+        assert_eq!(ch.rejected.len(), CONFIGS.len() - 1);
+        let mc = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_bf16_mc").unwrap();
+        assert_eq!(mc.1, Rejection::ClustersOff);
+        let sw = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_swiglu").unwrap();
+        assert_eq!(sw.1, Rejection::Epilogue { has: Swiglu, needs: Bf16 });
+        assert!(ch.to_string().contains("not grouped_gemm_bf16_mc: cluster variants are off"), "{ch}");
+    }
+
+    #[test]
+    fn clusters_on_pick_the_cluster_kernel_for_even_column_tiles_only() {
+        let on = Limits { clusters: true, ..H200 };
+        // 30B: GEMM2 N = 2048 (8 tiles of 256), dh + SwiGLU backward I = 768 (6 of 128), dh plain 768 (3 of 256)
+        let ch = choose(&p(Bf16, Tma, NK, 2048), &on).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_bf16_mc");
+        let single = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_bf16").unwrap();
+        assert_eq!(single.1, Rejection::Ranked { chosen: "grouped_gemm_bf16_mc" });
+        assert_eq!(choose(&p(SwigluBackward, Tma, KN, 768), &on).unwrap().config.kernel, "grouped_gemm_bt_dswiglu_mc");
+        let ch = choose(&p(Bf16, Tma, KN, 768), &on).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_bt_bf16");
+        let mc = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_bt_bf16_mc").unwrap();
+        assert_eq!(mc.1, Rejection::OddColumnTiles { n_tiles: 3 });
+        // a partial last tile counts: 448 columns are 4 tiles of 128
+        assert_eq!(choose(&p(SwigluBackward, Tma, KN, 448), &on).unwrap().config.kernel, "grouped_gemm_bt_dswiglu_mc");
+    }
+
+    #[test]
+    fn the_gathering_producer_has_no_cluster_variant() {
+        let on = Limits { clusters: true, ..H200 };
+        let ch = choose(&p(Swiglu, Gather, NK, 768), &on).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_swiglu_gather");
+        let mc = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_swiglu_mc").unwrap();
+        assert_eq!(mc.1, Rejection::ALoad { has: Tma, needs: Gather });
+    }
+
+    #[test]
+    fn no_qualifying_kernel_is_an_error_with_every_reason() {
+        let small = Limits { smem_optin: 100 * 1024, clusters: false };
+        let e = choose(&p(Bf16, Tma, NK, 2048), &small).unwrap_err().to_string();
+        assert!(e.contains("grouped_gemm_bf16: it needs 232"), "{e}");
+        assert!(e.contains("the device allows 102400"), "{e}");
+        assert!(e.contains("grouped_gemm_swiglu: its epilogue is Swiglu"), "{e}");
+    }
+}
