@@ -1,10 +1,10 @@
-//! The grouped-GEMM engine alone on the GPU, every call of `megamoe::gemm` (plain, SwiGLU, SwiGLU backward,
-//! K-grouped weight gradient): ragged row counts (experts of 0 and 1 rows), sizes that are not multiples of the
+//! The grouped-GEMM engine alone on the GPU, every call of `megamoe::gemm` (plain, row-scattered, SwiGLU,
+//! SwiGLU backward, K-grouped weight gradient): ragged row counts (experts of 0 and 1 rows), sizes that are not multiples of the
 //! tile, both B layouts; outputs poisoned before, rows past the experts' end must stay poisoned.
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::gemm::{self, BLayout, DswigluArgs, GroupedGemmArgs, SwigluArgs, WgradArgs};
+use megamoe::gemm::{self, BLayout, DswigluArgs, GroupedGemmArgs, ScatterArgs, SwigluArgs, WgradArgs};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
 
@@ -90,6 +90,86 @@ gpu_test!(all_experts_empty, run(&[0, 0, 0], 256, 64, BLayout::KN));
 // 256 experts: the schedulers' shared-memory copy of the offsets at its limit; 300: past it (global reads)
 gpu_test!(kn_256_experts, run(&(0..256).map(|e| (e * 37 % 11) as u32).collect::<Vec<_>>(), 320, 128, BLayout::KN));
 gpu_test!(nk_300_experts, run(&(0..300).map(|e| (e * 37 % 11) as u32).collect::<Vec<_>>(), 320, 128, BLayout::NK));
+
+/// The row-scattered GEMM: rows go to a permutation of C's rows with room to spare (C rows no source names stay
+/// poisoned), a few destinations past C's end (not written), with and without a per-row scale.
+fn scatter(counts: &[u32], n: usize, k: usize, scaled: bool) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let e = counts.len();
+    let rows: usize = counts.iter().sum::<u32>() as usize;
+    let rows_max = rows + 37;
+    let c_rows = rows + 19;
+    let a = r.bf16_vec(rows_max * k, 1.0);
+    let b = r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt());
+    let mut offsets = vec![0u32; e + 1];
+    for i in 0..e {
+        offsets[i + 1] = offsets[i] + counts[i];
+    }
+    // row i -> (p i + 5) mod (c_rows + 3), p a prime not dividing it: distinct, 3 of the values past C's end
+    let m = c_rows + 3;
+    let mul = [7usize, 11, 13].into_iter().find(|p| m % p != 0).unwrap();
+    let dst: Vec<u32> = (0..rows_max).map(|i| ((mul * i + 5) % m) as u32).collect();
+    let mut seen = vec![false; m];
+    assert!(dst[..rows].iter().all(|&d| !std::mem::replace(&mut seen[d as usize], true)), "distinct destinations");
+    let scale: Vec<f32> = (0..c_rows).map(|_| r.uniform() as f32 + 0.5).collect();
+    let (da, db, ddst, dscale) =
+        (g.upload(&a).unwrap(), g.upload(&b).unwrap(), g.upload(&dst).unwrap(), g.upload(&scale).unwrap());
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
+    let mut dc = g.alloc::<bf16>(c_rows * n).unwrap();
+    g.fill_bytes(&mut dc, 0xff).unwrap();
+    let args = ScatterArgs {
+        a: &da,
+        b: &db,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        dst_row: &ddst,
+        scale: if scaled { Some(&dscale) } else { None },
+        c: &mut dc,
+        c_rows,
+        experts: e,
+        n,
+        k,
+        rows_max,
+    };
+    gemm::grouped_gemm_scatter(&g, args).unwrap();
+    g.sync().unwrap();
+    let c = g.download(&dc).unwrap();
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let mut named = vec![false; c_rows];
+    for ex in 0..e {
+        for row in offsets[ex] as usize..offsets[ex + 1] as usize {
+            let d = dst[row] as usize;
+            if d >= c_rows {
+                continue;
+            }
+            named[d] = true;
+            let f = if scaled { scale[d] as f64 } else { 1.0 };
+            for col in 0..n {
+                let s: f64 = (0..k).map(|q| a[row * k + q].to_f64() * b[(ex * n + col) * k + q].to_f64()).sum();
+                want.push(f * s);
+                got.push(c[d * n + col].to_f64());
+            }
+        }
+    }
+    if let Some(i) = got.iter().position(|v| v.is_nan()) {
+        panic!("element {i} of the named rows not written");
+    }
+    let err =
+        check::close(&format!("scatter counts {counts:?} N {n} K {k} scaled {scaled}"), &got, &want, 1e-2).unwrap();
+    eprintln!("rel err {err:.3e}");
+    for d in 0..c_rows {
+        if !named[d] {
+            assert!(c[d * n..(d + 1) * n].iter().all(|v| v.to_bits() == 0xffff), "C row {d} no row names was written");
+        }
+    }
+}
+
+gpu_test!(scatter_ragged_scaled, scatter(&[0, 1, 300, 129, 0, 17], 320, 192, true));
+gpu_test!(scatter_ragged_unscaled, scatter(&[0, 1, 300, 129, 0, 17], 320, 192, false));
+gpu_test!(scatter_full_tiles_scaled, scatter(&[256, 128, 384], 512, 128, true));
 
 /// Shared inputs of the epilogue and weight-gradient tests: ragged counts, rows_max past the last row.
 struct Setup {

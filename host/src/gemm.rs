@@ -4,6 +4,8 @@
 //! - [`grouped_gemm`]: C[rows_e, N] = A[rows_e, K] . op(B_e) in bf16, B K-major ([`BLayout::NK`], kernel
 //!   `grouped_gemm_bf16`: the forward's GEMM2, or GEMM1 without its epilogue) or N-major ([`BLayout::KN`],
 //!   `grouped_gemm_bt_bf16`: the backward's dx, or dh without its epilogue);
+//! - [`grouped_gemm_scatter`]: as `grouped_gemm` (B K-major) with each row stored to a row of C the caller
+//!   names, optionally scaled by that row's factor (`grouped_gemm_bf16_scatter`);
 //! - [`grouped_gemm_swiglu`]: the forward's GEMM1 with the SwiGLU epilogue (`grouped_gemm_swiglu`);
 //! - [`grouped_gemm_dswiglu`]: the backward's dh GEMM with the SwiGLU-backward epilogue
 //!   (`grouped_gemm_bt_dswiglu`);
@@ -60,6 +62,84 @@ pub struct GroupedGemmArgs<'a> {
     pub k: usize,
     /// Rows A and C have room for (>= offsets[E]).
     pub rows_max: usize,
+}
+
+/// One grouped GEMM (B K-major) with the row-scattered epilogue: row r of the expert-ordered batch (expert e's
+/// rows at offsets[e]..offsets[e + 1]) goes to row dst_row[r] of C, times scale[dst_row[r]] when a scale is
+/// given: C[dst_row[r]] = scale[dst_row[r]] * (A_r . B_e^T). With dst_row the rows' routing slots and scale the
+/// top-k weights, this is the forward's GEMM2 writing weighted rows in slot order (the combine then sums k
+/// consecutive rows). Rows whose destination is at or past `c_rows` are not written; nor is any row of C that
+/// no source row names. Destinations should be distinct (two rows on one destination: one of them lands).
+pub struct ScatterArgs<'a> {
+    /// bf16 [rows_max, K].
+    pub a: &'a CudaSlice<bf16>,
+    /// bf16 [E, N, K].
+    pub b: &'a CudaSlice<bf16>,
+    /// u32 [E + 1], row offsets (device).
+    pub offsets: &'a CudaSlice<u32>,
+    /// u32 [E + 1], m-tile offsets in tiles of 128 rows (device).
+    pub tile_offsets: &'a CudaSlice<u32>,
+    /// u32 [rows_max]: the row of C each row goes to (device).
+    pub dst_row: &'a CudaSlice<u32>,
+    /// f32 [c_rows]: the factor of each row of C, or `None` (1).
+    pub scale: Option<&'a CudaSlice<f32>>,
+    /// bf16 [c_rows, N].
+    pub c: &'a mut CudaSlice<bf16>,
+    /// Rows of C.
+    pub c_rows: usize,
+    /// Experts.
+    pub experts: usize,
+    /// Columns N (a multiple of 8).
+    pub n: usize,
+    /// Contraction K (a multiple of 64).
+    pub k: usize,
+    /// Rows A has room for (>= offsets[E]).
+    pub rows_max: usize,
+}
+
+/// Launch the row-scattered grouped GEMM on `gpu`'s stream.
+pub fn grouped_gemm_scatter(gpu: &Gpu, g: ScatterArgs<'_>) -> Result<()> {
+    g.prepare(gpu)?.launch(gpu)
+}
+
+impl<'a> ScatterArgs<'a> {
+    /// Check the arguments and encode the tensor maps (see [`grouped_gemm_scatter`]).
+    pub fn prepare(self, gpu: &Gpu) -> Result<Prepared<'a>> {
+        let ck = Check { what: "grouped_gemm_scatter", ordinal: gpu.ordinal() };
+        ck.multiple("K", self.k, 64)?;
+        ck.multiple("N", self.n, 8)?;
+        ck.routing(self.experts, self.offsets, Some(self.tile_offsets))?;
+        ck.buf("A", self.a, self.rows_max * self.k)?;
+        ck.buf("B", self.b, self.experts * self.n * self.k)?;
+        ck.buf("dst_row", self.dst_row, self.rows_max)?;
+        if let Some(w) = self.scale {
+            ck.buf("scale", w, self.c_rows)?;
+        }
+        ck.buf("C", self.c, self.c_rows * self.n)?;
+        if self.rows_max == 0 || self.c_rows == 0 {
+            return Ok(nothing(gpu));
+        }
+        let s = gpu.stream().clone();
+        let (e, n, k) = (self.experts, self.n, self.k);
+        let map_a = map(gpu, dptr(self.a, &s), self.rows_max, k, kh::GEMM_BM, 64)?;
+        let map_b = map(gpu, dptr(self.b, &s), e * n, k, kh::GEMM_BN, 64)?;
+        let p = GroupedGemm {
+            offsets: dptr(self.offsets, &s),
+            tile_offsets: dptr(self.tile_offsets, &s),
+            c: dptr(self.c, &s),
+            experts: e as u32,
+            n: n as u32,
+            k: k as u32,
+            n_b: n as u32,
+            ldc: n as u32,
+            n_tiles: (n as u32).div_ceil(kh::GEMM_BN),
+            row_slot: dptr(self.dst_row, &s),
+            w: self.scale.map_or(0, |w| dptr(w, &s)),
+            c_rows: self.c_rows as u32,
+            ..zero_gemm()
+        };
+        m_grouped(gpu, "grouped_gemm_bf16_scatter", map_a, map_b, p, self.rows_max)
+    }
 }
 
 /// GEMM1 of the forward with the SwiGLU epilogue: for every expert e and its rows, z = A . W1_e^T
@@ -617,7 +697,7 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         map_sh: 0,
         a_rows: 0,
         top_k: 0,
-        pad: 0,
+        c_rows: 0,
     }
 }
 

@@ -18,6 +18,8 @@ use crate::gemm::BLayout;
 pub enum Epilogue {
     /// bf16 store.
     Bf16,
+    /// bf16 store of each row to a row of C the caller names, times that row's factor.
+    Bf16Scatter,
     /// SwiGLU: h = silu(g) u (and z = [g | u] when asked).
     Swiglu,
     /// SwiGLU backward from z: dz, s h, and the dtopk partial sums.
@@ -76,7 +78,7 @@ const fn cfg(kernel: &'static str, epilogue: Epilogue, a: ALoad, b: BLayout, clu
         b,
         bm: kh::GEMM_BM,
         bn: match epilogue {
-            Epilogue::Bf16 => kh::GEMM_BN,
+            Epilogue::Bf16 | Epilogue::Bf16Scatter => kh::GEMM_BN,
             Epilogue::Swiglu => kh::GEMM_BN / 2,
             Epilogue::SwigluBackward => kh::GEMM_DSW_BN,
         },
@@ -89,13 +91,14 @@ const fn cfg(kernel: &'static str, epilogue: Epilogue, a: ALoad, b: BLayout, clu
 
 use ALoad::{Gather, Tma};
 use BLayout::{KN, NK};
-use Epilogue::{Bf16, Swiglu, SwigluBackward};
+use Epilogue::{Bf16, Bf16Scatter, Swiglu, SwigluBackward};
 
 /// Every M-grouped kernel of the module, in order of preference among those that qualify (a cluster variant
 /// before its single-CTA kernel).
 pub const CONFIGS: &[TileConfig] = &[
     cfg("grouped_gemm_bf16_mc", Bf16, Tma, NK, 2),
     cfg("grouped_gemm_bf16", Bf16, Tma, NK, 1),
+    cfg("grouped_gemm_bf16_scatter", Bf16Scatter, Tma, NK, 1),
     cfg("grouped_gemm_bt_bf16_mc", Bf16, Tma, KN, 2),
     cfg("grouped_gemm_bt_bf16", Bf16, Tma, KN, 1),
     cfg("grouped_gemm_swiglu_mc", Swiglu, Tma, NK, 2),

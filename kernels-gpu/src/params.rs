@@ -194,9 +194,11 @@ pub struct GroupedGemm {
     pub ldc: u32,
     /// Output tiles along N.
     pub n_tiles: u32,
-    /// SwiGLU-backward epilogue: f32 [slots] routing weights (s of each row's slot).
+    /// SwiGLU-backward epilogue: f32 [slots] routing weights (s of each row's slot). Row-scattered epilogue:
+    /// f32 [c_rows] the factor of each destination row, 0 for none.
     pub w: u64,
-    /// SwiGLU-backward epilogue: u32 [rows] slot of each row.
+    /// SwiGLU-backward epilogue: u32 [rows] slot of each row. Row-scattered epilogue: u32 [rows] the row of C
+    /// each row goes to.
     pub row_slot: u64,
     /// SwiGLU-backward epilogue: f32 [rows, n_tiles] partial sums of dh * h (dtopk).
     pub partial: u64,
@@ -219,8 +221,9 @@ pub struct GroupedGemm {
     pub a_rows: u64,
     /// Slots per token (the gathered A).
     pub top_k: u32,
-    /// Unused.
-    pub pad: u32,
+    /// Row-scattered epilogue (`grouped_gemm_bf16_scatter`): rows of C; a row whose destination
+    /// (`row_slot[row]`) is at or past it is not written. 0 for the other kernels.
+    pub c_rows: u32,
 }
 
 /// K-grouped weight-gradient GEMM (kernel `grouped_wgrad_f32`): for each expert e,

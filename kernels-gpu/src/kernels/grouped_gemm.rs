@@ -161,12 +161,14 @@ unsafe fn grouped_gemm<
     const GATHER: bool,
     const S: u32,
     const MC: bool,
+    const SCATTER: bool,
 >(
     p: &GroupedGemm,
 ) {
     const { assert!(!GATHER || S == STAGES, "the gathering producer uses the STAGES ring and the row tokens") };
     const { assert!(S == if DSW { DSW_STAGES } else { STAGES }, "the host launches with the layout of this S") };
     const { assert!(!MC || !GATHER, "2-CTA clusters multicast A by TMA: not the gathering producer") };
+    const { assert!(!SCATTER || !(SWIGLU || DSW || GATHER || MC), "the row-scattered epilogue is plain bf16") };
     // shared-memory carve-out: S x (A 128x64, B 128x64) bf16, the epilogue's staging, full[S], empty[S],
     // order[2], then (SwiGLU backward) the z staging's mbarriers [warpgroup][slot]
     let base = smem::base();
@@ -222,7 +224,7 @@ unsafe fn grouped_gemm<
             consume_pp::<MC>(p, base, ring, staging, order, zbar, total, kt_n, wg - 1);
         } else {
             let ring = Ring::<STAGES>::at(staging + staging_bytes(DSW));
-            consume_coop::<SWIGLU, BT, GATHER, MC>(p, base, ring, staging, total, kt_n, wg - 1);
+            consume_coop::<SWIGLU, BT, GATHER, MC, SCATTER>(p, base, ring, staging, total, kt_n, wg - 1);
         }
     }
     if MC {
@@ -374,7 +376,7 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
 /// of the block, warpgroup `cw` its rows 64 cw..64 cw + 64 as one wgmma m64n256k16 tile, then the epilogue.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, const MC: bool>(
+unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, const MC: bool, const SCATTER: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -430,6 +432,8 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
         release::<MC, STAGES>(&ring, it, lane, true);
         if SWIGLU {
             store_swiglu(p, &acc, &ti, cw, wst, &mut boxes);
+        } else if SCATTER {
+            store_scatter(p, &acc, &ti, cw);
         } else {
             store_bf16(p, &acc, &ti, cw, wst, &mut boxes);
         }
@@ -626,6 +630,33 @@ unsafe fn store_bf16(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, stag
             }
             if row_b < ti.row_end {
                 *c.add(((row_b * p.ldc + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
+            }
+        }
+    });
+}
+
+/// The row-scattered bf16 epilogue: row `row` of the tile (of its expert's rows) goes to row d = row_slot[row] of
+/// C (row stride `ldc`), times w[d] when `w` is set; destinations at or past `c_rows` are skipped. From
+/// registers: a quad writes 16 contiguous bytes of a row. Destinations should be distinct (with two rows on one
+/// destination, which of them lands is not fixed).
+#[inline(always)]
+unsafe fn store_scatter(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
+    let (r0, r1, c0) = frag();
+    let c = p.c as *mut u32;
+    crate::unroll!(H in [0, 1] {
+        let row = ti.row0 + cw * 64 + if H == 0 { r0 } else { r1 };
+        if row < ti.row_end {
+            let d = *(p.row_slot as *const u32).add(row as usize);
+            if d < p.c_rows {
+                let s = if p.w != 0 { *(p.w as *const f32).add(d as usize) } else { 1.0 };
+                let rowp = c.add(d as usize * p.ldc as usize / 2);
+                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+                    let col = ti.n_tile * BN + 8 * J as u32 + c0;
+                    if col < p.n {
+                        let v = math::pack_bf16x2(acc[4 * J + 2 * H] * s, acc[4 * J + 2 * H + 1] * s);
+                        *rowp.add(col as usize / 2) = v;
+                    }
+                });
             }
         }
     });
@@ -945,7 +976,7 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_dswiglu`, launched in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`; an even grid):
@@ -953,51 +984,58 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
 /// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, true>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, true, false>(&p);
+}
+
+/// Row-scattered bf16 epilogue (`store_scatter`): C row row_slot[r] = (A_r . B_e^T) times w[row_slot[r]] (w
+/// optional), B K-major. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
+    grouped_gemm::<false, false, false, false, STAGES, false, true>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, true>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, true, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, true>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, true, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, true>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, true, false>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true, STAGES, false>(&p);
+    grouped_gemm::<true, false, false, true, STAGES, false, false>(&p);
 }
