@@ -49,6 +49,31 @@ pub fn m_tile(
     MTile { e, row0, row_end: offsets(e + 1), n_tile }
 }
 
+/// A block's walk over `total` M-grouped tiles of `n_tiles` columns each: (first index, step, count) for block
+/// `bid` of `grid`. One CTA per walk (`cluster` 1): every tile, bid + i * grid. A 2-CTA cluster (`cluster` 2,
+/// `grid` even, `n_tiles` even): the pairs of n-tiles (2j, 2j + 1) of one m-tile, cluster bid / 2 + i * grid / 2;
+/// [`walk_tile`] gives a CTA its tile of a pair. Both CTAs of a cluster walk the same number of pairs.
+#[inline(always)]
+pub const fn walk(bid: u32, grid: u32, total: u32, cluster: u32) -> (u32, u32, u32) {
+    if cluster == 2 {
+        (bid / 2, grid / 2, total / 2)
+    } else {
+        (bid, grid, total)
+    }
+}
+
+/// The tile of walk index `q` (see [`walk`]) for block `bid`: with 2-CTA clusters, rank bid % 2 takes n-tile
+/// 2j + rank of the pair's m-tile.
+#[inline(always)]
+pub const fn walk_tile(q: u32, bid: u32, n_tiles: u32, cluster: u32) -> u32 {
+    if cluster == 2 {
+        let h = n_tiles / 2;
+        (q / h) * n_tiles + 2 * (q % h) + bid % 2
+    } else {
+        q
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +125,47 @@ mod tests {
             })
             .collect();
         check(&random, 128, 6);
+    }
+
+    /// Every tile is walked exactly once over the grid, and the two CTAs of a cluster walk the same number of
+    /// pairs, each pair one m-tile's n-tiles 2j and 2j + 1 (what the shared A multicast needs).
+    #[test]
+    fn cluster_walk_covers_every_tile_once_in_lock_step() {
+        for &(m_tiles, n_tiles, grid) in &[(1u32, 2u32, 2u32), (7, 6, 132), (1031, 4, 132), (5, 12, 8), (3, 2, 10)] {
+            let total = m_tiles * n_tiles;
+            for cluster in [1u32, 2] {
+                let mut seen = std::vec![0u32; total as usize];
+                for bid in 0..grid {
+                    let (q0, step, count) = walk(bid, grid, total, cluster);
+                    let mut q = q0;
+                    let mut mine = std::vec::Vec::new();
+                    while q < count {
+                        let t = walk_tile(q, bid, n_tiles, cluster);
+                        seen[t as usize] += 1;
+                        mine.push(t);
+                        q += step;
+                    }
+                    if cluster == 2 && bid % 2 == 1 {
+                        // the peer (bid - 1) walked the same pairs: same m-tile, n-tiles 2j and 2j + 1
+                        let (p0, pstep, pcount) = walk(bid - 1, grid, total, cluster);
+                        let peer: std::vec::Vec<u32> = (0..)
+                            .map(|i| p0 + i * pstep)
+                            .take_while(|&q| q < pcount)
+                            .map(|q| walk_tile(q, bid - 1, n_tiles, 2))
+                            .collect();
+                        assert_eq!(peer.len(), mine.len());
+                        for (a, b) in peer.iter().zip(&mine) {
+                            assert_eq!(a / n_tiles, b / n_tiles);
+                            assert_eq!((a % n_tiles) % 2, 0);
+                            assert_eq!(b % n_tiles, a % n_tiles + 1);
+                        }
+                    }
+                }
+                assert!(
+                    seen.iter().all(|&c| c == 1),
+                    "m {m_tiles} n {n_tiles} grid {grid} cluster {cluster}: {seen:?}"
+                );
+            }
+        }
     }
 }

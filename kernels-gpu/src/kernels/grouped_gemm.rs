@@ -233,27 +233,17 @@ unsafe fn grouped_gemm<
     }
 }
 
-/// A block's walk over the tiles: (first index, step, count). One CTA: every tile, `bid` + i * `nctaid`. A
-/// 2-CTA cluster (MC): the pairs of n-tiles (2j, 2j + 1) of one m-tile, the cluster's index + i * clusters;
-/// [`walk_tile`] gives this CTA's tile of a pair (n_tiles even: the host's condition).
+/// This block's walk over the tiles (see [`crate::scheduler::walk`]): 2-CTA clusters (MC) walk pairs of n-tiles
+/// of one m-tile (n_tiles even: the host's condition).
 #[inline(always)]
 fn walk<const MC: bool>(total: u32) -> (u32, u32, u32) {
-    if MC {
-        (regs::bid() / 2, regs::nctaid() / 2, total / 2)
-    } else {
-        (regs::bid(), regs::nctaid(), total)
-    }
+    crate::scheduler::walk(regs::bid(), regs::nctaid(), total, if MC { 2 } else { 1 })
 }
 
-/// The tile of walk index `q` (see [`walk`]): CTA rank bid % 2 of a cluster takes n-tile 2j + rank.
+/// This block's tile of walk index `q` (see [`crate::scheduler::walk_tile`]).
 #[inline(always)]
 fn walk_tile<const MC: bool>(p: &GroupedGemm, q: u32) -> u32 {
-    if MC {
-        let h = p.n_tiles / 2;
-        (q / h) * p.n_tiles + 2 * (q % h) + regs::bid() % 2
-    } else {
-        q
-    }
+    crate::scheduler::walk_tile(q, regs::bid(), p.n_tiles, if MC { 2 } else { 1 })
 }
 
 /// The gathering producer of the SwiGLU GEMM (all 128 threads of warpgroup 0). Per stage, the A tile's 128
