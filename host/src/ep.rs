@@ -571,7 +571,7 @@ impl EpLayer {
         let per = c.experts / self.world();
         let recv = self.group.layout.max_recv as usize;
         let map_a = self.maps.get(&g, h, recv, c.intermediate, kh::GEMM_BM, 64)?;
-        let map_b = self.maps.get(&g, dptr(inp.w2, g.stream()), per * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
+        let map_b = self.maps.get(&g, dptr(inp.w2, g.stream()), per * c.hidden, c.intermediate, kh::GEMM_BN / 2, 64)?;
         let map_c = self.maps.get(&g, y, recv, c.hidden, 64, 64)?;
         let p = GroupedGemm {
             map_a,

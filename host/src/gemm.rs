@@ -122,7 +122,7 @@ impl<'a> ScatterArgs<'a> {
         let s = gpu.stream().clone();
         let (e, n, k) = (self.experts, self.n, self.k);
         let map_a = map(gpu, dptr(self.a, &s), self.rows_max, k, kh::GEMM_BM, 64)?;
-        let map_b = map(gpu, dptr(self.b, &s), e * n, k, kh::GEMM_BN, 64)?;
+        let map_b = map(gpu, dptr(self.b, &s), e * n, k, kh::GEMM_BN / 2, 64)?;
         let p = GroupedGemm {
             offsets: dptr(self.offsets, &s),
             tile_offsets: dptr(self.tile_offsets, &s),
@@ -413,7 +413,7 @@ impl<'a> GroupedGemmArgs<'a> {
         let (e, n, k) = (self.experts, self.n, self.k);
         let map_a = map(gpu, dptr(self.a, &s), self.rows_max, k, kh::GEMM_BM, 64)?;
         let (map_b, kernel, n_b) = match self.b_layout {
-            BLayout::NK => (map(gpu, dptr(self.b, &s), e * n, k, kh::GEMM_BN, 64)?, "grouped_gemm_bf16", n),
+            BLayout::NK => (map(gpu, dptr(self.b, &s), e * n, k, kh::GEMM_BN / 2, 64)?, "grouped_gemm_bf16", n),
             BLayout::KN => (map(gpu, dptr(self.b, &s), e * k, n, 64, 64)?, "grouped_gemm_bt_bf16", k),
         };
         // whole 64-row groups of an expert are stored through the copy engine (C is [rows_max, N], ldc = N)
@@ -582,11 +582,11 @@ impl<'a> WgradArgs<'a> {
 
 /// The kernel to launch where a call site names `base` (the single-CTA kernel of its epilogue, A load and B
 /// layout) for the parameter block `p` (its `n` columns, `n_tiles` as the tile's width gives them):
-/// [`tiles::choose`] under this device's shared memory, with the 2-CTA cluster
-/// variants allowed when `MEGAMOE_MC=1` (read once; off by default until they are measured faster).
-/// `MEGAMOE_DEBUG` prints each choice with its rejections.
+/// [`tiles::choose`] under this device's shared memory, with the 2-CTA cluster variants that share A allowed
+/// when `MEGAMOE_MC` contains `a` (or is `1`), those that share B when it contains `b` (read once; off by
+/// default until they are measured faster). `MEGAMOE_DEBUG` prints each choice with its rejections.
 pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Result<&'static str> {
-    static MC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    static MC: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
     let Some(c) = tiles::config(base) else {
         return Ok(base);
     };
@@ -600,8 +600,11 @@ pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Resu
             p.n_tiles
         )));
     }
-    let clusters = *MC.get_or_init(|| std::env::var("MEGAMOE_MC").is_ok_and(|v| v == "1"));
-    let choice = tiles::choose(&problem, &tiles::Limits { smem_optin: gpu.smem_optin(), clusters })?;
+    let (share_a, share_b) = *MC.get_or_init(|| {
+        let v = std::env::var("MEGAMOE_MC").unwrap_or_default();
+        (v.contains('a') || v == "1", v.contains('b'))
+    });
+    let choice = tiles::choose(&problem, &tiles::Limits { smem_optin: gpu.smem_optin(), share_a, share_b })?;
     if crate::runtime::debug_enabled() {
         eprintln!("[megamoe] {base} over {n} columns: {choice}");
     }

@@ -464,7 +464,7 @@ impl MoeLayer {
             Gather::InProducer => self.gemm1_from(&sv, Gemm1A::Tokens(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?,
         }
         let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
-        let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN, 64)?;
+        let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN / 2, 64)?;
         let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
         let p = GroupedGemm {
             map_a: map_h,

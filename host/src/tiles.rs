@@ -44,6 +44,15 @@ pub enum Schedule {
     PingPong,
 }
 
+/// The operand the two CTAs of a cluster share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// A: the pair runs n-tiles 2j and 2j + 1 of one m-tile (needs an even number of n-tiles).
+    A,
+    /// B: the pair runs m-tiles 2i and 2i + 1 of one n-tile (multicast when both are one expert's).
+    B,
+}
+
 /// One kernel of the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TileConfig {
@@ -63,13 +72,16 @@ pub struct TileConfig {
     pub stages: u32,
     /// The consumers' schedule.
     pub schedule: Schedule,
-    /// CTAs per cluster (2: the pair takes n-tiles 2j, 2j + 1 of one m-tile and shares A by TMA multicast).
+    /// CTAs per cluster (2: the pair shares an operand by TMA multicast, see `share`).
     pub cluster: u32,
+    /// What a 2-CTA cluster shares: A (n-tiles 2j, 2j + 1 of one m-tile) or B (m-tiles 2i, 2i + 1 of one n-tile);
+    /// `None` for a single CTA.
+    pub share: Option<Share>,
     /// Dynamic shared memory per block.
     pub smem: u32,
 }
 
-const fn cfg(kernel: &'static str, epilogue: Epilogue, a: ALoad, b: BLayout, cluster: u32) -> TileConfig {
+const fn cfg(kernel: &'static str, epilogue: Epilogue, a: ALoad, b: BLayout, share: Option<Share>) -> TileConfig {
     let dsw = matches!(epilogue, Epilogue::SwigluBackward);
     TileConfig {
         kernel,
@@ -84,7 +96,8 @@ const fn cfg(kernel: &'static str, epilogue: Epilogue, a: ALoad, b: BLayout, clu
         },
         stages: if dsw { kh::GEMM_DSW_STAGES } else { kh::GEMM_STAGES },
         schedule: if dsw { Schedule::PingPong } else { Schedule::Cooperative },
-        cluster,
+        cluster: if share.is_some() { 2 } else { 1 },
+        share,
         smem: if dsw { kh::GEMM_DSW_SMEM } else { kh::GEMM_SMEM },
     }
 }
@@ -96,16 +109,19 @@ use Epilogue::{Bf16, Bf16Scatter, Swiglu, SwigluBackward};
 /// Every M-grouped kernel of the module, in order of preference among those that qualify (a cluster variant
 /// before its single-CTA kernel).
 pub const CONFIGS: &[TileConfig] = &[
-    cfg("grouped_gemm_bf16_mc", Bf16, Tma, NK, 2),
-    cfg("grouped_gemm_bf16", Bf16, Tma, NK, 1),
-    cfg("grouped_gemm_bf16_scatter", Bf16Scatter, Tma, NK, 1),
-    cfg("grouped_gemm_bt_bf16_mc", Bf16, Tma, KN, 2),
-    cfg("grouped_gemm_bt_bf16", Bf16, Tma, KN, 1),
-    cfg("grouped_gemm_swiglu_mc", Swiglu, Tma, NK, 2),
-    cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, 1),
-    cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, 1),
-    cfg("grouped_gemm_bt_dswiglu_mc", SwigluBackward, Tma, KN, 2),
-    cfg("grouped_gemm_bt_dswiglu", SwigluBackward, Tma, KN, 1),
+    cfg("grouped_gemm_bf16_mcb", Bf16, Tma, NK, Some(Share::B)),
+    cfg("grouped_gemm_bf16_mc", Bf16, Tma, NK, Some(Share::A)),
+    cfg("grouped_gemm_bf16", Bf16, Tma, NK, None),
+    cfg("grouped_gemm_bf16_scatter", Bf16Scatter, Tma, NK, None),
+    cfg("grouped_gemm_bt_bf16_mcb", Bf16, Tma, KN, Some(Share::B)),
+    cfg("grouped_gemm_bt_bf16_mc", Bf16, Tma, KN, Some(Share::A)),
+    cfg("grouped_gemm_bt_bf16", Bf16, Tma, KN, None),
+    cfg("grouped_gemm_swiglu_mcb", Swiglu, Tma, NK, Some(Share::B)),
+    cfg("grouped_gemm_swiglu_mc", Swiglu, Tma, NK, Some(Share::A)),
+    cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, None),
+    cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, None),
+    cfg("grouped_gemm_bt_dswiglu_mc", SwigluBackward, Tma, KN, Some(Share::A)),
+    cfg("grouped_gemm_bt_dswiglu", SwigluBackward, Tma, KN, None),
 ];
 
 /// One launch as the heuristic sees it.
@@ -133,8 +149,11 @@ impl Problem {
 pub struct Limits {
     /// Dynamic shared memory a block may opt in to.
     pub smem_optin: u32,
-    /// Whether cluster variants may be chosen (`MEGAMOE_MC=1` while they are being measured).
-    pub clusters: bool,
+    /// Whether the cluster variants sharing A may be chosen (`MEGAMOE_MC` containing `a`, or `1`, while they are
+    /// being measured).
+    pub share_a: bool,
+    /// Whether those sharing B may (`MEGAMOE_MC` containing `b`).
+    pub share_b: bool,
 }
 
 /// Why a configuration was not chosen.
@@ -150,8 +169,8 @@ pub enum Rejection {
     SharedMemory { needs: u32, device: u32 },
     /// A 2-CTA cluster pairs column tiles; this problem has an odd number.
     OddColumnTiles { n_tiles: u32 },
-    /// Cluster variants are off (`Limits::clusters`).
-    ClustersOff,
+    /// Cluster variants sharing this operand are off (`Limits::share_a`, `share_b`).
+    ClustersOff { share: Share },
     /// It qualifies, but `chosen` comes first in [`CONFIGS`].
     Ranked { chosen: &'static str },
 }
@@ -168,7 +187,9 @@ impl fmt::Display for Rejection {
             Rejection::OddColumnTiles { n_tiles } => {
                 write!(f, "its 2-CTA clusters pair column tiles and the launch has {n_tiles}")
             }
-            Rejection::ClustersOff => write!(f, "cluster variants are off (MEGAMOE_MC=1 turns them on)"),
+            Rejection::ClustersOff { share } => {
+                write!(f, "cluster variants sharing {share:?} are off (MEGAMOE_MC=a, b or ab turns them on)")
+            }
             Rejection::Ranked { chosen } => write!(f, "it qualifies but {chosen} ranks first"),
         }
     }
@@ -207,14 +228,16 @@ pub fn check(c: &TileConfig, p: &Problem, l: &Limits) -> Option<Rejection> {
     if c.smem > l.smem_optin {
         return Some(Rejection::SharedMemory { needs: c.smem, device: l.smem_optin });
     }
-    if c.cluster > 1 {
-        if !l.clusters {
-            return Some(Rejection::ClustersOff);
+    match c.share {
+        Some(share @ Share::A) if !l.share_a => return Some(Rejection::ClustersOff { share }),
+        Some(share @ Share::B) if !l.share_b => return Some(Rejection::ClustersOff { share }),
+        Some(Share::A) => {
+            let n_tiles = p.n_tiles(c);
+            if n_tiles % c.cluster != 0 {
+                return Some(Rejection::OddColumnTiles { n_tiles });
+            }
         }
-        let n_tiles = p.n_tiles(c);
-        if n_tiles % c.cluster != 0 {
-            return Some(Rejection::OddColumnTiles { n_tiles });
-        }
+        _ => {}
     }
     None
 }
@@ -244,7 +267,7 @@ pub fn config(kernel: &str) -> Option<&'static TileConfig> {
 mod tests {
     use super::*;
 
-    const H200: Limits = Limits { smem_optin: 232448, clusters: false };
+    const H200: Limits = Limits { smem_optin: 232448, share_a: false, share_b: false };
 
     fn p(epilogue: Epilogue, a: ALoad, b: BLayout, n: u32) -> Problem {
         Problem { epilogue, a, b, n }
@@ -265,15 +288,15 @@ mod tests {
         assert_eq!(ch.config.kernel, "grouped_gemm_bf16");
         assert_eq!(ch.rejected.len(), CONFIGS.len() - 1);
         let mc = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_bf16_mc").unwrap();
-        assert_eq!(mc.1, Rejection::ClustersOff);
+        assert_eq!(mc.1, Rejection::ClustersOff { share: Share::A });
         let sw = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_swiglu").unwrap();
         assert_eq!(sw.1, Rejection::Epilogue { has: Swiglu, needs: Bf16 });
-        assert!(ch.to_string().contains("not grouped_gemm_bf16_mc: cluster variants are off"), "{ch}");
+        assert!(ch.to_string().contains("not grouped_gemm_bf16_mc: cluster variants sharing A are off"), "{ch}");
     }
 
     #[test]
     fn clusters_on_pick_the_cluster_kernel_for_even_column_tiles_only() {
-        let on = Limits { clusters: true, ..H200 };
+        let on = Limits { share_a: true, ..H200 };
         // 30B: GEMM2 N = 2048 (8 tiles of 256), dh + SwiGLU backward I = 768 (6 of 128), dh plain 768 (3 of 256)
         let ch = choose(&p(Bf16, Tma, NK, 2048), &on).unwrap();
         assert_eq!(ch.config.kernel, "grouped_gemm_bf16_mc");
@@ -289,8 +312,22 @@ mod tests {
     }
 
     #[test]
+    fn b_sharing_ranks_first_and_needs_no_even_column_tiles() {
+        let both = Limits { share_a: true, share_b: true, ..H200 };
+        // dh plain at 30B: 3 column tiles (A sharing cannot pair them), B sharing can
+        let ch = choose(&p(Bf16, Tma, KN, 768), &both).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_bt_bf16_mcb");
+        let a = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_bt_bf16_mc").unwrap();
+        assert_eq!(a.1, Rejection::OddColumnTiles { n_tiles: 3 });
+        // the SwiGLU backward has only an A-sharing variant
+        let b_only = Limits { share_b: true, ..H200 };
+        let ch = choose(&p(SwigluBackward, Tma, KN, 768), &b_only).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_bt_dswiglu");
+    }
+
+    #[test]
     fn the_gathering_producer_has_no_cluster_variant() {
-        let on = Limits { clusters: true, ..H200 };
+        let on = Limits { share_a: true, share_b: true, ..H200 };
         let ch = choose(&p(Swiglu, Gather, NK, 768), &on).unwrap();
         assert_eq!(ch.config.kernel, "grouped_gemm_swiglu_gather");
         let mc = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_swiglu_mc").unwrap();
@@ -299,7 +336,7 @@ mod tests {
 
     #[test]
     fn no_qualifying_kernel_is_an_error_with_every_reason() {
-        let small = Limits { smem_optin: 100 * 1024, clusters: false };
+        let small = Limits { smem_optin: 100 * 1024, share_a: false, share_b: false };
         let e = choose(&p(Bf16, Tma, NK, 2048), &small).unwrap_err().to_string();
         assert!(e.contains("grouped_gemm_bf16: it needs 232"), "{e}");
         assert!(e.contains("the device allows 102400"), "{e}");

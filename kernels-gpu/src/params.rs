@@ -171,7 +171,8 @@ pub struct Combine {
 pub struct GroupedGemm {
     /// Tensor map of A: bf16 [rows_total, K], box 64 x 128 rows, 128-byte swizzle.
     pub map_a: u64,
-    /// Tensor map of B: bf16 [E * n_b, K] (n_b rows per expert), box 64 x (256 or 128) rows, 128-byte swizzle;
+    /// Tensor map of B: bf16 [E * n_b, K] (n_b rows per expert), box 64 x 128 rows, 128-byte swizzle (a stage's B
+    /// is two boxes);
     /// for the N-major variant bf16 [E * K, N], box 64 x 64.
     pub map_b: u64,
     /// u32 [E + 1] row offsets.

@@ -74,6 +74,27 @@ pub const fn walk_tile(q: u32, bid: u32, n_tiles: u32, cluster: u32) -> u32 {
     }
 }
 
+/// Units of the B-sharing cluster walk over `m_total` m-tiles and `n_tiles` n-tiles: pairs of m-tiles (2i, 2i + 1)
+/// times n-tiles, walked by the clusters as [`walk`] walks tiles.
+#[inline(always)]
+pub const fn pair_units(m_total: u32, n_tiles: u32) -> u32 {
+    m_total.div_ceil(2) * n_tiles
+}
+
+/// Unit `u` of the B-sharing walk for CTA `rank` (0, 1) of its cluster: (m-tile, n-tile, ghost). The pair is
+/// m-tiles 2i, 2i + 1 (i = u / n_tiles) of n-tile u % n_tiles; rank r takes 2i + r, or, when that is past the
+/// last m-tile, its peer's 2i as a ghost (it computes and stores nothing, keeping the rings in step).
+#[inline(always)]
+pub const fn pair_unit(u: u32, n_tiles: u32, m_total: u32, rank: u32) -> (u32, u32, bool) {
+    let (mp, n) = (u / n_tiles, u % n_tiles);
+    let m = 2 * mp + rank;
+    if m >= m_total {
+        (2 * mp, n, true)
+    } else {
+        (m, n, false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +187,36 @@ mod tests {
                     "m {m_tiles} n {n_tiles} grid {grid} cluster {cluster}: {seen:?}"
                 );
             }
+        }
+    }
+
+    /// The B-sharing walk: every (m-tile, n-tile) computed and stored exactly once (ghosts store nothing), the
+    /// two CTAs of a cluster on the same n-tile and consecutive m-tiles, ghosts only for an odd m-tile count.
+    #[test]
+    fn b_sharing_walk_covers_every_tile_once() {
+        for &(m_total, n_tiles, grid) in &[(1u32, 3u32, 2u32), (7, 6, 132), (1031, 4, 132), (6, 1, 8), (0, 2, 4)] {
+            let mut seen = std::vec![0u32; (m_total * n_tiles) as usize];
+            let units = pair_units(m_total, n_tiles);
+            for bid in 0..grid {
+                let (mut u, step) = (bid / 2, grid / 2);
+                while u < units {
+                    let (m, n, ghost) = pair_unit(u, n_tiles, m_total, bid % 2);
+                    let (pm, pn, pghost) = pair_unit(u, n_tiles, m_total, 1 - bid % 2);
+                    assert_eq!(n, pn);
+                    assert!(!(ghost && pghost));
+                    if !ghost && !pghost {
+                        assert_eq!(m / 2, pm / 2);
+                        assert_ne!(m, pm);
+                    }
+                    if ghost {
+                        assert!(bid % 2 == 1 && m_total % 2 == 1 && m == m_total - 1 && m == pm);
+                    } else {
+                        seen[(m * n_tiles + n) as usize] += 1;
+                    }
+                    u += step;
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "m {m_total} n {n_tiles} grid {grid}");
         }
     }
 }

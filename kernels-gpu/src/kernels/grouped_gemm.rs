@@ -160,15 +160,16 @@ unsafe fn grouped_gemm<
     const DSW: bool,
     const GATHER: bool,
     const S: u32,
-    const MC: bool,
+    const MC: u32,
     const SCATTER: bool,
 >(
     p: &GroupedGemm,
 ) {
     const { assert!(!GATHER || S == STAGES, "the gathering producer uses the STAGES ring and the row tokens") };
     const { assert!(S == if DSW { DSW_STAGES } else { STAGES }, "the host launches with the layout of this S") };
-    const { assert!(!MC || !GATHER, "2-CTA clusters multicast A by TMA: not the gathering producer") };
-    const { assert!(!SCATTER || !(SWIGLU || DSW || GATHER || MC), "the row-scattered epilogue is plain bf16") };
+    const { assert!(MC == 0 || !GATHER, "2-CTA clusters multicast by TMA: not the gathering producer") };
+    const { assert!(MC <= 2 && !(DSW && MC == 2), "cluster modes: 1 shares A (every kernel), 2 shares B (cooperative)") };
+    const { assert!(!SCATTER || !(SWIGLU || DSW || GATHER || MC != 0), "the row-scattered epilogue is plain bf16") };
     // shared-memory carve-out: S x (A 128x64, B 128x64) bf16, the epilogue's staging, full[S], empty[S],
     // order[2], then (SwiGLU backward) the z staging's mbarriers [warpgroup][slot]
     let base = smem::base();
@@ -197,10 +198,10 @@ unsafe fn grouped_gemm<
         // consumer warps per stage: both warpgroups' 8 (cooperative) or one warpgroup's 4 (the SwiGLU backward,
         // ping-pong); in a 2-CTA cluster both CTAs' (A is multicast into both)
         let consumer_warps = if DSW { 4 } else { 8 };
-        ring.init_with(if GATHER { 1 + 128 } else { 1 }, if MC { 2 * consumer_warps } else { consumer_warps });
+        ring.init_with(if GATHER { 1 + 128 } else { 1 }, if MC != 0 { 2 * consumer_warps } else { consumer_warps });
     }
     sched_copy::<DSW>(p);
-    if MC {
+    if MC != 0 {
         // the peer's barriers are initialised before any multicast or remote arrival reaches them
         cluster::sync();
     } else {
@@ -227,23 +228,45 @@ unsafe fn grouped_gemm<
             consume_coop::<SWIGLU, BT, GATHER, MC, SCATTER>(p, base, ring, staging, total, kt_n, wg - 1);
         }
     }
-    if MC {
+    if MC != 0 {
         // no CTA leaves while its peer may still arrive on its empty barriers (every thread, once)
         cluster::sync();
     }
 }
 
-/// This block's walk over the tiles (see [`crate::scheduler::walk`]): 2-CTA clusters (MC) walk pairs of n-tiles
-/// of one m-tile (n_tiles even: the host's condition).
+/// This block's walk (first index, step, count). MC 0 and 1: [`crate::scheduler::walk`] (1: 2-CTA clusters on
+/// pairs of n-tiles of one m-tile, sharing A; n_tiles even: the host's condition). MC 2: 2-CTA clusters on
+/// pairs of m-tiles (2i, 2i + 1) of one n-tile, sharing B ([`crate::scheduler::pair_units`]).
 #[inline(always)]
-fn walk<const MC: bool>(total: u32) -> (u32, u32, u32) {
-    crate::scheduler::walk(regs::bid(), regs::nctaid(), total, if MC { 2 } else { 1 })
+unsafe fn walk<const MC: u32>(p: &GroupedGemm, total: u32) -> (u32, u32, u32) {
+    if MC == 2 {
+        let m_total = *(p.tile_offsets as *const u32).add(p.experts as usize);
+        (regs::bid() / 2, regs::nctaid() / 2, crate::scheduler::pair_units(m_total, p.n_tiles))
+    } else {
+        crate::scheduler::walk(regs::bid(), regs::nctaid(), total, if MC != 0 { 2 } else { 1 })
+    }
 }
 
-/// This block's tile of walk index `q` (see [`crate::scheduler::walk_tile`]).
+/// This block's tile of walk index `q` and whether it is a ghost (MC 2 only: the pair's second m-tile past the
+/// last one; the ghost runs its peer's tile so the two rings stay in step, and stores nothing).
 #[inline(always)]
-fn walk_tile<const MC: bool>(p: &GroupedGemm, q: u32) -> u32 {
-    crate::scheduler::walk_tile(q, regs::bid(), p.n_tiles, if MC { 2 } else { 1 })
+unsafe fn walk_tile<const MC: u32>(p: &GroupedGemm, q: u32) -> (u32, bool) {
+    if MC == 2 {
+        let m_total = *(p.tile_offsets as *const u32).add(p.experts as usize);
+        let (m, n, ghost) = crate::scheduler::pair_unit(q, p.n_tiles, m_total, regs::bid() % 2);
+        (m * p.n_tiles + n, ghost)
+    } else {
+        (crate::scheduler::walk_tile(q, regs::bid(), p.n_tiles, if MC != 0 { 2 } else { 1 }), false)
+    }
+}
+
+/// MC 2: whether the pair of walk index `q` shares B: both m-tiles exist and belong to one expert (the same
+/// answer in both CTAs). Otherwise each CTA loads its whole B.
+#[inline(always)]
+unsafe fn shares_b<const DSW: bool>(p: &GroupedGemm, q: u32) -> bool {
+    let m_total = *(p.tile_offsets as *const u32).add(p.experts as usize);
+    let m0 = 2 * (q / p.n_tiles);
+    m0 + 1 < m_total && tile_info::<DSW>(p, m0 * p.n_tiles).e == tile_info::<DSW>(p, (m0 + 1) * p.n_tiles).e
 }
 
 /// The gathering producer of the SwiGLU GEMM (all 128 threads of warpgroup 0). Per stage, the A tile's 128
@@ -311,7 +334,7 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 }
 
 #[inline(always)]
-unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32, const MC: bool>(
+unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32, const MC: u32>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S>,
@@ -321,10 +344,13 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
     tma::prefetch_tensormap(p.map_a as *const u8);
     tma::prefetch_tensormap(p.map_b as *const u8);
     let mut it = 0u32;
-    let (q0, step, count) = walk::<MC>(total);
+    let (q0, step, count) = walk::<MC>(p, total);
     let mut q = q0;
+    let rank = regs::bid() % 2;
     while q < count {
-        let ti = tile_info::<DSW>(p, walk_tile::<MC>(p, q));
+        let ti = tile_info::<DSW>(p, walk_tile::<MC>(p, q).0);
+        // MC 2: CTA `rank` loads half of the pair's B into both CTAs (mask 0b11), else its whole B
+        let share_b = MC == 2 && shares_b::<DSW>(p, q);
         let mut kt = 0;
         while kt < kt_n {
             let s = Ring::<S>::stage(it);
@@ -333,27 +359,33 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
             let a_s = base + s * stage_bytes(DSW);
             let b_s = a_s + A_BYTES;
             let kx = (kt * BK) as i32;
-            if !MC {
+            if MC != 1 {
                 tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
-            } else if regs::bid() % 2 == 0 {
+            } else if rank == 0 {
                 // the pair's A (same m-tile) into both CTAs; each expects it in its stage's bytes
                 tma::load_2d_mc(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb, 0b11);
             }
             let brow = ti.e * p.n_b;
-            if BT {
-                // B_e [K, N]: rows e * K + kt * 64, bn / 64 boxes of 64 columns from the tile's first column
-                let mut q = 0;
-                while q < bn(DSW) / 64 {
-                    let col = (ti.n_tile * bn(DSW) + 64 * q) as i32;
-                    tma::load_2d(b_s + q * (64 * BK * 2), p.map_b as *const u8, col, (ti.e * p.k + kt * BK) as i32, fb);
-                    q += 1;
+            // box h of the stage's B (BT: four of 64 columns; otherwise two of 128 rows), into this CTA or, when
+            // the pair shares B, by CTA h * 2 / boxes into both
+            let nbox = if BT { bn(DSW) / 64 } else { 2 };
+            let mut h = 0;
+            while h < nbox {
+                let (dst, c0, c1) = if BT {
+                    let col = (ti.n_tile * bn(DSW) + 64 * h) as i32;
+                    (b_s + h * (64 * BK * 2), col, (ti.e * p.k + kt * BK) as i32)
+                } else if SWIGLU {
+                    let n0 = ti.n_tile * (BN / 2);
+                    (b_s + h * (B_BYTES / 2), kx, (brow + h * p.n + n0) as i32)
+                } else {
+                    (b_s + h * (B_BYTES / 2), kx, (brow + ti.n_tile * BN + h * (BN / 2)) as i32)
+                };
+                if !share_b {
+                    tma::load_2d(dst, p.map_b as *const u8, c0, c1, fb);
+                } else if h * 2 / nbox == rank {
+                    tma::load_2d_mc(dst, p.map_b as *const u8, c0, c1, fb, 0b11);
                 }
-            } else if SWIGLU {
-                let n0 = ti.n_tile * (BN / 2);
-                tma::load_2d(b_s, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
-                tma::load_2d(b_s + B_BYTES / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
-            } else {
-                tma::load_2d(b_s, p.map_b as *const u8, kx, (brow + ti.n_tile * BN) as i32, fb);
+                h += 1;
             }
             it += 1;
             kt += 1;
@@ -366,7 +398,7 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
 /// of the block, warpgroup `cw` its rows 64 cw..64 cw + 64 as one wgmma m64n256k16 tile, then the epilogue.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, const MC: bool, const SCATTER: bool>(
+unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, const MC: u32, const SCATTER: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -382,10 +414,11 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
     let wst = staging + cw * 2 * C_BOX;
     let mut boxes = 0u32;
     let mut it = 0u32;
-    let (q0, step, count) = walk::<MC>(total);
+    let (q0, step, count) = walk::<MC>(p, total);
     let mut q = q0;
     while q < count {
-        let ti = tile_info::<false>(p, walk_tile::<MC>(p, q));
+        let (tile, ghost) = walk_tile::<MC>(p, q);
+        let ti = tile_info::<false>(p, tile);
         let mut acc = [0f32; 128];
         let mut kt = 0;
         while kt < kt_n {
@@ -420,7 +453,9 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
         wgmma::wait_group::<0>();
         wgmma::fence_operand_128(&mut acc);
         release::<MC, STAGES>(&ring, it, lane, true);
-        if SWIGLU {
+        if ghost {
+            // MC 2: the peer's tile, run only to keep the rings in step
+        } else if SWIGLU {
             store_swiglu(p, &acc, &ti, cw, wst, &mut boxes);
         } else if SCATTER {
             store_scatter(p, &acc, &ti, cw);
@@ -444,7 +479,7 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
 /// phase ahead of it (the parity would be ambiguous).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume_pp<const MC: bool>(
+unsafe fn consume_pp<const MC: u32>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<DSW_STAGES>,
@@ -468,10 +503,10 @@ unsafe fn consume_pp<const MC: bool>(
     }
     let mut it = cw * kt_n;
     let mut mine = 0u32;
-    let (q0, step, count) = walk::<MC>(total);
+    let (q0, step, count) = walk::<MC>(p, total);
     let mut q = q0 + cw * step;
     while q < count {
-        let ti = tile_info::<true>(p, walk_tile::<MC>(p, q));
+        let ti = tile_info::<true>(p, walk_tile::<MC>(p, q).0);
         // SwiGLU backward: the z batches of this tile that go through the copy engine, and the routing weights of
         // its four rows, read now so that their latency hides under the main loop
         let (nb, ntma) = dsw_batches(p, &ti);
@@ -533,8 +568,8 @@ unsafe fn consume_pp<const MC: bool>(
 /// A consumer warp gives back the stage of iteration `it - 1` (when `cond`): lane 0 in its own CTA; in a 2-CTA
 /// cluster lanes 0 and 1 in CTA 0 and CTA 1.
 #[inline(always)]
-unsafe fn release<const MC: bool, const S: u32>(ring: &Ring<S>, it: u32, lane: u32, cond: bool) {
-    if MC {
+unsafe fn release<const MC: u32, const S: u32>(ring: &Ring<S>, it: u32, lane: u32, cond: bool) {
+    if MC != 0 {
         if cond && lane < 2 {
             ring.release_prev_cluster(it, lane);
         }
@@ -966,7 +1001,7 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false>(&p);
 }
 
 /// As `grouped_gemm_bt_dswiglu`, launched in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`; an even grid):
@@ -974,58 +1009,82 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
 /// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, true, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false>(&p);
 }
 
 /// Row-scattered bf16 epilogue (`store_scatter`): C row row_slot[r] = (A_r . B_e^T) times w[row_slot[r]] (w
 /// optional), B K-major. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, false, true>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, true>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, true, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 1, false>(&p);
+}
+
+/// As `grouped_gemm_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
+/// half of B into both when the two m-tiles are one expert's (else each its whole B); a ghost second m-tile past
+/// the last runs its peer's tile and stores nothing.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mcb(p: GroupedGemm) {
+    grouped_gemm::<false, false, false, false, STAGES, 2, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, true, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 1, false>(&p);
+}
+
+/// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
+/// half of B into both when the two m-tiles are one expert's (else each its whole B); a ghost second m-tile past
+/// the last runs its peer's tile and stores nothing.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mcb(p: GroupedGemm) {
+    grouped_gemm::<false, true, false, false, STAGES, 2, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, true, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 1, false>(&p);
+}
+
+/// As `grouped_gemm_swiglu` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
+/// half of B into both when the two m-tiles are one expert's (else each its whole B); a ghost second m-tile past
+/// the last runs its peer's tile and stores nothing.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
+    grouped_gemm::<true, false, false, false, STAGES, 2, false>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true, STAGES, false, false>(&p);
+    grouped_gemm::<true, false, false, true, STAGES, 0, false>(&p);
 }
