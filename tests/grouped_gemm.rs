@@ -13,8 +13,12 @@ fn gpu() -> Arc<Gpu> {
 }
 
 fn run(counts: &[u32], n: usize, k: usize, layout: BLayout) {
+    run_seeded(counts, n, k, layout, Rng::fresh_seed());
+}
+
+/// One grouped GEMM on the inputs of `seed`, checked against the f64 reference; returns C's bits.
+fn run_seeded(counts: &[u32], n: usize, k: usize, layout: BLayout, seed: u64) -> Vec<u16> {
     let g = gpu();
-    let seed = Rng::fresh_seed();
     eprintln!("seed {seed}");
     let mut r = Rng::new(seed);
     let e = counts.len();
@@ -69,6 +73,7 @@ fn run(counts: &[u32], n: usize, k: usize, layout: BLayout) {
         check::close(&format!("grouped GEMM {layout:?} counts {counts:?} N {n} K {k}"), &got, &want, 1e-2).unwrap();
     eprintln!("rel err {err:.3e}");
     assert!(c[rows * n..].iter().all(|v| v.to_bits() == 0xffff), "rows past the experts' end were written");
+    c.iter().map(|v| v.to_bits()).collect()
 }
 
 macro_rules! gpu_test {
@@ -87,6 +92,21 @@ gpu_test!(nk_full_tiles, run(&[256, 128, 384], 512, 256, BLayout::NK));
 gpu_test!(kn_full_tiles, run(&[256, 128, 384], 512, 256, BLayout::KN));
 gpu_test!(kn_one_expert_many_rows, run(&[1000], 768, 2048, BLayout::KN));
 gpu_test!(all_experts_empty, run(&[0, 0, 0], 256, 64, BLayout::KN));
+
+/// The 2-CTA cluster variants (sharing A: n-tile pairs; sharing B: m-tile pairs, unshared across an expert
+/// boundary, a ghost for an odd m-tile count) give C bit for bit as the single-CTA kernel: 7 m-tiles with empty
+/// experts, pairs across boundaries, 2 column tiles; and a grid far larger than the pairs (one expert).
+fn clusters_match_single_cta(counts: &[u32], n: usize, k: usize, layout: BLayout) {
+    let seed = Rng::fresh_seed();
+    let one = gemm::with_clusters(false, false, || run_seeded(counts, n, k, layout, seed));
+    for (a, b) in [(true, false), (false, true)] {
+        let got = gemm::with_clusters(a, b, || run_seeded(counts, n, k, layout, seed));
+        assert!(got == one, "clusters sharing A {a} / B {b}: C differs from the single-CTA kernel's");
+    }
+}
+gpu_test!(nk_clusters_match_single_cta, clusters_match_single_cta(&[0, 1, 300, 129, 0, 17], 512, 128, BLayout::NK));
+gpu_test!(kn_clusters_match_single_cta, clusters_match_single_cta(&[0, 1, 300, 129, 0, 17], 512, 128, BLayout::KN));
+gpu_test!(kn_clusters_one_small_expert, clusters_match_single_cta(&[130], 512, 64, BLayout::KN));
 // 256 experts: the schedulers' shared-memory copy of the offsets at its limit; 300: past it (global reads)
 gpu_test!(kn_256_experts, run(&(0..256).map(|e| (e * 37 % 11) as u32).collect::<Vec<_>>(), 320, 128, BLayout::KN));
 gpu_test!(nk_300_experts, run(&(0..300).map(|e| (e * 37 % 11) as u32).collect::<Vec<_>>(), 320, 128, BLayout::NK));
@@ -182,7 +202,10 @@ struct Setup {
 }
 
 fn setup(counts: &[u32]) -> Setup {
-    let seed = Rng::fresh_seed();
+    setup_seeded(counts, Rng::fresh_seed())
+}
+
+fn setup_seeded(counts: &[u32], seed: u64) -> Setup {
     eprintln!("seed {seed}");
     let mut offsets = vec![0u32; counts.len() + 1];
     for i in 0..counts.len() {
@@ -258,11 +281,24 @@ gpu_test!(swiglu_ragged_h_and_z, swiglu(true));
 
 // I = 320: 3 column tiles (odd: the unclustered kernel); 448: 4, the last partial (with MEGAMOE_MC=1 the
 // 2-CTA cluster kernel)
-gpu_test!(dswiglu_ragged, dswiglu(320));
-gpu_test!(dswiglu_ragged_even_column_tiles, dswiglu(448));
+gpu_test!(dswiglu_ragged, {
+    dswiglu(320, Rng::fresh_seed());
+});
+gpu_test!(dswiglu_ragged_even_column_tiles, {
+    dswiglu(448, Rng::fresh_seed());
+});
+// the 2-CTA cluster variant (sharing A over column-tile pairs) gives dz and the partials bit for bit
+gpu_test!(dswiglu_cluster_matches_single_cta, {
+    let seed = Rng::fresh_seed();
+    let one = gemm::with_clusters(false, false, || dswiglu(448, seed));
+    let two = gemm::with_clusters(true, false, || dswiglu(448, seed));
+    assert!(one == two, "the cluster SwiGLU backward differs from the single-CTA one");
+});
 
-fn dswiglu(i: usize) {
-    let mut s = setup(&[0, 1, 300, 129, 0, 17]);
+/// The SwiGLU-backward GEMM on the inputs of `seed`, checked against the f64 reference; returns the bits of dz
+/// and of the partial sums.
+fn dswiglu(i: usize, seed: u64) -> (Vec<u16>, Vec<u32>) {
+    let mut s = setup_seeded(&[0, 1, 300, 129, 0, 17], seed);
     let (e, k) = (s.counts.len(), 128);
     let g = s.g.clone();
     let slots = s.rows + 11;
@@ -316,6 +352,7 @@ fn dswiglu(i: usize) {
     check::close("dswiglu partial", &got_part, &want_part, 1e-2).unwrap();
     assert!(dz[s.rows * 2 * i..].iter().all(|v| v.to_bits() == 0xffff), "dz rows past the end were written");
     assert!(part[s.rows * nt..].iter().all(|v| v.is_nan()), "partial rows past the end were written");
+    (dz.iter().map(|v| v.to_bits()).collect(), part.iter().map(|v| v.to_bits()).collect())
 }
 
 fn wgrad(counts: &[u32], accumulate: bool) {

@@ -580,13 +580,32 @@ impl<'a> WgradArgs<'a> {
     }
 }
 
+thread_local! {
+    static CLUSTERS: std::cell::Cell<Option<(bool, bool)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `f` with the 2-CTA cluster variants sharing A (`share_a`) and sharing B (`share_b`) allowed or not for every
+/// GEMM launched or prepared on this thread inside it, whatever `MEGAMOE_MC` says (tests compare the variants
+/// this way; the previous policy is restored after).
+pub fn with_clusters<R>(share_a: bool, share_b: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<(bool, bool)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CLUSTERS.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CLUSTERS.with(|c| c.replace(Some((share_a, share_b)))));
+    f()
+}
+
 /// The kernel to launch where a call site names `base` (the single-CTA kernel of its epilogue, A load and B
 /// layout) for the parameter block `p` (its `n` columns, `n_tiles` as the tile's width gives them):
 /// [`tiles::choose`] under this device's shared memory, with the 2-CTA cluster variants that share A allowed
-/// when `MEGAMOE_MC` contains `a` (or is `1`), those that share B when it contains `b` (read once; off by
-/// default until they are measured faster). `MEGAMOE_DEBUG` prints each choice with its rejections.
+/// with `MEGAMOE_MC=a` (or `1`), those that share B with `b`, both with `ab` (read once; off by default until
+/// they are measured faster; another value is an `InvalidArgument`); [`with_clusters`] overrides it on a
+/// thread. `MEGAMOE_DEBUG` prints each choice with its rejections.
 pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Result<&'static str> {
-    static MC: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    static MC: std::sync::OnceLock<std::result::Result<(bool, bool), String>> = std::sync::OnceLock::new();
     let Some(c) = tiles::config(base) else {
         return Ok(base);
     };
@@ -600,10 +619,19 @@ pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Resu
             p.n_tiles
         )));
     }
-    let (share_a, share_b) = *MC.get_or_init(|| {
-        let v = std::env::var("MEGAMOE_MC").unwrap_or_default();
-        (v.contains('a') || v == "1", v.contains('b'))
-    });
+    let (share_a, share_b) = match CLUSTERS.with(|c| c.get()) {
+        Some(policy) => policy,
+        None => MC
+            .get_or_init(|| match std::env::var("MEGAMOE_MC").unwrap_or_default().as_str() {
+                "" | "0" => Ok((false, false)),
+                "1" | "a" => Ok((true, false)),
+                "b" => Ok((false, true)),
+                "ab" | "ba" => Ok((true, true)),
+                v => Err(format!("MEGAMOE_MC={v}: expected 0, a, b or ab (1 = a)")),
+            })
+            .clone()
+            .map_err(Error::InvalidArgument)?,
+    };
     let choice = tiles::choose(&problem, &tiles::Limits { smem_optin: gpu.smem_optin(), share_a, share_b })?;
     if crate::runtime::debug_enabled() {
         eprintln!("[megamoe] {base} over {n} columns: {choice}");

@@ -72,6 +72,8 @@ impl Launch {
 struct Loaded {
     func: CudaFunction,
     smem_limit: u32,
+    /// The co-resident clusters (`max_active_clusters`) and the shared memory they were queried for.
+    clusters: Option<(u32, u32)>,
 }
 
 /// One GPU: its primary context, a stream, the lazily loaded module, and its functions.
@@ -286,7 +288,7 @@ impl Gpu {
         let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
         if !funcs.contains_key(kernel) {
             let func = module.load_function(kernel).map_err(|_| Error::MissingKernel(kernel.into()))?;
-            funcs.insert(kernel, Loaded { func, smem_limit: 48 * 1024 });
+            funcs.insert(kernel, Loaded { func, smem_limit: 48 * 1024, clusters: None });
         }
         let l = funcs.get_mut(kernel).expect("inserted above");
         if cfg.smem > l.smem_limit {
@@ -300,8 +302,16 @@ impl Gpu {
 
     /// How many clusters of `kernel` (a kernel written for clusters, `.reqnctapercluster`) can be resident at
     /// once with `cfg`'s block and shared memory (`cuOccupancyMaxActiveClusters`); a persistent grid larger
-    /// than that runs its last clusters in a second wave. Queried once per kernel.
+    /// than that runs its last clusters in a second wave. Queried once per kernel and shared-memory size; none
+    /// fitting is an `InvalidArgument`.
     pub fn max_active_clusters(&self, kernel: &'static str, cfg: Launch) -> Result<u32> {
+        let cached = |gpu: &Gpu| {
+            let funcs = gpu.funcs.lock().unwrap_or_else(|p| p.into_inner());
+            funcs.get(kernel).and_then(|l| l.clusters).filter(|&(smem, _)| smem == cfg.smem).map(|(_, n)| n)
+        };
+        if let Some(n) = cached(self) {
+            return Ok(n);
+        }
         let func = self.prepare(kernel, &cfg)?;
         let lc = cudarc::driver::LaunchConfig {
             grid_dim: cfg.grid,
@@ -313,6 +323,16 @@ impl Gpu {
             .ctx(|| format!("querying the active clusters of {kernel}"))?;
         if debug_enabled() {
             eprintln!("[megamoe] {kernel}: at most {n} active clusters ({} B of shared memory)", cfg.smem);
+        }
+        if n == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{kernel}: no cluster of its {} B of shared memory per block fits on device {}",
+                cfg.smem, self.ordinal
+            )));
+        }
+        let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = funcs.get_mut(kernel) {
+            l.clusters = Some((cfg.smem, n));
         }
         Ok(n)
     }
