@@ -96,9 +96,9 @@ pub mod kernels_host {
     pub const WGRAD_STAGES: u32 = 4;
     /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.
     pub const WGRAD_RING: u32 = WGRAD_STAGES * (128 + 256) * 64 * 2;
-    /// Dynamic shared memory of the weight-gradient GEMM: its ring, its staging (two 8 KiB boxes per consumer
-    /// warpgroup) and the ring's mbarriers.
-    pub const WGRAD_SMEM: u32 = WGRAD_RING + 4 * 8192 + 16 * WGRAD_STAGES;
+    /// Dynamic shared memory of the weight-gradient GEMM: its ring, its staging (two boxes of
+    /// [`WGRAD_C_BOX`] f32 per consumer warp) and the ring's mbarriers.
+    pub const WGRAD_SMEM: u32 = WGRAD_RING + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4 + 16 * WGRAD_STAGES;
     /// Dynamic shared memory the M-grouped kernel `kernel` is launched with.
     pub fn m_grouped_smem(kernel: &str) -> u32 {
         // a 2-CTA cluster variant (`_mc`) has its kernel's layout
@@ -108,8 +108,9 @@ pub mod kernels_host {
             GEMM_SMEM
         }
     }
-    /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns).
-    pub const WGRAD_C_BOX: (u32, u32) = (64, 32);
+    /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns),
+    /// one consumer warp's 16 rows.
+    pub const WGRAD_C_BOX: (u32, u32) = (16, 32);
     /// Rows and columns of the boxes the bf16 epilogue stores (128-byte swizzle: 64 columns).
     pub const GEMM_C_BOX: (u32, u32) = (64, 64);
     /// Threads per block of `route_count` and `route_place` (`route_scan`: [`crate::route::SCAN_THREADS`]).

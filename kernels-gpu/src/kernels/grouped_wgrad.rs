@@ -22,13 +22,13 @@ const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
 const BOX: u32 = 64 * 64 * 2;
 const A_BYTES: u32 = 2 * BOX;
 const STAGE_BYTES: u32 = 6 * BOX;
-/// One staging box of the epilogue: 64 rows x 32 f32 columns (128 bytes a row, 128-byte swizzle).
+/// One staging box of the epilogue: one warp's 16 rows x 32 f32 columns (128 bytes a row, 128-byte swizzle).
 const C_BOX: u32 = crate::kernels_host::WGRAD_C_BOX.0 * crate::kernels_host::WGRAD_C_BOX.1 * 4;
-/// The epilogue's staging: two boxes per consumer warpgroup, after the ring.
+/// The epilogue's staging: two boxes per consumer warp, after the ring.
 const STAGING: u32 = STAGES * STAGE_BYTES;
 const _: () = assert!(STAGING == crate::kernels_host::WGRAD_RING, "host and kernel agree on the ring");
 const _: () = assert!(
-    STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES == crate::kernels_host::WGRAD_SMEM,
+    STAGING + 16 * C_BOX + Ring::<STAGES>::BYTES == crate::kernels_host::WGRAD_SMEM,
     "host and kernel agree on the shared memory"
 );
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
@@ -164,35 +164,40 @@ unsafe fn consume(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: 
         if kt_n > 0 && lane == 0 {
             ring.release_prev(it);
         }
-        store(p, &acc, &ti, cw, base + STAGING + cw * 2 * C_BOX);
+        store(p, &acc, &ti, cw, base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX);
         tile += regs::nctaid();
     }
-    // the staging must not be freed (block exit) before the copy engine has read it
-    if regs::tid() % 128 == 0 {
+    // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0
+    // issued stores
+    if lane == 0 {
         tma::wait_group::<0>();
     }
 }
 
-/// The epilogue: this warpgroup's 64 x 256 f32 accumulators go to C through shared memory, one 64 x 32 box at a
-/// time (128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so the fragment stores are free of
-/// bank conflicts), stored (or, with `accumulate`, added: `cp.reduce.async.bulk.tensor .add`) by the copy
-/// engine while the warpgroup goes on. Two staging boxes alternate; before one is rewritten, its previous store
-/// must have read it (`wait_group.read 1`; `.read 0` at a tile's first box, see there). Columns past N are
-/// clipped by the tensor map; a warpgroup whose rows start at or past M (M a multiple of 64, not of 128) stores
-/// nothing. One thread per warpgroup issues and waits; named barrier 2 + cw (128 threads) orders the staging
-/// writes around it.
+/// The epilogue: this warpgroup's 64 x 256 f32 accumulators go to C through shared memory, each warp's 16
+/// rows one 16 x 32 box at a time (128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8)), stored
+/// (or, with `accumulate`, added: `cp.reduce.async.bulk.tensor .add`) by the copy engine while the warp goes
+/// on. Each warp works alone (its lane 0 issues and waits; `bar.warp.sync` orders its lanes' staging writes
+/// around that), so no warp waits for the others of its warpgroup between boxes. Two staging boxes per warp
+/// alternate; before one is rewritten, its previous store must have read it (`wait_group.read 1`; `.read 0` at
+/// a tile's first box: the previous tile may have ended on either box when N % 256 != 0; issued a whole main
+/// loop ago, those stores have read). The fragment stores are free of bank conflicts: an 8-byte store is
+/// served per half-warp (rows q = 0..3 or 4..7 of the box, four lanes each), and lanes of odd rows write
+/// column group J ^ 2 when the others write J, so the 16 lanes cover 32 distinct banks (rows q and q ^ 1 would
+/// otherwise meet in the same two swizzled chunks). Columns past N are clipped by the tensor map; a warpgroup
+/// whose rows start at or past M (M a multiple of 64, not of 128) stores nothing.
 #[inline(always)]
 unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
     let row0 = ti.mt * 128 + cw * 64;
     if row0 >= p.m {
         return; // uniform in the warpgroup
     }
-    let t = regs::tid() % 128;
-    let r = 16 * (t / 32) + (t % 32) / 4; // first of this thread's two rows (r, r + 8), 0..56
-    let c0 = 2 * (t % 4); // first of its two columns in each group of 8
-    let leader = t == 0;
-    let bar = 2 + cw;
-    let y = (ti.e * p.m + row0) as i32;
+    let lane = regs::tid() % 32;
+    let w = (regs::tid() % 128) / 32;
+    let q = lane / 4; // the first of this lane's two rows (q, q + 8) of the warp's 16
+    let odd = q % 2 == 1;
+    let leader = lane == 0;
+    let y = (ti.e * p.m + row0 + 16 * w) as i32;
     let map = p.map_c as *const u8;
     crate::unroll!(B in [0, 1, 2, 3, 4, 5, 6, 7] {
         let col0 = ti.nt * 256 + 32 * B as u32;
@@ -200,28 +205,28 @@ unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u3
             // uniform: every thread of the warpgroup sees the same col0
             let buf = staging + (B as u32 % 2) * C_BOX;
             if leader {
-                // box 0 of a tile: the previous tile may have ended on buffer 0 (an odd number of boxes when
-                // N is not a multiple of 256), so every earlier store must have read its box; issued a whole
-                // main loop ago, it has. Later boxes: all but the last store (the other buffer's)
                 if B == 0 {
                     tma::wait_group_read::<0>();
                 } else {
                     tma::wait_group_read::<1>();
                 }
             }
-            sync::named_sync(bar, 128);
+            sync::warp_sync();
             crate::unroll!(J in [0, 1, 2, 3] {
                 crate::unroll!(H in [0, 1] {
-                    let row = r + 8 * H as u32;
-                    let chunk = 2 * J as u32 + c0 / 4;
-                    let addr = buf + row * 128 + ((chunk ^ (row % 8)) * 16) + (c0 % 4) * 4;
-                    let v0 = acc[4 * (4 * B + J) + 2 * H];
-                    let v1 = acc[4 * (4 * B + J) + 2 * H + 1];
+                    let row = q + 8 * H as u32;
+                    // this lane's column group: J, or J ^ 2 on odd rows (a select, not an indexed register)
+                    let jl = if odd { J as u32 ^ 2 } else { J as u32 };
+                    let chunk = 2 * jl + (lane % 4) / 2;
+                    let addr = buf + row * 128 + ((chunk ^ (row % 8)) * 16) + (lane % 2) * 8;
+                    let (a, b) = (4 * (4 * B + J) + 2 * H, 4 * (4 * B + (J ^ 2)) + 2 * H);
+                    let v0 = if odd { acc[b] } else { acc[a] };
+                    let v1 = if odd { acc[b + 1] } else { acc[a + 1] };
                     smem::st_v2(addr, v0.to_bits(), v1.to_bits());
                 });
             });
             fence::proxy_async_shared_cta();
-            sync::named_sync(bar, 128);
+            sync::warp_sync();
             if leader {
                 if p.accumulate != 0 {
                     tma::reduce_add_2d(map, col0 as i32, y, buf);

@@ -16,6 +16,14 @@ pub unsafe fn named_arrive(id: u32, n: u32) {
     asm!("barrier.arrive {i}, {n};", i = in(reg32) id, n = in(reg32) n, options(nostack));
 }
 
+/// `bar.warp.sync 0xffffffff`: the 32 lanes of this warp meet; memory accesses before it are ordered before
+/// those after it among them.
+/// SAFETY: every lane of the warp.
+#[inline(always)]
+pub unsafe fn warp_sync() {
+    asm!("bar.warp.sync -1;", options(nostack));
+}
+
 /// The whole block: `barrier.sync 0` (non-aligned form).
 /// SAFETY: every thread of the block.
 #[inline(always)]
