@@ -8,7 +8,9 @@
 //! K-grouped (target >= 0.8x): dW2_e = (s dy)^T h [H, I] and dW1_e = dz^T x [2I, H], f32.
 //! cuBLAS: cublasGemmEx, bf16 inputs, CUBLAS_COMPUTE_32F, bf16 out (f32 for the weight gradients), the same
 //! operand layouts, B = expert 0's weight (the dense GEMM of the same M, N, K; for the weight gradients one
-//! [M, N] output contracted over all T k rows).
+//! [M, N] output contracted over all T k rows). A second cuBLAS reference, cublasGemmStridedBatchedEx: E batches
+//! of rows / E rows each (the batch's M for the M-grouped GEMMs, each with its own B_e; its K for the weight
+//! gradients, each with its own [M, N] f32 output), same types and layouts; timed only, not checked.
 //!
 //! Each GEMM: 3 warm-ups, then the median of 20 launches, each bracketed by device events. Inputs random
 //! (never zero); outputs poisoned (NaN) before the runs, then checked fully written, and rows of three experts
@@ -214,6 +216,57 @@ impl Blas {
         }
         .map_err(|e| format!("cublasGemmEx: {e:?}"))
     }
+
+    /// `count` products as `gemm`, batch j's A, B and C being the j-th [m, k], [k, n] and [m, n] blocks (in
+    /// the same storage orders) of the buffers at a, b and c.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_batched(
+        &self,
+        a_t: bool,
+        b_t: bool,
+        (m, n, k): (usize, usize, usize),
+        a: u64,
+        b: u64,
+        c: u64,
+        c_f32: bool,
+        count: usize,
+    ) -> R<()> {
+        use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        let (op_b, ldb) = if b_t { (CUBLAS_OP_T, k) } else { (CUBLAS_OP_N, n) };
+        let (op_a, lda) = if a_t { (CUBLAS_OP_T, m) } else { (CUBLAS_OP_N, k) };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
+        let ct = if c_f32 { blas_sys::cudaDataType::CUDA_R_32F } else { bf };
+        // SAFETY: as in `gemm`; the buffers hold `count` blocks of the shapes named, back to back.
+        unsafe {
+            blas_result::gemm_strided_batched_ex(
+                *self.0.handle(),
+                op_b,
+                op_a,
+                n as i32,
+                m as i32,
+                k as i32,
+                &alpha as *const f32 as *const c_void,
+                b as *const c_void,
+                bf,
+                ldb as i32,
+                (k * n) as i64,
+                a as *const c_void,
+                bf,
+                lda as i32,
+                (m * k) as i64,
+                &beta as *const f32 as *const c_void,
+                c as *mut c_void,
+                ct,
+                n as i32,
+                (m * n) as i64,
+                count as i32,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| format!("cublasGemmStridedBatchedEx: {e:?}"))
+    }
 }
 
 fn open_cublas(g: &Gpu) -> Result<Blas, String> {
@@ -238,6 +291,8 @@ struct Line<'a> {
     err: f64,
     written: bool,
     dense: &'a R<(f64, f64)>,
+    /// cuBLAS's strided-batched GEMM: (batch count, us)
+    batched: &'a R<(usize, f64)>,
 }
 
 impl Line<'_> {
@@ -258,10 +313,19 @@ impl Line<'_> {
             }
             Err(e) => format!("cuBLAS dense: not measured ({e})"),
         };
+        let batched = match self.batched {
+            Ok((count, us)) => format!(
+                "cuBLAS batched ({count} x {}) {us:.0} us {:.0} TFLOP/s ours/batched {:.2}",
+                if self.k_grouped { k } else { m } / count,
+                tf(*us),
+                us / self.us
+            ),
+            Err(e) => format!("cuBLAS batched: not measured ({e})"),
+        };
         let ok = self.err <= TOL && self.written;
         println!(
-            "RESULT gemm {} {} ({}) M={m} N={n} K={k}: megamoe {:.0} us {:.0} TFLOP/s | {dense} | rel err {:.2e} \
-             ({} vs f64), all written: {}{}",
+            "RESULT gemm {} {} ({}) M={m} N={n} K={k}: megamoe {:.0} us {:.0} TFLOP/s | {dense} | {batched} \
+             | rel err {:.2e} ({} vs f64), all written: {}{}",
             self.shape,
             self.name,
             if self.k_grouped { "K-grouped" } else { "M-grouped" },
@@ -442,6 +506,12 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
         }
         Ok((us, err))
     };
+    // cuBLAS's strided-batched GEMM, E batches of the per-expert shape (rows / E rows each), timed only
+    assert_eq!(m % e, 0, "the batched reference takes rows / E rows per expert");
+    let batched = |a_t: bool, b_t: bool, bmnk: (usize, usize, usize), a: u64, b: u64, c: u64, c_f32: bool| {
+        let blas = blas.as_ref().map_err(|e| e.clone())?;
+        median_us(g, || blas.gemm_batched(a_t, b_t, bmnk, a, b, c, c_f32, e)).map(|us| (e, us))
+    };
     let dot = |len: usize, f: &dyn Fn(usize) -> f64| (0..len).map(f).sum::<f64>();
     let mut ok = true;
 
@@ -451,8 +521,10 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let d1 = dense(false, true, (m, i2, h), ptr(&xs), ptr(&w1), Some(&z_out), None, &|r, c| {
         dot(h, &|q| px.get(r * h + q) * pw1.get(c * h + q))
     });
+    let b1 = batched(false, true, (m / e, i2, h), ptr(&xs), ptr(&w1), ptr(&z_out), false);
     let mnk = (m, i2, h);
-    ok &= Line { shape: name, name: "fwd GEMM1 (plain)", k_grouped: false, mnk, us, err, written, dense: &d1 }.print();
+    let what = "fwd GEMM1 (plain)";
+    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &d1, batched: &b1 }.print();
 
     // ---- fwd GEMM1 with the SwiGLU epilogue: h only (z recomputed later), then h and z (z saved)
     let h_ref: Vec<f64> = gemm1_ref
@@ -487,7 +559,8 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
             written &= all_written(&st, &z_out, bf_nan)?;
         }
         let what = if keep_z { "fwd GEMM1 + SwiGLU (h and z stored)" } else { "fwd GEMM1 + SwiGLU (h stored)" };
-        ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &d1 }.print();
+        ok &=
+            Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &d1, batched: &b1 }.print();
     }
 
     // ---- fwd GEMM2: [M, I] x W2_e^T -> [M, H]
@@ -496,8 +569,10 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let dd = dense(false, true, (m, h, i), ptr(&hin), ptr(&w2), Some(&y_out), None, &|r, c| {
         dot(i, &|q| ph.get(r * i + q) * pw2.get(c * i + q))
     });
+    let bb = batched(false, true, (m / e, h, i), ptr(&hin), ptr(&w2), ptr(&y_out), false);
     let mnk = (m, h, i);
-    ok &= Line { shape: name, name: "fwd GEMM2", k_grouped: false, mnk, us, err, written, dense: &dd }.print();
+    let what = "fwd GEMM2";
+    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
 
     // ---- bwd dh: [M, H] x W2_e (W2_e [H, I], N-major) -> [M, I]; plain, then with the SwiGLU backward
     let dh_ref = m_ref(&pdy, h, &pw2, i, false);
@@ -505,8 +580,10 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let dd = dense(false, false, (m, i, h), ptr(&dy), ptr(&w2), Some(&dh_out), None, &|r, c| {
         dot(h, &|q| pdy.get(r * h + q) * pw2.get(q * i + c))
     });
+    let bb = batched(false, false, (m / e, i, h), ptr(&dy), ptr(&w2), ptr(&dh_out), false);
     let mnk = (m, i, h);
-    ok &= Line { shape: name, name: "bwd dh (plain)", k_grouped: false, mnk, us, err, written, dense: &dd }.print();
+    let what = "bwd dh (plain)";
+    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
 
     poison(g, &mut dz_out)?;
     poison(g, &mut partial)?;
@@ -548,7 +625,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let err = check::rel_err(&got_rows(&dz_out, i2)?, &want_dz).max(check::rel_err(&got_part, &want_part));
     let written = all_written(&st, &dz_out, bf_nan)? && all_written(&st, &partial, f_nan)?;
     let what = "bwd dh + SwiGLU backward (dz, dtopk partials)";
-    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd }.print();
+    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
 
     // ---- bwd dx: [M, 2I] x W1_e (W1_e [2I, H], N-major) -> [M, H]
     let want = m_ref(&pdz, i2, &pw1, h, false);
@@ -556,8 +633,10 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let dd = dense(false, false, (m, h, i2), ptr(&dzin), ptr(&w1), Some(&dx_out), None, &|r, c| {
         dot(i2, &|q| pdz.get(r * i2 + q) * pw1.get(q * h + c))
     });
+    let bb = batched(false, false, (m / e, h, i2), ptr(&dzin), ptr(&w1), ptr(&dx_out), false);
     let mnk = (m, h, i2);
-    ok &= Line { shape: name, name: "bwd dx", k_grouped: false, mnk, us, err, written, dense: &dd }.print();
+    let what = "bwd dx";
+    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
 
     // ---- bwd dW2 = (s dy)^T h: [H, I] per expert; dW1 = dz^T x: [2I, H] per expert (f32, K-grouped)
     for (what, pa, a, wm, pb, b, wn, c) in
@@ -595,8 +674,11 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
         let dd = dense(true, false, (wm, wn, m), ptr(a), ptr(b), None, Some(c), &|r, col| {
             dot(m, &|q| pa.get(q * wm + r) * pb.get(q * wn + col))
         });
+        // after the checks: it overwrites ours (and cuBLAS dense's) output, E blocks of [wm, wn] f32
+        let bb = batched(true, false, (wm, wn, m / e), ptr(a), ptr(b), dptr(c, &st), true);
         let mnk = (wm, wn, m);
-        ok &= Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd }.print();
+        ok &=
+            Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd, batched: &bb }.print();
     }
     Ok(ok)
 }
@@ -617,7 +699,7 @@ fn main() {
     );
     let blas = open_cublas(&g);
     match &blas {
-        Ok(_) => println!("cuBLAS: loaded (cublasGemmEx, bf16 in, CUBLAS_COMPUTE_32F)"),
+        Ok(_) => println!("cuBLAS: loaded (cublasGemmEx and cublasGemmStridedBatchedEx, bf16 in, CUBLAS_COMPUTE_32F)"),
         Err(e) => println!("cuBLAS NOT AVAILABLE: {e}; megamoe's figures only"),
     }
     let blas = blas.map_err(|_| "cuBLAS not available (see the top of the output)".to_string());
