@@ -3,8 +3,11 @@
 Layers: torch._grouped_mm experts (sort, gather, grouped GEMM1, SwiGLU, grouped GEMM2, weighting, index_add)
 and the per-expert loop; forward and forward+backward by autograd. Also the dense cuBLAS GEMM of GEMM1's total
 shape (T*k x H x 2I) as the ceiling. bf16, T = 16384, E = 128, top-8, random routing. Warm-up 3, median of
-10 (fwd+bwd of the loop: median of 3), CUDA events.
+10 (fwd+bwd of the loop: median of 3), CUDA events. MEGAMOE_BENCH_ONLY=30B (a substring of the shape name)
+runs one shape, as the layer benchmark does; MEGAMOE_TORCH_LOOP=0 leaves out the per-expert loop.
 """
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -58,7 +61,13 @@ def loop(x, ids, w, W1, W2):
     return out
 
 
+only = os.environ.get("MEGAMOE_BENCH_ONLY", "")
+layers = [("torch._grouped_mm", grouped, 10)]
+if os.environ.get("MEGAMOE_TORCH_LOOP", "1") != "0":
+    layers.append(("expert loop", loop, 10))
 for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)]:
+    if only not in name:
+        continue
     T, E, k = 16384, 128, 8
     x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
     ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)])
@@ -67,7 +76,7 @@ for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)
     W2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)
     flops = 6 * T * k * H * I
     dy = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
-    for lname, f, reps in [("torch._grouped_mm", grouped, 10), ("expert loop", loop, 10)]:
+    for lname, f, reps in layers:
         ms = timeit(lambda: f(x, ids, w, W1, W2), reps=reps)
         print(f"RESULT pytorch {lname} forward {name} T={T}: {ms * 1e3:.0f} us, {flops / ms / 1e9:.0f} TFLOP/s")
         xr, W1r, W2r, wr = [t.detach().clone().requires_grad_(True) for t in (x, W1, W2, w)]
