@@ -18,6 +18,9 @@
 //! output is checked on a sample too. The routing layout is computed on the host exactly as the layer's
 //! `route_*` kernels lay it out (each expert's rows in increasing slot order).
 //!
+//! `MEGAMOE_BENCH_ROUTING=balanced` gives every expert exactly T k / E rows (no partial m-tiles): what the ragged
+//! experts of random routing cost.
+//!
 //! `cargo bench --bench gemm`; on the GPU machine `bash gemm_h200.sh OUT` (it finds libcublas in PyTorch's
 //! pip packages and runs `benches/torch_gemm.py` beside it). With `MEGAMOE_GEMM_COUNTS_DIR` set, the
 //! per-expert row counts are written there for the PyTorch partner (`gemm_counts_<shape>.txt`).
@@ -155,8 +158,23 @@ struct Routing {
     weights: Vec<f32>,
 }
 
+/// `MEGAMOE_BENCH_ROUTING=balanced`: every expert gets exactly tokens * k / E rows (token t's j-th expert is
+/// (t k + j) % E: k distinct experts when k <= E), so no m-tile is partial when that count is a multiple of 128;
+/// otherwise (default, `random`) k distinct random experts per token.
+fn balanced_routing() -> bool {
+    match std::env::var("MEGAMOE_BENCH_ROUTING").unwrap_or_default().as_str() {
+        "" | "random" => false,
+        "balanced" => true,
+        v => panic!("MEGAMOE_BENCH_ROUTING={v}: expected random or balanced"),
+    }
+}
+
 fn routing(rng: &mut Rng, tokens: usize, e: usize, k: usize) -> Routing {
-    let ids: Vec<usize> = rng.topk_ids(tokens, k, e).into_iter().map(|id| id as usize).collect();
+    let mut ids: Vec<usize> = rng.topk_ids(tokens, k, e).into_iter().map(|id| id as usize).collect();
+    if balanced_routing() {
+        assert!(k <= e && (tokens * k) % e == 0, "balanced routing needs k <= E and E | T k");
+        ids = (0..tokens * k).map(|i| i % e).collect();
+    }
     let mut counts = vec![0u32; e];
     for &id in &ids {
         counts[id] += 1;
@@ -694,8 +712,9 @@ fn main() {
     let seed = Rng::fresh_seed();
     let mut rng = Rng::new(seed);
     println!(
-        "GEMM benchmark on {} (seed {seed}): T={TOKENS}, top-8 of 128 experts, {WARM} warm-ups, median of {REPS}",
-        g.name()
+        "GEMM benchmark on {} (seed {seed}): T={TOKENS}, top-8 of 128 experts ({} routing), {WARM} warm-ups, median of {REPS}",
+        g.name(),
+        if balanced_routing() { "balanced" } else { "random" }
     );
     let blas = open_cublas(&g);
     match &blas {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Prepared 2026-12-03 (not run): what sets an M-grouped tile's time. docs/wip/probes-wgrad-epilogue-uniform-
-# routing.patch applied (MEGAMOE_PROBE_UNIFORM=1: every expert exactly 1024 rows, no partial tiles), bundle built
-# from it, this file as .dev/call2.sh, carry [".dev/bundle", ".dev/call2.sh"]. ncu --set full of one launch of
+# Prepared 2026-12-03 (not run): what sets an M-grouped tile's time. Bundle from main (the gemm bench's
+# MEGAMOE_BENCH_ROUTING=balanced: every expert exactly 1024 rows, no partial tiles), this file as .dev/call2.sh,
+# carry [".dev/bundle", ".dev/call2.sh"]. ncu --set full of one launch of
 # the 30B GEMM2 (grouped_gemm_bf16, the bench's first) with ragged and with uniform routing, the SASS source
 # counters of both, so that the extra 6% of the ragged run can be placed: the tensor pipe's activity, the
 # consumers' stalls (full-barrier waits, wgmma waits, the register-path epilogue of partial tiles), L2 / TMA.
@@ -12,8 +12,8 @@ libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirna
 export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 for v in ragged uniform; do
   [ $(( $(date +%s) - start )) -gt 300 ] && break
-  u=0; [ $v = uniform ] && u=1
-  MEGAMOE_PROBE_UNIFORM=$u timeout 200 ncu --clock-control none -k regex:"^grouped_gemm_bf16$" --launch-skip 3 \
+  r=random; [ $v = uniform ] && r=balanced
+  MEGAMOE_BENCH_ROUTING=$r timeout 200 ncu --clock-control none -k regex:"^grouped_gemm_bf16$" --launch-skip 3 \
     --launch-count 1 --set full --import-source no -o $OUT/prof_$v ./gemm --bench > $OUT/ncu_run_$v.txt 2>&1
   echo "== $v ncu rc $? at $(( $(date +%s) - start )) s"
   ncu --import $OUT/prof_$v.ncu-rep --page details > $OUT/ncu_details_$v.txt 2>&1
