@@ -95,6 +95,57 @@ pub const fn pair_unit(u: u32, n_tiles: u32, m_total: u32, rank: u32) -> (u32, u
     }
 }
 
+/// Kinds of work item of the fused forward's walk (docs/FUSED.md, step 1: GEMM1 + GEMM2 in one launch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedKind {
+    /// A GEMM1 (+ SwiGLU) tile: m-tile, column tile of h.
+    Gemm1,
+    /// A GEMM2 tile: m-tile, column tile of y. Needs every GEMM1 tile of its m-tile.
+    Gemm2,
+}
+
+/// One item of the fused walk: kind, m-tile (the engine's numbering over all experts), column tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FusedItem {
+    pub kind: FusedKind,
+    pub m: u32,
+    pub n: u32,
+}
+
+/// The fused forward's global order of `fused_items(m_total, n1, n2)` items: step s holds the GEMM1 tiles of
+/// m-tile s (while s < m_total), then the GEMM2 tiles of m-tile s - lag (once s >= lag). Every GEMM2 tile comes
+/// after all GEMM1 tiles of its m-tile (they are `lag` steps earlier), so block b taking items b, b + grid, ..
+/// in order, all blocks resident, cannot deadlock waiting on a GEMM2's inputs: the earliest unfinished item's
+/// inputs are all earlier, hence finished, and its block is at it. `lag` lets GEMM1 run ahead so a GEMM2 tile's
+/// inputs are usually complete before its block reaches it.
+#[inline(always)]
+pub const fn fused_items(m_total: u32, n1: u32, n2: u32) -> u32 {
+    m_total * (n1 + n2)
+}
+
+/// Item `q` of the fused walk (see [`fused_items`]); `lag` >= 1.
+#[inline(always)]
+pub const fn fused_item(q: u32, m_total: u32, n1: u32, n2: u32, lag: u32) -> FusedItem {
+    // steps 0..lag hold only GEMM1 tiles (n1 each), steps lag..m_total both (n1 + n2), steps m_total.. only
+    // GEMM2 tiles (n2 each); lag >= m_total leaves no middle part
+    let head = if lag < m_total { lag } else { m_total };
+    if q < head * n1 {
+        return FusedItem { kind: FusedKind::Gemm1, m: q / n1, n: q % n1 };
+    }
+    let q = q - head * n1;
+    let mid = m_total - head;
+    if q < mid * (n1 + n2) {
+        let (s, r) = (head + q / (n1 + n2), q % (n1 + n2));
+        return if r < n1 {
+            FusedItem { kind: FusedKind::Gemm1, m: s, n: r }
+        } else {
+            FusedItem { kind: FusedKind::Gemm2, m: s - lag, n: r - n1 }
+        };
+    }
+    let q = q - mid * (n1 + n2);
+    FusedItem { kind: FusedKind::Gemm2, m: m_total - head + q / n2, n: q % n2 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +268,78 @@ mod tests {
                 }
             }
             assert!(seen.iter().all(|&c| c == 1), "m {m_total} n {n_tiles} grid {grid}");
+        }
+    }
+
+    /// The fused walk lists every GEMM1 and GEMM2 tile once, each GEMM2 tile after all GEMM1 tiles of its
+    /// m-tile; and resident blocks walking it statically (block b: items b, b + grid, ..), each item taking a
+    /// random time and a GEMM2 item starting only once its m-tile's GEMM1 tiles are done, always finish.
+    #[test]
+    fn fused_walk_is_a_dependency_order_and_cannot_deadlock() {
+        let mut x = 99u64;
+        let mut rnd = move |n: u64| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) % n
+        };
+        for &(m_total, n1, n2, lag, grid) in &[
+            (1u32, 6u32, 8u32, 1u32, 132u32),
+            (1088, 6, 8, 22, 132),
+            (37, 3, 2, 5, 7),
+            (5, 1, 1, 9, 2),
+            (0, 6, 8, 3, 4),
+        ] {
+            let total = fused_items(m_total, n1, n2);
+            let items: Vec<FusedItem> = (0..total).map(|q| fused_item(q, m_total, n1, n2, lag)).collect();
+            let mut seen1 = std::vec![0u32; (m_total * n1) as usize];
+            let mut seen2 = std::vec![0u32; (m_total * n2) as usize];
+            let mut g1_done_at = std::vec![0u32; m_total as usize]; // GEMM1 tiles of the m-tile seen so far
+            for it in &items {
+                assert!(it.m < m_total);
+                match it.kind {
+                    FusedKind::Gemm1 => {
+                        assert!(it.n < n1);
+                        seen1[(it.m * n1 + it.n) as usize] += 1;
+                        g1_done_at[it.m as usize] += 1;
+                    }
+                    FusedKind::Gemm2 => {
+                        assert!(it.n < n2);
+                        seen2[(it.m * n2 + it.n) as usize] += 1;
+                        assert_eq!(g1_done_at[it.m as usize], n1, "GEMM2 of m-tile {} before its GEMM1 tiles", it.m);
+                    }
+                }
+            }
+            assert!(seen1.iter().chain(&seen2).all(|&c| c == 1));
+            // simulation: each block runs its items in order; a GEMM2 item waits for its m-tile's GEMM1 count
+            let mut next: Vec<u32> = (0..grid).collect(); // the block's current item
+            let mut left = std::vec![0u64; grid as usize]; // time left on it (0: not started)
+            let mut g1_done = std::vec![0u32; m_total as usize];
+            let mut finished = 0u32;
+            let mut ticks = 0u64;
+            while finished < total {
+                ticks += 1;
+                assert!(ticks < 100 * total as u64 + 1000, "deadlock: {finished} of {total} items finished");
+                for b in 0..grid as usize {
+                    let q = next[b];
+                    if q >= total {
+                        continue;
+                    }
+                    let it = items[q as usize];
+                    if left[b] == 0 {
+                        if it.kind == FusedKind::Gemm2 && g1_done[it.m as usize] < n1 {
+                            continue; // waits (bounded in the kernel)
+                        }
+                        left[b] = 1 + rnd(5);
+                    }
+                    left[b] -= 1;
+                    if left[b] == 0 {
+                        if it.kind == FusedKind::Gemm1 {
+                            g1_done[it.m as usize] += 1;
+                        }
+                        finished += 1;
+                        next[b] += grid;
+                    }
+                }
+            }
         }
     }
 }
