@@ -197,16 +197,32 @@ fn routing(rng: &mut Rng, tokens: usize, e: usize, k: usize) -> Routing {
 /// [k, n] (or [n, k] with `b_t`), bf16 in, f32 accumulate, C bf16 or f32.
 struct Blas(CudaBlas);
 
+/// cuBLAS's operations, leading dimensions and types for a row-major C[m, n] = op(A) . op(B) seen column-major:
+/// C^T [n, m] = op(B)^T [n, k] . op(A)^T [k, m].
+struct Ops {
+    op_a: blas_sys::cublasOperation_t,
+    lda: usize,
+    op_b: blas_sys::cublasOperation_t,
+    ldb: usize,
+    bf: blas_sys::cudaDataType,
+    ct: blas_sys::cudaDataType,
+}
+
+impl Ops {
+    fn new(a_t: bool, b_t: bool, (m, n, k): (usize, usize, usize), c_f32: bool) -> Ops {
+        use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        let (op_b, ldb) = if b_t { (CUBLAS_OP_T, k) } else { (CUBLAS_OP_N, n) };
+        let (op_a, lda) = if a_t { (CUBLAS_OP_T, m) } else { (CUBLAS_OP_N, k) };
+        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
+        Ops { op_a, lda, op_b, ldb, bf, ct: if c_f32 { blas_sys::cudaDataType::CUDA_R_32F } else { bf } }
+    }
+}
+
 impl Blas {
     #[allow(clippy::too_many_arguments)]
     fn gemm(&self, a_t: bool, b_t: bool, m: usize, n: usize, k: usize, a: u64, b: u64, c: u64, c_f32: bool) -> R<()> {
-        use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-        // column-major view: C^T [n, m] = op(B)^T [n, k] . op(A)^T [k, m]
-        let (op_b, ldb) = if b_t { (CUBLAS_OP_T, k) } else { (CUBLAS_OP_N, n) };
-        let (op_a, lda) = if a_t { (CUBLAS_OP_T, m) } else { (CUBLAS_OP_N, k) };
+        let Ops { op_a, lda, op_b, ldb, bf, ct } = Ops::new(a_t, b_t, (m, n, k), c_f32);
         let (alpha, beta) = (1.0f32, 0.0f32);
-        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
-        let ct = if c_f32 { blas_sys::cudaDataType::CUDA_R_32F } else { bf };
         // SAFETY: the pointers are device buffers holding the shapes named (the caller's buffers, checked
         // against these shapes when they were allocated); alpha and beta are host f32 (pointer mode host).
         unsafe {
@@ -249,12 +265,8 @@ impl Blas {
         c_f32: bool,
         count: usize,
     ) -> R<()> {
-        use blas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-        let (op_b, ldb) = if b_t { (CUBLAS_OP_T, k) } else { (CUBLAS_OP_N, n) };
-        let (op_a, lda) = if a_t { (CUBLAS_OP_T, m) } else { (CUBLAS_OP_N, k) };
+        let Ops { op_a, lda, op_b, ldb, bf, ct } = Ops::new(a_t, b_t, (m, n, k), c_f32);
         let (alpha, beta) = (1.0f32, 0.0f32);
-        let bf = blas_sys::cudaDataType::CUDA_R_16BF;
-        let ct = if c_f32 { blas_sys::cudaDataType::CUDA_R_32F } else { bf };
         // SAFETY: as in `gemm`; the buffers hold `count` blocks of the shapes named, back to back.
         unsafe {
             blas_result::gemm_strided_batched_ex(
