@@ -61,6 +61,8 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_bt_dswiglu", 384, true, true),
     k2("grouped_gemm_bt_dswiglu_mc", 384, true, true),
     k("grouped_wgrad_f32", 384, true, true),
+    k("grouped_wgrad_f32_stg", 384, true, true),
+    k("grouped_wgrad_f32_shfl", 384, true, true),
     k("dtopk_reduce", 256, true, false),
     k("ep_dispatch", 256, true, false),
     k("ep_combine", 256, true, false),
