@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::layer::{Gather, Grads, Inputs, LayerConfig, MoeLayer, Save};
+use megamoe::layer::{Forward, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
@@ -53,17 +53,24 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         Gather::InProducer => Gather::Pass,
     };
     let mut layer_g = MoeLayer::new(g.clone(), LayerConfig { gather: other, ..cfg })?;
+    // GEMM1 and GEMM2 in one persistent launch, without and with z saved
+    let mut layer_p = MoeLayer::new(g.clone(), LayerConfig { forward: Forward::Persistent, ..cfg })?;
+    let mut layer_pz =
+        MoeLayer::new(g.clone(), LayerConfig { forward: Forward::Persistent, save: Save::WithZ, ..cfg })?;
     let inp = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
     // forward alone; forward + backward with z recomputed (Save::InputsOnly); forward + backward with z
     // saved (Save::WithZ, as autograd keeps activations for the PyTorch layer); the forward alone with x
-    // gathered the other way; 3 warm-ups, 20 timed each
-    let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    // gathered the other way; the persistent forward alone and with the z-saved backward; 3 warm-ups, 20 timed
+    // each
+    let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     let mut checked = Vec::new();
     let reps = timed_reps();
-    for (pass, with_bwd) in [false, true, true, false].into_iter().enumerate() {
+    for (pass, with_bwd) in [false, true, true, false, false, true].into_iter().enumerate() {
         let layer = match pass {
             2 => &mut layer_z,
             3 => &mut layer_g,
+            4 => &mut layer_p,
+            5 => &mut layer_pz,
             _ => &mut layer,
         };
         for rep in 0..3 + reps {
@@ -86,7 +93,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             checked.push((g.download(&gdx)?, g.download(&gtk)?));
         }
     }
-    let [ms_f, ms_fb, ms_fbz, ms_fg] = times.map(median);
+    let [ms_f, ms_fb, ms_fbz, ms_fg, ms_fp, ms_fbzp] = times.map(median);
     if std::env::var("MEGAMOE_BENCH_PHASES").is_ok_and(|v| v == "1") {
         // one more forward + backward of each save mode with a device event around every launch: each kernel's
         // time where it runs (back to back, not replayed alone as under a profiler) and the idle time before it
@@ -115,7 +122,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     }
     g.sync()?;
     layer.routing_error()?;
-    // the last pass (gather the other way) wrote `out`: checked below like the default's
+    // the last pass (the persistent forward, z saved) wrote `out`: checked below like the default's
     let o = g.download(&out)?;
     let written = o.iter().all(|v| !v.is_nan());
     let n = 64;
@@ -162,6 +169,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_fg * 1e3,
         fl / (ms_fg * 1e-3) / 1e12,
         cfg.gather
+    );
+    println!(
+        "RESULT megamoe forward, GEMMs in one persistent launch {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median \
+         of {reps}; two launches above: {:.0} us); forward+backward (z saved) with it: {:.0} us ({:.0} above)",
+        ms_fp * 1e3,
+        fl / (ms_fp * 1e-3) / 1e12,
+        ms_f * 1e3,
+        ms_fbzp * 1e3,
+        ms_fbz * 1e3
     );
     for (mode, ms) in [("z recomputed", ms_fb), ("z saved", ms_fbz)] {
         println!(

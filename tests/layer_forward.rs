@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::{gpu, inputs, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
 use half::bf16;
-use megamoe::layer::{Gather, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
+use megamoe::layer::{Forward, Gather, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
 use megamoe::{check, Error, Gpu};
 
@@ -193,3 +193,70 @@ gpu_test!(gather_in_producer_masked_one_expert, { gather_in_producer(SMALL, 300,
 gpu_test!(gather_in_producer_qwen3_30b_a3b_t1024, {
     gather_in_producer(Shape::QWEN3_30B_A3B, 1024, Routing::Masked10)
 });
+
+/// The persistent forward (`Forward::Persistent`: GEMM1 and GEMM2 in one launch) against the two launches:
+/// output bitwise equal, and with z saved the backward of each forward's `Saved` bitwise equal too (z and the
+/// gathered x the persistent kernel left), plus the reference. Shapes where blocks run many items and wait on
+/// m-tiles other blocks compute (30B: 14 items a step, T = 4096: ~30 items a block), ragged shapes, empty experts, one token.
+fn persistent_forward(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    let g = gpu();
+    let mut r = rng();
+    let inp = inputs(&mut r, s, tokens, routing);
+    let cfg = config(s, tokens.max(1), save);
+    let mut two = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut one = MoeLayer::new(g.clone(), LayerConfig { forward: Forward::Persistent, ..cfg }).unwrap();
+    let (y, bits) = run(&g, &mut one, &inp);
+    if let Some(i) = y.iter().position(|v| v.is_nan()) {
+        panic!("out[{i}] is NaN: not written (poison) or not finite");
+    }
+    let (_, bits_two) = run(&g, &mut two, &inp);
+    assert!(bits == bits_two, "{s:?} T={tokens} {routing:?}: the persistent forward differs from two launches");
+    let (_, again) = run(&g, &mut one, &inp);
+    assert!(bits == again, "two persistent forwards on the same inputs differ");
+    let e = check::close("y (persistent forward)", &y, &reference_y(&inp), 1e-2).unwrap();
+    eprintln!("y rel err {e:.3e}");
+    if save == Save::WithZ && tokens > 0 {
+        let dx = |layer: &mut MoeLayer| -> Vec<u16> {
+            let x = g.upload(&inp.x).unwrap();
+            let ids = g.upload(&inp.ids).unwrap();
+            let w = g.upload(&inp.w).unwrap();
+            let w1 = g.upload(&inp.w1).unwrap();
+            let w2 = g.upload(&inp.w2).unwrap();
+            let dy = g.upload(&inp.x).unwrap(); // any finite [T, H]
+            let mut out = g.alloc::<bf16>(tokens * s.h).unwrap();
+            let li = LayerInputs { tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+            let saved = layer.forward(&li, &mut out).unwrap();
+            let mut gdx = g.alloc::<bf16>(tokens * s.h).unwrap();
+            let mut dw1 = g.alloc::<f32>(s.e * 2 * s.i * s.h).unwrap();
+            let mut dw2 = g.alloc::<f32>(s.e * s.h * s.i).unwrap();
+            let mut dtopk = g.alloc::<f32>(tokens * s.k).unwrap();
+            g.fill_bytes(&mut gdx, 0xff).unwrap();
+            let grads = Grads { dx: &mut gdx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+            layer.backward(&saved, &dy, &li, grads).unwrap();
+            g.sync().unwrap();
+            saved.check(&g).unwrap();
+            let mut v: Vec<u16> = g.download(&gdx).unwrap().iter().map(|v| v.to_bits()).collect();
+            v.extend(g.download(&dw1).unwrap().iter().map(|v| (v.to_bits() >> 16) as u16 ^ v.to_bits() as u16));
+            v
+        };
+        assert!(dx(&mut one) == dx(&mut two), "{s:?} T={tokens}: the backward of the persistent forward differs");
+    }
+}
+
+gpu_test!(persistent_forward_ragged, { persistent_forward(RAGGED, 211, Routing::Uniform, Save::InputsOnly) });
+gpu_test!(persistent_forward_half_empty_save_z, { persistent_forward(SMALL, 150, Routing::HalfEmpty, Save::WithZ) });
+gpu_test!(persistent_forward_one_expert, { persistent_forward(SMALL, 300, Routing::AllOnOne, Save::InputsOnly) });
+gpu_test!(persistent_forward_one_token, { persistent_forward(SMALL, 1, Routing::Uniform, Save::WithZ) });
+gpu_test!(persistent_forward_qwen3_30b_a3b_t2048, {
+    persistent_forward(Shape::QWEN3_30B_A3B, 2048, Routing::Masked10, Save::WithZ)
+});
+gpu_test!(persistent_forward_qwen3_30b_a3b_t4096, {
+    persistent_forward(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::InputsOnly)
+});
+
+#[test]
+fn persistent_forward_needs_the_gather_pass() {
+    let cfg = LayerConfig { forward: Forward::Persistent, gather: Gather::InProducer, ..config(SMALL, 8, Save::WithZ) };
+    let m = cfg.validate().unwrap_err().to_string();
+    assert!(m.contains("Gather::Pass"), "{m}");
+}

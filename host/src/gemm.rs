@@ -702,6 +702,12 @@ pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Resu
 /// of c CTAs gets a grid that is a multiple of c (its tile count is: c n-tiles per pair).
 /// A cluster kernel's grid is also capped by the clusters that fit at once (all resident: the walk of a
 /// persistent grid gives every cluster the same share).
+/// The most m-tiles (128 rows of one expert) `rows` rows over `experts` experts can make: a partial tile per
+/// non-empty expert at most.
+pub(crate) fn m_tiles_max(rows: usize, experts: usize) -> usize {
+    rows.div_ceil(kh::GEMM_BM as usize) + experts.min(rows)
+}
+
 pub(crate) fn m_grouped_launch(
     gpu: &Gpu,
     kernel: &'static str,
@@ -709,8 +715,7 @@ pub(crate) fn m_grouped_launch(
     experts: usize,
     n_tiles: u32,
 ) -> Result<Launch> {
-    let rows = rows_max as u32;
-    let m_tiles_max = rows.div_ceil(kh::GEMM_BM) + (experts as u32).min(rows);
+    let m_tiles_max = m_tiles_max(rows_max, experts) as u32;
     let smem = kh::m_grouped_smem(kernel);
     let c = megamoe_kernels::manifest::find(kernel).map_or(1, |k| k.cluster.max(1));
     let mut grid = gpu.sm_count().min(m_tiles_max * n_tiles);

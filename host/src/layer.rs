@@ -23,7 +23,7 @@ use megamoe_kernels::kernels_host as kh;
 use megamoe_kernels::params::{self, Combine, DtopkReduce, GroupedGemm, Route};
 
 use crate::error::{Error, Result};
-use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm};
+use crate::gemm::{m_grouped_launch, m_tiles_max, wgrad_launch, zero_gemm};
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
@@ -49,6 +49,24 @@ pub enum Gather {
     /// against ~2.57 ms estimated for the gather pass from its kernels' times: the producer does not yet keep
     /// up with the tensor cores (docs/NOTES.md).
     InProducer,
+}
+
+/// Bound of each wait of the persistent forward (`ffn_fused_fwd`) for an m-tile's h.
+const FUSED_TIMEOUT_NS: u64 = 10_000_000_000;
+/// Steps of the persistent forward's walk by which GEMM1 runs ahead of GEMM2 (docs/FUSED.md): at 132 blocks
+/// and 14 items a step (30B), ~2 waves, so a GEMM2 tile's h is usually stored before its block reaches it.
+const FUSED_LAG: u32 = 20;
+
+/// How the forward runs its two expert GEMMs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// GEMM1 (+ SwiGLU) and GEMM2 as two launches (the default).
+    Launches,
+    /// Both in one persistent launch (`ffn_fused_fwd`, docs/FUSED.md step 1): a GEMM2 tile starts as soon as
+    /// every GEMM1 tile of its 128 rows has stored h, with no launch boundary between the two GEMMs; bitwise the
+    /// same outputs as [`Forward::Launches`]. Needs [`Gather::Pass`]. A wait that outlasts its bound (10 s; it
+    /// cannot with all blocks resident) makes [`Saved::check`] return [`Error::Timeout`].
+    Persistent,
 }
 
 /// Element type of the layer's activations and weights.
@@ -77,6 +95,8 @@ pub struct LayerConfig {
     pub save: Save,
     /// Where the forward gathers x ([`Gather::Pass`] from [`LayerConfig::bf16`]).
     pub gather: Gather,
+    /// How the forward runs its GEMMs ([`Forward::Launches`] from [`LayerConfig::bf16`]).
+    pub forward: Forward,
 }
 
 impl LayerConfig {
@@ -89,7 +109,17 @@ impl LayerConfig {
         max_tokens: usize,
         save: Save,
     ) -> Self {
-        LayerConfig { dtype: DType::Bf16, hidden, intermediate, experts, top_k, max_tokens, save, gather: Gather::Pass }
+        LayerConfig {
+            dtype: DType::Bf16,
+            hidden,
+            intermediate,
+            experts,
+            top_k,
+            max_tokens,
+            save,
+            gather: Gather::Pass,
+            forward: Forward::Launches,
+        }
     }
 
     /// Check the configuration; a message naming the first problem.
@@ -110,6 +140,9 @@ impl LayerConfig {
         if self.max_tokens == 0 || (self.max_tokens * self.top_k) >= (1 << 31) / self.hidden.max(2 * self.intermediate)
         {
             return bad(format!("max_tokens {} is zero or too large for 32-bit element offsets", self.max_tokens));
+        }
+        if self.forward == Forward::Persistent && self.gather != Gather::Pass {
+            return bad("Forward::Persistent runs GEMM1 on the gathered copy of x: it needs Gather::Pass".into());
         }
         Ok(())
     }
@@ -197,6 +230,8 @@ struct Work {
     partial: CudaSlice<f32>,
     /// u32 [`crate::route::workspace_words`]: the routing's per-chunk counts (used within one forward).
     route_chunks: CudaSlice<u32>,
+    /// u32 [m-tiles at most]: `ffn_fused_fwd`'s per-m-tile counts of stored h (zeroed before each launch).
+    ready: CudaSlice<u32>,
 }
 
 /// Tensor maps by (address, rows, cols, box rows, box cols), encoded once per buffer and box.
@@ -270,6 +305,7 @@ impl MoeLayer {
             dz: gpu.alloc(slots * 2 * i)?,
             partial: gpu.alloc(slots * n_tiles_i)?,
             route_chunks: gpu.alloc(crate::route::workspace_words(slots, cfg.experts))?,
+            ready: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
         };
         Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None })
     }
@@ -363,6 +399,19 @@ impl MoeLayer {
     /// GEMM1 (+ SwiGLU) with A either the expert-ordered rows or gathered from the tokens by the kernel's
     /// producer (no gathered copy).
     fn gemm1_from(&mut self, sv: &Saved, x: Gemm1A, w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
+        let (kernel, p) = self.gemm1_params(sv, x, w1, h, z)?;
+        self.mgemm(kernel, p, sv)
+    }
+
+    /// GEMM1's kernel and parameter block (the routing's offsets are filled in at launch).
+    fn gemm1_params(
+        &mut self,
+        sv: &Saved,
+        x: Gemm1A,
+        w1: &CudaSlice<bf16>,
+        h: u64,
+        z: u64,
+    ) -> Result<(&'static str, GroupedGemm)> {
         let c = self.cfg;
         let slots = c.max_tokens * c.top_k;
         let g = self.gpu.clone();
@@ -396,7 +445,45 @@ impl MoeLayer {
             top_k: c.top_k as u32,
             ..zero_gemm()
         };
-        self.mgemm(kernel, p, sv)
+        Ok((kernel, p))
+    }
+
+    /// GEMM1 (+ SwiGLU) and GEMM2 in one persistent launch (`ffn_fused_fwd`, [`Forward::Persistent`]); `g1`, `g2`
+    /// as the two launches would take them. The per-m-tile counters are zeroed first (on the stream).
+    fn fused_gemms(&mut self, mut g1: GroupedGemm, mut g2: GroupedGemm, sv: &Saved) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream();
+        for p in [&mut g1, &mut g2] {
+            p.offsets = dptr(&sv.offsets, s);
+            p.tile_offsets = dptr(&sv.tile_offsets, s);
+            p.experts = self.cfg.experts as u32;
+        }
+        // the engine's checks of each GEMM's tile configuration (column tiles against the kernel's)
+        crate::gemm::kernel_for(&g, "grouped_gemm_swiglu", &g1)?;
+        crate::gemm::kernel_for(&g, "grouped_gemm_bf16", &g2)?;
+        let slots = sv.tokens * self.cfg.top_k;
+        let launch = m_grouped_launch(&g, "ffn_fused_fwd", slots, self.cfg.experts, g1.n_tiles + g2.n_tiles)?;
+        // all blocks resident: the walk's waits only end (before their bound) when every block runs at once
+        if launch.grid.0 > g.sm_count() {
+            return Err(Error::InvalidArgument(format!(
+                "ffn_fused_fwd: grid {} above {} SMs",
+                launch.grid.0,
+                g.sm_count()
+            )));
+        }
+        g.fill_bytes(&mut self.work.ready, 0)?;
+        let p = params::FusedFfn {
+            g1,
+            g2,
+            ready: dptr(&self.work.ready, s),
+            error: dptr(sv.error.as_ref(), s),
+            timeout_ns: FUSED_TIMEOUT_NS,
+            lag: FUSED_LAG,
+            pad: 0,
+        };
+        // SAFETY: as the two launches (A, B, C, z bounded by the device offsets); `ready` holds an entry per
+        // m-tile (m_tiles_max), the error word is the call's.
+        unsafe { g.launch("ffn_fused_fwd", launch, &p) }
     }
 
     /// Forward: out[t] = sum over j of topk_weights[t, j] * SwiGLU-expert(topk_ids[t, j])(x[t]), asynchronous on
@@ -454,15 +541,23 @@ impl MoeLayer {
         unsafe { crate::route::launch(&g, &route)? };
         let (h_ptr, h_rows) = (dptr(&self.work.h, &s), c.max_tokens * c.top_k);
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
-        match c.gather {
+        let fused = c.forward == Forward::Persistent;
+        let p1 = match c.gather {
             Gather::Pass => {
                 let xs = self.xs_of(&sv);
                 self.gather(dptr(inp.x, &s), xs.0, &sv)?;
-                self.gemm1(&sv, xs, inp.w1, h_ptr, z_ptr)?;
+                let p1 = self.gemm1_params(&sv, Gemm1A::Rows(xs.0, xs.1), inp.w1, h_ptr, z_ptr)?;
+                if !fused {
+                    self.mgemm(p1.0, p1.1, &sv)?;
+                }
+                Some(p1)
             }
             // GEMM1's producer gathers the rows of x itself (no gathered copy of x in the forward)
-            Gather::InProducer => self.gemm1_from(&sv, Gemm1A::Tokens(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?,
-        }
+            Gather::InProducer => {
+                self.gemm1_from(&sv, Gemm1A::Tokens(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?;
+                None
+            }
+        };
         let map_h = self.maps.get(&g, h_ptr, h_rows, c.intermediate, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), e * c.hidden, c.intermediate, kh::GEMM_BN / 2, 64)?;
         let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
@@ -478,7 +573,10 @@ impl MoeLayer {
             n_tiles: (c.hidden as u32).div_ceil(kh::GEMM_BN),
             ..zero_gemm()
         };
-        self.mgemm("grouped_gemm_bf16", p, &sv)?;
+        match p1 {
+            Some((_, g1)) if fused => self.fused_gemms(g1, p, &sv)?,
+            _ => self.mgemm("grouped_gemm_bf16", p, &sv)?,
+        }
         self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), &sv)?;
         Ok(sv)
     }
@@ -659,7 +757,15 @@ impl MoeLayer {
 
 /// Read a routing error word (synchronises).
 fn check_word(gpu: &Gpu, word: &CudaSlice<u32>, experts: usize) -> Result<()> {
-    if gpu.download(word)?[0] != 0 {
+    let w = gpu.download(word)?[0];
+    if w == params::FUSED_TIMEOUT {
+        return Err(Error::Timeout {
+            rank: 0,
+            phase: "persistent forward (h of an m-tile)",
+            timeout_ms: FUSED_TIMEOUT_NS / 1_000_000,
+        });
+    }
+    if w != 0 {
         return Err(Error::InvalidArgument(format!(
             "topk_ids holds an expert id outside -1..E (E = {experts}); nothing was written"
         )));

@@ -227,6 +227,35 @@ pub struct GroupedGemm {
     pub c_rows: u32,
 }
 
+/// The fused forward's GEMMs in one persistent launch (kernel `ffn_fused_fwd`, docs/FUSED.md step 1): GEMM1 +
+/// SwiGLU (`g1`, as `grouped_gemm_swiglu`) and GEMM2 (`g2`, as `grouped_gemm_bf16`, A = g1's h) over the same
+/// routing (`offsets`, `tile_offsets`, `experts` equal in both), their tiles walked in one dependency order
+/// ([`crate::scheduler::fused_item`]); a GEMM2 tile starts once every GEMM1 tile of its m-tile has stored h.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct FusedFfn {
+    /// GEMM1 + SwiGLU.
+    pub g1: GroupedGemm,
+    /// GEMM2.
+    pub g2: GroupedGemm,
+    /// u32 [m-tiles] per-m-tile counts of GEMM1 tile halves stored (zero at launch; 2 per GEMM1 tile: one per
+    /// consumer warpgroup).
+    pub ready: u64,
+    /// u32 error word: set to [`FUSED_TIMEOUT`] when a wait for an m-tile's h expired (the launch then finishes
+    /// without further waits; its GEMM2 output is not to be used). A non-zero word at entry (the routing
+    /// failed) makes the kernel return at once.
+    pub error: u64,
+    /// Bound of each wait, in nanoseconds of `%globaltimer`.
+    pub timeout_ns: u64,
+    /// Steps GEMM1 runs ahead of GEMM2 in the walk (>= 1).
+    pub lag: u32,
+    /// Unused.
+    pub pad: u32,
+}
+
+/// The error word's value after an expired wait of `ffn_fused_fwd`.
+pub const FUSED_TIMEOUT: u32 = 0x7f00_0001;
+
 /// K-grouped weight-gradient GEMM (kernel `grouped_wgrad_f32`): for each expert e,
 /// C_e[M, N] (+)= A[rows_e, M]^T . B[rows_e, N], contracting over the expert's rows offsets[e]..offsets[e + 1]
 /// (both operands MN-major, loaded in 64 x 64 boxes; rows past the expert's end are zeroed in shared memory).
@@ -404,6 +433,7 @@ mod tests {
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 14 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4),
+            ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
         ];
         for (name, got, fields) in sizes {

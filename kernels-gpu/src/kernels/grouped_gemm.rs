@@ -37,11 +37,11 @@ pub const STAGES: u32 = crate::kernels_host::GEMM_STAGES;
 pub const DSW_STAGES: u32 = crate::kernels_host::GEMM_DSW_STAGES;
 const A_BYTES: u32 = BM * BK * 2;
 const B_BYTES: u32 = BN * BK * 2;
-const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
+pub(crate) const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
 const DSW_STAGE_BYTES: u32 = A_BYTES + DSW_BN * BK * 2;
 /// The epilogue's staging (after the ring): two 64 x 64 bf16 boxes (8 KiB, 128-byte swizzle) per consumer
 /// warpgroup.
-const C_BOX: u32 = crate::kernels_host::GEMM_C_BOX.0 * crate::kernels_host::GEMM_C_BOX.1 * 2;
+pub(crate) const C_BOX: u32 = crate::kernels_host::GEMM_C_BOX.0 * crate::kernels_host::GEMM_C_BOX.1 * 2;
 const STAGING: u32 = STAGES * STAGE_BYTES;
 /// The ping-pong order barriers (after the ring's): one per consumer warpgroup.
 const ORDER_BYTES: u32 = crate::kernels_host::GEMM_ORDER_BARS;
@@ -108,7 +108,7 @@ const _: () = assert!((DSW_STAGES * DSW_STAGE_BYTES) % 1024 == 0 && C_BOX % 1024
 /// shared-memory copy of the offsets (`sched_copy`) when there are at most SCHED_E experts, global memory
 /// otherwise (a dependent global load per step: ~8 per tile, at every tile start of the producer and consumers).
 #[inline(always)]
-unsafe fn tile_info<const DSW: bool>(p: &GroupedGemm, tile: u32) -> Tile {
+pub(crate) unsafe fn tile_info<const DSW: bool>(p: &GroupedGemm, tile: u32) -> Tile {
     if p.experts <= SCHED_E {
         let s = smem::base() + sched_at(DSW);
         let o = s + 4 * (SCHED_E + 1);
@@ -139,7 +139,7 @@ unsafe fn tile_info<const DSW: bool>(p: &GroupedGemm, tile: u32) -> Tile {
 /// Every thread of the block, before its first barrier: copy entries 0..=experts of the tile and row offsets into
 /// shared memory (at most SCHED_E experts; otherwise nothing: `tile_info` reads global memory).
 #[inline(always)]
-unsafe fn sched_copy<const DSW: bool>(p: &GroupedGemm) {
+pub(crate) unsafe fn sched_copy<const DSW: bool>(p: &GroupedGemm) {
     if p.experts <= SCHED_E {
         let s = smem::base() + sched_at(DSW);
         let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
@@ -356,42 +356,108 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
             let s = Ring::<S>::stage(it);
             // MC: the empty barrier counts both CTAs' consumer warps (the peer's arrive remotely)
             let fb = ring.produce(it, stage_bytes(DSW));
-            let a_s = base + s * stage_bytes(DSW);
-            let b_s = a_s + A_BYTES;
-            let kx = (kt * BK) as i32;
-            if MC != 1 {
-                tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
-            } else if rank == 0 {
-                // the pair's A (same m-tile) into both CTAs; each expects it in its stage's bytes
-                tma::load_2d_mc(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb, 0b11);
-            }
-            let brow = ti.e * p.n_b;
-            // box h of the stage's B (BT: four of 64 columns; otherwise two of 128 rows), into this CTA or, when
-            // the pair shares B, by CTA h * 2 / boxes into both
-            let nbox = if BT { bn(DSW) / 64 } else { 2 };
-            let mut h = 0;
-            while h < nbox {
-                let (dst, c0, c1) = if BT {
-                    let col = (ti.n_tile * bn(DSW) + 64 * h) as i32;
-                    (b_s + h * (64 * BK * 2), col, (ti.e * p.k + kt * BK) as i32)
-                } else if SWIGLU {
-                    let n0 = ti.n_tile * (BN / 2);
-                    (b_s + h * (B_BYTES / 2), kx, (brow + h * p.n + n0) as i32)
-                } else {
-                    (b_s + h * (B_BYTES / 2), kx, (brow + ti.n_tile * BN + h * (BN / 2)) as i32)
-                };
-                if !share_b {
-                    tma::load_2d(dst, p.map_b as *const u8, c0, c1, fb);
-                } else if h * 2 / nbox == rank {
-                    tma::load_2d_mc(dst, p.map_b as *const u8, c0, c1, fb, 0b11);
-                }
-                h += 1;
-            }
+            load_stage::<SWIGLU, BT, DSW, MC>(p, &ti, base + s * stage_bytes(DSW), fb, kt, rank, share_b);
             it += 1;
             kt += 1;
         }
         q += step;
     }
+}
+
+/// The TMA loads of k-step `kt` of tile `ti` into the stage at `a_s` (A, then B after A_BYTES), completing on the
+/// stage's full barrier `fb` (whose expected bytes the caller announced). MC 1: CTA `rank` 0 multicasts A into
+/// both CTAs of its cluster; `share_b` (MC 2): CTA `rank` loads half of B into both. SAFETY: the producer thread,
+/// the stage free.
+#[inline(always)]
+pub(crate) unsafe fn load_stage<const SWIGLU: bool, const BT: bool, const DSW: bool, const MC: u32>(
+    p: &GroupedGemm,
+    ti: &Tile,
+    a_s: u32,
+    fb: u32,
+    kt: u32,
+    rank: u32,
+    share_b: bool,
+) {
+    let b_s = a_s + A_BYTES;
+    let kx = (kt * BK) as i32;
+    if MC != 1 {
+        tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
+    } else if rank == 0 {
+        // the pair's A (same m-tile) into both CTAs; each expects it in its stage's bytes
+        tma::load_2d_mc(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb, 0b11);
+    }
+    let brow = ti.e * p.n_b;
+    // box h of the stage's B (BT: four of 64 columns; otherwise two of 128 rows), into this CTA or, when
+    // the pair shares B, by CTA h * 2 / boxes into both
+    let nbox = if BT { bn(DSW) / 64 } else { 2 };
+    let mut h = 0;
+    while h < nbox {
+        let (dst, c0, c1) = if BT {
+            let col = (ti.n_tile * bn(DSW) + 64 * h) as i32;
+            (b_s + h * (64 * BK * 2), col, (ti.e * p.k + kt * BK) as i32)
+        } else if SWIGLU {
+            let n0 = ti.n_tile * (BN / 2);
+            (b_s + h * (B_BYTES / 2), kx, (brow + h * p.n + n0) as i32)
+        } else {
+            (b_s + h * (B_BYTES / 2), kx, (brow + ti.n_tile * BN + h * (BN / 2)) as i32)
+        };
+        if !share_b {
+            tma::load_2d(dst, p.map_b as *const u8, c0, c1, fb);
+        } else if h * 2 / nbox == rank {
+            tma::load_2d_mc(dst, p.map_b as *const u8, c0, c1, fb, 0b11);
+        }
+        h += 1;
+    }
+}
+
+/// The main loop of one consumer warpgroup of the cooperative kernels over one tile: `kt_n` stages from ring
+/// iteration `*it` on (advanced past them), warpgroup `cw`'s 64 rows of the stage's A (128 x 64) times its B
+/// (256 x 64, or BT: 64 K x 256 N) into the returned m64n256 accumulator; every stage given back (the last after
+/// the final `wait_group 0`). SAFETY: all 128 threads of a consumer warpgroup, in ring order.
+#[inline(always)]
+pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC: u32>(
+    base: u32,
+    ring: &Ring<STAGES>,
+    it: &mut u32,
+    kt_n: u32,
+    cw: u32,
+    lane: u32,
+) -> [f32; 128] {
+    let mut acc = [0f32; 128];
+    let mut kt = 0;
+    while kt < kt_n {
+        let s = Ring::<STAGES>::stage(*it);
+        ring.wait_full(*it);
+        if GATHER {
+            // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
+            fence::proxy_async_shared_cta();
+        }
+        let a_s = base + s * STAGE_BYTES + cw * (A_BYTES / 2);
+        let b_s = base + s * STAGE_BYTES + A_BYTES;
+        wgmma::fence();
+        let da = SmemDesc::k_major_sw128(a_s);
+        let db = SmemDesc::k_major_sw128(b_s);
+        let mut ks = 0;
+        while ks < BK / 16 {
+            let scale_d = (kt > 0 || ks > 0) as u32;
+            if BT {
+                let dbt = SmemDesc::new(b_s + ks * 2048, 64 * BK * 2, 1024, Layout::Swizzle128B);
+                wgmma::m64n256k16_f32_bf16_ss_bt(&mut acc, da.advance(32 * ks).0, dbt.0, scale_d);
+            } else {
+                wgmma::m64n256k16_f32_bf16_ss(&mut acc, da.advance(32 * ks).0, db.advance(32 * ks).0, scale_d);
+            }
+            ks += 1;
+        }
+        wgmma::commit_group();
+        wgmma::wait_group::<1>();
+        release::<MC, STAGES>(ring, *it, lane, kt > 0);
+        *it += 1;
+        kt += 1;
+    }
+    wgmma::wait_group::<0>();
+    wgmma::fence_operand_128(&mut acc);
+    release::<MC, STAGES>(ring, *it, lane, true);
+    acc
 }
 
 /// One consumer warpgroup of the cooperative kernels (all but the SwiGLU backward): both warpgroups run every tile
@@ -419,40 +485,7 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
     while q < count {
         let (tile, ghost) = walk_tile::<MC>(p, q);
         let ti = tile_info::<false>(p, tile);
-        let mut acc = [0f32; 128];
-        let mut kt = 0;
-        while kt < kt_n {
-            let s = Ring::<STAGES>::stage(it);
-            ring.wait_full(it);
-            if GATHER {
-                // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
-                fence::proxy_async_shared_cta();
-            }
-            let a_s = base + s * STAGE_BYTES + cw * (A_BYTES / 2);
-            let b_s = base + s * STAGE_BYTES + A_BYTES;
-            wgmma::fence();
-            let da = SmemDesc::k_major_sw128(a_s);
-            let db = SmemDesc::k_major_sw128(b_s);
-            let mut ks = 0;
-            while ks < BK / 16 {
-                let scale_d = (kt > 0 || ks > 0) as u32;
-                if BT {
-                    let dbt = SmemDesc::new(b_s + ks * 2048, 64 * BK * 2, 1024, Layout::Swizzle128B);
-                    wgmma::m64n256k16_f32_bf16_ss_bt(&mut acc, da.advance(32 * ks).0, dbt.0, scale_d);
-                } else {
-                    wgmma::m64n256k16_f32_bf16_ss(&mut acc, da.advance(32 * ks).0, db.advance(32 * ks).0, scale_d);
-                }
-                ks += 1;
-            }
-            wgmma::commit_group();
-            wgmma::wait_group::<1>();
-            release::<MC, STAGES>(&ring, it, lane, kt > 0);
-            it += 1;
-            kt += 1;
-        }
-        wgmma::wait_group::<0>();
-        wgmma::fence_operand_128(&mut acc);
-        release::<MC, STAGES>(&ring, it, lane, true);
+        let acc = mainloop_coop::<BT, GATHER, MC>(base, &ring, &mut it, kt_n, cw, lane);
         if ghost {
             // MC 2: the peer's tile, run only to keep the rings in step
         } else if SWIGLU {
@@ -579,7 +612,7 @@ unsafe fn release<const MC: u32, const S: u32>(ring: &Ring<S>, it: u32, lane: u3
 }
 
 #[inline(always)]
-fn t_lane() -> u32 {
+pub(crate) fn t_lane() -> u32 {
     regs::tid() % 32
 }
 
@@ -628,7 +661,7 @@ unsafe fn store_box(map: u64, col: u32, row: u32, buf: u32, cw: u32, val: impl F
 /// named barrier 2 + cw (128 threads) orders the staging writes around it. A warpgroup with rows past the
 /// expert's end (the rows of the next expert, or past the buffer) stores from registers, row by row.
 #[inline(always)]
-unsafe fn store_bf16(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32, k: &mut u32) {
+pub(crate) unsafe fn store_bf16(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32, k: &mut u32) {
     let row0w = ti.row0 + cw * 64;
     if p.map_c != 0 && row0w + 64 <= ti.row_end {
         // uniform in the warpgroup: every thread sees the same tile
@@ -695,9 +728,17 @@ fn silu_mul(g: f32, u: f32) -> f32 {
 /// The SwiGLU epilogue: h = silu(g) u into `c` (when non-zero) and z = [g | u] into `z` (when non-zero). A
 /// warpgroup whose 64 rows all belong to the tile's expert, with a tensor map for each output it writes
 /// (`map_c` over h [rows, n], `map_z` over z [rows, 2n]; n a multiple of 64), stores 64 x 64 boxes through the
-/// staging and the copy engine (h: 2 boxes, z: 2 of g and 2 of u); the others store from registers.
+/// staging and the copy engine (h: 2 boxes, z: 2 of g and 2 of u); the others store from registers. True when this
+/// warpgroup stored from registers.
 #[inline(always)]
-unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32, k: &mut u32) {
+pub(crate) unsafe fn store_swiglu(
+    p: &GroupedGemm,
+    acc: &[f32; 128],
+    ti: &Tile,
+    cw: u32,
+    staging: u32,
+    k: &mut u32,
+) -> bool {
     let row0w = ti.row0 + cw * 64;
     if row0w + 64 <= ti.row_end && (p.c == 0 || p.map_c != 0) && (p.z == 0 || p.map_z != 0) {
         // uniform in the warpgroup
@@ -724,7 +765,7 @@ unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, st
                 }
             }
         });
-        return;
+        return false;
     }
     let (r0, r1, c0) = frag();
     let rows = [ti.row0 + cw * 64 + r0, ti.row0 + cw * 64 + r1];
@@ -748,6 +789,7 @@ unsafe fn store_swiglu(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32, st
             }
         });
     });
+    true
 }
 
 /// One element of the SwiGLU backward, in f32: (dg, du, s h, dh h) with sg = sigmoid(g), silu = g sg,

@@ -1,0 +1,168 @@
+//! The forward's two expert GEMMs in one persistent launch (docs/FUSED.md, step 1): GEMM1 + SwiGLU and GEMM2 of
+//! the M-grouped engine on the engine's block unchanged (a producer warpgroup whose thread 0 issues TMA, two
+//! cooperative consumer warpgroups, the 6-stage ring of 48 KiB, the staging boxes), their tiles walked in one
+//! dependency order ([`crate::scheduler::fused_item`]: the GEMM1 tiles of m-tile s, then the GEMM2 tiles of
+//! m-tile s - lag). Both roles of block b take items b, b + grid, ... in order.
+//!
+//! Signals: after a GEMM1 tile's epilogue each consumer warpgroup makes its stores of h complete in global
+//! memory (its TMA stores: `cp.async.bulk.wait_group 0` by the issuing thread; stores from registers: a GPU-scope
+//! fence by every thread and the warpgroup's named barrier), then its leader adds 1 to `ready[m]` with release
+//! semantics at GPU scope. Before loading a GEMM2 tile's A (the h rows of m-tile m) the producer waits with
+//! acquire loads until `ready[m]` = 2 n1 (two warpgroups per GEMM1 tile), bounded by `timeout_ns` of
+//! `%globaltimer`: on expiry it sets the error word to [`FUSED_TIMEOUT`] and every later wait of the launch
+//! returns at once (the host reports `Error::Timeout`; the output is not to be used). Proxy fences on both sides
+//! order the copy engine's writes and reads of h around the generic-proxy counter.
+//!
+//! Deadlock freedom: every block is resident (grid <= SMs at one block per SM: the host checks). A producer
+//! waiting at a GEMM2 item has issued every load of its block's earlier items, so its consumers finish them; the
+//! earliest unfinished item's inputs come earlier in the order, so they are finished and its block makes
+//! progress. Determinism: each tile runs the main loop and epilogue of the separate kernels on the same data, so
+//! the outputs are bitwise those of `grouped_gemm_swiglu` then `grouped_gemm_bf16`.
+use crate::kernels::grouped_gemm::{
+    load_stage, mainloop_coop, sched_copy, store_bf16, store_swiglu, t_lane, tile_info, BK, C_BOX, STAGES, STAGE_BYTES,
+};
+use crate::kernels::routing_failed;
+use crate::params::{FusedFfn, GroupedGemm, FUSED_TIMEOUT};
+use crate::pipeline::Ring;
+use crate::ptx::{fence, regs, smem, sync, tma};
+use crate::scheduler::{fused_item, fused_items, FusedKind, MTile};
+
+/// 384 threads, `grouped_gemm::SMEM_BYTES` of dynamic shared memory, grid <= the SM count (all blocks resident).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ffn_fused_fwd(p: FusedFfn) {
+    // read once by every thread before the first barrier: the whole block returns or none
+    if routing_failed(p.error) {
+        return;
+    }
+    let base = smem::base();
+    let staging = base + STAGES * STAGE_BYTES;
+    let ring = Ring::<STAGES>::at(staging + 4 * C_BOX);
+    let t = regs::tid();
+    if t == 0 {
+        ring.init(8); // one arrival per consumer warp
+    }
+    // g1 and g2 share the routing: one copy of the offsets serves both
+    sched_copy::<false>(&p.g1);
+    sync::block_sync();
+    // each role reads the m-tile count after its register reallocation (a value live across it is spilled)
+    if t / 128 == 0 {
+        regs::setmaxnreg_dec::<40>();
+        if t == 0 {
+            produce(&p, base, ring);
+        }
+    } else {
+        regs::setmaxnreg_inc::<232>();
+        consume(&p, base, ring, staging, t / 128 - 1);
+    }
+}
+
+/// (m-tiles, items) of the launch.
+#[inline(always)]
+unsafe fn items(p: &FusedFfn) -> (u32, u32) {
+    let m_total = *(p.g1.tile_offsets as *const u32).add(p.g1.experts as usize);
+    (m_total, fused_items(m_total, p.g1.n_tiles, p.g2.n_tiles))
+}
+
+/// The tile of item (m, n) of one of the GEMMs.
+#[inline(always)]
+unsafe fn tile(g: &GroupedGemm, m: u32, n: u32) -> MTile {
+    tile_info::<false>(g, m * g.n_tiles + n)
+}
+
+/// The producer's loads of one tile of `g` (SwiGLU: GEMM1's B layout).
+#[inline(always)]
+unsafe fn load_tile<const SWIGLU: bool>(g: &GroupedGemm, ti: &MTile, base: u32, ring: &Ring<STAGES>, it: &mut u32) {
+    let mut kt = 0;
+    while kt < g.k / BK {
+        let fb = ring.produce(*it, STAGE_BYTES);
+        load_stage::<SWIGLU, false, false, 0>(g, ti, base + Ring::<STAGES>::stage(*it) * STAGE_BYTES, fb, kt, 0, false);
+        *it += 1;
+        kt += 1;
+    }
+}
+
+#[inline(always)]
+unsafe fn produce(p: &FusedFfn, base: u32, ring: Ring<STAGES>) {
+    let (m_total, total) = items(p);
+    tma::prefetch_tensormap(p.g1.map_a as *const u8);
+    tma::prefetch_tensormap(p.g1.map_b as *const u8);
+    tma::prefetch_tensormap(p.g2.map_a as *const u8);
+    tma::prefetch_tensormap(p.g2.map_b as *const u8);
+    let (n1, n2) = (p.g1.n_tiles, p.g2.n_tiles);
+    let mut it = 0u32;
+    let mut q = regs::bid();
+    while q < total {
+        let w = fused_item(q, m_total, n1, n2, p.lag);
+        if w.kind == FusedKind::Gemm2 {
+            wait_ready(p, w.m, 2 * n1);
+            load_tile::<false>(&p.g2, &tile(&p.g2, w.m, w.n), base, &ring, &mut it);
+        } else {
+            load_tile::<true>(&p.g1, &tile(&p.g1, w.m, w.n), base, &ring, &mut it);
+        }
+        q += regs::nctaid();
+    }
+}
+
+/// The producer thread: wait until every GEMM1 tile of m-tile `m` has stored h (`ready[m]` >= `target`), bounded
+/// by `timeout_ns`; on expiry set the error word (no later wait of the launch waits), then order the counter's
+/// acquire before the copy engine's reads of h.
+#[inline(always)]
+unsafe fn wait_ready(p: &FusedFfn, m: u32, target: u32) {
+    let f = (p.ready + 4 * m as u64) as *const u32;
+    let err = p.error as *mut u32;
+    if sync::ld_acquire_gpu(f) < target {
+        let start = regs::globaltimer();
+        loop {
+            sync::nanosleep(64);
+            if sync::ld_acquire_gpu(f) >= target || sync::ld_relaxed_gpu(err) != 0 {
+                break;
+            }
+            if regs::globaltimer().wrapping_sub(start) > p.timeout_ns {
+                sync::st_release_gpu(err, FUSED_TIMEOUT);
+                break;
+            }
+        }
+    }
+    fence::proxy_async_global();
+}
+
+#[inline(always)]
+unsafe fn consume(p: &FusedFfn, base: u32, ring: Ring<STAGES>, staging: u32, cw: u32) {
+    let (m_total, total) = items(p);
+    let lane = t_lane();
+    let leader = regs::tid() % 128 == 0;
+    // the warpgroup's two staging boxes, alternated by every box either epilogue stores (as in the engine)
+    let wst = staging + cw * 2 * C_BOX;
+    let mut boxes = 0u32;
+    let mut it = 0u32;
+    let (n1, n2) = (p.g1.n_tiles, p.g2.n_tiles);
+    let mut q = regs::bid();
+    while q < total {
+        let w = fused_item(q, m_total, n1, n2, p.lag);
+        let g2 = w.kind == FusedKind::Gemm2;
+        // read before the main loop: the offsets' latency hides under it
+        let (ti, kt_n) = if g2 { (tile(&p.g2, w.m, w.n), p.g2.k / BK) } else { (tile(&p.g1, w.m, w.n), p.g1.k / BK) };
+        let acc = mainloop_coop::<false, false, 0>(base, &ring, &mut it, kt_n, cw, lane);
+        if g2 {
+            store_bf16(&p.g2, &acc, &ti, cw, wst, &mut boxes);
+        } else {
+            // uniform in the warpgroup (its rows and the tile decide the path)
+            if store_swiglu(&p.g1, &acc, &ti, cw, wst, &mut boxes) {
+                // stores from registers: each thread's before the barrier, the barrier before the release
+                fence::acq_rel_gpu();
+                sync::named_sync(2 + cw, 128);
+            }
+            if leader {
+                // the warpgroup's TMA stores (h and z) written, then visible to the copy engine's loads of h
+                tma::wait_group::<0>();
+                fence::proxy_async_global();
+                sync::red_release_gpu((p.ready + 4 * w.m as u64) as *mut u32, 1);
+            }
+        }
+        q += regs::nctaid();
+    }
+    // the staging must not be freed (block exit) before the copy engine has read it
+    if leader {
+        tma::wait_group::<0>();
+    }
+}
