@@ -18,6 +18,7 @@
 //! output is checked on a sample too. The routing layout is computed on the host exactly as the layer's
 //! `route_*` kernels lay it out (each expert's rows in increasing slot order).
 //!
+//! `MEGAMOE_BENCH_ONLY=30B` runs the shapes whose name contains it.
 //! `MEGAMOE_BENCH_ROUTING=balanced` gives every expert exactly T k / E rows (no partial m-tiles): what the ragged
 //! experts of random routing cost.
 //!
@@ -735,7 +736,12 @@ fn main() {
     }
     let blas = blas.map_err(|_| "cuBLAS not available (see the top of the output)".to_string());
     let mut ok = true;
+    // MEGAMOE_BENCH_ONLY=30B (a part of the shape's name): that shape only
+    let only = std::env::var("MEGAMOE_BENCH_ONLY").unwrap_or_default();
     for (name, s) in [("Qwen3-30B-A3B", Shape::QWEN3_30B_A3B), ("Qwen3-235B-A22B", Shape::QWEN3_235B_A22B)] {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
         match bench_shape(&g, &blas, name, s, &mut rng) {
             Ok(true) => {}
             Ok(false) => ok = false,
