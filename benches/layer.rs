@@ -45,38 +45,46 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let mut gw2 = g.alloc::<f32>(e * h * i)?;
     let mut gtk = g.alloc::<f32>(tokens * k)?;
     let cfg = LayerConfig::bf16(h, i, e, k, tokens, Save::InputsOnly);
-    let mut layer = MoeLayer::new(g.clone(), cfg)?;
-    let mut layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
+    let layer = MoeLayer::new(g.clone(), cfg)?;
+    let layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
     // the other place to gather x: GEMM1's producer (the default is the gather pass, or the other way round)
     let other = match cfg.gather {
-        Gather::Pass => Gather::InProducer,
+        Gather::Pass | Gather::Overlapped => Gather::InProducer,
         Gather::InProducer => Gather::Pass,
     };
-    let mut layer_g = MoeLayer::new(g.clone(), LayerConfig { gather: other, ..cfg })?;
-    // GEMM1 and GEMM2 in one persistent launch, without and with z saved
-    let mut layer_p = MoeLayer::new(g.clone(), LayerConfig { forward: Forward::Persistent, ..cfg })?;
-    let mut layer_pz =
-        MoeLayer::new(g.clone(), LayerConfig { forward: Forward::Persistent, save: Save::WithZ, ..cfg })?;
+    let layer_g = MoeLayer::new(g.clone(), LayerConfig { gather: other, ..cfg })?;
+    // variants, each timed forward alone (z recomputed) and forward + backward with z saved: GEMM1 and GEMM2 in
+    // one persistent launch; the gathers overlapped with the GEMMs; both
+    let variants = [
+        ("GEMMs in one persistent launch", Forward::Persistent, cfg.gather),
+        ("gathers overlapped with the GEMMs", Forward::Launches, Gather::Overlapped),
+        ("both", Forward::Persistent, Gather::Overlapped),
+    ];
+    let mut vlayers = Vec::new();
+    for (_, forward, gather) in variants {
+        for save in [Save::InputsOnly, Save::WithZ] {
+            vlayers.push(MoeLayer::new(g.clone(), LayerConfig { forward, gather, save, ..cfg })?);
+        }
+    }
     let inp = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
     // forward alone; forward + backward with z recomputed (Save::InputsOnly); forward + backward with z
     // saved (Save::WithZ, as autograd keeps activations for the PyTorch layer); the forward alone with x
-    // gathered the other way; the persistent forward alone and with the z-saved backward; 3 warm-ups, 20 timed
-    // each
-    let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    // gathered the other way; then the variants; 3 warm-ups, 20 timed each, the passes alternating within each
+    // repetition (clock drift falls on all alike)
+    let mut all = vec![layer, layer_z, layer_g];
+    all.extend(vlayers);
+    // (layer, with the backward)
+    let mut passes = vec![(0, false), (0, true), (1, true), (2, false)];
+    passes.extend((0..2 * variants.len()).map(|j| (3 + j, j % 2 == 1)));
+    let mut times = vec![Vec::new(); passes.len()];
     let mut checked = Vec::new();
     let reps = timed_reps();
-    for (pass, with_bwd) in [false, true, true, false, false, true].into_iter().enumerate() {
-        let layer = match pass {
-            2 => &mut layer_z,
-            3 => &mut layer_g,
-            4 => &mut layer_p,
-            5 => &mut layer_pz,
-            _ => &mut layer,
-        };
-        for rep in 0..3 + reps {
-            if rep == 3 {
-                g.fill_bytes(&mut out, 0xff)?;
-            }
+    for rep in 0..3 + reps {
+        if rep == 3 {
+            g.fill_bytes(&mut out, 0xff)?;
+        }
+        for (pass, &(l, with_bwd)) in passes.iter().enumerate() {
+            let layer = &mut all[l];
             let ms = g.timed(|| {
                 let sv = layer.forward(&inp, &mut out)?;
                 if with_bwd {
@@ -88,16 +96,18 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             if rep >= 3 {
                 times[pass].push(ms);
             }
-        }
-        if with_bwd {
-            checked.push((g.download(&gdx)?, g.download(&gtk)?));
+            if with_bwd && rep == 2 + reps {
+                checked.push((g.download(&gdx)?, g.download(&gtk)?));
+            }
         }
     }
-    let [ms_f, ms_fb, ms_fbz, ms_fg, ms_fp, ms_fbzp] = times.map(median);
+    let ms: Vec<f64> = times.into_iter().map(|t| median(t)).collect();
+    let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[3]);
     if std::env::var("MEGAMOE_BENCH_PHASES").is_ok_and(|v| v == "1") {
         // one more forward + backward of each save mode with a device event around every launch: each kernel's
         // time where it runs (back to back, not replayed alone as under a profiler) and the idle time before it
-        for (mode, layer) in [("z recomputed", &mut layer), ("z saved", &mut layer_z)] {
+        for (mode, l) in [("z recomputed", 0), ("z saved", 1)] {
+            let layer = &mut all[l];
             let ms = g.timed(|| {
                 g.profile_start();
                 let sv = layer.forward(&inp, &mut out)?;
@@ -121,8 +131,10 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         }
     }
     g.sync()?;
-    layer.routing_error()?;
-    // the last pass (the persistent forward, z saved) wrote `out`: checked below like the default's
+    for l in &all {
+        l.routing_error()?;
+    }
+    // the last pass (the last variant, z saved) wrote `out`: checked below like the default's
     let o = g.download(&out)?;
     let written = o.iter().all(|v| !v.is_nan());
     let n = 64;
@@ -165,20 +177,26 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         match other {
             Gather::InProducer => "in GEMM1's producer",
             Gather::Pass => "by a gather pass",
+            Gather::Overlapped => "by the GEMM's idle producer warps",
         },
         ms_fg * 1e3,
         fl / (ms_fg * 1e-3) / 1e12,
         cfg.gather
     );
-    println!(
-        "RESULT megamoe forward, GEMMs in one persistent launch {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median \
-         of {reps}; two launches above: {:.0} us); forward+backward (z saved) with it: {:.0} us ({:.0} above)",
-        ms_fp * 1e3,
-        fl / (ms_fp * 1e-3) / 1e12,
-        ms_f * 1e3,
-        ms_fbzp * 1e3,
-        ms_fbz * 1e3
-    );
+    for (v, (what, _, _)) in variants.iter().enumerate() {
+        let (f, fbz) = (ms[4 + 2 * v], ms[5 + 2 * v]);
+        println!(
+            "RESULT megamoe forward, {what} {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median of {reps}; default \
+             {:.0} us = {:.3}x); forward+backward (z saved): {:.0} us (default {:.0} us = {:.3}x)",
+            f * 1e3,
+            fl / (f * 1e-3) / 1e12,
+            ms_f * 1e3,
+            ms_f / f,
+            fbz * 1e3,
+            ms_fbz * 1e3,
+            ms_fbz / fbz
+        );
+    }
     for (mode, ms) in [("z recomputed", ms_fb), ("z saved", ms_fbz)] {
         println!(
             "RESULT megamoe forward+backward ({mode}) {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (3x the forward \

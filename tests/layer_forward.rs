@@ -194,29 +194,32 @@ gpu_test!(gather_in_producer_qwen3_30b_a3b_t1024, {
     gather_in_producer(Shape::QWEN3_30B_A3B, 1024, Routing::Masked10)
 });
 
-/// The persistent forward (`Forward::Persistent`: GEMM1 and GEMM2 in one launch) against the two launches:
-/// output bitwise equal, and with z saved the backward of each forward's `Saved` bitwise equal too (z and the
-/// gathered x the persistent kernel left), plus the reference. Shapes where blocks run many items and wait on
-/// m-tiles other blocks compute (30B: 14 items a step, T = 4096: ~30 items a block), ragged shapes, empty experts, one token.
-fn persistent_forward(s: Shape, tokens: usize, routing: Routing, save: Save) {
+/// A forward variant (`forward`, `gather`) against the default (two launches, the gather pass): output bitwise
+/// equal, a repeat bitwise equal, the reference, and the backward of each forward's `Saved` (dx, dW1, dW2,
+/// dtopk) bitwise equal too: z and the gathered x the variant left, and with [`Gather::Overlapped`] the
+/// backward's own overlapped gathers (dy in the dh GEMM, x in the z recompute). Shapes where blocks run many
+/// tiles and wait on m-tiles other blocks fill (30B at T = 4096: ~30 items a block), ragged shapes, empty
+/// experts, one token.
+fn variant(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Forward, gather: Gather) {
     let g = gpu();
     let mut r = rng();
     let inp = inputs(&mut r, s, tokens, routing);
     let cfg = config(s, tokens.max(1), save);
-    let mut two = MoeLayer::new(g.clone(), cfg).unwrap();
-    let mut one = MoeLayer::new(g.clone(), LayerConfig { forward: Forward::Persistent, ..cfg }).unwrap();
-    let (y, bits) = run(&g, &mut one, &inp);
+    let mut base = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut var = MoeLayer::new(g.clone(), LayerConfig { forward, gather, ..cfg }).unwrap();
+    let what = format!("{s:?} T={tokens} {routing:?} {save:?} {forward:?} {gather:?}");
+    let (y, bits) = run(&g, &mut var, &inp);
     if let Some(i) = y.iter().position(|v| v.is_nan()) {
-        panic!("out[{i}] is NaN: not written (poison) or not finite");
+        panic!("{what}: out[{i}] is NaN: not written (poison) or not finite");
     }
-    let (_, bits_two) = run(&g, &mut two, &inp);
-    assert!(bits == bits_two, "{s:?} T={tokens} {routing:?}: the persistent forward differs from two launches");
-    let (_, again) = run(&g, &mut one, &inp);
-    assert!(bits == again, "two persistent forwards on the same inputs differ");
-    let e = check::close("y (persistent forward)", &y, &reference_y(&inp), 1e-2).unwrap();
-    eprintln!("y rel err {e:.3e}");
-    if save == Save::WithZ && tokens > 0 {
-        let dx = |layer: &mut MoeLayer| -> Vec<u16> {
+    let (_, bits_base) = run(&g, &mut base, &inp);
+    assert!(bits == bits_base, "{what}: differs from two launches with the gather pass");
+    let (_, again) = run(&g, &mut var, &inp);
+    assert!(bits == again, "{what}: two forwards on the same inputs differ");
+    let e = check::close(&format!("y ({what})"), &y, &reference_y(&inp), 1e-2).unwrap();
+    eprintln!("{what}: y rel err {e:.3e}");
+    if tokens > 0 {
+        let grads = |layer: &mut MoeLayer| -> Vec<u32> {
             let x = g.upload(&inp.x).unwrap();
             let ids = g.upload(&inp.ids).unwrap();
             let w = g.upload(&inp.w).unwrap();
@@ -231,32 +234,63 @@ fn persistent_forward(s: Shape, tokens: usize, routing: Routing, save: Save) {
             let mut dw2 = g.alloc::<f32>(s.e * s.h * s.i).unwrap();
             let mut dtopk = g.alloc::<f32>(tokens * s.k).unwrap();
             g.fill_bytes(&mut gdx, 0xff).unwrap();
-            let grads = Grads { dx: &mut gdx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
-            layer.backward(&saved, &dy, &li, grads).unwrap();
+            g.fill_bytes(&mut dtopk, 0xff).unwrap();
+            let gr = Grads { dx: &mut gdx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+            layer.backward(&saved, &dy, &li, gr).unwrap();
             g.sync().unwrap();
             saved.check(&g).unwrap();
-            let mut v: Vec<u16> = g.download(&gdx).unwrap().iter().map(|v| v.to_bits()).collect();
-            v.extend(g.download(&dw1).unwrap().iter().map(|v| (v.to_bits() >> 16) as u16 ^ v.to_bits() as u16));
+            let mut v: Vec<u32> = g.download(&gdx).unwrap().iter().map(|v| v.to_bits() as u32).collect();
+            for t in [&dw1, &dw2, &dtopk] {
+                v.extend(g.download(t).unwrap().iter().map(|v| v.to_bits()));
+            }
             v
         };
-        assert!(dx(&mut one) == dx(&mut two), "{s:?} T={tokens}: the backward of the persistent forward differs");
+        let (gv, gb) = (grads(&mut var), grads(&mut base));
+        if let Some(i) = gv.iter().zip(&gb).position(|(a, b)| a != b) {
+            panic!("{what}: the backward differs at element {i} of [dx | dW1 | dW2 | dtopk]");
+        }
     }
+}
+
+fn persistent_forward(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    variant(s, tokens, routing, save, Forward::Persistent, Gather::Pass);
+}
+
+fn overlapped(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Forward) {
+    variant(s, tokens, routing, save, forward, Gather::Overlapped);
 }
 
 gpu_test!(persistent_forward_ragged, { persistent_forward(RAGGED, 211, Routing::Uniform, Save::InputsOnly) });
 gpu_test!(persistent_forward_half_empty_save_z, { persistent_forward(SMALL, 150, Routing::HalfEmpty, Save::WithZ) });
 gpu_test!(persistent_forward_one_expert, { persistent_forward(SMALL, 300, Routing::AllOnOne, Save::InputsOnly) });
 gpu_test!(persistent_forward_one_token, { persistent_forward(SMALL, 1, Routing::Uniform, Save::WithZ) });
-gpu_test!(persistent_forward_qwen3_30b_a3b_t2048, {
-    persistent_forward(Shape::QWEN3_30B_A3B, 2048, Routing::Masked10, Save::WithZ)
-});
 gpu_test!(persistent_forward_qwen3_30b_a3b_t4096, {
     persistent_forward(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::InputsOnly)
 });
+gpu_test!(overlapped_gather_ragged, { overlapped(RAGGED, 211, Routing::Uniform, Save::InputsOnly, Forward::Launches) });
+gpu_test!(overlapped_gather_masked_save_z, {
+    overlapped(SMALL, 160, Routing::Masked10, Save::WithZ, Forward::Launches)
+});
+gpu_test!(overlapped_gather_one_expert_persistent, {
+    overlapped(SMALL, 300, Routing::AllOnOne, Save::WithZ, Forward::Persistent)
+});
+gpu_test!(overlapped_gather_half_empty_persistent, {
+    overlapped(RAGGED, 150, Routing::HalfEmpty, Save::InputsOnly, Forward::Persistent)
+});
+gpu_test!(overlapped_gather_one_token, { overlapped(SMALL, 1, Routing::Uniform, Save::WithZ, Forward::Launches) });
+gpu_test!(overlapped_gather_qwen3_30b_a3b_t4096, {
+    overlapped(Shape::QWEN3_30B_A3B, 4096, Routing::Masked10, Save::WithZ, Forward::Persistent)
+});
+gpu_test!(overlapped_gather_qwen3_30b_a3b_t4096_launches, {
+    overlapped(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::InputsOnly, Forward::Launches)
+});
 
 #[test]
-fn persistent_forward_needs_the_gather_pass() {
+fn persistent_forward_is_refused_with_the_in_producer_gather() {
     let cfg = LayerConfig { forward: Forward::Persistent, gather: Gather::InProducer, ..config(SMALL, 8, Save::WithZ) };
     let m = cfg.validate().unwrap_err().to_string();
-    assert!(m.contains("Gather::Pass"), "{m}");
+    assert!(m.contains("Gather::InProducer"), "{m}");
+    for gather in [Gather::Pass, Gather::Overlapped] {
+        LayerConfig { gather, ..cfg }.validate().unwrap();
+    }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 2026-12-03 (eighth), call A: bundle of branch wgrad-epi (docs/wip/wgrad-epilogues.patch + the persistent
 # forward ffn_fused_fwd), carry [".dev/bundle", ".dev/callA.sh"].
-# 1. Tests: the persistent forward (layer_forward, filter persistent), the weight-gradient epilogues (grouped_gemm,
+# 1. Tests: the persistent forward and the overlapped gathers (layer_forward, filters persistent, overlapped), the weight-gradient epilogues (grouped_gemm,
 #    filter wgrad; bitwise stg / shfl against tma), the layer backward with stg.
 # 2. gemm bench 30B: MEGAMOE_WGRAD=tma / stg / shfl, two alternating rounds.
 # 3. layer bench 30B: tma / stg / shfl, two rounds (each prints the persistent forward line too).
@@ -21,7 +21,7 @@ run_t() { # binary filter wgrad timeout
   echo "== $1 $2 (MEGAMOE_WGRAD=$3) rc $rc in $(( $(date +%s) - t0 )) s: $(grep 'test result' $OUT/t/$1.txt | tail -1)"
   grep -E "FAILED|panicked|rel err" $OUT/t/$1.txt | head -12
 }
-run_t layer_forward persistent tma 150
+run_t layer_forward "persistent overlapped" tma 200
 run_t grouped_gemm wgrad tma 120
 run_t layer_backward "" stg 150
 (cd $OUT && tar czf tests.tgz t && rm -r t)

@@ -791,6 +791,10 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         a_rows: 0,
         top_k: 0,
         c_rows: 0,
+        a_copy: 0,
+        arrive: 0,
+        error: 0,
+        timeout_ns: 0,
     }
 }
 

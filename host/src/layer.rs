@@ -44,6 +44,10 @@ pub enum Gather {
     /// A gather kernel writes the expert-ordered copy of x, then GEMM1 loads it by TMA (the default: faster
     /// today, docs/NOTES.md).
     Pass,
+    /// The GEMM's idle producer warps copy the rows (x in the forward, dy in the backward's dh GEMM) into the
+    /// expert-ordered buffer while the GEMM runs (`_mv` kernels: each m-tile's A is loaded once its rows are
+    /// counted), so no gather pass runs before it; bitwise the same results as [`Gather::Pass`].
+    Overlapped,
     /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the copy of x does not exist;
     /// bitwise the same results. At the Qwen3-30B-A3B shape (T = 16384) the forward with it measured 2.77 ms,
     /// against ~2.57 ms estimated for the gather pass from its kernels' times: the producer does not yet keep
@@ -141,8 +145,8 @@ impl LayerConfig {
         {
             return bad(format!("max_tokens {} is zero or too large for 32-bit element offsets", self.max_tokens));
         }
-        if self.forward == Forward::Persistent && self.gather != Gather::Pass {
-            return bad("Forward::Persistent runs GEMM1 on the gathered copy of x: it needs Gather::Pass".into());
+        if self.forward == Forward::Persistent && self.gather == Gather::InProducer {
+            return bad("Forward::Persistent runs GEMM1 on the gathered copy of x: not with Gather::InProducer".into());
         }
         Ok(())
     }
@@ -232,6 +236,8 @@ struct Work {
     route_chunks: CudaSlice<u32>,
     /// u32 [m-tiles at most]: `ffn_fused_fwd`'s per-m-tile counts of stored h (zeroed before each launch).
     ready: CudaSlice<u32>,
+    /// u32 [m-tiles at most]: the overlapped gather's per-m-tile counts of copied rows (zeroed before each launch).
+    arrive: CudaSlice<u32>,
 }
 
 /// Tensor maps by (address, rows, cols, box rows, box cols), encoded once per buffer and box.
@@ -306,6 +312,7 @@ impl MoeLayer {
             partial: gpu.alloc(slots * n_tiles_i)?,
             route_chunks: gpu.alloc(crate::route::workspace_words(slots, cfg.experts))?,
             ready: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
+            arrive: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
         };
         Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None })
     }
@@ -369,13 +376,39 @@ impl MoeLayer {
         unsafe { g.launch("gather_rows", Launch::new(slots, 128, 0), &p) }
     }
 
-    /// One M-grouped GEMM launch over the saved routing.
+    /// The overlapped gather ([`Gather::Overlapped`]) of `p`'s A: its producer warpgroup's idle warps copy the
+    /// rows of `src` (bf16 [T, K], row r of A is token row_slot[r] / k) into `dst` (the rows `map_a` covers)
+    /// while the GEMM runs; the per-m-tile counters are zeroed first (on the stream).
+    fn overlap(&mut self, p: &mut GroupedGemm, src: u64, dst: u64, sv: &Saved) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream();
+        g.fill_bytes(&mut self.work.arrive, 0)?;
+        p.a_rows = src;
+        p.a_copy = dst;
+        p.row_slot = dptr(&sv.row_slot, s);
+        p.top_k = self.cfg.top_k as u32;
+        p.arrive = dptr(&self.work.arrive, s);
+        p.error = dptr(sv.error.as_ref(), s);
+        p.timeout_ns = FUSED_TIMEOUT_NS;
+        Ok(())
+    }
+
+    /// One M-grouped GEMM launch over the saved routing (the `_mv` variant of `kernel` when `p` has an
+    /// overlapped gather).
     fn mgemm(&self, kernel: &'static str, mut p: GroupedGemm, sv: &Saved) -> Result<()> {
         let s = self.gpu.stream();
         p.offsets = dptr(&sv.offsets, s);
         p.tile_offsets = dptr(&sv.tile_offsets, s);
         p.experts = self.cfg.experts as u32;
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
+        let kernel = match (p.a_copy != 0, kernel) {
+            (false, k) => k,
+            (true, "grouped_gemm_swiglu" | "grouped_gemm_swiglu_mc" | "grouped_gemm_swiglu_mcb") => {
+                "grouped_gemm_swiglu_mv"
+            }
+            (true, "grouped_gemm_bt_dswiglu" | "grouped_gemm_bt_dswiglu_mc") => "grouped_gemm_bt_dswiglu_mv",
+            (true, k) => return Err(Error::InvalidArgument(format!("{k}: no variant with the overlapped gather"))),
+        };
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
         // SAFETY: A and C hold slots rows, B the experts' weights; rows are bounded by the device offsets.
         unsafe { self.gpu.launch(kernel, launch, &p) }
@@ -389,11 +422,6 @@ impl MoeLayer {
             Some(xs) => (dptr(xs, s), sv.tokens * self.cfg.top_k),
             None => (dptr(&self.work.xs, s), self.cfg.max_tokens * self.cfg.top_k),
         }
-    }
-
-    /// GEMM1 (+ SwiGLU): h (and z when `z` is non-zero) from the gathered x (`xs`: address, rows it holds).
-    fn gemm1(&mut self, sv: &Saved, xs: (u64, usize), w1: &CudaSlice<bf16>, h: u64, z: u64) -> Result<()> {
-        self.gemm1_from(sv, Gemm1A::Rows(xs.0, xs.1), w1, h, z)
     }
 
     /// GEMM1 (+ SwiGLU) with A either the expert-ordered rows or gathered from the tokens by the kernel's
@@ -462,7 +490,8 @@ impl MoeLayer {
         crate::gemm::kernel_for(&g, "grouped_gemm_swiglu", &g1)?;
         crate::gemm::kernel_for(&g, "grouped_gemm_bf16", &g2)?;
         let slots = sv.tokens * self.cfg.top_k;
-        let launch = m_grouped_launch(&g, "ffn_fused_fwd", slots, self.cfg.experts, g1.n_tiles + g2.n_tiles)?;
+        let kernel = if g1.a_copy != 0 { "ffn_fused_fwd_mv" } else { "ffn_fused_fwd" };
+        let launch = m_grouped_launch(&g, kernel, slots, self.cfg.experts, g1.n_tiles + g2.n_tiles)?;
         // all blocks resident: the walk's waits only end (before their bound) when every block runs at once
         if launch.grid.0 > g.sm_count() {
             return Err(Error::InvalidArgument(format!(
@@ -483,7 +512,7 @@ impl MoeLayer {
         };
         // SAFETY: as the two launches (A, B, C, z bounded by the device offsets); `ready` holds an entry per
         // m-tile (m_tiles_max), the error word is the call's.
-        unsafe { g.launch("ffn_fused_fwd", launch, &p) }
+        unsafe { g.launch(kernel, launch, &p) }
     }
 
     /// Forward: out[t] = sum over j of topk_weights[t, j] * SwiGLU-expert(topk_ids[t, j])(x[t]), asynchronous on
@@ -516,7 +545,7 @@ impl MoeLayer {
             row_slot: g.alloc(slots.max(1))?,
             slot_row: g.alloc(slots.max(1))?,
             z: if with_z { Some(g.alloc((slots * 2 * c.intermediate).max(1))?) } else { None },
-            xs: if with_z && c.gather == Gather::Pass { Some(g.alloc((slots * c.hidden).max(1))?) } else { None },
+            xs: if with_z && c.gather != Gather::InProducer { Some(g.alloc((slots * c.hidden).max(1))?) } else { None },
         };
         if inp.tokens == 0 {
             return Ok(sv);
@@ -543,10 +572,14 @@ impl MoeLayer {
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
         let fused = c.forward == Forward::Persistent;
         let p1 = match c.gather {
-            Gather::Pass => {
+            Gather::Pass | Gather::Overlapped => {
                 let xs = self.xs_of(&sv);
-                self.gather(dptr(inp.x, &s), xs.0, &sv)?;
-                let p1 = self.gemm1_params(&sv, Gemm1A::Rows(xs.0, xs.1), inp.w1, h_ptr, z_ptr)?;
+                let mut p1 = self.gemm1_params(&sv, Gemm1A::Rows(xs.0, xs.1), inp.w1, h_ptr, z_ptr)?;
+                if c.gather == Gather::Pass {
+                    self.gather(dptr(inp.x, &s), xs.0, &sv)?;
+                } else {
+                    self.overlap(&mut p1.1, dptr(inp.x, &s), xs.0, &sv)?;
+                }
                 if !fused {
                     self.mgemm(p1.0, p1.1, &sv)?;
                 }
@@ -662,19 +695,27 @@ impl MoeLayer {
         let (h2, i2) = (c.hidden, c.intermediate);
         // x rows (unless saved), z (unless saved; h is recomputed from z in the dh epilogue)
         let xs = self.xs_of(saved);
-        if saved.xs.is_none() {
+        let overlapped = c.gather == Gather::Overlapped;
+        if saved.xs.is_none() && (saved.z.is_some() || !overlapped) {
             self.gather(dptr(inp.x, &s), xs.0, saved)?;
         }
         let z_ptr = match &saved.z {
             Some(z) => dptr(z, &s),
             None => {
                 let zp = dptr(&self.work.z, &s);
-                self.gemm1(saved, xs, inp.w1, 0, zp)?;
+                let (kernel, mut p) = self.gemm1_params(saved, Gemm1A::Rows(xs.0, xs.1), inp.w1, 0, zp)?;
+                if overlapped {
+                    // the recompute of z copies x's rows for dW1 as it goes
+                    self.overlap(&mut p, dptr(inp.x, &s), xs.0, saved)?;
+                }
+                self.mgemm(kernel, p, saved)?;
                 zp
             }
         };
-        // dy rows
-        self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
+        // dy rows (with the overlapped gather: by the dh GEMM below)
+        if !overlapped {
+            self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
+        }
         // dh = dy W2_e with the SwiGLU backward: dz, s * h, dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
         let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;
@@ -705,6 +746,10 @@ impl MoeLayer {
             map_sh,
             ..zero_gemm()
         };
+        let mut p = p;
+        if overlapped {
+            self.overlap(&mut p, dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
+        }
         self.mgemm("grouped_gemm_bt_dswiglu", p, saved)?;
         let red = DtopkReduce {
             partial: dptr(&self.work.partial, &s),
@@ -761,7 +806,7 @@ fn check_word(gpu: &Gpu, word: &CudaSlice<u32>, experts: usize) -> Result<()> {
     if w == params::FUSED_TIMEOUT {
         return Err(Error::Timeout {
             rank: 0,
-            phase: "persistent forward (h of an m-tile)",
+            phase: "a GEMM's wait for an m-tile's rows (overlapped gather or persistent forward)",
             timeout_ms: FUSED_TIMEOUT_NS / 1_000_000,
         });
     }

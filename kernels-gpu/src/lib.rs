@@ -101,8 +101,8 @@ pub mod kernels_host {
     pub const WGRAD_SMEM: u32 = WGRAD_RING + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4 + 16 * WGRAD_STAGES;
     /// Dynamic shared memory the M-grouped kernel `kernel` is launched with.
     pub fn m_grouped_smem(kernel: &str) -> u32 {
-        // a 2-CTA cluster variant (`_mc`) has its kernel's layout
-        if kernel.trim_end_matches("_mc") == "grouped_gemm_bt_dswiglu" {
+        // a 2-CTA cluster variant (`_mc`) and the overlapped gather's (`_mv`) have their kernel's layout
+        if kernel.trim_end_matches("_mc").trim_end_matches("_mv") == "grouped_gemm_bt_dswiglu" {
             GEMM_DSW_SMEM
         } else {
             GEMM_SMEM

@@ -225,6 +225,18 @@ pub struct GroupedGemm {
     /// Row-scattered epilogue (`grouped_gemm_bf16_scatter`): rows of C; a row whose destination
     /// (`row_slot[row]`) is at or past it is not written. 0 for the other kernels.
     pub c_rows: u32,
+    /// The gather overlapped with the GEMM (kernels built on `grouped_gemm::produce` and `ffn_fused_fwd`):
+    /// bf16 [rows, K], the expert-ordered rows that `map_a` covers. When non-zero, the producer warpgroup's three
+    /// idle warps copy row r from token row_slot[r] / top_k of `a_rows` into it while the GEMM runs, and the
+    /// TMA thread loads an m-tile's A only once its rows are counted on `arrive`. 0: A is already there.
+    pub a_copy: u64,
+    /// With `a_copy`: u32 [m-tiles] rows copied per m-tile (zero at launch).
+    pub arrive: u64,
+    /// With `a_copy`: u32 error word, set to [`FUSED_TIMEOUT`] when a wait for an m-tile's rows expired (the launch
+    /// then finishes without further waits; its output is not to be used).
+    pub error: u64,
+    /// With `a_copy`: bound of each wait, in nanoseconds of `%globaltimer`.
+    pub timeout_ns: u64,
 }
 
 /// The fused forward's GEMMs in one persistent launch (kernel `ffn_fused_fwd`, docs/FUSED.md step 1): GEMM1 +
@@ -241,9 +253,9 @@ pub struct FusedFfn {
     /// u32 [m-tiles] per-m-tile counts of GEMM1 tile halves stored (zero at launch; 2 per GEMM1 tile: one per
     /// consumer warpgroup).
     pub ready: u64,
-    /// u32 error word: set to [`FUSED_TIMEOUT`] when a wait for an m-tile's h expired (the launch then finishes
-    /// without further waits; its GEMM2 output is not to be used). A non-zero word at entry (the routing
-    /// failed) makes the kernel return at once.
+    /// u32 error word (the routing's): a non-zero word at entry makes the kernel return at once; set to
+    /// [`FUSED_TIMEOUT`] when a wait for an m-tile's h (or, with `g1.a_copy`, its rows of x) expired (the launch
+    /// then finishes without further waits; its output is not to be used).
     pub error: u64,
     /// Bound of each wait, in nanoseconds of `%globaltimer`.
     pub timeout_ns: u64,
@@ -253,7 +265,7 @@ pub struct FusedFfn {
     pub pad: u32,
 }
 
-/// The error word's value after an expired wait of `ffn_fused_fwd`.
+/// The error word's value after an expired wait of `ffn_fused_fwd` or of a GEMM's overlapped gather.
 pub const FUSED_TIMEOUT: u32 = 0x7f00_0001;
 
 /// K-grouped weight-gradient GEMM (kernel `grouped_wgrad_f32`): for each expert e,
@@ -431,7 +443,7 @@ mod tests {
             ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 14 * 8 + 8 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 18 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),

@@ -146,6 +146,17 @@ pub const fn fused_item(q: u32, m_total: u32, n1: u32, n2: u32, lag: u32) -> Fus
     FusedItem { kind: FusedKind::Gemm2, m: m_total - head + q / n2, n: q % n2 }
 }
 
+/// The walk index of item (GEMM1, m, 0) of the fused walk (see [`fused_item`]; item (GEMM1, m, n) is this + n).
+#[inline(always)]
+pub const fn fused_gemm1_item(m: u32, m_total: u32, n1: u32, n2: u32, lag: u32) -> u32 {
+    let head = if lag < m_total { lag } else { m_total };
+    if m < head {
+        m * n1
+    } else {
+        head * n1 + (m - head) * (n1 + n2)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,7 +304,10 @@ mod tests {
             let mut seen1 = std::vec![0u32; (m_total * n1) as usize];
             let mut seen2 = std::vec![0u32; (m_total * n2) as usize];
             let mut g1_done_at = std::vec![0u32; m_total as usize]; // GEMM1 tiles of the m-tile seen so far
-            for it in &items {
+            for (q, it) in items.iter().enumerate() {
+                if it.kind == FusedKind::Gemm1 {
+                    assert_eq!(fused_gemm1_item(it.m, m_total, n1, n2, lag) + it.n, q as u32, "{it:?}");
+                }
                 assert!(it.m < m_total);
                 match it.kind {
                     FusedKind::Gemm1 => {

@@ -19,17 +19,29 @@
 //! progress. Determinism: each tile runs the main loop and epilogue of the separate kernels on the same data, so
 //! the outputs are bitwise those of `grouped_gemm_swiglu` then `grouped_gemm_bf16`.
 use crate::kernels::grouped_gemm::{
-    load_stage, mainloop_coop, sched_copy, store_bf16, store_swiglu, t_lane, tile_info, BK, C_BOX, STAGES, STAGE_BYTES,
+    load_stage, mainloop_coop, move_rows, sched_copy, store_bf16, store_swiglu, t_lane, tile_info, wait_count,
+    wait_rows, BK, C_BOX, MV_CONSUMER_REGS, MV_PRODUCER_REGS, STAGES, STAGE_BYTES,
 };
 use crate::kernels::routing_failed;
-use crate::params::{FusedFfn, GroupedGemm, FUSED_TIMEOUT};
+use crate::params::{FusedFfn, GroupedGemm};
 use crate::pipeline::Ring;
 use crate::ptx::{fence, regs, smem, sync, tma};
-use crate::scheduler::{fused_item, fused_items, FusedKind, MTile};
+use crate::scheduler::{fused_gemm1_item, fused_item, fused_items, FusedKind, MTile};
 
 /// 384 threads, `grouped_gemm::SMEM_BYTES` of dynamic shared memory, grid <= the SM count (all blocks resident).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ffn_fused_fwd(p: FusedFfn) {
+    fused::<false>(&p);
+}
+
+/// As `ffn_fused_fwd`, with GEMM1's gather of x overlapped (`g1.a_copy` etc., as `grouped_gemm_swiglu_mv`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn ffn_fused_fwd_mv(p: FusedFfn) {
+    fused::<true>(&p);
+}
+
+#[inline(always)]
+unsafe fn fused<const MV: bool>(p: &FusedFfn) {
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
@@ -46,13 +58,29 @@ pub unsafe extern "ptx-kernel" fn ffn_fused_fwd(p: FusedFfn) {
     sync::block_sync();
     // each role reads the m-tile count after its register reallocation (a value live across it is spilled)
     if t / 128 == 0 {
-        regs::setmaxnreg_dec::<40>();
+        if MV {
+            regs::setmaxnreg_dec::<MV_PRODUCER_REGS>();
+        } else {
+            regs::setmaxnreg_dec::<40>();
+        }
         if t == 0 {
-            produce(&p, base, ring);
+            produce::<MV>(p, base, ring);
+        } else if MV && t >= 32 {
+            // warps 1..3: the rows of x this block's GEMM1 items need, copied while the GEMMs run; item (GEMM1,
+            // m, n) is block (fused_gemm1_item(m) + n) % grid's
+            let (b, grid) = (regs::bid(), regs::nctaid());
+            let m_total = *(p.g1.tile_offsets as *const u32).add(p.g1.experts as usize);
+            let (n1, n2, lag) = (p.g1.n_tiles, p.g2.n_tiles, p.lag);
+            let part_of = |m: u32| (b + grid - fused_gemm1_item(m, m_total, n1, n2, lag) % grid) % grid;
+            move_rows(&p.g1, n1, part_of, t / 32 - 1, t % 32);
         }
     } else {
-        regs::setmaxnreg_inc::<232>();
-        consume(&p, base, ring, staging, t / 128 - 1);
+        if MV {
+            regs::setmaxnreg_inc::<MV_CONSUMER_REGS>();
+        } else {
+            regs::setmaxnreg_inc::<232>();
+        }
+        consume(p, base, ring, staging, t / 128 - 1);
     }
 }
 
@@ -82,7 +110,7 @@ unsafe fn load_tile<const SWIGLU: bool>(g: &GroupedGemm, ti: &MTile, base: u32, 
 }
 
 #[inline(always)]
-unsafe fn produce(p: &FusedFfn, base: u32, ring: Ring<STAGES>) {
+unsafe fn produce<const MV: bool>(p: &FusedFfn, base: u32, ring: Ring<STAGES>) {
     let (m_total, total) = items(p);
     tma::prefetch_tensormap(p.g1.map_a as *const u8);
     tma::prefetch_tensormap(p.g1.map_b as *const u8);
@@ -97,33 +125,21 @@ unsafe fn produce(p: &FusedFfn, base: u32, ring: Ring<STAGES>) {
             wait_ready(p, w.m, 2 * n1);
             load_tile::<false>(&p.g2, &tile(&p.g2, w.m, w.n), base, &ring, &mut it);
         } else {
-            load_tile::<true>(&p.g1, &tile(&p.g1, w.m, w.n), base, &ring, &mut it);
+            let ti = tile(&p.g1, w.m, w.n);
+            if MV {
+                wait_rows(&p.g1, &ti, w.m);
+            }
+            load_tile::<true>(&p.g1, &ti, base, &ring, &mut it);
         }
         q += regs::nctaid();
     }
 }
 
-/// The producer thread: wait until every GEMM1 tile of m-tile `m` has stored h (`ready[m]` >= `target`), bounded
-/// by `timeout_ns`; on expiry set the error word (no later wait of the launch waits), then order the counter's
-/// acquire before the copy engine's reads of h.
+/// The producer thread: wait until every GEMM1 tile of m-tile `m` has stored h (`ready[m]` >= `target`; see
+/// [`wait_count`]).
 #[inline(always)]
 unsafe fn wait_ready(p: &FusedFfn, m: u32, target: u32) {
-    let f = (p.ready + 4 * m as u64) as *const u32;
-    let err = p.error as *mut u32;
-    if sync::ld_acquire_gpu(f) < target {
-        let start = regs::globaltimer();
-        loop {
-            sync::nanosleep(64);
-            if sync::ld_acquire_gpu(f) >= target || sync::ld_relaxed_gpu(err) != 0 {
-                break;
-            }
-            if regs::globaltimer().wrapping_sub(start) > p.timeout_ns {
-                sync::st_release_gpu(err, FUSED_TIMEOUT);
-                break;
-            }
-        }
-    }
-    fence::proxy_async_global();
+    wait_count((p.ready + 4 * m as u64) as *const u32, target, p.error as *mut u32, p.timeout_ns);
 }
 
 #[inline(always)]

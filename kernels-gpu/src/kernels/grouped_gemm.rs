@@ -18,9 +18,9 @@
 //! `grouped_gemm_bt_dswiglu` (the backward's dh with the SwiGLU backward) runs a 4-stage ring: the room of two
 //! more holds its epilogue's z staging (see `store_dswiglu`).
 use crate::desc::{Layout, SmemDesc};
-use crate::params::GroupedGemm;
+use crate::params::{GroupedGemm, FUSED_TIMEOUT};
 use crate::pipeline::Ring;
-use crate::ptx::{cluster, cp_async, fence, math, mbarrier, regs, smem, sync, tma, wgmma};
+use crate::ptx::{cluster, cp_async, fence, global, math, mbarrier, regs, smem, sync, tma, warp, wgmma};
 use crate::scheduler::MTile as Tile;
 
 /// Rows per tile (two wgmma halves of 64).
@@ -91,6 +91,15 @@ const fn staging_bytes(dsw: bool) -> u32 {
         4 * C_BOX
     }
 }
+/// Registers of the producer warpgroup of the kernels with the overlapped gather (`_mv`): 56, so its mover warps
+/// keep four 16-byte loads in flight; the consumers get 224 (128 x 56 + 256 x 224 = the 384 x 168 the launch
+/// allocates).
+pub(crate) const MV_PRODUCER_REGS: u32 = 56;
+/// Registers of each consumer thread of the `_mv` kernels.
+pub(crate) const MV_CONSUMER_REGS: u32 = 224;
+const _: () =
+    assert!(128 * MV_PRODUCER_REGS + 256 * MV_CONSUMER_REGS <= 384 * 168, "setmaxnreg.inc would wait forever");
+
 /// Threads per block.
 pub const THREADS: u32 = crate::kernels_host::GEMM_THREADS;
 
@@ -162,9 +171,11 @@ unsafe fn grouped_gemm<
     const S: u32,
     const MC: u32,
     const SCATTER: bool,
+    const MV: bool,
 >(
     p: &GroupedGemm,
 ) {
+    const { assert!(!MV || (MC == 0 && !GATHER), "the overlapped gather runs in single-CTA TMA-producer kernels") };
     const { assert!(!GATHER || S == STAGES, "the gathering producer uses the STAGES ring and the row tokens") };
     const { assert!(S == if DSW { DSW_STAGES } else { STAGES }, "the host launches with the layout of this S") };
     const { assert!(MC == 0 || !GATHER, "2-CTA clusters multicast by TMA: not the gathering producer") };
@@ -207,18 +218,36 @@ unsafe fn grouped_gemm<
     } else {
         crate::ptx::sync::block_sync();
     }
-    let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
+    // read by each role after its register reallocation (a value live across it may be spilled)
+    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
-        regs::setmaxnreg_dec::<40>();
+        // the movers' copy loops need more than 40 registers: 56 for the producer warpgroup, 224 for the consumers
+        if MV {
+            regs::setmaxnreg_dec::<MV_PRODUCER_REGS>();
+        } else {
+            regs::setmaxnreg_dec::<40>();
+        }
+        let total = total();
         if GATHER {
             // S == STAGES (asserted above): the same barriers
             produce_gather(p, base, Ring::<STAGES>::at(staging + staging_bytes(DSW)), total, kt_n);
         } else if t == 0 {
-            produce::<SWIGLU, BT, DSW, S, MC>(p, base, ring, total, kt_n);
+            produce::<SWIGLU, BT, DSW, S, MC, MV>(p, base, ring, total, kt_n);
+        } else if MV && t >= 32 {
+            // warps 1..3: the rows of A this block's tiles need, copied from the tokens while the GEMM runs; tile
+            // m n_tiles + n is block (m n_tiles + n) % grid's
+            let (b, grid) = (regs::bid(), regs::nctaid());
+            let part_of = |m: u32| (b + grid - (m * p.n_tiles) % grid) % grid;
+            move_rows(p, p.n_tiles, part_of, t / 32 - 1, t % 32);
         }
     } else {
-        regs::setmaxnreg_inc::<232>();
+        if MV {
+            regs::setmaxnreg_inc::<MV_CONSUMER_REGS>();
+        } else {
+            regs::setmaxnreg_inc::<232>();
+        }
+        let total = total();
         if DSW {
             // S == DSW_STAGES (asserted above)
             let ring = Ring::<DSW_STAGES>::at(staging + staging_bytes(DSW));
@@ -334,7 +363,7 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 }
 
 #[inline(always)]
-unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32, const MC: u32>(
+unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32, const MC: u32, const MV: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S>,
@@ -348,7 +377,12 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
     let mut q = q0;
     let rank = regs::bid() % 2;
     while q < count {
-        let ti = tile_info::<DSW>(p, walk_tile::<MC>(p, q).0);
+        let tile = walk_tile::<MC>(p, q).0;
+        let ti = tile_info::<DSW>(p, tile);
+        if MV {
+            // the overlapped gather: this m-tile's rows are in A before its first load
+            wait_rows(p, &ti, tile / p.n_tiles);
+        }
         // MC 2: CTA `rank` loads half of the pair's B into both CTAs (mask 0b11), else its whole B
         let share_b = MC == 2 && shares_b::<DSW>(p, q);
         let mut kt = 0;
@@ -361,6 +395,102 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
             kt += 1;
         }
         q += step;
+    }
+}
+
+/// The producer thread: wait until `*f` >= `target`, each wait bounded by `timeout_ns` of `%globaltimer`; on expiry
+/// set the error word `err` to [`FUSED_TIMEOUT`] (every later wait of the launch then returns at once: the output
+/// is not to be used), then order the acquire before the copy engine's reads of what the count covers.
+/// SAFETY: `f` and `err` global u32 words.
+#[inline(always)]
+pub(crate) unsafe fn wait_count(f: *const u32, target: u32, err: *mut u32, timeout_ns: u64) {
+    if sync::ld_acquire_gpu(f) < target {
+        let start = regs::globaltimer();
+        loop {
+            sync::nanosleep(64);
+            if sync::ld_acquire_gpu(f) >= target || sync::ld_relaxed_gpu(err) != 0 {
+                break;
+            }
+            if regs::globaltimer().wrapping_sub(start) > timeout_ns {
+                sync::st_release_gpu(err, FUSED_TIMEOUT);
+                break;
+            }
+        }
+    }
+    fence::proxy_async_global();
+}
+
+/// The producer thread, with the overlapped gather (`a_copy`): wait until every row of m-tile `m` (the m-tile of
+/// `ti`) has been copied into A.
+#[inline(always)]
+pub(crate) unsafe fn wait_rows(p: &GroupedGemm, ti: &Tile, m: u32) {
+    let rows = if ti.row_end - ti.row0 < BM { ti.row_end - ti.row0 } else { BM };
+    wait_count((p.arrive + 4 * m as u64) as *const u32, rows, p.error as *mut u32, p.timeout_ns);
+}
+
+/// The mover warps (warps 1..3 of the producer warpgroup; `w` 0..3, `lane`) of the overlapped gather: every
+/// m-tile's rows are split into `parts` parts (one per tile of the m-tile that needs its A: part n = n-tile n);
+/// `part_of(m)` is the first part of m-tile m this block copies (its tiles' n, then + grid; >= parts: none).
+/// For each m-tile in increasing order (the order of the block's own tiles) the warps copy the rows row0 + n +
+/// parts (w + 3 i) of each of the block's parts n from the tokens (`a_rows`, token row_slot[r] / top_k, K bf16 a
+/// row) into `a_copy`, 16 bytes a lane, four loads in flight per lane (the producer warpgroup has 40 registers),
+/// then count them on `arrive[m]` with release semantics, after a GPU-scope fence by every lane and a proxy
+/// fence (the copy engine reads the rows). The movers wait for nothing, so they cannot hold up a wait.
+/// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows, `a_rows` its tokens, K % 8 == 0.
+#[inline(always)]
+pub(crate) unsafe fn move_rows(p: &GroupedGemm, parts: u32, part_of: impl Fn(u32) -> u32, w: u32, lane: u32) {
+    let to = p.tile_offsets as *const u32;
+    let off = p.offsets as *const u32;
+    let m_total = *to.add(p.experts as usize);
+    let chunks = p.k / 8;
+    let mut e = 0u32;
+    let mut m = 0u32;
+    while m < m_total {
+        // the expert of m-tile m (empty experts have equal bounds and are passed over)
+        while *to.add(e as usize + 1) <= m {
+            e += 1;
+        }
+        let row0 = *off.add(e as usize) + (m - *to.add(e as usize)) * BM;
+        let row_end = *off.add(e as usize + 1);
+        let end = if row_end - row0 < BM { row_end } else { row0 + BM };
+        let mut n = part_of(m);
+        while n < parts {
+            let mut r = row0 + n + parts * w;
+            let mut mine = 0u32;
+            while r < end {
+                let tok = *(p.row_slot as *const u32).add(r as usize) / p.top_k;
+                let src = (p.a_rows as *const [u32; 4]).add((tok * chunks) as usize);
+                let dst = (p.a_copy as *mut [u32; 4]).add((r * chunks) as usize);
+                let mut c = lane;
+                while c < chunks {
+                    let mut v = [[0u32; 4]; 4];
+                    crate::unroll!(I in [0, 1, 2, 3] {
+                        if c + 32 * (I as u32) < chunks {
+                            v[I] = global::ld_v4(src.add((c + 32 * (I as u32)) as usize));
+                        }
+                    });
+                    crate::unroll!(I in [0, 1, 2, 3] {
+                        if c + 32 * (I as u32) < chunks {
+                            global::st_v4(dst.add((c + 32 * (I as u32)) as usize), v[I]);
+                        }
+                    });
+                    c += 128;
+                }
+                mine += 1;
+                r += 3 * parts;
+            }
+            if mine > 0 {
+                // this lane's stores before the count, for the generic proxy and the copy engine alike
+                fence::proxy_async_global();
+                fence::acq_rel_gpu();
+            }
+            warp::sync_warp();
+            if lane == 0 && mine > 0 {
+                sync::red_release_gpu((p.arrive + 4 * m as u64) as *mut u32, mine);
+            }
+            n += regs::nctaid();
+        }
+        m += 1;
     }
 }
 
@@ -1043,7 +1173,7 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_dswiglu`, launched in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`; an even grid):
@@ -1051,27 +1181,27 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
 /// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false>(&p);
 }
 
 /// Row-scattered bf16 epilogue (`store_scatter`): C row row_slot[r] = (A_r . B_e^T) times w[row_slot[r]] (w
 /// optional), B K-major. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, true>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, true, false>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 1, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 1, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1079,20 +1209,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 2, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 2, false, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 1, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 1, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1100,20 +1230,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 2, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 2, false, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 1, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 1, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1121,12 +1251,26 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 2, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 2, false, false>(&p);
+}
+
+/// As `grouped_gemm_swiglu`, with the gather of A overlapped (`a_copy`, `arrive`, `a_rows`, `row_slot`, `top_k`,
+/// `error`, `timeout_ns`): the producer warpgroup's warps 1..3 copy the rows of x into `a_copy` (the rows `map_a`
+/// covers) while the GEMM runs ([`move_rows`]) and the TMA thread loads an m-tile's A once its rows are counted.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mv(p: GroupedGemm) {
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, true>(&p);
+}
+
+/// As `grouped_gemm_bt_dswiglu`, with the gather of A (the rows of dy) overlapped as in `grouped_gemm_swiglu_mv`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mv(p: GroupedGemm) {
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, true>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true, STAGES, 0, false>(&p);
+    grouped_gemm::<true, false, false, true, STAGES, 0, false, false>(&p);
 }
