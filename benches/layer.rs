@@ -101,7 +101,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             }
         }
     }
-    let ms: Vec<f64> = times.into_iter().map(|t| median(t)).collect();
+    let ms: Vec<f64> = times.into_iter().map(median).collect();
     let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[3]);
     if std::env::var("MEGAMOE_BENCH_PHASES").is_ok_and(|v| v == "1") {
         // one more forward + backward of each save mode with a device event around every launch: each kernel's
