@@ -795,7 +795,7 @@ impl EpLayer {
         let maps = [map_a, map_b, map_c];
         let (p, launch) = wgrad_launch(&g, maps, offsets, dptr(&*c, g.stream()), 0, per as usize, a.1, b.1, acc);
         // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
-        unsafe { g.launch(crate::gemm::wgrad_kernel()?, launch, &p) }
+        unsafe { g.launch("grouped_wgrad_f32", launch, &p) }
     }
 
     /// Synchronise and report what the device recorded since the last check: a bounded wait that expired

@@ -269,8 +269,8 @@ enum Block {
     Zero { ptr: u64, bytes: usize },
     /// An M-grouped kernel.
     M(&'static str, Launch, GroupedGemm),
-    /// The K-grouped kernel ([`wgrad_kernel`]).
-    K(&'static str, Launch, WgradGemm),
+    /// The K-grouped kernel.
+    K(Launch, WgradGemm),
 }
 
 /// A grouped GEMM with its arguments checked and its tensor maps encoded: [`Prepared::launch`] enqueues it on
@@ -288,7 +288,7 @@ impl Prepared<'_> {
     pub fn kernel(&self) -> Option<&'static str> {
         match self.block {
             Block::M(k, ..) => Some(k),
-            Block::K(k, ..) => Some(k),
+            Block::K(..) => Some("grouped_wgrad_f32"),
             _ => None,
         }
     }
@@ -314,7 +314,7 @@ impl Prepared<'_> {
             // (offsets[E] <= rows_max is the caller's promise, as in the layer); the tensor maps live in
             // `self` and are freed in stream order after the last launch.
             Block::M(kernel, cfg, p) => unsafe { gpu.launch(kernel, *cfg, p) },
-            Block::K(k, cfg, p) => unsafe { gpu.launch(k, *cfg, p) },
+            Block::K(cfg, p) => unsafe { gpu.launch("grouped_wgrad_f32", *cfg, p) },
         }
     }
 }
@@ -573,7 +573,7 @@ impl<'a> WgradArgs<'a> {
         let (p, launch) = wgrad_launch(gpu, maps, offsets, c, 0, e, m, n, self.accumulate);
         Ok(Prepared {
             ordinal: gpu.ordinal(),
-            block: Block::K(wgrad_kernel()?, launch, p),
+            block: Block::K(launch, p),
             _maps: vec![map_a, map_b, map_c],
             _bufs: PhantomData,
         })
@@ -582,7 +582,6 @@ impl<'a> WgradArgs<'a> {
 
 thread_local! {
     static CLUSTERS: std::cell::Cell<Option<(bool, bool)>> = const { std::cell::Cell::new(None) };
-    static WGRAD_EPI: std::cell::Cell<Option<WgradEpilogue>> = const { std::cell::Cell::new(None) };
 }
 
 /// Run `f` with the 2-CTA cluster variants sharing A (`share_a`) and sharing B (`share_b`) allowed or not for every
@@ -596,62 +595,6 @@ pub fn with_clusters<R>(share_a: bool, share_b: bool, f: impl FnOnce() -> R) -> 
         }
     }
     let _restore = Restore(CLUSTERS.with(|c| c.replace(Some((share_a, share_b)))));
-    f()
-}
-
-/// The epilogue of the weight-gradient kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WgradEpilogue {
-    /// `grouped_wgrad_f32`: f32 boxes through shared memory and the copy engine (TMA stores / reduce-adds).
-    Tma,
-    /// `grouped_wgrad_f32_stg`: each warp stages a box, reads it back by rows, 16-byte global stores.
-    Stg,
-    /// `grouped_wgrad_f32_shfl`: 16-byte global stores from registers after a lane-pair shuffle.
-    Shfl,
-}
-
-impl WgradEpilogue {
-    /// The kernel of this epilogue.
-    pub fn kernel(self) -> &'static str {
-        match self {
-            WgradEpilogue::Tma => "grouped_wgrad_f32",
-            WgradEpilogue::Stg => "grouped_wgrad_f32_stg",
-            WgradEpilogue::Shfl => "grouped_wgrad_f32_shfl",
-        }
-    }
-}
-
-/// The weight-gradient kernel: [`WgradEpilogue::Tma`] unless `MEGAMOE_WGRAD` says `stg` or `shfl` (read once;
-/// another value is an `InvalidArgument`) or [`with_wgrad_epilogue`] overrides it on this thread. All give the
-/// same bits.
-pub(crate) fn wgrad_kernel() -> Result<&'static str> {
-    static K: std::sync::OnceLock<std::result::Result<WgradEpilogue, String>> = std::sync::OnceLock::new();
-    let epi = match WGRAD_EPI.with(|c| c.get()) {
-        Some(epi) => epi,
-        None => K
-            .get_or_init(|| match std::env::var("MEGAMOE_WGRAD").unwrap_or_default().as_str() {
-                "" | "tma" => Ok(WgradEpilogue::Tma),
-                "stg" => Ok(WgradEpilogue::Stg),
-                "shfl" => Ok(WgradEpilogue::Shfl),
-                v => Err(format!("MEGAMOE_WGRAD={v}: expected tma, stg or shfl")),
-            })
-            .clone()
-            .map_err(Error::InvalidArgument)?,
-    };
-    Ok(epi.kernel())
-}
-
-/// Run `f` with the weight-gradient epilogue `epi` for every weight gradient launched or prepared on this thread
-/// inside it, whatever `MEGAMOE_WGRAD` says (tests compare the epilogues this way; the previous choice is
-/// restored after).
-pub fn with_wgrad_epilogue<R>(epi: WgradEpilogue, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<WgradEpilogue>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            WGRAD_EPI.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(WGRAD_EPI.with(|c| c.replace(Some(epi))));
     f()
 }
 

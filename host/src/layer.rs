@@ -653,7 +653,7 @@ impl MoeLayer {
         let (p, launch) = wgrad_launch(&g, [map_a, map_b, map_c], offsets, dptr(c, &s), error, e, m, n, acc);
         // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
         // entry when the forward's error word is set (C neither written nor added to).
-        unsafe { g.launch(crate::gemm::wgrad_kernel()?, launch, &p) }
+        unsafe { g.launch("grouped_wgrad_f32", launch, &p) }
     }
 
     /// Backward of the forward that returned `saved`, on the same inputs: dx, dtopk, and dW1, dW2 (written, or

@@ -15,7 +15,7 @@ use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::WgradGemm;
 use crate::pipeline::Ring;
-use crate::ptx::{fence, global, regs, smem, sync, tma, warp, wgmma};
+use crate::ptx::{fence, regs, smem, sync, tma, wgmma};
 
 /// Pipeline depth.
 const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
@@ -51,34 +51,9 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
     Tile { e, r0: *off.add(e as usize), r1: *off.add(e as usize + 1), mt, nt }
 }
 
-/// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count. The epilogue through the copy
-/// engine ([`store`]).
+/// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
-    grouped_wgrad::<EPI_TMA>(&p);
-}
-
-/// As [`grouped_wgrad_f32`], the epilogue by the warps themselves through their staging ([`store_stg`]; `map_c`
-/// unused).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_stg(p: WgradGemm) {
-    grouped_wgrad::<EPI_STG>(&p);
-}
-
-/// As [`grouped_wgrad_f32`], the epilogue by the warps themselves from registers ([`store_shfl`]; `map_c` unused).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_shfl(p: WgradGemm) {
-    grouped_wgrad::<EPI_SHFL>(&p);
-}
-
-/// The epilogues: the copy engine ([`store`]), the warps' stores through the staging ([`store_stg`]), the warps'
-/// stores from registers after a shuffle ([`store_shfl`]).
-const EPI_TMA: u32 = 0;
-const EPI_STG: u32 = 1;
-const EPI_SHFL: u32 = 2;
-
-#[inline(always)]
-unsafe fn grouped_wgrad<const EPI: u32>(p: &WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
@@ -94,11 +69,11 @@ unsafe fn grouped_wgrad<const EPI: u32>(p: &WgradGemm) {
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(p, base, ring, total);
+            produce(&p, base, ring, total);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<EPI>(p, base, ring, total, t / 128 - 1);
+        consume(&p, base, ring, total, t / 128 - 1);
     }
 }
 
@@ -148,7 +123,7 @@ unsafe fn zero_tail(st: u32, cw: u32, valid: u32) {
 }
 
 #[inline(always)]
-unsafe fn consume<const EPI: u32>(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
     let lane = regs::tid() % 32;
     let mut it = 0u32;
     let mut tile = regs::bid();
@@ -189,14 +164,7 @@ unsafe fn consume<const EPI: u32>(p: &WgradGemm, base: u32, ring: Ring<STAGES>, 
         if kt_n > 0 && lane == 0 {
             ring.release_prev(it);
         }
-        let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
-        if EPI == EPI_STG {
-            store_stg(p, &acc, &ti, cw, staging);
-        } else if EPI == EPI_SHFL {
-            store_shfl(p, &acc, &ti, cw);
-        } else {
-            store(p, &acc, &ti, cw, staging);
-        }
+        store(p, &acc, &ti, cw, base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX);
         tile += regs::nctaid();
     }
     // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0
@@ -266,105 +234,6 @@ unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u3
                     tma::store_2d(map, col0 as i32, y, buf);
                 }
                 tma::commit_group();
-            }
-        }
-    });
-}
-
-/// The epilogue without the copy engine: each warp writes its 16 rows one 16 x 32 box at a time into its staging
-/// (the fragment stores of [`store`]: 128-byte swizzle, free of bank conflicts), reads the box back by rows
-/// (lane l: row 4 i + l / 8, 16-byte chunk l % 8, so eight lanes read one row's 128 bytes: no conflicts) and
-/// stores (or, with `accumulate`, adds: four `red.global.add.f32`) 16 bytes a lane, four whole 128-byte rows of C
-/// per warp instruction. No wait on anything but its own lanes (`bar.warp.sync` between writing a box and
-/// reading it; the two boxes alternate, so that sync also orders a box's reads before its next writes). One
-/// owner per element. Columns past N are skipped per 16-byte chunk (N % 4 == 0: the host's check); a warpgroup
-/// whose rows start at or past M stores nothing.
-#[inline(always)]
-unsafe fn store_stg(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
-    let row0 = ti.mt * 128 + cw * 64;
-    if row0 >= p.m {
-        return; // uniform in the warpgroup
-    }
-    let lane = regs::tid() % 32;
-    let w = (regs::tid() % 128) / 32;
-    let q = lane / 4;
-    let odd = q % 2 == 1;
-    // this warp's first row of C (rows of all experts stacked: E * M)
-    let grow = (ti.e * p.m + row0 + 16 * w) as usize;
-    let c = p.c as *mut f32;
-    let (rr, ch) = (lane / 8, lane % 8);
-    crate::unroll!(B in [0, 1, 2, 3, 4, 5, 6, 7] {
-        let col0 = ti.nt * 256 + 32 * B as u32;
-        if col0 < p.n {
-            // uniform: every thread of the warpgroup sees the same col0
-            let buf = staging + (B as u32 % 2) * C_BOX;
-            crate::unroll!(J in [0, 1, 2, 3] {
-                crate::unroll!(H in [0, 1] {
-                    let row = q + 8 * H as u32;
-                    let jl = if odd { J as u32 ^ 2 } else { J as u32 };
-                    let chunk = 2 * jl + (lane % 4) / 2;
-                    let addr = buf + row * 128 + ((chunk ^ (row % 8)) * 16) + (lane % 2) * 8;
-                    let (a, b) = (4 * (4 * B + J) + 2 * H, 4 * (4 * B + (J ^ 2)) + 2 * H);
-                    let v0 = if odd { acc[b] } else { acc[a] };
-                    let v1 = if odd { acc[b + 1] } else { acc[a + 1] };
-                    smem::st_v2(addr, v0.to_bits(), v1.to_bits());
-                });
-            });
-            sync::warp_sync();
-            let col = col0 + 4 * ch;
-            crate::unroll!(I in [0, 1, 2, 3] {
-                let row = 4 * I as u32 + rr;
-                let v = smem::ld_v4(buf + row * 128 + ((ch ^ (row % 8)) * 16));
-                if col < p.n && row0 + 16 * w + row < p.m {
-                    let dst = c.add((grow + row as usize) * p.n as usize + col as usize) as *mut [u32; 4];
-                    if p.accumulate != 0 {
-                        global::red_add_4xf32(dst, v);
-                    } else {
-                        global::st_v4(dst, v);
-                    }
-                }
-            });
-        }
-    });
-}
-
-/// The epilogue from registers: in each 8-column group of the fragment, lanes 2i and 2i + 1 hold the two halves
-/// of a 16-byte chunk of rows q and q + 8; one exchange (`shfl.sync.bfly` 1, two values each way) gives the
-/// even lane row q's whole chunk and the odd lane row q + 8's, which each stores (or adds: four
-/// `red.global.add.f32`) with one 16-byte access. No shared memory, no barrier; a warp instruction writes 16
-/// rows x 32 bytes (whole sectors). One owner per element; columns past N skipped per chunk (N % 4 == 0); a
-/// warpgroup whose rows start at or past M stores nothing.
-#[inline(always)]
-unsafe fn store_shfl(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
-    let row0 = ti.mt * 128 + cw * 64;
-    if row0 >= p.m {
-        return; // uniform in the warpgroup
-    }
-    let lane = regs::tid() % 32;
-    let w = (regs::tid() % 128) / 32;
-    let odd = lane % 2 == 1;
-    // the row this lane stores: q (even lanes) or q + 8 (odd), of the warp's 16
-    let row = lane / 4 + 8 * (lane % 2);
-    let grow = (ti.e * p.m + row0 + 16 * w + row) as usize;
-    let c = p.c as *mut f32;
-    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
-        // this lane's pairs of row q (H = 0) and row q + 8 (H = 1) in 8-column group J
-        let (i0, i1) = (4 * J, 4 * J + 2);
-        let send = if odd { [acc[i0], acc[i0 + 1]] } else { [acc[i1], acc[i1 + 1]] };
-        let r0 = warp::shfl_xor(send[0].to_bits(), 1);
-        let r1 = warp::shfl_xor(send[1].to_bits(), 1);
-        let v = if odd {
-            [r0, r1, acc[i1].to_bits(), acc[i1 + 1].to_bits()]
-        } else {
-            [acc[i0].to_bits(), acc[i0 + 1].to_bits(), r0, r1]
-        };
-        let col = ti.nt * 256 + 8 * J as u32 + 4 * ((lane % 4) / 2);
-        if col < p.n && row0 + 16 * w + row < p.m {
-            let dst = c.add(grow * p.n as usize + col as usize) as *mut [u32; 4];
-            if p.accumulate != 0 {
-                global::red_add_4xf32(dst, v);
-            } else {
-                global::st_v4(dst, v);
             }
         }
     });

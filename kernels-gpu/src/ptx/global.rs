@@ -22,12 +22,3 @@ pub unsafe fn st_v4(p: *mut [u32; 4], v: [u32; 4]) {
     asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg64) p, a = in(reg32) v[0],
          b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack));
 }
-
-/// Four `red.global.add.f32` on `p[0..4]` (relaxed, GPU scope; the vector form needs PTX ISA 8.1, the project
-/// emits 8.0). SAFETY: any thread; `p` a 4-byte aligned global address writable for 16 bytes.
-#[inline(always)]
-pub unsafe fn red_add_4xf32(p: *mut [u32; 4], v: [u32; 4]) {
-    asm!("red.global.add.f32 [{p}], {a};", "red.global.add.f32 [{p}+4], {b};", "red.global.add.f32 [{p}+8], {c};",
-         "red.global.add.f32 [{p}+12], {d};", p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1],
-         c = in(reg32) v[2], d = in(reg32) v[3], options(nostack));
-}
