@@ -44,9 +44,9 @@ pub enum Gather {
     /// A gather kernel writes the expert-ordered copy of x, then GEMM1 loads it by TMA (the default: faster
     /// today, docs/NOTES.md).
     Pass,
-    /// The GEMM's idle producer warps copy the rows (x in the forward, dy in the backward's dh GEMM) into the
-    /// expert-ordered buffer while the GEMM runs (`_mv` kernels: each m-tile's A is loaded once its rows are
-    /// counted), so no gather pass runs before it; bitwise the same results as [`Gather::Pass`].
+    /// GEMM1's idle producer warps copy the rows of x into the expert-ordered buffer while it runs (the forward's
+    /// and the backward's recompute of z; `_mv` kernels: each m-tile's A is loaded once its rows are counted), so
+    /// no gather pass of x runs; bitwise the same results as [`Gather::Pass`]. dy is gathered by the pass.
     Overlapped,
     /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the copy of x does not exist;
     /// bitwise the same results. At the Qwen3-30B-A3B shape (T = 16384) the forward with it measured 2.77 ms,
@@ -406,7 +406,6 @@ impl MoeLayer {
             (true, "grouped_gemm_swiglu" | "grouped_gemm_swiglu_mc" | "grouped_gemm_swiglu_mcb") => {
                 "grouped_gemm_swiglu_mv"
             }
-            (true, "grouped_gemm_bt_dswiglu" | "grouped_gemm_bt_dswiglu_mc") => "grouped_gemm_bt_dswiglu_mv",
             (true, k) => return Err(Error::InvalidArgument(format!("{k}: no variant with the overlapped gather"))),
         };
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
@@ -507,7 +506,8 @@ impl MoeLayer {
             ready: dptr(&self.work.ready, s),
             error: dptr(sv.error.as_ref(), s),
             timeout_ns: FUSED_TIMEOUT_NS,
-            lag: FUSED_LAG,
+            // at least fused_lag_min: the kernel counts a GEMM1 tile's stores after its block's next main loop
+            lag: FUSED_LAG.max(megamoe_kernels::scheduler::fused_lag_min(launch.grid.0, g1.n_tiles, g2.n_tiles)),
             pad: 0,
         };
         // SAFETY: as the two launches (A, B, C, z bounded by the device offsets); `ready` holds an entry per
@@ -712,10 +712,9 @@ impl MoeLayer {
                 zp
             }
         };
-        // dy rows (with the overlapped gather: by the dh GEMM below)
-        if !overlapped {
-            self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
-        }
+        // dy rows: always by the gather pass (overlapped with the dh + SwiGLU backward GEMM, which is bound by L2
+        // and memory traffic already, it measured ~200 us slower at 30B: docs/NOTES.md)
+        self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
         // dh = dy W2_e with the SwiGLU backward: dz, s * h, dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
         let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;
@@ -746,10 +745,6 @@ impl MoeLayer {
             map_sh,
             ..zero_gemm()
         };
-        let mut p = p;
-        if overlapped {
-            self.overlap(&mut p, dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
-        }
         self.mgemm("grouped_gemm_bt_dswiglu", p, saved)?;
         let red = DtopkReduce {
             partial: dptr(&self.work.partial, &s),

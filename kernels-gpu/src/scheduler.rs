@@ -146,6 +146,16 @@ pub const fn fused_item(q: u32, m_total: u32, n1: u32, n2: u32, lag: u32) -> Fus
     FusedItem { kind: FusedKind::Gemm2, m: m_total - head + q / n2, n: q % n2 }
 }
 
+/// The smallest lag of the fused walk with which a block may count a GEMM1 tile's stores only after the main
+/// loop of its next item (`ffn_fused_fwd` does, so that it never waits for the copy engine): every GEMM2 item
+/// within `grid` positions after a GEMM1 item of m-tile m is then of an m-tile below m, so the deferred counts
+/// depend only on earlier GEMM1 tiles and the walk still cannot deadlock.
+#[inline(always)]
+pub const fn fused_lag_min(grid: u32, n1: u32, n2: u32) -> u32 {
+    let n = if n1 < n2 { n1 } else { n2 };
+    grid.div_ceil(if n == 0 { 1 } else { n }) + 2
+}
+
 /// The walk index of item (GEMM1, m, 0) of the fused walk (see [`fused_item`]; item (GEMM1, m, n) is this + n).
 #[inline(always)]
 pub const fn fused_gemm1_item(m: u32, m_total: u32, n1: u32, n2: u32, lag: u32) -> u32 {
@@ -323,34 +333,51 @@ mod tests {
                 }
             }
             assert!(seen1.iter().chain(&seen2).all(|&c| c == 1));
-            // simulation: each block runs its items in order; a GEMM2 item waits for its m-tile's GEMM1 count
-            let mut next: Vec<u32> = (0..grid).collect(); // the block's current item
-            let mut left = std::vec![0u64; grid as usize]; // time left on it (0: not started)
-            let mut g1_done = std::vec![0u32; m_total as usize];
-            let mut finished = 0u32;
-            let mut ticks = 0u64;
-            while finished < total {
-                ticks += 1;
-                assert!(ticks < 100 * total as u64 + 1000, "deadlock: {finished} of {total} items finished");
-                for b in 0..grid as usize {
-                    let q = next[b];
-                    if q >= total {
-                        continue;
-                    }
-                    let it = items[q as usize];
-                    if left[b] == 0 {
-                        if it.kind == FusedKind::Gemm2 && g1_done[it.m as usize] < n1 {
-                            continue; // waits (bounded in the kernel)
+            // simulation: each block runs its items in order; a GEMM2 item waits for its m-tile's GEMM1 count.
+            // Deferred (the kernel, with lag >= fused_lag_min): a GEMM1 item is counted only once the block's
+            // next item has run (or the block has none left).
+            for deferred in [false, true] {
+                let lag = if deferred { lag.max(fused_lag_min(grid, n1, n2)) } else { lag };
+                let items: Vec<FusedItem> = (0..total).map(|q| fused_item(q, m_total, n1, n2, lag)).collect();
+                let mut next: Vec<u32> = (0..grid).collect(); // the block's current item
+                let mut left = std::vec![0u64; grid as usize]; // time left on it (0: not started)
+                let mut pending = std::vec![None::<u32>; grid as usize]; // a GEMM1 m-tile not yet counted
+                let mut g1_done = std::vec![0u32; m_total as usize];
+                let mut finished = 0u32;
+                let mut ticks = 0u64;
+                while finished < total || pending.iter().any(|p| p.is_some()) {
+                    ticks += 1;
+                    assert!(ticks < 100 * total as u64 + 1000, "deadlock: {finished} of {total} items finished");
+                    for b in 0..grid as usize {
+                        let q = next[b];
+                        if q >= total {
+                            if let Some(m) = pending[b].take() {
+                                g1_done[m as usize] += 1;
+                            }
+                            continue;
                         }
-                        left[b] = 1 + rnd(5);
-                    }
-                    left[b] -= 1;
-                    if left[b] == 0 {
-                        if it.kind == FusedKind::Gemm1 {
-                            g1_done[it.m as usize] += 1;
+                        let it = items[q as usize];
+                        if left[b] == 0 {
+                            if it.kind == FusedKind::Gemm2 && g1_done[it.m as usize] < n1 {
+                                continue; // waits (bounded in the kernel)
+                            }
+                            left[b] = 1 + rnd(5);
                         }
-                        finished += 1;
-                        next[b] += grid;
+                        left[b] -= 1;
+                        if left[b] == 0 {
+                            if let Some(m) = pending[b].take() {
+                                g1_done[m as usize] += 1;
+                            }
+                            if it.kind == FusedKind::Gemm1 {
+                                if deferred {
+                                    pending[b] = Some(it.m);
+                                } else {
+                                    g1_done[it.m as usize] += 1;
+                                }
+                            }
+                            finished += 1;
+                            next[b] += grid;
+                        }
                     }
                 }
             }

@@ -91,12 +91,12 @@ const fn staging_bytes(dsw: bool) -> u32 {
         4 * C_BOX
     }
 }
-/// Registers of the producer warpgroup of the kernels with the overlapped gather (`_mv`): 56, so its mover warps
-/// keep four 16-byte loads in flight; the consumers get 224 (128 x 56 + 256 x 224 = the 384 x 168 the launch
-/// allocates).
-pub(crate) const MV_PRODUCER_REGS: u32 = 56;
+/// Registers of the producer warpgroup of the kernels with the overlapped gather (`_mv`): 72, so its mover warps
+/// keep eight 16-byte loads in flight; the consumers get 216 (128 x 72 + 256 x 216 = the 384 x 168 the launch
+/// allocates). With 56 / 224 only four loads fit without spills (measured slower, docs/NOTES.md).
+pub(crate) const MV_PRODUCER_REGS: u32 = 72;
 /// Registers of each consumer thread of the `_mv` kernels.
-pub(crate) const MV_CONSUMER_REGS: u32 = 224;
+pub(crate) const MV_CONSUMER_REGS: u32 = 216;
 const _: () =
     assert!(128 * MV_PRODUCER_REGS + 256 * MV_CONSUMER_REGS <= 384 * 168, "setmaxnreg.inc would wait forever");
 
@@ -118,14 +118,20 @@ const _: () = assert!((DSW_STAGES * DSW_STAGE_BYTES) % 1024 == 0 && C_BOX % 1024
 /// otherwise (a dependent global load per step: ~8 per tile, at every tile start of the producer and consumers).
 #[inline(always)]
 pub(crate) unsafe fn tile_info<const DSW: bool>(p: &GroupedGemm, tile: u32) -> Tile {
-    if p.experts <= SCHED_E {
+    tile_info_e::<DSW>(p, tile, p.experts)
+}
+
+/// [`tile_info`] with the expert count given (`p.experts`, perhaps through [`regs::opaque`]).
+#[inline(always)]
+pub(crate) unsafe fn tile_info_e<const DSW: bool>(p: &GroupedGemm, tile: u32, experts: u32) -> Tile {
+    if experts <= SCHED_E {
         let s = smem::base() + sched_at(DSW);
         let o = s + 4 * (SCHED_E + 1);
         // SAFETY (of the reads): entries 0..=experts, written by `sched_copy` before the block's first barrier.
         crate::scheduler::m_tile(
             tile,
             p.n_tiles,
-            p.experts,
+            experts,
             BM,
             |i| unsafe { smem::ld_u32(s + 4 * i) },
             |i| unsafe { smem::ld_u32(o + 4 * i) },
@@ -137,7 +143,7 @@ pub(crate) unsafe fn tile_info<const DSW: bool>(p: &GroupedGemm, tile: u32) -> T
         crate::scheduler::m_tile(
             tile,
             p.n_tiles,
-            p.experts,
+            experts,
             BM,
             |i| unsafe { *to.add(i as usize) },
             |i| unsafe { *off.add(i as usize) },
@@ -433,7 +439,8 @@ pub(crate) unsafe fn wait_rows(p: &GroupedGemm, ti: &Tile, m: u32) {
 /// `part_of(m)` is the first part of m-tile m this block copies (its tiles' n, then + grid; >= parts: none).
 /// For each m-tile in increasing order (the order of the block's own tiles) the warps copy the rows row0 + n +
 /// parts (w + 3 i) of each of the block's parts n from the tokens (`a_rows`, token row_slot[r] / top_k, K bf16 a
-/// row) into `a_copy`, 16 bytes a lane, four loads in flight per lane (the producer warpgroup has 40 registers),
+/// row) into `a_copy`, 16 bytes a lane, eight loads in flight per lane (the `_mv` kernels give the producer
+/// warpgroup 56 registers),
 /// then count them on `arrive[m]` with release semantics, after a GPU-scope fence by every lane and a proxy
 /// fence (the copy engine reads the rows). The movers wait for nothing, so they cannot hold up a wait.
 /// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows, `a_rows` its tokens, K % 8 == 0.
@@ -463,18 +470,18 @@ pub(crate) unsafe fn move_rows(p: &GroupedGemm, parts: u32, part_of: impl Fn(u32
                 let dst = (p.a_copy as *mut [u32; 4]).add((r * chunks) as usize);
                 let mut c = lane;
                 while c < chunks {
-                    let mut v = [[0u32; 4]; 4];
-                    crate::unroll!(I in [0, 1, 2, 3] {
+                    let mut v = [[0u32; 4]; 8];
+                    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
                         if c + 32 * (I as u32) < chunks {
                             v[I] = global::ld_v4(src.add((c + 32 * (I as u32)) as usize));
                         }
                     });
-                    crate::unroll!(I in [0, 1, 2, 3] {
+                    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
                         if c + 32 * (I as u32) < chunks {
                             global::st_v4(dst.add((c + 32 * (I as u32)) as usize), v[I]);
                         }
                     });
-                    c += 128;
+                    c += 256;
                 }
                 mine += 1;
                 r += 3 * parts;
@@ -1260,12 +1267,6 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mv(p: GroupedGemm) {
     grouped_gemm::<true, false, false, false, STAGES, 0, false, true>(&p);
-}
-
-/// As `grouped_gemm_bt_dswiglu`, with the gather of A (the rows of dy) overlapped as in `grouped_gemm_swiglu_mv`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mv(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, true>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).

@@ -59,3 +59,14 @@ pub fn trap() -> ! {
     // SAFETY: ends the kernel; any thread.
     unsafe { core::arch::nvptx::trap() }
 }
+
+/// `v` through an empty `mov`: the compiler cannot see the value, so nothing computed from it is hoisted above
+/// this point (a value live across `setmaxnreg` into the 40-register producer is spilled by ptxas; reading a
+/// parameter through this inside each role keeps its uses after the reallocation). SAFETY-free: no memory.
+#[inline(always)]
+pub fn opaque(v: u32) -> u32 {
+    let o: u32;
+    // SAFETY: a register move.
+    unsafe { asm!("mov.u32 {o}, {v};", o = out(reg32) o, v = in(reg32) v, options(pure, nomem, nostack)) };
+    o
+}
