@@ -44,9 +44,11 @@ pub enum Gather {
     /// A gather kernel writes the expert-ordered copy of x, then GEMM1 loads it by TMA (the default: faster
     /// today, docs/NOTES.md).
     Pass,
-    /// GEMM1's idle producer warps copy the rows of x into the expert-ordered buffer while it runs (the forward's
-    /// and the backward's recompute of z; `_mv` kernels: each m-tile's A is loaded once its rows are counted), so
-    /// no gather pass of x runs; bitwise the same results as [`Gather::Pass`]. dy is gathered by the pass.
+    /// Data movement overlapped with the GEMMs by their idle producer warps: GEMM1's copy the rows of x into the
+    /// expert-ordered buffer while it runs (the forward's and the backward's recompute of z; `_mv` kernels: each
+    /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW1's sum dx over each
+    /// token's slots (no combine pass in the backward). Bitwise the same results as [`Gather::Pass`]. dy is
+    /// gathered by the pass (overlapped with the dh GEMM it measured slower).
     Overlapped,
     /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the copy of x does not exist;
     /// bitwise the same results. At the Qwen3-30B-A3B shape (T = 16384) the forward with it measured 2.77 ms,
@@ -615,8 +617,15 @@ impl MoeLayer {
     }
 
     fn combine(&self, y: u64, w: u64, out: u64, sv: &Saved) -> Result<()> {
+        let p = self.combine_params(y, w, out, sv);
+        // SAFETY: y holds the rows slot_row points at; out holds T rows. Returns at once (slot_row unwritten) when
+        // the forward's error word is set.
+        unsafe { self.gpu.launch("combine_rows", Launch::new(sv.tokens as u32, 256, 0), &p) }
+    }
+
+    fn combine_params(&self, y: u64, w: u64, out: u64, sv: &Saved) -> Combine {
         let s = self.gpu.stream();
-        let p = Combine {
+        Combine {
             y,
             w,
             slot_row: dptr(&sv.slot_row, s),
@@ -626,13 +635,12 @@ impl MoeLayer {
             cols: self.cfg.hidden as u32,
             k: self.cfg.top_k as u32,
             pad: 0,
-        };
-        // SAFETY: y holds the rows slot_row points at; out holds T rows. Returns at once (slot_row unwritten) when
-        // the forward's error word is set.
-        unsafe { self.gpu.launch("combine_rows", Launch::new(sv.tokens as u32, 256, 0), &p) }
+        }
     }
 
-    /// dW = A^T B per expert; `a` and `b` are (address, rows the buffer holds, columns).
+    /// dW = A^T B per expert; `a` and `b` are (address, rows the buffer holds, columns). With `combine`, the
+    /// kernel's idle producer warps run that combine meanwhile (`grouped_wgrad_f32_mv`).
+    #[allow(clippy::too_many_arguments)]
     fn wgrad(
         &mut self,
         a: (u64, usize, usize),
@@ -640,6 +648,7 @@ impl MoeLayer {
         c: &mut CudaSlice<f32>,
         sv: &Saved,
         acc: bool,
+        combine: Option<Combine>,
     ) -> Result<()> {
         let g = self.gpu.clone();
         let s = g.stream().clone();
@@ -650,10 +659,18 @@ impl MoeLayer {
         let e = self.cfg.experts;
         let map_c = self.maps.get_wgrad_c(&g, dptr(c, &s), e * m, n)?;
         let (offsets, error) = (dptr(&sv.offsets, &s), dptr(sv.error.as_ref(), &s));
-        let (p, launch) = wgrad_launch(&g, [map_a, map_b, map_c], offsets, dptr(c, &s), error, e, m, n, acc);
+        let (mut p, launch) = wgrad_launch(&g, [map_a, map_b, map_c], offsets, dptr(c, &s), error, e, m, n, acc);
+        let kernel = match combine {
+            Some(cb) => {
+                p.combine = cb;
+                "grouped_wgrad_f32_mv"
+            }
+            None => "grouped_wgrad_f32",
+        };
         // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
-        // entry when the forward's error word is set (C neither written nor added to).
-        unsafe { g.launch("grouped_wgrad_f32", launch, &p) }
+        // entry when the forward's error word is set (C neither written nor added to, the combine not run). The
+        // combine as `combine_rows`: y holds the rows slot_row points at, out T rows.
+        unsafe { g.launch(kernel, launch, &p) }
     }
 
     /// Backward of the forward that returned `saved`, on the same inputs: dx, dtopk, and dW1, dW2 (written, or
@@ -774,12 +791,18 @@ impl MoeLayer {
             ..zero_gemm()
         };
         self.mgemm("grouped_gemm_bt_bf16", p, saved)?;
-        self.combine(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved)?;
+        // dx = the sum over each token's slots: by a pass, or (overlapped) by dW1's idle producer warps
+        let dx_sum = self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved);
+        if !overlapped {
+            // SAFETY: as in `combine`
+            unsafe { g.launch("combine_rows", Launch::new(saved.tokens as u32, 256, 0), &dx_sum)? };
+        }
         // weight gradients, contracting over each expert's rows
         let acc = grads.accumulate;
         let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
-        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc)?;
-        self.wgrad((dptr(&self.work.dz, &s), ws_rows, 2 * i2), (xs.0, xs.1, h2), grads.dw1, saved, acc)?;
+        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, None)?;
+        let dz = (dptr(&self.work.dz, &s), ws_rows, 2 * i2);
+        self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, overlapped.then_some(dx_sum))?;
         Ok(())
     }
 

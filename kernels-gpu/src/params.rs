@@ -300,6 +300,9 @@ pub struct WgradGemm {
     pub n_tiles: u32,
     /// 1: add into C; 0: overwrite.
     pub accumulate: u32,
+    /// `grouped_wgrad_f32_mv`: a combine (as `combine_rows`) the producer warpgroup's three idle warps run while
+    /// the GEMM does (the backward's sum of dx rows over each token's slots); `tokens` 0: none.
+    pub combine: Combine,
 }
 
 /// dtopk from the SwiGLU-backward partial sums (kernel `dtopk_reduce`): dtopk[slot] = sum over n-tiles of
@@ -444,7 +447,7 @@ mod tests {
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 18 * 8 + 8 * 4),
-            ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4),
+            ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4 + size_of::<Combine>()),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
         ];

@@ -49,14 +49,46 @@ pub(crate) unsafe fn weighted_sum(k: u32, row: impl Fn(u32) -> Option<(f32, [u32
         });
         crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
             if let Some((wt, v)) = got[J] {
-                crate::unroll!(Q in [0, 1, 2, 3] {
-                    acc[2 * Q] += wt * math::bf16_to_f32(v[Q] as u16);
-                    acc[2 * Q + 1] += wt * math::bf16_to_f32((v[Q] >> 16) as u16);
-                });
+                add_row(&mut acc, wt, v);
             }
         });
         j0 += 8;
     }
+    pack8(&acc)
+}
+
+/// [`weighted_sum`] fetching two slots at a time (for the 40-register mover warps of `grouped_wgrad_f32_mv`):
+/// the same sum in the same order, so bitwise the same result.
+#[inline(always)]
+pub(crate) unsafe fn weighted_sum_2(k: u32, row: impl Fn(u32) -> Option<(f32, [u32; 4])>) -> [u32; 4] {
+    let mut acc = [0f32; 8];
+    let mut j0 = 0;
+    while j0 < k {
+        let a = row(j0);
+        let b = if j0 + 1 < k { row(j0 + 1) } else { None };
+        if let Some((wt, v)) = a {
+            add_row(&mut acc, wt, v);
+        }
+        if let Some((wt, v)) = b {
+            add_row(&mut acc, wt, v);
+        }
+        j0 += 2;
+    }
+    pack8(&acc)
+}
+
+/// acc += wt * (8 bf16 of `v`), in f32.
+#[inline(always)]
+fn add_row(acc: &mut [f32; 8], wt: f32, v: [u32; 4]) {
+    crate::unroll!(Q in [0, 1, 2, 3] {
+        acc[2 * Q] += wt * math::bf16_to_f32(v[Q] as u16);
+        acc[2 * Q + 1] += wt * math::bf16_to_f32((v[Q] >> 16) as u16);
+    });
+}
+
+/// 8 f32 rounded to 8 packed bf16.
+#[inline(always)]
+fn pack8(acc: &[f32; 8]) -> [u32; 4] {
     [
         math::pack_bf16x2(acc[0], acc[1]),
         math::pack_bf16x2(acc[2], acc[3]),

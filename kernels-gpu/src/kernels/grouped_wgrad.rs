@@ -11,11 +11,12 @@
 //! reduce-adds for gradient accumulation), overlapping the next tile's main loop; one owner per element.
 //! When the routing error word is set the kernel returns at entry: C is neither overwritten nor added to.
 use crate::desc::{Layout, SmemDesc};
+use crate::kernels::combine::weighted_sum_2;
 use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
-use crate::params::WgradGemm;
+use crate::params::{Combine, WgradGemm};
 use crate::pipeline::Ring;
-use crate::ptx::{fence, regs, smem, sync, tma, wgmma};
+use crate::ptx::{fence, global, regs, smem, sync, tma, wgmma};
 
 /// Pipeline depth.
 const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
@@ -54,7 +55,19 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
 /// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
+    grouped_wgrad::<false>(&p);
+}
+
+/// As `grouped_wgrad_f32`, and the producer warpgroup's warps 1..3 run `p.combine` meanwhile ([`combine`]).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv(p: WgradGemm) {
+    grouped_wgrad::<true>(&p);
+}
+
+#[inline(always)]
+unsafe fn grouped_wgrad<const MV: bool>(p: &WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
+    // (the combine then writes nothing either, as `combine_rows` would not)
     if routing_failed(p.error) {
         return;
     }
@@ -65,15 +78,47 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
         ring.init(8); // one arrival per consumer warp
     }
     sync::block_sync();
-    let total = p.experts * p.m_tiles * p.n_tiles;
+    // read by each role after its register reallocation (a value live across it may be spilled)
+    let total = || p.experts * p.m_tiles * p.n_tiles;
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(&p, base, ring, total);
+            produce(p, base, ring, total());
+        } else if MV && t >= 32 {
+            combine(&p.combine, t / 32 - 1, t % 32);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume(&p, base, ring, total, t / 128 - 1);
+        consume(p, base, ring, total(), t / 128 - 1);
+    }
+}
+
+/// Mover warp `w` (0..3) of every block: tokens w + 3 (bid + grid i) of `c` summed as `combine_rows` sums them
+/// (the same arithmetic, two slots fetched at a time: 40 registers), one token a warp at a time, 16 bytes a lane.
+/// Nothing waits for it but the kernel's end; it reads rows an earlier launch wrote.
+#[inline(always)]
+unsafe fn combine(c: &Combine, w: u32, lane: u32) {
+    let chunks = c.cols / 8;
+    let slot_row = c.slot_row as *const i32;
+    let y = c.y as *const [u32; 4];
+    let out = c.out as *mut [u32; 4];
+    let mut t = w + 3 * regs::bid();
+    while t < c.tokens {
+        let mut ch = lane;
+        while ch < chunks {
+            let sum = weighted_sum_2(c.k, |j| {
+                let slot = (t * c.k + j) as usize;
+                let row = *slot_row.add(slot);
+                if row < 0 {
+                    return None;
+                }
+                let wt = if c.w == 0 { 1.0 } else { *(c.w as *const f32).add(slot) };
+                Some((wt, global::ld_v4(y.add(row as usize * chunks as usize + ch as usize))))
+            });
+            global::st_v4(out.add((t * chunks + ch) as usize), sum);
+            ch += 32;
+        }
+        t += 3 * regs::nctaid();
     }
 }
 
