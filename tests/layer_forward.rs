@@ -197,9 +197,9 @@ gpu_test!(gather_in_producer_qwen3_30b_a3b_t1024, {
 /// A forward variant (`forward`, `gather`) against the default (two launches, the gather pass): output bitwise
 /// equal, a repeat bitwise equal, the reference, and the backward of each forward's `Saved` (dx, dW1, dW2,
 /// dtopk) bitwise equal too: z and the gathered x the variant left, and with [`Gather::Overlapped`] the
-/// backward's own overlapped work (x gathered in the z recompute, dx summed by dW1's idle warps). Shapes where blocks run many
-/// tiles and wait on m-tiles other blocks fill (30B at T = 4096: ~30 items a block), ragged shapes, empty
-/// experts, one token.
+/// backward's own overlapped work (x gathered in the z recompute, dx summed by dW1's idle warps). Shapes where
+/// blocks run many tiles and wait on m-tiles other blocks fill (30B at T = 4096: ~30 items a block), ragged
+/// shapes, empty experts, one token.
 fn variant(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Forward, gather: Gather) {
     let g = gpu();
     let mut r = rng();
