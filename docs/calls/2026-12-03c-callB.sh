@@ -4,7 +4,8 @@
 # register split; dy gathered by the pass again; the dx combine run by dW1's idle producer warps). Carry [".dev/bB", ".dev/callB.sh"].
 # Tests (layer_forward persistent + overlapped, grouped_gemm all), the layer bench on both shapes (phase 1 as the
 # PyTorch partner times; phase 2 the variants alternating with the default), torch._grouped_mm's layer on both
-# shapes in the same call, the 30B layer again.
+# shapes in the same call, the 30B layer again, then (time allowing) every layer_backward test with both variants
+# as the defaults (MEGAMOE_GATHER=overlapped MEGAMOE_FORWARD=persistent).
 # Predicted: persistent forward from 0.98x to ~1.01x of two launches (no copy-engine wait per GEMM1 tile);
 # overlapped gather forward from ~1.03x to ~1.06x (the movers keep up with 8 loads in flight), fwd+bwd z saved
 # ~1.01x (forward only).
@@ -29,5 +30,11 @@ grep RESULT $OUT/torch_layer.txt | cut -c1-130
 if ! late 470; then
   echo "== megamoe layer 30B again ($(( $(date +%s) - start )) s)"; MEGAMOE_BENCH_ONLY=30B timeout 60 ./layer --bench > $OUT/megamoe_layer_30b_again.txt 2>&1; echo "rc $?"
   grep RESULT $OUT/megamoe_layer_30b_again.txt | cut -c1-240
+fi
+if ! late 420; then
+  t0=$(date +%s)
+  MEGAMOE_GATHER=overlapped MEGAMOE_FORWARD=persistent timeout 150 ./layer_backward --include-ignored --test-threads=1 > $OUT/layer_backward_ov.txt 2>&1; rc=$?
+  echo "== layer_backward, MEGAMOE_GATHER=overlapped MEGAMOE_FORWARD=persistent: rc $rc in $(( $(date +%s) - t0 )) s: $(grep 'test result' $OUT/layer_backward_ov.txt | tail -1)"
+  grep -E "FAILED|panicked" $OUT/layer_backward_ov.txt | head -8
 fi
 echo "total $(( $(date +%s) - start )) s"

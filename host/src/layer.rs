@@ -105,9 +105,21 @@ pub struct LayerConfig {
     pub forward: Forward,
 }
 
+/// `default`, or the value named by the environment variable `var` (A/B runs of whole test binaries and
+/// benchmarks with another default; an unknown name panics with the accepted ones).
+fn env_choice<T: Copy>(var: &str, default: T, names: &[(&str, T)]) -> T {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => names.iter().find(|(n, _)| *n == v).map(|&(_, t)| t).unwrap_or_else(|| {
+            panic!("{var}={v}: expected one of {:?}", names.iter().map(|(n, _)| *n).collect::<Vec<_>>())
+        }),
+        _ => default,
+    }
+}
+
 impl LayerConfig {
-    /// A bf16 layer.
-    pub const fn bf16(
+    /// A bf16 layer. `gather` and `forward` take their defaults ([`Gather::Pass`], [`Forward::Launches`]) unless
+    /// `MEGAMOE_GATHER` (pass, overlapped) or `MEGAMOE_FORWARD` (launches, persistent) name others.
+    pub fn bf16(
         hidden: usize,
         intermediate: usize,
         experts: usize,
@@ -123,8 +135,16 @@ impl LayerConfig {
             top_k,
             max_tokens,
             save,
-            gather: Gather::Pass,
-            forward: Forward::Launches,
+            gather: env_choice(
+                "MEGAMOE_GATHER",
+                Gather::Pass,
+                &[("pass", Gather::Pass), ("overlapped", Gather::Overlapped)],
+            ),
+            forward: env_choice(
+                "MEGAMOE_FORWARD",
+                Forward::Launches,
+                &[("launches", Forward::Launches), ("persistent", Forward::Persistent)],
+            ),
         }
     }
 
