@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 2026-12-03 (eighth), call B: branch wgrad-epi after call A (wgrad epilogues reverted; the persistent
 # forward counts a GEMM1 tile after its block's next main loop; the movers keep 8 loads in flight with a 72 / 216
-# register split; dy gathered by the pass again; the dx combine run by dW1's idle producer warps). Carry [".dev/bB", ".dev/callB.sh"].
+# register split; dy gathered by the pass again; the dx combine run by dW2's and dW1's idle producer warps, a third and
+# two thirds of the tokens). Carry [".dev/bB", ".dev/callB.sh"].
 # Tests (layer_forward persistent + overlapped, grouped_gemm all), the layer bench on both shapes (phase 1 as the
 # PyTorch partner times; phase 2 the variants alternating with the default), torch._grouped_mm's layer on both
 # shapes in the same call, the 30B layer again, then (time allowing) every layer_backward test with both variants

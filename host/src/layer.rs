@@ -820,9 +820,11 @@ impl MoeLayer {
         // weight gradients, contracting over each expert's rows
         let acc = grads.accumulate;
         let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
-        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, None)?;
+        // overlapped: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest
+        let (first, rest) = split_combine(&dx_sum, saved.tokens / 3);
+        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, overlapped.then_some(first))?;
         let dz = (dptr(&self.work.dz, &s), ws_rows, 2 * i2);
-        self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, overlapped.then_some(dx_sum))?;
+        self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, overlapped.then_some(rest))?;
         Ok(())
     }
 
@@ -836,6 +838,22 @@ impl MoeLayer {
             None => Ok(()),
         }
     }
+}
+
+/// A combine cut into tokens 0..n and n..: the same sums (each token's rows and order unchanged), the second
+/// part's token-indexed pointers (slot_row, w, out) advanced by n tokens.
+fn split_combine(c: &Combine, n: usize) -> (Combine, Combine) {
+    let n = (n as u32).min(c.tokens);
+    let (k, cols) = (c.k as u64, c.cols as u64);
+    let adv = |p: u64, bytes: u64| if p == 0 { 0 } else { p + n as u64 * bytes };
+    let second = Combine {
+        slot_row: adv(c.slot_row, 4 * k),
+        w: adv(c.w, 4 * k),
+        out: adv(c.out, 2 * cols),
+        tokens: c.tokens - n,
+        ..*c
+    };
+    (Combine { tokens: n, ..*c }, second)
 }
 
 /// Read a routing error word (synchronises).
@@ -873,6 +891,16 @@ impl Saved {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_split_combine_covers_every_token_once() {
+        let c = Combine { y: 1000, w: 0, slot_row: 2000, out: 3000, error: 7, tokens: 10, cols: 64, k: 8, pad: 0 };
+        let (a, b) = split_combine(&c, 3);
+        assert_eq!((a.tokens, a.slot_row, a.out, a.w), (3, 2000, 3000, 0));
+        assert_eq!((b.tokens, b.slot_row, b.out, b.w, b.y, b.error), (7, 2000 + 3 * 32, 3000 + 3 * 128, 0, 1000, 7));
+        let (a, b) = split_combine(&Combine { w: 5000, ..c }, 20);
+        assert_eq!((a.tokens, b.tokens, b.w), (10, 0, 5000 + 10 * 32));
+    }
 
     #[test]
     fn configurations_are_checked_with_reasons() {
