@@ -16,7 +16,7 @@ start=$(date +%s)
 late() { [ $(( $(date +%s) - start )) -gt $1 ]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 mkdir -p $OUT/t
-for spec in "layer_forward:persistent overlapped:200" "grouped_gemm::120"; do
+for spec in "layer_forward:persistent overlapped:200" "grouped_gemm::70"; do
   IFS=: read -r t f to <<< "$spec"
   t0=$(date +%s)
   timeout $to ./$t --include-ignored --test-threads=1 $f > $OUT/t/$t.txt 2>&1; rc=$?
@@ -28,13 +28,13 @@ echo "== megamoe layer ($(( $(date +%s) - start )) s)"; timeout 170 ./layer --be
 grep RESULT $OUT/megamoe_layer.txt | cut -c1-240
 echo "== torch ($(( $(date +%s) - start )) s)"; MEGAMOE_TORCH_LOOP=0 PYTHONUNBUFFERED=1 timeout 150 python3 torch_layer.py > $OUT/torch_layer.txt 2>&1; echo "rc $?"
 grep RESULT $OUT/torch_layer.txt | cut -c1-130
-if ! late 400; then
+if ! late 330; then
   t0=$(date +%s)
   MEGAMOE_GATHER=overlapped MEGAMOE_FORWARD=persistent timeout 150 ./layer_backward --include-ignored --test-threads=1 > $OUT/layer_backward_ov.txt 2>&1; rc=$?
   echo "== layer_backward, MEGAMOE_GATHER=overlapped MEGAMOE_FORWARD=persistent: rc $rc in $(( $(date +%s) - t0 )) s: $(grep 'test result' $OUT/layer_backward_ov.txt | tail -1)"
   grep -E "FAILED|panicked" $OUT/layer_backward_ov.txt | head -8
 fi
-if ! late 500; then
+if ! late 440; then
   echo "== megamoe layer 30B again ($(( $(date +%s) - start )) s)"; MEGAMOE_BENCH_ONLY=30B timeout 60 ./layer --bench > $OUT/megamoe_layer_30b_again.txt 2>&1; echo "rc $?"
   grep RESULT $OUT/megamoe_layer_30b_again.txt | cut -c1-240
 fi
