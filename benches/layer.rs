@@ -53,12 +53,12 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         Gather::InProducer => Gather::Pass,
     };
     let layer_g = MoeLayer::new(g.clone(), LayerConfig { gather: other, ..cfg })?;
-    // variants, each timed forward alone (z recomputed) and forward + backward with z saved: GEMM1 and GEMM2 in
-    // one persistent launch; the gathers overlapped with the GEMMs; both
+    // variants of the default (two launches; x's gather and dx's combine overlapped with GEMM1 and the weight
+    // gradients), each timed forward alone (z recomputed) and forward + backward with z saved
     let variants = [
-        ("GEMMs in one persistent launch", Forward::Persistent, cfg.gather),
-        ("gathers overlapped with the GEMMs", Forward::Launches, Gather::Overlapped),
-        ("both", Forward::Persistent, Gather::Overlapped),
+        ("two launches, gather and combine passes", Forward::Launches, Gather::Pass),
+        ("one persistent launch, gather and combine passes", Forward::Persistent, Gather::Pass),
+        ("one persistent launch, overlapped gather and combine", Forward::Persistent, Gather::Overlapped),
     ];
     let mut vlayers = Vec::new();
     for (_, forward, gather) in variants {

@@ -179,7 +179,7 @@ fn gather_in_producer(s: Shape, tokens: usize, routing: Routing) {
     let mut r = rng();
     let inp = inputs(&mut r, s, tokens, routing);
     let cfg = config(s, tokens, Save::InputsOnly);
-    let mut pass = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut pass = MoeLayer::new(g.clone(), LayerConfig { gather: Gather::Pass, ..cfg }).unwrap();
     let mut fused = MoeLayer::new(g.clone(), LayerConfig { gather: Gather::InProducer, ..cfg }).unwrap();
     let (y, bits) = run(&g, &mut fused, &inp);
     let (_, bits_pass) = run(&g, &mut pass, &inp);
@@ -205,7 +205,8 @@ fn variant(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Forwa
     let mut r = rng();
     let inp = inputs(&mut r, s, tokens, routing);
     let cfg = config(s, tokens.max(1), save);
-    let mut base = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut base =
+        MoeLayer::new(g.clone(), LayerConfig { forward: Forward::Launches, gather: Gather::Pass, ..cfg }).unwrap();
     let mut var = MoeLayer::new(g.clone(), LayerConfig { forward, gather, ..cfg }).unwrap();
     let what = format!("{s:?} T={tokens} {routing:?} {save:?} {forward:?} {gather:?}");
     let (y, bits) = run(&g, &mut var, &inp);

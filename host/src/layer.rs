@@ -41,14 +41,15 @@ pub enum Save {
 /// Where the forward gathers the rows of x into expert order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gather {
-    /// A gather kernel writes the expert-ordered copy of x, then GEMM1 loads it by TMA (the default: faster
-    /// today, docs/NOTES.md).
+    /// A gather kernel writes the expert-ordered copy of x, then GEMM1 loads it by TMA; the backward's dx is
+    /// summed by a combine kernel.
     Pass,
     /// Data movement overlapped with the GEMMs by their idle producer warps: GEMM1's copy the rows of x into the
     /// expert-ordered buffer while it runs (the forward's and the backward's recompute of z; `_mv` kernels: each
     /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW1's sum dx over each
     /// token's slots (no combine pass in the backward). Bitwise the same results as [`Gather::Pass`]. dy is
-    /// gathered by the pass (overlapped with the dh GEMM it measured slower).
+    /// gathered by the pass (overlapped with the dh GEMM it measured slower). The default: 1.02-1.04x the forward
+    /// and 1.016-1.021x the forward + backward of [`Gather::Pass`] (docs/RESULTS.md, 2026-12-03 eighth session).
     Overlapped,
     /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the copy of x does not exist;
     /// bitwise the same results. At the Qwen3-30B-A3B shape (T = 16384) the forward with it measured 2.77 ms,
@@ -99,7 +100,7 @@ pub struct LayerConfig {
     pub max_tokens: usize,
     /// What the forward keeps.
     pub save: Save,
-    /// Where the forward gathers x ([`Gather::Pass`] from [`LayerConfig::bf16`]).
+    /// Where the forward gathers x ([`Gather::Overlapped`] from [`LayerConfig::bf16`]).
     pub gather: Gather,
     /// How the forward runs its GEMMs ([`Forward::Launches`] from [`LayerConfig::bf16`]).
     pub forward: Forward,
@@ -117,7 +118,7 @@ fn env_choice<T: Copy>(var: &str, default: T, names: &[(&str, T)]) -> T {
 }
 
 impl LayerConfig {
-    /// A bf16 layer. `gather` and `forward` take their defaults ([`Gather::Pass`], [`Forward::Launches`]) unless
+    /// A bf16 layer. `gather` and `forward` take their defaults ([`Gather::Overlapped`], [`Forward::Launches`]) unless
     /// `MEGAMOE_GATHER` (pass, overlapped) or `MEGAMOE_FORWARD` (launches, persistent) name others.
     pub fn bf16(
         hidden: usize,
@@ -137,7 +138,7 @@ impl LayerConfig {
             save,
             gather: env_choice(
                 "MEGAMOE_GATHER",
-                Gather::Pass,
+                Gather::Overlapped,
                 &[("pass", Gather::Pass), ("overlapped", Gather::Overlapped)],
             ),
             forward: env_choice(

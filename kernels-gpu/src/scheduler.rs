@@ -146,10 +146,9 @@ pub const fn fused_item(q: u32, m_total: u32, n1: u32, n2: u32, lag: u32) -> Fus
     FusedItem { kind: FusedKind::Gemm2, m: m_total - head + q / n2, n: q % n2 }
 }
 
-/// The smallest lag of the fused walk with which a block may count a GEMM1 tile's stores only after the main
-/// loop of its next item (`ffn_fused_fwd` does, so that it never waits for the copy engine): every GEMM2 item
-/// within `grid` positions after a GEMM1 item of m-tile m is then of an m-tile below m, so the deferred counts
-/// depend only on earlier GEMM1 tiles and the walk still cannot deadlock.
+/// A lag of the fused walk with which, in its middle part, every GEMM2 item within `grid` positions after a
+/// GEMM1 item of m-tile m is of an m-tile below m: `ffn_fused_fwd` then rarely has to count a GEMM1 tile at once
+/// (it defers the count past its block's next item only when that item cannot depend on it).
 #[inline(always)]
 pub const fn fused_lag_min(grid: u32, n1: u32, n2: u32) -> u32 {
     let n = if n1 < n2 { n1 } else { n2 };
@@ -308,6 +307,11 @@ mod tests {
             (37, 3, 2, 5, 7),
             (5, 1, 1, 9, 2),
             (0, 6, 8, 3, 4),
+            // fewer m-tiles than the lag (every expert's rows on one expert at 30B, T = 256: the H200 deadlock of
+            // the unconditional deferral) and a lag of 1
+            (16, 6, 8, 24, 132),
+            (40, 6, 8, 1, 132),
+            (300, 6, 8, 24, 132),
         ] {
             let total = fused_items(m_total, n1, n2);
             let items: Vec<FusedItem> = (0..total).map(|q| fused_item(q, m_total, n1, n2, lag)).collect();
@@ -334,10 +338,9 @@ mod tests {
             }
             assert!(seen1.iter().chain(&seen2).all(|&c| c == 1));
             // simulation: each block runs its items in order; a GEMM2 item waits for its m-tile's GEMM1 count.
-            // Deferred (the kernel, with lag >= fused_lag_min): a GEMM1 item is counted only once the block's
-            // next item has run (or the block has none left).
+            // Deferred (the kernel): with a head (min(lag, m-tiles)) of at least fused_lag_min, a GEMM1 item is
+            // counted only once the block's next item has run (or the block has none left), else at once.
             for deferred in [false, true] {
-                let lag = if deferred { lag.max(fused_lag_min(grid, n1, n2)) } else { lag };
                 let items: Vec<FusedItem> = (0..total).map(|q| fused_item(q, m_total, n1, n2, lag)).collect();
                 let mut next: Vec<u32> = (0..grid).collect(); // the block's current item
                 let mut left = std::vec![0u64; grid as usize]; // time left on it (0: not started)
@@ -368,8 +371,16 @@ mod tests {
                             if let Some(m) = pending[b].take() {
                                 g1_done[m as usize] += 1;
                             }
+                            // the kernel's rule: defer only with a head of at least fused_lag_min (and a next
+                            // item), which makes the next item a GEMM1 item or a GEMM2 item of an earlier m-tile
+                            let nq = q + grid;
+                            let safe = lag.min(m_total) >= fused_lag_min(grid, n1, n2) && nq < total;
+                            if safe && it.kind == FusedKind::Gemm1 {
+                                let n = items[nq as usize];
+                                assert!(n.kind == FusedKind::Gemm1 || n.m < it.m, "{n:?} after {it:?}");
+                            }
                             if it.kind == FusedKind::Gemm1 {
-                                if deferred {
+                                if deferred && safe {
                                     pending[b] = Some(it.m);
                                 } else {
                                     g1_done[it.m as usize] += 1;

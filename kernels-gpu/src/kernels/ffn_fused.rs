@@ -8,8 +8,10 @@
 //! item (so that it never waits for the copy engine: counting right after the epilogue measured 2% slower): its
 //! leader waits until its TMA stores are written (`cp.async.bulk.wait_group 0`, long done by then; stores from
 //! registers were fenced by every thread and barriered after the epilogue), then adds 1 with release semantics
-//! at GPU scope. The deferral is deadlock-free with lag >= `scheduler::fused_lag_min` (a GEMM2 item within a
-//! grid's stride after a GEMM1 item of m-tile m is of an m-tile below m), which the host guarantees. Before loading a GEMM2 tile's A (the h rows of m-tile m) the producer waits with
+//! at GPU scope. It defers only when the walk's head (min(lag, m-tiles)) is at least `scheduler::fused_lag_min`,
+//! so that the next item cannot depend on the count (a GEMM1 tile, or a GEMM2 tile of an earlier m-tile; by
+//! induction on the m-tile every count is made), else counts at once (an unconditional deferral deadlocked on
+//! the H200 when the walk had fewer m-tiles than the lag). Before loading a GEMM2 tile's A (the h rows of m-tile m) the producer waits with
 //! acquire loads until `ready[m]` = 2 n1 (two warpgroups per GEMM1 tile), bounded by `timeout_ns` of
 //! `%globaltimer`: on expiry it sets the error word to [`FUSED_TIMEOUT`] and every later wait of the launch
 //! returns at once (the host reports `Error::Timeout`; the output is not to be used). Proxy fences on both sides
@@ -28,7 +30,7 @@ use crate::kernels::routing_failed;
 use crate::params::{FusedFfn, GroupedGemm};
 use crate::pipeline::Ring;
 use crate::ptx::{fence, regs, smem, sync, tma};
-use crate::scheduler::{fused_gemm1_item, fused_item, fused_items, FusedKind, MTile};
+use crate::scheduler::{fused_gemm1_item, fused_item, fused_items, fused_lag_min, FusedKind, MTile};
 
 /// 384 threads, `grouped_gemm::SMEM_BYTES` of dynamic shared memory, grid <= the SM count (all blocks resident).
 #[no_mangle]
@@ -168,6 +170,11 @@ unsafe fn consume(p: &FusedFfn, base: u32, ring: Ring<STAGES>, staging: u32, cw:
     let (n1, n2) = (p.g1.n_tiles, p.g2.n_tiles);
     // the m-tile of this warpgroup's last GEMM1 tile while its stores are not yet counted (u32::MAX: none)
     let mut pending = u32::MAX;
+    // a count may wait past the block's next item only if that item cannot depend on it: with the walk's head
+    // (min(lag, m-tiles)) at least fused_lag_min, every GEMM2 item within a grid stride after a GEMM1 item of
+    // m-tile m is of an m-tile below m (by induction on m every deferred count is made); else count at once
+    let head = if p.lag < m_total { p.lag } else { m_total };
+    let defer = head >= fused_lag_min(regs::nctaid(), n1, n2);
     let mut q = regs::bid();
     while q < total {
         let w = fused_item(q, m_total, n1, n2, p.lag);
@@ -176,7 +183,6 @@ unsafe fn consume(p: &FusedFfn, base: u32, ring: Ring<STAGES>, staging: u32, cw:
         let (ti, kt_n) = if g2 { (tile(&p.g2, w.m, w.n), p.g2.k / BK) } else { (tile(&p.g1, w.m, w.n), p.g1.k / BK) };
         let acc = mainloop_coop::<false, false, 0>(base, &ring, &mut it, kt_n, cw, lane);
         // the previous GEMM1 tile's stores have completed under this main loop: counting them now costs no wait
-        // (the host's lag >= scheduler::fused_lag_min keeps this deferral deadlock-free)
         if pending != u32::MAX {
             count_h(p, pending, leader);
             pending = u32::MAX;
@@ -190,7 +196,11 @@ unsafe fn consume(p: &FusedFfn, base: u32, ring: Ring<STAGES>, staging: u32, cw:
                 fence::acq_rel_gpu();
                 sync::named_sync(2 + cw, 128);
             }
-            pending = w.m;
+            if defer && q + regs::nctaid() < total {
+                pending = w.m;
+            } else {
+                count_h(p, w.m, leader);
+            }
         }
         q += regs::nctaid();
     }
