@@ -20,6 +20,7 @@ t0=$(date +%s)
 MEGAMOE_FORWARD=persistent timeout 150 ./layer_backward --include-ignored --test-threads=1 > $OUT/layer_backward_persistent.txt 2>&1; rc=$?
 echo "== layer_backward, MEGAMOE_FORWARD=persistent: rc $rc in $(( $(date +%s) - t0 )) s: $(grep 'test result' $OUT/layer_backward_persistent.txt | tail -1)"
 grep -E "FAILED|panicked" $OUT/layer_backward_persistent.txt | head -6
+late 200 && { echo "total $(( $(date +%s) - start )) s (layer_forward left out)"; exit 0; }
 t0=$(date +%s)
 timeout 100 ./layer_forward --include-ignored --test-threads=1 --skip persistent --skip overlapped > $OUT/layer_forward.txt 2>&1; rc=$?
 echo "== layer_forward: rc $rc in $(( $(date +%s) - t0 )) s: $(grep 'test result' $OUT/layer_forward.txt | tail -1)"
