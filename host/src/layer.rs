@@ -832,7 +832,9 @@ impl MoeLayer {
     /// Whether the last forward saw an expert id outside -1..E: `Err(Error::InvalidArgument)` naming the
     /// problem if it did (then that forward, and every backward of its [`Saved`], wrote nothing), `Ok` if it did
     /// not or no forward ran yet. Synchronises the stream: a check for tests, debugging or a once-per-step
-    /// guard, not for the hot path. [`Saved::check`] asks the same of one particular forward.
+    /// guard, not for the hot path. [`Saved::check`] asks the same of one particular forward. `Err(Error::Timeout)`
+    /// if a bounded device wait of that forward's calls expired instead (the overlapped gather's or the
+    /// persistent forward's; it cannot with every block resident): their outputs are not to be used.
     pub fn routing_error(&self) -> Result<()> {
         match &self.last_error {
             Some(w) => check_word(&self.gpu, w, self.cfg.experts),
@@ -884,6 +886,8 @@ impl Saved {
     /// Whether the forward that returned this saw an expert id outside -1..E: `Err(Error::InvalidArgument)`
     /// ("topk_ids holds an expert id outside -1..E (E = ..); nothing was written") if it did; then that forward
     /// and every backward of this `Saved` wrote nothing. Synchronises `gpu`'s stream (the layer's GPU).
+    /// `Err(Error::Timeout)` if a bounded device wait of the forward or of a backward of this `Saved` expired
+    /// (see [`MoeLayer::routing_error`]); the kernels after it wrote nothing.
     pub fn check(&self, gpu: &Gpu) -> Result<()> {
         check_word(gpu, &self.error, self.experts)
     }
