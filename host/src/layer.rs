@@ -887,7 +887,7 @@ impl Saved {
     /// ("topk_ids holds an expert id outside -1..E (E = ..); nothing was written") if it did; then that forward
     /// and every backward of this `Saved` wrote nothing. Synchronises `gpu`'s stream (the layer's GPU).
     /// `Err(Error::Timeout)` if a bounded device wait of the forward or of a backward of this `Saved` expired
-    /// (see [`MoeLayer::routing_error`]); the kernels after it wrote nothing.
+    /// (see [`MoeLayer::routing_error`]); the kernels after it left y, dx, dtopk, dW1 and dW2 unwritten.
     pub fn check(&self, gpu: &Gpu) -> Result<()> {
         check_word(gpu, &self.error, self.experts)
     }
