@@ -146,6 +146,23 @@ pub const fn fused_item(q: u32, m_total: u32, n1: u32, n2: u32, lag: u32) -> Fus
     FusedItem { kind: FusedKind::Gemm2, m: m_total - head + q / n2, n: q % n2 }
 }
 
+/// The first of the parts of m-tile `m` that block `bid` of `grid` copies as a mover (the overlapped gather): the
+/// m-tile's rows are cut into one part per tile that needs them, part n going to the block that runs the
+/// m-tile's n-th tile, which is walk index `first + n` (`first`: the index of the m-tile's tile 0; the block
+/// taking index i is i % grid). Parts n, n + grid, ... below the part count are the block's (none when the
+/// result is at or past it).
+#[inline(always)]
+pub const fn mover_part(first: u32, bid: u32, grid: u32) -> u32 {
+    (bid + grid - first % grid) % grid
+}
+
+/// The rows of a part: part `n` of `parts` of the m-tile's rows `row0..end`, mover warp `w` of 3 takes rows
+/// row0 + n + parts (w + 3 i) below `end`; this is the first (>= end: none) and the stride.
+#[inline(always)]
+pub const fn mover_rows(row0: u32, n: u32, parts: u32, w: u32) -> (u32, u32) {
+    (row0 + n + parts * w, 3 * parts)
+}
+
 /// A lag of the fused walk with which, in its middle part, every GEMM2 item within `grid` positions after a
 /// GEMM1 item of m-tile m is of an m-tile below m: `ffn_fused_fwd` then rarely has to count a GEMM1 tile at once
 /// (it defers the count past its block's next item only when that item cannot depend on it).
@@ -288,6 +305,54 @@ mod tests {
                 }
             }
             assert!(seen.iter().all(|&c| c == 1), "m {m_total} n {n_tiles} grid {grid}");
+        }
+    }
+
+    /// The movers' split (mover_part, mover_rows): every row of every m-tile is copied by exactly one (block,
+    /// warp), and that block runs one of the m-tile's tiles (plain walk: tile m n_tiles + n; fused walk: item
+    /// fused_gemm1_item(m) + n), for grids below, at and above the tile count.
+    #[test]
+    fn movers_copy_every_row_once_in_a_block_that_needs_it() {
+        for &(m_total, n1, n2, grid, rows_last) in &[
+            (7u32, 6u32, 8u32, 132u32, 128u32),
+            (300, 6, 8, 132, 37),
+            (16, 3, 2, 5, 1),
+            (1, 1, 1, 1, 128),
+            (9, 8, 4, 2, 64),
+        ] {
+            for fused in [false, true] {
+                let lag = 5;
+                let first = |m: u32| if fused { fused_gemm1_item(m, m_total, n1, n2, lag) } else { m * n1 };
+                let mut copied = std::vec![0u32; (m_total * 128) as usize];
+                for b in 0..grid {
+                    for w in 0..3 {
+                        for m in 0..m_total {
+                            let end = if m + 1 == m_total { rows_last } else { 128 };
+                            let mut n = mover_part(first(m), b, grid);
+                            while n < n1 {
+                                // the block runs this m-tile's tile n
+                                assert_eq!((first(m) + n) % grid, b);
+                                let (mut r, step) = mover_rows(0, n, n1, w);
+                                while r < end {
+                                    copied[(m * 128 + r) as usize] += 1;
+                                    r += step;
+                                }
+                                n += grid;
+                            }
+                        }
+                    }
+                }
+                for m in 0..m_total {
+                    let end = if m + 1 == m_total { rows_last } else { 128 };
+                    for r in 0..128 {
+                        assert_eq!(
+                            copied[(m * 128 + r) as usize],
+                            (r < end) as u32,
+                            "m-tile {m} row {r} fused {fused}"
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -30,7 +30,7 @@ use crate::kernels::routing_failed;
 use crate::params::{FusedFfn, GroupedGemm};
 use crate::pipeline::Ring;
 use crate::ptx::{fence, regs, smem, sync, tma};
-use crate::scheduler::{fused_gemm1_item, fused_item, fused_items, fused_lag_min, FusedKind, MTile};
+use crate::scheduler::{fused_gemm1_item, fused_item, fused_items, fused_lag_min, mover_part, FusedKind, MTile};
 
 /// 384 threads, `grouped_gemm::SMEM_BYTES` of dynamic shared memory, grid <= the SM count (all blocks resident).
 #[no_mangle]
@@ -75,7 +75,7 @@ unsafe fn fused<const MV: bool>(p: &FusedFfn) {
             let (b, grid) = (regs::bid(), regs::nctaid());
             let m_total = *(p.g1.tile_offsets as *const u32).add(p.g1.experts as usize);
             let (n1, n2, lag) = (p.g1.n_tiles, p.g2.n_tiles, p.lag);
-            let part_of = |m: u32| (b + grid - fused_gemm1_item(m, m_total, n1, n2, lag) % grid) % grid;
+            let part_of = |m: u32| mover_part(fused_gemm1_item(m, m_total, n1, n2, lag), b, grid);
             move_rows(&p.g1, n1, part_of, t / 32 - 1, t % 32);
         }
     } else {

@@ -244,7 +244,7 @@ unsafe fn grouped_gemm<
             // warps 1..3: the rows of A this block's tiles need, copied from the tokens while the GEMM runs; tile
             // m n_tiles + n is block (m n_tiles + n) % grid's
             let (b, grid) = (regs::bid(), regs::nctaid());
-            let part_of = |m: u32| (b + grid - (m * p.n_tiles) % grid) % grid;
+            let part_of = |m: u32| crate::scheduler::mover_part(m * p.n_tiles, b, grid);
             move_rows(p, p.n_tiles, part_of, t / 32 - 1, t % 32);
         }
     } else {
@@ -462,7 +462,7 @@ pub(crate) unsafe fn move_rows(p: &GroupedGemm, parts: u32, part_of: impl Fn(u32
         let end = if row_end - row0 < BM { row_end } else { row0 + BM };
         let mut n = part_of(m);
         while n < parts {
-            let mut r = row0 + n + parts * w;
+            let (mut r, stride) = crate::scheduler::mover_rows(row0, n, parts, w);
             let mut mine = 0u32;
             while r < end {
                 let tok = *(p.row_slot as *const u32).add(r as usize) / p.top_k;
@@ -484,7 +484,7 @@ pub(crate) unsafe fn move_rows(p: &GroupedGemm, parts: u32, part_of: impl Fn(u32
                     c += 256;
                 }
                 mine += 1;
-                r += 3 * parts;
+                r += stride;
             }
             if mine > 0 {
                 // this lane's stores before the count, for the generic proxy and the copy engine alike
