@@ -2,16 +2,20 @@
 //! host to read a count back: grids are sized for the worst case and the kernels read the per-expert offsets on
 //! the device.
 //!
-//! Forward: routing layout, gather of x (or, with [`Gather::InProducer`], GEMM1's producer gathers the rows
-//! itself), grouped GEMM1 with the SwiGLU epilogue, grouped GEMM2, combine.
-//! Backward: gather of x (and recompute of z, unless saved), gather of dy, dh = dy W2 with the SwiGLU-backward
-//! epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1, combine of dx, and the K-grouped
-//! weight gradients dW2 = dy^T (s h) and dW1 = dz^T x.
+//! Forward: routing layout, gather of x, grouped GEMM1 with the SwiGLU epilogue, grouped GEMM2 (or both in one
+//! persistent launch, [`Forward::Persistent`]), combine. With [`Gather::Overlapped`] (the default) GEMM1's idle
+//! producer warps do the gather while it runs; with [`Gather::InProducer`] GEMM1's producer gathers the rows
+//! into shared memory itself.
+//! Backward: gather of x (and recompute of z, unless saved; overlapped as in the forward), gather of dy, dh =
+//! dy W2 with the SwiGLU-backward epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1,
+//! combine of dx (overlapped: by the weight gradients' idle producer warps), and the K-grouped weight gradients
+//! dW2 = dy^T (s h) and dW1 = dz^T x.
 //!
 //! Invalid expert ids (outside -1..E) cannot be seen by the host without a synchronisation. Each forward
 //! call has its own device error word (in its [`Saved`]): `route_count` sets it, `route_scan` then writes
 //! all-zero offsets (no gather or grouped GEMM of the call has rows), and the kernels that write outputs
-//! (`combine_rows`, `dtopk_reduce`, `grouped_wgrad_f32`) return at once, in the forward and in every backward
+//! (`combine_rows`, `dtopk_reduce`, `grouped_wgrad_f32` and its `_mv` variant) return at once, in the forward
+//! and in every backward
 //! of that [`Saved`]: y, dx, dtopk, dW1 and dW2 keep their previous contents. [`MoeLayer::routing_error`]
 //! and [`Saved::check`] read the word (they synchronise).
 use std::collections::HashMap;
