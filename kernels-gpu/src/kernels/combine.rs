@@ -11,25 +11,31 @@ pub unsafe extern "ptx-kernel" fn combine_rows(p: Combine) {
     if t >= p.tokens || routing_failed(p.error) {
         return;
     }
-    let chunks = p.cols / 8;
-    let slot_row = p.slot_row as *const i32;
-    let w = p.w as *const f32;
-    let y = p.y as *const [u32; 4];
-    let out = p.out as *mut [u32; 4];
     let mut c = regs::tid();
-    while c < chunks {
-        let sum = weighted_sum(p.k, |j| {
-            let slot = (t * p.k + j) as usize;
-            let row = *slot_row.add(slot);
-            if row < 0 {
-                return None;
-            }
-            let wt = if p.w == 0 { 1.0 } else { *w.add(slot) };
-            Some((wt, global::ld_v4(y.add(row as usize * chunks as usize + c as usize))))
-        });
-        global::st_v4(out.add((t * chunks + c) as usize), sum);
+    while c < p.cols / 8 {
+        token_chunk::<8>(&p, t, c);
         c += regs::ntid();
     }
+}
+
+/// 16-byte chunk `c` of token `t`'s output row: the weighted sum of its slots' rows of `p.y` into `p.out`, the
+/// slots' rows fetched `B` (8 or 2) at a time ([`weighted_sum`], [`weighted_sum_2`]: the same sum either way).
+/// SAFETY: `t` < p.tokens, `c` < p.cols / 8; the buffers as `combine_rows` takes them.
+#[inline(always)]
+pub(crate) unsafe fn token_chunk<const B: u32>(p: &Combine, t: u32, c: u32) {
+    let chunks = p.cols / 8;
+    let slot_row = p.slot_row as *const i32;
+    let row = |j: u32| {
+        let slot = (t * p.k + j) as usize;
+        let row = *slot_row.add(slot);
+        if row < 0 {
+            return None;
+        }
+        let wt = if p.w == 0 { 1.0 } else { *(p.w as *const f32).add(slot) };
+        Some((wt, global::ld_v4((p.y as *const [u32; 4]).add(row as usize * chunks as usize + c as usize))))
+    };
+    let sum = if B == 8 { weighted_sum(p.k, row) } else { weighted_sum_2(p.k, row) };
+    global::st_v4((p.out as *mut [u32; 4]).add((t * chunks + c) as usize), sum);
 }
 
 /// The combine's arithmetic, shared by `combine_rows` and `ep_combine` (so EP = R sums bitwise as EP = 1):

@@ -468,21 +468,7 @@ pub(crate) unsafe fn move_rows(p: &GroupedGemm, parts: u32, part_of: impl Fn(u32
                 let tok = *(p.row_slot as *const u32).add(r as usize) / p.top_k;
                 let src = (p.a_rows as *const [u32; 4]).add((tok * chunks) as usize);
                 let dst = (p.a_copy as *mut [u32; 4]).add((r * chunks) as usize);
-                let mut c = lane;
-                while c < chunks {
-                    let mut v = [[0u32; 4]; 8];
-                    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                        if c + 32 * (I as u32) < chunks {
-                            v[I] = global::ld_v4(src.add((c + 32 * (I as u32)) as usize));
-                        }
-                    });
-                    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                        if c + 32 * (I as u32) < chunks {
-                            global::st_v4(dst.add((c + 32 * (I as u32)) as usize), v[I]);
-                        }
-                    });
-                    c += 256;
-                }
+                crate::kernels::ep_common::copy_row(src, dst, chunks, lane);
                 mine += 1;
                 r += stride;
             }

@@ -11,7 +11,7 @@
 //! reduce-adds for gradient accumulation), overlapping the next tile's main loop; one owner per element.
 //! When the routing error word is set the kernel returns at entry: C is neither overwritten nor added to.
 use crate::desc::{Layout, SmemDesc};
-use crate::kernels::combine::weighted_sum_2;
+use crate::kernels::combine::token_chunk;
 use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
@@ -98,24 +98,11 @@ unsafe fn grouped_wgrad<const MV: bool>(p: &WgradGemm) {
 /// Nothing waits for it but the kernel's end; it reads rows an earlier launch wrote.
 #[inline(always)]
 unsafe fn combine(c: &Combine, w: u32, lane: u32) {
-    let chunks = c.cols / 8;
-    let slot_row = c.slot_row as *const i32;
-    let y = c.y as *const [u32; 4];
-    let out = c.out as *mut [u32; 4];
     let mut t = w + 3 * regs::bid();
     while t < c.tokens {
         let mut ch = lane;
-        while ch < chunks {
-            let sum = weighted_sum_2(c.k, |j| {
-                let slot = (t * c.k + j) as usize;
-                let row = *slot_row.add(slot);
-                if row < 0 {
-                    return None;
-                }
-                let wt = if c.w == 0 { 1.0 } else { *(c.w as *const f32).add(slot) };
-                Some((wt, global::ld_v4(y.add(row as usize * chunks as usize + ch as usize))))
-            });
-            global::st_v4(out.add((t * chunks + ch) as usize), sum);
+        while ch < c.cols / 8 {
+            token_chunk::<2>(c, t, ch);
             ch += 32;
         }
         t += 3 * regs::nctaid();
