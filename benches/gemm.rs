@@ -118,6 +118,32 @@ fn time_prepared(g: &Gpu, p: &Prepared<'_>) -> R<f64> {
     median_us(g, || p.launch(g).s())
 }
 
+/// Two launches timed alternating (A, B, A, B, ...), each its own events: the medians of both.
+fn time_prepared_ab(g: &Gpu, a: &Prepared<'_>, b: &Prepared<'_>) -> R<(f64, f64)> {
+    let (mut ta, mut tb) = (Vec::with_capacity(REPS), Vec::with_capacity(REPS));
+    for _ in 0..WARM + REPS {
+        ta.push(time_once(g, a)?);
+        tb.push(time_once(g, b)?);
+    }
+    let med = |mut t: Vec<f64>| {
+        let mut t = t.split_off(WARM);
+        t.sort_by(|x, y| x.total_cmp(y));
+        t[t.len() / 2]
+    };
+    Ok((med(ta), med(tb)))
+}
+
+/// One launch of `p` between two events, in microseconds.
+fn time_once(g: &Gpu, p: &Prepared<'_>) -> R<f64> {
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let (a, b) = (g.context().new_event(flags).s()?, g.context().new_event(flags).s()?);
+    a.record(g.stream()).s()?;
+    p.launch(g).s()?;
+    b.record(g.stream()).s()?;
+    b.synchronize().s()?;
+    Ok(a.elapsed_ms(&b).s()? as f64 * 1e3)
+}
+
 fn poison<T>(g: &Gpu, b: &mut CudaSlice<T>) -> R<()> {
     g.fill_bytes(b, 0xff).s()
 }
@@ -455,6 +481,9 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let mut dx_out = g.alloc::<bf16>(m * h).s()?;
     let mut dw2 = g.alloc::<f32>(e * h * i).s()?;
     let mut dw1 = g.alloc::<f32>(e * i2 * h).s()?;
+    // the same in bf16 (the weights' type, as PyTorch's autograd gives the gradients)
+    let mut dw2b = g.alloc::<bf16>(e * h * i).s()?;
+    let mut dw1b = g.alloc::<bf16>(e * i2 * h).s()?;
     let bf_nan = |v: bf16| v.is_nan();
     let f_nan = |v: f32| v.is_nan();
     let bf = |v: &bf16| v.to_f64();
@@ -669,20 +698,37 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let what = "bwd dx";
     ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
 
-    // ---- bwd dW2 = (s dy)^T h: [H, I] per expert; dW1 = dz^T x: [2I, H] per expert (f32, K-grouped)
-    for (what, pa, a, wm, pb, b, wn, c) in
-        [("bwd dW2", &psdy, &sdy, h, &ph, &hin, i, &mut dw2), ("bwd dW1", &pdz, &dzin, i2, &px, &xs, h, &mut dw1)]
-    {
+    // ---- bwd dW2 = (s dy)^T h: [H, I] per expert; dW1 = dz^T x: [2I, H] per expert (K-grouped), f32 and bf16
+    // output (the bf16 kernel times alternating with the f32 one: their ratio is the same-run A/B)
+    for (what, pa, a, wm, pb, b, wn, c, cb) in [
+        ("bwd dW2", &psdy, &sdy, h, &ph, &hin, i, &mut dw2, &mut dw2b),
+        ("bwd dW1", &pdz, &dzin, i2, &px, &xs, h, &mut dw1, &mut dw1b),
+    ] {
         poison(g, c)?;
+        poison(g, cb)?;
         let p =
             WgradArgs { a, b, offsets: &offsets, c: &mut *c, experts: e, m: wm, n: wn, rows_max: m, accumulate: false }
                 .prepare(g)
                 .s()?;
-        let us = time_prepared(g, &p)?;
+        let pb16 = WgradArgs {
+            a,
+            b,
+            offsets: &offsets,
+            c: &mut *cb,
+            experts: e,
+            m: wm,
+            n: wn,
+            rows_max: m,
+            accumulate: false,
+        }
+        .prepare(g)
+        .s()?;
+        let (us, us_b) = time_prepared_ab(g, &p, &pb16)?;
         drop(p);
+        drop(pb16);
         // rows of C_e across the m-tiles, all columns, for the first and last sampled experts
         let c_rows = [0, 1, 63, 64, 127, 128 + 5, wm / 2 + 3, wm - 1];
-        let (mut got, mut exp) = (Vec::new(), Vec::new());
+        let (mut got, mut got_b, mut exp) = (Vec::new(), Vec::new(), Vec::new());
         for &x in &[sample_e[0], sample_e[2]] {
             let (r0, r1) = (rt.offsets[x] as usize, rt.offsets[x + 1] as usize);
             let mut acc = vec![0.0f64; c_rows.len() * wn];
@@ -698,16 +744,21 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
             exp.extend(acc);
             for &cr in &c_rows {
                 got.extend(rows_f64(&st, c, (x * wm + cr) * wn, wn, ff)?);
+                got_b.extend(rows_f64(&st, cb, (x * wm + cr) * wn, wn, bf)?);
             }
         }
-        let err = check::rel_err(&got, &exp);
-        let written = all_written(&st, c, f_nan)?;
+        let (err, err_b) = (check::rel_err(&got, &exp), check::rel_err(&got_b, &exp));
+        let (written, written_b) = (all_written(&st, c, f_nan)?, all_written(&st, cb, bf_nan)?);
         let dd = dense(true, false, (wm, wn, m), ptr(a), ptr(b), None, Some(c), &|r, col| {
             dot(m, &|q| pa.get(q * wm + r) * pb.get(q * wn + col))
         });
         // after the checks: it overwrites ours (and cuBLAS dense's) output, E blocks of [wm, wn] f32
         let bb = batched(true, false, (wm, wn, m / e), ptr(a), ptr(b), dptr(c, &st), true);
         let mnk = (wm, wn, m);
+        ok &=
+            Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd, batched: &bb }.print();
+        let what = if what == "bwd dW2" { "bwd dW2 bf16 out" } else { "bwd dW1 bf16 out" };
+        let (us, err, written) = (us_b, err_b, written_b);
         ok &=
             Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd, batched: &bb }.print();
     }

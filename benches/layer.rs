@@ -43,6 +43,9 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let mut gdx = g.alloc::<bf16>(tokens * h)?;
     let mut gw1 = g.alloc::<f32>(e * 2 * i * h)?;
     let mut gw2 = g.alloc::<f32>(e * h * i)?;
+    // bf16 weight gradients (the weights' type, as PyTorch's autograd gives them)
+    let mut gw1b = g.alloc::<bf16>(e * 2 * i * h)?;
+    let mut gw2b = g.alloc::<bf16>(e * h * i)?;
     let mut gtk = g.alloc::<f32>(tokens * k)?;
     let cfg = LayerConfig::bf16(h, i, e, k, tokens, Save::InputsOnly);
     let layer = MoeLayer::new(g.clone(), cfg)?;
@@ -75,21 +78,34 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     // 3 warm-ups, 20 timed each.
     let mut all = vec![layer, layer_z, layer_g];
     all.extend(vlayers);
-    // (layer, with the backward, phase)
-    let mut passes = vec![(0, false, 1), (0, true, 1), (1, true, 1), (2, false, 1), (0, false, 2), (1, true, 2)];
-    passes.extend((0..2 * variants.len()).map(|j| (3 + j, j % 2 == 1, 2)));
+    // (layer, with the backward, phase, bf16 weight gradients); the last two: the z-saved forward + backward with
+    // bf16 weight gradients, back to back (phase 1) and alternating with the default's f32 (phase 2)
+    let mut passes = vec![
+        (0, false, 1, false),
+        (0, true, 1, false),
+        (1, true, 1, false),
+        (2, false, 1, false),
+        (0, false, 2, false),
+    ];
+    passes.push((1, true, 2, false));
+    passes.extend((0..2 * variants.len()).map(|j| (3 + j, j % 2 == 1, 2, false)));
+    let bf16_passes = (passes.len(), passes.len() + 1);
+    passes.extend([(1, true, 1, true), (1, true, 2, true)]);
     let mut times = vec![Vec::new(); passes.len()];
     let mut checked = Vec::new();
     let reps = timed_reps();
     let mut run = |pass: usize, rep: usize, times: &mut Vec<Vec<f64>>| -> megamoe::Result<()> {
-        let (l, with_bwd, _) = passes[pass];
+        let (l, with_bwd, _, bf16_grads) = passes[pass];
         let layer = &mut all[l];
         if rep == 3 && pass == 0 {
             g.fill_bytes(&mut out, 0xff)?;
         }
         let ms = g.timed(|| {
             let sv = layer.forward(&inp, &mut out)?;
-            if with_bwd {
+            if with_bwd && bf16_grads {
+                let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
+                layer.backward(&sv, &ddy, &inp, gr)?;
+            } else if with_bwd {
                 let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
                 layer.backward(&sv, &ddy, &inp, gr)?;
             }
@@ -210,6 +226,17 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             ab_fbz / fbz
         );
     }
+    let (fbz_b1, fbz_b2) = (ms[bf16_passes.0], ms[bf16_passes.1]);
+    println!(
+        "RESULT megamoe forward+backward (z saved, bf16 weight gradients) {name} T={tokens}: {:.0} us, {:.0} TFLOP/s \
+         (median of {reps}, each pass back to back as the f32 line below); alternating with the f32 default's: {:.0} \
+         us against {:.0} us, {:.3}x",
+        fbz_b1 * 1e3,
+        3.0 * fl / (fbz_b1 * 1e-3) / 1e12,
+        fbz_b2 * 1e3,
+        ab_fbz * 1e3,
+        ab_fbz / fbz_b2
+    );
     for (mode, ms) in [("z recomputed", ms_fb), ("z saved", ms_fbz)] {
         println!(
             "RESULT megamoe forward+backward ({mode}) {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (3x the forward \

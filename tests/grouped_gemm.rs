@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::gemm::{self, BLayout, DswigluArgs, GroupedGemmArgs, ScatterArgs, SwigluArgs, WgradArgs};
+use megamoe::gemm::{self, BLayout, DswigluArgs, GroupedGemmArgs, ScatterArgs, SwigluArgs, WgradArgs, WgradElem};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
 
@@ -355,20 +355,45 @@ fn dswiglu(i: usize, seed: u64) -> (Vec<u16>, Vec<u32>) {
     (dz.iter().map(|v| v.to_bits()).collect(), part.iter().map(|v| v.to_bits()).collect())
 }
 
-fn wgrad(counts: &[u32], accumulate: bool) {
+/// The K-grouped weight gradient with output `W` (f32 or bf16) against the f64 reference; C starts as random
+/// values (kept and added to with `accumulate`, overwritten without). bf16: each element is also the f32
+/// kernel's rounded (the same accumulator; without `accumulate`).
+/// The output types' conversions.
+trait El: WgradElem + Default {
+    fn of(v: f32) -> Self;
+    fn f(self) -> f32;
+}
+impl El for f32 {
+    fn of(v: f32) -> Self {
+        v
+    }
+    fn f(self) -> f32 {
+        self
+    }
+}
+impl El for bf16 {
+    fn of(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn f(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+fn wgrad<W: El>(counts: &[u32], accumulate: bool) {
     let mut s = setup(counts);
     let (e, m, n) = (s.counts.len(), 192, 320);
     let g = s.g.clone();
     let a = s.r.bf16_vec(s.rows_max * m, 1.0);
     let b = s.r.bf16_vec(s.rows_max * n, 1.0);
-    let c0: Vec<f32> = (0..e * m * n).map(|_| s.r.sym(1.0) as f32).collect();
+    let c0: Vec<W> = (0..e * m * n).map(|_| W::of(s.r.sym(1.0) as f32)).collect();
     let (da, db, doff) = (g.upload(&a).unwrap(), g.upload(&b).unwrap(), g.upload(&s.offsets).unwrap());
     let mut dc = g.upload(&c0).unwrap();
     let args =
         WgradArgs { a: &da, b: &db, offsets: &doff, c: &mut dc, experts: e, m, n, rows_max: s.rows_max, accumulate };
     gemm::grouped_wgrad(&g, args).unwrap();
     let c = g.download(&dc).unwrap();
-    let mut want: Vec<f64> = if accumulate { c0.iter().map(|&v| v as f64).collect() } else { vec![0.0; e * m * n] };
+    let mut want: Vec<f64> = if accumulate { c0.iter().map(|&v| v.f() as f64).collect() } else { vec![0.0; e * m * n] };
     for ex in 0..e {
         for row in s.offsets[ex] as usize..s.offsets[ex + 1] as usize {
             for i in 0..m {
@@ -379,13 +404,36 @@ fn wgrad(counts: &[u32], accumulate: bool) {
             }
         }
     }
-    let got: Vec<f64> = c.iter().map(|&v| v as f64).collect();
-    check::close(&format!("wgrad counts {counts:?} accumulate {accumulate}"), &got, &want, 1e-2).unwrap();
+    let got: Vec<f64> = c.iter().map(|&v| v.f() as f64).collect();
+    let tag = format!("wgrad {} counts {counts:?} accumulate {accumulate}", W::NAME);
+    check::close(&tag, &got, &want, 1e-2).unwrap();
+    if W::NAME == "bf16" && !accumulate {
+        let mut c32 = g.upload(&vec![f32::NAN; e * m * n]).unwrap();
+        let args = WgradArgs {
+            a: &da,
+            b: &db,
+            offsets: &doff,
+            c: &mut c32,
+            experts: e,
+            m,
+            n,
+            rows_max: s.rows_max,
+            accumulate,
+        };
+        gemm::grouped_wgrad(&g, args).unwrap();
+        let c32 = g.download(&c32).unwrap();
+        if let Some(i) = (0..c.len()).find(|&i| c[i].f().to_bits() != W::of(c32[i]).f().to_bits()) {
+            panic!("{tag}: C[{i}] = {} is not the f32 kernel's {} rounded", c[i].f(), c32[i]);
+        }
+    }
 }
 
-gpu_test!(wgrad_ragged_overwrite, wgrad(&[0, 1, 300, 129, 0, 17], false));
-gpu_test!(wgrad_ragged_accumulate, wgrad(&[0, 1, 300, 129, 0, 17], true));
-gpu_test!(wgrad_no_rows_zeroes_c, wgrad(&[0, 0, 0], false));
+gpu_test!(wgrad_ragged_overwrite, wgrad::<f32>(&[0, 1, 300, 129, 0, 17], false));
+gpu_test!(wgrad_ragged_accumulate, wgrad::<f32>(&[0, 1, 300, 129, 0, 17], true));
+gpu_test!(wgrad_bf16_ragged_overwrite, wgrad::<bf16>(&[0, 1, 300, 129, 0, 17], false));
+gpu_test!(wgrad_bf16_ragged_accumulate, wgrad::<bf16>(&[0, 1, 300, 129, 0, 17], true));
+gpu_test!(wgrad_bf16_no_rows_zeroes_c, wgrad::<bf16>(&[0, 0, 0], false));
+gpu_test!(wgrad_no_rows_zeroes_c, wgrad::<f32>(&[0, 0, 0], false));
 
 gpu_test!(bad_arguments_are_rejected_before_launch, {
     let g = gpu();

@@ -126,6 +126,68 @@ gpu_test!(qwen3_30b_a3b_t1024_half_empty, {
     check_backward(Shape::QWEN3_30B_A3B, 1024, Routing::HalfEmpty, Save::InputsOnly)
 });
 
+/// The backward with bf16 weight gradients (`Grads<bf16>`): dx and dtopk bitwise those of the f32 call, dW1 and
+/// dW2 each element the f32 gradient rounded to bf16 (the same accumulator, rounded once), every element
+/// written, within 1e-2 of the reference; accumulated once more: exactly twice.
+fn check_bf16_grads(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    let g = gpu();
+    let mut r = rng();
+    let inp = inputs(&mut r, s, tokens, routing);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens.max(1), save);
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let o = run(&g, &mut layer, &inp);
+    let tag = format!("{s:?} T={tokens} {routing:?} {save:?} bf16 dW");
+    let up = |v: &[bf16]| g.upload(v).unwrap();
+    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let li = LayerInputs { tokens: inp.tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let mut out = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
+    let mut dx = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
+    let mut dtopk = g.alloc::<f32>(inp.tokens * s.k).unwrap();
+    let mut dw1 = g.alloc::<bf16>(s.e * 2 * s.i * s.h).unwrap();
+    let mut dw2 = g.alloc::<bf16>(s.e * s.h * s.i).unwrap();
+    g.fill_bytes(&mut dx, 0xff).unwrap();
+    g.fill_bytes(&mut dtopk, 0xff).unwrap();
+    g.fill_bytes(&mut dw1, 0xff).unwrap();
+    g.fill_bytes(&mut dw2, 0xff).unwrap();
+    let saved = layer.forward(&li, &mut out).unwrap();
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward(&saved, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let (dw1_h, dw2_h) = (g.download(&dw1).unwrap(), g.download(&dw2).unwrap());
+    let bits16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(bits16(&g.download(&dx).unwrap()) == bits16(&o.dx), "{tag}: dx differs from the f32 call's");
+    assert!(bits32(&g.download(&dtopk).unwrap()) == bits32(&o.dtopk), "{tag}: dtopk differs from the f32 call's");
+    let (_, want) = reference::forward_backward(&inp.shape, &[rank_input(&inp)], &weights(&inp)).unwrap();
+    for (what, got, f32_grad, reference) in [("dW1", &dw1_h, &o.dw1, &want.dw1), ("dW2", &dw2_h, &o.dw2, &want.dw2)] {
+        if let Some(i) = got.iter().position(|v| v.is_nan()) {
+            panic!("{tag}: {what}[{i}] is NaN (not written)");
+        }
+        if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != bf16::from_f32(f32_grad[i]).to_bits()) {
+            panic!("{tag}: {what}[{i}] = {} is not the f32 gradient {} rounded", got[i], f32_grad[i]);
+        }
+        let e = check::close(&format!("{tag}: {what}"), &f16s(got), reference, 1e-2).unwrap();
+        eprintln!("{what} (bf16): rel err {e:.3e}");
+    }
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: true };
+    layer.backward(&saved, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    for (what, one, two) in [("dW1", &dw1_h, g.download(&dw1).unwrap()), ("dW2", &dw2_h, g.download(&dw2).unwrap())] {
+        if let Some(i) = (0..one.len()).find(|&i| (one[i] + one[i]).to_bits() != two[i].to_bits()) {
+            panic!("{tag}: accumulated {what}[{i}] = {} != 2 x {}", two[i], one[i]);
+        }
+    }
+}
+
+gpu_test!(bf16_weight_gradients_ragged, { check_bf16_grads(RAGGED, 211, Routing::Masked10, Save::WithZ) });
+gpu_test!(bf16_weight_gradients_half_empty, { check_bf16_grads(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly) });
+gpu_test!(bf16_weight_gradients_qwen3_30b_a3b_t1024, {
+    check_bf16_grads(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ)
+});
+
 gpu_test!(zero_tokens_write_zero_weight_gradients, {
     let g = gpu();
     let mut r = rng();

@@ -790,7 +790,7 @@ impl EpLayer {
         let per = (self.cfg.experts / self.world()) as u32;
         let map_a = self.maps.get(&g, a.0, recv, a.1, 64, 64)?;
         let map_b = self.maps.get(&g, b.0, recv, b.1, 64, 64)?;
-        let map_c = self.maps.get_wgrad_c(&g, dptr(&*c, g.stream()), per as usize * a.1, b.1)?;
+        let map_c = self.maps.get_wgrad_c::<f32>(&g, dptr(&*c, g.stream()), per as usize * a.1, b.1)?;
         let offsets = self.group.peer(r) + self.group.layout.local_offsets;
         let maps = [map_a, map_b, map_c];
         let (p, launch) = wgrad_launch(&g, maps, offsets, dptr(&*c, g.stream()), 0, per as usize, a.1, b.1, acc);

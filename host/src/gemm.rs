@@ -9,7 +9,8 @@
 //! - [`grouped_gemm_swiglu`]: the forward's GEMM1 with the SwiGLU epilogue (`grouped_gemm_swiglu`);
 //! - [`grouped_gemm_dswiglu`]: the backward's dh GEMM with the SwiGLU-backward epilogue
 //!   (`grouped_gemm_bt_dswiglu`);
-//! - [`grouped_wgrad`]: the K-grouped f32 weight gradient (`grouped_wgrad_f32`).
+//! - [`grouped_wgrad`]: the K-grouped weight gradient, f32 or bf16 output ([`WgradElem`]: `grouped_wgrad_f32`,
+//!   `grouped_wgrad_bf16`).
 //!
 //! Each argument block also has a `prepare` method: the arguments checked and the tensor maps encoded once, a
 //! [`Prepared`] launch to run any number of times (what a benchmark times). The buffers stay borrowed while
@@ -206,15 +207,15 @@ pub struct DswigluArgs<'a> {
 /// (or added to C_e with `accumulate`), contracting over the expert's rows offsets[e]..offsets[e + 1]; an
 /// expert without rows gets zeros (or nothing added). dW2 = (s dy)^T h: A = s dy rows (M = H), B = h rows
 /// (N = I); dW1 = dz^T x: A = dz rows (M = 2I), B = x rows (N = H).
-pub struct WgradArgs<'a> {
+pub struct WgradArgs<'a, W: WgradElem = f32> {
     /// bf16 [rows_max, M].
     pub a: &'a CudaSlice<bf16>,
     /// bf16 [rows_max, N].
     pub b: &'a CudaSlice<bf16>,
     /// u32 [E + 1], row offsets (device).
     pub offsets: &'a CudaSlice<u32>,
-    /// f32 [E, M, N], every element written (or added to).
-    pub c: &'a mut CudaSlice<f32>,
+    /// [E, M, N] in f32 or bf16, every element written (or added to).
+    pub c: &'a mut CudaSlice<W>,
     /// Experts.
     pub experts: usize,
     /// M (a multiple of 64).
@@ -225,6 +226,45 @@ pub struct WgradArgs<'a> {
     pub rows_max: usize,
     /// Add into C instead of overwriting it.
     pub accumulate: bool,
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::bf16 {}
+}
+
+/// The element type of a weight gradient's output: f32 (gradient accumulation in full precision, as
+/// Megatron's `main_grad`) or bf16 (half the bytes written: the gradient PyTorch's autograd gives bf16
+/// weights). Each has its kernels (`_mv`: with the backward's dx combine run by the idle producer warps) and
+/// the tensor map of its epilogue's boxes.
+pub trait WgradElem: DeviceRepr + Copy + 'static + sealed::Sealed {
+    /// The kernel.
+    const KERNEL: &'static str;
+    /// The kernel with the combine role.
+    const KERNEL_MV: &'static str;
+    /// The tensor-map element type.
+    const DTYPE: Dtype;
+    /// Rows and columns of the epilogue's boxes.
+    const C_BOX: (u32, u32);
+    /// "f32" or "bf16", for messages.
+    const NAME: &'static str;
+}
+
+impl WgradElem for f32 {
+    const KERNEL: &'static str = "grouped_wgrad_f32";
+    const KERNEL_MV: &'static str = "grouped_wgrad_f32_mv";
+    const DTYPE: Dtype = Dtype::F32;
+    const C_BOX: (u32, u32) = kh::WGRAD_C_BOX;
+    const NAME: &'static str = "f32";
+}
+
+impl WgradElem for bf16 {
+    const KERNEL: &'static str = "grouped_wgrad_bf16";
+    const KERNEL_MV: &'static str = "grouped_wgrad_bf16_mv";
+    const DTYPE: Dtype = Dtype::Bf16;
+    const C_BOX: (u32, u32) = kh::WGRAD_C_BOX_BF16;
+    const NAME: &'static str = "bf16";
 }
 
 /// The m-tile offsets (tiles of 128 rows) of per-expert row counts, as `route_scan` computes them.
@@ -258,7 +298,7 @@ pub fn grouped_gemm_dswiglu(gpu: &Gpu, g: DswigluArgs<'_>) -> Result<()> {
 }
 
 /// Launch the K-grouped weight gradient on `gpu`'s stream.
-pub fn grouped_wgrad(gpu: &Gpu, g: WgradArgs<'_>) -> Result<()> {
+pub fn grouped_wgrad<W: WgradElem>(gpu: &Gpu, g: WgradArgs<'_, W>) -> Result<()> {
     g.prepare(gpu)?.launch(gpu)
 }
 
@@ -269,8 +309,8 @@ enum Block {
     Zero { ptr: u64, bytes: usize },
     /// An M-grouped kernel.
     M(&'static str, Launch, GroupedGemm),
-    /// The K-grouped kernel.
-    K(Launch, WgradGemm),
+    /// A K-grouped kernel.
+    K(&'static str, Launch, WgradGemm),
 }
 
 /// A grouped GEMM with its arguments checked and its tensor maps encoded: [`Prepared::launch`] enqueues it on
@@ -288,7 +328,7 @@ impl Prepared<'_> {
     pub fn kernel(&self) -> Option<&'static str> {
         match self.block {
             Block::M(k, ..) => Some(k),
-            Block::K(..) => Some("grouped_wgrad_f32"),
+            Block::K(k, ..) => Some(k),
             _ => None,
         }
     }
@@ -314,7 +354,7 @@ impl Prepared<'_> {
             // (offsets[E] <= rows_max is the caller's promise, as in the layer); the tensor maps live in
             // `self` and are freed in stream order after the last launch.
             Block::M(kernel, cfg, p) => unsafe { gpu.launch(kernel, *cfg, p) },
-            Block::K(cfg, p) => unsafe { gpu.launch("grouped_wgrad_f32", *cfg, p) },
+            Block::K(kernel, cfg, p) => unsafe { gpu.launch(kernel, *cfg, p) },
         }
     }
 }
@@ -537,7 +577,7 @@ impl<'a> DswigluArgs<'a> {
     }
 }
 
-impl<'a> WgradArgs<'a> {
+impl<'a, W: WgradElem> WgradArgs<'a, W> {
     /// Check the arguments and encode the tensor maps (see [`grouped_wgrad`]).
     pub fn prepare(self, gpu: &Gpu) -> Result<Prepared<'a>> {
         let ck = Check { what: "grouped_wgrad", ordinal: gpu.ordinal() };
@@ -550,8 +590,9 @@ impl<'a> WgradArgs<'a> {
         // C is indexed per expert in 32 bits (m * n < 2^31), across experts in 64
         if self.c.len() != e * m * n || m * n >= 1 << 31 || self.c.ordinal() != gpu.ordinal() {
             return ck.bad(format!(
-                "C must be f32 [E, M, N] = {e} x {m} x {n} (each expert's M x N below 2^31) on device {}; it has \
+                "C must be {} [E, M, N] = {e} x {m} x {n} (each expert's M x N below 2^31) on device {}; it has \
                  {} elements on device {}",
+                W::NAME,
                 gpu.ordinal(),
                 self.c.len(),
                 self.c.ordinal()
@@ -562,18 +603,18 @@ impl<'a> WgradArgs<'a> {
             if self.accumulate {
                 return Ok(nothing(gpu));
             }
-            let block = Block::Zero { ptr: dptr(self.c, &s), bytes: self.c.len() * 4 };
+            let block = Block::Zero { ptr: dptr(self.c, &s), bytes: self.c.len() * std::mem::size_of::<W>() };
             return Ok(Prepared { ordinal: gpu.ordinal(), block, _maps: Vec::new(), _bufs: PhantomData });
         }
         let map_a = map(gpu, dptr(self.a, &s), rows, m, 64, 64)?;
         let map_b = map(gpu, dptr(self.b, &s), rows, n, 64, 64)?;
-        let map_c = DeviceTensorMap::new(gpu, wgrad_c_desc(dptr(self.c, &s), e * m, n))?;
+        let map_c = DeviceTensorMap::new(gpu, wgrad_c_desc::<W>(dptr(self.c, &s), e * m, n))?;
         let maps = [map_a.ptr(gpu), map_b.ptr(gpu), map_c.ptr(gpu)];
         let (offsets, c) = (dptr(self.offsets, &s), dptr(self.c, &s));
         let (p, launch) = wgrad_launch(gpu, maps, offsets, c, 0, e, m, n, self.accumulate);
         Ok(Prepared {
             ordinal: gpu.ordinal(),
-            block: Block::K(launch, p),
+            block: Block::K(W::KERNEL, launch, p),
             _maps: vec![map_a, map_b, map_c],
             _bufs: PhantomData,
         })
@@ -669,7 +710,7 @@ pub(crate) fn m_grouped_launch(
     Ok(Launch::new(grid.max(c), kh::GEMM_THREADS, smem))
 }
 
-/// The parameter block and launch of `grouped_wgrad_f32` (tiles of 128 x 256 of each expert's M x N, one block
+/// The parameter block and launch of `grouped_wgrad_f32` / `_bf16` (tiles of 128 x 256 of each expert's M x N, one block
 /// per tile up to one per SM), shared by the layer, the EP layer and [`grouped_wgrad`]. `maps` are the tensor
 /// maps of A, B and C; `error` the routing error word (0: none).
 #[allow(clippy::too_many_arguments)]
@@ -713,11 +754,11 @@ pub(crate) fn wgrad_launch(
     (p, Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM))
 }
 
-/// The tensor map of a weight gradient's output, f32 [rows, cols] (rows = E * M), in the boxes the epilogue of
-/// `grouped_wgrad_f32` stores (64 rows x 32 columns, 128-byte swizzle).
-pub(crate) fn wgrad_c_desc(addr: u64, rows: usize, cols: usize) -> TiledDesc {
-    let (box_rows, box_cols) = kh::WGRAD_C_BOX;
-    TiledDesc::row_major_2d(Dtype::F32, addr, rows as u64, cols as u64, box_rows, box_cols, Swizzle::B128)
+/// The tensor map of a weight gradient's output, W [rows, cols] (rows = E * M), in the boxes the epilogue of
+/// `W::KERNEL` stores (16 rows of 128 bytes, 128-byte swizzle).
+pub(crate) fn wgrad_c_desc<W: WgradElem>(addr: u64, rows: usize, cols: usize) -> TiledDesc {
+    let (box_rows, box_cols) = W::C_BOX;
+    TiledDesc::row_major_2d(W::DTYPE, addr, rows as u64, cols as u64, box_rows, box_cols, Swizzle::B128)
 }
 
 /// A parameter block with every pointer null and every count zero, for `..zero_gemm()`.

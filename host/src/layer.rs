@@ -27,7 +27,7 @@ use megamoe_kernels::kernels_host as kh;
 use megamoe_kernels::params::{self, Combine, DtopkReduce, GroupedGemm, Route};
 
 use crate::error::{Error, Result};
-use crate::gemm::{m_grouped_launch, m_tiles_max, wgrad_launch, zero_gemm};
+use crate::gemm::{m_grouped_launch, m_tiles_max, wgrad_launch, zero_gemm, WgradElem};
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
@@ -210,14 +210,17 @@ impl Saved {
     }
 }
 
-/// Gradients the backward writes (or adds to, for the weights, with `accumulate`).
-pub struct Grads<'a> {
+/// Gradients the backward writes (or adds to, for the weights, with `accumulate`). The weight gradients are f32
+/// (the default `W`: accumulation over micro-batches in full precision) or bf16 (`W = bf16`: the type of the
+/// weights, as PyTorch's autograd gives them; half the bytes written, the weight-gradient GEMMs faster; with
+/// `accumulate`, each call's sum is rounded to bf16 and added in bf16).
+pub struct Grads<'a, W: WgradElem = f32> {
     /// bf16 [T, H].
     pub dx: &'a mut CudaSlice<bf16>,
-    /// f32 [E, 2I, H].
-    pub dw1: &'a mut CudaSlice<f32>,
-    /// f32 [E, H, I].
-    pub dw2: &'a mut CudaSlice<f32>,
+    /// [E, 2I, H].
+    pub dw1: &'a mut CudaSlice<W>,
+    /// [E, H, I].
+    pub dw2: &'a mut CudaSlice<W>,
     /// f32 [T, k].
     pub dtopk: &'a mut CudaSlice<f32>,
     /// Add into dw1 and dw2 (gradient accumulation over micro-batches) instead of overwriting them.
@@ -278,6 +281,8 @@ enum TiledDescKind {
     Operand,
     /// f32 weight-gradient output (`gemm::wgrad_c_desc`).
     WgradC,
+    /// bf16 weight-gradient output.
+    WgradCBf16,
 }
 
 impl MapCache {
@@ -294,9 +299,10 @@ impl MapCache {
         self.cached(g, TiledDescKind::Operand, d)
     }
 
-    /// The map of a weight gradient's f32 output C [rows, cols] (the stores of `grouped_wgrad_f32`).
-    pub(crate) fn get_wgrad_c(&mut self, g: &Gpu, addr: u64, rows: usize, cols: usize) -> Result<u64> {
-        self.cached(g, TiledDescKind::WgradC, crate::gemm::wgrad_c_desc(addr, rows, cols))
+    /// The map of a weight gradient's output C [rows, cols] (the stores of `W::KERNEL`).
+    pub(crate) fn get_wgrad_c<W: WgradElem>(&mut self, g: &Gpu, addr: u64, rows: usize, cols: usize) -> Result<u64> {
+        let kind = if W::DTYPE == Dtype::F32 { TiledDescKind::WgradC } else { TiledDescKind::WgradCBf16 };
+        self.cached(g, kind, crate::gemm::wgrad_c_desc::<W>(addr, rows, cols))
     }
 
     fn cached(&mut self, g: &Gpu, kind: TiledDescKind, d: TiledDesc) -> Result<u64> {
@@ -664,13 +670,13 @@ impl MoeLayer {
     }
 
     /// dW = A^T B per expert; `a` and `b` are (address, rows the buffer holds, columns). With `combine`, the
-    /// kernel's idle producer warps run that combine meanwhile (`grouped_wgrad_f32_mv`).
+    /// kernel's idle producer warps run that combine meanwhile (`W::KERNEL_MV`).
     #[allow(clippy::too_many_arguments)]
-    fn wgrad(
+    fn wgrad<W: WgradElem>(
         &mut self,
         a: (u64, usize, usize),
         b: (u64, usize, usize),
-        c: &mut CudaSlice<f32>,
+        c: &mut CudaSlice<W>,
         sv: &Saved,
         acc: bool,
         combine: Option<Combine>,
@@ -682,15 +688,15 @@ impl MoeLayer {
         let map_a = self.maps.get(&g, a_ptr, a_rows, m, 64, 64)?;
         let map_b = self.maps.get(&g, b_ptr, b_rows, n, 64, 64)?;
         let e = self.cfg.experts;
-        let map_c = self.maps.get_wgrad_c(&g, dptr(c, &s), e * m, n)?;
+        let map_c = self.maps.get_wgrad_c::<W>(&g, dptr(c, &s), e * m, n)?;
         let (offsets, error) = (dptr(&sv.offsets, &s), dptr(sv.error.as_ref(), &s));
         let (mut p, launch) = wgrad_launch(&g, [map_a, map_b, map_c], offsets, dptr(c, &s), error, e, m, n, acc);
         let kernel = match combine {
             Some(cb) => {
                 p.combine = cb;
-                "grouped_wgrad_f32_mv"
+                W::KERNEL_MV
             }
-            None => "grouped_wgrad_f32",
+            None => W::KERNEL,
         };
         // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
         // entry when the forward's error word is set (C neither written nor added to, the combine not run). The
@@ -704,7 +710,13 @@ impl MoeLayer {
     /// When that forward saw an expert id outside -1..E (its error word, [`Saved::check`]), nothing is written:
     /// dx, dtopk, dW1 and dW2 keep their previous contents, with or without `accumulate`. With T = 0 there are
     /// no ids: dW1 and dW2 are zero-filled unless accumulating.
-    pub fn backward(&mut self, saved: &Saved, dy: &CudaSlice<bf16>, inp: &Inputs<'_>, grads: Grads<'_>) -> Result<()> {
+    pub fn backward<W: WgradElem>(
+        &mut self,
+        saved: &Saved,
+        dy: &CudaSlice<bf16>,
+        inp: &Inputs<'_>,
+        grads: Grads<'_, W>,
+    ) -> Result<()> {
         self.check_inputs(inp, dy.len())?;
         let c = self.cfg;
         let bad = |s: String| Err(Error::InvalidArgument(s));

@@ -111,6 +111,8 @@ pub mod kernels_host {
     /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns),
     /// one consumer warp's 16 rows.
     pub const WGRAD_C_BOX: (u32, u32) = (16, 32);
+    /// The same for bf16 output (`grouped_wgrad_bf16`): 16 rows x 64 columns, the same 2 KiB a box.
+    pub const WGRAD_C_BOX_BF16: (u32, u32) = (16, 64);
     /// Rows and columns of the boxes the bf16 epilogue stores (128-byte swizzle: 64 columns).
     pub const GEMM_C_BOX: (u32, u32) = (64, 64);
     /// Threads per block of `route_count` and `route_place` (`route_scan`: [`crate::route::SCAN_THREADS`]).

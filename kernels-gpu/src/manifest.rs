@@ -65,6 +65,8 @@ pub const KERNELS: &[KernelSpec] = &[
     k("ffn_fused_fwd_mv", 384, true, true),
     k("grouped_wgrad_f32", 384, true, true),
     k("grouped_wgrad_f32_mv", 384, true, true),
+    k("grouped_wgrad_bf16", 384, true, true),
+    k("grouped_wgrad_bf16_mv", 384, true, true),
     k("dtopk_reduce", 256, true, false),
     k("ep_dispatch", 256, true, false),
     k("ep_combine", 256, true, false),

@@ -7,8 +7,9 @@
 //! SBO = 1024 B between 8-row K groups). In an expert's last, partial k-tile the consumers zero the rows past
 //! the expert's end (they belong to the next expert) before the wgmma, so neither its values nor a NaN in them
 //! reach this expert's gradient. Tiles: (expert, m-tile, n-tile), persistent over the grid, identical order
-//! for producer and consumers. Epilogue: f32 through shared memory and the copy engine (TMA stores, or TMA
-//! reduce-adds for gradient accumulation), overlapping the next tile's main loop; one owner per element.
+//! for producer and consumers. Epilogue: f32 (`grouped_wgrad_f32*`) or bf16 (`grouped_wgrad_bf16*`, half the
+//! bytes: the output PyTorch's layer gives bf16 weights) through shared memory and the copy engine (TMA stores,
+//! or TMA reduce-adds for gradient accumulation), overlapping the next tile's main loop; one owner per element.
 //! When the routing error word is set the kernel returns at entry: C is neither overwritten nor added to.
 use crate::desc::{Layout, SmemDesc};
 use crate::kernels::combine::token_chunk;
@@ -16,7 +17,7 @@ use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
 use crate::pipeline::Ring;
-use crate::ptx::{fence, global, regs, smem, sync, tma, wgmma};
+use crate::ptx::{fence, global, math, regs, smem, sync, tma, wgmma};
 
 /// Pipeline depth.
 const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
@@ -33,6 +34,10 @@ const _: () = assert!(
     "host and kernel agree on the shared memory"
 );
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
+const _: () = assert!(
+    C_BOX == crate::kernels_host::WGRAD_C_BOX_BF16.0 * crate::kernels_host::WGRAD_C_BOX_BF16.1 * 2,
+    "the bf16 epilogue's boxes fill the same staging"
+);
 
 struct Tile {
     e: u32,
@@ -55,17 +60,30 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
 /// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
-    grouped_wgrad::<false>(&p);
+    grouped_wgrad::<false, false>(&p);
 }
 
 /// As `grouped_wgrad_f32`, and the producer warpgroup's warps 1..3 run `p.combine` meanwhile ([`combine`]).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv(p: WgradGemm) {
-    grouped_wgrad::<true>(&p);
+    grouped_wgrad::<true, false>(&p);
+}
+
+/// As `grouped_wgrad_f32` with C in bf16 (each element rounded once from the f32 accumulator; with
+/// `accumulate`, the copy engine's bf16 add into C).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16(p: WgradGemm) {
+    grouped_wgrad::<false, true>(&p);
+}
+
+/// As `grouped_wgrad_bf16`, with the combine of `grouped_wgrad_f32_mv`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv(p: WgradGemm) {
+    grouped_wgrad::<true, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn grouped_wgrad<const MV: bool>(p: &WgradGemm) {
+unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
     // (the combine then writes nothing either, as `combine_rows` would not)
     if routing_failed(p.error) {
@@ -89,7 +107,7 @@ unsafe fn grouped_wgrad<const MV: bool>(p: &WgradGemm) {
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume(p, base, ring, total(), t / 128 - 1);
+        consume::<BF>(p, base, ring, total(), t / 128 - 1);
     }
 }
 
@@ -155,7 +173,7 @@ unsafe fn zero_tail(st: u32, cw: u32, valid: u32) {
 }
 
 #[inline(always)]
-unsafe fn consume(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume<const BF: bool>(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
     let lane = regs::tid() % 32;
     let mut it = 0u32;
     let mut tile = regs::bid();
@@ -196,7 +214,12 @@ unsafe fn consume(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: 
         if kt_n > 0 && lane == 0 {
             ring.release_prev(it);
         }
-        store(p, &acc, &ti, cw, base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX);
+        let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
+        if BF {
+            store_bf16(p, &acc, &ti, cw, staging);
+        } else {
+            store(p, &acc, &ti, cw, staging);
+        }
         tile += regs::nctaid();
     }
     // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0
@@ -255,6 +278,58 @@ unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u3
                     let v0 = if odd { acc[b] } else { acc[a] };
                     let v1 = if odd { acc[b + 1] } else { acc[a + 1] };
                     smem::st_v2(addr, v0.to_bits(), v1.to_bits());
+                });
+            });
+            fence::proxy_async_shared_cta();
+            sync::warp_sync();
+            if leader {
+                if p.accumulate != 0 {
+                    tma::reduce_add_2d(map, col0 as i32, y, buf);
+                } else {
+                    tma::store_2d(map, col0 as i32, y, buf);
+                }
+                tma::commit_group();
+            }
+        }
+    });
+}
+
+/// The bf16 epilogue, as [`store`] with each warp's 16 rows one 16 x 64 box at a time (four boxes a tile, the
+/// same 2 KiB each): lane (q = lane / 4) writes its bf16 pair of rows q and q + 8 at columns 8 J + 2 (lane % 4) of
+/// column group J, 16-byte chunk J ^ (row % 8) of the 128-byte row. A 4-byte store is served per warp; rows
+/// q = 0..7 put their four lanes in eight distinct chunks, so the 32 lanes cover 32 distinct banks.
+#[inline(always)]
+unsafe fn store_bf16(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
+    let row0 = ti.mt * 128 + cw * 64;
+    if row0 >= p.m {
+        return; // uniform in the warpgroup
+    }
+    let lane = regs::tid() % 32;
+    let w = (regs::tid() % 128) / 32;
+    let q = lane / 4;
+    let leader = lane == 0;
+    let y = (ti.e * p.m + row0 + 16 * w) as i32;
+    let map = p.map_c as *const u8;
+    crate::unroll!(B in [0, 1, 2, 3] {
+        let col0 = ti.nt * 256 + 64 * B as u32;
+        if col0 < p.n {
+            // uniform: every thread of the warpgroup sees the same col0
+            let buf = staging + (B as u32 % 2) * C_BOX;
+            if leader {
+                if B == 0 {
+                    tma::wait_group_read::<0>();
+                } else {
+                    tma::wait_group_read::<1>();
+                }
+            }
+            sync::warp_sync();
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                crate::unroll!(H in [0, 1] {
+                    let row = q + 8 * H as u32;
+                    let addr = buf + row * 128 + (((J as u32) ^ (row % 8)) * 16) + (lane % 4) * 4;
+                    // accumulator n-group 8 B + J: columns 64 B + 8 J + 2 (lane % 4) + {0, 1}
+                    let a = 4 * (8 * B + J) + 2 * H;
+                    smem::st_u32(addr, math::pack_bf16x2(acc[a], acc[a + 1]));
                 });
             });
             fence::proxy_async_shared_cta();
