@@ -723,7 +723,12 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
         }
         .prepare(g)
         .s()?;
-        let (us, us_b) = time_prepared_ab(g, &p, &pb16)?;
+        // MEGAMOE_BENCH_AB=0: each kernel's repetitions back to back (f32, then bf16) instead of alternating
+        let (us, us_b) = if std::env::var("MEGAMOE_BENCH_AB").is_ok_and(|v| v == "0") {
+            (time_prepared(g, &p)?, time_prepared(g, &pb16)?)
+        } else {
+            time_prepared_ab(g, &p, &pb16)?
+        };
         drop(p);
         drop(pb16);
         // rows of C_e across the m-tiles, all columns, for the first and last sampled experts
