@@ -6,39 +6,67 @@ mod common;
 use std::sync::Arc;
 
 use common::{gpu, inputs, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
+use cudarc::driver::CudaSlice;
 use half::bf16;
+use megamoe::gemm::WgradElem;
 use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::{self, Shape};
 use megamoe::{check, Gpu};
 
-struct Out {
+/// A forward + backward's outputs, weight gradients in `W` (`_acc`: after a second, accumulating backward).
+struct Out<W = f32> {
     y: Vec<bf16>,
     dx: Vec<bf16>,
     dtopk: Vec<f32>,
-    dw1: Vec<f32>,
-    dw2: Vec<f32>,
-    dw1_acc: Vec<f32>,
-    dw2_acc: Vec<f32>,
+    dw1: Vec<W>,
+    dw2: Vec<W>,
+    dw1_acc: Vec<W>,
+    dw2_acc: Vec<W>,
 }
 
-fn run(g: &Arc<Gpu>, layer: &mut MoeLayer, inp: &Inputs) -> Out {
+/// `inp` on the device, and the layer's outputs with weight gradients in `W`, poisoned: NaN everywhere (bf16
+/// 0xffff, f32 0xffffffff).
+struct Dev<W> {
+    x: CudaSlice<bf16>,
+    w1: CudaSlice<bf16>,
+    w2: CudaSlice<bf16>,
+    dy: CudaSlice<bf16>,
+    ids: CudaSlice<i32>,
+    w: CudaSlice<f32>,
+    out: CudaSlice<bf16>,
+    dx: CudaSlice<bf16>,
+    dtopk: CudaSlice<f32>,
+    dw1: CudaSlice<W>,
+    dw2: CudaSlice<W>,
+}
+
+fn device<W: WgradElem>(g: &Arc<Gpu>, inp: &Inputs) -> Dev<W> {
     let s = inp.shape;
     let up = |v: &[bf16]| g.upload(v).unwrap();
-    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
-    let ids = g.upload(&inp.ids).unwrap();
-    let w = g.upload(&inp.w).unwrap();
+    let mut d = Dev {
+        x: up(&inp.x),
+        w1: up(&inp.w1),
+        w2: up(&inp.w2),
+        dy: up(&inp.dy),
+        ids: g.upload(&inp.ids).unwrap(),
+        w: g.upload(&inp.w).unwrap(),
+        out: g.alloc::<bf16>(inp.tokens * s.h).unwrap(),
+        dx: g.alloc::<bf16>(inp.tokens * s.h).unwrap(),
+        dtopk: g.alloc::<f32>(inp.tokens * s.k).unwrap(),
+        dw1: g.alloc::<W>(s.e * 2 * s.i * s.h).unwrap(),
+        dw2: g.alloc::<W>(s.e * s.h * s.i).unwrap(),
+    };
+    g.fill_bytes(&mut d.out, 0xff).unwrap();
+    g.fill_bytes(&mut d.dx, 0xff).unwrap();
+    g.fill_bytes(&mut d.dtopk, 0xff).unwrap();
+    g.fill_bytes(&mut d.dw1, 0xff).unwrap();
+    g.fill_bytes(&mut d.dw2, 0xff).unwrap();
+    d
+}
+
+fn run<W: WgradElem + Default>(g: &Arc<Gpu>, layer: &mut MoeLayer, inp: &Inputs) -> Out<W> {
+    let Dev { x, w1, w2, dy, ids, w, mut out, mut dx, mut dtopk, mut dw1, mut dw2 } = device::<W>(g, inp);
     let li = LayerInputs { tokens: inp.tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
-    let mut out = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
-    let mut dx = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
-    let mut dtopk = g.alloc::<f32>(inp.tokens * s.k).unwrap();
-    let mut dw1 = g.alloc::<f32>(s.e * 2 * s.i * s.h).unwrap();
-    let mut dw2 = g.alloc::<f32>(s.e * s.h * s.i).unwrap();
-    // poison: NaN everywhere (bf16 0xffff, f32 0xffffffff)
-    g.fill_bytes(&mut out, 0xff).unwrap();
-    g.fill_bytes(&mut dx, 0xff).unwrap();
-    g.fill_bytes(&mut dtopk, 0xff).unwrap();
-    g.fill_bytes(&mut dw1, 0xff).unwrap();
-    g.fill_bytes(&mut dw2, 0xff).unwrap();
     let saved = layer.forward(&li, &mut out).unwrap();
     let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
     layer.backward(&saved, &dy, &li, grads).unwrap();
@@ -84,20 +112,31 @@ fn compare(inp: &Inputs, o: &Out, tag: &str) {
         let e = check::close(&format!("{tag}: {what}"), &got, reference, 1e-2).unwrap();
         eprintln!("{what}: rel err {e:.3e}");
     }
+    doubled(o, tag, |v| v as f64);
+}
+
+/// The accumulated gradients are exactly twice the first ones (both bf16 and f32 hold 2 x exactly).
+fn doubled<W: Copy + std::fmt::Display>(o: &Out<W>, tag: &str, f: impl Fn(W) -> f64) {
     for (what, one, two) in [("dW1", &o.dw1, &o.dw1_acc), ("dW2", &o.dw2, &o.dw2_acc)] {
-        if let Some(i) = (0..one.len()).find(|&i| (one[i] + one[i]).to_bits() != two[i].to_bits()) {
+        if let Some(i) = (0..one.len()).find(|&i| (2.0 * f(one[i])).to_bits() != f(two[i]).to_bits()) {
             panic!("{tag}: accumulated {what}[{i}] = {} != 2 x {}", two[i], one[i]);
         }
     }
 }
 
-fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
+/// The GPU, fresh random inputs and a layer for them.
+fn setup(s: Shape, tokens: usize, routing: Routing, save: Save) -> (Arc<Gpu>, Inputs, MoeLayer) {
     let g = gpu();
     let mut r = rng();
     let inp = inputs(&mut r, s, tokens, routing);
     let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens.max(1), save);
-    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
-    let o = run(&g, &mut layer, &inp);
+    let layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    (g, inp, layer)
+}
+
+fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    let (g, inp, mut layer) = setup(s, tokens, routing, save);
+    let o = run::<f32>(&g, &mut layer, &inp);
     let tag = format!("{s:?} T={tokens} {routing:?} {save:?}");
     compare(&inp, &o, &tag);
     // repeat: bitwise equal
@@ -130,39 +169,19 @@ gpu_test!(qwen3_30b_a3b_t1024_half_empty, {
 /// dW2 each element the f32 gradient rounded to bf16 (the same accumulator, rounded once), every element
 /// written, within 1e-2 of the reference; accumulated once more: exactly twice.
 fn check_bf16_grads(s: Shape, tokens: usize, routing: Routing, save: Save) {
-    let g = gpu();
-    let mut r = rng();
-    let inp = inputs(&mut r, s, tokens, routing);
-    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens.max(1), save);
-    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
-    let o = run(&g, &mut layer, &inp);
+    let (g, inp, mut layer) = setup(s, tokens, routing, save);
+    let o = run::<f32>(&g, &mut layer, &inp);
     let tag = format!("{s:?} T={tokens} {routing:?} {save:?} bf16 dW");
-    let up = |v: &[bf16]| g.upload(v).unwrap();
-    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
-    let ids = g.upload(&inp.ids).unwrap();
-    let w = g.upload(&inp.w).unwrap();
-    let li = LayerInputs { tokens: inp.tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
-    let mut out = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
-    let mut dx = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
-    let mut dtopk = g.alloc::<f32>(inp.tokens * s.k).unwrap();
-    let mut dw1 = g.alloc::<bf16>(s.e * 2 * s.i * s.h).unwrap();
-    let mut dw2 = g.alloc::<bf16>(s.e * s.h * s.i).unwrap();
-    g.fill_bytes(&mut dx, 0xff).unwrap();
-    g.fill_bytes(&mut dtopk, 0xff).unwrap();
-    g.fill_bytes(&mut dw1, 0xff).unwrap();
-    g.fill_bytes(&mut dw2, 0xff).unwrap();
-    let saved = layer.forward(&li, &mut out).unwrap();
-    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
-    layer.backward(&saved, &dy, &li, grads).unwrap();
-    g.sync().unwrap();
-    layer.routing_error().unwrap();
-    let (dw1_h, dw2_h) = (g.download(&dw1).unwrap(), g.download(&dw2).unwrap());
+    let ob = run::<bf16>(&g, &mut layer, &inp);
     let bits16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert!(bits16(&g.download(&dx).unwrap()) == bits16(&o.dx), "{tag}: dx differs from the f32 call's");
-    assert!(bits32(&g.download(&dtopk).unwrap()) == bits32(&o.dtopk), "{tag}: dtopk differs from the f32 call's");
+    assert!(
+        bits16(&ob.y) == bits16(&o.y) && bits16(&ob.dx) == bits16(&o.dx),
+        "{tag}: y or dx differ from the f32 call's"
+    );
+    assert!(bits32(&ob.dtopk) == bits32(&o.dtopk), "{tag}: dtopk differs from the f32 call's");
     let (_, want) = reference::forward_backward(&inp.shape, &[rank_input(&inp)], &weights(&inp)).unwrap();
-    for (what, got, f32_grad, reference) in [("dW1", &dw1_h, &o.dw1, &want.dw1), ("dW2", &dw2_h, &o.dw2, &want.dw2)] {
+    for (what, got, f32_grad, reference) in [("dW1", &ob.dw1, &o.dw1, &want.dw1), ("dW2", &ob.dw2, &o.dw2, &want.dw2)] {
         if let Some(i) = got.iter().position(|v| v.is_nan()) {
             panic!("{tag}: {what}[{i}] is NaN (not written)");
         }
@@ -172,14 +191,7 @@ fn check_bf16_grads(s: Shape, tokens: usize, routing: Routing, save: Save) {
         let e = check::close(&format!("{tag}: {what}"), &f16s(got), reference, 1e-2).unwrap();
         eprintln!("{what} (bf16): rel err {e:.3e}");
     }
-    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: true };
-    layer.backward(&saved, &dy, &li, grads).unwrap();
-    g.sync().unwrap();
-    for (what, one, two) in [("dW1", &dw1_h, g.download(&dw1).unwrap()), ("dW2", &dw2_h, g.download(&dw2).unwrap())] {
-        if let Some(i) = (0..one.len()).find(|&i| (one[i] + one[i]).to_bits() != two[i].to_bits()) {
-            panic!("{tag}: accumulated {what}[{i}] = {} != 2 x {}", two[i], one[i]);
-        }
-    }
+    doubled(&ob, &tag, |v| v.to_f64());
 }
 
 gpu_test!(bf16_weight_gradients_ragged, { check_bf16_grads(RAGGED, 211, Routing::Masked10, Save::WithZ) });
@@ -194,7 +206,7 @@ gpu_test!(zero_tokens_write_zero_weight_gradients, {
     let inp = inputs(&mut r, SMALL, 0, Routing::Uniform);
     let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 4, Save::InputsOnly);
     let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
-    let o = run(&g, &mut layer, &inp);
+    let o = run::<f32>(&g, &mut layer, &inp);
     assert!(o.y.is_empty() && o.dx.is_empty() && o.dtopk.is_empty());
     assert!(o.dw1.iter().chain(&o.dw2).all(|&v| v == 0.0), "dW of an empty batch must be zero");
 });
@@ -229,7 +241,7 @@ gpu_test!(nan_in_one_token_stays_in_what_it_touches, {
     inp.x[9 * SMALL.h + 1] = bf16::NAN;
     let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 64, Save::InputsOnly);
     let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
-    let o = run(&g, &mut layer, &inp);
+    let o = run::<f32>(&g, &mut layer, &inp);
     let (mut outs, grads) = reference::forward_backward(&SMALL, &[rank_input(&inp)], &weights(&inp)).unwrap();
     let want = outs.remove(0);
     let (h, k) = (SMALL.h, SMALL.k);
@@ -332,7 +344,7 @@ fn invalid_id_backward_writes_nothing(bad_id: i32, save: Save) {
     };
     compare(&inp, &o, &format!("valid call before a bad one (id {bad_id}, {save:?})"));
     // a valid forward + backward after the bad call, on the same layer (run() checks routing_error is clear)
-    let o = run(&g, &mut layer, &inp);
+    let o = run::<f32>(&g, &mut layer, &inp);
     compare(&inp, &o, &format!("valid call after a bad one (id {bad_id}, {save:?})"));
     assert!(saved_bad.check(&g).is_err(), "a later forward changed an older call's error word");
 }

@@ -251,47 +251,57 @@ unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u3
     let w = (regs::tid() % 128) / 32;
     let q = lane / 4; // the first of this lane's two rows (q, q + 8) of the warp's 16
     let odd = q % 2 == 1;
-    let leader = lane == 0;
     let y = (ti.e * p.m + row0 + 16 * w) as i32;
-    let map = p.map_c as *const u8;
     crate::unroll!(B in [0, 1, 2, 3, 4, 5, 6, 7] {
         let col0 = ti.nt * 256 + 32 * B as u32;
         if col0 < p.n {
             // uniform: every thread of the warpgroup sees the same col0
             let buf = staging + (B as u32 % 2) * C_BOX;
-            if leader {
-                if B == 0 {
-                    tma::wait_group_read::<0>();
-                } else {
-                    tma::wait_group_read::<1>();
-                }
-            }
-            sync::warp_sync();
-            crate::unroll!(J in [0, 1, 2, 3] {
-                crate::unroll!(H in [0, 1] {
-                    let row = q + 8 * H as u32;
-                    // this lane's column group: J, or J ^ 2 on odd rows (a select, not an indexed register)
-                    let jl = if odd { J as u32 ^ 2 } else { J as u32 };
-                    let chunk = 2 * jl + (lane % 4) / 2;
-                    let addr = buf + row * 128 + ((chunk ^ (row % 8)) * 16) + (lane % 2) * 8;
-                    let (a, b) = (4 * (4 * B + J) + 2 * H, 4 * (4 * B + (J ^ 2)) + 2 * H);
-                    let v0 = if odd { acc[b] } else { acc[a] };
-                    let v1 = if odd { acc[b + 1] } else { acc[a + 1] };
-                    smem::st_v2(addr, v0.to_bits(), v1.to_bits());
+            box_out(p, B == 0, buf, col0, y, || {
+                crate::unroll!(J in [0, 1, 2, 3] {
+                    crate::unroll!(H in [0, 1] {
+                        let row = q + 8 * H as u32;
+                        // this lane's column group: J, or J ^ 2 on odd rows (a select, not an indexed register)
+                        let jl = if odd { J as u32 ^ 2 } else { J as u32 };
+                        let chunk = 2 * jl + (lane % 4) / 2;
+                        let addr = buf + row * 128 + ((chunk ^ (row % 8)) * 16) + (lane % 2) * 8;
+                        let (a, b) = (4 * (4 * B + J) + 2 * H, 4 * (4 * B + (J ^ 2)) + 2 * H);
+                        let v0 = if odd { acc[b] } else { acc[a] };
+                        let v1 = if odd { acc[b + 1] } else { acc[a + 1] };
+                        smem::st_v2(addr, v0.to_bits(), v1.to_bits());
+                    });
                 });
             });
-            fence::proxy_async_shared_cta();
-            sync::warp_sync();
-            if leader {
-                if p.accumulate != 0 {
-                    tma::reduce_add_2d(map, col0 as i32, y, buf);
-                } else {
-                    tma::store_2d(map, col0 as i32, y, buf);
-                }
-                tma::commit_group();
-            }
         }
     });
+}
+
+/// One staging box of a warp's epilogue: wait until the box's previous store has read it (`.read 0` at a
+/// tile's first box), let `fill` write it (each lane its fragment), then lane 0 hands it to the copy engine:
+/// stored at (`col0`, `y`) or, with `accumulate`, added there.
+#[inline(always)]
+unsafe fn box_out(p: &WgradGemm, first: bool, buf: u32, col0: u32, y: i32, fill: impl FnOnce()) {
+    let leader = regs::tid() % 32 == 0;
+    if leader {
+        if first {
+            tma::wait_group_read::<0>();
+        } else {
+            tma::wait_group_read::<1>();
+        }
+    }
+    sync::warp_sync();
+    fill();
+    fence::proxy_async_shared_cta();
+    sync::warp_sync();
+    if leader {
+        let map = p.map_c as *const u8;
+        if p.accumulate != 0 {
+            tma::reduce_add_2d(map, col0 as i32, y, buf);
+        } else {
+            tma::store_2d(map, col0 as i32, y, buf);
+        }
+        tma::commit_group();
+    }
 }
 
 /// The bf16 epilogue, as [`store`] with each warp's 16 rows one 16 x 64 box at a time (four boxes a tile, the
@@ -307,41 +317,23 @@ unsafe fn store_bf16(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, stagin
     let lane = regs::tid() % 32;
     let w = (regs::tid() % 128) / 32;
     let q = lane / 4;
-    let leader = lane == 0;
     let y = (ti.e * p.m + row0 + 16 * w) as i32;
-    let map = p.map_c as *const u8;
     crate::unroll!(B in [0, 1, 2, 3] {
         let col0 = ti.nt * 256 + 64 * B as u32;
         if col0 < p.n {
             // uniform: every thread of the warpgroup sees the same col0
             let buf = staging + (B as u32 % 2) * C_BOX;
-            if leader {
-                if B == 0 {
-                    tma::wait_group_read::<0>();
-                } else {
-                    tma::wait_group_read::<1>();
-                }
-            }
-            sync::warp_sync();
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                crate::unroll!(H in [0, 1] {
-                    let row = q + 8 * H as u32;
-                    let addr = buf + row * 128 + (((J as u32) ^ (row % 8)) * 16) + (lane % 4) * 4;
-                    // accumulator n-group 8 B + J: columns 64 B + 8 J + 2 (lane % 4) + {0, 1}
-                    let a = 4 * (8 * B + J) + 2 * H;
-                    smem::st_u32(addr, math::pack_bf16x2(acc[a], acc[a + 1]));
+            box_out(p, B == 0, buf, col0, y, || {
+                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    crate::unroll!(H in [0, 1] {
+                        let row = q + 8 * H as u32;
+                        let addr = buf + row * 128 + (((J as u32) ^ (row % 8)) * 16) + (lane % 4) * 4;
+                        // accumulator n-group 8 B + J: columns 64 B + 8 J + 2 (lane % 4) + {0, 1}
+                        let a = 4 * (8 * B + J) + 2 * H;
+                        smem::st_u32(addr, math::pack_bf16x2(acc[a], acc[a + 1]));
+                    });
                 });
             });
-            fence::proxy_async_shared_cta();
-            sync::warp_sync();
-            if leader {
-                if p.accumulate != 0 {
-                    tma::reduce_add_2d(map, col0 as i32, y, buf);
-                } else {
-                    tma::store_2d(map, col0 as i32, y, buf);
-                }
-                tma::commit_group();
-            }
         }
     });
 }
