@@ -18,7 +18,9 @@
 //! output is checked on a sample too. The routing layout is computed on the host exactly as the layer's
 //! `route_*` kernels lay it out (each expert's rows in increasing slot order).
 //!
-//! `MEGAMOE_BENCH_ONLY=30B` runs the shapes whose name contains it.
+//! `MEGAMOE_BENCH_ONLY=30B` runs the shapes whose name contains it. `MEGAMOE_BENCH_REST_MS=200` idles the GPU that
+//! long before each timed block; `MEGAMOE_BENCH_AB=0` times the f32 and bf16 weight gradients each back to back
+//! instead of alternating.
 //! `MEGAMOE_BENCH_ROUTING=balanced` gives every expert exactly T k / E rows (no partial m-tiles): what the ragged
 //! experts of random routing cost.
 //!
@@ -91,7 +93,20 @@ impl Pat {
 }
 
 /// Device-event timing: `WARM` runs, then the median of `REPS`, microseconds.
+/// `MEGAMOE_BENCH_REST_MS`: milliseconds the GPU idles before each timed block (default 0). Under the 700 W cap
+/// a kernel's clock depends on what ran just before it (docs/NOTES.md, ninth session); a rest starts ours and
+/// cuBLAS's blocks from the same state.
+fn rest() {
+    static MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ms = *MS.get_or_init(|| std::env::var("MEGAMOE_BENCH_REST_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
 fn median_us(g: &Gpu, mut f: impl FnMut() -> R<()>) -> R<f64> {
+    g.sync().s()?;
+    rest();
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let (a, b) = (g.context().new_event(flags).s()?, g.context().new_event(flags).s()?);
     let mut t = Vec::with_capacity(REPS);
@@ -120,6 +135,8 @@ fn time_prepared(g: &Gpu, p: &Prepared<'_>) -> R<f64> {
 
 /// Two launches timed alternating (A, B, A, B, ...), each its own events: the medians of both.
 fn time_prepared_ab(g: &Gpu, a: &Prepared<'_>, b: &Prepared<'_>) -> R<(f64, f64)> {
+    g.sync().s()?;
+    rest();
     let (mut ta, mut tb) = (Vec::with_capacity(REPS), Vec::with_capacity(REPS));
     for _ in 0..WARM + REPS {
         ta.push(time_once(g, a)?);
