@@ -381,8 +381,13 @@ impl El for bf16 {
 }
 
 fn wgrad<W: El>(counts: &[u32], accumulate: bool) {
+    wgrad_mn::<W>(counts, accumulate, 192, 320);
+}
+
+/// As `wgrad` for C_e of M x N (N a multiple of 8: the last box's columns past N clipped by the tensor map).
+fn wgrad_mn<W: El>(counts: &[u32], accumulate: bool, m: usize, n: usize) {
     let mut s = setup(counts);
-    let (e, m, n) = (s.counts.len(), 192, 320);
+    let e = s.counts.len();
     let g = s.g.clone();
     let a = s.r.bf16_vec(s.rows_max * m, 1.0);
     let b = s.r.bf16_vec(s.rows_max * n, 1.0);
@@ -433,6 +438,10 @@ gpu_test!(wgrad_ragged_accumulate, wgrad::<f32>(&[0, 1, 300, 129, 0, 17], true))
 gpu_test!(wgrad_bf16_ragged_overwrite, wgrad::<bf16>(&[0, 1, 300, 129, 0, 17], false));
 gpu_test!(wgrad_bf16_ragged_accumulate, wgrad::<bf16>(&[0, 1, 300, 129, 0, 17], true));
 gpu_test!(wgrad_bf16_no_rows_zeroes_c, wgrad::<bf16>(&[0, 0, 0], false));
+// N = 200, M = 64: one tile of 200 columns, its last box clipped at column 200 by the tensor map (f32: 32-column
+// boxes, bf16: 64); the second warpgroup's rows lie past M and store nothing
+gpu_test!(wgrad_n_not_a_multiple_of_the_box, wgrad_mn::<f32>(&[0, 1, 300, 129, 0, 17], false, 64, 200));
+gpu_test!(wgrad_bf16_n_not_a_multiple_of_the_box, wgrad_mn::<bf16>(&[0, 1, 300, 129, 0, 17], true, 64, 200));
 gpu_test!(wgrad_no_rows_zeroes_c, wgrad::<f32>(&[0, 0, 0], false));
 
 gpu_test!(bad_arguments_are_rejected_before_launch, {
