@@ -15,8 +15,9 @@
 //! call has its own device error word (in its [`Saved`]): `route_count` sets it, `route_scan` then writes
 //! all-zero offsets (no gather or grouped GEMM of the call has rows), and the kernels that write outputs
 //! (`combine_rows`, `dtopk_reduce`, the weight gradients `grouped_wgrad_f32` / `_bf16` and their `_mv`
-//! variants) return at once, in the forward and in every backward of that [`Saved`]: y, dx, dtopk, dW1 and dW2 keep their previous contents. [`MoeLayer::routing_error`]
-//! and [`Saved::check`] read the word (they synchronise).
+//! variants) return at once, in the forward and in every backward of that [`Saved`]: y, dx, dtopk, dW1 and
+//! dW2 keep their previous contents. [`MoeLayer::routing_error`] and [`Saved::check`] read the word (they
+//! synchronise).
 use std::collections::HashMap;
 use std::sync::Arc;
 
