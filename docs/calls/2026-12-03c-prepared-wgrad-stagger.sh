@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN in the ninth session (2026-12-03, call D, docs/calls/2026-12-03d-callD.sh): rejected, see docs/RESULTS.md; kept for the record.
 # Prepared 2026-12-03 (eighth session), not run: `git apply docs/wip/wgrad-stagger.patch`, `cargo xtask gpu-bundle
 # .dev/bundle`, copy gemm and layer_backward into .dev/bS, this script to .dev/callS.sh; carry [".dev/bS",
 # ".dev/callS.sh"]. Tests the synchronised-epilogue hypothesis of the weight gradients (docs/NOTES.md, next

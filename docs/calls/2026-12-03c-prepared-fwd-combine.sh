@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RAN in the ninth session (2026-12-03, call D, docs/calls/2026-12-03d-callD.sh): rejected, see docs/RESULTS.md; kept for the record.
 # Prepared 2026-12-03 (eighth session), not run: `git apply docs/wip/fwd-combine.patch` (GEMM2's idle producer
 # warps run the forward's combine as m-tiles complete: grouped_gemm_bf16_cmb, used by Gather::Overlapped with
 # Forward::Launches), `cargo xtask gpu-bundle .dev/bundle`, copy layer_forward, layer_backward, layer into .dev/bF,
