@@ -738,17 +738,7 @@ pub(crate) fn wgrad_launch(
         m_tiles: (m as u32).div_ceil(128),
         n_tiles: (n as u32).div_ceil(256),
         accumulate: accumulate as u32,
-        combine: megamoe_kernels::params::Combine {
-            y: 0,
-            w: 0,
-            slot_row: 0,
-            out: 0,
-            error: 0,
-            tokens: 0,
-            cols: 0,
-            k: 0,
-            pad: 0,
-        },
+        combine: megamoe_kernels::params::Combine::default(),
     };
     let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
     (p, Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM))

@@ -50,7 +50,7 @@ pub enum Gather {
     Pass,
     /// Data movement overlapped with the GEMMs by their idle producer warps: GEMM1's copy the rows of x into the
     /// expert-ordered buffer while it runs (the forward's and the backward's recompute of z; `_mv` kernels: each
-    /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW1's sum dx over each
+    /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW2's and dW1's sum dx over each
     /// token's slots (no combine pass in the backward). Bitwise the same results as [`Gather::Pass`]. dy is
     /// gathered by the pass (overlapped with the dh GEMM it measured slower). The default: 1.02-1.04x the forward
     /// and 1.016-1.021x the forward + backward of [`Gather::Pass`] (docs/RESULTS.md, 2026-12-03 eighth session).
@@ -75,7 +75,7 @@ pub enum Forward {
     Launches,
     /// Both in one persistent launch (`ffn_fused_fwd`, docs/FUSED.md step 1): a GEMM2 tile starts as soon as
     /// every GEMM1 tile of its 128 rows has stored h, with no launch boundary between the two GEMMs; bitwise the
-    /// same outputs as [`Forward::Launches`]. Needs [`Gather::Pass`]. A wait that outlasts its bound (10 s; it
+    /// same outputs as [`Forward::Launches`]. Not with [`Gather::InProducer`]. A wait that outlasts its bound (10 s; it
     /// cannot with all blocks resident) makes [`Saved::check`] return [`Error::Timeout`].
     Persistent,
 }
@@ -648,10 +648,14 @@ impl MoeLayer {
     }
 
     fn combine(&self, y: u64, w: u64, out: u64, sv: &Saved) -> Result<()> {
-        let p = self.combine_params(y, w, out, sv);
+        self.launch_combine(&self.combine_params(y, w, out, sv))
+    }
+
+    /// `combine_rows` over `p` (from [`MoeLayer::combine_params`]).
+    fn launch_combine(&self, p: &Combine) -> Result<()> {
         // SAFETY: y holds the rows slot_row points at; out holds T rows. Returns at once (slot_row unwritten) when
         // the forward's error word is set.
-        unsafe { self.gpu.launch("combine_rows", Launch::new(sv.tokens as u32, 256, 0), &p) }
+        unsafe { self.gpu.launch("combine_rows", Launch::new(p.tokens, 256, 0), p) }
     }
 
     fn combine_params(&self, y: u64, w: u64, out: u64, sv: &Saved) -> Combine {
@@ -828,11 +832,10 @@ impl MoeLayer {
             ..zero_gemm()
         };
         self.mgemm("grouped_gemm_bt_bf16", p, saved)?;
-        // dx = the sum over each token's slots: by a pass, or (overlapped) by dW1's idle producer warps
+        // dx = the sum over each token's slots: by a pass, or (overlapped) by dW2's and dW1's idle producer warps
         let dx_sum = self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved);
         if !overlapped {
-            // SAFETY: as in `combine`
-            unsafe { g.launch("combine_rows", Launch::new(saved.tokens as u32, 256, 0), &dx_sum)? };
+            self.launch_combine(&dx_sum)?;
         }
         // weight gradients, contracting over each expert's rows
         let acc = grads.accumulate;

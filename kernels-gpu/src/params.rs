@@ -140,7 +140,7 @@ pub struct Gather {
 
 /// Combine (kernel `combine_rows`): out[t] = sum over j of w[t, j] * y[slot_row[t * k + j]] in f32, j in order,
 /// masked slots skipped; out in bf16. With `w` = 0 every weight is 1 (the backward's dx).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
 pub struct Combine {
     /// bf16 [rows, cols].

@@ -63,7 +63,7 @@ pub(crate) unsafe fn weighted_sum(k: u32, row: impl Fn(u32) -> Option<(f32, [u32
     pack8(&acc)
 }
 
-/// [`weighted_sum`] fetching two slots at a time (for the 40-register mover warps of `grouped_wgrad_f32_mv`):
+/// [`weighted_sum`] fetching two slots at a time (for the 40-register mover warps of `grouped_wgrad_f32_mv` and `grouped_wgrad_bf16_mv`):
 /// the same sum in the same order, so bitwise the same result.
 #[inline(always)]
 pub(crate) unsafe fn weighted_sum_2(k: u32, row: impl Fn(u32) -> Option<(f32, [u32; 4])>) -> [u32; 4] {

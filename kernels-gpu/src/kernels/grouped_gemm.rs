@@ -228,7 +228,8 @@ unsafe fn grouped_gemm<
     let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
-        // the movers' copy loops need more than 40 registers: 56 for the producer warpgroup, 224 for the consumers
+        // the movers' copy loops need more than 40 registers: MV_PRODUCER_REGS for the producer warpgroup,
+        // MV_CONSUMER_REGS for the consumers
         if MV {
             regs::setmaxnreg_dec::<MV_PRODUCER_REGS>();
         } else {
@@ -440,8 +441,7 @@ pub(crate) unsafe fn wait_rows(p: &GroupedGemm, ti: &Tile, m: u32) {
 /// For each m-tile in increasing order (the order of the block's own tiles) the warps copy the rows row0 + n +
 /// parts (w + 3 i) of each of the block's parts n from the tokens (`a_rows`, token row_slot[r] / top_k, K bf16 a
 /// row) into `a_copy`, 16 bytes a lane, eight loads in flight per lane (the `_mv` kernels give the producer
-/// warpgroup 56 registers),
-/// then count them on `arrive[m]` with release semantics, after a GPU-scope fence by every lane and a proxy
+/// warpgroup [`MV_PRODUCER_REGS`] registers), then count them on `arrive[m]` with release semantics, after a GPU-scope fence by every lane and a proxy
 /// fence (the copy engine reads the rows). The movers wait for nothing, so they cannot hold up a wait.
 /// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows, `a_rows` its tokens, K % 8 == 0.
 #[inline(always)]
