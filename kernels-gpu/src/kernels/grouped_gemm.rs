@@ -442,7 +442,8 @@ pub(crate) unsafe fn wait_rows(p: &GroupedGemm, ti: &Tile, m: u32) {
 /// parts (w + 3 i) of each of the block's parts n from the tokens (`a_rows`, token row_slot[r] / top_k, K bf16 a
 /// row) into `a_copy`, 16 bytes a lane, eight loads in flight per lane (the `_mv` kernels give the producer
 /// warpgroup [`MV_PRODUCER_REGS`] registers), then count them on `arrive[m]` with release semantics, after a
-/// GPU-scope fence by every lane and a proxy fence (the copy engine reads the rows). The movers wait for nothing, so they cannot hold up a wait.
+/// GPU-scope fence by every lane and a proxy fence (the copy engine reads the rows). The movers wait for
+/// nothing, so they cannot hold up a wait.
 /// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows, `a_rows` its tokens, K % 8 == 0.
 #[inline(always)]
 pub(crate) unsafe fn move_rows(p: &GroupedGemm, parts: u32, part_of: impl Fn(u32) -> u32, w: u32, lane: u32) {
