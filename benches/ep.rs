@@ -1,11 +1,12 @@
-//! Expert-parallel dispatch and combine, R = 8 ranks emulated on one GPU, at the Qwen3-30B-A3B shape (H 2048,
-//! I 768, E 128, top-8) with 2048 tokens per rank and uniform routing: device-event times of the `ep_dispatch`
-//! and `ep_combine` kernels (3 warm-ups, median of 20) and their GB/s, beside a device-to-device memcpy of the
-//! same bytes measured in the same run. Emulated ranks share one GPU, so every "peer" store goes to the same
-//! HBM: these figures are the kernels' memory efficiency, not NVLink's.
+//! The expert-parallel forward, R = 8 ranks emulated on one GPU, at the Qwen3-30B-A3B shape (H 2048, I 768,
+//! E 128, top-8) with 2048 tokens per rank and uniform routing, in its four modes (push or pull dispatch, copy
+//! or scatter combine) alternating within each repetition: the whole forward's device-event time and, timed
+//! apart, its stages (dispatch kernel, every rank's GEMMs, combine kernel), 3 warm-ups, median of 20; beside a
+//! device-to-device memcpy of the push dispatch's bytes measured in the same run. Emulated ranks share one GPU,
+//! so every "peer" store goes to the same HBM: these figures are the kernels' memory efficiency, not NVLink's.
 //!
-//! Correctness in the same run: every rank's output poisoned before the timed runs, checked fully written after
-//! them and bitwise equal to the EP = 1 layer's output on the concatenated tokens; no device timeout recorded.
+//! Correctness in the same run, for every mode: every rank's output poisoned, then checked fully written and
+//! bitwise equal to the EP = 1 layer's output on the concatenated tokens; no device timeout recorded.
 //!
 //! `cargo bench --bench ep` (on the GPU machine: the `ep_bench` binary of `cargo xtask gpu-bundle`, `--bench`).
 use std::sync::Arc;
@@ -67,28 +68,40 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         .iter()
         .map(|b| RankInputs { tokens: TOKENS, x: &b.0, topk_ids: &b.1, topk_weights: &b.2, w1: &b.3, w2: &b.4 })
         .collect();
-    let (mut td, mut tc) = (Vec::new(), Vec::new());
+    // the four forward modes alternate within each repetition, so the power state is shared
+    const MODES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
+    let mut times = vec![[(); 4].map(|_| Vec::new()); MODES.len()];
     for rep in 0..23 {
-        if rep == 3 {
-            for o in outs.iter_mut() {
-                g.fill_bytes(o, 0xff)?;
+        for (m, &(pull, scatter)) in MODES.iter().enumerate() {
+            layer.set_pull_dispatch(pull);
+            layer.set_scatter_combine(scatter);
+            let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
+            let (_, t) = layer.forward_timed(&inp, &mut o)?;
+            let total = g.timed(|| layer.forward(&inp, &mut o).map(|_| ()))?;
+            if rep >= 3 {
+                for (v, x) in times[m].iter_mut().zip([t.dispatch_ms, t.gemm_ms, t.combine_ms, total]) {
+                    v.push(x);
+                }
             }
         }
-        let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
-        let (_, t) = layer.forward_timed(&inp, &mut o)?;
-        if rep >= 3 {
-            td.push(t.dispatch_ms);
-            tc.push(t.combine_ms);
-        }
     }
-    layer.check()?;
-    for (r, o) in outs.iter().enumerate() {
-        let bits: Vec<u16> = g.download(o)?.iter().map(|v| v.to_bits()).collect();
-        if bits.contains(&0xffff) {
-            return Err(Error::Mismatch(format!("rank {r}: output not fully written")));
+    for &(pull, scatter) in &MODES {
+        layer.set_pull_dispatch(pull);
+        layer.set_scatter_combine(scatter);
+        for o in outs.iter_mut() {
+            g.fill_bytes(o, 0xff)?;
         }
-        if bits[..] != want[r * TOKENS * h..(r + 1) * TOKENS * h] {
-            return Err(Error::Mismatch(format!("rank {r}: output differs from EP = 1")));
+        let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
+        layer.forward(&inp, &mut o)?;
+        layer.check()?;
+        for (r, o) in outs.iter().enumerate() {
+            let bits: Vec<u16> = g.download(o)?.iter().map(|v| v.to_bits()).collect();
+            if bits.contains(&0xffff) {
+                return Err(Error::Mismatch(format!("pull {pull} scatter {scatter}: rank {r} not fully written")));
+            }
+            if bits[..] != want[r * TOKENS * h..(r + 1) * TOKENS * h] {
+                return Err(Error::Mismatch(format!("pull {pull} scatter {scatter}: rank {r} differs from EP = 1")));
+            }
         }
     }
 
@@ -109,27 +122,39 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
             tm.push(ms);
         }
     }
-    let (d, c, m) = (median(td), median(tc), median(tm));
+    let m = median(tm);
     let gbs = |bytes: usize, ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
+    for (&(pull, scatter), t) in MODES.iter().zip(times) {
+        let [d, gm, c, total] = t.map(median);
+        let mode = format!(
+            "{} dispatch, {} combine",
+            if pull { "pull" } else { "push" },
+            if scatter { "scatter" } else { "copy" }
+        );
+        // pull: the dispatch kernel moves only weights and (source, slot); GEMM1's producers read the rows.
+        // scatter: GEMM2 stores the rows into the sources' slots; the combine kernel only sums them.
+        let moved = if pull { rows * 12 } else { dispatch_bytes };
+        let back = if scatter { 0 } else { combine_bytes };
+        println!(
+            "RESULT ep forward, {mode} (EP = {WORLD} emulated, Qwen3-30B-A3B, {TOKENS} tokens/rank, {rows} rows): \
+             {:.0} us whole (median of 20, modes alternating) | stages timed apart: dispatch {:.0} us ({:.0} GB/s \
+             of {} MB), GEMMs {:.0} us, combine {:.0} us ({} MB returned by the kernel)",
+            total * 1e3,
+            d * 1e3,
+            gbs(moved, d),
+            moved / 1_000_000,
+            gm * 1e3,
+            c * 1e3,
+            back / 1_000_000
+        );
+    }
     println!(
-        "RESULT ep dispatch (EP = {WORLD} emulated, Qwen3-30B-A3B, {TOKENS} tokens/rank, {rows} rows): {:.0} us, \
-         {:.0} GB/s moved ({} MB)",
-        d * 1e3,
-        gbs(dispatch_bytes, d),
-        dispatch_bytes / 1_000_000
-    );
-    println!(
-        "RESULT ep combine (same): {:.0} us, {:.0} GB/s moved ({} MB; plus the sums' second read)",
-        c * 1e3,
-        gbs(combine_bytes, c),
-        combine_bytes / 1_000_000
-    );
-    println!(
-        "RESULT device-to-device memcpy of the dispatch's bytes: {:.0} us, {:.0} GB/s (read + write each byte once)",
+        "RESULT device-to-device memcpy of the push dispatch's bytes: {:.0} us, {:.0} GB/s (read + write each byte \
+         once)",
         m * 1e3,
         gbs(dispatch_bytes, m)
     );
-    println!("every rank's output fully written and bitwise equal to EP = 1; no device timeout");
+    println!("every mode: every rank's output fully written and bitwise equal to EP = 1; no device timeout");
     Ok(())
 }
 

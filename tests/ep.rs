@@ -176,6 +176,31 @@ fn reference_over_ranks(inp: &Inputs, tokens: &[usize]) -> Vec<f64> {
 }
 
 fn check_ep(s: Shape, tokens: &[usize], routing: EpRouting) {
+    check_ep_mode(s, tokens, routing, Mode::PUSH);
+}
+
+/// How the forward moves rows: dispatch by push or by GEMM1's movers pulling them; combine by copying the y rows
+/// back or by GEMM2 scattering them straight to their sources.
+#[derive(Clone, Copy, Debug)]
+struct Mode {
+    pull: bool,
+    scatter: bool,
+}
+
+impl Mode {
+    const PUSH: Mode = Mode { pull: false, scatter: false };
+    const PULL: Mode = Mode { pull: true, scatter: false };
+    const SCATTER: Mode = Mode { pull: false, scatter: true };
+    const BOTH: Mode = Mode { pull: true, scatter: true };
+
+    fn set(self, layer: &mut EpLayer) {
+        layer.set_pull_dispatch(self.pull);
+        layer.set_scatter_combine(self.scatter);
+    }
+}
+
+/// `check_ep` in a given [`Mode`].
+fn check_ep_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: Mode) {
     let g = gpu();
     let mut rng = rng();
     let inp = ep_inputs(&mut rng, s, tokens, routing);
@@ -184,6 +209,7 @@ fn check_ep(s: Shape, tokens: &[usize], routing: EpRouting) {
     let max_t = tokens.iter().copied().max().unwrap().max(1);
     let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
     let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
+    mode.set(&mut layer);
     let mut r = upload_ranks(&g, &inp, tokens);
     run_ep(&g, &mut layer, &mut r).unwrap();
     let y = compare(&g, &r, s.h, &want);
@@ -314,6 +340,11 @@ fn same_bits<T: PartialEq + Copy + std::fmt::LowerHex>(what: &str, got: &[T], wa
 }
 
 fn check_ep_backward(s: Shape, tokens: &[usize], routing: EpRouting) {
+    check_ep_backward_mode(s, tokens, routing, Mode::PUSH);
+}
+
+/// `check_ep_backward` with the forward in a given [`Mode`] (the backward always pushes and copies).
+fn check_ep_backward_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: Mode) {
     let g = gpu();
     let mut rng = rng();
     let inp = ep_inputs(&mut rng, s, tokens, routing);
@@ -324,6 +355,7 @@ fn check_ep_backward(s: Shape, tokens: &[usize], routing: EpRouting) {
     let max_t = tokens.iter().copied().max().unwrap().max(1);
     let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
     let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
+    mode.set(&mut layer);
     let mut r = upload_ranks(&g, &inp, tokens);
     let pad = |n: usize| n.max(1);
     let mut t0 = 0;
@@ -472,4 +504,34 @@ gpu_test!(backward_needs_the_latest_forward, {
         .collect();
     assert!(matches!(layer.backward(&old, &dys, &li, &mut grads, false), Err(Error::InvalidArgument(_))));
     layer.check().unwrap();
+});
+
+// the dispatch by pull and the combine by scatter (docs/FUSED.md step 2): GEMM1's idle producer warps copy
+// each received row from its source's x; GEMM2 writes each row straight to its source's slot; outputs and
+// gradients bitwise those of EP = 1 (and so of the push and copy)
+gpu_test!(pull_ep2_uneven_one_rank_empty, {
+    check_ep_mode(SMALL, &[37, 0], EpRouting::Layer(Routing::Uniform), Mode::PULL)
+});
+gpu_test!(scatter_ep4_masked_slots, {
+    check_ep_mode(MEDIUM, &[77, 12, 0, 140], EpRouting::Layer(Routing::Masked10), Mode::SCATTER)
+});
+gpu_test!(pull_scatter_ep8_every_row_to_one_rank, {
+    check_ep_mode(MEDIUM, &[40, 0, 90, 17, 5, 128, 66, 9], EpRouting::AllOnRank(5), Mode::BOTH)
+});
+gpu_test!(pull_ep4_masked_slots, {
+    check_ep_mode(MEDIUM, &[77, 12, 0, 140], EpRouting::Layer(Routing::Masked10), Mode::PULL)
+});
+gpu_test!(pull_scatter_ep8_qwen3_30b_a3b_shape, {
+    check_ep_mode(
+        Shape::QWEN3_30B_A3B,
+        &[300, 0, 150, 257, 64, 512, 128, 33],
+        EpRouting::Layer(Routing::Uniform),
+        Mode::BOTH,
+    )
+});
+gpu_test!(pull_scatter_ep4_backward_uneven_one_rank_empty, {
+    check_ep_backward_mode(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10), Mode::BOTH)
+});
+gpu_test!(scatter_ep2_backward_small, {
+    check_ep_backward_mode(SMALL, &[0, 61], EpRouting::Layer(Routing::Uniform), Mode::SCATTER)
 });

@@ -171,6 +171,9 @@ pub struct RankInputs<'a> {
 pub struct StageTimes {
     /// Count all-gather, layout, push of the rows, arrival wait (`ep_dispatch`).
     pub dispatch_ms: f64,
+    /// Every emulated rank's GEMM1 (with SwiGLU) and GEMM2, back to back; with the pull dispatch GEMM1's
+    /// producers also copy the rows from their sources, with the scatter combine GEMM2 writes them back.
+    pub gemm_ms: f64,
     /// Return of the rows and the weighted sums (`ep_combine`).
     pub combine_ms: f64,
 }
@@ -251,6 +254,8 @@ pub struct EpLayer {
     timeout_ns: u64,
     withhold: Option<(usize, Phase)>,
     maps: MapCache,
+    pull: bool,
+    scatter: bool,
 }
 
 impl EpLayer {
@@ -308,7 +313,25 @@ impl EpLayer {
             timeout_ns: DEFAULT_TIMEOUT_NS,
             withhold: None,
             maps: MapCache::default(),
+            pull: std::env::var("MEGAMOE_EP_PULL").is_ok_and(|v| v == "1"),
+            scatter: std::env::var("MEGAMOE_EP_SCATTER").is_ok_and(|v| v == "1"),
         })
+    }
+
+    /// Dispatch by pull (docs/FUSED.md step 2): the sources push only each row's weight and (rank, slot) and
+    /// publish their x address; each owner's GEMM1 copies its rows from the sources' x with the producer
+    /// warpgroup's idle warps while it computes (`grouped_gemm_swiglu_mv`), each m-tile loaded once its rows
+    /// are counted. Bitwise the same outputs as the push. Default: `MEGAMOE_EP_PULL=1`, else push.
+    pub fn set_pull_dispatch(&mut self, pull: bool) {
+        self.pull = pull;
+    }
+
+    /// Combine by scatter (docs/FUSED.md step 2): each owner's GEMM2 writes every row straight into its source's
+    /// `back` slot through the peer pointer (`grouped_gemm_bf16_scatter` with `c_dst_ranks`), and `ep_combine`
+    /// only releases the flags before the sources sum: no y rows written and copied again. Bitwise the same
+    /// outputs. Default: `MEGAMOE_EP_SCATTER=1`, else the copy.
+    pub fn set_scatter_combine(&mut self, scatter: bool) {
+        self.scatter = scatter;
     }
 
     /// The configuration (global E; max tokens per rank).
@@ -390,8 +413,8 @@ impl EpLayer {
         self.run(inp, outs, false).map(|(s, _)| s)
     }
 
-    /// [`EpLayer::forward`] with device-event times of the dispatch and combine kernels (synchronises twice; for
-    /// benchmarks).
+    /// [`EpLayer::forward`] with device-event times of the dispatch kernel, the GEMMs and the combine kernel
+    /// (synchronises three times; for benchmarks).
     pub fn forward_timed(
         &mut self,
         inp: &[RankInputs<'_>],
@@ -448,15 +471,19 @@ impl EpLayer {
         }
         let p = self.params(ranks, false);
         let dispatch_ms = self.launch_ep("ep_dispatch", &p, timed)?;
-        for (r, i) in inp.iter().enumerate() {
-            let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
-            self.gemm1(r, i, h, 0)?;
-            self.gemm2(r, i, h, y)?;
-        }
+        let mut gemms = || -> Result<()> {
+            for (r, i) in inp.iter().enumerate() {
+                let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
+                self.gemm1(r, i, h, 0, self.pull)?;
+                self.gemm2(r, i, h, y)?;
+            }
+            Ok(())
+        };
+        let gemm_ms = if timed { g.timed(gemms)? } else { gemms().map(|_| 0.0)? };
         let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
         self.fwd_epoch = epoch;
         let saved = EpSaved { epoch, tokens: inp.iter().map(|i| i.tokens).collect() };
-        Ok((saved, StageTimes { dispatch_ms, combine_ms }))
+        Ok((saved, StageTimes { dispatch_ms, gemm_ms, combine_ms }))
     }
 
     /// One launch of a dispatch or combine kernel for all the emulated ranks; its device time when `timed`.
@@ -506,6 +533,8 @@ impl EpLayer {
             withhold_rank,
             withhold_phase,
             backward: backward as u32,
+            pull: (self.pull && !backward) as u32,
+            scatter: (self.scatter && !backward) as u32,
             pad: 0,
         }
     }
@@ -534,7 +563,7 @@ impl EpLayer {
     }
 
     /// Rank r's GEMM1 + SwiGLU over its received x rows: h, and z when `z` is non-zero.
-    fn gemm1(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, z: u64) -> Result<()> {
+    fn gemm1(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, z: u64, pull: bool) -> Result<()> {
         let g = self.gpu.clone();
         let c = self.cfg;
         let per = c.experts / self.world();
@@ -561,6 +590,27 @@ impl EpLayer {
             n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
             ..self.local_gemm(r)
         };
+        if pull {
+            // the forward's rows come from the sources' x through the workspace's recv_meta and src_x (the
+            // backward's recompute of z reads the rows this copy left in recv)
+            let ws = self.group.peer(r);
+            let words = Workspace::arrive_words(lay.max_recv, c.experts as u64);
+            let p = GroupedGemm {
+                a_copy: ws + lay.recv,
+                row_slot: ws + lay.recv_meta,
+                a_src_ranks: ws + lay.src_x,
+                top_k: c.top_k as u32,
+                arrive: ws + lay.arrive,
+                error: ws + lay.arrive + 4 * (words - 1),
+                timeout_ns: self.timeout_ns,
+                ..p
+            };
+            // SAFETY: as `mgemm`; the movers copy rows r < the local offsets' end (<= max_recv) from the rank and
+            // slot recv_meta[r] names (written by this call's dispatch for every such row), x of that rank
+            // holding its tokens' rows.
+            let launch = m_grouped_launch(&self.gpu, "grouped_gemm_swiglu_mv", recv, per, p.n_tiles)?;
+            return unsafe { self.gpu.launch("grouped_gemm_swiglu_mv", launch, &p) };
+        }
         self.mgemm("grouped_gemm_swiglu", p)
     }
 
@@ -585,6 +635,21 @@ impl EpLayer {
             n_tiles: (c.hidden as u32).div_ceil(kh::GEMM_BN),
             ..self.local_gemm(r)
         };
+        if self.scatter {
+            // every row to its source's back slot (recv_meta's pair, the owner's back_ptrs table), unweighted:
+            // the sources weight and sum as before, so the bits stay EP = 1's
+            let ws = self.group.peer(r);
+            let lay = self.group.layout;
+            let p = GroupedGemm {
+                c: 0,
+                map_c: 0,
+                row_slot: ws + lay.recv_meta,
+                c_dst_ranks: ws + lay.back_ptrs,
+                c_rows: lay.max_slots as u32,
+                ..p
+            };
+            return self.mgemm("grouped_gemm_bf16_scatter", p);
+        }
         self.mgemm("grouped_gemm_bf16", p)
     }
 
@@ -720,7 +785,7 @@ impl EpLayer {
             (dptr(&b.z, &s), dptr(&b.dz, &s), dptr(&b.sh, &s), dptr(&b.partial, &s), dptr(&b.row_dtopk, &s))
         };
         // z again from the x rows the forward left in recv (h is recomputed from z in the dh epilogue)
-        self.gemm1(r, inp, 0, z)?;
+        self.gemm1(r, inp, 0, z, false)?;
         // dh = dy W2_e with the SwiGLU backward: dz, s * h and the dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
         let map_dy = self.maps.get(&g, ws + lay.recv_dy, recv, h2, kh::GEMM_BM, 64)?;
@@ -821,6 +886,22 @@ impl EpLayer {
         self.checked_epoch = self.epoch;
         if let Some(t) = timeout {
             return Err(t);
+        }
+        let words = Workspace::arrive_words(lay.max_recv, self.cfg.experts as u64) as usize;
+        for r in 0..self.world() {
+            let at = (r as u64 * lay.bytes + lay.arrive) as usize / 4 + words - 1;
+            let w = self
+                .gpu
+                .stream()
+                .clone_dtoh(&self.group.mem[0].slice(at..at + 1))
+                .ctx(|| "reading an error word".to_string())?;
+            if self.pull && w[0] == megamoe_kernels::params::FUSED_TIMEOUT {
+                return Err(Error::Timeout {
+                    rank: r,
+                    phase: "GEMM1's wait for its pulled rows",
+                    timeout_ms: self.timeout_ns.div_ceil(1_000_000),
+                });
+            }
         }
         for (r, w) in self.ranks.iter().enumerate() {
             if self.gpu.download(&w.route_error)?[0] != 0 {

@@ -780,6 +780,8 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         arrive: 0,
         error: 0,
         timeout_ns: 0,
+        a_src_ranks: 0,
+        c_dst_ranks: 0,
     }
 }
 

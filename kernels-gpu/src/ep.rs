@@ -131,6 +131,15 @@ pub struct Workspace {
     pub local_tiles: u64,
     /// u32 [4]: the error record of a bounded wait that expired (phase, rank waited for, epoch, 1 = set).
     pub error: u64,
+    /// u64 [8]: each source rank's x address (pull dispatch: written by the source, read by this rank's GEMM1).
+    pub src_x: u64,
+    /// u64 [8]: each rank's `back` region as this rank addresses it (written by this rank's `ep_dispatch`,
+    /// read by its GEMM2 when it scatters its rows straight to their sources).
+    pub back_ptrs: u64,
+    /// u32 [recv m-tiles]: rows of each local m-tile copied by this rank's GEMM1 (pull dispatch; zeroed by
+    /// this rank's `ep_dispatch`); then u32 [1]: that GEMM's error word (`params::FUSED_TIMEOUT` when a wait for
+    /// an m-tile's rows expired).
+    pub arrive: u64,
     /// Total bytes.
     pub bytes: u64,
     /// Rows `recv` holds: `world * max_tokens * k`.
@@ -146,6 +155,12 @@ const fn align(x: u64) -> u64 {
 }
 
 impl Workspace {
+    /// Words of the `arrive` region: one per possible local m-tile of 128 rows (each local expert adds at most
+    /// one partial m-tile), then the error word.
+    pub const fn arrive_words(max_recv: u64, experts: u64) -> u64 {
+        max_recv.div_ceil(128) + experts + 1
+    }
+
     /// The layout for `max_tokens` tokens per rank with `k` slots, rows of `hidden` bf16, `experts` experts over
     /// `world` ranks, `blocks` blocks per rank in the dispatch and combine kernels. A rank receives at most
     /// `world * max_tokens * k` rows (every slot of every rank).
@@ -165,7 +180,10 @@ impl Workspace {
         let local_offsets = align(back_flags + 4 * world * blocks);
         let local_tiles = align(local_offsets + 4 * (experts + 1));
         let error = align(local_tiles + 4 * (experts + 1));
-        let bytes = align(error + 16);
+        let src_x = align(error + 16);
+        let back_ptrs = align(src_x + 8 * 8);
+        let arrive = align(back_ptrs + 8 * 8);
+        let bytes = align(arrive + 4 * (Self::arrive_words(max_recv, experts)));
         Workspace {
             counts,
             count_flags,
@@ -180,6 +198,9 @@ impl Workspace {
             local_offsets,
             local_tiles,
             error,
+            src_x,
+            back_ptrs,
+            arrive,
             bytes,
             max_recv,
             max_slots,
@@ -317,6 +338,9 @@ mod tests {
             w.local_offsets,
             w.local_tiles,
             w.error,
+            w.src_x,
+            w.back_ptrs,
+            w.arrive,
             w.bytes,
         ];
         for pair in regions.windows(2) {
@@ -329,6 +353,9 @@ mod tests {
         assert_eq!(w.max_recv, 8 * 2048 * 8);
         assert!(w.back_flags - w.data_flags >= 4 * 8 * 16 && w.local_offsets - w.back_flags >= 4 * 8 * 16);
         assert!(w.back_flags - w.back >= 2048 * 8 * 2048 * 2);
+        assert!(w.back_ptrs - w.src_x >= 8 * 8 && w.arrive - w.back_ptrs >= 8 * 8);
+        // an m-tile counter per 128 received rows, one more per local expert, and the error word
+        assert!(w.bytes - w.arrive >= 4 * (8 * 2048 * 8 / 128 + 128 + 1));
     }
 
     #[test]

@@ -237,6 +237,16 @@ pub struct GroupedGemm {
     pub error: u64,
     /// With `a_copy`: bound of each wait, in nanoseconds of `%globaltimer`.
     pub timeout_ns: u64,
+    /// With `a_copy`, expert-parallel pull (docs/FUSED.md step 2): 0, or the address of u64 [world] row bases
+    /// (each source rank's x, published by `ep_dispatch` in the owner's workspace); then `row_slot` holds the
+    /// (source rank, source slot) pair of each row (the workspace's `recv_meta`) and row r is copied from token
+    /// slot / top_k of that rank's x.
+    pub a_src_ranks: u64,
+    /// `grouped_gemm_bf16_scatter`, expert-parallel: 0, or the address of u64 [world] destination bases (each
+    /// source rank's `back` region, from the owner's workspace `back_ptrs`); then `row_slot` holds the (source
+    /// rank, source slot) pair of each row (`recv_meta`) and row r goes to row slot of that rank's base
+    /// (`c_rows` bounds the slot).
+    pub c_dst_ranks: u64,
 }
 
 /// The fused forward's GEMMs in one persistent launch (kernel `ffn_fused_fwd`, docs/FUSED.md step 1): GEMM1 +
@@ -430,6 +440,14 @@ pub struct EpParams {
     /// 1: backward of the forward just before (its counts and layout; dy into `recv_dy`; combine sums the dx
     /// rows with weight 1 and returns each row's dtopk).
     pub backward: u32,
+    /// Forward only: 1 = pull dispatch (docs/FUSED.md step 2): the sources push each row's weight and
+    /// (rank, slot) and publish their x address, not the rows; the owner's GEMM1 copies the rows itself
+    /// (`a_src_ranks`). 0 = push the rows.
+    pub pull: u32,
+    /// Forward only: 1 = the owners' GEMM2 wrote each row straight into its source's `back` slot
+    /// (`c_dst_ranks`): `ep_combine` only releases the back flags before the sources sum. 0 = it copies the
+    /// rows from the owner's y.
+    pub scatter: u32,
     /// Unused.
     pub pad: u32,
 }
@@ -446,7 +464,7 @@ mod tests {
             ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 18 * 8 + 8 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4 + size_of::<Combine>()),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),

@@ -40,7 +40,9 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
     // 1. results back to their sources
     let rows = (*((me.ws + ws.local_offsets) as *const u32).add(per as usize) as u64).min(ws.max_recv) as u32;
     let meta = (me.ws + ws.recv_meta) as *const u32;
-    let mut q = me.b * warps + warp;
+    // scatter: the owner's GEMM2 stored the rows at their sources already (an earlier launch: complete)
+    let scattered = p.scatter != 0 && !bwd;
+    let mut q = if scattered { rows } else { me.b * warps + warp };
     while q < rows {
         let src = *meta.add(2 * q as usize);
         let slot = *meta.add(2 * q as usize + 1);

@@ -118,7 +118,26 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
     }
     sync::block_sync();
 
-    // 4. push the rows, a warp per row
+    // pull dispatch: zero this rank's GEMM1 arrival counters and error word (its GEMM1 runs after this launch)
+    let pull = p.pull != 0 && !bwd;
+    if pull {
+        let words = ep::Workspace::arrive_words(ws.max_recv, e_n as u64) as u32;
+        let arrive = (me.ws + ws.arrive) as *mut u32;
+        let mut i = me.b * nt + t;
+        while i < words {
+            *arrive.add(i as usize) = 0;
+            i += blocks * nt;
+        }
+    }
+
+    // 4. push the rows (pull: only their weights and (rank, slot), and x's address), a warp per row
+    if ok && pull && me.b == 0 && t < world {
+        *((pick(&g.peer, t) + ws.src_x) as *mut u64).add(me.rank as usize) = me.own.x;
+    }
+    if !bwd && me.b == 0 && t < world {
+        // where this rank's GEMM2 scatters rank t's rows (read after this launch, on this rank)
+        *((me.ws + ws.back_ptrs) as *mut u64).add(t as usize) = pick(&g.peer, t) + ws.back;
+    }
     if ok {
         let slots = me.own.tokens * p.k;
         let offsets = me.own.offsets as *const u32;
@@ -141,7 +160,9 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
                     let tok = slot / p.k;
                     let src = (me.own.x as *const [u32; 4]).add((tok * chunks) as usize);
                     let to = ((peer + region) as *mut [u32; 4]).add(dst as usize * chunks as usize);
-                    copy_row(src, to, chunks, lane);
+                    if !pull {
+                        copy_row(src, to, chunks, lane);
+                    }
                     if lane == 0 && !bwd {
                         *((peer + ws.recv_w) as *mut f32).add(dst as usize) =
                             *(me.own.w as *const f32).add(slot as usize);

@@ -246,7 +246,7 @@ unsafe fn grouped_gemm<
             // m n_tiles + n is block (m n_tiles + n) % grid's
             let (b, grid) = (regs::bid(), regs::nctaid());
             let part_of = |m: u32| crate::scheduler::mover_part(m * p.n_tiles, b, grid);
-            move_rows(p, p.n_tiles, part_of, t / 32 - 1, t % 32);
+            move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32);
         }
     } else {
         if MV {
@@ -444,9 +444,17 @@ pub(crate) unsafe fn wait_rows(p: &GroupedGemm, ti: &Tile, m: u32) {
 /// warpgroup [`MV_PRODUCER_REGS`] registers), then count them on `arrive[m]` with release semantics, after a
 /// GPU-scope fence by every lane and a proxy fence (the copy engine reads the rows). The movers wait for
 /// nothing, so they cannot hold up a wait.
+/// `PULL` (the single-CTA kernels): with `a_src_ranks`, row r comes from rank recv_meta[r].0's x, token
+/// recv_meta[r].1 / top_k (expert-parallel pull dispatch); the persistent forward leaves it out (registers).
 /// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows, `a_rows` its tokens, K % 8 == 0.
 #[inline(always)]
-pub(crate) unsafe fn move_rows(p: &GroupedGemm, parts: u32, part_of: impl Fn(u32) -> u32, w: u32, lane: u32) {
+pub(crate) unsafe fn move_rows<const PULL: bool>(
+    p: &GroupedGemm,
+    parts: u32,
+    part_of: impl Fn(u32) -> u32,
+    w: u32,
+    lane: u32,
+) {
     let to = p.tile_offsets as *const u32;
     let off = p.offsets as *const u32;
     let m_total = *to.add(p.experts as usize);
@@ -466,8 +474,15 @@ pub(crate) unsafe fn move_rows(p: &GroupedGemm, parts: u32, part_of: impl Fn(u32
             let (mut r, stride) = crate::scheduler::mover_rows(row0, n, parts, w);
             let mut mine = 0u32;
             while r < end {
-                let tok = *(p.row_slot as *const u32).add(r as usize) / p.top_k;
-                let src = (p.a_rows as *const [u32; 4]).add((tok * chunks) as usize);
+                let src = if PULL && p.a_src_ranks != 0 {
+                    // expert-parallel pull: (source rank, source slot) of the row, that rank's x
+                    let meta = (p.row_slot as *const u32).add(2 * r as usize);
+                    let base = *(p.a_src_ranks as *const u64).add(*meta as usize);
+                    (base as *const [u32; 4]).add((*meta.add(1) / p.top_k * chunks) as usize)
+                } else {
+                    let tok = *(p.row_slot as *const u32).add(r as usize) / p.top_k;
+                    (p.a_rows as *const [u32; 4]).add((tok * chunks) as usize)
+                };
                 let dst = (p.a_copy as *mut [u32; 4]).add((r * chunks) as usize);
                 crate::kernels::ep_common::copy_row(src, dst, chunks, lane);
                 mine += 1;
@@ -828,7 +843,13 @@ unsafe fn store_scatter(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
     crate::unroll!(H in [0, 1] {
         let row = ti.row0 + cw * 64 + if H == 0 { r0 } else { r1 };
         if row < ti.row_end {
-            let d = *(p.row_slot as *const u32).add(row as usize);
+            // the destination row, in C or (expert-parallel) in the row's source rank's base
+            let (c, d) = if p.c_dst_ranks != 0 {
+                let meta = (p.row_slot as *const u32).add(2 * row as usize);
+                (*(p.c_dst_ranks as *const u64).add(*meta as usize) as *mut u32, *meta.add(1))
+            } else {
+                (c, *(p.row_slot as *const u32).add(row as usize))
+            };
             if d < p.c_rows {
                 let s = if p.w != 0 { *(p.w as *const f32).add(d as usize) } else { 1.0 };
                 let rowp = c.add(d as usize * p.ldc as usize / 2);
