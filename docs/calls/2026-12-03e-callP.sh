@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran 2026-12-03 (tenth session) as call P on the patches then landed as ec6f508: all green.
 # Prepared 2026-12-03 (ninth session), not run: `git apply docs/wip/ep-pull-dispatch.patch` then
 # `git apply docs/wip/ep-scatter-combine.patch` (CPU tests and ptxas clean applied to main afb8a86+),
 # `cargo xtask gpu-bundle .dev/bundle`, copy ep, ep_bench into .dev/bP, this script to .dev/callP.sh; carry

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran 2026-12-03 (tenth session) as call V: all green; results docs/RESULTS.md "2026-12-03 (tenth session)".
 # Prepared 2026-12-03 (ninth session), not run. Bundle main (`cargo xtask gpu-bundle .dev/bundle`), copy
 # grouped_gemm, layer_backward, gemm, layer, torch_layer.py into .dev/bV, this script to .dev/callV.sh; carry
 # [".dev/bV", ".dev/callV.sh"]. ~300 s.
