@@ -887,20 +887,23 @@ impl EpLayer {
         if let Some(t) = timeout {
             return Err(t);
         }
-        let words = Workspace::arrive_words(lay.max_recv, self.cfg.experts as u64) as usize;
-        for r in 0..self.world() {
-            let at = (r as u64 * lay.bytes + lay.arrive) as usize / 4 + words - 1;
-            let w = self
-                .gpu
-                .stream()
-                .clone_dtoh(&self.group.mem[0].slice(at..at + 1))
-                .ctx(|| "reading an error word".to_string())?;
-            if self.pull && w[0] == megamoe_kernels::params::FUSED_TIMEOUT {
-                return Err(Error::Timeout {
-                    rank: r,
-                    phase: "GEMM1's wait for its pulled rows",
-                    timeout_ms: self.timeout_ns.div_ceil(1_000_000),
-                });
+        // GEMM1's error word is only written (and zeroed) by a pulled forward
+        if self.pull {
+            let words = Workspace::arrive_words(lay.max_recv, self.cfg.experts as u64) as usize;
+            for r in 0..self.world() {
+                let at = (r as u64 * lay.bytes + lay.arrive) as usize / 4 + words - 1;
+                let w = self
+                    .gpu
+                    .stream()
+                    .clone_dtoh(&self.group.mem[0].slice(at..at + 1))
+                    .ctx(|| "reading an error word".to_string())?;
+                if w[0] == megamoe_kernels::params::FUSED_TIMEOUT {
+                    return Err(Error::Timeout {
+                        rank: r,
+                        phase: "GEMM1's wait for its pulled rows",
+                        timeout_ms: self.timeout_ns.div_ceil(1_000_000),
+                    });
+                }
             }
         }
         for (r, w) in self.ranks.iter().enumerate() {

@@ -1,8 +1,8 @@
 //! The forward's two expert GEMMs in one persistent launch (docs/FUSED.md, step 1): GEMM1 + SwiGLU and GEMM2 of
 //! the M-grouped engine on the engine's block unchanged (a producer warpgroup whose thread 0 issues TMA, two
-//! cooperative consumer warpgroups, the `STAGES`-stage ring of 48 KiB stages, the staging boxes), their tiles walked in one
-//! dependency order ([`crate::scheduler::fused_item`]: the GEMM1 tiles of m-tile s, then the GEMM2 tiles of
-//! m-tile s - lag). Both roles of block b take items b, b + grid, ... in order.
+//! cooperative consumer warpgroups, the `STAGES`-stage ring of 48 KiB stages, the staging boxes), their tiles
+//! walked in one dependency order ([`crate::scheduler::fused_item`]: the GEMM1 tiles of m-tile s, then the GEMM2
+//! tiles of m-tile s - lag). Both roles of block b take items b, b + grid, ... in order.
 //!
 //! Signals: a consumer warpgroup counts its half of a GEMM1 tile on `ready[m]` after the main loop of its next
 //! item (so that it never waits for the copy engine: counting right after the epilogue measured 2% slower): its
