@@ -272,7 +272,11 @@ struct Work {
 
 /// Tensor maps by (address, rows, cols, box rows, box cols), encoded once per buffer and box.
 #[derive(Default)]
-pub(crate) struct MapCache(HashMap<(TiledDescKind, u64, u64, u64, u32, u32), DeviceTensorMap>);
+pub(crate) struct MapCache {
+    maps: HashMap<(TiledDescKind, u64, u64, u64, u32, u32), DeviceTensorMap>,
+    /// Set by the first lookup during a CUDA graph capture: the cache is never cleared after it.
+    pinned: bool,
+}
 
 /// Which kind of map a cache entry is.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -307,13 +311,25 @@ impl MapCache {
 
     fn cached(&mut self, g: &Gpu, kind: TiledDescKind, d: TiledDesc) -> Result<u64> {
         let key = (kind, d.addr, d.dims[1], d.dims[0], d.box_dims[1], d.box_dims[0]);
-        if !self.0.contains_key(&key) {
-            if self.0.len() > 256 {
-                self.0.clear(); // buffers of old calls; kernels that used them are ordered before any reuse
+        // a captured graph keeps the addresses of the maps it launched with: from the first capture on, no
+        // map is ever freed
+        let capturing = g.capturing()?;
+        self.pinned |= capturing;
+        if !self.maps.contains_key(&key) {
+            if capturing {
+                return Err(Error::InvalidArgument(format!(
+                    "a buffer at {:#x} ({} x {}) is new to this layer during a CUDA graph capture: its TMA tensor map \
+                     is encoded and uploaded on first use, which a capture cannot record. Run the same call once \
+                     outside the capture first, with the same buffers (forward_into with a Saved from alloc_saved)",
+                    d.addr, d.dims[1], d.dims[0]
+                )));
             }
-            self.0.insert(key, DeviceTensorMap::new(g, d)?);
+            if self.maps.len() > 256 && !self.pinned {
+                self.maps.clear(); // buffers of old calls; kernels that used them are ordered before any reuse
+            }
+            self.maps.insert(key, DeviceTensorMap::new(g, d)?);
         }
-        Ok(self.0[&key].ptr(g))
+        Ok(self.maps[&key].ptr(g))
     }
 }
 
@@ -451,7 +467,9 @@ impl MoeLayer {
     fn xs_of(&self, sv: &Saved) -> (u64, usize) {
         let s = self.gpu.stream();
         match &sv.xs {
-            Some(xs) => (dptr(xs, s), sv.tokens * self.cfg.top_k),
+            // the buffer's rows (a Saved reused by forward_into may hold more than this call's): one tensor map
+            // per buffer whatever the call's token count (the kernels bound rows by the device offsets)
+            Some(xs) => (dptr(xs, s), xs.len() / self.cfg.hidden),
             None => (dptr(&self.work.xs, s), self.cfg.max_tokens * self.cfg.top_k),
         }
     }
@@ -557,21 +575,26 @@ impl MoeLayer {
     /// forward) or [`Saved::check`] (that call); both synchronise and return [`Error::InvalidArgument`].
     pub fn forward(&mut self, inp: &Inputs<'_>, out: &mut CudaSlice<bf16>) -> Result<Saved> {
         self.check_inputs(inp, out.len())?;
-        let g = self.gpu.clone();
-        let s = g.stream().clone();
+        let mut sv = self.alloc_saved(inp.tokens)?;
+        self.forward_into(inp, out, &mut sv)?;
+        Ok(sv)
+    }
+
+    /// What [`MoeLayer::forward_into`] needs for calls of up to `tokens` tokens (at most the configured
+    /// maximum): allocated once, reused by every call into it. With it a forward and backward allocate nothing,
+    /// so a whole training step can be captured in a CUDA graph (see [`MoeLayer::forward_into`]).
+    pub fn alloc_saved(&self, tokens: usize) -> Result<Saved> {
         let c = self.cfg;
-        let slots = inp.tokens * c.top_k;
-        let e = c.experts;
-        // a fresh word per call: a later forward never changes what an older Saved's backward sees
-        let mut error = g.alloc::<u32>(1)?;
-        g.fill_bytes(&mut error, 0)?;
-        let error = Arc::new(error);
-        self.last_error = Some(error.clone());
+        if tokens > c.max_tokens {
+            return Err(Error::InvalidArgument(format!("{tokens} tokens > the configured maximum {}", c.max_tokens)));
+        }
+        let g = &self.gpu;
+        let (slots, e) = (tokens * c.top_k, c.experts);
         let with_z = c.save == Save::WithZ;
-        let sv = Saved {
-            tokens: inp.tokens,
+        Ok(Saved {
+            tokens: 0,
             experts: e,
-            error,
+            error: Arc::new(g.alloc::<u32>(1)?),
             counts: g.alloc(e)?,
             offsets: g.alloc(e + 1)?,
             tile_offsets: g.alloc(e + 1)?,
@@ -579,9 +602,45 @@ impl MoeLayer {
             slot_row: g.alloc(slots.max(1))?,
             z: if with_z { Some(g.alloc((slots * 2 * c.intermediate).max(1))?) } else { None },
             xs: if with_z && c.gather != Gather::InProducer { Some(g.alloc((slots * c.hidden).max(1))?) } else { None },
+        })
+    }
+
+    /// [`MoeLayer::forward`] into `saved` (from [`MoeLayer::alloc_saved`] of this layer, for at least
+    /// `inp.tokens` tokens), which then holds this call's state for its backward (an earlier call's state in it
+    /// is replaced). Allocates nothing on the device and never synchronises: once every buffer has been seen by
+    /// one call outside a capture (the layer encodes a TMA tensor map per buffer the first time, which a capture
+    /// cannot do: that gives [`Error::InvalidArgument`]), the forward and backward can be captured in a CUDA
+    /// graph and replayed on new contents of the same buffers.
+    pub fn forward_into(&mut self, inp: &Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
+        self.check_inputs(inp, out.len())?;
+        let c = self.cfg;
+        let slots = inp.tokens * c.top_k;
+        let with_z = c.save == Save::WithZ;
+        let need_xs = with_z && c.gather != Gather::InProducer;
+        let fits = |b: Option<usize>, per: usize, want: bool| match b {
+            Some(n) => want && n >= (slots * per).max(1),
+            None => !want,
         };
+        if saved.experts != c.experts
+            || saved.row_slot.len() < slots.max(1)
+            || !fits(saved.z.as_ref().map(|z| z.len()), 2 * c.intermediate, with_z)
+            || !fits(saved.xs.as_ref().map(|x| x.len()), c.hidden, need_xs)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "saved state does not fit this layer and {} tokens: make it with this layer's alloc_saved",
+                inp.tokens
+            )));
+        }
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let e = c.experts;
+        // the call's error word, zeroed in stream order
+        g.zero_words(dptr(saved.error.as_ref(), &s), 1)?;
+        saved.tokens = inp.tokens;
+        self.last_error = Some(saved.error.clone());
+        let sv: &Saved = saved;
         if inp.tokens == 0 {
-            return Ok(sv);
+            return Ok(());
         }
         let route = Route {
             topk_ids: dptr(inp.topk_ids, &s),
@@ -606,21 +665,21 @@ impl MoeLayer {
         let fused = c.forward == Forward::Persistent;
         let p1 = match c.gather {
             Gather::Pass | Gather::Overlapped => {
-                let xs = self.xs_of(&sv);
-                let mut p1 = self.gemm1_params(&sv, Gemm1A::Rows(xs.0, xs.1), inp.w1, h_ptr, z_ptr)?;
+                let xs = self.xs_of(sv);
+                let mut p1 = self.gemm1_params(sv, Gemm1A::Rows(xs.0, xs.1), inp.w1, h_ptr, z_ptr)?;
                 if c.gather == Gather::Pass {
-                    self.gather(dptr(inp.x, &s), xs.0, &sv)?;
+                    self.gather(dptr(inp.x, &s), xs.0, sv)?;
                 } else {
-                    self.overlap(&mut p1.1, dptr(inp.x, &s), xs.0, &sv)?;
+                    self.overlap(&mut p1.1, dptr(inp.x, &s), xs.0, sv)?;
                 }
                 if !fused {
-                    self.mgemm(p1.0, p1.1, &sv)?;
+                    self.mgemm(p1.0, p1.1, sv)?;
                 }
                 Some(p1)
             }
             // GEMM1's producer gathers the rows of x itself (no gathered copy of x in the forward)
             Gather::InProducer => {
-                self.gemm1_from(&sv, Gemm1A::Tokens(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?;
+                self.gemm1_from(sv, Gemm1A::Tokens(dptr(inp.x, &s)), inp.w1, h_ptr, z_ptr)?;
                 None
             }
         };
@@ -640,11 +699,11 @@ impl MoeLayer {
             ..zero_gemm()
         };
         match p1 {
-            Some((_, g1)) if fused => self.fused_gemms(g1, p, &sv)?,
-            _ => self.mgemm("grouped_gemm_bf16", p, &sv)?,
+            Some((_, g1)) if fused => self.fused_gemms(g1, p, sv)?,
+            _ => self.mgemm("grouped_gemm_bf16", p, sv)?,
         }
-        self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), &sv)?;
-        Ok(sv)
+        self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), sv)?;
+        Ok(())
     }
 
     fn combine(&self, y: u64, w: u64, out: u64, sv: &Saved) -> Result<()> {
@@ -780,7 +839,7 @@ impl MoeLayer {
         // z and dz in 64 x 64 boxes (whole 64-row groups of an expert go through the copy engine); a saved z
         // holds the call's slots rows, the workspace's z and dz ws_rows
         let (box_rows, box_cols) = kh::GEMM_C_BOX;
-        let z_rows = if saved.z.is_some() { slots } else { ws_rows };
+        let z_rows = saved.z.as_ref().map_or(ws_rows, |z| z.len() / (2 * i2));
         let map_z = self.maps.get(&g, z_ptr, z_rows, 2 * i2, box_rows, box_cols)?;
         let map_dzs = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, box_rows, box_cols)?;
         let map_sh = self.maps.get(&g, dptr(&self.work.sh, &s), ws_rows, i2, box_rows, box_cols)?;

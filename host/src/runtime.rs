@@ -182,7 +182,8 @@ impl Gpu {
         // SAFETY: no buffers exist yet on this context.
         unsafe { ctx.disable_event_tracking() };
         keep_pool_memory(&ctx)?;
-        let stream = ctx.default_stream();
+        // a stream of its own, not the legacy default stream: that one cannot be captured into a CUDA graph
+        let stream = ctx.new_stream().ctx(|| "creating the device's stream".into())?;
         let g = Arc::new(Gpu {
             ordinal,
             ctx,
@@ -448,6 +449,18 @@ impl Gpu {
     /// A host copy of `src` (synchronises the stream).
     pub fn download<T: DeviceRepr + Default + Clone>(&self, src: &CudaSlice<T>) -> Result<Vec<T>> {
         self.stream.clone_dtoh(src).ctx(|| format!("downloading {} elements", src.len()))
+    }
+
+    /// Zero `n` u32 words at device address `ptr` in stream order (a memset node when the stream is captured).
+    pub(crate) fn zero_words(&self, ptr: u64, n: usize) -> Result<()> {
+        // SAFETY: callers pass an address of a live allocation of at least n words.
+        unsafe { result::memset_d8_async(ptr, 0, 4 * n, self.stream.cu_stream()) }.ctx(|| format!("zeroing {n} words"))
+    }
+
+    /// Whether this GPU's stream is being captured into a CUDA graph now.
+    pub fn capturing(&self) -> Result<bool> {
+        let st = self.stream.capture_status().ctx(|| "querying the stream's capture status".into())?;
+        Ok(st != cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
     /// Fill `dst` with `byte` (poison before a run).

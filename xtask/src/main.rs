@@ -336,7 +336,7 @@ const BENCHES: &[(&str, &str)] = &[("layer", "layer"), ("gemm", "gemm"), ("ep", 
 
 /// Test binaries the GPU bundle carries.
 const GPU_TEST_BINARIES: &[&str] =
-    &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm", "ep", "route"];
+    &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm", "ep", "route", "graph"];
 
 fn strip(p: &Path) {
     // best effort: an unstripped binary still runs, it is only larger
