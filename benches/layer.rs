@@ -5,6 +5,9 @@
 //! and checked fully written after them. Then the routing layout alone (its three launches, each timed) at
 //! T = 16384, top-8 of 128 and of 4096 experts.
 //!
+//! Last, the z-saved forward + backward (bf16 weight gradients) captured once in a CUDA graph and replayed,
+//! alternating with the same step launched eagerly; the graph's dx checked bitwise against the eager step's.
+//!
 //! `MEGAMOE_BENCH_PHASES=1`: then one more forward + backward of each save mode with device events around every
 //! launch (`Gpu::profile_start`), printed as `PHASE` lines: each kernel's time in place and the idle time before it.
 //!
@@ -12,8 +15,10 @@
 //! `benches/h200.sh` runs it beside the PyTorch layers (`benches/torch_layer.py`) in one call.
 use std::sync::Arc;
 
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::layer::{Forward, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save};
+use megamoe::layer::{Forward, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
@@ -246,12 +251,68 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             3.0 * fl / (ms * 1e-3) / 1e12
         );
     }
+    // the z-saved forward + backward with bf16 weight gradients captured once in a CUDA graph and replayed,
+    // alternating with the same step launched eagerly into the same Saved (3 warm-ups, median of reps each)
+    let layer = &mut all[1];
+    let mut sv = layer.alloc_saved(tokens)?;
+    let mut gr = (&mut gdx, &mut gw1b, &mut gw2b, &mut gtk);
+    // eager once first: the layer encodes a tensor map the first time it sees a buffer, which a capture cannot
+    step(layer, &mut sv, &inp, &mut out, &ddy, &mut gr)?;
+    let st = g.stream();
+    let drv = |what: &str| {
+        let what = what.to_string();
+        move |e| megamoe::Error::Driver { what: what.clone(), source: e }
+    };
+    st.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).map_err(drv("beginning a capture"))?;
+    let r = step(layer, &mut sv, &inp, &mut out, &ddy, &mut gr);
+    let graph = st.end_capture(CUgraphInstantiate_flags(0)).map_err(drv("ending the capture"))?;
+    r?;
+    let graph = graph.ok_or_else(|| megamoe::Error::InvalidArgument("the capture recorded nothing".into()))?;
+    let (mut te, mut tg) = (Vec::new(), Vec::new());
+    for rep in 0..3 + reps {
+        let e = g.timed(|| step(layer, &mut sv, &inp, &mut out, &ddy, &mut gr))?;
+        let gm = g.timed(|| graph.launch().map_err(drv("launching the graph")))?;
+        if rep >= 3 {
+            te.push(e);
+            tg.push(gm);
+        }
+    }
+    let dx_graph = g.download(&*gr.0)?;
+    step(layer, &mut sv, &inp, &mut out, &ddy, &mut gr)?;
+    let same = g.download(&*gr.0)?.iter().zip(&dx_graph).all(|(a, b)| a.to_bits() == b.to_bits());
+    let (ge, gg) = (median(te), median(tg));
+    println!(
+        "RESULT megamoe forward+backward as one CUDA graph (z saved, bf16 weight gradients) {name} T={tokens}: \
+         {:.0} us (median of {reps}, alternating with the same step launched eagerly: {:.0} us, {:.3}x); dx \
+         bitwise the eager step's: {same}",
+        gg * 1e3,
+        ge * 1e3,
+        ge / gg
+    );
     let err = err.max(err_dx).max(err_tk);
-    if err.is_nan() || err > 1e-2 || !written {
+    if err.is_nan() || err > 1e-2 || !written || !same {
         return Err(megamoe::Error::Mismatch(format!("{name}: wrong results in the benchmark run")));
     }
     Ok(())
 }
+
+/// Forward into `sv`, then the backward with bf16 weight gradients into `gr` (dx, dW1, dW2, dtopk): the step the
+/// graph captures.
+fn step(
+    layer: &mut MoeLayer,
+    sv: &mut Saved,
+    inp: &Inputs<'_>,
+    out: &mut CudaSlice<bf16>,
+    dy: &CudaSlice<bf16>,
+    gr: &mut BfGrads<'_>,
+) -> megamoe::Result<()> {
+    layer.forward_into(inp, out, sv)?;
+    let grads = Grads { dx: &mut *gr.0, dw1: &mut *gr.1, dw2: &mut *gr.2, dtopk: &mut *gr.3, accumulate: false };
+    layer.backward(sv, dy, inp, grads)
+}
+
+/// dx, dW1, dW2 (bf16) and dtopk of [`step`].
+type BfGrads<'a> = (&'a mut CudaSlice<bf16>, &'a mut CudaSlice<bf16>, &'a mut CudaSlice<bf16>, &'a mut CudaSlice<f32>);
 
 /// The routing layout alone (`route_count`, `route_scan`, `route_place`, each launch bracketed by device events,
 /// so launch gaps are not counted): top-8 of `e` experts for `tokens` tokens; medians of the timed reps.
