@@ -1,17 +1,21 @@
 //! A whole training step of the layer (forward into a preallocated `Saved`, backward) captured in a CUDA graph
 //! and replayed on new contents of the same buffers: every output poisoned before each run and checked fully
 //! written, within 1e-2 of the f64 reference, and bitwise equal to the same step run eagerly; a capture that
-//! meets a buffer the layer has not seen yet ends in a clear error. GPU tests: ignored without a GPU.
+//! meets a buffer the layer has not seen yet ends in a clear error. The same for the expert-parallel layer
+//! (R = 4 emulated ranks): its call epoch lives on the device (each rank's call counter, advanced by the first
+//! launch of every call), so every replay is a new epoch; `check` after the replays reports no timeout and
+//! reads the device's counter advanced by every replayed call. GPU tests: ignored without a GPU.
 mod common;
 
 use std::sync::Arc;
 
-use common::{gpu, inputs, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
+use common::{f64s, gpu, inputs, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
 use cudarc::driver::sys;
 use cudarc::driver::CudaSlice;
 use half::bf16;
+use megamoe::ep::{EpLayer, RankGrads, RankInputs};
 use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save, Saved};
-use megamoe::reference::{self, Shape};
+use megamoe::reference::{self, RankInput, Shape};
 use megamoe::{check, Error, Gpu};
 
 /// The step's device buffers: inputs (rewritten between replays) and outputs (poisoned before each run).
@@ -218,4 +222,336 @@ gpu_test!(forward_into_checks_the_saved_state, {
     g.sync().unwrap();
     assert!(g.download(&bufs.out).unwrap().iter().all(|v| v.to_bits() == 0xffff), "a refused call wrote out");
     assert!(layer.alloc_saved(65).is_err(), "alloc_saved beyond max_tokens");
+});
+
+/// The expert-parallel step's device buffers, per rank, each at least one element (a rank without tokens keeps
+/// buffers whose one element must keep the poison): inputs rewritten between runs, outputs poisoned.
+struct EpBufs {
+    tokens: Vec<usize>,
+    x: Vec<CudaSlice<bf16>>,
+    ids: Vec<CudaSlice<i32>>,
+    w: Vec<CudaSlice<f32>>,
+    w1: Vec<CudaSlice<bf16>>,
+    w2: Vec<CudaSlice<bf16>>,
+    dy: Vec<CudaSlice<bf16>>,
+    out: Vec<CudaSlice<bf16>>,
+    dx: Vec<CudaSlice<bf16>>,
+    dtopk: Vec<CudaSlice<f32>>,
+    dw1: Vec<CudaSlice<f32>>,
+    dw2: Vec<CudaSlice<f32>>,
+}
+
+/// One rank's host inputs: x, ids, weights, dy (its tokens, padded to one element), W1, W2 (its experts).
+type RankHost = (Vec<bf16>, Vec<i32>, Vec<f32>, Vec<bf16>, Vec<bf16>, Vec<bf16>);
+
+/// `inp` (the ranks' tokens concatenated in rank order, the E experts) split into the ranks' own inputs.
+fn split_ranks(inp: &Inputs, tokens: &[usize]) -> Vec<RankHost> {
+    let s = inp.shape;
+    let per = s.e / tokens.len();
+    let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
+    let mut t0 = 0;
+    let mut out = Vec::new();
+    for (r, &t) in tokens.iter().enumerate() {
+        let pad = |n: usize| n.max(1);
+        let mut x = inp.x[t0 * s.h..(t0 + t) * s.h].to_vec();
+        x.resize(pad(t * s.h), bf16::ZERO);
+        let mut ids = inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec();
+        ids.resize(pad(t * s.k), -1);
+        let mut w = inp.w[t0 * s.k..(t0 + t) * s.k].to_vec();
+        w.resize(pad(t * s.k), 0.0);
+        let mut dy = inp.dy[t0 * s.h..(t0 + t) * s.h].to_vec();
+        dy.resize(pad(t * s.h), bf16::ZERO);
+        out.push((x, ids, w, dy, inp.w1[r * n1..(r + 1) * n1].to_vec(), inp.w2[r * n2..(r + 1) * n2].to_vec()));
+        t0 += t;
+    }
+    assert_eq!(t0, inp.tokens);
+    out
+}
+
+/// What one EP step left in every rank's outputs, as bits.
+#[derive(PartialEq, Eq)]
+struct EpBits {
+    y: Vec<Vec<u16>>,
+    dx: Vec<Vec<u16>>,
+    dtopk: Vec<Vec<u32>>,
+    dw1: Vec<Vec<u32>>,
+    dw2: Vec<Vec<u32>>,
+}
+
+impl EpBufs {
+    fn new(g: &Arc<Gpu>, inp: &Inputs, tokens: &[usize]) -> EpBufs {
+        let s = inp.shape;
+        let per = s.e / tokens.len();
+        let mut b = EpBufs {
+            tokens: tokens.to_vec(),
+            x: vec![],
+            ids: vec![],
+            w: vec![],
+            w1: vec![],
+            w2: vec![],
+            dy: vec![],
+            out: vec![],
+            dx: vec![],
+            dtopk: vec![],
+            dw1: vec![],
+            dw2: vec![],
+        };
+        for (&t, (x, ids, w, dy, w1, w2)) in tokens.iter().zip(split_ranks(inp, tokens)) {
+            b.x.push(g.upload(&x).unwrap());
+            b.ids.push(g.upload(&ids).unwrap());
+            b.w.push(g.upload(&w).unwrap());
+            b.dy.push(g.upload(&dy).unwrap());
+            b.w1.push(g.upload(&w1).unwrap());
+            b.w2.push(g.upload(&w2).unwrap());
+            b.out.push(g.alloc((t * s.h).max(1)).unwrap());
+            b.dx.push(g.alloc((t * s.h).max(1)).unwrap());
+            b.dtopk.push(g.alloc((t * s.k).max(1)).unwrap());
+            b.dw1.push(g.alloc(per * 2 * s.i * s.h).unwrap());
+            b.dw2.push(g.alloc(per * s.h * s.i).unwrap());
+        }
+        b
+    }
+
+    /// New inputs into the same buffers (outside any capture), every output poisoned (NaN everywhere).
+    fn load(&mut self, g: &Gpu, inp: &Inputs) {
+        for (r, (x, ids, w, dy, w1, w2)) in split_ranks(inp, &self.tokens).into_iter().enumerate() {
+            g.write(&mut self.x[r], &x).unwrap();
+            g.write(&mut self.ids[r], &ids).unwrap();
+            g.write(&mut self.w[r], &w).unwrap();
+            g.write(&mut self.dy[r], &dy).unwrap();
+            g.write(&mut self.w1[r], &w1).unwrap();
+            g.write(&mut self.w2[r], &w2).unwrap();
+        }
+        for b in self.out.iter_mut().chain(self.dx.iter_mut()) {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+        for b in self.dtopk.iter_mut().chain(self.dw1.iter_mut()).chain(self.dw2.iter_mut()) {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+    }
+
+    /// The forward, then (with `backward`) its backward: what a graph captures. No allocation (after one eager
+    /// step), no synchronisation.
+    fn step(&mut self, layer: &mut EpLayer, backward: bool) -> megamoe::Result<()> {
+        let li: Vec<RankInputs> = (0..self.tokens.len())
+            .map(|i| RankInputs {
+                tokens: self.tokens[i],
+                x: &self.x[i],
+                topk_ids: &self.ids[i],
+                topk_weights: &self.w[i],
+                w1: &self.w1[i],
+                w2: &self.w2[i],
+            })
+            .collect();
+        let mut outs: Vec<&mut CudaSlice<bf16>> = self.out.iter_mut().collect();
+        let saved = layer.forward(&li, &mut outs)?;
+        if backward {
+            let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
+            let mut grads: Vec<RankGrads> = self
+                .dx
+                .iter_mut()
+                .zip(self.dtopk.iter_mut())
+                .zip(self.dw1.iter_mut().zip(self.dw2.iter_mut()))
+                .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+                .collect();
+            layer.backward(&saved, &dys, &li, &mut grads, false)?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's outputs as bits, each checked fully written (no poison left; a rank without tokens: its one
+    /// element of y, dx and dtopk keeps the poison). Without `backward` only y.
+    fn bits(&self, g: &Gpu, backward: bool, tag: &str) -> EpBits {
+        let b16 = |v: &CudaSlice<bf16>| -> Vec<u16> { g.download(v).unwrap().iter().map(|x| x.to_bits()).collect() };
+        let b32 = |v: &CudaSlice<f32>| -> Vec<u32> { g.download(v).unwrap().iter().map(|x| x.to_bits()).collect() };
+        let mut b = EpBits { y: vec![], dx: vec![], dtopk: vec![], dw1: vec![], dw2: vec![] };
+        for (r, &t) in self.tokens.iter().enumerate() {
+            b.y.push(b16(&self.out[r]));
+            if backward {
+                b.dx.push(b16(&self.dx[r]));
+                b.dtopk.push(b32(&self.dtopk[r]));
+                b.dw1.push(b32(&self.dw1[r]));
+                b.dw2.push(b32(&self.dw2[r]));
+            }
+            let per_token: Vec<(&str, &[u16])> =
+                [("y", &b.y[r][..])].into_iter().chain(b.dx.get(r).map(|v| ("dx", &v[..]))).collect();
+            for (what, v) in per_token {
+                if t == 0 {
+                    assert_eq!(v, &[0xffff][..], "{tag}: rank {r} has no tokens but its {what} was written");
+                } else if let Some(i) = v.iter().position(|&x| x == 0xffff) {
+                    panic!("{tag}: rank {r} {what}[{i}] still holds the poison (not written)");
+                }
+            }
+            if backward {
+                let dtopk_poisoned = b.dtopk[r].iter().position(|&x| x == 0xffff_ffff);
+                if t == 0 {
+                    assert_eq!(b.dtopk[r], vec![0xffff_ffff], "{tag}: rank {r} has no tokens but dtopk was written");
+                } else if let Some(i) = dtopk_poisoned {
+                    panic!("{tag}: rank {r} dtopk[{i}] still holds the poison (not written)");
+                }
+                for (what, v) in [("dW1", &b.dw1[r]), ("dW2", &b.dw2[r])] {
+                    if let Some(i) = v.iter().position(|&x| x == 0xffff_ffff) {
+                        panic!("{tag}: rank {r} {what}[{i}] still holds the poison (not written)");
+                    }
+                }
+            }
+        }
+        b
+    }
+}
+
+/// The step's outputs within 1e-2 of the f64 reference over the R ranks.
+fn ep_against_reference(b: &EpBits, inp: &Inputs, tokens: &[usize], backward: bool, tag: &str) {
+    let s = inp.shape;
+    let mut ranks = Vec::new();
+    let mut t0 = 0;
+    for &t in tokens {
+        ranks.push(RankInput {
+            x: f64s(&inp.x[t0 * s.h..(t0 + t) * s.h]),
+            topk_ids: inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec(),
+            topk_w: inp.w[t0 * s.k..(t0 + t) * s.k].iter().map(|&v| v as f64).collect(),
+            dy: f64s(&inp.dy[t0 * s.h..(t0 + t) * s.h]),
+        });
+        t0 += t;
+    }
+    let (outs, grads) = reference::forward_backward(&s, &ranks, &weights(inp)).unwrap();
+    // a rank without tokens has one poisoned element and no reference values: skip it
+    let h16 = |v: &[Vec<u16>]| -> Vec<f64> {
+        v.iter()
+            .zip(tokens)
+            .filter(|(_, &t)| t > 0)
+            .flat_map(|(x, _)| x.iter().map(|&b| bf16::from_bits(b).to_f64()))
+            .collect()
+    };
+    let h32 = |v: &[Vec<u32>], skip_empty: bool| -> Vec<f64> {
+        v.iter()
+            .zip(tokens)
+            .filter(|(_, &t)| !skip_empty || t > 0)
+            .flat_map(|(x, _)| x.iter().map(|&b| f32::from_bits(b) as f64))
+            .collect()
+    };
+    let mut cmp = vec![("y", h16(&b.y), outs.iter().flat_map(|o| o.y.clone()).collect::<Vec<f64>>())];
+    if backward {
+        cmp.push(("dx", h16(&b.dx), outs.iter().flat_map(|o| o.dx.clone()).collect()));
+        cmp.push(("dtopk", h32(&b.dtopk, true), outs.iter().flat_map(|o| o.dtopk.clone()).collect()));
+        cmp.push(("dW1", h32(&b.dw1, false), grads.dw1.clone()));
+        cmp.push(("dW2", h32(&b.dw2, false), grads.dw2.clone()));
+    }
+    for (what, got, want) in cmp {
+        let e = check::close(&format!("{tag}: {what}"), &got, &want, 1e-2).unwrap();
+        eprintln!("{tag}: {what} rel err {e:.3e}");
+    }
+}
+
+/// EP = R, R = `tokens.len()` emulated ranks: an eager step on A (checked against the reference), a capture of
+/// the step (forward, and the backward with `backward`), then replays on B and on A, each bitwise the eager step
+/// on the same inputs and fully written; three replays back to back with no synchronisation between them, then
+/// one `check`. `check` after every replay reports no timeout and reads the device's call counter advanced by
+/// every call of every replay (the host's count is not: the epoch is the device's).
+fn check_ep_graph(s: Shape, tokens: &[usize], routing: Routing, pull: bool, scatter: bool, backward: bool) {
+    let g = gpu();
+    let mut r = rng();
+    let total: usize = tokens.iter().sum();
+    let (a, b) = (inputs(&mut r, s, total, routing), inputs(&mut r, s, total, routing));
+    let world = tokens.len();
+    let tag = format!("EP = {world} {s:?} {tokens:?} {routing:?} pull {pull} scatter {scatter} backward {backward}");
+    let max_t = tokens.iter().copied().max().unwrap().max(1);
+    let mut layer =
+        EpLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly), world).unwrap();
+    layer.set_pull_dispatch(pull);
+    layer.set_scatter_combine(scatter);
+    let mut bufs = EpBufs::new(&g, &a, tokens);
+    let calls = if backward { 2 } else { 1 }; // EP calls per step: each advances the device's epoch once
+    let mut epoch = 0;
+    let mut run_checked = |layer: &mut EpLayer, what: &str, steps: u32| {
+        layer.check().unwrap_or_else(|e| panic!("{tag}: {what}: check after the run: {e}"));
+        epoch += steps * calls;
+        assert_eq!(layer.device_epoch(), epoch, "{tag}: {what}: the device's call counter");
+    };
+
+    // eager on A: also encodes every tensor map and allocates every buffer the capture will use
+    bufs.load(&g, &a);
+    bufs.step(&mut layer, backward).unwrap();
+    run_checked(&mut layer, "eager A", 1);
+    let eager_a = bufs.bits(&g, backward, &format!("{tag} eager A"));
+    ep_against_reference(&eager_a, &a, tokens, backward, &format!("{tag} eager A"));
+
+    let graph = capture(&g, || bufs.step(&mut layer, backward)).unwrap();
+    // nothing ran during the capture: the device's counter is where the eager step left it
+    run_checked(&mut layer, "after the capture", 0);
+
+    for (inp, name) in [(&b, "B"), (&a, "A")] {
+        bufs.load(&g, inp);
+        graph.launch().unwrap();
+        run_checked(&mut layer, &format!("graph {name}"), 1);
+        let replay = bufs.bits(&g, backward, &format!("{tag} graph {name}"));
+        bufs.load(&g, inp);
+        bufs.step(&mut layer, backward).unwrap();
+        run_checked(&mut layer, &format!("eager {name}"), 1);
+        let eager = bufs.bits(&g, backward, &format!("{tag} eager {name}"));
+        assert!(replay == eager, "{tag}: the graph's step on {name} differs from the eager step");
+        if name == "A" {
+            assert!(replay == eager_a, "{tag}: the graph's step on A differs from the first eager step");
+        }
+    }
+    // replays back to back: each its own epochs over flags the previous replay left
+    bufs.load(&g, &b);
+    for _ in 0..3 {
+        graph.launch().unwrap();
+    }
+    run_checked(&mut layer, "three replays", 3);
+    let replays = bufs.bits(&g, backward, &format!("{tag} three replays"));
+    bufs.load(&g, &b);
+    bufs.step(&mut layer, backward).unwrap();
+    run_checked(&mut layer, "eager B again", 1);
+    assert!(replays == bufs.bits(&g, backward, &tag), "{tag}: three replays differ from the eager step");
+}
+
+gpu_test!(graph_ep4_forward_backward, {
+    check_ep_graph(SMALL, &[50, 0, 123, 7], Routing::Uniform, false, false, true)
+});
+gpu_test!(graph_ep4_forward, { check_ep_graph(SMALL, &[50, 0, 123, 7], Routing::Masked10, false, false, false) });
+gpu_test!(graph_ep4_pull_scatter_forward_backward, {
+    check_ep_graph(SMALL, &[31, 64, 0, 90], Routing::Masked10, true, true, true)
+});
+
+// An EP capture before any eager call meets buffers without tensor maps, and one before any eager backward would
+// allocate: both `Error::InvalidArgument` saying what to do; afterwards the eager step runs normally.
+gpu_test!(graph_ep_capture_before_eager_calls_is_a_clear_error, {
+    let g = gpu();
+    let mut r = rng();
+    let tokens = [20usize, 9, 0, 33];
+    let a = inputs(&mut r, SMALL, tokens.iter().sum(), Routing::Uniform);
+    let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 33, Save::InputsOnly);
+    let mut bufs = EpBufs::new(&g, &a, &tokens);
+    // another layer's eager step first: the kernel module and functions are loaded before the capture (this
+    // layer's tensor-map cache and backward buffers stay empty)
+    let mut warm = EpLayer::new(g.clone(), cfg, 4).unwrap();
+    bufs.load(&g, &a);
+    bufs.step(&mut warm, true).unwrap();
+    warm.check().unwrap();
+    drop(warm);
+    let mut layer = EpLayer::new(g.clone(), cfg, 4).unwrap();
+    bufs.load(&g, &a);
+    g.sync().unwrap();
+    for (what, needs) in [("no eager call", "CUDA graph capture"), ("no eager backward", "outside the capture")] {
+        match capture(&g, || bufs.step(&mut layer, true)) {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains(needs), "{what}: unexpected message: {m}");
+                eprintln!("{what}: refused as expected: {m}");
+            }
+            Err(e) => panic!("{what}: expected InvalidArgument, got {e}"),
+            Ok(_) => panic!("{what}: the capture succeeded"),
+        }
+        if what == "no eager call" {
+            bufs.step(&mut layer, false).unwrap(); // an eager forward: its maps, but no backward buffers
+            layer.check().unwrap();
+        }
+    }
+    bufs.load(&g, &a);
+    bufs.step(&mut layer, true).unwrap();
+    layer.check().unwrap();
+    assert_eq!(layer.device_epoch(), 3, "one eager forward, one eager forward + backward");
+    let bits = bufs.bits(&g, true, "eager after the refused captures");
+    ep_against_reference(&bits, &a, &tokens, true, "eager after the refused captures");
 });

@@ -12,6 +12,12 @@
 //! No call reads a count back: every rank's routing, the gathered counts and every rank's local layout live on
 //! the device. A bounded wait that expires on the device leaves an error record; [`EpLayer::check`] (a
 //! synchronisation point) turns it into [`Error::Timeout`], and the next call (a new epoch) runs normally.
+//!
+//! The epoch of a call lives on the device too: each rank's call counter (`Workspace::epoch`), which the first
+//! launch of every forward and backward (`ep_epoch_next`) advances and the call's dispatch and combine read.
+//! So a forward (and backward) captured in a CUDA graph replays with a new epoch each time: after one eager
+//! call with the same buffers (tensor maps are encoded, the backward's buffers allocated, on first use), the
+//! calls allocate nothing and never synchronise. Written and compiled, not yet run on a GPU (tests/graph.rs).
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
@@ -132,17 +138,26 @@ impl RankGroup {
     pub fn peer(&self, r: usize) -> u64 {
         self.peers[r]
     }
+    /// The parameters of `ep_epoch_next` over ranks `first..first + n`: their call counters (`Workspace::epoch`).
+    pub fn epoch_next(&self, first: usize, n: usize) -> params::EpEpoch {
+        let mut counter = [0u64; MAX_RANKS];
+        for (i, c) in counter.iter_mut().enumerate().take(n) {
+            *c = self.peers[first + i] + self.layout.epoch;
+        }
+        params::EpEpoch { counter, ranks: n as u32, pad: 0 }
+    }
     /// Device bytes held (all ranks).
     pub fn bytes(&self) -> usize {
         self.mem.iter().map(|m| 4 * m.len()).sum()
     }
 
-    /// The device-side description for a launch whose first block group is rank `rank_base`.
-    pub fn device(&self, rank_base: usize, epoch: u32, timeout_ns: u64) -> params::RankGroup {
+    /// The device-side description for a launch whose first block group is rank `rank_base` (the call's epoch
+    /// is not in it: the kernels read it from each rank's call counter, `Workspace::epoch`).
+    pub fn device(&self, rank_base: usize, timeout_ns: u64) -> params::RankGroup {
         params::RankGroup {
             rank_base: rank_base as u32,
             world: self.world as u32,
-            epoch,
+            pad: 0,
             blocks_per_rank: self.layout.blocks as u32,
             timeout_ns,
             peer: self.peers,
@@ -178,12 +193,12 @@ pub struct StageTimes {
     pub combine_ms: f64,
 }
 
-/// What a forward leaves for its backward: its epoch and token counts. The routed x rows, the gathered counts
-/// and every rank's local layout stay in the workspace, so the backward must come before the next forward
-/// (checked: [`EpLayer::backward`] refuses an older forward's state).
+/// What a forward leaves for its backward: its call number (the host's count of calls issued) and token counts.
+/// The routed x rows, the gathered counts and every rank's local layout stay in the workspace, so the backward
+/// must come before the next forward (checked: [`EpLayer::backward`] refuses an older forward's state).
 #[derive(Clone, Debug)]
 pub struct EpSaved {
-    epoch: u32,
+    call: u32,
     tokens: Vec<usize>,
 }
 
@@ -246,8 +261,14 @@ pub struct EpLayer {
     cfg: LayerConfig,
     group: RankGroup,
     ranks: Vec<RankWork>,
-    epoch: u32,
-    fwd_epoch: u32,
+    /// Calls issued by the host (eager or captured in a CUDA graph; a graph's replays are not counted): the
+    /// identity of a forward for its backward. The device's call counters (the epochs) run ahead of it by the
+    /// calls that graph replays made.
+    calls: u32,
+    /// `calls` at the latest forward.
+    fwd_call: u32,
+    /// The device's call counter (every rank's) as the last [`EpLayer::check`] read it: records of later epochs
+    /// are new.
     checked_epoch: u32,
     /// u32 [max_recv]: 0, 1, 2, ... (row -> itself: the owner's rows are their own slots for the EP = 1 kernels).
     ident: Option<CudaSlice<u32>>,
@@ -306,8 +327,8 @@ impl EpLayer {
             cfg,
             group,
             ranks,
-            epoch: 0,
-            fwd_epoch: 0,
+            calls: 0,
+            fwd_call: 0,
             checked_epoch: 0,
             ident: None,
             timeout_ns: DEFAULT_TIMEOUT_NS,
@@ -409,6 +430,11 @@ impl EpLayer {
     /// Forward at EP = R: `outs[r][t] = sum_j w_tj * expert(ids_tj)(x_t)` for every rank r, bitwise the EP = 1
     /// layer's result on the ranks' tokens concatenated in rank order. Asynchronous on the GPU's stream, no host
     /// synchronisation; call [`EpLayer::check`] at a synchronisation point to learn of a device-side timeout.
+    ///
+    /// CUDA graphs: after one eager forward (and backward, if the graph holds one) on the same buffers, the calls
+    /// can be captured on the GPU's stream and replayed on new contents of those buffers; the token counts, the
+    /// modes and the timeout are those of the capture. Each replayed call is a new epoch on the device. The host
+    /// cannot see replays: a replayed backward must follow a replayed (or eager) forward of the same tokens.
     pub fn forward(&mut self, inp: &[RankInputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<EpSaved> {
         self.run(inp, outs, false).map(|(s, _)| s)
     }
@@ -423,12 +449,20 @@ impl EpLayer {
         self.run(inp, outs, true)
     }
 
-    fn next_epoch(&mut self) -> Result<u32> {
-        self.epoch = self
-            .epoch
-            .checked_add(1)
-            .ok_or_else(|| Error::InvalidArgument("2^32 - 1 calls on one workspace: make a new layer".into()))?;
-        Ok(self.epoch)
+    /// Start a call: count it on the host and launch `ep_epoch_next`, which advances every rank's call counter
+    /// (the epoch the call's kernels read) on the device, first of the call's launches. Returns the call number.
+    fn begin_call(&mut self) -> Result<u32> {
+        // u32::MAX - 1 is the last usable epoch (an exhausted counter holds u32::MAX). Eager calls stop here;
+        // a graph's replays advance the device's counters without the host, which then learns of exhaustion
+        // at `check`
+        if self.calls >= u32::MAX - 1 {
+            return Err(Error::InvalidArgument("2^32 - 2 calls on one workspace: make a new layer".into()));
+        }
+        let p = self.group.epoch_next(0, self.world());
+        // SAFETY: the counters are words of the rank group's workspaces; one block, the kernel's 32 threads.
+        unsafe { self.gpu.launch("ep_epoch_next", Launch::new(1, 32, 0), &p)? };
+        self.calls += 1;
+        Ok(self.calls)
     }
 
     fn run(
@@ -442,7 +476,10 @@ impl EpLayer {
         let s = g.stream().clone();
         let c = self.cfg;
         let e = c.experts;
-        let epoch = self.next_epoch()?;
+        let call = self.begin_call()?;
+        // from here the workspace holds this call's state (or a failed call's): older forwards' saved states
+        // are refused by the backward
+        self.fwd_call = call;
         // each rank's routing layout over its own slots and the E global experts
         for (i, w) in inp.iter().zip(self.ranks.iter_mut()) {
             g.fill_bytes(&mut w.route_error, 0)?;
@@ -481,8 +518,7 @@ impl EpLayer {
         };
         let gemm_ms = if timed { g.timed(gemms)? } else { gemms().map(|_| 0.0)? };
         let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
-        self.fwd_epoch = epoch;
-        let saved = EpSaved { epoch, tokens: inp.iter().map(|i| i.tokens).collect() };
+        let saved = EpSaved { call, tokens: inp.iter().map(|i| i.tokens).collect() };
         Ok((saved, StageTimes { dispatch_ms, gemm_ms, combine_ms }))
     }
 
@@ -523,7 +559,7 @@ impl EpLayer {
             None => (0, 0),
         };
         EpParams {
-            group: self.group.device(0, self.epoch, self.timeout_ns),
+            group: self.group.device(0, self.timeout_ns),
             ws: self.group.layout,
             ranks,
             experts: self.cfg.experts as u32,
@@ -670,7 +706,7 @@ impl EpLayer {
         let r_n = self.world();
         let per = c.experts / r_n;
         let bad = |s: String| Err(Error::InvalidArgument(s));
-        if saved.epoch != self.fwd_epoch {
+        if saved.call != self.fwd_call {
             return bad(
                 "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()
             );
@@ -711,10 +747,16 @@ impl EpLayer {
                 }
             }
         }
+        let allocated = self.ident.is_some() && self.ranks.iter().all(|w| w.bwd.is_some());
+        if !allocated && self.gpu.capturing()? {
+            return bad("the EP layer's first backward allocates its buffers, which a CUDA graph capture cannot \
+                        record: run a backward once outside the capture first"
+                .into());
+        }
         self.alloc_backward()?;
         let g = self.gpu.clone();
         let s = g.stream().clone();
-        self.next_epoch()?;
+        self.begin_call()?;
         let mut ranks = [NO_RANK; MAX_RANKS];
         for r in 0..r_n {
             let w = &self.ranks[r];
@@ -863,18 +905,50 @@ impl EpLayer {
         unsafe { g.launch("grouped_wgrad_f32", launch, &p) }
     }
 
+    /// The call counter the device holds (the epoch of its latest call; every rank's, equal), as the last
+    /// [`EpLayer::check`] read it: the eager calls plus the calls of every CUDA graph replay. 0 before any check.
+    pub fn device_epoch(&self) -> u32 {
+        self.checked_epoch
+    }
+
     /// Synchronise and report what the device recorded since the last check: a bounded wait that expired
     /// ([`Error::Timeout`] naming the rank waited for and the phase) or an expert id outside -1..E
-    /// ([`Error::InvalidArgument`]). The workspace stays usable either way.
+    /// ([`Error::InvalidArgument`]). The workspace stays usable either way. "Since the last check" is by the
+    /// device's call counter, so it also covers calls replayed from a CUDA graph.
     pub fn check(&mut self) -> Result<()> {
         self.gpu.sync()?;
         let lay = self.group.layout;
+        // every rank's call counter: equal (each advanced once per call by the same launches)
+        let mut epoch = None;
+        for r in 0..self.world() {
+            let at = (r as u64 * lay.bytes + lay.epoch) as usize / 4;
+            let view = self.group.mem[0].slice(at..at + 1);
+            let e = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s call counter"))?[0];
+            match epoch {
+                None => epoch = Some(e),
+                Some(e0) if e0 != e => {
+                    return Err(Error::Mismatch(format!(
+                        "the ranks' call counters disagree (rank 0: {e0}, rank {r}: {e}): the ranks did not make \
+                         the same calls"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let epoch = epoch.unwrap_or(0);
+        if epoch == u32::MAX {
+            return Err(Error::InvalidArgument(
+                "the workspace's call counter is exhausted (2^32 - 2 calls, CUDA graph replays included): the \
+                 later calls did nothing; make a new layer"
+                    .into(),
+            ));
+        }
         let mut timeout = None;
         for r in 0..self.world() {
             let at = (r as u64 * lay.bytes + lay.error) as usize / 4;
             let view = self.group.mem[0].slice(at..at + 4);
             let rec = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s error record"))?;
-            if timeout.is_none() && rec[3] == 1 && rec[2] > self.checked_epoch && rec[2] <= self.epoch {
+            if timeout.is_none() && rec[3] == 1 && rec[2] > self.checked_epoch && rec[2] <= epoch {
                 let phase = Phase::from_code(rec[0]).map_or("unknown phase", Phase::name);
                 timeout = Some(Error::Timeout {
                     rank: rec[1] as usize,
@@ -883,7 +957,7 @@ impl EpLayer {
                 });
             }
         }
-        self.checked_epoch = self.epoch;
+        self.checked_epoch = epoch;
         if let Some(t) = timeout {
             return Err(t);
         }
@@ -930,10 +1004,17 @@ mod tests {
             *p = 0x1000_0000 + r as u64 * layout.bytes;
         }
         let g = RankGroup { world: 4, layout, peers, mem: Vec::new() };
-        let d = g.device(2, 7, 5_000);
-        assert_eq!((d.rank_base, d.world, d.epoch, d.blocks_per_rank, d.timeout_ns), (2, 4, 7, 3, 5_000));
+        let d = g.device(2, 5_000);
+        assert_eq!((d.rank_base, d.world, d.pad, d.blocks_per_rank, d.timeout_ns), (2, 4, 0, 3, 5_000));
         assert_eq!(d.peer[3], 0x1000_0000 + 3 * layout.bytes);
         assert_eq!(d.peer[4], 0);
+        // the call counters ep_epoch_next advances: one per rank, in each rank's workspace
+        let e = g.epoch_next(1, 3);
+        assert_eq!(e.ranks, 3);
+        for i in 0..3 {
+            assert_eq!(e.counter[i], 0x1000_0000 + (1 + i as u64) * layout.bytes + layout.epoch);
+        }
+        assert_eq!(e.counter[3], 0);
         assert!(RankGroup::check_world(0, &layout).is_err());
         assert!(RankGroup::check_world(9, &layout).is_err());
         assert!(RankGroup::check_world(8, &layout).is_ok());

@@ -131,6 +131,12 @@ pub struct Workspace {
     pub local_tiles: u64,
     /// u32 [4]: the error record of a bounded wait that expired (phase, rank waited for, epoch, 1 = set).
     pub error: u64,
+    /// u32 [1]: the rank's call counter, the epoch of its current call (0 before the first). `ep_epoch_next`, the
+    /// first launch of every call, adds 1; the call's dispatch and combine kernels read it at their start, so the
+    /// epoch lives on the device and a CUDA graph replays new epochs. Every rank advances its own counter once
+    /// per call and reads only its own, so ranks that make the same calls agree on every call's epoch.
+    /// `u32::MAX` means exhausted: the kernels then do nothing (the host refuses calls before).
+    pub epoch: u64,
     /// u64 [8]: each source rank's x address (pull dispatch: written by the source, read by this rank's GEMM1).
     pub src_x: u64,
     /// u64 [8]: each rank's `back` region as this rank addresses it (written by this rank's `ep_dispatch`,
@@ -180,7 +186,8 @@ impl Workspace {
         let local_offsets = align(back_flags + 4 * world * blocks);
         let local_tiles = align(local_offsets + 4 * (experts + 1));
         let error = align(local_tiles + 4 * (experts + 1));
-        let src_x = align(error + 16);
+        let epoch = align(error + 16);
+        let src_x = align(epoch + 4);
         let back_ptrs = align(src_x + 8 * 8);
         let arrive = align(back_ptrs + 8 * 8);
         let bytes = align(arrive + 4 * (Self::arrive_words(max_recv, experts)));
@@ -198,6 +205,7 @@ impl Workspace {
             local_offsets,
             local_tiles,
             error,
+            epoch,
             src_x,
             back_ptrs,
             arrive,
@@ -338,6 +346,7 @@ mod tests {
             w.local_offsets,
             w.local_tiles,
             w.error,
+            w.epoch,
             w.src_x,
             w.back_ptrs,
             w.arrive,

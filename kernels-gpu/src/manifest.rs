@@ -70,6 +70,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("dtopk_reduce", 256, true, false),
     k("ep_dispatch", 256, true, false),
     k("ep_combine", 256, true, false),
+    k("ep_epoch_next", 32, true, false),
 ];
 
 /// The spec of `name`, if the module exports it.

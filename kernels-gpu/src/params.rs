@@ -371,14 +371,32 @@ pub struct RankGroup {
     pub rank_base: u32,
     /// Ranks in the group (R), 1..=8.
     pub world: u32,
-    /// This call's epoch (> 0; the host increments it per call, the same on every rank). Flags are epoch numbers.
-    pub epoch: u32,
+    /// Unused (was the call's epoch, a parameter the host incremented per call, which a captured CUDA graph
+    /// would replay unchanged; the epoch is now the counter at `ep::Workspace::epoch`, advanced on the device by
+    /// `ep_epoch_next` at the start of every call).
+    pub pad: u32,
     /// Blocks per rank in the dispatch and combine kernels (the same on every rank; flags per source).
     pub blocks_per_rank: u32,
     /// Bound of every wait, nanoseconds (`%globaltimer`).
     pub timeout_ns: u64,
     /// `peer[r]`: device address, valid on this GPU, of rank r's symmetric workspace (`ep::Workspace` layout).
     pub peer: [u64; MAX_RANKS],
+}
+
+/// Parameters of `ep_epoch_next`, the first launch of every expert-parallel call (forward or backward): it adds
+/// 1 to the call counter (the epoch, u32 at `ep::Workspace::epoch`) of each rank the launch serves, so the call's
+/// later kernels, which read the counter at their start, see the call's epoch (stream order), also when the
+/// call is replayed from a CUDA graph. Every rank advances its counter once per call, so ranks that make the
+/// same calls hold the same epoch in each call.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct EpEpoch {
+    /// Address of each served rank's counter (`peer[r] + ws.epoch`); the first `ranks` used.
+    pub counter: [u64; MAX_RANKS],
+    /// Counters to advance, 0..=8 (R emulated ranks: all R; one rank per GPU: 1).
+    pub ranks: u32,
+    /// Unused.
+    pub pad: u32,
 }
 
 /// One rank's own buffers for the dispatch and combine kernels (all on that rank's GPU).
@@ -468,6 +486,14 @@ mod tests {
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4 + size_of::<Combine>()),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
+            ("EpEpoch", size_of::<EpEpoch>(), MAX_RANKS * 8 + 2 * 4),
+            ("RankGroup", size_of::<RankGroup>(), 4 * 4 + 8 + MAX_RANKS * 8),
+            (
+                "EpParams",
+                size_of::<EpParams>(),
+                size_of::<RankGroup>() + size_of::<crate::ep::Workspace>() + MAX_RANKS * size_of::<EpRank>() + 10 * 4,
+            ),
+            ("EpRank", size_of::<EpRank>(), 11 * 8 + 2 * 4),
         ];
         for (name, got, fields) in sizes {
             assert_eq!(got, fields, "{name}: padding between fields");

@@ -1,4 +1,5 @@
-//! Expert-parallel combine (docs/EP.md, step 5), the same launch forms as `ep_dispatch`.
+//! Expert-parallel combine (docs/EP.md, step 5), the same launch forms as `ep_dispatch`, the call's epoch read
+//! from the rank's call counter as there.
 //!
 //! Per rank r:
 //! 1. as owner: each warp returns whole rows, y[q] of r's receive row q to the `back` region of the row's
@@ -13,7 +14,7 @@
 //! `back_w`); the source sums dx with weight 1 (as `combine_rows` with no weights) and writes dtopk per slot.
 use crate::ep::Phase;
 use crate::kernels::combine::weighted_sum;
-use crate::kernels::ep_common::{copy_row, me, pick, wait_flags};
+use crate::kernels::ep_common::{copy_row, epoch_usable, me, pick, wait_flags};
 use crate::params::EpParams;
 use crate::ptx::{fence, global, math, regs, smem, sync};
 
@@ -30,7 +31,10 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
     let nt = regs::ntid();
     let world = g.world;
     let blocks = g.blocks_per_rank;
-    let err = (me.ws + ws.error) as *mut u32;
+    let epoch = me.epoch;
+    if !epoch_usable(epoch) {
+        return; // no call epoch (see ep_dispatch): nothing moves, no output is written
+    }
     let ok_s = smem::base();
     let chunks = p.hidden / 8;
     let (warp, lane, warps) = (t / 32, t % 32, nt / 32);
@@ -63,13 +67,13 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
         let flag = ws.back_flags + 4 * (me.rank * blocks + me.b) as u64;
         let mut s = 0;
         while s < world {
-            sync::st_release_sys((pick(&g.peer, s) + flag) as *mut u32, g.epoch);
+            sync::st_release_sys((pick(&g.peer, s) + flag) as *mut u32, epoch);
             s += 1;
         }
     }
 
     // 2. every owner block's rows, then the weighted sums in j order
-    let ok = wait_flags(me.ws + ws.back_flags, world * blocks, blocks, g, err, Phase::Combine as u32, ok_s);
+    let ok = wait_flags(me.ws + ws.back_flags, world * blocks, blocks, &me, Phase::Combine as u32, ok_s);
     if !ok {
         return;
     }

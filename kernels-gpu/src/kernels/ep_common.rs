@@ -1,6 +1,7 @@
-//! What the expert-parallel kernels share: which rank a block serves, peer pointers, bounded waits on epoch flags
-//! and the error record. Not a kernel.
-use crate::params::{EpParams, EpRank, RankGroup, MAX_RANKS};
+//! What the expert-parallel kernels share: which rank a block serves and the call's epoch (read from the rank's
+//! call counter, advanced by `ep_epoch_next`), peer pointers, bounded waits on epoch flags and the error record.
+//! Not a kernel.
+use crate::params::{EpParams, EpRank, MAX_RANKS};
 use crate::ptx::{global, regs, smem, sync};
 
 /// `a[i]` for a run-time `i` < 8 through compile-time indices only (a run-time index into a parameter array would
@@ -16,7 +17,7 @@ pub fn pick<T: Copy>(a: &[T; MAX_RANKS], i: u32) -> T {
     v
 }
 
-/// The rank this block serves and its place among the rank's blocks.
+/// The rank this block serves, its place among the rank's blocks, and the call it is in.
 pub struct Me {
     /// Rank.
     pub rank: u32,
@@ -26,11 +27,27 @@ pub struct Me {
     pub own: EpRank,
     /// The rank's own workspace (`peer[rank]`).
     pub ws: u64,
+    /// This call's epoch: the rank's call counter (`ws.epoch`), advanced by this call's `ep_epoch_next`.
+    pub epoch: u32,
+    /// The rank's error record (`ws.error`, u32 [4]).
+    pub err: *mut u32,
+    /// Bound of every wait, nanoseconds (`%globaltimer`).
+    pub timeout_ns: u64,
 }
 
-/// This block's rank (`rank_base + block / blocks_per_rank`), or None for a block past the group (it returns).
+/// Whether a call counter holds a usable epoch: 0 (never advanced: `ep_epoch_next` did not run) and `u32::MAX`
+/// (exhausted) are not.
 #[inline(always)]
-pub fn me(p: &EpParams) -> Option<Me> {
+pub const fn epoch_usable(epoch: u32) -> bool {
+    epoch != 0 && epoch != u32::MAX
+}
+
+/// This block's rank (`rank_base + block / blocks_per_rank`) and the call's epoch, read from the rank's counter
+/// (written by an earlier launch: every thread of every block of the rank reads the same value, so branching on
+/// it never splits a barrier); None for a block past the group (it returns).
+/// SAFETY: `p.group.peer` and `p.ws` describe the rank group's workspaces.
+#[inline(always)]
+pub unsafe fn me(p: &EpParams) -> Option<Me> {
     let g = &p.group;
     if g.blocks_per_rank == 0 || g.world == 0 || g.world > MAX_RANKS as u32 {
         return None;
@@ -40,7 +57,16 @@ pub fn me(p: &EpParams) -> Option<Me> {
     if local >= MAX_RANKS as u32 || rank >= g.world {
         return None;
     }
-    Some(Me { rank, b: regs::bid() % g.blocks_per_rank, own: pick(&p.ranks, local), ws: pick(&g.peer, rank) })
+    let ws = pick(&g.peer, rank);
+    Some(Me {
+        rank,
+        b: regs::bid() % g.blocks_per_rank,
+        own: pick(&p.ranks, local),
+        ws,
+        epoch: core::ptr::read_volatile((ws + p.ws.epoch) as *const u32),
+        err: (ws + p.ws.error) as *mut u32,
+        timeout_ns: g.timeout_ns,
+    })
 }
 
 /// Claim the error record `err` (u32 [4]: phase, rank waited for, epoch, 1) for `epoch` and fill it; the first
@@ -56,22 +82,15 @@ pub unsafe fn record(err: *mut u32, phase: u32, rank: u32, epoch: u32) {
     }
 }
 
-/// Every thread of the block: wait until `flags[i] >= epoch` for every i < n (threads take i = tid, tid + ntid,
-/// ...), each wait an `ld.acquire.sys` loop bounded by `timeout_ns` from the call. On expiry the thread records
-/// (phase, i / per_rank, epoch) and stops; a wait also stops at once when the rank's record already holds this
-/// epoch (another wait of this call expired: no further waits). True when every flag arrived.
+/// Every thread of the block: wait until `flags[i] >= me.epoch` for every i < n (threads take i = tid, tid + ntid,
+/// ...), each wait an `ld.acquire.sys` loop bounded by `me.timeout_ns` from the call. On expiry the thread
+/// records (phase, i / per_rank, epoch) in `me.err` and stops; a wait also stops at once when the rank's record
+/// already holds this epoch (another wait of this call expired: no further waits). True when every flag arrived.
 /// Uses the shared word at `ok_s`.
 /// SAFETY: every thread of the block, in uniform control flow; `flags` n words of the rank's own workspace.
 #[inline(always)]
-pub unsafe fn wait_flags(
-    flags: u64,
-    n: u32,
-    per_rank: u32,
-    g: &RankGroup,
-    err: *mut u32,
-    phase: u32,
-    ok_s: u32,
-) -> bool {
+pub unsafe fn wait_flags(flags: u64, n: u32, per_rank: u32, me: &Me, phase: u32, ok_s: u32) -> bool {
+    let (epoch, err) = (me.epoch, me.err);
     let t = regs::tid();
     if t == 0 {
         smem::st_u32(ok_s, 1);
@@ -83,15 +102,15 @@ pub unsafe fn wait_flags(
     while ok && i < n {
         let f = (flags + 4 * i as u64) as *const u32;
         loop {
-            if sync::ld_acquire_sys(f) >= g.epoch {
+            if sync::ld_acquire_sys(f) >= epoch {
                 break;
             }
-            if sync::ld_relaxed_gpu(err.add(2)) >= g.epoch {
+            if sync::ld_relaxed_gpu(err.add(2)) >= epoch {
                 ok = false;
                 break;
             }
-            if regs::globaltimer().wrapping_sub(start) > g.timeout_ns {
-                record(err, phase, i / per_rank.max(1), g.epoch);
+            if regs::globaltimer().wrapping_sub(start) > me.timeout_ns {
+                record(err, phase, i / per_rank.max(1), epoch);
                 ok = false;
                 break;
             }

@@ -3,6 +3,10 @@
 //! (rank_base 0, grid R * B) or one rank per GPU (rank_base = its rank, grid B). Every block waits, so the grid
 //! must be resident at once (grid <= SM count).
 //!
+//! The call's epoch is the rank's call counter (`ws.epoch`), advanced by this call's `ep_epoch_next` and read by
+//! every block at its start (docs/EP.md; a counter never advanced or exhausted: the kernel moves nothing and
+//! empties the rank's local layout).
+//!
 //! Per rank r (its routing layout already computed by `route_count`, `route_scan`, `route_place` over its own
 //! slots and the E global experts):
 //! 1. block 0 writes r's counts row into row r of every rank's `counts`; block barrier, `fence.acq_rel.sys`,
@@ -23,7 +27,7 @@
 //! before every rank has finished this backward's combine); step 4 pushes dy rows into `recv_dy` (their
 //! weights and slots are already in `recv_w` and `recv_meta`).
 use crate::ep::{self, Phase};
-use crate::kernels::ep_common::{copy_row, me, pick, wait_flags};
+use crate::kernels::ep_common::{copy_row, epoch_usable, me, pick, wait_flags};
 use crate::params::EpParams;
 use crate::ptx::{fence, regs, smem, sync};
 
@@ -73,11 +77,19 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
     let world = g.world;
     let e_n = p.experts;
     let blocks = g.blocks_per_rank;
-    let err = (me.ws + ws.error) as *mut u32;
     let ok_s = smem::base();
     let base_s = ok_s + 16;
     let withheld = |ph: Phase| p.withhold_rank == me.rank + 1 && p.withhold_phase == ph as u32;
     let bwd = p.backward != 0;
+    let epoch = me.epoch;
+    if !epoch_usable(epoch) {
+        // no call epoch (the counter was never advanced, or is exhausted): nothing moves; the GEMMs of the call
+        // get no rows
+        if me.b == 0 && t == 0 {
+            local_layout(&p, me.ws, me.rank, false);
+        }
+        return;
+    }
 
     // 1. counts row to every rank
     if me.b == 0 && !bwd {
@@ -95,13 +107,13 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
         fence::acq_rel_sys();
         let mut o = 0;
         while o < world {
-            sync::st_release_sys((pick(&g.peer, o) + ws.count_flags + 4 * me.rank as u64) as *mut u32, g.epoch);
+            sync::st_release_sys((pick(&g.peer, o) + ws.count_flags + 4 * me.rank as u64) as *mut u32, epoch);
             o += 1;
         }
     }
 
     // 2. every source's counts
-    let ok = bwd || wait_flags(me.ws + ws.count_flags, world, 1, g, err, Phase::Counts as u32, ok_s);
+    let ok = bwd || wait_flags(me.ws + ws.count_flags, world, 1, &me, Phase::Counts as u32, ok_s);
 
     // 3. where this rank's rows of each expert start on the owner; the local layout
     if ok {
@@ -181,14 +193,14 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
         let flag = ws.data_flags + 4 * (me.rank * blocks + me.b) as u64;
         let mut o = 0;
         while o < world {
-            sync::st_release_sys((pick(&g.peer, o) + flag) as *mut u32, g.epoch);
+            sync::st_release_sys((pick(&g.peer, o) + flag) as *mut u32, epoch);
             o += 1;
         }
     }
 
     // 5. every source block's rows, before the grouped GEMMs read them with TMA
     if me.b == 0 {
-        let arrived = wait_flags(me.ws + ws.data_flags, world * blocks, blocks, g, err, Phase::Dispatch as u32, ok_s);
+        let arrived = wait_flags(me.ws + ws.data_flags, world * blocks, blocks, &me, Phase::Dispatch as u32, ok_s);
         fence::proxy_async_global();
         if !arrived && t == 0 {
             local_layout(&p, me.ws, me.rank, false);

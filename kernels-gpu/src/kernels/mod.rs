@@ -4,6 +4,7 @@ pub mod combine;
 pub mod ep_combine;
 pub mod ep_common;
 pub mod ep_dispatch;
+pub mod ep_epoch;
 pub mod ffn_fused;
 pub mod gather;
 pub mod grouped_gemm;
