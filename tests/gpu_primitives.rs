@@ -43,6 +43,9 @@ gpu_test!(tma_2d_swizzle_128b, |g, r| selftest::tma_round_trip(g, r, &[200, 150]
 gpu_test!(tma_2d_full_boxes_sw128, |g, r| selftest::tma_round_trip(g, r, &[256, 128], &[64, 64], Swizzle::B128));
 gpu_test!(tma_3d_no_swizzle, |g, r| selftest::tma_round_trip(g, r, &[96, 40, 3], &[32, 16, 1], Swizzle::None));
 gpu_test!(bulk_copy_1d_with_proxy_fence, |g, r| selftest::bulk_1d(g, r));
+gpu_test!(tma_row_gather_one_row_boxes_keep_the_swizzle, |g, r| selftest::tma_rows(g, r).map(|c| {
+    eprintln!("TMA row gather cycles: {c:?}");
+}));
 gpu_test!(mbarrier_transaction_counting, |g, r| selftest::mbarrier_tx(g, r));
 gpu_test!(flags_release_acquire_gpu, |g, _r| selftest::flags(g, FlagMode::ChainGpu, false));
 gpu_test!(flags_release_acquire_sys, |g, _r| selftest::flags(g, FlagMode::ChainSys, false));

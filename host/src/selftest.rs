@@ -1,7 +1,7 @@
 //! Host drivers of the device self-tests: each runs one primitive of `kernels-gpu/src/ptx` alone on fresh
 //! random data, into poisoned outputs, and checks the result against a host computation. The GPU tests and the
 //! main command's GPU self-check both call these.
-use megamoe_kernels::params::{FlagTest, MbarrierTest, TmaTest, WgmmaTest, STATUS_TIMEOUT};
+use megamoe_kernels::params::{FlagTest, MbarrierTest, TmaRowsTest, TmaTest, WgmmaTest, STATUS_TIMEOUT};
 use megamoe_kernels::swizzle;
 
 use crate::check;
@@ -308,6 +308,80 @@ pub fn setmaxnreg(gpu: &Gpu) -> Result<()> {
     Ok(())
 }
 
+/// Cycles of the three phases of [`tma_rows`].
+#[derive(Clone, Copy, Debug)]
+pub struct TmaRowsCycles {
+    /// 128 one-row boxes, one issued by each of 128 threads.
+    pub rows_by_128_threads: u64,
+    /// The same 128 boxes issued by one thread.
+    pub rows_by_one_thread: u64,
+    /// One 128-row box (contiguous rows).
+    pub one_tile_box: u64,
+}
+
+/// Row gather by TMA (`selftest_tma_rows`): 128 rows picked at random from a bf16 [4096, 256] matrix, the
+/// 64-element segment at column 64 of each, loaded as one-row boxes (128-byte swizzle) at 128-byte steps of a
+/// 1024-byte aligned tile, issued by 128 threads and then by one; then rows 0..128 as one 128-row box. Every
+/// dump must hold the layout of the 128-byte swizzle (chunk c of tile row t at chunk c ^ (t % 8)) with the
+/// picked rows: whether a TMA can gather the A operand of an M-grouped GEMM (or the gathered operand of a weight
+/// gradient) row by row. Returns each phase's cycles (issue to completed wait, thread 0's clock).
+pub fn tma_rows(gpu: &Gpu, rng: &mut Rng) -> Result<TmaRowsCycles> {
+    let (rows, cols, col0) = (4096usize, 256usize, 64usize);
+    let src: Vec<u16> = (0..rows * cols).map(|_| (rng.next_u64() as u16) | 1).collect();
+    let pick: Vec<u32> = (0..128).map(|_| rng.below(rows) as u32).collect();
+    let s = gpu.stream();
+    let dsrc = gpu.upload(&src)?;
+    let dpick = gpu.upload(&pick)?;
+    let a = dptr(&dsrc, s);
+    let m_row = DeviceTensorMap::new(
+        gpu,
+        TiledDesc::row_major_2d(Dtype::Bf16, a, rows as u64, cols as u64, 1, 64, Swizzle::B128),
+    )?;
+    let m_tile = DeviceTensorMap::new(
+        gpu,
+        TiledDesc::row_major_2d(Dtype::Bf16, a, rows as u64, cols as u64, 128, 64, Swizzle::B128),
+    )?;
+    const TILE: usize = 128 * 128;
+    let mut dump = gpu.alloc::<u8>(3 * TILE)?;
+    gpu.fill_bytes(&mut dump, 0xee)?;
+    let mut cycles = gpu.alloc::<u64>(3)?;
+    gpu.fill_bytes(&mut cycles, 0)?;
+    let p = TmaRowsTest {
+        map_row: m_row.ptr(gpu),
+        map_tile: m_tile.ptr(gpu),
+        rows: dptr(&dpick, s),
+        smem_dump: dptr(&dump, s),
+        cycles: dptr(&cycles, s),
+        col0: col0 as u32,
+        pad: 0,
+    };
+    // SAFETY: matches the kernel's parameter block; the dump holds three tiles, cycles three words; the picked
+    // rows are < rows.
+    unsafe { gpu.launch("selftest_tma_rows", Launch::new(1, 128, TILE as u32 + 3 * 8), &p)? };
+    gpu.sync()?;
+    let dump = gpu.download(&dump)?;
+    let names = ["one-row boxes by 128 threads", "one-row boxes by one thread", "one 128-row box"];
+    for (phase, name) in names.iter().enumerate() {
+        for (t, &picked) in pick.iter().enumerate() {
+            let src_row = if phase == 2 { t } else { picked as usize };
+            for x in 0..64usize {
+                let want = src[src_row * cols + col0 + x];
+                let off = swizzle::tile_offset(t as u32, x as u32, 2, 128, true) as usize;
+                let at = phase * TILE + off;
+                let got = u16::from_le_bytes([dump[at], dump[at + 1]]);
+                if got != want {
+                    return Err(fail(format!(
+                        "selftest_tma_rows, {name}: tile row {t} (source row {src_row}) element {x} holds {got:#x}, \
+                         want {want:#x}"
+                    )));
+                }
+            }
+        }
+    }
+    let c = gpu.download(&cycles)?;
+    Ok(TmaRowsCycles { rows_by_128_threads: c[0], rows_by_one_thread: c[1], one_tile_box: c[2] })
+}
+
 /// Every self-test once, with one line per test: (name, outcome).
 pub fn run_all(gpu: &Gpu, rng: &mut Rng) -> Vec<(String, Result<String>)> {
     let mut r: Vec<(String, Result<String>)> = Vec::new();
@@ -329,6 +403,15 @@ pub fn run_all(gpu: &Gpu, rng: &mut Rng) -> Vec<(String, Result<String>)> {
     ));
     r.push(("TMA 3D round trip".into(), ok(tma_round_trip(gpu, rng, &[96, 40, 3], &[32, 16, 1], Swizzle::None))));
     r.push(("bulk copy 1D + proxy fence".into(), ok(bulk_1d(gpu, rng))));
+    r.push((
+        "TMA row gather (one-row boxes, 128B swizzle)".into(),
+        tma_rows(gpu, rng).map(|c| {
+            format!(
+                "exact; cycles: 128 threads {}, one thread {}, one 128-row box {}",
+                c.rows_by_128_threads, c.rows_by_one_thread, c.one_tile_box
+            )
+        }),
+    ));
     r.push(("mbarrier tx counting".into(), ok(mbarrier_tx(gpu, rng))));
     for m in [FlagMode::ChainGpu, FlagMode::ChainSys, FlagMode::Counter] {
         r.push((format!("flags {m:?}"), ok(flags(gpu, m, false))));

@@ -39,6 +39,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("selftest_tma_2d", 128, true, false),
     k("selftest_tma_3d", 128, true, false),
     k("selftest_bulk_1d", 128, true, false),
+    k("selftest_tma_rows", 128, true, false),
     k("selftest_mbarrier_tx", 128, true, false),
     k("selftest_flags", 128, true, false),
     k("selftest_setmaxnreg", 384, true, false),

@@ -41,6 +41,28 @@ pub struct TmaTest {
     pub pad: u32,
 }
 
+/// Arguments of the row-gather-by-TMA self-test (`selftest_tma_rows`): can a tile of 128 rows picked by index be
+/// loaded as 128 one-row boxes (64 bf16 = 128 bytes each, 128-byte swizzle) into the layout a 128-row box makes?
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct TmaRowsTest {
+    /// Tensor map of a bf16 [rows, cols] matrix, box 64 x 1 (one row segment), 128-byte swizzle.
+    pub map_row: u64,
+    /// The same matrix, box 64 x 128, 128-byte swizzle.
+    pub map_tile: u64,
+    /// u32 [128]: the source row of each tile row.
+    pub rows: u64,
+    /// u8 [3, 16384]: the raw tile after each phase (one-row boxes by 128 threads, by one thread; one 128-row
+    /// box of rows 0..128).
+    pub smem_dump: u64,
+    /// u64 [3]: cycles from the first issue to the completed wait, per phase (thread 0's `%clock64`).
+    pub cycles: u64,
+    /// First column (elements) of the segment loaded, a multiple of 64.
+    pub col0: u32,
+    /// Unused.
+    pub pad: u32,
+}
+
 /// Arguments of the flag-passing self-test: a chain of blocks, each waiting for its predecessor's flag.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -494,6 +516,7 @@ mod tests {
                 size_of::<RankGroup>() + size_of::<crate::ep::Workspace>() + MAX_RANKS * size_of::<EpRank>() + 10 * 4,
             ),
             ("EpRank", size_of::<EpRank>(), 11 * 8 + 2 * 4),
+            ("TmaRowsTest", size_of::<TmaRowsTest>(), 5 * 8 + 2 * 4),
         ];
         for (name, got, fields) in sizes {
             assert_eq!(got, fields, "{name}: padding between fields");

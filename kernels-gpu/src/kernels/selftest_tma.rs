@@ -1,6 +1,6 @@
 //! Copy-engine self-tests: tensor-map boxes (2D and 3D) and contiguous bulk copies, global -> shared -> global,
 //! with the raw shared-memory tile dumped so the host can check the swizzle.
-use crate::params::TmaTest;
+use crate::params::{TmaRowsTest, TmaTest};
 use crate::ptx::{fence, mbarrier, regs, smem, sync, tma};
 
 /// Shared memory: the box (1024-byte aligned at the base), then the mbarrier.
@@ -95,5 +95,68 @@ pub unsafe extern "ptx-kernel" fn selftest_bulk_1d(p: TmaTest) {
         tma::store_1d((p.map_dst as *mut u8).add(off), tile, p.box_bytes);
         tma::commit_group();
         tma::wait_group::<0>();
+    }
+}
+
+/// Bytes of the row-gather test's tile: 128 rows x 128 bytes.
+const ROWS_TILE: u32 = 128 * 128;
+
+/// Row gather by TMA (one block of 128 threads; shared memory: the 16 KiB tile at the 1024-byte aligned base, then
+/// three mbarriers). Three phases into the same tile, each dumped to `smem_dump[phase]`, each timed by thread 0
+/// from before the first issue to the end of its wait: (0) thread t loads row `rows[t]` as a one-row box at
+/// tile + 128 t; (1) thread 0 issues all 128 of them; (2) thread 0 loads rows 0..128 as one 128-row box. The
+/// 128-byte swizzle is a function of the shared-memory address (chunk c of the 128 bytes at tile + 128 t lands at
+/// chunk c ^ (t % 8) when the tile is 1024-byte aligned), so the one-row boxes should leave exactly the layout the
+/// 128-row box leaves: the host checks all three dumps.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn selftest_tma_rows(p: TmaRowsTest) {
+    let tile = smem::base();
+    let bar = tile + ROWS_TILE;
+    let t = regs::tid();
+    if t == 0 {
+        let mut i = 0;
+        while i < 3 {
+            mbarrier::init(bar + 8 * i, 1);
+            i += 1;
+        }
+        fence::mbarrier_init();
+        tma::prefetch_tensormap(p.map_row as *const u8);
+        tma::prefetch_tensormap(p.map_tile as *const u8);
+    }
+    sync::block_sync();
+    let rows = p.rows as *const u32;
+    let cycles = p.cycles as *mut u64;
+    let col = p.col0 as i32;
+    let mut phase = 0;
+    while phase < 3 {
+        let b = bar + 8 * phase;
+        let start = regs::clock64();
+        if t == 0 {
+            mbarrier::arrive_expect_tx(b, ROWS_TILE);
+        }
+        if phase == 0 {
+            // expect_tx before any complete_tx of this phase: the others issue after the barrier below
+            sync::block_sync();
+            tma::load_2d(tile + 128 * t, p.map_row as *const u8, col, *rows.add(t as usize) as i32, b);
+        } else if t == 0 {
+            if phase == 1 {
+                let mut r = 0;
+                while r < 128 {
+                    tma::load_2d(tile + 128 * r, p.map_row as *const u8, col, *rows.add(r as usize) as i32, b);
+                    r += 1;
+                }
+            } else {
+                tma::load_2d(tile, p.map_tile as *const u8, col, 0, b);
+            }
+        }
+        mbarrier::wait_parity(b, 0);
+        if t == 0 {
+            *cycles.add(phase as usize) = regs::clock64() - start;
+        }
+        dump_tile(tile, (p.smem_dump as *mut u8).add((phase * ROWS_TILE) as usize) as *mut [u32; 4], ROWS_TILE);
+        // the generic-proxy reads of the dump before the next phase's async-proxy writes of the same tile
+        fence::proxy_async_shared_cta();
+        sync::block_sync();
+        phase += 1;
     }
 }

@@ -38,6 +38,15 @@ pub fn globaltimer() -> u64 {
     t
 }
 
+/// The SM's 64-bit cycle counter (`%clock64`); for self-test timings.
+#[inline(always)]
+pub fn clock64() -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register; any thread, no memory. Volatile (no `pure`): two reads are not merged.
+    unsafe { asm!("mov.u64 {t}, %clock64;", t = out(reg64) t, options(nomem, nostack)) };
+    t
+}
+
 /// `setmaxnreg.inc.sync.aligned.u32 N`: raise this warpgroup's register budget to N.
 /// SAFETY: all 128 threads of a warpgroup, uniformly; the kernel must have a register cap at entry (`.maxntid`,
 /// which build.rs adds from the manifest); N a multiple of 8 in 24..=256. No memory.
