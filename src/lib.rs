@@ -18,7 +18,9 @@
 use std::sync::Arc;
 
 pub use megamoe_host::runtime::{Gpu, Image, Launch, LaunchTime};
-pub use megamoe_host::{check, ep, gemm, layer, reference, rng, route, selftest, tensor_map, tiles, Error, Result};
+pub use megamoe_host::{
+    check, ep, fp8, gemm, layer, reference, rng, route, selftest, tensor_map, tiles, Error, Result,
+};
 /// The expert-parallel layout math shared with the kernels (owners, receive rows, the symmetric workspace, phases).
 pub use megamoe_kernels::ep as ep_layout;
 /// The routing layout's chunking math and its CPU model (what `route_count`, `route_scan`, `route_place` compute).

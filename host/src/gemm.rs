@@ -360,18 +360,18 @@ impl Prepared<'_> {
 }
 
 /// Argument checks shared by the calls: a message naming the call and the first problem.
-struct Check {
-    what: &'static str,
-    ordinal: usize,
+pub(crate) struct Check {
+    pub(crate) what: &'static str,
+    pub(crate) ordinal: usize,
 }
 
 impl Check {
-    fn bad<T>(&self, s: String) -> Result<T> {
+    pub(crate) fn bad<T>(&self, s: String) -> Result<T> {
         Err(Error::InvalidArgument(format!("{}: {s}", self.what)))
     }
 
     /// `buf` is on the GPU and holds `want` elements, fewer than 2^31 (the kernels index in 32 bits).
-    fn buf<T: DeviceRepr>(&self, name: &str, buf: &CudaSlice<T>, want: usize) -> Result<()> {
+    pub(crate) fn buf<T: DeviceRepr>(&self, name: &str, buf: &CudaSlice<T>, want: usize) -> Result<()> {
         if buf.len() != want {
             return self.bad(format!("{name} has {} elements, the shapes need {want}", buf.len()));
         }
@@ -388,14 +388,19 @@ impl Check {
         Ok(())
     }
 
-    fn multiple(&self, name: &str, v: usize, of: usize) -> Result<()> {
+    pub(crate) fn multiple(&self, name: &str, v: usize, of: usize) -> Result<()> {
         if v == 0 || v % of != 0 {
             return self.bad(format!("{name} = {v} must be a positive multiple of {of}"));
         }
         Ok(())
     }
 
-    fn routing(&self, experts: usize, offsets: &CudaSlice<u32>, tiles: Option<&CudaSlice<u32>>) -> Result<()> {
+    pub(crate) fn routing(
+        &self,
+        experts: usize,
+        offsets: &CudaSlice<u32>,
+        tiles: Option<&CudaSlice<u32>>,
+    ) -> Result<()> {
         if experts == 0 {
             return self.bad("no experts".into());
         }

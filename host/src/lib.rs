@@ -8,6 +8,7 @@
 pub mod check;
 pub mod ep;
 pub mod error;
+pub mod fp8;
 pub mod gemm;
 pub mod layer;
 pub mod reference;

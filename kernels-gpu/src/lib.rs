@@ -27,6 +27,7 @@ macro_rules! unroll {
 
 pub mod desc;
 pub mod ep;
+pub mod fp8;
 pub mod manifest;
 pub mod params;
 #[cfg(target_arch = "nvptx64")]
@@ -108,6 +109,13 @@ pub mod kernels_host {
             GEMM_SMEM
         }
     }
+    /// Pipeline stages of `grouped_gemm_fp8` (A 128 rows x 128 bytes + B 128 x 128: 32 KiB a stage).
+    pub const FP8_STAGES: u32 = 6;
+    /// Shared memory of `grouped_gemm_fp8`: the ring, then its barriers.
+    pub const FP8_SMEM: u32 = FP8_STAGES * 2 * 128 * 128 + 16 * FP8_STAGES;
+    /// Columns per tile of `grouped_gemm_fp8` (two consumer warpgroups of wgmma m64n128k32; the f32 accumulator
+    /// and the block's partial product take 128 registers).
+    pub const FP8_BN: u32 = 128;
     /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns),
     /// one consumer warp's 16 rows.
     pub const WGRAD_C_BOX: (u32, u32) = (16, 32);

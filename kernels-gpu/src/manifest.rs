@@ -3,7 +3,7 @@
 //! Plain data with no dependencies, so `build.rs` and the xtask compile this file as it is (`#[path]`): build.rs adds
 //! `.maxntid` (the register cap `setmaxnreg` needs) to the PTX of kernels with `max_threads > 0`, and
 //! `cargo xtask check-kernels` fails when a `spill_free` kernel has a stack frame or spills, or an `mma`
-//! kernel's SASS has no HGMMA.
+//! kernel's SASS has no HGMMA (QGMMA for FP8).
 
 /// One kernel's promises.
 #[derive(Clone, Copy, Debug)]
@@ -14,7 +14,7 @@ pub struct KernelSpec {
     pub max_threads: u32,
     /// ptxas must report a 0-byte stack frame and no spills.
     pub spill_free: bool,
-    /// The SASS must contain HGMMA (the kernel runs on the tensor cores).
+    /// The SASS must contain HGMMA or QGMMA (the kernel runs on the tensor cores).
     pub mma: bool,
     /// CTAs per cluster (x) the kernel is written for, written into the PTX as `.reqnctapercluster` when above
     /// 1 (the launch then runs in clusters without a launch attribute; its grid must be a multiple).
@@ -69,6 +69,9 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_wgrad_bf16", 384, true, true),
     k("grouped_wgrad_bf16_mv", 384, true, true),
     k("dtopk_reduce", 256, true, false),
+    k("quantize_fp8_rows", 256, true, false),
+    k("quantize_fp8_blocks", 256, true, false),
+    k("grouped_gemm_fp8", 384, true, true),
     k("ep_dispatch", 256, true, false),
     k("ep_combine", 256, true, false),
     k("ep_epoch_next", 32, true, false),

@@ -492,6 +492,58 @@ pub struct EpParams {
     pub pad: u32,
 }
 
+/// Blockwise FP8 quantization (kernels `quantize_fp8_rows`, `quantize_fp8_blocks`; [`crate::fp8`] gives the rule):
+/// `x` bf16 [rows, cols] into e4m3 codes `q` [rows, cols] and f32 `scales`: [rows, cols / 128] for rows
+/// (1 x 128 blocks), [rows / 128, cols / 128] for blocks (128 x 128).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct QuantFp8 {
+    /// bf16 [rows, cols].
+    pub x: u64,
+    /// u8 [rows, cols].
+    pub q: u64,
+    /// f32 scales.
+    pub scales: u64,
+    /// Rows (a multiple of 128 for blocks).
+    pub rows: u32,
+    /// Columns (a multiple of 128).
+    pub cols: u32,
+}
+
+/// M-grouped GEMM in blockwise FP8 (kernel `grouped_gemm_fp8`): for each expert e and its rows
+/// offsets[e]..offsets[e + 1], C[r, n] = sum over 128-blocks kb of K of sa[r, kb] * sb[e, n / 128, kb] *
+/// (A[r, kb] . B_e[n, kb]) in f32, stored as bf16: A e4m3 [rows, K] with 1 x 128 scales, B e4m3 [E * N, K]
+/// (K-major) with 128 x 128 scales. Tiles of 128 rows x 128 columns; each 128-deep block's product is
+/// promoted into the f32 accumulator with its two scales (the tensor cores' accumulation never spans more).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct GroupedGemmFp8 {
+    /// Tensor map of A: u8 [rows_max, K], box 128 x 128 rows, 128-byte swizzle.
+    pub map_a: u64,
+    /// Tensor map of B: u8 [E * N, K], box 128 x 128 rows, 128-byte swizzle.
+    pub map_b: u64,
+    /// f32 [rows_max, K / 128].
+    pub sa: u64,
+    /// f32 [E * N / 128, K / 128].
+    pub sb: u64,
+    /// u32 [E + 1] row offsets.
+    pub offsets: u64,
+    /// u32 [E + 1] m-tile offsets (tiles of 128 rows).
+    pub tile_offsets: u64,
+    /// bf16 [rows_max, N].
+    pub c: u64,
+    /// u32 routing error word (nothing runs when set); 0 for none.
+    pub error: u64,
+    /// Experts.
+    pub experts: u32,
+    /// Columns N per expert (a multiple of 128).
+    pub n: u32,
+    /// Contraction K (a multiple of 128).
+    pub k: u32,
+    /// Rows of A, scales and C (rows at or past it are never read or written).
+    pub rows_max: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -503,6 +555,8 @@ mod tests {
         let sizes = [
             ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
+            ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
+            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 8 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4 + size_of::<Combine>()),

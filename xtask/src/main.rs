@@ -5,7 +5,7 @@
 //! - `run`: the main job (`cargo run --release --bin megamoe`).
 //! - `test`: formatting, clippy, every test, and `check-kernels`.
 //! - `check-kernels`: every kernel marked spill-free has a 0-byte stack frame and no spills; every kernel marked
-//!   mma has HGMMA in its SASS.
+//!   mma has HGMMA (or QGMMA, FP8) in its SASS.
 //! - `gpu-bundle DIR`: build the test binaries, the main binary and the benchmarks (`layer`, `gemm`; release)
 //!   and copy them into DIR with a `run.sh` and the benchmarks' scripts (`h200.sh`, `gemm_h200.sh`), for the
 //!   GPU machine (which has no Rust).
@@ -195,14 +195,15 @@ fn check_kernels() -> Res {
         return Err(format!("cuobjdump failed: {}", String::from_utf8_lossy(&sass.stderr)));
     }
     let sass = String::from_utf8_lossy(&sass.stdout).into_owned();
-    println!("{:<36} {:>6} {:>7} {:>7} {:>6}", "kernel", "stack", "spill-s", "spill-l", "HGMMA");
+    println!("{:<36} {:>6} {:>7} {:>7} {:>6}", "kernel", "stack", "spill-s", "spill-l", "GMMA");
     for k in manifest::KERNELS {
         let Some((_, stack, ss, sl)) = props.iter().find(|p| p.0 == k.name) else {
             errors.push(format!("{}: not in the ptxas report", k.name));
             continue;
         };
         let body = sass_of(&sass, k.name);
-        let hgmma = body.map(|b| b.matches("HGMMA").count()).unwrap_or(0);
+        // HGMMA: bf16 / f16 wgmma; QGMMA: the FP8 form
+        let hgmma = body.map(|b| b.matches("HGMMA").count() + b.matches("QGMMA").count()).unwrap_or(0);
         println!("{:<36} {:>6} {:>7} {:>7} {:>6}", k.name, stack, ss, sl, hgmma);
         if k.spill_free && (*stack != 0 || *ss != 0 || *sl != 0) {
             errors.push(format!("{}: stack frame {stack} B, spills {ss}/{sl} B (marked spill-free)", k.name));
@@ -210,7 +211,7 @@ fn check_kernels() -> Res {
         if body.is_none() {
             errors.push(format!("{}: no SASS found", k.name));
         } else if k.mma && hgmma == 0 {
-            errors.push(format!("{}: marked mma but its SASS has no HGMMA", k.name));
+            errors.push(format!("{}: marked mma but its SASS has no HGMMA / QGMMA", k.name));
         }
     }
     // C7508: setmaxnreg ignored; C7518: wgmma serialised (a compiler-inserted wait in a divergent path)
@@ -332,11 +333,11 @@ fn bundle_bench(dir: &Path) -> Res {
 
 /// Benchmarks the GPU bundle carries.
 /// (benchmark, file name in the bundle).
-const BENCHES: &[(&str, &str)] = &[("layer", "layer"), ("gemm", "gemm"), ("ep", "ep_bench")];
+const BENCHES: &[(&str, &str)] = &[("layer", "layer"), ("gemm", "gemm"), ("ep", "ep_bench"), ("fp8", "fp8_bench")];
 
 /// Test binaries the GPU bundle carries.
 const GPU_TEST_BINARIES: &[&str] =
-    &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm", "ep", "route", "graph"];
+    &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm", "ep", "route", "graph", "fp8"];
 
 fn strip(p: &Path) {
     // best effort: an unstripped binary still runs, it is only larger

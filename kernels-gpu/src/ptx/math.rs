@@ -31,6 +31,22 @@ pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
     r
 }
 
+/// `cvt.rn.satfinite.e4m3x2.f32`: four f32 as e4m3 codes (nearest even, saturated to +-448, NaN to 0x7f), `v[i]`
+/// in byte i of the result: what [`crate::fp8::e4m3_from_f32`] computes on the host.
+#[inline(always)]
+pub fn pack_e4m3x4(v: [f32; 4]) -> u32 {
+    let r: u32;
+    // SAFETY: pure conversion; any thread. Each cvt puts its first operand in the high byte of its 16 bits.
+    unsafe {
+        asm!(
+            "{{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, {b}, {a}; cvt.rn.satfinite.e4m3x2.f32 hi, {d}, {c}; mov.b32 {r}, {{lo, hi}}; }}",
+            r = out(reg32) r, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(pure, nomem, nostack)
+        )
+    };
+    r
+}
+
 /// bf16 bits to f32 (exact).
 #[inline(always)]
 pub fn bf16_to_f32(b: u16) -> f32 {

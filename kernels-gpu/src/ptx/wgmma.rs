@@ -54,6 +54,27 @@ macro_rules! wgmma_bf16 {
     };
 }
 
+macro_rules! wgmma_e4m3 {
+    ($name:ident, $shape:literal, $n:literal, [$first:tt $(, $rest:tt)*]) => {
+        #[doc = concat!("`wgmma.mma_async.sync.aligned.", $shape, ".f32.e4m3.e4m3` with A and B from shared-memory descriptors,",
+                        " both K-major (8-bit operands have no transposed form): 32 bytes of K per instruction.")]
+        /// SAFETY: as the bf16 wrappers: all 128 threads of a warpgroup, uniformly, after [`fence`]; the accumulator
+        /// is not read until [`wait_group`] and the matching `fence_operand_*`.
+        #[inline(always)]
+        pub unsafe fn $name(acc: &mut [f32; $n], desc_a: u64, desc_b: u64, scale_d: u32) {
+            asm!(
+                concat!(
+                    "{{ .reg .pred p; setp.ne.b32 p, {sd}, 0; wgmma.mma_async.sync.aligned.", $shape, ".f32.e4m3.e4m3 {{",
+                    "{", stringify!($first), "}", $(", {", stringify!($rest), "}",)*
+                    "}}, {da}, {db}, p, 1, 1; }}"
+                ),
+                inout(reg32) acc[$first], $(inout(reg32) acc[$rest],)*
+                da = in(reg64) desc_a, db = in(reg64) desc_b, sd = in(reg32) scale_d, options(nostack)
+            );
+        }
+    };
+}
+
 macro_rules! fence_operand {
     ($fence:ident, $n:literal, [$($i:tt),*]) => {
         #[doc = concat!("Tie the ", stringify!($n), " accumulator registers to this point: the compiler may not move reads of")]
@@ -314,5 +335,15 @@ wgmma_bf16!(
         58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85,
         86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110,
         111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127
+    ]
+);
+wgmma_e4m3!(
+    m64n128k32_f32_e4m3_ss,
+    "m64n128k32",
+    64,
+    [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29,
+        30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57,
+        58, 59, 60, 61, 62, 63
     ]
 );

@@ -1,0 +1,209 @@
+//! Blockwise FP8 against bf16, the same M-grouped GEMMs of the layer's forward in one run: Qwen3-30B-A3B and
+//! Qwen3-235B-A22B, T = 16384 tokens, top-8 of E = 128 experts, uniform random routing (M = 131072 rows grouped by
+//! expert). For GEMM1 ([M, H] x W1_e^T -> [M, 2I], plain) and GEMM2 ([M, I] x W2_e^T -> [M, H]): megamoe's
+//! `grouped_gemm_fp8` and its bf16 `grouped_gemm` on the same values, alternating launches (3 warm-ups, median of
+//! 20, device events each), and the quantization of A (`quantize_rows`, what a step pays per GEMM input) timed
+//! alone with its bytes moved. FP8 rates are also given as a fraction of the datasheet's dense FP8 peak (1979
+//! TFLOP/s). Outputs poisoned, then checked fully written, and sampled rows checked against the f64 product of
+//! the dequantized operands (<= 1e-2).
+//!
+//! `cargo bench --bench fp8`; in the GPU bundle `./fp8 --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape.
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use half::bf16;
+use megamoe::fp8::{self, GroupedGemmFp8Args, QuantizeArgs};
+use megamoe::gemm::{self, BLayout, GroupedGemmArgs};
+use megamoe::reference::Shape;
+use megamoe::rng::Rng;
+use megamoe::{check, Gpu};
+
+const WARM: usize = 3;
+const REPS: usize = 20;
+const TOKENS: usize = 16384;
+const FP8_PEAK: f64 = 1979.0;
+
+type R<T> = Result<T, String>;
+
+fn s<T, E: std::fmt::Display>(r: Result<T, E>) -> R<T> {
+    r.map_err(|e| e.to_string())
+}
+
+/// One launch of `f` between two events, in microseconds.
+fn once(g: &Gpu, f: &mut dyn FnMut() -> R<()>) -> R<f64> {
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let (a, b) = (s(g.context().new_event(flags))?, s(g.context().new_event(flags))?);
+    s(a.record(g.stream()))?;
+    f()?;
+    s(b.record(g.stream()))?;
+    s(b.synchronize())?;
+    Ok(s(a.elapsed_ms(&b))? as f64 * 1e3)
+}
+
+/// Medians of `fs` timed alternating.
+fn medians(g: &Gpu, fs: &mut [&mut dyn FnMut() -> R<()>]) -> R<Vec<f64>> {
+    s(g.sync())?;
+    let mut t = vec![Vec::new(); fs.len()];
+    for rep in 0..WARM + REPS {
+        for (i, f) in fs.iter_mut().enumerate() {
+            let us = once(g, *f)?;
+            if rep >= WARM {
+                t[i].push(us);
+            }
+        }
+    }
+    Ok(t.into_iter()
+        .map(|mut v| {
+            v.sort_by(|x, y| x.total_cmp(y));
+            v[v.len() / 2]
+        })
+        .collect())
+}
+
+fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
+    let (h, i, e, k) = (sh.h, sh.i, sh.e, sh.k);
+    let ids = rng.topk_ids(TOKENS, k, e);
+    let mut counts = vec![0u32; e];
+    for &id in &ids {
+        counts[id as usize] += 1;
+    }
+    let mut offsets = vec![0u32; e + 1];
+    for x in 0..e {
+        offsets[x + 1] = offsets[x] + counts[x];
+    }
+    let m = TOKENS * k;
+    let doff = s(g.upload(&offsets))?;
+    let dtil = s(g.upload(&gemm::tile_offsets(&counts)))?;
+    let mut ok = true;
+    for (what, n, kk, wscale) in
+        [("fwd GEMM1 (plain)", 2 * i, h, 1.7 / (h as f64).sqrt()), ("fwd GEMM2", h, i, 2.0 / (i as f64).sqrt())]
+    {
+        let a = rng.bf16_vec(m * kk, 1.0);
+        let w = rng.bf16_vec(e * n * kk, wscale);
+        let (da, dw) = (s(g.upload(&a))?, s(g.upload(&w))?);
+        let mut qa = s(g.alloc::<u8>(m * kk))?;
+        let mut sa = s(g.alloc::<f32>(m * (kk / 128)))?;
+        let mut qb = s(g.alloc::<u8>(e * n * kk))?;
+        let mut sb = s(g.alloc::<f32>(e * n / 128 * (kk / 128)))?;
+        s(fp8::quantize_blocks(g, QuantizeArgs { x: &dw, q: &mut qb, scales: &mut sb, rows: e * n, cols: kk }))?;
+        let mut c8 = s(g.alloc::<bf16>(m * n))?;
+        let mut c16 = s(g.alloc::<bf16>(m * n))?;
+        s(g.fill_bytes(&mut c8, 0xff))?;
+        s(g.fill_bytes(&mut c16, 0xff))?;
+        // A's quantization alone (its own launches), then the GEMMs alternating
+        let tq = {
+            let mut quant =
+                || s(fp8::quantize_rows(g, QuantizeArgs { x: &da, q: &mut qa, scales: &mut sa, rows: m, cols: kk }));
+            medians(g, &mut [&mut quant])?[0]
+        };
+        let p8 = s(GroupedGemmFp8Args {
+            a: &qa,
+            a_scales: &sa,
+            b: &qb,
+            b_scales: &sb,
+            offsets: &doff,
+            tile_offsets: &dtil,
+            c: &mut c8,
+            experts: e,
+            n,
+            k: kk,
+            rows_max: m,
+        }
+        .prepare(g))?;
+        let p16 = s(GroupedGemmArgs {
+            a: &da,
+            b: &dw,
+            b_layout: BLayout::NK,
+            offsets: &doff,
+            tile_offsets: &dtil,
+            c: &mut c16,
+            experts: e,
+            n,
+            k: kk,
+            rows_max: m,
+        }
+        .prepare(g))?;
+        let t = medians(g, &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g))])?;
+        drop((p8, p16));
+        // checks: every element written; rows of experts 0, E/2, E-1 against the dequantized f64 product
+        let c = s(g.download(&c8))?;
+        let written = c.iter().all(|v| !v.is_nan()) && s(g.download(&c16))?.iter().all(|v| !v.is_nan());
+        let (hq, hs) = (s(g.download(&qa))?, s(g.download(&sa))?);
+        let (hqb, hsb) = (s(g.download(&qb))?, s(g.download(&sb))?);
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for x in [0, e / 2, e - 1] {
+            let (r0, r1) = (offsets[x] as usize, offsets[x + 1] as usize);
+            let brows = fp8::dequantize_cpu(
+                &hqb[x * n * kk..(x + 1) * n * kk],
+                &hsb[x * n / 128 * (kk / 128)..(x + 1) * n / 128 * (kk / 128)],
+                n,
+                kk,
+                128,
+            );
+            for r in [r0, r0 + 1, r1 - 2, r1 - 1] {
+                let ar =
+                    fp8::dequantize_cpu(&hq[r * kk..(r + 1) * kk], &hs[r * (kk / 128)..(r + 1) * (kk / 128)], 1, kk, 1);
+                for col in 0..n {
+                    want.push(ar.iter().zip(&brows[col * kk..(col + 1) * kk]).map(|(p, q)| p * q).sum::<f64>());
+                    got.push(c[r * n + col].to_f64());
+                }
+            }
+        }
+        let err = check::rel_err(&got, &want);
+        let good = written && err <= 1e-2;
+        ok &= good;
+        let flop = 2.0 * m as f64 * n as f64 * kk as f64;
+        let tf = |us: f64| flop / us * 1e-6;
+        let qbytes = (m * kk * 2 + m * kk + m * (kk / 128) * 4) as f64;
+        println!(
+            "RESULT fp8 {name} {what} M={m} N={n} K={kk}: FP8 {:.0} us {:.0} TFLOP/s ({:.2} of the 1979 peak) | bf16 {:.0} us \
+             {:.0} TFLOP/s | FP8 / bf16 speed {:.2}x | quantize A {:.0} us ({:.0} GB/s); FP8 + quantize {:.2}x bf16 | rel \
+             err {err:.1e} against the dequantized f64 product, all written: {written}{}",
+            t[0],
+            tf(t[0]),
+            tf(t[0]) / FP8_PEAK,
+            t[1],
+            tf(t[1]),
+            t[1] / t[0],
+            tq,
+            qbytes / tq * 1e-3,
+            t[1] / (t[0] + tq),
+            if good { "" } else { " FAILED" }
+        );
+    }
+    Ok(ok)
+}
+
+fn main() {
+    let g = match megamoe::gpu(0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("FP8 benchmark skipped: {e}");
+            return;
+        }
+    };
+    let seed = Rng::fresh_seed();
+    let mut rng = Rng::new(seed);
+    println!(
+        "FP8 benchmark on {} (seed {seed}): T={TOKENS}, top-8 of 128 experts, {WARM} warm-ups, median of {REPS}",
+        g.name()
+    );
+    let only = std::env::var("MEGAMOE_BENCH_ONLY").unwrap_or_default();
+    let mut ok = true;
+    for (name, sh) in [("Qwen3-30B-A3B", Shape::QWEN3_30B_A3B), ("Qwen3-235B-A22B", Shape::QWEN3_235B_A22B)] {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
+        match bench(&g, name, sh, &mut rng) {
+            Ok(good) => ok &= good,
+            Err(e) => {
+                println!("FAILED {name}: {e}");
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        println!("FAILED: a wrong or incomplete FP8 result (lines marked FAILED)");
+        std::process::exit(1);
+    }
+}

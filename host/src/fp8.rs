@@ -1,0 +1,304 @@
+//! Blockwise FP8 (e4m3) on Hopper: quantization and the M-grouped GEMM, with their CPU references.
+//!
+//! The recipe is DeepSeek-V3's: activations carry one f32 scale per row and 128 columns (1 x 128), weights one per
+//! 128 x 128 block; a block's scale is amax / 448 and its codes e4m3(x * 448 / amax) (round to nearest even,
+//! saturated; `megamoe_kernels::fp8` states the rule, which the kernels and [`quantize_rows_cpu`] /
+//! [`quantize_blocks_cpu`] share, so GPU and CPU codes are bitwise equal).
+//!
+//! - [`quantize_rows`] / [`quantize_blocks`]: bf16 [rows, cols] into codes [rows, cols] and scales
+//!   ([rows, cols / 128] or [rows / 128, cols / 128]); cols a multiple of 128 (and rows, for blocks).
+//! - [`grouped_gemm_fp8`]: for each expert e and its rows offsets[e]..offsets[e + 1],
+//!   C[r, n] = sum_kb sa[r, kb] sb[e, n / 128, kb] (A[r, kb] . B_e[n, kb]) in f32, stored as bf16; A's rows
+//!   quantized by [`quantize_rows`], B = [E * N, K] (each expert's [N, K], K-major, as the forward reads W1 and W2)
+//!   by [`quantize_blocks`]. The routing layout is the bf16 engine's (`offsets`, `tile_offsets` of 128-row tiles:
+//!   [`crate::gemm::tile_offsets`]). N and K multiples of 128.
+//!
+//! Everything is asynchronous on the GPU's stream; no call synchronises.
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use megamoe_kernels::fp8::{e4m3_from_f32, e4m3_to_f32, scale_and_factor};
+use megamoe_kernels::kernels_host as kh;
+use megamoe_kernels::params::{GroupedGemmFp8, QuantFp8};
+
+use crate::error::Result;
+use crate::gemm::Check;
+use crate::runtime::{dptr, Gpu, Launch};
+use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
+
+/// A bf16 matrix [rows, cols] and where its quantized form goes.
+pub struct QuantizeArgs<'a> {
+    /// bf16 [rows, cols].
+    pub x: &'a CudaSlice<bf16>,
+    /// e4m3 codes [rows, cols].
+    pub q: &'a mut CudaSlice<u8>,
+    /// f32 scales: [rows, cols / 128] ([`quantize_rows`]) or [rows / 128, cols / 128] ([`quantize_blocks`]).
+    pub scales: &'a mut CudaSlice<f32>,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (a multiple of 128).
+    pub cols: usize,
+}
+
+impl QuantizeArgs<'_> {
+    fn check(&self, gpu: &Gpu, what: &'static str, block_rows: usize) -> Result<QuantFp8> {
+        let ck = Check { what, ordinal: gpu.ordinal() };
+        ck.multiple("cols", self.cols, 128)?;
+        if block_rows > 1 {
+            ck.multiple("rows", self.rows, block_rows)?;
+        }
+        let n = self.rows * self.cols;
+        ck.buf("x", self.x, n)?;
+        ck.buf("q", self.q, n)?;
+        ck.buf("scales", self.scales, self.rows / block_rows * (self.cols / 128))?;
+        let s = gpu.stream().clone();
+        Ok(QuantFp8 {
+            x: dptr(self.x, &s),
+            q: dptr(self.q, &s),
+            scales: dptr(self.scales, &s),
+            rows: self.rows as u32,
+            cols: self.cols as u32,
+        })
+    }
+}
+
+/// Quantize each row's 128-column blocks (activations: 1 x 128 scales).
+pub fn quantize_rows(gpu: &Gpu, a: QuantizeArgs<'_>) -> Result<()> {
+    let p = a.check(gpu, "quantize_rows", 1)?;
+    let warps = (a.rows * (a.cols / 128)) as u32;
+    if warps == 0 {
+        return Ok(());
+    }
+    // SAFETY: the buffers hold the shapes (checked) and stay borrowed until the launch is enqueued.
+    unsafe { gpu.launch("quantize_fp8_rows", Launch::new(warps.div_ceil(8), 256, 0), &p) }
+}
+
+/// Quantize 128 x 128 blocks (weights); rows a multiple of 128.
+pub fn quantize_blocks(gpu: &Gpu, a: QuantizeArgs<'_>) -> Result<()> {
+    let p = a.check(gpu, "quantize_blocks", 128)?;
+    let blocks = ((a.rows / 128) * (a.cols / 128)) as u32;
+    if blocks == 0 {
+        return Ok(());
+    }
+    // SAFETY: as in `quantize_rows`; 32 bytes of shared memory for the block's reduction.
+    unsafe { gpu.launch("quantize_fp8_blocks", Launch::new(blocks, 256, 32), &p) }
+}
+
+/// One blockwise-FP8 grouped GEMM (see the module's documentation).
+pub struct GroupedGemmFp8Args<'a> {
+    /// e4m3 [rows_max, K]; the rows of expert e at offsets[e]..offsets[e + 1].
+    pub a: &'a CudaSlice<u8>,
+    /// f32 [rows_max, K / 128].
+    pub a_scales: &'a CudaSlice<f32>,
+    /// e4m3 [E * N, K].
+    pub b: &'a CudaSlice<u8>,
+    /// f32 [E * N / 128, K / 128].
+    pub b_scales: &'a CudaSlice<f32>,
+    /// u32 [E + 1] row offsets (device).
+    pub offsets: &'a CudaSlice<u32>,
+    /// u32 [E + 1] m-tile offsets in tiles of 128 rows (device).
+    pub tile_offsets: &'a CudaSlice<u32>,
+    /// bf16 [rows_max, N]; rows past offsets[E] are not written.
+    pub c: &'a mut CudaSlice<bf16>,
+    /// Experts.
+    pub experts: usize,
+    /// Columns N (a multiple of 128).
+    pub n: usize,
+    /// Contraction K (a multiple of 128).
+    pub k: usize,
+    /// Rows A, its scales and C have room for (>= offsets[E], the caller's promise).
+    pub rows_max: usize,
+}
+
+/// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
+pub struct PreparedFp8<'a> {
+    ordinal: usize,
+    launch: Option<(Launch, GroupedGemmFp8)>,
+    _maps: Vec<DeviceTensorMap>,
+    _bufs: std::marker::PhantomData<&'a mut ()>,
+}
+
+impl PreparedFp8<'_> {
+    /// Enqueue the GEMM on `gpu`'s stream (the GPU it was prepared on).
+    pub fn launch(&self, gpu: &Gpu) -> Result<()> {
+        let ck = Check { what: "grouped_gemm_fp8", ordinal: self.ordinal };
+        if gpu.ordinal() != self.ordinal {
+            return ck.bad(format!("prepared on device {} and launched on device {}", self.ordinal, gpu.ordinal()));
+        }
+        match &self.launch {
+            None => Ok(()),
+            // SAFETY: the block's buffers were checked against the shapes and stay borrowed while `self` lives;
+            // rows are bounded by the device offsets (offsets[E] <= rows_max, the caller's promise); the tensor
+            // maps live in `self`.
+            Some((cfg, p)) => unsafe { gpu.launch("grouped_gemm_fp8", *cfg, p) },
+        }
+    }
+}
+
+impl<'a> GroupedGemmFp8Args<'a> {
+    /// Check the arguments and encode the tensor maps.
+    pub fn prepare(self, gpu: &Gpu) -> Result<PreparedFp8<'a>> {
+        let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
+        ck.multiple("K", self.k, 128)?;
+        ck.multiple("N", self.n, kh::FP8_BN as usize)?;
+        ck.routing(self.experts, self.offsets, Some(self.tile_offsets))?;
+        let (e, n, k, rows) = (self.experts, self.n, self.k, self.rows_max);
+        ck.buf("A", self.a, rows * k)?;
+        ck.buf("A scales", self.a_scales, rows * (k / 128))?;
+        ck.buf("B", self.b, e * n * k)?;
+        ck.buf("B scales", self.b_scales, e * n / 128 * (k / 128))?;
+        ck.buf("C", self.c, rows * n)?;
+        if rows >= 1 << 31 || e * n >= 1 << 31 {
+            return ck.bad(format!("{rows} rows or {} rows of B: 2^31 or more", e * n));
+        }
+        let nothing =
+            |maps| PreparedFp8 { ordinal: gpu.ordinal(), launch: None, _maps: maps, _bufs: std::marker::PhantomData };
+        if rows == 0 {
+            return Ok(nothing(Vec::new()));
+        }
+        let s = gpu.stream().clone();
+        let map = |addr, rows: usize| {
+            let d = TiledDesc::row_major_2d(Dtype::U8, addr, rows as u64, k as u64, 128, 128, Swizzle::B128);
+            DeviceTensorMap::new(gpu, d)
+        };
+        let map_a = map(dptr(self.a, &s), rows)?;
+        let map_b = map(dptr(self.b, &s), e * n)?;
+        let p = GroupedGemmFp8 {
+            map_a: map_a.ptr(gpu),
+            map_b: map_b.ptr(gpu),
+            sa: dptr(self.a_scales, &s),
+            sb: dptr(self.b_scales, &s),
+            offsets: dptr(self.offsets, &s),
+            tile_offsets: dptr(self.tile_offsets, &s),
+            c: dptr(self.c, &s),
+            error: 0,
+            experts: e as u32,
+            n: n as u32,
+            k: k as u32,
+            rows_max: rows as u32,
+        };
+        let tiles = crate::gemm::m_tiles_max(rows, e) as u32 * (n as u32 / kh::FP8_BN);
+        let cfg = Launch::new(gpu.sm_count().min(tiles).max(1), kh::GEMM_THREADS, kh::FP8_SMEM);
+        Ok(PreparedFp8 {
+            ordinal: gpu.ordinal(),
+            launch: Some((cfg, p)),
+            _maps: vec![map_a, map_b],
+            _bufs: std::marker::PhantomData,
+        })
+    }
+}
+
+/// Launch the blockwise-FP8 grouped GEMM on `gpu`'s stream.
+pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
+    g.prepare(gpu)?.launch(gpu)
+}
+
+/// The codes and scale of one block of values: what the kernels compute.
+fn quantize_block(vals: &[f32]) -> (Vec<u8>, f32) {
+    let amax = vals.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let (scale, f) = scale_and_factor(amax);
+    (vals.iter().map(|&v| e4m3_from_f32(v * f)).collect(), scale)
+}
+
+/// CPU reference of [`quantize_rows`]: (codes [rows, cols], scales [rows, cols / 128]).
+pub fn quantize_rows_cpu(x: &[bf16], rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    assert!(cols % 128 == 0 && x.len() == rows * cols);
+    let mut q = vec![0u8; rows * cols];
+    let mut s = Vec::with_capacity(rows * cols / 128);
+    for (i, blk) in x.chunks(128).enumerate() {
+        let vals: Vec<f32> = blk.iter().map(|v| v.to_f32()).collect();
+        let (codes, scale) = quantize_block(&vals);
+        q[i * 128..(i + 1) * 128].copy_from_slice(&codes);
+        s.push(scale);
+    }
+    (q, s)
+}
+
+/// CPU reference of [`quantize_blocks`]: (codes [rows, cols], scales [rows / 128, cols / 128]).
+pub fn quantize_blocks_cpu(x: &[bf16], rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    assert!(cols % 128 == 0 && rows % 128 == 0 && x.len() == rows * cols);
+    let mut q = vec![0u8; rows * cols];
+    let mut s = Vec::with_capacity(rows / 128 * (cols / 128));
+    for bi in 0..rows / 128 {
+        for bj in 0..cols / 128 {
+            let at = |r: usize, c: usize| (bi * 128 + r) * cols + bj * 128 + c;
+            let vals: Vec<f32> = (0..128 * 128).map(|i| x[at(i / 128, i % 128)].to_f32()).collect();
+            let (codes, scale) = quantize_block(&vals);
+            for (i, c) in codes.into_iter().enumerate() {
+                q[at(i / 128, i % 128)] = c;
+            }
+            s.push(scale);
+        }
+    }
+    (q, s)
+}
+
+/// The values a quantized matrix stands for: decode(q[r, c]) * scale of (r / block_rows, c / 128), in f64.
+pub fn dequantize_cpu(q: &[u8], scales: &[f32], rows: usize, cols: usize, block_rows: usize) -> Vec<f64> {
+    let cb = cols / 128;
+    (0..rows * cols)
+        .map(|i| {
+            let (r, c) = (i / cols, i % cols);
+            e4m3_to_f32(q[i]) as f64 * scales[(r / block_rows) * cb + c / 128] as f64
+        })
+        .collect()
+}
+
+/// f64 CPU reference of [`grouped_gemm_fp8`] from the dequantized operands: C [offsets[E], N] with
+/// C[r] = A[r] . B_e^T for the rows r of expert e (`a` [rows, K], `b` [E * N, K], both dequantized).
+pub fn grouped_gemm_fp8_cpu(a: &[f64], b: &[f64], offsets: &[u32], n: usize, k: usize) -> Vec<f64> {
+    let rows = *offsets.last().unwrap_or(&0) as usize;
+    let mut c = vec![0f64; rows * n];
+    for e in 0..offsets.len() - 1 {
+        for r in offsets[e] as usize..offsets[e + 1] as usize {
+            let ar = &a[r * k..(r + 1) * k];
+            for j in 0..n {
+                let br = &b[(e * n + j) * k..(e * n + j + 1) * k];
+                c[r * n + j] = ar.iter().zip(br).map(|(x, y)| x * y).sum();
+            }
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantized_rows_stand_for_their_values() {
+        let mut rng = crate::rng::Rng::new(7);
+        let (rows, cols) = (3, 256);
+        let x: Vec<bf16> =
+            (0..rows * cols).map(|i| bf16::from_f32((rng.sym(1.0) * (1 + i % 5) as f64) as f32)).collect();
+        let (q, s) = quantize_rows_cpu(&x, rows, cols);
+        assert_eq!(s.len(), rows * 2);
+        let d = dequantize_cpu(&q, &s, rows, cols, 1);
+        for blk in 0..rows * 2 {
+            let amax = x[blk * 128..(blk + 1) * 128].iter().fold(0f32, |m, v| m.max(v.to_f32().abs()));
+            // the block's largest value is exact (it maps to 448) and every value is within half an e4m3 step
+            // (a relative 1/16) of its own, or of the subnormal step near zero
+            let mut hit = false;
+            for i in blk * 128..(blk + 1) * 128 {
+                let (v, dv) = (x[i].to_f32() as f64, d[i]);
+                assert!((v - dv).abs() <= v.abs() / 16.0 + s[blk] as f64 / 512.0 + 1e-12, "{v} vs {dv}");
+                hit |= v.abs() == amax as f64 && (v - dv).abs() <= amax as f64 * 1e-6;
+            }
+            assert!(hit, "block {blk}: its largest value is not represented exactly");
+        }
+    }
+
+    #[test]
+    fn zero_blocks_get_scale_one_and_zero_codes() {
+        let x = vec![bf16::from_f32(0.0); 128 * 128];
+        let (q, s) = quantize_blocks_cpu(&x, 128, 128);
+        assert!(q.iter().all(|&c| c == 0) && s == vec![1.0]);
+    }
+
+    #[test]
+    fn cpu_gemm_follows_the_offsets() {
+        // two experts, N = 1, K = 2: rows 0..1 use B_0, rows 1..3 use B_1
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [1.0, 1.0, 1.0, -1.0];
+        assert_eq!(grouped_gemm_fp8_cpu(&a, &b, &[0, 1, 3], 1, 2), vec![3.0, -1.0, -1.0]);
+    }
+}

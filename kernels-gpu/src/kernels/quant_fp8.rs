@@ -1,0 +1,96 @@
+//! Blockwise FP8 quantization ([`crate::fp8`] gives the rule, the host's reference the same codes bit for bit):
+//! `quantize_fp8_rows` (1 x 128 blocks: activations) and `quantize_fp8_blocks` (128 x 128 blocks: weights).
+use crate::fp8::scale_and_factor;
+use crate::params::QuantFp8;
+use crate::ptx::{global, math, regs, smem, sync, warp};
+
+/// The largest of `v` over the warp (non-negative floats: their bit patterns order as the values do).
+#[inline(always)]
+unsafe fn warp_max(v: f32) -> f32 {
+    let mut b = v.to_bits();
+    let mut m = 16;
+    while m > 0 {
+        b = b.max(warp::shfl_xor(b, m));
+        m /= 2;
+    }
+    f32::from_bits(b)
+}
+
+/// |x| of the two bf16 of `w`, the larger.
+#[inline(always)]
+fn amax2(w: u32) -> f32 {
+    let lo = math::bf16_to_f32(w as u16).abs();
+    let hi = math::bf16_to_f32((w >> 16) as u16).abs();
+    lo.max(hi)
+}
+
+/// Two packed bf16 pairs times `f`, as four e4m3 codes (byte i: element i).
+#[inline(always)]
+fn codes(w0: u32, w1: u32, f: f32) -> u32 {
+    let e = |w: u32, h: u32| math::bf16_to_f32((w >> (16 * h)) as u16) * f;
+    math::pack_e4m3x4([e(w0, 0), e(w0, 1), e(w1, 0), e(w1, 1)])
+}
+
+/// One warp per (row, 128-column block), 8 warps a block (256 threads; grid = ceil(rows * cols / 128 / 8)): each
+/// lane converts 4 consecutive values; lane 0 writes the scale. No block barriers.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn quantize_fp8_rows(p: QuantFp8) {
+    let g = regs::bid() * 8 + regs::tid() / 32;
+    let lane = regs::tid() % 32;
+    let kbs = p.cols / 128;
+    if g >= p.rows * kbs {
+        return;
+    }
+    let (row, kb) = (g / kbs, g % kbs);
+    let at = (row * p.cols + kb * 128 + 4 * lane) as usize;
+    let w = *(p.x as *const u64).add(at / 4);
+    let (w0, w1) = (w as u32, (w >> 32) as u32);
+    let amax = warp_max(amax2(w0).max(amax2(w1)));
+    let (scale, f) = scale_and_factor(amax);
+    *(p.q as *mut u32).add(at / 4) = codes(w0, w1, f);
+    if lane == 0 {
+        *(p.scales as *mut f32).add(g as usize) = scale;
+    }
+}
+
+/// One block of 256 threads per 128 x 128 block (grid = rows / 128 * cols / 128, 32 bytes of dynamic shared
+/// memory): thread t converts 64 values of row t / 2; the block's largest magnitude through one barrier.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks(p: QuantFp8) {
+    let cbs = p.cols / 128;
+    let (bi, bj) = (regs::bid() / cbs, regs::bid() % cbs);
+    let t = regs::tid();
+    let row = bi * 128 + t / 2;
+    let at = (row * p.cols + bj * 128 + 64 * (t % 2)) as usize; // element index, a multiple of 8
+    let src = (p.x as *const [u32; 4]).add(at / 8);
+    let mut v = [[0u32; 4]; 8];
+    let mut amax = 0f32;
+    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+        v[I] = global::ld_v4(src.add(I));
+        crate::unroll!(J in [0, 1, 2, 3] {
+            amax = amax.max(amax2(v[I][J]));
+        });
+    });
+    let red = smem::base();
+    amax = warp_max(amax);
+    if t % 32 == 0 {
+        smem::st_u32(red + 4 * (t / 32), amax.to_bits());
+    }
+    sync::block_sync();
+    let mut all = 0u32;
+    crate::unroll!(W in [0, 1, 2, 3, 4, 5, 6, 7] {
+        all = all.max(smem::ld_u32(red + 4 * W as u32));
+    });
+    let (scale, f) = scale_and_factor(f32::from_bits(all));
+    let dst = (p.q as *mut [u32; 4]).add(at / 16);
+    crate::unroll!(I in [0, 1, 2, 3] {
+        let (a, b) = (v[2 * I], v[2 * I + 1]);
+        global::st_v4(
+            dst.add(I),
+            [codes(a[0], a[1], f), codes(a[2], a[3], f), codes(b[0], b[1], f), codes(b[2], b[3], f)],
+        );
+    });
+    if t == 0 {
+        *(p.scales as *mut f32).add(regs::bid() as usize) = scale;
+    }
+}

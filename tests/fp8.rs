@@ -1,0 +1,190 @@
+//! Blockwise FP8 on the GPU (`megamoe::fp8`): the quantization kernels give the CPU reference's codes and scales
+//! bit for bit; the grouped GEMM matches the f64 product of the dequantized operands (ragged experts with 0 and 1
+//! rows, several tiles in N and K), outputs poisoned before, rows past the experts' end left alone; bad shapes
+//! are refused before anything runs.
+use std::sync::Arc;
+
+use half::bf16;
+use megamoe::fp8::{self, GroupedGemmFp8Args, QuantizeArgs};
+use megamoe::rng::Rng;
+use megamoe::{check, gemm, Gpu};
+
+fn gpu() -> Arc<Gpu> {
+    megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
+}
+
+macro_rules! gpu_test {
+    ($name:ident, $body:expr) => {
+        #[test]
+        #[ignore = "needs a Hopper GPU: run with --ignored on the H200"]
+        fn $name() {
+            $body
+        }
+    };
+}
+
+/// bf16 values of spread magnitudes (per row and per block), zeros among them, one all-zero 128-block.
+fn spread(r: &mut Rng, rows: usize, cols: usize) -> Vec<bf16> {
+    let mut x: Vec<bf16> = (0..rows * cols)
+        .map(|i| {
+            let mag = [1e-3, 0.02, 0.5, 3.0, 40.0][(i / cols + i / 128) % 5];
+            if r.below(17) == 0 {
+                bf16::from_f32(0.0)
+            } else {
+                bf16::from_f64(r.sym(mag))
+            }
+        })
+        .collect();
+    if rows * cols >= 256 {
+        x[128..256].fill(bf16::from_f32(0.0));
+    }
+    x
+}
+
+fn quantize_matches(rows: usize, cols: usize, blocks: bool) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let x = spread(&mut r, rows, cols);
+    let dx = g.upload(&x).unwrap();
+    let mut q = g.alloc::<u8>(rows * cols).unwrap();
+    let ns = if blocks { rows / 128 * (cols / 128) } else { rows * (cols / 128) };
+    let mut s = g.alloc::<f32>(ns).unwrap();
+    g.fill_bytes(&mut q, 0x7f).unwrap();
+    g.fill_bytes(&mut s, 0xff).unwrap();
+    let a = QuantizeArgs { x: &dx, q: &mut q, scales: &mut s, rows, cols };
+    if blocks {
+        fp8::quantize_blocks(&g, a).unwrap();
+    } else {
+        fp8::quantize_rows(&g, a).unwrap();
+    }
+    g.sync().unwrap();
+    let (q, s) = (g.download(&q).unwrap(), g.download(&s).unwrap());
+    let (wq, ws) =
+        if blocks { fp8::quantize_blocks_cpu(&x, rows, cols) } else { fp8::quantize_rows_cpu(&x, rows, cols) };
+    if let Some(i) = (0..ns).find(|&i| s[i].to_bits() != ws[i].to_bits()) {
+        panic!("scale {i}: {} against the reference's {}", s[i], ws[i]);
+    }
+    if let Some(i) = (0..rows * cols).find(|&i| q[i] != wq[i]) {
+        panic!("code [{}, {}]: {:#04x} against {:#04x} (x = {})", i / cols, i % cols, q[i], wq[i], x[i]);
+    }
+}
+
+gpu_test!(quantize_rows_matches_the_reference_bitwise, quantize_matches(37, 768, false));
+gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 512, true));
+
+/// One FP8 grouped GEMM on fresh inputs, checked against the f64 product of the dequantized operands (and, for the
+/// record, against the unquantized bf16 product); returns C's bits.
+fn gemm_run(counts: &[u32], n: usize, k: usize, seed: u64) -> Vec<u16> {
+    let g = gpu();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let e = counts.len();
+    let rows: usize = counts.iter().sum::<u32>() as usize;
+    let rows_max = rows + 37;
+    let x = r.bf16_vec(rows_max * k, 1.0);
+    let w = r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt());
+    let mut offsets = vec![0u32; e + 1];
+    for i in 0..e {
+        offsets[i + 1] = offsets[i] + counts[i];
+    }
+    let (dx, dw) = (g.upload(&x).unwrap(), g.upload(&w).unwrap());
+    let mut qa = g.alloc::<u8>(rows_max * k).unwrap();
+    let mut sa = g.alloc::<f32>(rows_max * (k / 128)).unwrap();
+    let mut qb = g.alloc::<u8>(e * n * k).unwrap();
+    let mut sb = g.alloc::<f32>(e * n / 128 * (k / 128)).unwrap();
+    fp8::quantize_rows(&g, QuantizeArgs { x: &dx, q: &mut qa, scales: &mut sa, rows: rows_max, cols: k }).unwrap();
+    fp8::quantize_blocks(&g, QuantizeArgs { x: &dw, q: &mut qb, scales: &mut sb, rows: e * n, cols: k }).unwrap();
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
+    let mut dc = g.alloc::<bf16>(rows_max * n).unwrap();
+    g.fill_bytes(&mut dc, 0xff).unwrap();
+    let args = GroupedGemmFp8Args {
+        a: &qa,
+        a_scales: &sa,
+        b: &qb,
+        b_scales: &sb,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        c: &mut dc,
+        experts: e,
+        n,
+        k,
+        rows_max,
+    };
+    fp8::grouped_gemm_fp8(&g, args).unwrap();
+    g.sync().unwrap();
+    let c = g.download(&dc).unwrap();
+    // the reference from the CPU's own quantization (bitwise the GPU's: the tests above)
+    let (cqa, csa) = fp8::quantize_rows_cpu(&x, rows_max, k);
+    let (cqb, csb) = fp8::quantize_blocks_cpu(&w, e * n, k);
+    let a64 = fp8::dequantize_cpu(&cqa, &csa, rows_max, k, 1);
+    let b64 = fp8::dequantize_cpu(&cqb, &csb, e * n, k, 128);
+    let want = fp8::grouped_gemm_fp8_cpu(&a64, &b64, &offsets, n, k);
+    let got: Vec<f64> = c[..rows * n].iter().map(|v| v.to_f64()).collect();
+    if let Some(i) = got.iter().position(|v| v.is_nan()) {
+        panic!("C[{}, {}] not written", i / n, i % n);
+    }
+    let what = format!("FP8 grouped GEMM counts {counts:?} N {n} K {k}");
+    let err = check::close(&what, &got, &want, 1e-2).unwrap();
+    // against the unquantized operands: the format's own error (e4m3 keeps 3 mantissa bits)
+    let xa: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();
+    let wb: Vec<f64> = w.iter().map(|v| v.to_f64()).collect();
+    let exact = fp8::grouped_gemm_fp8_cpu(&xa, &wb, &offsets, n, k);
+    let q_err = check::close(&format!("{what} against bf16"), &got, &exact, 1e-1).unwrap();
+    eprintln!("rel err {err:.3e} against the dequantized operands, {q_err:.3e} against the bf16 ones");
+    assert!(c[rows * n..].iter().all(|v| v.to_bits() == 0xffff), "rows past the experts' end were written");
+    c.iter().map(|v| v.to_bits()).collect()
+}
+
+gpu_test!(gemm_ragged_with_empty_and_single_row_experts, {
+    gemm_run(&[0, 1, 300, 129, 0, 17], 384, 256, Rng::fresh_seed());
+});
+gpu_test!(gemm_full_tiles, {
+    gemm_run(&[256, 128, 384], 256, 512, Rng::fresh_seed());
+});
+gpu_test!(gemm_qwen3_30b_gemm2_shape_few_experts, {
+    gemm_run(&[200, 1000, 0, 700], 2048, 768, Rng::fresh_seed());
+});
+gpu_test!(gemm_all_experts_empty, {
+    gemm_run(&[0, 0, 0], 128, 128, Rng::fresh_seed());
+});
+gpu_test!(gemm_is_deterministic, {
+    let seed = Rng::fresh_seed();
+    let a = gemm_run(&[130, 0, 257], 256, 384, seed);
+    let b = gemm_run(&[130, 0, 257], 256, 384, seed);
+    assert!(a == b, "two runs on the same inputs differ");
+});
+
+gpu_test!(bad_shapes_are_refused_before_anything_runs, {
+    let g = gpu();
+    let x = g.upload(&vec![bf16::from_f32(1.0); 100 * 200]).unwrap();
+    let mut q = g.alloc::<u8>(100 * 200).unwrap();
+    let mut s = g.alloc::<f32>(100 * 2).unwrap();
+    let e = fp8::quantize_rows(&g, QuantizeArgs { x: &x, q: &mut q, scales: &mut s, rows: 100, cols: 200 });
+    assert!(format!("{:?}", e.unwrap_err()).contains("multiple of 128"));
+    let e = fp8::quantize_blocks(&g, QuantizeArgs { x: &x, q: &mut q, scales: &mut s, rows: 100, cols: 200 });
+    assert!(e.is_err());
+    let (a, sa) = (g.alloc::<u8>(64 * 192).unwrap(), g.alloc::<f32>(64).unwrap());
+    let (b, sb) = (g.alloc::<u8>(128 * 192).unwrap(), g.alloc::<f32>(2).unwrap());
+    let (off, til) = (g.upload(&[0u32, 64]).unwrap(), g.upload(&[0u32, 1]).unwrap());
+    let mut c = g.alloc::<bf16>(64 * 128).unwrap();
+    g.fill_bytes(&mut c, 0xff).unwrap();
+    let args = GroupedGemmFp8Args {
+        a: &a,
+        a_scales: &sa,
+        b: &b,
+        b_scales: &sb,
+        offsets: &off,
+        tile_offsets: &til,
+        c: &mut c,
+        experts: 1,
+        n: 128,
+        k: 192,
+        rows_max: 64,
+    };
+    let e = fp8::grouped_gemm_fp8(&g, args).unwrap_err();
+    assert!(format!("{e:?}").contains("K = 192"), "{e:?}");
+    g.sync().unwrap();
+    assert!(g.download(&c).unwrap().iter().all(|v| v.to_bits() == 0xffff), "a refused call wrote C");
+});
