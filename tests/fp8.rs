@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::fp8::{self, GroupedGemmFp8Args, QuantizeArgs};
+use megamoe::fp8::{self, Fp8Store, GroupedGemmFp8Args, QuantizeArgs};
 use megamoe::rng::Rng;
 use megamoe::{check, gemm, Gpu};
 
@@ -77,6 +77,10 @@ gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 5
 /// One FP8 grouped GEMM on fresh inputs, checked against the f64 product of the dequantized operands (and, for the
 /// record, against the unquantized bf16 product); returns C's bits.
 fn gemm_run(counts: &[u32], n: usize, k: usize, seed: u64) -> Vec<u16> {
+    gemm_run_with(counts, n, k, seed, Fp8Store::Staged)
+}
+
+fn gemm_run_with(counts: &[u32], n: usize, k: usize, seed: u64, store: Fp8Store) -> Vec<u16> {
     let g = gpu();
     eprintln!("seed {seed}");
     let mut r = Rng::new(seed);
@@ -112,7 +116,7 @@ fn gemm_run(counts: &[u32], n: usize, k: usize, seed: u64) -> Vec<u16> {
         k,
         rows_max,
     };
-    fp8::grouped_gemm_fp8(&g, args).unwrap();
+    args.prepare_with(&g, store).unwrap().launch(&g).unwrap();
     g.sync().unwrap();
     let c = g.download(&dc).unwrap();
     // the reference from the CPU's own quantization (bitwise the GPU's: the tests above)
@@ -154,6 +158,15 @@ gpu_test!(gemm_is_deterministic, {
     let a = gemm_run(&[130, 0, 257], 256, 384, seed);
     let b = gemm_run(&[130, 0, 257], 256, 384, seed);
     assert!(a == b, "two runs on the same inputs differ");
+});
+
+gpu_test!(gemm_store_paths_give_the_same_bits, {
+    // whole 64-row groups through the staging and the copy engine, partial ones from registers: against every
+    // row from registers
+    let seed = Rng::fresh_seed();
+    let a = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 256, 256, seed, Fp8Store::Staged);
+    let b = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 256, 256, seed, Fp8Store::Registers);
+    assert!(a == b, "the staged and register epilogues differ");
 });
 
 gpu_test!(bad_shapes_are_refused_before_anything_runs, {

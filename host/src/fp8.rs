@@ -109,9 +109,21 @@ pub struct GroupedGemmFp8Args<'a> {
     pub rows_max: usize,
 }
 
+/// How `grouped_gemm_fp8` stores C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Fp8Store {
+    /// Whole 64-row groups of one expert through shared memory and TMA stores, the rest from registers
+    /// (kernel `grouped_gemm_fp8`).
+    #[default]
+    Staged,
+    /// Every row from registers (`grouped_gemm_fp8_regs`).
+    Registers,
+}
+
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
 pub struct PreparedFp8<'a> {
     ordinal: usize,
+    kernel: &'static str,
     launch: Option<(Launch, GroupedGemmFp8)>,
     _maps: Vec<DeviceTensorMap>,
     _bufs: std::marker::PhantomData<&'a mut ()>,
@@ -129,14 +141,23 @@ impl PreparedFp8<'_> {
             // SAFETY: the block's buffers were checked against the shapes and stay borrowed while `self` lives;
             // rows are bounded by the device offsets (offsets[E] <= rows_max, the caller's promise); the tensor
             // maps live in `self`.
-            Some((cfg, p)) => unsafe { gpu.launch("grouped_gemm_fp8", *cfg, p) },
+            Some((cfg, p)) => unsafe { gpu.launch(self.kernel, *cfg, p) },
         }
     }
 }
 
 impl<'a> GroupedGemmFp8Args<'a> {
-    /// Check the arguments and encode the tensor maps.
+    /// Check the arguments and encode the tensor maps (C stored as [`Fp8Store::Staged`]).
     pub fn prepare(self, gpu: &Gpu) -> Result<PreparedFp8<'a>> {
+        self.prepare_with(gpu, Fp8Store::default())
+    }
+
+    /// As [`Self::prepare`], C stored as `store` says (both give the same bits).
+    pub fn prepare_with(self, gpu: &Gpu, store: Fp8Store) -> Result<PreparedFp8<'a>> {
+        let kernel = match store {
+            Fp8Store::Staged => "grouped_gemm_fp8",
+            Fp8Store::Registers => "grouped_gemm_fp8_regs",
+        };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("K", self.k, 128)?;
         ck.multiple("N", self.n, kh::FP8_BN as usize)?;
@@ -150,8 +171,13 @@ impl<'a> GroupedGemmFp8Args<'a> {
         if rows >= 1 << 31 || e * n >= 1 << 31 {
             return ck.bad(format!("{rows} rows or {} rows of B: 2^31 or more", e * n));
         }
-        let nothing =
-            |maps| PreparedFp8 { ordinal: gpu.ordinal(), launch: None, _maps: maps, _bufs: std::marker::PhantomData };
+        let nothing = |maps| PreparedFp8 {
+            ordinal: gpu.ordinal(),
+            kernel,
+            launch: None,
+            _maps: maps,
+            _bufs: std::marker::PhantomData,
+        };
         if rows == 0 {
             return Ok(nothing(Vec::new()));
         }
@@ -162,6 +188,17 @@ impl<'a> GroupedGemmFp8Args<'a> {
         };
         let map_a = map(dptr(self.a, &s), rows)?;
         let map_b = map(dptr(self.b, &s), e * n)?;
+        let (cb_rows, cb_cols) = kh::GEMM_C_BOX;
+        let dc = TiledDesc::row_major_2d(
+            Dtype::Bf16,
+            dptr(self.c, &s),
+            rows as u64,
+            n as u64,
+            cb_rows,
+            cb_cols,
+            Swizzle::B128,
+        );
+        let map_c = DeviceTensorMap::new(gpu, dc)?;
         let p = GroupedGemmFp8 {
             map_a: map_a.ptr(gpu),
             map_b: map_b.ptr(gpu),
@@ -171,6 +208,7 @@ impl<'a> GroupedGemmFp8Args<'a> {
             tile_offsets: dptr(self.tile_offsets, &s),
             c: dptr(self.c, &s),
             error: 0,
+            map_c: map_c.ptr(gpu),
             experts: e as u32,
             n: n as u32,
             k: k as u32,
@@ -180,8 +218,9 @@ impl<'a> GroupedGemmFp8Args<'a> {
         let cfg = Launch::new(gpu.sm_count().min(tiles).max(1), kh::GEMM_THREADS, kh::FP8_SMEM);
         Ok(PreparedFp8 {
             ordinal: gpu.ordinal(),
+            kernel,
             launch: Some((cfg, p)),
-            _maps: vec![map_a, map_b],
+            _maps: vec![map_a, map_b, map_c],
             _bufs: std::marker::PhantomData,
         })
     }

@@ -111,8 +111,12 @@ pub mod kernels_host {
     }
     /// Pipeline stages of `grouped_gemm_fp8` (A 128 rows x 128 bytes + B 128 x 128: 32 KiB a stage).
     pub const FP8_STAGES: u32 = 6;
-    /// Shared memory of `grouped_gemm_fp8`: the ring, then its barriers.
-    pub const FP8_SMEM: u32 = FP8_STAGES * 2 * 128 * 128 + 16 * FP8_STAGES;
+    /// Shared memory of `grouped_gemm_fp8`: the ring, the epilogue's staging (two 64 x 64 bf16 boxes per consumer
+    /// warpgroup), the ring's barriers, then the producer's tile slots (8 x 16 bytes: each tile's expert and rows,
+    /// looked up once by the producer and read by the consumers).
+    pub const FP8_SMEM: u32 = FP8_STAGES * 2 * 128 * 128 + GEMM_STAGING + 16 * FP8_STAGES + FP8_SLOTS * 16;
+    /// Tile slots of `grouped_gemm_fp8` (more than FP8_STAGES: the producer runs at most that many tiles ahead).
+    pub const FP8_SLOTS: u32 = 8;
     /// Columns per tile of `grouped_gemm_fp8` (two consumer warpgroups of wgmma m64n128k32; the f32 accumulator
     /// and the block's partial product take 128 registers).
     pub const FP8_BN: u32 = 128;

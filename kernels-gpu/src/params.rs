@@ -515,6 +515,7 @@ pub struct QuantFp8 {
 /// (A[r, kb] . B_e[n, kb]) in f32, stored as bf16: A e4m3 [rows, K] with 1 x 128 scales, B e4m3 [E * N, K]
 /// (K-major) with 128 x 128 scales. Tiles of 128 rows x 128 columns; each 128-deep block's product is
 /// promoted into the f32 accumulator with its two scales (the tensor cores' accumulation never spans more).
+/// `grouped_gemm_fp8` stores C through shared memory and the copy engine, `grouped_gemm_fp8_regs` from registers.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct GroupedGemmFp8 {
@@ -534,6 +535,9 @@ pub struct GroupedGemmFp8 {
     pub c: u64,
     /// u32 routing error word (nothing runs when set); 0 for none.
     pub error: u64,
+    /// Tensor map of C as bf16 [rows_max, N], box 64 x 64, 128-byte swizzle: the staged epilogue stores whole
+    /// 64-row groups of one expert through it (`grouped_gemm_fp8`; the others from registers).
+    pub map_c: u64,
     /// Experts.
     pub experts: u32,
     /// Columns N per expert (a multiple of 128).
@@ -556,7 +560,7 @@ mod tests {
             ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
-            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 8 * 8 + 4 * 4),
+            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 9 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4 + size_of::<Combine>()),

@@ -771,7 +771,7 @@ fn frag() -> (u32, u32, u32) {
 /// `wait_group.read 1` before it is rewritten; one thread issues, named barrier 2 + cw (the warpgroup's 128
 /// threads) orders the staging writes around it. SAFETY: all 128 threads of the warpgroup, in uniform control flow.
 #[inline(always)]
-unsafe fn store_box(map: u64, col: u32, row: u32, buf: u32, cw: u32, val: impl Fn(usize, usize) -> u32) {
+pub(crate) unsafe fn store_box(map: u64, col: u32, row: u32, buf: u32, cw: u32, val: impl Fn(usize, usize) -> u32) {
     let (r, _, c0) = frag();
     let leader = regs::tid() % 128 == 0;
     let bar = 2 + cw;

@@ -6,15 +6,18 @@
 //! 6-stage ring of 32 KiB: A's 128 rows x 128 K (one 128-byte-swizzled box: an e4m3 row of 128 is 128 bytes, the
 //! layout of a bf16 stage of 64) and B's 128 rows x 128 K. A warpgroup runs its 64 rows as four wgmma m64n128k32
 //! into a partial accumulator per k-block, waits for them, gives the stage back, and promotes: acc += partial *
-//! (sa[row] * sb) in f32, so the tensor cores' own accumulation never spans more than one 128-deep block. The
-//! scales of the next block are loaded (from L2) while the current one waits. Rows past the expert's end are
+//! (sa[row] * sb) in f32, so the tensor cores' own accumulation never spans more than one 128-deep block. Two
+//! partial accumulators alternate: block kb + 1's wgmma run while block kb is promoted. The scales are read-only
+//! loads issued one block ahead. Rows past the expert's end are
 //! computed with the next expert's rows and not stored; rows past `rows_max` are zero (TMA fill) and read
-//! row 0's scales. Epilogue from registers (bf16 pairs).
+//! row 0's scales. Epilogue: whole 64-row groups of one expert as two 64 x 64 bf16 boxes through shared memory
+//! and TMA stores (the bf16 engine's `store_box`; `grouped_gemm_fp8_regs`: every row from registers), the rest
+//! from registers (bf16 pairs).
 use crate::desc::SmemDesc;
 use crate::kernels::routing_failed;
 use crate::params::GroupedGemmFp8;
 use crate::pipeline::Ring;
-use crate::ptx::{math, regs, smem, sync, tma, wgmma};
+use crate::ptx::{global, math, regs, smem, sync, tma, wgmma};
 use crate::scheduler::MTile;
 
 const STAGES: u32 = crate::kernels_host::FP8_STAGES;
@@ -24,10 +27,23 @@ const BN: u32 = crate::kernels_host::FP8_BN;
 const BK: u32 = 128;
 const A_BYTES: u32 = BM * BK;
 const STAGE_BYTES: u32 = A_BYTES + BN * BK;
-const _: () = assert!(STAGES * STAGE_BYTES + Ring::<STAGES>::BYTES == crate::kernels_host::FP8_SMEM, "smem layout");
-const _: () = assert!(crate::kernels_host::FP8_SMEM <= 232448, "sm_90 allows at most 227 KiB of shared memory");
-const _: () = assert!(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "128-byte swizzle needs 1024-byte alignment");
+/// The epilogue's staging after the ring: two 64 x 64 bf16 boxes per consumer warpgroup.
+const STAGING: u32 = STAGES * STAGE_BYTES;
+const C_BOX: u32 = crate::kernels::grouped_gemm::C_BOX;
+/// The tile slots after the ring's barriers: slot l % SLOTS holds [e, row0, row_end, n_tile] of the block's l-th
+/// tile, written by the producer before it announces the tile's first stage (its `mbarrier.arrive` releases the
+/// write; the consumers' wait on that stage acquires it). The producer is at most STAGES stages, so at most STAGES
+/// tiles, ahead of the consumers' last release: a slot is rewritten only after both warpgroups have finished
+/// with it (SLOTS > STAGES + 1).
+const SLOTS: u32 = crate::kernels_host::FP8_SLOTS;
+const SLOT_AT: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
+const _: () = assert!(SLOTS > STAGES + 1 && SLOT_AT % 16 == 0, "tile slots");
+const _: () = assert!(
+    SLOT_AT + 16 * SLOTS == crate::kernels_host::FP8_SMEM,
+    "host and kernel agree on the shared memory"
+);
 
+/// Tile `tile` of the walk (the producer's lookup: a binary search over the global offsets).
 #[inline(always)]
 unsafe fn tile_info(p: &GroupedGemmFp8, tile: u32) -> MTile {
     let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
@@ -42,15 +58,34 @@ unsafe fn tile_info(p: &GroupedGemmFp8, tile: u32) -> MTile {
     )
 }
 
-/// 384 threads, FP8_SMEM bytes of dynamic shared memory, grid <= the SM count.
+/// The consumers' view of the block's l-th tile, from its slot. SAFETY: after waiting on the tile's first stage.
+#[inline(always)]
+unsafe fn slot(base: u32, l: u32) -> MTile {
+    let [e, row0, row_end, n_tile] = smem::ld_v4(base + SLOT_AT + 16 * (l % SLOTS));
+    MTile { e, row0, row_end, n_tile }
+}
+
+/// 384 threads, FP8_SMEM bytes of dynamic shared memory, grid <= the SM count. C through shared memory and the copy
+/// engine (whole 64-row groups of one expert; the others from registers).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
+    grouped_gemm_fp8_body::<true>(&p);
+}
+
+/// As `grouped_gemm_fp8`, every row of C stored from registers.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_regs(p: GroupedGemmFp8) {
+    grouped_gemm_fp8_body::<false>(&p);
+}
+
+#[inline(always)]
+unsafe fn grouped_gemm_fp8_body<const STAGED: bool>(p: &GroupedGemmFp8) {
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
     }
     let base = smem::base();
-    let ring = Ring::<STAGES>::at(base + STAGES * STAGE_BYTES);
+    let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
     let t = regs::tid();
     if t == 0 {
         ring.init(8); // one arrival per consumer warp
@@ -61,11 +96,11 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(&p, base, ring, total());
+            produce(p, base, ring, total());
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume(&p, base, ring, total(), t / 128 - 1);
+        consume::<STAGED>(p, base, ring, total(), t / 128 - 1);
     }
 }
 
@@ -76,12 +111,18 @@ unsafe fn produce(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32)
     tma::prefetch_tensormap(mb);
     let kb_n = p.k / BK;
     let mut it = 0u32;
+    let mut l = 0u32;
     let mut tile = regs::bid();
     while tile < total {
         let ti = tile_info(p, tile);
         let brow = (ti.e * p.n + ti.n_tile * BN) as i32;
         let mut kb = 0;
         while kb < kb_n {
+            if kb == 0 {
+                // the tile's slot, published by the stage's arrival below; its previous tile (l - SLOTS) is done
+                ring.wait_empty(it);
+                smem::st_v4(base + SLOT_AT + 16 * (l % SLOTS), [ti.e, ti.row0, ti.row_end, ti.n_tile]);
+            }
             let fb = ring.produce(it, STAGE_BYTES);
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             tma::load_2d(st, ma, (kb * BK) as i32, ti.row0 as i32, fb);
@@ -89,75 +130,163 @@ unsafe fn produce(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32)
             it += 1;
             kb += 1;
         }
+        l += 1;
         tile += regs::nctaid();
     }
 }
 
 #[inline(always)]
-unsafe fn consume(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume<const STAGED: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
     let t = regs::tid() % 128;
     let lane = t % 32;
     // this thread's fragment rows r, r + 8 of the warpgroup's 64 and its first column (see ptx::wgmma)
     let r = 16 * (t / 32) + lane / 4;
     let c0 = 2 * (lane % 4);
     let kb_n = p.k / BK;
-    let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
     let mut it = 0u32;
+    // the warpgroup's two staging boxes, alternating over every box it stores (across tiles)
+    let wst = base + STAGING + cw * 2 * C_BOX;
+    let mut boxes = 0u32;
+    let mut l = 0u32;
     let mut tile = regs::bid();
     while tile < total {
-        let ti = tile_info(p, tile);
+        // the tile from its slot, once its first stage has landed
+        ring.wait_full(it);
+        // rows past the buffer are TMA's zeros: any finite scale will do, row 0's. Element indices (32-bit), the
+        // scale arrays' addresses read from the parameter block at each use (no registers held for them). The
+        // slot is read again for the epilogue rather than held across the main loop.
+        let (ia, ib, iw) = {
+            let ti = slot(base, l);
+            let row_a = ti.row0 + cw * 64 + r;
+            let row_b = row_a + 8;
+            let ia = if row_a < p.rows_max { row_a } else { 0 } * kb_n;
+            let ib = if row_b < p.rows_max { row_b } else { 0 } * kb_n;
+            (ia, ib, (ti.e * (p.n / BN) + ti.n_tile) * kb_n)
+        };
+        {
+            // the tile's scale rows into L1 at once (kb_n contiguous floats each: 64 bytes at K = 2048), so the
+            // per-block loads after the first hit L1
+            let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
+            global::prefetch_l1(sa.add(ia as usize));
+            global::prefetch_l1(sa.add(ib as usize));
+            global::prefetch_l1(sb.add(iw as usize));
+        }
+        let sc = |kb: u32| unsafe {
+            let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
+            let ld = |q: *const f32, i: u32| unsafe { global::ld_nc_f32(q.add(i as usize)) };
+            (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw + kb))
+        };
+        let st = |it: u32| base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+        let mut acc = [0f32; 64];
+        // two partial accumulators: block kb + 1's wgmma run while block kb's result is promoted
+        let (mut p0, mut p1) = ([0f32; 64], [0f32; 64]);
+        issue(st(it), cw, &mut p0);
+        let mut s0 = sc(0);
+        let mut kb = 0;
+        while kb + 2 < kb_n {
+            // block kb in flight in p0; kb + 1 and kb + 2 exist
+            ring.wait_full(it + 1);
+            issue(st(it + 1), cw, &mut p1);
+            let s1 = sc(kb + 1);
+            wgmma::wait_group::<1>();
+            wgmma::fence_operand_64(&mut p0);
+            release(&ring, it, lane);
+            promote(&mut acc, &p0, s0);
+            ring.wait_full(it + 2);
+            issue(st(it + 2), cw, &mut p0);
+            s0 = sc(kb + 2);
+            wgmma::wait_group::<1>();
+            wgmma::fence_operand_64(&mut p1);
+            release(&ring, it + 1, lane);
+            promote(&mut acc, &p1, s1);
+            it += 2;
+            kb += 2;
+        }
+        if kb + 1 < kb_n {
+            // blocks kb (in flight in p0) and kb + 1 are the last two
+            ring.wait_full(it + 1);
+            issue(st(it + 1), cw, &mut p1);
+            let s1 = sc(kb + 1);
+            wgmma::wait_group::<1>();
+            wgmma::fence_operand_64(&mut p0);
+            release(&ring, it, lane);
+            promote(&mut acc, &p0, s0);
+            wgmma::wait_group::<0>();
+            wgmma::fence_operand_64(&mut p1);
+            release(&ring, it + 1, lane);
+            promote(&mut acc, &p1, s1);
+            it += 2;
+        } else {
+            wgmma::wait_group::<0>();
+            wgmma::fence_operand_64(&mut p0);
+            release(&ring, it, lane);
+            promote(&mut acc, &p0, s0);
+            it += 1;
+        }
+        let ti = slot(base, regs::opaque(l));
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;
-        // rows past the buffer are TMA's zeros: any finite scale will do, row 0's
-        let sa_a = sa.add((if row_a < p.rows_max { row_a } else { 0 } * kb_n) as usize);
-        let sa_b = sa.add((if row_b < p.rows_max { row_b } else { 0 } * kb_n) as usize);
-        let sb_t = sb.add(((ti.e * (p.n / BN) + ti.n_tile) * kb_n) as usize);
-        let mut acc = [0f32; 64];
-        let mut part = [0f32; 64];
-        let (mut na, mut nb, mut nw) = (*sa_a, *sa_b, *sb_t);
-        let mut kb = 0;
-        while kb < kb_n {
-            let (fa, fb, fw) = (na, nb, nw);
-            if kb + 1 < kb_n {
-                na = *sa_a.add(kb as usize + 1);
-                nb = *sa_b.add(kb as usize + 1);
-                nw = *sb_t.add(kb as usize + 1);
-            }
-            ring.wait_full(it);
-            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            let da = SmemDesc::k_major_sw128(st + cw * (A_BYTES / 2));
-            let db = SmemDesc::k_major_sw128(st + A_BYTES);
-            wgmma::fence();
-            crate::unroll!(KS in [0, 1, 2, 3] {
-                let off = 32 * KS as u32;
-                wgmma::m64n128k32_f32_e4m3_ss(&mut part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
+        let row0w = ti.row0 + cw * 64;
+        if STAGED && row0w + 64 <= ti.row_end {
+            // uniform in the warpgroup: two 64 x 64 boxes through the staging and the copy engine
+            crate::unroll!(B in [0, 1] {
+                let col = ti.n_tile * BN + 64 * B as u32;
+                crate::kernels::grouped_gemm::store_box(p.map_c, col, row0w, wst + (boxes % 2) * C_BOX, cw, |j, h| {
+                    math::pack_bf16x2(acc[4 * (8 * B + j) + 2 * h], acc[4 * (8 * B + j) + 2 * h + 1])
+                });
+                boxes += 1;
             });
-            wgmma::commit_group();
-            wgmma::wait_group::<0>();
-            wgmma::fence_operand_64(&mut part);
-            if lane == 0 {
-                ring.release_prev(it + 1); // this iteration's stage: its wgmma have read it
-            }
-            let (wa, wb) = (fa * fw, fb * fw);
+        } else {
+            let c = p.c as *mut u32;
             crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-                acc[4 * J] += part[4 * J] * wa;
-                acc[4 * J + 1] += part[4 * J + 1] * wa;
-                acc[4 * J + 2] += part[4 * J + 2] * wb;
-                acc[4 * J + 3] += part[4 * J + 3] * wb;
+                let col = ti.n_tile * BN + 8 * J as u32 + c0;
+                if row_a < ti.row_end {
+                    *c.add(((row_a * p.n + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J], acc[4 * J + 1]);
+                }
+                if row_b < ti.row_end {
+                    *c.add(((row_b * p.n + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
+                }
             });
-            it += 1;
-            kb += 1;
         }
-        let c = p.c as *mut u32;
-        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-            let col = ti.n_tile * BN + 8 * J as u32 + c0;
-            if row_a < ti.row_end {
-                *c.add(((row_a * p.n + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J], acc[4 * J + 1]);
-            }
-            if row_b < ti.row_end {
-                *c.add(((row_b * p.n + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
-            }
-        });
+        l += 1;
         tile += regs::nctaid();
     }
+    // the staging must not be freed (block exit) before the copy engine has read it
+    if STAGED && t == 0 {
+        tma::wait_group::<0>();
+    }
+}
+
+/// This warpgroup's four wgmma m64n128k32 of the stage at `st` (its 64 rows of A, the stage's 128 rows of B) into
+/// `part` (overwritten), as one commit group.
+#[inline(always)]
+unsafe fn issue(st: u32, cw: u32, part: &mut [f32; 64]) {
+    let da = SmemDesc::k_major_sw128(st + cw * (A_BYTES / 2));
+    let db = SmemDesc::k_major_sw128(st + A_BYTES);
+    wgmma::fence();
+    crate::unroll!(KS in [0, 1, 2, 3] {
+        let off = 32 * KS as u32;
+        wgmma::m64n128k32_f32_e4m3_ss(part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
+    });
+    wgmma::commit_group();
+}
+
+/// One consumer warp gives back the stage of ring iteration `it` (its wgmma have completed).
+#[inline(always)]
+unsafe fn release(ring: &Ring<STAGES>, it: u32, lane: u32) {
+    if lane == 0 {
+        ring.release_prev(it + 1);
+    }
+}
+
+/// acc += part * scale (one fused multiply-add each), with this thread's two rows' scales `s` = (sa of row r, sa of row r + 8, sb).
+#[inline(always)]
+fn promote(acc: &mut [f32; 64], part: &[f32; 64], s: (f32, f32, f32)) {
+    let (wa, wb) = (s.0 * s.2, s.1 * s.2);
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        acc[4 * J] = math::fma(part[4 * J], wa, acc[4 * J]);
+        acc[4 * J + 1] = math::fma(part[4 * J + 1], wa, acc[4 * J + 1]);
+        acc[4 * J + 2] = math::fma(part[4 * J + 2], wb, acc[4 * J + 2]);
+        acc[4 * J + 3] = math::fma(part[4 * J + 3], wb, acc[4 * J + 3]);
+    });
 }

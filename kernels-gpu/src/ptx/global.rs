@@ -22,3 +22,19 @@ pub unsafe fn st_v4(p: *mut [u32; 4], v: [u32; 4]) {
     asm!("st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg64) p, a = in(reg32) v[0],
          b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack));
 }
+
+/// `ld.global.nc.f32`: a read-only load through the non-coherent path (LDG). SAFETY: any thread; `p` a 4-byte
+/// aligned global address that nothing writes during this kernel.
+#[inline(always)]
+pub unsafe fn ld_nc_f32(p: *const f32) -> f32 {
+    let r: f32;
+    asm!("ld.global.nc.f32 {r}, [{p}];", r = out(reg32) r, p = in(reg64) p, options(nostack, readonly, pure));
+    r
+}
+
+/// `prefetch.global.L1`: bring the line holding `p` into this SM's L1. SAFETY: any thread; `p` a global address
+/// (a prefetch never faults, but must name global memory).
+#[inline(always)]
+pub unsafe fn prefetch_l1<T>(p: *const T) {
+    asm!("prefetch.global.L1 [{p}];", p = in(reg64) p, options(nostack, readonly));
+}

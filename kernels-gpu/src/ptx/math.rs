@@ -19,6 +19,18 @@ pub fn rcp(x: f32) -> f32 {
     r
 }
 
+/// `fma.rn.f32`: a * b + c rounded once (Rust does not contract a product and a sum into one on its own).
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic; any thread.
+    unsafe {
+        asm!("fma.rn.f32 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c,
+             options(pure, nomem, nostack))
+    };
+    r
+}
+
 /// `cvt.rn.bf16x2.f32`: two f32 rounded to nearest-even bf16, `lo` in bits 0..16, `hi` in bits 16..32.
 #[inline(always)]
 pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
