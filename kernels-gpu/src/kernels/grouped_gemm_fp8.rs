@@ -38,10 +38,8 @@ const C_BOX: u32 = crate::kernels::grouped_gemm::C_BOX;
 const SLOTS: u32 = crate::kernels_host::FP8_SLOTS;
 const SLOT_AT: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
 const _: () = assert!(SLOTS > STAGES + 1 && SLOT_AT % 16 == 0, "tile slots");
-const _: () = assert!(
-    SLOT_AT + 16 * SLOTS == crate::kernels_host::FP8_SMEM,
-    "host and kernel agree on the shared memory"
-);
+const _: () =
+    assert!(SLOT_AT + 16 * SLOTS == crate::kernels_host::FP8_SMEM, "host and kernel agree on the shared memory");
 
 /// Tile `tile` of the walk (the producer's lookup: a binary search over the global offsets).
 #[inline(always)]
