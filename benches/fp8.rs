@@ -2,7 +2,8 @@
 //! Qwen3-235B-A22B, T = 16384 tokens, top-8 of E = 128 experts, uniform random routing (M = 131072 rows grouped by
 //! expert). For GEMM1 ([M, H] x W1_e^T -> [M, 2I], plain) and GEMM2 ([M, I] x W2_e^T -> [M, H]): megamoe's
 //! `grouped_gemm_fp8` (C staged through shared memory), its bf16 `grouped_gemm` on the same values and
-//! `grouped_gemm_fp8_regs` (C from registers), alternating launches (3 warm-ups, median of
+//! `grouped_gemm_fp8_regs` (C from registers) and `grouped_gemm_fp8_mc` (2-CTA clusters sharing A), alternating
+//! launches (3 warm-ups, median of
 //! 20, device events each), and the quantization of A (`quantize_rows`, what a step pays per GEMM input) timed
 //! alone with its bytes moved. FP8 rates are also given as a fraction of the datasheet's dense FP8 peak (1979
 //! TFLOP/s). Outputs poisoned, then checked fully written, and sampled rows checked against the f64 product of
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
 use half::bf16;
-use megamoe::fp8::{self, Fp8Store, GroupedGemmFp8Args, QuantizeArgs};
+use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs};
 use megamoe::gemm::{self, BLayout, GroupedGemmArgs};
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
@@ -90,6 +91,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let mut c8 = s(g.alloc::<bf16>(m * n))?;
         let mut c8r = s(g.alloc::<bf16>(m * n))?;
         s(g.fill_bytes(&mut c8r, 0xff))?;
+        let mut c8c = s(g.alloc::<bf16>(m * n))?;
+        s(g.fill_bytes(&mut c8c, 0xff))?;
         let mut c16 = s(g.alloc::<bf16>(m * n))?;
         s(g.fill_bytes(&mut c8, 0xff))?;
         s(g.fill_bytes(&mut c16, 0xff))?;
@@ -126,7 +129,21 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             k: kk,
             rows_max: m,
         }
-        .prepare_with(g, Fp8Store::Registers))?;
+        .prepare_with(g, Fp8Variant::Registers))?;
+        let p8c = s(GroupedGemmFp8Args {
+            a: &qa,
+            a_scales: &sa,
+            b: &qb,
+            b_scales: &sb,
+            offsets: &doff,
+            tile_offsets: &dtil,
+            c: &mut c8c,
+            experts: e,
+            n,
+            k: kk,
+            rows_max: m,
+        }
+        .prepare_with(g, Fp8Variant::Clusters))?;
         let p16 = s(GroupedGemmArgs {
             a: &da,
             b: &dw,
@@ -140,12 +157,19 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             rows_max: m,
         }
         .prepare(g))?;
-        let t = medians(g, &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g)), &mut || s(p8r.launch(g))])?;
-        drop((p8, p16, p8r));
+        let t =
+            medians(
+                g,
+                &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g)), &mut || s(p8r.launch(g)), &mut || {
+                    s(p8c.launch(g))
+                }],
+            )?;
+        drop((p8, p16, p8r, p8c));
         // checks: every element written; rows of experts 0, E/2, E-1 against the dequantized f64 product
         let c = s(g.download(&c8))?;
         let written = c.iter().all(|v| !v.is_nan()) && s(g.download(&c16))?.iter().all(|v| !v.is_nan());
-        let same = s(g.download(&c8r))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
+        let same = s(g.download(&c8r))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits())
+            && s(g.download(&c8c))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
         let (hq, hs) = (s(g.download(&qa))?, s(g.download(&sa))?);
         let (hqb, hsb) = (s(g.download(&qb))?, s(g.download(&sb))?);
         let (mut got, mut want) = (Vec::new(), Vec::new());
@@ -177,7 +201,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             "RESULT fp8 {name} {what} M={m} N={n} K={kk}: FP8 {:.0} us {:.0} TFLOP/s ({:.2} of the 1979 peak) | bf16 {:.0} us \
              {:.0} TFLOP/s | FP8 / bf16 speed {:.2}x | quantize A {:.0} us ({:.0} GB/s); FP8 + quantize {:.2}x bf16 | rel \
              err {err:.1e} against the dequantized f64 product, all written: {written} | FP8 with C from registers {:.0} us \
-             ({:.2}x the staged), bitwise the staged: {same}{}",
+             ({:.2}x the staged), in 2-CTA clusters sharing A {:.0} us ({:.2}x the staged), both bitwise the staged: \
+             {same}{}",
             t[0],
             tf(t[0]),
             tf(t[0]) / FP8_PEAK,
@@ -189,6 +214,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             t[1] / (t[0] + tq),
             t[2],
             t[0] / t[2],
+            t[3],
+            t[0] / t[3],
             if good { "" } else { " FAILED" }
         );
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::fp8::{self, Fp8Store, GroupedGemmFp8Args, QuantizeArgs};
+use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs};
 use megamoe::rng::Rng;
 use megamoe::{check, gemm, Gpu};
 
@@ -77,10 +77,10 @@ gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 5
 /// One FP8 grouped GEMM on fresh inputs, checked against the f64 product of the dequantized operands (and, for the
 /// record, against the unquantized bf16 product); returns C's bits.
 fn gemm_run(counts: &[u32], n: usize, k: usize, seed: u64) -> Vec<u16> {
-    gemm_run_with(counts, n, k, seed, Fp8Store::Staged)
+    gemm_run_with(counts, n, k, seed, Fp8Variant::Staged)
 }
 
-fn gemm_run_with(counts: &[u32], n: usize, k: usize, seed: u64, store: Fp8Store) -> Vec<u16> {
+fn gemm_run_with(counts: &[u32], n: usize, k: usize, seed: u64, store: Fp8Variant) -> Vec<u16> {
     let g = gpu();
     eprintln!("seed {seed}");
     let mut r = Rng::new(seed);
@@ -164,9 +164,18 @@ gpu_test!(gemm_store_paths_give_the_same_bits, {
     // whole 64-row groups through the staging and the copy engine, partial ones from registers: against every
     // row from registers
     let seed = Rng::fresh_seed();
-    let a = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 256, 256, seed, Fp8Store::Staged);
-    let b = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 256, 256, seed, Fp8Store::Registers);
+    let a = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 256, 256, seed, Fp8Variant::Staged);
+    let b = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 256, 256, seed, Fp8Variant::Registers);
     assert!(a == b, "the staged and register epilogues differ");
+});
+
+gpu_test!(gemm_clusters_give_the_same_bits, {
+    // pairs of column tiles sharing A by multicast: ragged experts (pairs across expert boundaries never happen:
+    // a pair is one m-tile), two pairs per m-tile
+    let seed = Rng::fresh_seed();
+    let a = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 512, 256, seed, Fp8Variant::Staged);
+    let b = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 512, 256, seed, Fp8Variant::Clusters);
+    assert!(a == b, "the cluster kernel differs from the single-CTA one");
 });
 
 gpu_test!(bad_shapes_are_refused_before_anything_runs, {

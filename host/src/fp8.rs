@@ -109,15 +109,18 @@ pub struct GroupedGemmFp8Args<'a> {
     pub rows_max: usize,
 }
 
-/// How `grouped_gemm_fp8` stores C.
+/// Which kernel runs [`grouped_gemm_fp8`] (all give the same bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Fp8Store {
-    /// Whole 64-row groups of one expert through shared memory and TMA stores, the rest from registers
+pub enum Fp8Variant {
+    /// C's whole 64-row groups of one expert through shared memory and TMA stores, the rest from registers
     /// (kernel `grouped_gemm_fp8`).
     #[default]
     Staged,
-    /// Every row from registers (`grouped_gemm_fp8_regs`).
+    /// Every row of C from registers (`grouped_gemm_fp8_regs`).
     Registers,
+    /// As `Staged`, in 2-CTA clusters on pairs of column tiles sharing A by TMA multicast
+    /// (`grouped_gemm_fp8_mc`; N a multiple of 256).
+    Clusters,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -147,20 +150,21 @@ impl PreparedFp8<'_> {
 }
 
 impl<'a> GroupedGemmFp8Args<'a> {
-    /// Check the arguments and encode the tensor maps (C stored as [`Fp8Store::Staged`]).
+    /// Check the arguments and encode the tensor maps (C stored as [`Fp8Variant::Staged`]).
     pub fn prepare(self, gpu: &Gpu) -> Result<PreparedFp8<'a>> {
-        self.prepare_with(gpu, Fp8Store::default())
+        self.prepare_with(gpu, Fp8Variant::default())
     }
 
-    /// As [`Self::prepare`], C stored as `store` says (both give the same bits).
-    pub fn prepare_with(self, gpu: &Gpu, store: Fp8Store) -> Result<PreparedFp8<'a>> {
-        let kernel = match store {
-            Fp8Store::Staged => "grouped_gemm_fp8",
-            Fp8Store::Registers => "grouped_gemm_fp8_regs",
+    /// As [`Self::prepare`], with the kernel `variant` names.
+    pub fn prepare_with(self, gpu: &Gpu, variant: Fp8Variant) -> Result<PreparedFp8<'a>> {
+        let kernel = match variant {
+            Fp8Variant::Staged => "grouped_gemm_fp8",
+            Fp8Variant::Registers => "grouped_gemm_fp8_regs",
+            Fp8Variant::Clusters => "grouped_gemm_fp8_mc",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("K", self.k, 128)?;
-        ck.multiple("N", self.n, kh::FP8_BN as usize)?;
+        ck.multiple("N", self.n, if variant == Fp8Variant::Clusters { 2 } else { 1 } * kh::FP8_BN as usize)?;
         ck.routing(self.experts, self.offsets, Some(self.tile_offsets))?;
         let (e, n, k, rows) = (self.experts, self.n, self.k, self.rows_max);
         ck.buf("A", self.a, rows * k)?;
@@ -215,7 +219,14 @@ impl<'a> GroupedGemmFp8Args<'a> {
             rows_max: rows as u32,
         };
         let tiles = crate::gemm::m_tiles_max(rows, e) as u32 * (n as u32 / kh::FP8_BN);
-        let cfg = Launch::new(gpu.sm_count().min(tiles).max(1), kh::GEMM_THREADS, kh::FP8_SMEM);
+        let mut grid = gpu.sm_count().min(tiles).max(1);
+        if variant == Fp8Variant::Clusters {
+            // pairs of CTAs, all resident (each cluster walks the same share of tile pairs)
+            let full = Launch::new(2 * (gpu.sm_count() / 2), kh::GEMM_THREADS, kh::FP8_SMEM);
+            let fit = gpu.max_active_clusters(kernel, full)?;
+            grid = (grid.min(2 * fit.max(1)) / 2 * 2).max(2);
+        }
+        let cfg = Launch::new(grid, kh::GEMM_THREADS, kh::FP8_SMEM);
         Ok(PreparedFp8 {
             ordinal: gpu.ordinal(),
             kernel,

@@ -17,7 +17,7 @@ use crate::desc::SmemDesc;
 use crate::kernels::routing_failed;
 use crate::params::GroupedGemmFp8;
 use crate::pipeline::Ring;
-use crate::ptx::{global, math, regs, smem, sync, tma, wgmma};
+use crate::ptx::{cluster, global, math, regs, smem, sync, tma, wgmma};
 use crate::scheduler::MTile;
 
 const STAGES: u32 = crate::kernels_host::FP8_STAGES;
@@ -67,17 +67,24 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 /// engine (whole 64-row groups of one expert; the others from registers).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true>(&p);
+    grouped_gemm_fp8_body::<true, false>(&p);
+}
+
+/// As `grouped_gemm_fp8` in 2-CTA clusters (grid even) on pairs of n-tiles (2j, 2j + 1) of one m-tile (n_tiles
+/// even): CTA 0 multicasts the pair's A into both CTAs, each loads its own B (a quarter less L2 -> SM traffic).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_mc(p: GroupedGemmFp8) {
+    grouped_gemm_fp8_body::<true, true>(&p);
 }
 
 /// As `grouped_gemm_fp8`, every row of C stored from registers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_regs(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<false>(&p);
+    grouped_gemm_fp8_body::<false, false>(&p);
 }
 
 #[inline(always)]
-unsafe fn grouped_gemm_fp8_body<const STAGED: bool>(p: &GroupedGemmFp8) {
+unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool>(p: &GroupedGemmFp8) {
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
@@ -86,33 +93,57 @@ unsafe fn grouped_gemm_fp8_body<const STAGED: bool>(p: &GroupedGemmFp8) {
     let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
     let t = regs::tid();
     if t == 0 {
-        ring.init(8); // one arrival per consumer warp
+        // one arrival per consumer warp; in a cluster both CTAs' (the peer's multicast writes into this stage)
+        ring.init(if MC { 16 } else { 8 });
     }
-    sync::block_sync();
+    if MC {
+        // the peer's barriers are initialised before any multicast or remote arrival reaches them
+        cluster::sync();
+    } else {
+        sync::block_sync();
+    }
     // read by each role after its register reallocation (a value live across it may be spilled)
     let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * (p.n / BN);
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(p, base, ring, total());
+            produce::<MC>(p, base, ring, total());
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<STAGED>(p, base, ring, total(), t / 128 - 1);
+        consume::<STAGED, MC>(p, base, ring, total(), t / 128 - 1);
+    }
+    if MC {
+        // no CTA leaves while its peer may still multicast into it or arrive on its barriers (every thread)
+        cluster::sync();
     }
 }
 
+/// This block's walk over the tiles (first index, step, count; see [`crate::scheduler::walk`]) and the tile of
+/// walk index `q`.
 #[inline(always)]
-unsafe fn produce(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+fn walk<const MC: bool>(total: u32) -> (u32, u32, u32) {
+    crate::scheduler::walk(regs::bid(), regs::nctaid(), total, if MC { 2 } else { 1 })
+}
+
+#[inline(always)]
+fn walk_tile<const MC: bool>(p: &GroupedGemmFp8, q: u32) -> u32 {
+    crate::scheduler::walk_tile(q, regs::bid(), p.n / BN, if MC { 2 } else { 1 })
+}
+
+#[inline(always)]
+unsafe fn produce<const MC: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
     let kb_n = p.k / BK;
     let mut it = 0u32;
     let mut l = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
-        let ti = tile_info(p, tile);
+    let (q0, step, count) = walk::<MC>(total);
+    let rank = regs::bid() % 2;
+    let mut q = q0;
+    while q < count {
+        let ti = tile_info(p, walk_tile::<MC>(p, q));
         let brow = (ti.e * p.n + ti.n_tile * BN) as i32;
         let mut kb = 0;
         while kb < kb_n {
@@ -123,18 +154,29 @@ unsafe fn produce(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32)
             }
             let fb = ring.produce(it, STAGE_BYTES);
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            tma::load_2d(st, ma, (kb * BK) as i32, ti.row0 as i32, fb);
+            if !MC {
+                tma::load_2d(st, ma, (kb * BK) as i32, ti.row0 as i32, fb);
+            } else if rank == 0 {
+                // the pair's A (one m-tile) into both CTAs; each expects it in its stage's bytes
+                tma::load_2d_mc(st, ma, (kb * BK) as i32, ti.row0 as i32, fb, 0b11);
+            }
             tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, brow, fb);
             it += 1;
             kb += 1;
         }
         l += 1;
-        tile += regs::nctaid();
+        q += step;
     }
 }
 
 #[inline(always)]
-unsafe fn consume<const STAGED: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume<const STAGED: bool, const MC: bool>(
+    p: &GroupedGemmFp8,
+    base: u32,
+    ring: Ring<STAGES>,
+    total: u32,
+    cw: u32,
+) {
     let t = regs::tid() % 128;
     let lane = t % 32;
     // this thread's fragment rows r, r + 8 of the warpgroup's 64 and its first column (see ptx::wgmma)
@@ -146,8 +188,9 @@ unsafe fn consume<const STAGED: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<
     let wst = base + STAGING + cw * 2 * C_BOX;
     let mut boxes = 0u32;
     let mut l = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
+    let (q0, step, count) = walk::<MC>(total);
+    let mut q = q0;
+    while q < count {
         // the tile from its slot, once its first stage has landed
         ring.wait_full(it);
         // rows past the buffer are TMA's zeros: any finite scale will do, row 0's. Element indices (32-bit), the
@@ -188,14 +231,14 @@ unsafe fn consume<const STAGED: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<
             let s1 = sc(kb + 1);
             wgmma::wait_group::<1>();
             wgmma::fence_operand_64(&mut p0);
-            release(&ring, it, lane);
+            release::<MC>(&ring, it, lane);
             promote(&mut acc, &p0, s0);
             ring.wait_full(it + 2);
             issue(st(it + 2), cw, &mut p0);
             s0 = sc(kb + 2);
             wgmma::wait_group::<1>();
             wgmma::fence_operand_64(&mut p1);
-            release(&ring, it + 1, lane);
+            release::<MC>(&ring, it + 1, lane);
             promote(&mut acc, &p1, s1);
             it += 2;
             kb += 2;
@@ -207,17 +250,17 @@ unsafe fn consume<const STAGED: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<
             let s1 = sc(kb + 1);
             wgmma::wait_group::<1>();
             wgmma::fence_operand_64(&mut p0);
-            release(&ring, it, lane);
+            release::<MC>(&ring, it, lane);
             promote(&mut acc, &p0, s0);
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut p1);
-            release(&ring, it + 1, lane);
+            release::<MC>(&ring, it + 1, lane);
             promote(&mut acc, &p1, s1);
             it += 2;
         } else {
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut p0);
-            release(&ring, it, lane);
+            release::<MC>(&ring, it, lane);
             promote(&mut acc, &p0, s0);
             it += 1;
         }
@@ -247,7 +290,7 @@ unsafe fn consume<const STAGED: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<
             });
         }
         l += 1;
-        tile += regs::nctaid();
+        q += step;
     }
     // the staging must not be freed (block exit) before the copy engine has read it
     if STAGED && t == 0 {
@@ -269,10 +312,15 @@ unsafe fn issue(st: u32, cw: u32, part: &mut [f32; 64]) {
     wgmma::commit_group();
 }
 
-/// One consumer warp gives back the stage of ring iteration `it` (its wgmma have completed).
+/// One consumer warp gives back the stage of ring iteration `it` (its wgmma have completed): lane 0 in its own
+/// CTA; in a 2-CTA cluster lanes 0 and 1 in CTA 0 and CTA 1.
 #[inline(always)]
-unsafe fn release(ring: &Ring<STAGES>, it: u32, lane: u32) {
-    if lane == 0 {
+unsafe fn release<const MC: bool>(ring: &Ring<STAGES>, it: u32, lane: u32) {
+    if MC {
+        if lane < 2 {
+            ring.release_prev_cluster(it + 1, lane);
+        }
+    } else if lane == 0 {
         ring.release_prev(it + 1);
     }
 }
