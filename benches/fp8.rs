@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
 use half::bf16;
-use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs};
-use megamoe::gemm::{self, BLayout, GroupedGemmArgs};
+use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, SwigluFp8Args};
+use megamoe::gemm::{self, BLayout, GroupedGemmArgs, SwigluArgs};
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
@@ -190,6 +190,59 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                     got.push(c[r * n + col].to_f64());
                 }
             }
+        }
+        // GEMM1 with the SwiGLU epilogue (h only), FP8 against bf16 on the same values
+        if n == 2 * i {
+            let mut h8 = s(g.alloc::<bf16>(m * i))?;
+            let mut h16 = s(g.alloc::<bf16>(m * i))?;
+            s(g.fill_bytes(&mut h8, 0xff))?;
+            s(g.fill_bytes(&mut h16, 0xff))?;
+            let p8 = s(SwigluFp8Args {
+                a: &qa,
+                a_scales: &sa,
+                w1: &qb,
+                w1_scales: &sb,
+                offsets: &doff,
+                tile_offsets: &dtil,
+                h: &mut h8,
+                experts: e,
+                i,
+                k: kk,
+                rows_max: m,
+            }
+            .prepare(g))?;
+            let p16 = s(SwigluArgs {
+                a: &da,
+                w1: &dw,
+                offsets: &doff,
+                tile_offsets: &dtil,
+                h: &mut h16,
+                z: None,
+                experts: e,
+                i,
+                k: kk,
+                rows_max: m,
+            }
+            .prepare(g))?;
+            let t = medians(g, &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g))])?;
+            drop((p8, p16));
+            let (a8, a16) = (s(g.download(&h8))?, s(g.download(&h16))?);
+            let written = a8.iter().all(|v| !v.is_nan()) && a16.iter().all(|v| !v.is_nan());
+            let (x8, x16): (Vec<f64>, Vec<f64>) = a8.iter().zip(&a16).map(|(p, q)| (p.to_f64(), q.to_f64())).unzip();
+            let d = check::rel_err(&x8, &x16);
+            ok &= written;
+            let flop = 2.0 * m as f64 * n as f64 * kk as f64;
+            println!(
+                "RESULT fp8 {name} fwd GEMM1 + SwiGLU (h) M={m} N={n} K={kk}: FP8 {:.0} us {:.0} TFLOP/s | bf16 {:.0} us {:.0} \
+                 TFLOP/s | FP8 / bf16 speed {:.2}x | FP8 h against bf16 h: rel diff {d:.1e} (the format's error), all \
+                 written: {written}{}",
+                t[0],
+                flop / t[0] * 1e-6,
+                t[1],
+                flop / t[1] * 1e-6,
+                t[1] / t[0],
+                if written { "" } else { " FAILED" }
+            );
         }
         let err = check::rel_err(&got, &want);
         let good = written && same && err <= 1e-2;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use half::bf16;
-use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs};
+use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, SwigluFp8Args};
 use megamoe::rng::Rng;
 use megamoe::{check, gemm, Gpu};
 
@@ -177,6 +177,68 @@ gpu_test!(gemm_clusters_give_the_same_bits, {
     let b = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17], 512, 256, seed, Fp8Variant::Clusters);
     assert!(a == b, "the cluster kernel differs from the single-CTA one");
 });
+
+/// GEMM1 with the SwiGLU epilogue in FP8 on fresh inputs: h against silu(g) u of the f64 product of the
+/// dequantized operands.
+fn swiglu_run(counts: &[u32], i: usize, k: usize) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let e = counts.len();
+    let rows: usize = counts.iter().sum::<u32>() as usize;
+    let rows_max = rows + 37;
+    let x = r.bf16_vec(rows_max * k, 1.0);
+    let w = r.bf16_vec(e * 2 * i * k, 2.0 / (k as f64).sqrt());
+    let mut offsets = vec![0u32; e + 1];
+    for j in 0..e {
+        offsets[j + 1] = offsets[j] + counts[j];
+    }
+    let (dx, dw) = (g.upload(&x).unwrap(), g.upload(&w).unwrap());
+    let mut qa = g.alloc::<u8>(rows_max * k).unwrap();
+    let mut sa = g.alloc::<f32>(rows_max * (k / 128)).unwrap();
+    let mut qb = g.alloc::<u8>(e * 2 * i * k).unwrap();
+    let mut sb = g.alloc::<f32>(e * 2 * i / 128 * (k / 128)).unwrap();
+    fp8::quantize_rows(&g, QuantizeArgs { x: &dx, q: &mut qa, scales: &mut sa, rows: rows_max, cols: k }).unwrap();
+    fp8::quantize_blocks(&g, QuantizeArgs { x: &dw, q: &mut qb, scales: &mut sb, rows: e * 2 * i, cols: k }).unwrap();
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
+    let mut dh = g.alloc::<bf16>(rows_max * i).unwrap();
+    g.fill_bytes(&mut dh, 0xff).unwrap();
+    let args = SwigluFp8Args {
+        a: &qa,
+        a_scales: &sa,
+        w1: &qb,
+        w1_scales: &sb,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        h: &mut dh,
+        experts: e,
+        i,
+        k,
+        rows_max,
+    };
+    fp8::grouped_gemm_fp8_swiglu(&g, args).unwrap();
+    g.sync().unwrap();
+    let h = g.download(&dh).unwrap();
+    let (cqa, csa) = fp8::quantize_rows_cpu(&x, rows_max, k);
+    let (cqb, csb) = fp8::quantize_blocks_cpu(&w, e * 2 * i, k);
+    let a64 = fp8::dequantize_cpu(&cqa, &csa, rows_max, k, 1);
+    let b64 = fp8::dequantize_cpu(&cqb, &csb, e * 2 * i, k, 128);
+    let z = fp8::grouped_gemm_fp8_cpu(&a64, &b64, &offsets, 2 * i, k);
+    let silu = |v: f64| v / (1.0 + (-v).exp());
+    let want: Vec<f64> =
+        (0..rows * i).map(|q| silu(z[(q / i) * 2 * i + q % i]) * z[(q / i) * 2 * i + i + q % i]).collect();
+    let got: Vec<f64> = h[..rows * i].iter().map(|v| v.to_f64()).collect();
+    if let Some(q) = got.iter().position(|v| v.is_nan()) {
+        panic!("h[{}, {}] not written", q / i, q % i);
+    }
+    let err = check::close(&format!("FP8 GEMM1 + SwiGLU counts {counts:?} I {i} H {k}"), &got, &want, 1e-2).unwrap();
+    eprintln!("rel err {err:.3e}");
+    assert!(h[rows * i..].iter().all(|v| v.to_bits() == 0xffff), "rows past the experts' end were written");
+}
+
+gpu_test!(swiglu_ragged_with_empty_and_single_row_experts, swiglu_run(&[0, 1, 300, 129, 0, 64, 17], 192, 256));
+gpu_test!(swiglu_qwen3_30b_width, swiglu_run(&[200, 0, 777], 768, 512));
 
 gpu_test!(bad_shapes_are_refused_before_anything_runs, {
     let g = gpu();

@@ -163,35 +163,133 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::Clusters => "grouped_gemm_fp8_mc",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
-        ck.multiple("K", self.k, 128)?;
         ck.multiple("N", self.n, if variant == Fp8Variant::Clusters { 2 } else { 1 } * kh::FP8_BN as usize)?;
+        let op = Operands {
+            a: self.a,
+            a_scales: self.a_scales,
+            b: self.b,
+            b_scales: self.b_scales,
+            offsets: self.offsets,
+            tile_offsets: self.tile_offsets,
+            c: self.c,
+            experts: self.experts,
+            k: self.k,
+            rows_max: self.rows_max,
+        };
+        op.prepare(gpu, &ck, kernel, self.n, self.n, kh::FP8_BN as usize)
+    }
+}
+
+/// GEMM1 of the forward with the SwiGLU epilogue, in blockwise FP8: for every expert e and its rows,
+/// z = A . W1_e^T ([rows, 2I]: the gate g in columns 0..I, the up projection u in I..2I, from W1_e's rows in that
+/// order, as the bf16 layer's W1), promoted in f32 as [`grouped_gemm_fp8`] does; h = silu(g) u stored in bf16
+/// (z itself is not stored).
+pub struct SwigluFp8Args<'a> {
+    /// e4m3 [rows_max, H]; the rows of expert e at offsets[e]..offsets[e + 1].
+    pub a: &'a CudaSlice<u8>,
+    /// f32 [rows_max, H / 128].
+    pub a_scales: &'a CudaSlice<f32>,
+    /// e4m3 [E * 2I, H] (W1 quantized by [`quantize_blocks`]).
+    pub w1: &'a CudaSlice<u8>,
+    /// f32 [E * 2I / 128, H / 128].
+    pub w1_scales: &'a CudaSlice<f32>,
+    /// u32 [E + 1] row offsets (device).
+    pub offsets: &'a CudaSlice<u32>,
+    /// u32 [E + 1] m-tile offsets in tiles of 128 rows (device).
+    pub tile_offsets: &'a CudaSlice<u32>,
+    /// bf16 [rows_max, I]; rows past offsets[E] are not written.
+    pub h: &'a mut CudaSlice<bf16>,
+    /// Experts.
+    pub experts: usize,
+    /// I (a multiple of 64).
+    pub i: usize,
+    /// H, the contraction (a multiple of 128).
+    pub k: usize,
+    /// Rows A, its scales and h have room for (>= offsets[E], the caller's promise).
+    pub rows_max: usize,
+}
+
+impl<'a> SwigluFp8Args<'a> {
+    /// Check the arguments and encode the tensor maps (kernel `grouped_gemm_fp8_swiglu`).
+    pub fn prepare(self, gpu: &Gpu) -> Result<PreparedFp8<'a>> {
+        let ck = Check { what: "grouped_gemm_fp8_swiglu", ordinal: gpu.ordinal() };
+        ck.multiple("I", self.i, 64)?;
+        let op = Operands {
+            a: self.a,
+            a_scales: self.a_scales,
+            b: self.w1,
+            b_scales: self.w1_scales,
+            offsets: self.offsets,
+            tile_offsets: self.tile_offsets,
+            c: self.h,
+            experts: self.experts,
+            k: self.k,
+            rows_max: self.rows_max,
+        };
+        op.prepare(gpu, &ck, "grouped_gemm_fp8_swiglu", self.i, 2 * self.i, 64)
+    }
+}
+
+/// Launch the FP8 GEMM1 with the SwiGLU epilogue on `gpu`'s stream.
+pub fn grouped_gemm_fp8_swiglu(gpu: &Gpu, g: SwigluFp8Args<'_>) -> Result<()> {
+    g.prepare(gpu)?.launch(gpu)
+}
+
+/// What every FP8 grouped GEMM takes.
+struct Operands<'a> {
+    a: &'a CudaSlice<u8>,
+    a_scales: &'a CudaSlice<f32>,
+    b: &'a CudaSlice<u8>,
+    b_scales: &'a CudaSlice<f32>,
+    offsets: &'a CudaSlice<u32>,
+    tile_offsets: &'a CudaSlice<u32>,
+    c: &'a mut CudaSlice<bf16>,
+    experts: usize,
+    k: usize,
+    rows_max: usize,
+}
+
+impl<'a> Operands<'a> {
+    /// The checks and tensor maps of `kernel` with C [rows_max, n], B [E * n_b, K] read in boxes of `b_box`
+    /// rows, tiles of `tile_cols` columns of C.
+    fn prepare(
+        self,
+        gpu: &Gpu,
+        ck: &Check,
+        kernel: &'static str,
+        n: usize,
+        n_b: usize,
+        b_box: usize,
+    ) -> Result<PreparedFp8<'a>> {
+        ck.multiple("K", self.k, 128)?;
         ck.routing(self.experts, self.offsets, Some(self.tile_offsets))?;
-        let (e, n, k, rows) = (self.experts, self.n, self.k, self.rows_max);
+        let (e, k, rows) = (self.experts, self.k, self.rows_max);
         ck.buf("A", self.a, rows * k)?;
         ck.buf("A scales", self.a_scales, rows * (k / 128))?;
-        ck.buf("B", self.b, e * n * k)?;
-        ck.buf("B scales", self.b_scales, e * n / 128 * (k / 128))?;
+        ck.buf("B", self.b, e * n_b * k)?;
+        ck.buf("B scales", self.b_scales, e * n_b / 128 * (k / 128))?;
         ck.buf("C", self.c, rows * n)?;
-        if rows >= 1 << 31 || e * n >= 1 << 31 {
-            return ck.bad(format!("{rows} rows or {} rows of B: 2^31 or more", e * n));
+        if rows >= 1 << 31 || e * n_b >= 1 << 31 {
+            return ck.bad(format!("{rows} rows or {} rows of B: 2^31 or more", e * n_b));
         }
-        let nothing = |maps| PreparedFp8 {
+        let nothing = PreparedFp8 {
             ordinal: gpu.ordinal(),
             kernel,
             launch: None,
-            _maps: maps,
+            _maps: Vec::new(),
             _bufs: std::marker::PhantomData,
         };
         if rows == 0 {
-            return Ok(nothing(Vec::new()));
+            return Ok(nothing);
         }
         let s = gpu.stream().clone();
-        let map = |addr, rows: usize| {
-            let d = TiledDesc::row_major_2d(Dtype::U8, addr, rows as u64, k as u64, 128, 128, Swizzle::B128);
+        let map = |addr, rows: usize, box_rows: usize| {
+            let d =
+                TiledDesc::row_major_2d(Dtype::U8, addr, rows as u64, k as u64, box_rows as u32, 128, Swizzle::B128);
             DeviceTensorMap::new(gpu, d)
         };
-        let map_a = map(dptr(self.a, &s), rows)?;
-        let map_b = map(dptr(self.b, &s), e * n)?;
+        let map_a = map(dptr(self.a, &s), rows, 128)?;
+        let map_b = map(dptr(self.b, &s), e * n_b, b_box)?;
         let (cb_rows, cb_cols) = kh::GEMM_C_BOX;
         let dc = TiledDesc::row_major_2d(
             Dtype::Bf16,
@@ -218,9 +316,11 @@ impl<'a> GroupedGemmFp8Args<'a> {
             k: k as u32,
             rows_max: rows as u32,
         };
-        let tiles = crate::gemm::m_tiles_max(rows, e) as u32 * (n as u32 / kh::FP8_BN);
+        // tiles of 128 columns of C, or 64 with SwiGLU (whose B boxes are 64 rows)
+        let tile_cols = if b_box == 64 { 64 } else { kh::FP8_BN as usize };
+        let tiles = (crate::gemm::m_tiles_max(rows, e) * (n / tile_cols)) as u32;
         let mut grid = gpu.sm_count().min(tiles).max(1);
-        if variant == Fp8Variant::Clusters {
+        if kernel == "grouped_gemm_fp8_mc" {
             // pairs of CTAs, all resident (each cluster walks the same share of tile pairs)
             let full = Launch::new(2 * (gpu.sm_count() / 2), kh::GEMM_THREADS, kh::FP8_SMEM);
             let fit = gpu.max_active_clusters(kernel, full)?;

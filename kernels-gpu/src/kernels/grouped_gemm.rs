@@ -865,8 +865,9 @@ unsafe fn store_scatter(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
     });
 }
 
+/// silu(g) u in f32 (the SwiGLU epilogues' arithmetic, shared so every GEMM1 computes h alike).
 #[inline(always)]
-fn silu_mul(g: f32, u: f32) -> f32 {
+pub(crate) fn silu_mul(g: f32, u: f32) -> f32 {
     g * math::sigmoid(g) * u
 }
 

@@ -41,14 +41,37 @@ const _: () = assert!(SLOTS > STAGES + 1 && SLOT_AT % 16 == 0, "tile slots");
 const _: () =
     assert!(SLOT_AT + 16 * SLOTS == crate::kernels_host::FP8_SMEM, "host and kernel agree on the shared memory");
 
+/// Columns of C per tile: 128, or 64 of h with the SwiGLU epilogue (the tile's 128 columns of z are 64 of g and
+/// the same 64 of u).
+#[inline(always)]
+const fn tile_cols<const SW: bool>() -> u32 {
+    if SW {
+        BN / 2
+    } else {
+        BN
+    }
+}
+
+/// Column tiles of C.
+#[inline(always)]
+fn n_tiles<const SW: bool>(p: &GroupedGemmFp8) -> u32 {
+    p.n / tile_cols::<SW>()
+}
+
+/// The first row of the tile's B (of g, with SwiGLU; u's are `p.n` further) in B [E * rows_b, K].
+#[inline(always)]
+fn b_row<const SW: bool>(p: &GroupedGemmFp8, ti: &MTile) -> u32 {
+    ti.e * if SW { 2 * p.n } else { p.n } + ti.n_tile * tile_cols::<SW>()
+}
+
 /// Tile `tile` of the walk (the producer's lookup: a binary search over the global offsets).
 #[inline(always)]
-unsafe fn tile_info(p: &GroupedGemmFp8, tile: u32) -> MTile {
+unsafe fn tile_info<const SW: bool>(p: &GroupedGemmFp8, tile: u32) -> MTile {
     let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
     // SAFETY (of the reads): entries 0..=experts of both arrays, as the parameter block promises.
     crate::scheduler::m_tile(
         tile,
-        p.n / BN,
+        n_tiles::<SW>(p),
         p.experts,
         BM,
         |i| unsafe { *to.add(i as usize) },
@@ -67,24 +90,32 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 /// engine (whole 64-row groups of one expert; the others from registers).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, false>(&p);
+    grouped_gemm_fp8_body::<true, false, false>(&p);
+}
+
+/// GEMM1 with the SwiGLU epilogue: B = W1 [E * 2N, K] (each expert's N gate rows, then its N up rows), C = h =
+/// silu(g) u [rows, N] in bf16 (N = I, a multiple of 64); a tile is 64 columns of h from 64 rows of g and the
+/// same 64 of u (two 64-row boxes of B, each with its 128 x 128 block's scale).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu(p: GroupedGemmFp8) {
+    grouped_gemm_fp8_body::<true, false, true>(&p);
 }
 
 /// As `grouped_gemm_fp8` in 2-CTA clusters (grid even) on pairs of n-tiles (2j, 2j + 1) of one m-tile (n_tiles
 /// even): CTA 0 multicasts the pair's A into both CTAs, each loads its own B (a quarter less L2 -> SM traffic).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_mc(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, true>(&p);
+    grouped_gemm_fp8_body::<true, true, false>(&p);
 }
 
 /// As `grouped_gemm_fp8`, every row of C stored from registers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_regs(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<false, false>(&p);
+    grouped_gemm_fp8_body::<false, false, false>(&p);
 }
 
 #[inline(always)]
-unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool>(p: &GroupedGemmFp8) {
+unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool, const SW: bool>(p: &GroupedGemmFp8) {
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
@@ -103,15 +134,15 @@ unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool>(p: &GroupedG
         sync::block_sync();
     }
     // read by each role after its register reallocation (a value live across it may be spilled)
-    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * (p.n / BN);
+    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * n_tiles::<SW>(p);
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce::<MC>(p, base, ring, total());
+            produce::<MC, SW>(p, base, ring, total());
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<STAGED, MC>(p, base, ring, total(), t / 128 - 1);
+        consume::<STAGED, MC, SW>(p, base, ring, total(), t / 128 - 1);
     }
     if MC {
         // no CTA leaves while its peer may still multicast into it or arrive on its barriers (every thread)
@@ -127,12 +158,12 @@ fn walk<const MC: bool>(total: u32) -> (u32, u32, u32) {
 }
 
 #[inline(always)]
-fn walk_tile<const MC: bool>(p: &GroupedGemmFp8, q: u32) -> u32 {
-    crate::scheduler::walk_tile(q, regs::bid(), p.n / BN, if MC { 2 } else { 1 })
+fn walk_tile<const MC: bool, const SW: bool>(p: &GroupedGemmFp8, q: u32) -> u32 {
+    crate::scheduler::walk_tile(q, regs::bid(), n_tiles::<SW>(p), if MC { 2 } else { 1 })
 }
 
 #[inline(always)]
-unsafe fn produce<const MC: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+unsafe fn produce<const MC: bool, const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
@@ -143,8 +174,8 @@ unsafe fn produce<const MC: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAG
     let rank = regs::bid() % 2;
     let mut q = q0;
     while q < count {
-        let ti = tile_info(p, walk_tile::<MC>(p, q));
-        let brow = (ti.e * p.n + ti.n_tile * BN) as i32;
+        let ti = tile_info::<SW>(p, walk_tile::<MC, SW>(p, q));
+        let brow = b_row::<SW>(p, &ti) as i32;
         let mut kb = 0;
         while kb < kb_n {
             if kb == 0 {
@@ -160,7 +191,13 @@ unsafe fn produce<const MC: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAG
                 // the pair's A (one m-tile) into both CTAs; each expects it in its stage's bytes
                 tma::load_2d_mc(st, ma, (kb * BK) as i32, ti.row0 as i32, fb, 0b11);
             }
-            tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, brow, fb);
+            if SW {
+                // 64 rows of g, then the same 64 rows of u (p.n rows further): one 128-row operand
+                tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, brow, fb);
+                tma::load_2d(st + A_BYTES + 64 * BK, mb, (kb * BK) as i32, brow + p.n as i32, fb);
+            } else {
+                tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, brow, fb);
+            }
             it += 1;
             kb += 1;
         }
@@ -170,7 +207,7 @@ unsafe fn produce<const MC: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAG
 }
 
 #[inline(always)]
-unsafe fn consume<const STAGED: bool, const MC: bool>(
+unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool>(
     p: &GroupedGemmFp8,
     base: u32,
     ring: Ring<STAGES>,
@@ -196,13 +233,15 @@ unsafe fn consume<const STAGED: bool, const MC: bool>(
         // rows past the buffer are TMA's zeros: any finite scale will do, row 0's. Element indices (32-bit), the
         // scale arrays' addresses read from the parameter block at each use (no registers held for them). The
         // slot is read again for the epilogue rather than held across the main loop.
-        let (ia, ib, iw) = {
+        // B's scale rows: the 128 x 128 block of the tile's rows (with SwiGLU g's and u's, each 64 rows inside one)
+        let (ia, ib, iw, iu) = {
             let ti = slot(base, l);
             let row_a = ti.row0 + cw * 64 + r;
             let row_b = row_a + 8;
             let ia = if row_a < p.rows_max { row_a } else { 0 } * kb_n;
             let ib = if row_b < p.rows_max { row_b } else { 0 } * kb_n;
-            (ia, ib, (ti.e * (p.n / BN) + ti.n_tile) * kb_n)
+            let br = b_row::<SW>(p, &ti);
+            (ia, ib, br / 128 * kb_n, if SW { (br + p.n) / 128 * kb_n } else { br / 128 * kb_n })
         };
         {
             // the tile's scale rows into L1 at once (kb_n contiguous floats each: 64 bytes at K = 2048), so the
@@ -211,11 +250,14 @@ unsafe fn consume<const STAGED: bool, const MC: bool>(
             global::prefetch_l1(sa.add(ia as usize));
             global::prefetch_l1(sa.add(ib as usize));
             global::prefetch_l1(sb.add(iw as usize));
+            if SW {
+                global::prefetch_l1(sb.add(iu as usize));
+            }
         }
         let sc = |kb: u32| unsafe {
             let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
             let ld = |q: *const f32, i: u32| unsafe { global::ld_nc_f32(q.add(i as usize)) };
-            (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw + kb))
+            (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw + kb), ld(sb, iu + kb))
         };
         let st = |it: u32| base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
         let mut acc = [0f32; 64];
@@ -268,7 +310,30 @@ unsafe fn consume<const STAGED: bool, const MC: bool>(
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;
         let row0w = ti.row0 + cw * 64;
-        if STAGED && row0w + 64 <= ti.row_end {
+        if SW {
+            let silu = |j: usize, h: usize, o: usize| {
+                crate::kernels::grouped_gemm::silu_mul(acc[4 * j + 2 * h + o], acc[4 * (j + 8) + 2 * h + o])
+            };
+            if STAGED && row0w + 64 <= ti.row_end {
+                // uniform in the warpgroup: h's 64 x 64 box through the staging and the copy engine
+                let col = ti.n_tile * 64;
+                crate::kernels::grouped_gemm::store_box(p.map_c, col, row0w, wst + (boxes % 2) * C_BOX, cw, |j, h| {
+                    math::pack_bf16x2(silu(j, h, 0), silu(j, h, 1))
+                });
+                boxes += 1;
+            } else {
+                let c = p.c as *mut u32;
+                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    let col = ti.n_tile * 64 + 8 * J as u32 + c0;
+                    if row_a < ti.row_end {
+                        *c.add(((row_a * p.n + col) / 2) as usize) = math::pack_bf16x2(silu(J, 0, 0), silu(J, 0, 1));
+                    }
+                    if row_b < ti.row_end {
+                        *c.add(((row_b * p.n + col) / 2) as usize) = math::pack_bf16x2(silu(J, 1, 0), silu(J, 1, 1));
+                    }
+                });
+            }
+        } else if STAGED && row0w + 64 <= ti.row_end {
             // uniform in the warpgroup: two 64 x 64 boxes through the staging and the copy engine
             crate::unroll!(B in [0, 1] {
                 let col = ti.n_tile * BN + 64 * B as u32;
@@ -325,11 +390,13 @@ unsafe fn release<const MC: bool>(ring: &Ring<STAGES>, it: u32, lane: u32) {
     }
 }
 
-/// acc += part * scale (one fused multiply-add each), with this thread's two rows' scales `s` = (sa of row r, sa of row r + 8, sb).
+/// acc += part * scale (one fused multiply-add each), with this thread's scales `s` = (sa of row r, sa of row
+/// r + 8, sb of columns 0..64, sb of columns 64..128: the same block but with SwiGLU, where they are g's and u's).
 #[inline(always)]
-fn promote(acc: &mut [f32; 64], part: &[f32; 64], s: (f32, f32, f32)) {
-    let (wa, wb) = (s.0 * s.2, s.1 * s.2);
+fn promote(acc: &mut [f32; 64], part: &[f32; 64], s: (f32, f32, f32, f32)) {
     crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        let sb = if J < 8 { s.2 } else { s.3 };
+        let (wa, wb) = (s.0 * sb, s.1 * sb);
         acc[4 * J] = math::fma(part[4 * J], wa, acc[4 * J]);
         acc[4 * J + 1] = math::fma(part[4 * J + 1], wa, acc[4 * J + 1]);
         acc[4 * J + 2] = math::fma(part[4 * J + 2], wb, acc[4 * J + 2]);
