@@ -9,7 +9,9 @@
 //! TFLOP/s). Outputs poisoned, then checked fully written, and sampled rows checked against the f64 product of
 //! the dequantized operands (<= 1e-2).
 //!
-//! `cargo bench --bench fp8`; in the GPU bundle `./fp8 --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape.
+//! Last, per shape, the whole layer forward in FP8 (`MoeLayer::forward_fp8`) against the bf16 forward, alternating.
+//!
+//! `cargo bench --bench fp8`; in the GPU bundle `./fp8_bench --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape.
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
@@ -275,6 +277,58 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
     Ok(ok)
 }
 
+/// The whole layer forward in FP8 (`MoeLayer::forward_fp8`: quantize the tokens, gather codes, GEMM1 + SwiGLU,
+/// quantize h, GEMM2, combine; weights quantized beforehand) against the bf16 forward (the default configuration),
+/// alternating, on the same inputs.
+fn bench_layer(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Inputs, LayerConfig, MoeLayer, Save};
+    let (h, i, e, k) = (sh.h, sh.i, sh.e, sh.k);
+    let t = TOKENS;
+    let x = s(g.upload(&rng.bf16_vec(t * h, 1.0)))?;
+    let ids = s(g.upload(&rng.topk_ids(t, k, e)))?;
+    let w: Vec<f32> = (0..t * k).map(|_| rng.uniform() as f32).collect();
+    let w = s(g.upload(&w))?;
+    let w1 = s(g.upload(&rng.bf16_vec(e * 2 * i * h, 1.7 / (h as f64).sqrt())))?;
+    let w2 = s(g.upload(&rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt())))?;
+    let mut layer = s(MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)))?;
+    let mut fw = s(Fp8Weights::alloc(&layer))?;
+    s(fw.quantize(g, &w1, &w2, &layer))?;
+    let mut saved = s(layer.alloc_saved(t))?;
+    let mut saved8 = s(layer.alloc_saved(t))?;
+    let mut y16 = s(g.alloc::<bf16>(t * h))?;
+    let mut y8 = s(g.alloc::<bf16>(t * h))?;
+    s(g.fill_bytes(&mut y8, 0xff))?;
+    let inp = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let inp8 = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &w, weights: &fw };
+    // one call each outside the timing (tensor maps, the FP8 buffers)
+    s(layer.forward_into(&inp, &mut y16, &mut saved))?;
+    s(layer.forward_fp8(&inp8, &mut y8, &mut saved8))?;
+    let layer = std::cell::RefCell::new(layer);
+    let t_ = medians(
+        g,
+        &mut [&mut || s(layer.borrow_mut().forward_fp8(&inp8, &mut y8, &mut saved8)), &mut || {
+            s(layer.borrow_mut().forward_into(&inp, &mut y16, &mut saved))
+        }],
+    )?;
+    let (a8, a16) = (s(g.download(&y8))?, s(g.download(&y16))?);
+    let written = a8.iter().all(|v| !v.is_nan());
+    let (p8, p16): (Vec<f64>, Vec<f64>) = a8.iter().zip(&a16).map(|(p, q)| (p.to_f64(), q.to_f64())).unzip();
+    let d = check::rel_err(&p8, &p16);
+    let good = written && d < 0.1;
+    let flop = 6.0 * (t * k) as f64 * h as f64 * i as f64;
+    println!(
+        "RESULT fp8 {name} layer forward T={t}: FP8 {:.0} us {:.0} TFLOP/s | bf16 {:.0} us {:.0} TFLOP/s | FP8 / bf16 \
+         speed {:.2}x | FP8 against bf16 output: rel diff {d:.1e} (the format's error), all written: {written}{}",
+        t_[0],
+        flop / t_[0] * 1e-6,
+        t_[1],
+        flop / t_[1] * 1e-6,
+        t_[1] / t_[0],
+        if good { "" } else { " FAILED" }
+    );
+    Ok(good)
+}
+
 fn main() {
     let g = match megamoe::gpu(0) {
         Ok(g) => g,
@@ -295,11 +349,13 @@ fn main() {
         if !name.contains(only.as_str()) {
             continue;
         }
-        match bench(&g, name, sh, &mut rng) {
-            Ok(good) => ok &= good,
-            Err(e) => {
-                println!("FAILED {name}: {e}");
-                ok = false;
+        for r in [bench(&g, name, sh, &mut rng), bench_layer(&g, name, sh, &mut rng)] {
+            match r {
+                Ok(good) => ok &= good,
+                Err(e) => {
+                    println!("FAILED {name}: {e}");
+                    ok = false;
+                }
             }
         }
     }

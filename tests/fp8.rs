@@ -272,3 +272,84 @@ gpu_test!(bad_shapes_are_refused_before_anything_runs, {
     g.sync().unwrap();
     assert!(g.download(&c).unwrap().iter().all(|v| v.to_bits() == 0xffff), "a refused call wrote C");
 });
+
+/// The layer's forward in FP8 against a CPU model of it: x, W1, W2 quantized as the kernels do (bitwise: the
+/// quantization tests), z and h in f64 from the dequantized operands, h rounded to bf16 and quantized per row, y
+/// from the dequantized h and W2, out = sum of the weighted rows. Ragged routing with masked slots; out poisoned.
+fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Inputs, LayerConfig, MoeLayer, Save};
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let x = r.bf16_vec(tokens * h, 1.0);
+    let mut ids = r.topk_ids(tokens, k, e);
+    for t in (0..tokens).step_by(7) {
+        ids[t * k + k - 1] = -1; // a masked slot every seventh token
+    }
+    let wts: Vec<f32> = (0..tokens * k).map(|_| r.uniform() as f32).collect();
+    let w1 = r.bf16_vec(e * 2 * i * h, 2.0 / (h as f64).sqrt());
+    let w2 = r.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
+    let (dx, dids, dwts) = (g.upload(&x).unwrap(), g.upload(&ids).unwrap(), g.upload(&wts).unwrap());
+    let (dw1, dw2) = (g.upload(&w1).unwrap(), g.upload(&w2).unwrap());
+    let cfg = LayerConfig::bf16(h, i, e, k, tokens + 50, Save::InputsOnly);
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut fw = Fp8Weights::alloc(&layer).unwrap();
+    fw.quantize(&g, &dw1, &dw2, &layer).unwrap();
+    let mut saved = layer.alloc_saved(tokens).unwrap();
+    let mut out = g.alloc::<bf16>(tokens * h).unwrap();
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    let inp = Fp8Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, weights: &fw };
+    layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let got: Vec<f64> = g.download(&out).unwrap().iter().map(|v| v.to_f64()).collect();
+    if let Some(q) = got.iter().position(|v| v.is_nan()) {
+        panic!("out[{}, {}] not written", q / h, q % h);
+    }
+    // the CPU model
+    let (qx, sx) = fp8::quantize_rows_cpu(&x, tokens, h);
+    let xd = fp8::dequantize_cpu(&qx, &sx, tokens, h, 1);
+    let (q1, s1) = fp8::quantize_blocks_cpu(&w1, e * 2 * i, h);
+    let w1d = fp8::dequantize_cpu(&q1, &s1, e * 2 * i, h, 128);
+    let (q2, s2) = fp8::quantize_blocks_cpu(&w2, e * h, i);
+    let w2d = fp8::dequantize_cpu(&q2, &s2, e * h, i, 128);
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+    let silu = |v: f64| v / (1.0 + (-v).exp());
+    let mut want = vec![0f64; tokens * h];
+    for t in 0..tokens {
+        let xt = &xd[t * h..(t + 1) * h];
+        for j in 0..k {
+            let ex = ids[t * k + j];
+            if ex < 0 {
+                continue;
+            }
+            let ex = ex as usize;
+            let hrow: Vec<bf16> = (0..i)
+                .map(|c| {
+                    let gv = dot(xt, &w1d[(ex * 2 * i + c) * h..(ex * 2 * i + c + 1) * h]);
+                    let uv = dot(xt, &w1d[(ex * 2 * i + i + c) * h..(ex * 2 * i + i + c + 1) * h]);
+                    bf16::from_f64(silu(gv) * uv)
+                })
+                .collect();
+            let (qh, sh) = fp8::quantize_rows_cpu(&hrow, 1, i);
+            let hd = fp8::dequantize_cpu(&qh, &sh, 1, i, 1);
+            for c in 0..h {
+                want[t * h + c] += wts[t * k + j] as f64 * dot(&hd, &w2d[(ex * h + c) * i..(ex * h + c + 1) * i]);
+            }
+        }
+    }
+    let err =
+        check::close(&format!("FP8 layer forward T {tokens} H {h} I {i} E {e} k {k}"), &got, &want, 1e-2).unwrap();
+    // the bf16 layer on the same inputs, for the record: the format's own error
+    let mut out16 = g.alloc::<bf16>(tokens * h).unwrap();
+    let inp16 = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, w1: &dw1, w2: &dw2 };
+    let _saved = layer.forward(&inp16, &mut out16).unwrap();
+    let o16: Vec<f64> = g.download(&out16).unwrap().iter().map(|v| v.to_f64()).collect();
+    let d = check::rel_err(&got, &o16);
+    eprintln!("rel err {err:.3e} against the FP8 model, {d:.3e} against the bf16 layer");
+    assert!(d < 0.1, "the FP8 forward is {d} away from the bf16 layer");
+}
+
+gpu_test!(layer_forward_fp8_matches_the_fp8_model, layer_fp8_run(300, 512, 256, 8, 2));
+gpu_test!(layer_forward_fp8_qwen3_30b_widths, layer_fp8_run(64, 2048, 768, 16, 8));

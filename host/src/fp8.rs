@@ -72,6 +72,18 @@ pub fn quantize_rows(gpu: &Gpu, a: QuantizeArgs<'_>) -> Result<()> {
     unsafe { gpu.launch("quantize_fp8_rows", Launch::new(warps.div_ceil(8), 256, 0), &p) }
 }
 
+/// [`quantize_rows`] on raw device addresses: `rows` rows of `cols` (a multiple of 128) bf16 at `x` into codes at
+/// `q` and scales at `scales` (the layer's buffers, sized for its maximum).
+/// SAFETY: `x` holds rows * cols bf16, `q` rows * cols bytes, `scales` rows * cols / 128 f32, on `gpu`.
+pub(crate) unsafe fn quantize_rows_raw(gpu: &Gpu, x: u64, q: u64, scales: u64, rows: usize, cols: usize) -> Result<()> {
+    let warps = (rows * (cols / 128)) as u32;
+    if warps == 0 {
+        return Ok(());
+    }
+    let p = QuantFp8 { x, q, scales, rows: rows as u32, cols: cols as u32 };
+    gpu.launch("quantize_fp8_rows", Launch::new(warps.div_ceil(8), 256, 0), &p)
+}
+
 /// Quantize 128 x 128 blocks (weights); rows a multiple of 128.
 pub fn quantize_blocks(gpu: &Gpu, a: QuantizeArgs<'_>) -> Result<()> {
     let p = a.check(gpu, "quantize_blocks", 128)?;

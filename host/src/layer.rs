@@ -31,6 +31,9 @@ use crate::gemm::{m_grouped_launch, m_tiles_max, wgrad_launch, zero_gemm, WgradE
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
+mod fp8;
+pub use fp8::{Fp8Inputs, Fp8Weights};
+
 /// What the forward keeps for the backward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Save {
@@ -341,6 +344,8 @@ pub struct MoeLayer {
     maps: MapCache,
     /// The routing error word of the last forward (None before the first).
     last_error: Option<Arc<CudaSlice<u32>>>,
+    /// The FP8 forward's buffers, allocated by its first call.
+    fp8: Option<fp8::Fp8Work>,
 }
 
 impl MoeLayer {
@@ -363,7 +368,7 @@ impl MoeLayer {
             ready: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
             arrive: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
         };
-        Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None })
+        Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None, fp8: None })
     }
 
     /// The configuration.
@@ -634,32 +639,10 @@ impl MoeLayer {
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let e = c.experts;
-        // the call's error word, zeroed in stream order
-        g.zero_words(dptr(saved.error.as_ref(), &s), 1)?;
-        saved.tokens = inp.tokens;
-        self.last_error = Some(saved.error.clone());
-        let sv: &Saved = saved;
-        if inp.tokens == 0 {
+        if !self.route_call(inp.topk_ids, inp.tokens, saved)? {
             return Ok(());
         }
-        let route = Route {
-            topk_ids: dptr(inp.topk_ids, &s),
-            counts: dptr(&sv.counts, &s),
-            offsets: dptr(&sv.offsets, &s),
-            tile_offsets: dptr(&sv.tile_offsets, &s),
-            row_slot: dptr(&sv.row_slot, &s),
-            slot_row: dptr(&sv.slot_row, &s),
-            error: dptr(sv.error.as_ref(), &s),
-            chunk_counts: dptr(&self.work.route_chunks, &s),
-            slots: slots as u32,
-            experts: e as u32,
-            tile_m: kh::GEMM_BM,
-            chunk: 0,
-        };
-        // SAFETY: the routing buffers hold E, E + 1 and slots entries, the chunk workspace covers max_tokens * k
-        // slots; ids are range-checked on the device. With an invalid id, route_scan writes zero offsets: the
-        // gather and both GEMMs below have no rows, and the combine returns at once (out untouched).
-        unsafe { crate::route::launch(&g, &route)? };
+        let sv: &Saved = saved;
         let (h_ptr, h_rows) = (dptr(&self.work.h, &s), c.max_tokens * c.top_k);
         let z_ptr = sv.z.as_ref().map_or(0, |z| dptr(z, &s));
         let fused = c.forward == Forward::Persistent;
@@ -704,6 +687,41 @@ impl MoeLayer {
         }
         self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), sv)?;
         Ok(())
+    }
+
+    /// The call's routing layout into `saved`: its error word zeroed, then the `route_*` kernels over `tokens`
+    /// tokens of `topk_ids` (false for no tokens: nothing to launch).
+    fn route_call(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved) -> Result<bool> {
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let (e, slots) = (self.cfg.experts, tokens * self.cfg.top_k);
+        // the call's error word, zeroed in stream order
+        g.zero_words(dptr(saved.error.as_ref(), &s), 1)?;
+        saved.tokens = tokens;
+        self.last_error = Some(saved.error.clone());
+        let sv: &Saved = saved;
+        if tokens == 0 {
+            return Ok(false);
+        }
+        let route = Route {
+            topk_ids: dptr(topk_ids, &s),
+            counts: dptr(&sv.counts, &s),
+            offsets: dptr(&sv.offsets, &s),
+            tile_offsets: dptr(&sv.tile_offsets, &s),
+            row_slot: dptr(&sv.row_slot, &s),
+            slot_row: dptr(&sv.slot_row, &s),
+            error: dptr(sv.error.as_ref(), &s),
+            chunk_counts: dptr(&self.work.route_chunks, &s),
+            slots: slots as u32,
+            experts: e as u32,
+            tile_m: kh::GEMM_BM,
+            chunk: 0,
+        };
+        // SAFETY: the routing buffers hold E, E + 1 and slots entries, the chunk workspace covers max_tokens * k
+        // slots; ids are range-checked on the device. With an invalid id, route_scan writes zero offsets: the
+        // gathers and grouped GEMMs after it have no rows, and the combine returns at once (out untouched).
+        unsafe { crate::route::launch(&g, &route)? };
+        Ok(true)
     }
 
     fn combine(&self, y: u64, w: u64, out: u64, sv: &Saved) -> Result<()> {

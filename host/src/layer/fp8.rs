@@ -1,0 +1,196 @@
+//! The layer's forward in blockwise FP8 ([`MoeLayer::forward_fp8`]): the tokens quantized once (1 x 128 scales),
+//! their codes and scales gathered into expert order (half the bytes of the bf16 gather), GEMM1 with the SwiGLU
+//! epilogue in FP8 (h in bf16), h quantized, GEMM2 in FP8, the combine as in bf16. The weights come quantized
+//! ([`Fp8Weights`]: once per optimizer step, not per call). Forward only so far: its [`Saved`] holds the routing
+//! layout but no backward reads an FP8 forward yet.
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use megamoe_kernels::params;
+
+use super::{MoeLayer, Saved};
+use crate::error::{Error, Result};
+use crate::fp8::{self as q, GroupedGemmFp8Args, QuantizeArgs, SwigluFp8Args};
+use crate::runtime::{dptr, Gpu, Launch};
+
+/// W1 and W2 in blockwise FP8 (128 x 128 scales), as [`MoeLayer::forward_fp8`] reads them.
+pub struct Fp8Weights {
+    /// e4m3 [E * 2I, H] (each expert's gate rows, then its up rows).
+    pub w1: CudaSlice<u8>,
+    /// f32 [E * 2I / 128, H / 128].
+    pub w1_scales: CudaSlice<f32>,
+    /// e4m3 [E * H, I].
+    pub w2: CudaSlice<u8>,
+    /// f32 [E * H / 128, I / 128].
+    pub w2_scales: CudaSlice<f32>,
+}
+
+impl Fp8Weights {
+    /// Buffers for `layer`'s weights (uninitialised: fill them with [`Fp8Weights::quantize`]).
+    pub fn alloc(layer: &MoeLayer) -> Result<Self> {
+        let (g, c) = (&layer.gpu, &layer.cfg);
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        Ok(Fp8Weights {
+            w1: g.alloc(e * 2 * i * h)?,
+            w1_scales: g.alloc(e * 2 * i / 128 * (h / 128))?,
+            w2: g.alloc(e * h * i)?,
+            w2_scales: g.alloc(e * h / 128 * (i / 128))?,
+        })
+    }
+
+    /// Quantize bf16 W1 [E, 2I, H] and W2 [E, H, I] into these buffers (after each optimizer step; asynchronous).
+    pub fn quantize(&mut self, gpu: &Gpu, w1: &CudaSlice<bf16>, w2: &CudaSlice<bf16>, layer: &MoeLayer) -> Result<()> {
+        let c = &layer.cfg;
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        q::quantize_blocks(
+            gpu,
+            QuantizeArgs { x: w1, q: &mut self.w1, scales: &mut self.w1_scales, rows: e * 2 * i, cols: h },
+        )?;
+        q::quantize_blocks(
+            gpu,
+            QuantizeArgs { x: w2, q: &mut self.w2, scales: &mut self.w2_scales, rows: e * h, cols: i },
+        )
+    }
+}
+
+/// The inputs of an FP8 forward: the tokens in bf16 (quantized by the call), the routing, the quantized weights.
+pub struct Fp8Inputs<'a> {
+    /// Tokens T.
+    pub tokens: usize,
+    /// bf16 [T, H].
+    pub x: &'a CudaSlice<bf16>,
+    /// i32 [T, k], expert ids, -1 = masked.
+    pub topk_ids: &'a CudaSlice<i32>,
+    /// f32 [T, k].
+    pub topk_weights: &'a CudaSlice<f32>,
+    /// W1 and W2, quantized.
+    pub weights: &'a Fp8Weights,
+}
+
+/// The FP8 forward's buffers: the tokens' codes and scales, their expert-ordered copies, h's.
+pub(super) struct Fp8Work {
+    x8: CudaSlice<u8>,
+    x8_scales: CudaSlice<f32>,
+    xs8: CudaSlice<u8>,
+    xs8_scales: CudaSlice<f32>,
+    h8: CudaSlice<u8>,
+    h8_scales: CudaSlice<f32>,
+}
+
+impl MoeLayer {
+    /// The forward in blockwise FP8 (see the module's documentation): y = sum_j w_tj expert(ids_tj)(x_t) with x,
+    /// h and the weights in e4m3 with their scales, f32 accumulation, bf16 h and y. Needs H a multiple of 512 and
+    /// I of 128. `saved` (from [`MoeLayer::alloc_saved`]) receives the routing layout. Asynchronous; the first call
+    /// allocates the FP8 buffers, and each call encodes its tensor maps (not yet capturable in a CUDA graph).
+    pub fn forward_fp8(&mut self, inp: &Fp8Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
+        let c = self.cfg;
+        let (e, h, i, k) = (c.experts, c.hidden, c.intermediate, c.top_k);
+        let bad = |s: String| Err(Error::InvalidArgument(format!("forward_fp8: {s}")));
+        if h % 512 != 0 || i % 128 != 0 {
+            return bad(format!("H = {h} must be a multiple of 512 and I = {i} of 128"));
+        }
+        let t = inp.tokens;
+        if t > c.max_tokens {
+            return bad(format!("{t} tokens > the configured maximum {}", c.max_tokens));
+        }
+        let w = inp.weights;
+        let want = [
+            ("x", inp.x.len(), t * h),
+            ("topk_ids", inp.topk_ids.len(), t * k),
+            ("topk_weights", inp.topk_weights.len(), t * k),
+            ("W1", w.w1.len(), e * 2 * i * h),
+            ("W1 scales", w.w1_scales.len(), e * 2 * i / 128 * (h / 128)),
+            ("W2", w.w2.len(), e * h * i),
+            ("W2 scales", w.w2_scales.len(), e * h / 128 * (i / 128)),
+            ("out", out.len(), t * h),
+        ];
+        for (name, got, need) in want {
+            if got != need {
+                return bad(format!("{name} has {got} elements, the layer needs {need}"));
+            }
+        }
+        if saved.experts != e || saved.row_slot.len() < (t * k).max(1) {
+            return bad(format!("saved state does not fit this layer and {t} tokens: make it with alloc_saved"));
+        }
+        let g = self.gpu.clone();
+        let me = g.ordinal();
+        for (name, o) in [("x", inp.x.ordinal()), ("topk_ids", inp.topk_ids.ordinal()), ("W1", w.w1.ordinal())] {
+            if o != me {
+                return bad(format!("{name} lives on device {o}, the layer on device {me}"));
+            }
+        }
+        if self.fp8.is_none() {
+            let (tm, slots) = (c.max_tokens, c.max_tokens * k);
+            self.fp8 = Some(Fp8Work {
+                x8: g.alloc((tm * h).max(1))?,
+                x8_scales: g.alloc((tm * h / 128).max(1))?,
+                xs8: g.alloc((slots * h).max(1))?,
+                xs8_scales: g.alloc((slots * h / 128).max(1))?,
+                h8: g.alloc((slots * i).max(1))?,
+                h8_scales: g.alloc((slots * i / 128).max(1))?,
+            });
+        }
+        if !self.route_call(inp.topk_ids, t, saved)? {
+            return Ok(());
+        }
+        let sv: &Saved = saved;
+        let s = g.stream().clone();
+        let slots_max = c.max_tokens * k;
+        let f = self.fp8.as_ref().expect("allocated above");
+        // SAFETY (both quantizations): x holds T rows of H, the FP8 buffers max_tokens (k) rows, h max_tokens k
+        // rows of I.
+        // the tokens, quantized once (T rows, not T k)
+        unsafe { q::quantize_rows_raw(&g, dptr(inp.x, &s), dptr(&f.x8, &s), dptr(&f.x8_scales, &s), t, h)? };
+        // codes and scales into expert order (H and H / 32 bytes a row: H a multiple of 512 keeps both 16-byte rows)
+        gather_bytes(&g, self, dptr(&f.x8, &s), dptr(&f.xs8, &s), h, sv)?;
+        gather_bytes(&g, self, dptr(&f.x8_scales, &s), dptr(&f.xs8_scales, &s), h / 32, sv)?;
+        let g1 = SwigluFp8Args {
+            a: &f.xs8,
+            a_scales: &f.xs8_scales,
+            w1: &w.w1,
+            w1_scales: &w.w1_scales,
+            offsets: &sv.offsets,
+            tile_offsets: &sv.tile_offsets,
+            h: &mut self.work.h,
+            experts: e,
+            i,
+            k: h,
+            rows_max: slots_max,
+        };
+        q::grouped_gemm_fp8_swiglu(&g, g1)?;
+        unsafe { q::quantize_rows_raw(&g, dptr(&self.work.h, &s), dptr(&f.h8, &s), dptr(&f.h8_scales, &s), t * k, i)? };
+        let g2 = GroupedGemmFp8Args {
+            a: &f.h8,
+            a_scales: &f.h8_scales,
+            b: &w.w2,
+            b_scales: &w.w2_scales,
+            offsets: &sv.offsets,
+            tile_offsets: &sv.tile_offsets,
+            c: &mut self.work.ys,
+            experts: e,
+            n: h,
+            k: i,
+            rows_max: slots_max,
+        };
+        q::grouped_gemm_fp8(&g, g2)?;
+        self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), sv)
+    }
+}
+
+/// Gather rows of `bytes` bytes (a multiple of 16) into expert order: row r of `dst` = row row_slot[r] / k of
+/// `src` (the bf16 gather kernel, its rows counted in 2-byte units).
+fn gather_bytes(g: &Gpu, layer: &MoeLayer, src: u64, dst: u64, bytes: usize, sv: &Saved) -> Result<()> {
+    let s = g.stream();
+    let p = params::Gather {
+        src,
+        dst,
+        row_slot: dptr(&sv.row_slot, s),
+        offsets: dptr(&sv.offsets, s),
+        cols: (bytes / 2) as u32,
+        k: layer.cfg.top_k as u32,
+        experts: layer.cfg.experts as u32,
+        pad: 0,
+    };
+    let slots = (sv.tokens * layer.cfg.top_k) as u32;
+    // SAFETY: rows < offsets[E] <= slots; src holds T rows, dst slots rows of `bytes`.
+    unsafe { g.launch("gather_rows", Launch::new(slots, 128, 0), &p) }
+}
