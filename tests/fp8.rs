@@ -353,3 +353,52 @@ fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
 
 gpu_test!(layer_forward_fp8_matches_the_fp8_model, layer_fp8_run(300, 512, 256, 8, 2));
 gpu_test!(layer_forward_fp8_qwen3_30b_widths, layer_fp8_run(64, 2048, 768, 16, 8));
+
+gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {
+    // after one eager call on the same buffers, the FP8 forward captured once and replayed on new contents of x:
+    // each replay bitwise the eager call on the same inputs
+    use cudarc::driver::sys;
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, LayerConfig, MoeLayer, Save};
+    let g = gpu();
+    let mut r = Rng::new(Rng::fresh_seed());
+    let (t, h, i, e, k) = (200, 512, 256, 8, 4);
+    let (xa, xb) = (r.bf16_vec(t * h, 1.0), r.bf16_vec(t * h, 1.0));
+    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
+    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
+    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
+    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)).unwrap();
+    let mut fw = Fp8Weights::alloc(&layer).unwrap();
+    fw.quantize(&g, &w1, &w2, &layer).unwrap();
+    let mut saved = layer.alloc_saved(t).unwrap();
+    let mut x = g.upload(&xa).unwrap();
+    let mut out = g.alloc::<bf16>(t * h).unwrap();
+    let mut eager = Vec::new();
+    for xv in [&xa, &xb] {
+        g.write(&mut x, xv).unwrap();
+        g.fill_bytes(&mut out, 0xff).unwrap();
+        let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
+        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+        eager.push(g.download(&out).unwrap());
+    }
+    assert!(eager[0].iter().all(|v| !v.is_nan()), "the eager call left out unwritten");
+    let s = g.stream().clone();
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL).unwrap();
+    let res = {
+        let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
+        layer.forward_fp8(&inp, &mut out, &mut saved)
+    };
+    let graph = s.end_capture(sys::CUgraphInstantiate_flags(0));
+    res.unwrap();
+    let graph = graph.unwrap().expect("a captured graph");
+    for (xv, want) in [(&xa, &eager[0]), (&xb, &eager[1]), (&xa, &eager[0])] {
+        g.write(&mut x, xv).unwrap();
+        g.fill_bytes(&mut out, 0xff).unwrap();
+        graph.launch().unwrap();
+        let got = g.download(&out).unwrap();
+        assert!(
+            got.iter().zip(want.iter()).all(|(p, q)| p.to_bits() == q.to_bits()),
+            "a replay differs from the eager call"
+        );
+    }
+});

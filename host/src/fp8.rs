@@ -328,17 +328,7 @@ impl<'a> Operands<'a> {
             k: k as u32,
             rows_max: rows as u32,
         };
-        // tiles of 128 columns of C, or 64 with SwiGLU (whose B boxes are 64 rows)
-        let tile_cols = if b_box == 64 { 64 } else { kh::FP8_BN as usize };
-        let tiles = (crate::gemm::m_tiles_max(rows, e) * (n / tile_cols)) as u32;
-        let mut grid = gpu.sm_count().min(tiles).max(1);
-        if kernel == "grouped_gemm_fp8_mc" {
-            // pairs of CTAs, all resident (each cluster walks the same share of tile pairs)
-            let full = Launch::new(2 * (gpu.sm_count() / 2), kh::GEMM_THREADS, kh::FP8_SMEM);
-            let fit = gpu.max_active_clusters(kernel, full)?;
-            grid = (grid.min(2 * fit.max(1)) / 2 * 2).max(2);
-        }
-        let cfg = Launch::new(grid, kh::GEMM_THREADS, kh::FP8_SMEM);
+        let cfg = launch_cfg(gpu, kernel, rows, e, n, if b_box == 64 { 64 } else { kh::FP8_BN as usize })?;
         Ok(PreparedFp8 {
             ordinal: gpu.ordinal(),
             kernel,
@@ -352,6 +342,27 @@ impl<'a> Operands<'a> {
 /// Launch the blockwise-FP8 grouped GEMM on `gpu`'s stream.
 pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
     g.prepare(gpu)?.launch(gpu)
+}
+
+/// The launch of FP8 grouped-GEMM `kernel` over at most `rows_max` rows of `experts` experts, C `n` columns wide
+/// in tiles of `tile_cols` (one block per tile up to one per SM; the cluster kernel in resident pairs).
+pub(crate) fn launch_cfg(
+    gpu: &Gpu,
+    kernel: &'static str,
+    rows_max: usize,
+    experts: usize,
+    n: usize,
+    tile_cols: usize,
+) -> Result<Launch> {
+    let tiles = (crate::gemm::m_tiles_max(rows_max, experts) * (n / tile_cols)) as u32;
+    let mut grid = gpu.sm_count().min(tiles).max(1);
+    if kernel == "grouped_gemm_fp8_mc" {
+        // pairs of CTAs, all resident (each cluster walks the same share of tile pairs)
+        let full = Launch::new(2 * (gpu.sm_count() / 2), kh::GEMM_THREADS, kh::FP8_SMEM);
+        let fit = gpu.max_active_clusters(kernel, full)?;
+        grid = (grid.min(2 * fit.max(1)) / 2 * 2).max(2);
+    }
+    Ok(Launch::new(grid, kh::GEMM_THREADS, kh::FP8_SMEM))
 }
 
 /// The codes and scale of one block of values: what the kernels compute.

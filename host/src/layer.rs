@@ -290,6 +290,8 @@ enum TiledDescKind {
     WgradC,
     /// bf16 weight-gradient output.
     WgradCBf16,
+    /// e4m3 operand (bytes), 128-byte swizzle.
+    Fp8Operand,
 }
 
 impl MapCache {
@@ -304,6 +306,12 @@ impl MapCache {
     ) -> Result<u64> {
         let d = TiledDesc::row_major_2d(Dtype::Bf16, addr, rows as u64, cols as u64, box_rows, box_cols, Swizzle::B128);
         self.cached(g, TiledDescKind::Operand, d)
+    }
+
+    /// The map of an e4m3 operand [rows, cols] (bytes) in boxes of `box_rows` x 128, 128-byte swizzle.
+    pub(crate) fn get_u8(&mut self, g: &Gpu, addr: u64, rows: usize, cols: usize, box_rows: u32) -> Result<u64> {
+        let d = TiledDesc::row_major_2d(Dtype::U8, addr, rows as u64, cols as u64, box_rows, 128, Swizzle::B128);
+        self.cached(g, TiledDescKind::Fp8Operand, d)
     }
 
     /// The map of a weight gradient's output C [rows, cols] (the stores of `W::KERNEL`).

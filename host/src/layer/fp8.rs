@@ -5,11 +5,12 @@
 //! layout but no backward reads an FP8 forward yet.
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe_kernels::params;
+use megamoe_kernels::kernels_host as kh;
+use megamoe_kernels::params::{self, GroupedGemmFp8};
 
 use super::{MoeLayer, Saved};
 use crate::error::{Error, Result};
-use crate::fp8::{self as q, GroupedGemmFp8Args, QuantizeArgs, SwigluFp8Args};
+use crate::fp8::{self as q, QuantizeArgs};
 use crate::runtime::{dptr, Gpu, Launch};
 
 /// W1 and W2 in blockwise FP8 (128 x 128 scales), as [`MoeLayer::forward_fp8`] reads them.
@@ -79,8 +80,9 @@ pub(super) struct Fp8Work {
 impl MoeLayer {
     /// The forward in blockwise FP8 (see the module's documentation): y = sum_j w_tj expert(ids_tj)(x_t) with x,
     /// h and the weights in e4m3 with their scales, f32 accumulation, bf16 h and y. Needs H a multiple of 512 and
-    /// I of 128. `saved` (from [`MoeLayer::alloc_saved`]) receives the routing layout. Asynchronous; the first call
-    /// allocates the FP8 buffers, and each call encodes its tensor maps (not yet capturable in a CUDA graph).
+    /// I of 128. `saved` (from [`MoeLayer::alloc_saved`]) receives the routing layout. Asynchronous, no host
+    /// synchronisation; the first call allocates the FP8 buffers and encodes the tensor maps of its buffers, after
+    /// which calls on the same buffers can be captured in a CUDA graph (as [`MoeLayer::forward_into`]).
     pub fn forward_fp8(&mut self, inp: &Fp8Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
         let c = self.cfg;
         let (e, h, i, k) = (c.experts, c.hidden, c.intermediate, c.top_k);
@@ -143,35 +145,44 @@ impl MoeLayer {
         // codes and scales into expert order (H and H / 32 bytes a row: H a multiple of 512 keeps both 16-byte rows)
         gather_bytes(&g, self, dptr(&f.x8, &s), dptr(&f.xs8, &s), h, sv)?;
         gather_bytes(&g, self, dptr(&f.x8_scales, &s), dptr(&f.xs8_scales, &s), h / 32, sv)?;
-        let g1 = SwigluFp8Args {
-            a: &f.xs8,
-            a_scales: &f.xs8_scales,
-            w1: &w.w1,
-            w1_scales: &w.w1_scales,
-            offsets: &sv.offsets,
-            tile_offsets: &sv.tile_offsets,
-            h: &mut self.work.h,
-            experts: e,
-            i,
-            k: h,
-            rows_max: slots_max,
+        // the GEMMs with cached tensor maps (encoded on a buffer's first call: then capturable in a CUDA graph)
+        let (xs8, xs8s, h8, h8s) = (dptr(&f.xs8, &s), dptr(&f.xs8_scales, &s), dptr(&f.h8, &s), dptr(&f.h8_scales, &s));
+        let (hp, ys) = (dptr(&self.work.h, &s), dptr(&self.work.ys, &s));
+        let gemm = |sa: u64, sb: u64, c: u64, n: usize, kk: usize, maps: [u64; 3]| GroupedGemmFp8 {
+            map_a: maps[0],
+            map_b: maps[1],
+            sa,
+            sb,
+            offsets: dptr(&sv.offsets, &s),
+            tile_offsets: dptr(&sv.tile_offsets, &s),
+            c,
+            error: 0,
+            map_c: maps[2],
+            experts: e as u32,
+            n: n as u32,
+            k: kk as u32,
+            rows_max: slots_max as u32,
         };
-        q::grouped_gemm_fp8_swiglu(&g, g1)?;
-        unsafe { q::quantize_rows_raw(&g, dptr(&self.work.h, &s), dptr(&f.h8, &s), dptr(&f.h8_scales, &s), t * k, i)? };
-        let g2 = GroupedGemmFp8Args {
-            a: &f.h8,
-            a_scales: &f.h8_scales,
-            b: &w.w2,
-            b_scales: &w.w2_scales,
-            offsets: &sv.offsets,
-            tile_offsets: &sv.tile_offsets,
-            c: &mut self.work.ys,
-            experts: e,
-            n: h,
-            k: i,
-            rows_max: slots_max,
-        };
-        q::grouped_gemm_fp8(&g, g2)?;
+        let maps1 = [
+            self.maps.get_u8(&g, xs8, slots_max, h, 128)?,
+            self.maps.get_u8(&g, dptr(&w.w1, &s), e * 2 * i, h, 64)?,
+            self.maps.get(&g, hp, slots_max, i, 64, 64)?,
+        ];
+        let p1 = gemm(xs8s, dptr(&w.w1_scales, &s), hp, i, h, maps1);
+        let cfg1 = q::launch_cfg(&g, "grouped_gemm_fp8_swiglu", slots_max, e, i, 64)?;
+        // SAFETY: the parameter block's buffers hold the shapes checked above (A, h: slots_max rows; W1: E * 2I rows
+        // of H); rows are bounded by the device offsets, offsets[E] <= t k <= slots_max.
+        unsafe { g.launch("grouped_gemm_fp8_swiglu", cfg1, &p1)? };
+        unsafe { q::quantize_rows_raw(&g, hp, h8, h8s, t * k, i)? };
+        let maps2 = [
+            self.maps.get_u8(&g, h8, slots_max, i, 128)?,
+            self.maps.get_u8(&g, dptr(&w.w2, &s), e * h, i, 128)?,
+            self.maps.get(&g, ys, slots_max, h, 64, 64)?,
+        ];
+        let p2 = gemm(h8s, dptr(&w.w2_scales, &s), ys, h, i, maps2);
+        let cfg2 = q::launch_cfg(&g, "grouped_gemm_fp8", slots_max, e, h, kh::FP8_BN as usize)?;
+        // SAFETY: as GEMM1's, with h8 [slots_max, I], W2 [E * H, I], ys [slots_max, H].
+        unsafe { g.launch("grouped_gemm_fp8", cfg2, &p2)? };
         self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), sv)
     }
 }
