@@ -104,48 +104,27 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 || s(fp8::quantize_rows(g, QuantizeArgs { x: &da, q: &mut qa, scales: &mut sa, rows: m, cols: kk }));
             medians(g, &mut [&mut quant])?[0]
         };
-        let p8 = s(GroupedGemmFp8Args {
-            a: &qa,
-            a_scales: &sa,
-            b: &qb,
-            b_scales: &sb,
-            offsets: &doff,
-            tile_offsets: &dtil,
-            c: &mut c8,
-            experts: e,
-            n,
-            k: kk,
-            rows_max: m,
-        }
-        .prepare(g))?;
-        let p8r = s(GroupedGemmFp8Args {
-            a: &qa,
-            a_scales: &sa,
-            b: &qb,
-            b_scales: &sb,
-            offsets: &doff,
-            tile_offsets: &dtil,
-            c: &mut c8r,
-            experts: e,
-            n,
-            k: kk,
-            rows_max: m,
-        }
-        .prepare_with(g, Fp8Variant::Registers))?;
-        let p8c = s(GroupedGemmFp8Args {
-            a: &qa,
-            a_scales: &sa,
-            b: &qb,
-            b_scales: &sb,
-            offsets: &doff,
-            tile_offsets: &dtil,
-            c: &mut c8c,
-            experts: e,
-            n,
-            k: kk,
-            rows_max: m,
-        }
-        .prepare_with(g, Fp8Variant::Clusters))?;
+        // the three FP8 kernels on the same operands, each into its own C
+        let (qa, sa, qb, sb) = (&qa, &sa, &qb, &sb);
+        let prep = |c, variant| {
+            let args = GroupedGemmFp8Args {
+                a: qa,
+                a_scales: sa,
+                b: qb,
+                b_scales: sb,
+                offsets: &doff,
+                tile_offsets: &dtil,
+                c,
+                experts: e,
+                n,
+                k: kk,
+                rows_max: m,
+            };
+            s(args.prepare_with(g, variant))
+        };
+        let p8 = prep(&mut c8, Fp8Variant::Staged)?;
+        let p8r = prep(&mut c8r, Fp8Variant::Registers)?;
+        let p8c = prep(&mut c8c, Fp8Variant::Clusters)?;
         let p16 = s(GroupedGemmArgs {
             a: &da,
             b: &dw,
@@ -172,8 +151,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let written = c.iter().all(|v| !v.is_nan()) && s(g.download(&c16))?.iter().all(|v| !v.is_nan());
         let same = s(g.download(&c8r))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits())
             && s(g.download(&c8c))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
-        let (hq, hs) = (s(g.download(&qa))?, s(g.download(&sa))?);
-        let (hqb, hsb) = (s(g.download(&qb))?, s(g.download(&sb))?);
+        let (hq, hs) = (s(g.download(qa))?, s(g.download(sa))?);
+        let (hqb, hsb) = (s(g.download(qb))?, s(g.download(sb))?);
         let (mut got, mut want) = (Vec::new(), Vec::new());
         for x in [0, e / 2, e - 1] {
             let (r0, r1) = (offsets[x] as usize, offsets[x + 1] as usize);
@@ -200,10 +179,10 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             s(g.fill_bytes(&mut h8, 0xff))?;
             s(g.fill_bytes(&mut h16, 0xff))?;
             let p8 = s(SwigluFp8Args {
-                a: &qa,
-                a_scales: &sa,
-                w1: &qb,
-                w1_scales: &sb,
+                a: qa,
+                a_scales: sa,
+                w1: qb,
+                w1_scales: sb,
                 offsets: &doff,
                 tile_offsets: &dtil,
                 h: &mut h8,

@@ -4,6 +4,7 @@
 //! are refused before anything runs.
 use std::sync::Arc;
 
+use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, SwigluFp8Args};
 use megamoe::rng::Rng;
@@ -74,6 +75,28 @@ fn quantize_matches(rows: usize, cols: usize, blocks: bool) {
 gpu_test!(quantize_rows_matches_the_reference_bitwise, quantize_matches(37, 768, false));
 gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 512, true));
 
+/// Activations quantized per row (1 x 128) and weights per 128 x 128 block, on the GPU.
+struct Quantized {
+    qa: CudaSlice<u8>,
+    sa: CudaSlice<f32>,
+    qb: CudaSlice<u8>,
+    sb: CudaSlice<f32>,
+}
+
+/// `x` [rows, k] and `w` [rows_w, k] uploaded and quantized by the kernels.
+fn quantized(g: &Gpu, x: &[bf16], rows: usize, w: &[bf16], rows_w: usize, k: usize) -> Quantized {
+    let (dx, dw) = (g.upload(x).unwrap(), g.upload(w).unwrap());
+    let mut q = Quantized {
+        qa: g.alloc::<u8>(rows * k).unwrap(),
+        sa: g.alloc::<f32>(rows * (k / 128)).unwrap(),
+        qb: g.alloc::<u8>(rows_w * k).unwrap(),
+        sb: g.alloc::<f32>(rows_w / 128 * (k / 128)).unwrap(),
+    };
+    fp8::quantize_rows(g, QuantizeArgs { x: &dx, q: &mut q.qa, scales: &mut q.sa, rows, cols: k }).unwrap();
+    fp8::quantize_blocks(g, QuantizeArgs { x: &dw, q: &mut q.qb, scales: &mut q.sb, rows: rows_w, cols: k }).unwrap();
+    q
+}
+
 /// One FP8 grouped GEMM on fresh inputs, checked against the f64 product of the dequantized operands (and, for the
 /// record, against the unquantized bf16 product); returns C's bits.
 fn gemm_run(counts: &[u32], n: usize, k: usize, seed: u64) -> Vec<u16> {
@@ -93,13 +116,7 @@ fn gemm_run_with(counts: &[u32], n: usize, k: usize, seed: u64, store: Fp8Varian
     for i in 0..e {
         offsets[i + 1] = offsets[i] + counts[i];
     }
-    let (dx, dw) = (g.upload(&x).unwrap(), g.upload(&w).unwrap());
-    let mut qa = g.alloc::<u8>(rows_max * k).unwrap();
-    let mut sa = g.alloc::<f32>(rows_max * (k / 128)).unwrap();
-    let mut qb = g.alloc::<u8>(e * n * k).unwrap();
-    let mut sb = g.alloc::<f32>(e * n / 128 * (k / 128)).unwrap();
-    fp8::quantize_rows(&g, QuantizeArgs { x: &dx, q: &mut qa, scales: &mut sa, rows: rows_max, cols: k }).unwrap();
-    fp8::quantize_blocks(&g, QuantizeArgs { x: &dw, q: &mut qb, scales: &mut sb, rows: e * n, cols: k }).unwrap();
+    let Quantized { qa, sa, qb, sb } = quantized(&g, &x, rows_max, &w, e * n, k);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
     let mut dc = g.alloc::<bf16>(rows_max * n).unwrap();
     g.fill_bytes(&mut dc, 0xff).unwrap();
@@ -194,13 +211,7 @@ fn swiglu_run(counts: &[u32], i: usize, k: usize) {
     for j in 0..e {
         offsets[j + 1] = offsets[j] + counts[j];
     }
-    let (dx, dw) = (g.upload(&x).unwrap(), g.upload(&w).unwrap());
-    let mut qa = g.alloc::<u8>(rows_max * k).unwrap();
-    let mut sa = g.alloc::<f32>(rows_max * (k / 128)).unwrap();
-    let mut qb = g.alloc::<u8>(e * 2 * i * k).unwrap();
-    let mut sb = g.alloc::<f32>(e * 2 * i / 128 * (k / 128)).unwrap();
-    fp8::quantize_rows(&g, QuantizeArgs { x: &dx, q: &mut qa, scales: &mut sa, rows: rows_max, cols: k }).unwrap();
-    fp8::quantize_blocks(&g, QuantizeArgs { x: &dw, q: &mut qb, scales: &mut sb, rows: e * 2 * i, cols: k }).unwrap();
+    let Quantized { qa, sa, qb, sb } = quantized(&g, &x, rows_max, &w, e * 2 * i, k);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
     let mut dh = g.alloc::<bf16>(rows_max * i).unwrap();
     g.fill_bytes(&mut dh, 0xff).unwrap();
