@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Prepared 2026-12-03 (eleventh session), not run (the device budget was spent). Setup here: on a branch from main,
+# `git am docs/wip/fp8-dgrad.patch`, `cargo xtask gpu-bundle .dev/bundle`; copy fp8, layer_forward, graph into
+# .dev/bD, this script to .dev/callD.sh; carry [".dev/bD", ".dev/callD.sh"]. ~200 s.
+# 1. tests/fp8.rs with the patch: quantize_blocks_t bitwise the CPU reference; dx in FP8 with transposed weights
+#    against the dequantized f64 product (predicted ~1.7e-3, as the forward GEMMs).
+# 2. The Qwen-sized cases of layer_forward and graph that call Z skipped after the route_call refactor.
+set -uo pipefail
+cd "$(dirname "$0")/bD"
+run() { local name=$1; shift; local t0=$(date +%s); "$@" --include-ignored --test-threads=1 > $OUT/$name.txt 2>&1; local rc=$?
+  echo "== $name rc $rc in $(( $(date +%s) - t0 )) s: $(grep 'test result' $OUT/$name.txt | tail -1)"; grep -E "FAILED|panicked" $OUT/$name.txt | head -8; }
+run fp8 timeout 90 ./fp8 &
+run layer_forward timeout 200 ./layer_forward qwen3 &
+run graph timeout 200 ./graph qwen3 &
+wait
+grep -E "rel err" $OUT/fp8.txt | tail -3
