@@ -288,7 +288,7 @@ gpu_test!(bad_shapes_are_refused_before_anything_runs, {
 /// quantization tests), z and h in f64 from the dequantized operands, h rounded to bf16 and quantized per row, y
 /// from the dequantized h and W2, out = sum of the weighted rows. Ragged routing with masked slots; out poisoned.
 fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
-    use megamoe::layer::{Fp8Inputs, Fp8Weights, Inputs, LayerConfig, MoeLayer, Save};
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
     let g = gpu();
     let seed = Rng::fresh_seed();
     eprintln!("seed {seed}");
@@ -360,6 +360,14 @@ fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
     let d = check::rel_err(&got, &o16);
     eprintln!("rel err {err:.3e} against the FP8 model, {d:.3e} against the bf16 layer");
     assert!(d < 0.1, "the FP8 forward is {d} away from the bf16 layer");
+    // the FP8 forward has no backward yet: a backward of its saved state is refused before anything runs
+    let mut dx_out = g.alloc::<bf16>(tokens * h).unwrap();
+    let mut dw1 = g.alloc::<f32>(e * 2 * i * h).unwrap();
+    let mut dw2 = g.alloc::<f32>(e * h * i).unwrap();
+    let mut dtopk = g.alloc::<f32>(tokens * k).unwrap();
+    let grads = Grads { dx: &mut dx_out, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    let e = layer.backward(&saved, &out16, &inp16, grads).unwrap_err();
+    assert!(format!("{e:?}").contains("forward_fp8"), "{e:?}");
 }
 
 gpu_test!(layer_forward_fp8_matches_the_fp8_model, layer_fp8_run(300, 512, 256, 8, 2));

@@ -198,6 +198,8 @@ pub struct Saved {
     z: Option<CudaSlice<bf16>>,
     /// The expert-ordered rows of x (bf16 [slots, H]), `Save::WithZ` with `Gather::Pass`.
     xs: Option<CudaSlice<bf16>>,
+    /// Written by [`MoeLayer::forward_fp8`] (no backward reads it yet).
+    fp8: bool,
 }
 
 impl Saved {
@@ -615,6 +617,7 @@ impl MoeLayer {
             slot_row: g.alloc(slots.max(1))?,
             z: if with_z { Some(g.alloc((slots * 2 * c.intermediate).max(1))?) } else { None },
             xs: if with_z && c.gather != Gather::InProducer { Some(g.alloc((slots * c.hidden).max(1))?) } else { None },
+            fp8: false,
         })
     }
 
@@ -706,6 +709,7 @@ impl MoeLayer {
         // the call's error word, zeroed in stream order
         g.zero_words(dptr(saved.error.as_ref(), &s), 1)?;
         saved.tokens = tokens;
+        saved.fp8 = false;
         self.last_error = Some(saved.error.clone());
         let sv: &Saved = saved;
         if tokens == 0 {
@@ -809,6 +813,9 @@ impl MoeLayer {
         self.check_inputs(inp, dy.len())?;
         let c = self.cfg;
         let bad = |s: String| Err(Error::InvalidArgument(s));
+        if saved.fp8 {
+            return bad("the saved state comes from forward_fp8, which has no backward yet".into());
+        }
         if saved.tokens != inp.tokens {
             return bad(format!("saved state is of {} tokens, the inputs of {}", saved.tokens, inp.tokens));
         }

@@ -14,13 +14,18 @@ pub const E4M3_MAX: f32 = 448.0;
 /// Columns (or rows and columns, for weights) per scale block.
 pub const BLOCK: u32 = 128;
 
+/// Below this a block's amax is raised to it: 448 / amax stays finite (it would overflow to infinity below
+/// ~1.3e-36, bf16 subnormals included, and 0 * inf is a NaN). Values that small quantize to zero codes.
+pub const AMAX_FLOOR: f32 = 1e-30;
+
 /// The scale of a block whose largest magnitude is `amax`, and the factor its values are multiplied by before
-/// rounding: (amax / 448, 448 / amax); (1, 1) for a block of zeros (or a NaN / infinite amax: the codes then
-/// carry the NaN or saturate).
+/// rounding: (amax / 448, 448 / amax) with amax raised to [`AMAX_FLOOR`]; (1, 1) for a block of zeros (or a NaN /
+/// infinite amax: the codes then carry the NaN or saturate).
 #[inline(always)]
 pub fn scale_and_factor(amax: f32) -> (f32, f32) {
     if amax > 0.0 && amax < f32::INFINITY {
-        (amax / E4M3_MAX, E4M3_MAX / amax)
+        let a = amax.max(AMAX_FLOOR);
+        (a / E4M3_MAX, E4M3_MAX / a)
     } else {
         (1.0, 1.0)
     }
@@ -152,5 +157,12 @@ mod tests {
         assert_eq!(f, 448.0 / 3.5);
         // the block's largest value lands on (or within rounding of) 448
         assert!(e4m3_to_f32(e4m3_from_f32(3.5 * f)) == 448.0);
+        // tiny blocks (bf16 subnormals): a finite factor, zeros stay zero codes, never a NaN
+        for amax in [1e-38f32, 9.2e-41, 1.3e-36, 1e-30] {
+            let (s, f) = scale_and_factor(amax);
+            assert!(s > 0.0 && f.is_finite(), "amax {amax}");
+            assert_eq!(e4m3_from_f32(0.0 * f), 0);
+            assert!(e4m3_from_f32(amax * f) & 0x7f != 0x7f);
+        }
     }
 }

@@ -80,7 +80,8 @@ pub(super) struct Fp8Work {
 impl MoeLayer {
     /// The forward in blockwise FP8 (see the module's documentation): y = sum_j w_tj expert(ids_tj)(x_t) with x,
     /// h and the weights in e4m3 with their scales, f32 accumulation, bf16 h and y. Needs H a multiple of 512 and
-    /// I of 128. `saved` (from [`MoeLayer::alloc_saved`]) receives the routing layout. Asynchronous, no host
+    /// I of 128. `saved` (from [`MoeLayer::alloc_saved`]) receives the routing layout (a backward refuses it: the
+    /// FP8 forward has no backward yet). Asynchronous, no host
     /// synchronisation; the first call allocates the FP8 buffers and encodes the tensor maps of its buffers, after
     /// which calls on the same buffers can be captured in a CUDA graph (as [`MoeLayer::forward_into`]).
     pub fn forward_fp8(&mut self, inp: &Fp8Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
@@ -115,7 +116,17 @@ impl MoeLayer {
         }
         let g = self.gpu.clone();
         let me = g.ordinal();
-        for (name, o) in [("x", inp.x.ordinal()), ("topk_ids", inp.topk_ids.ordinal()), ("W1", w.w1.ordinal())] {
+        let ords = [
+            ("x", inp.x.ordinal()),
+            ("topk_ids", inp.topk_ids.ordinal()),
+            ("topk_weights", inp.topk_weights.ordinal()),
+            ("W1", w.w1.ordinal()),
+            ("W1 scales", w.w1_scales.ordinal()),
+            ("W2", w.w2.ordinal()),
+            ("W2 scales", w.w2_scales.ordinal()),
+            ("out", out.ordinal()),
+        ];
+        for (name, o) in ords {
             if o != me {
                 return bad(format!("{name} lives on device {o}, the layer on device {me}"));
             }
@@ -131,7 +142,10 @@ impl MoeLayer {
                 h8_scales: g.alloc((slots * i / 128).max(1))?,
             });
         }
-        if !self.route_call(inp.topk_ids, t, saved)? {
+        let routed = self.route_call(inp.topk_ids, t, saved)?;
+        // its z / xs (if any) are not this call's: a backward must refuse it
+        saved.fp8 = true;
+        if !routed {
             return Ok(());
         }
         let sv: &Saved = saved;

@@ -306,7 +306,9 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool>(
             promote(&mut acc, &p0, s0);
             it += 1;
         }
-        let ti = slot(base, regs::opaque(l));
+        let mut ti = slot(base, regs::opaque(l));
+        // never past the buffer, whatever the device offsets say (offsets[E] <= rows_max is the caller's promise)
+        ti.row_end = ti.row_end.min(p.rows_max);
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;
         let row0w = ti.row0 + cw * 64;

@@ -4,16 +4,16 @@ use crate::fp8::scale_and_factor;
 use crate::params::QuantFp8;
 use crate::ptx::{global, math, regs, smem, sync, warp};
 
-/// The largest of `v` over the warp (non-negative floats: their bit patterns order as the values do).
+/// The largest of `v` over the warp, NaN ignored as `f32::max` ignores it (the host's reference folds with it).
 #[inline(always)]
 unsafe fn warp_max(v: f32) -> f32 {
-    let mut b = v.to_bits();
+    let mut v = v;
     let mut m = 16;
     while m > 0 {
-        b = b.max(warp::shfl_xor(b, m));
+        v = v.max(f32::from_bits(warp::shfl_xor(v.to_bits(), m)));
         m /= 2;
     }
-    f32::from_bits(b)
+    v
 }
 
 /// |x| of the two bf16 of `w`, the larger.
@@ -77,11 +77,11 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks(p: QuantFp8) {
         smem::st_u32(red + 4 * (t / 32), amax.to_bits());
     }
     sync::block_sync();
-    let mut all = 0u32;
+    let mut all = 0f32;
     crate::unroll!(W in [0, 1, 2, 3, 4, 5, 6, 7] {
-        all = all.max(smem::ld_u32(red + 4 * W as u32));
+        all = all.max(f32::from_bits(smem::ld_u32(red + 4 * W as u32)));
     });
-    let (scale, f) = scale_and_factor(f32::from_bits(all));
+    let (scale, f) = scale_and_factor(all);
     let dst = (p.q as *mut [u32; 4]).add(at / 16);
     crate::unroll!(I in [0, 1, 2, 3] {
         let (a, b) = (v[2 * I], v[2 * I + 1]);
