@@ -9,7 +9,8 @@
 //! TFLOP/s). Outputs poisoned, then checked fully written, and sampled rows checked against the f64 product of
 //! the dequantized operands (<= 1e-2).
 //!
-//! Last, per shape, the whole layer forward in FP8 (`MoeLayer::forward_fp8`) against the bf16 forward, alternating.
+//! benches/torch_fp8.py is its partner on the GPU machine: cuBLASLt's FP8 GEMM (torch._scaled_mm) on the dense GEMMs
+//! of the same shapes, the ceiling. Last, per shape, the whole layer forward in FP8 (`MoeLayer::forward_fp8`) against the bf16 forward, alternating.
 //!
 //! `cargo bench --bench fp8`; in the GPU bundle `./fp8_bench --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape.
 use std::sync::Arc;
