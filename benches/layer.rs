@@ -6,7 +6,9 @@
 //! T = 16384, top-8 of 128 and of 4096 experts.
 //!
 //! Last, the z-saved forward + backward (bf16 weight gradients) captured once in a CUDA graph and replayed,
-//! alternating with the same step launched eagerly; the graph's dx checked bitwise against the eager step's.
+//! alternating with the same step launched eagerly; the graph's dx checked bitwise against the eager step's. Then
+//! the forward in blockwise FP8 (`MoeLayer::forward_fp8`, weights quantized beforehand) alternating with the bf16
+//! forward (its output fully written and within 0.1 of the bf16 output: the format's error is ~6e-2).
 //!
 //! `MEGAMOE_BENCH_PHASES=1`: then one more forward + backward of each save mode with device events around every
 //! launch (`Gpu::profile_start`), printed as `PHASE` lines: each kernel's time in place and the idle time before it.
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::layer::{Forward, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
+use megamoe::layer::{Forward, Fp8Inputs, Fp8Weights, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
@@ -289,8 +291,42 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ge * 1e3,
         ge / gg
     );
+    // the forward in blockwise FP8 (`forward_fp8`, weights quantized beforehand, as once per optimizer step),
+    // alternating with the default bf16 forward (z recomputed) on the same inputs
+    let layer = &mut all[0];
+    let mut w8 = Fp8Weights::alloc(layer)?;
+    w8.quantize(g, &dw1, &dw2, layer)?;
+    let inp8 = Fp8Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, weights: &w8 };
+    let (mut sv8, mut sv16) = (layer.alloc_saved(tokens)?, layer.alloc_saved(tokens)?);
+    let mut out8 = g.alloc::<bf16>(tokens * h)?;
+    g.fill_bytes(&mut out8, 0xff)?;
+    layer.forward_fp8(&inp8, &mut out8, &mut sv8)?;
+    layer.forward_into(&inp, &mut out, &mut sv16)?;
+    let (mut t8, mut t16) = (Vec::new(), Vec::new());
+    for rep in 0..3 + reps {
+        let a = g.timed(|| layer.forward_fp8(&inp8, &mut out8, &mut sv8))?;
+        let b = g.timed(|| layer.forward_into(&inp, &mut out, &mut sv16))?;
+        if rep >= 3 {
+            t8.push(a);
+            t16.push(b);
+        }
+    }
+    let (m8, m16) = (median(t8), median(t16));
+    let (o8, o16) = (g.download(&out8)?, g.download(&out)?);
+    let written8 = o8.iter().all(|v| !v.is_nan());
+    let (p8, p16): (Vec<f64>, Vec<f64>) = o8.iter().zip(&o16).map(|(a, b)| (a.to_f64(), b.to_f64())).unzip();
+    let d8 = check::rel_err(&p8, &p16);
+    println!(
+        "RESULT megamoe forward FP8 {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median of {reps}, alternating with the \
+         bf16 forward: {:.0} us, {:.2}x); rel diff to the bf16 output {d8:.1e} (the format's error), all written: \
+         {written8}",
+        m8 * 1e3,
+        fl / (m8 * 1e-3) / 1e12,
+        m16 * 1e3,
+        m16 / m8
+    );
     let err = err.max(err_dx).max(err_tk);
-    if err.is_nan() || err > 1e-2 || !written || !same {
+    if err.is_nan() || err > 1e-2 || !written || !same || !written8 || d8 > 0.1 {
         return Err(megamoe::Error::Mismatch(format!("{name}: wrong results in the benchmark run")));
     }
     Ok(())
