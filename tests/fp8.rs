@@ -75,6 +75,16 @@ fn quantize_matches(rows: usize, cols: usize, blocks: bool) {
 gpu_test!(quantize_rows_matches_the_reference_bitwise, quantize_matches(37, 768, false));
 gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 512, true));
 
+/// Row offsets [E + 1] of per-expert row counts.
+fn row_offsets(counts: &[u32]) -> Vec<u32> {
+    std::iter::once(0)
+        .chain(counts.iter().scan(0, |acc, &c| {
+            *acc += c;
+            Some(*acc)
+        }))
+        .collect()
+}
+
 /// Activations quantized per row (1 x 128) and weights per 128 x 128 block, on the GPU.
 struct Quantized {
     qa: CudaSlice<u8>,
@@ -112,10 +122,7 @@ fn gemm_run_with(counts: &[u32], n: usize, k: usize, seed: u64, store: Fp8Varian
     let rows_max = rows + 37;
     let x = r.bf16_vec(rows_max * k, 1.0);
     let w = r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt());
-    let mut offsets = vec![0u32; e + 1];
-    for i in 0..e {
-        offsets[i + 1] = offsets[i] + counts[i];
-    }
+    let offsets = row_offsets(counts);
     let Quantized { qa, sa, qb, sb } = quantized(&g, &x, rows_max, &w, e * n, k);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
     let mut dc = g.alloc::<bf16>(rows_max * n).unwrap();
@@ -207,10 +214,7 @@ fn swiglu_run(counts: &[u32], i: usize, k: usize) {
     let rows_max = rows + 37;
     let x = r.bf16_vec(rows_max * k, 1.0);
     let w = r.bf16_vec(e * 2 * i * k, 2.0 / (k as f64).sqrt());
-    let mut offsets = vec![0u32; e + 1];
-    for j in 0..e {
-        offsets[j + 1] = offsets[j] + counts[j];
-    }
+    let offsets = row_offsets(counts);
     let Quantized { qa, sa, qb, sb } = quantized(&g, &x, rows_max, &w, e * 2 * i, k);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
     let mut dh = g.alloc::<bf16>(rows_max * i).unwrap();

@@ -64,12 +64,8 @@ impl QuantizeArgs<'_> {
 /// Quantize each row's 128-column blocks (activations: 1 x 128 scales).
 pub fn quantize_rows(gpu: &Gpu, a: QuantizeArgs<'_>) -> Result<()> {
     let p = a.check(gpu, "quantize_rows", 1)?;
-    let warps = (a.rows * (a.cols / 128)) as u32;
-    if warps == 0 {
-        return Ok(());
-    }
     // SAFETY: the buffers hold the shapes (checked) and stay borrowed until the launch is enqueued.
-    unsafe { gpu.launch("quantize_fp8_rows", Launch::new(warps.div_ceil(8), 256, 0), &p) }
+    unsafe { quantize_rows_raw(gpu, p.x, p.q, p.scales, a.rows, a.cols) }
 }
 
 /// [`quantize_rows`] on raw device addresses: `rows` rows of `cols` (a multiple of 128) bf16 at `x` into codes at

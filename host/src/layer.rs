@@ -422,7 +422,14 @@ impl MoeLayer {
         Ok(())
     }
 
+    /// Rows of x (H bf16 each) into expert order: row r of `dst` = row row_slot[r] / k of `src`.
     fn gather(&self, src: u64, dst: u64, sv: &Saved) -> Result<()> {
+        self.gather_bytes(src, dst, 2 * self.cfg.hidden, sv)
+    }
+
+    /// [`MoeLayer::gather`] of rows of `bytes` bytes (a multiple of 16: the kernel counts 2-byte units and copies
+    /// 16 bytes at a time), e.g. the FP8 forward's codes and scales.
+    fn gather_bytes(&self, src: u64, dst: u64, bytes: usize, sv: &Saved) -> Result<()> {
         let g = &self.gpu;
         let s = g.stream();
         let p = params::Gather {
@@ -430,13 +437,13 @@ impl MoeLayer {
             dst,
             row_slot: dptr(&sv.row_slot, s),
             offsets: dptr(&sv.offsets, s),
-            cols: self.cfg.hidden as u32,
+            cols: (bytes / 2) as u32,
             k: self.cfg.top_k as u32,
             experts: self.cfg.experts as u32,
             pad: 0,
         };
         let slots = (sv.tokens * self.cfg.top_k) as u32;
-        // SAFETY: rows < offsets[E] <= slots; src holds T rows, dst slots rows of `cols`.
+        // SAFETY: rows < offsets[E] <= slots; src holds T rows, dst slots rows of `bytes`.
         unsafe { g.launch("gather_rows", Launch::new(slots, 128, 0), &p) }
     }
 

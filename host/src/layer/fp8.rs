@@ -6,12 +6,12 @@
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{self, GroupedGemmFp8};
+use megamoe_kernels::params::GroupedGemmFp8;
 
 use super::{MoeLayer, Saved};
 use crate::error::{Error, Result};
 use crate::fp8::{self as q, QuantizeArgs};
-use crate::runtime::{dptr, Gpu, Launch};
+use crate::runtime::{dptr, Gpu};
 
 /// W1 and W2 in blockwise FP8 (128 x 128 scales), as [`MoeLayer::forward_fp8`] reads them.
 pub struct Fp8Weights {
@@ -157,8 +157,8 @@ impl MoeLayer {
         // the tokens, quantized once (T rows, not T k)
         unsafe { q::quantize_rows_raw(&g, dptr(inp.x, &s), dptr(&f.x8, &s), dptr(&f.x8_scales, &s), t, h)? };
         // codes and scales into expert order (H and H / 32 bytes a row: H a multiple of 512 keeps both 16-byte rows)
-        gather_bytes(&g, self, dptr(&f.x8, &s), dptr(&f.xs8, &s), h, sv)?;
-        gather_bytes(&g, self, dptr(&f.x8_scales, &s), dptr(&f.xs8_scales, &s), h / 32, sv)?;
+        self.gather_bytes(dptr(&f.x8, &s), dptr(&f.xs8, &s), h, sv)?;
+        self.gather_bytes(dptr(&f.x8_scales, &s), dptr(&f.xs8_scales, &s), h / 32, sv)?;
         // the GEMMs with cached tensor maps (encoded on a buffer's first call: then capturable in a CUDA graph)
         let (xs8, xs8s, h8, h8s) = (dptr(&f.xs8, &s), dptr(&f.xs8_scales, &s), dptr(&f.h8, &s), dptr(&f.h8_scales, &s));
         let (hp, ys) = (dptr(&self.work.h, &s), dptr(&self.work.ys, &s));
@@ -199,23 +199,4 @@ impl MoeLayer {
         unsafe { g.launch("grouped_gemm_fp8", cfg2, &p2)? };
         self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), sv)
     }
-}
-
-/// Gather rows of `bytes` bytes (a multiple of 16) into expert order: row r of `dst` = row row_slot[r] / k of
-/// `src` (the bf16 gather kernel, its rows counted in 2-byte units).
-fn gather_bytes(g: &Gpu, layer: &MoeLayer, src: u64, dst: u64, bytes: usize, sv: &Saved) -> Result<()> {
-    let s = g.stream();
-    let p = params::Gather {
-        src,
-        dst,
-        row_slot: dptr(&sv.row_slot, s),
-        offsets: dptr(&sv.offsets, s),
-        cols: (bytes / 2) as u32,
-        k: layer.cfg.top_k as u32,
-        experts: layer.cfg.experts as u32,
-        pad: 0,
-    };
-    let slots = (sv.tokens * layer.cfg.top_k) as u32;
-    // SAFETY: rows < offsets[E] <= slots; src holds T rows, dst slots rows of `bytes`.
-    unsafe { g.launch("gather_rows", Launch::new(slots, 128, 0), &p) }
 }
