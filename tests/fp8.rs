@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, SwigluFp8Args};
+use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, QuantizeTArgs, SwigluFp8Args};
 use megamoe::rng::Rng;
 use megamoe::{check, gemm, Gpu};
 
@@ -71,6 +71,27 @@ fn quantize_matches(rows: usize, cols: usize, blocks: bool) {
         panic!("code [{}, {}]: {:#04x} against {:#04x} (x = {})", i / cols, i % cols, q[i], wq[i], x[i]);
     }
 }
+
+gpu_test!(quantize_blocks_t_matches_the_reference_bitwise, {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let (b, rows, cols) = (3, 256, 384);
+    let x = spread(&mut r, b * rows, cols);
+    let dx = g.upload(&x).unwrap();
+    let mut q = g.alloc::<u8>(b * rows * cols).unwrap();
+    let mut s = g.alloc::<f32>(b * rows * cols / (128 * 128)).unwrap();
+    g.fill_bytes(&mut q, 0x7f).unwrap();
+    g.fill_bytes(&mut s, 0xff).unwrap();
+    fp8::quantize_blocks_t(&g, QuantizeTArgs { x: &dx, q: &mut q, scales: &mut s, batches: b, rows, cols }).unwrap();
+    let (q, s) = (g.download(&q).unwrap(), g.download(&s).unwrap());
+    let (wq, ws) = fp8::quantize_blocks_t_cpu(&x, b, rows, cols);
+    assert!(s.iter().zip(&ws).all(|(p, q)| p.to_bits() == q.to_bits()), "scales differ");
+    if let Some(i) = (0..q.len()).find(|&i| q[i] != wq[i]) {
+        panic!("code {i} (row {}, column {}): {:#04x} against {:#04x}", i / rows, i % rows, q[i], wq[i]);
+    }
+});
 
 gpu_test!(quantize_rows_matches_the_reference_bitwise, quantize_matches(37, 768, false));
 gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 512, true));
@@ -254,6 +275,76 @@ fn swiglu_run(counts: &[u32], i: usize, k: usize) {
 
 gpu_test!(swiglu_ragged_with_empty_and_single_row_experts, swiglu_run(&[0, 1, 300, 129, 0, 64, 17], 192, 256));
 gpu_test!(swiglu_qwen3_30b_width, swiglu_run(&[200, 0, 777], 768, 512));
+
+/// The backward's dx in FP8: dx_rows = dz . W1_e for the rows of expert e, dz [rows, 2I] quantized per row (K =
+/// 2I), W1 [E, 2I, H] quantized transposed (B = W1_e^T [H, 2I], K-major) by `quantize_blocks_t`; against the f64
+/// product of dz and W1 dequantized (W1 from its untransposed blocks: the same numbers).
+fn dgrad_run(counts: &[u32], h: usize, i2: usize) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let e = counts.len();
+    let rows: usize = counts.iter().sum::<u32>() as usize;
+    let rows_max = rows + 37;
+    let dz = r.bf16_vec(rows_max * i2, 1.0);
+    let w1 = r.bf16_vec(e * i2 * h, 1.0 / (i2 as f64).sqrt());
+    let mut offsets = vec![0u32; e + 1];
+    for j in 0..e {
+        offsets[j + 1] = offsets[j] + counts[j];
+    }
+    let (ddz, dw1) = (g.upload(&dz).unwrap(), g.upload(&w1).unwrap());
+    let mut qa = g.alloc::<u8>(rows_max * i2).unwrap();
+    let mut sa = g.alloc::<f32>(rows_max * (i2 / 128)).unwrap();
+    let mut qb = g.alloc::<u8>(e * h * i2).unwrap();
+    let mut sb = g.alloc::<f32>(e * h * i2 / (128 * 128)).unwrap();
+    fp8::quantize_rows(&g, QuantizeArgs { x: &ddz, q: &mut qa, scales: &mut sa, rows: rows_max, cols: i2 }).unwrap();
+    let args = QuantizeTArgs { x: &dw1, q: &mut qb, scales: &mut sb, batches: e, rows: i2, cols: h };
+    fp8::quantize_blocks_t(&g, args).unwrap();
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
+    let mut dc = g.alloc::<bf16>(rows_max * h).unwrap();
+    g.fill_bytes(&mut dc, 0xff).unwrap();
+    let args = GroupedGemmFp8Args {
+        a: &qa,
+        a_scales: &sa,
+        b: &qb,
+        b_scales: &sb,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        c: &mut dc,
+        experts: e,
+        n: h,
+        k: i2,
+        rows_max,
+    };
+    fp8::grouped_gemm_fp8(&g, args).unwrap();
+    g.sync().unwrap();
+    let c = g.download(&dc).unwrap();
+    let (cqa, csa) = fp8::quantize_rows_cpu(&dz, rows_max, i2);
+    let a64 = fp8::dequantize_cpu(&cqa, &csa, rows_max, i2, 1);
+    let (cqb, csb) = fp8::quantize_blocks_cpu(&w1, e * i2, h);
+    let w64 = fp8::dequantize_cpu(&cqb, &csb, e * i2, h, 128);
+    let mut want = vec![0f64; rows * h];
+    for ex in 0..e {
+        for row in offsets[ex] as usize..offsets[ex + 1] as usize {
+            for q in 0..i2 {
+                let av = a64[row * i2 + q];
+                for col in 0..h {
+                    want[row * h + col] += av * w64[(ex * i2 + q) * h + col];
+                }
+            }
+        }
+    }
+    let got: Vec<f64> = c[..rows * h].iter().map(|v| v.to_f64()).collect();
+    if let Some(q) = got.iter().position(|v| v.is_nan()) {
+        panic!("dx[{}, {}] not written", q / h, q % h);
+    }
+    let err = check::close(&format!("FP8 dgrad counts {counts:?} H {h} 2I {i2}"), &got, &want, 1e-2).unwrap();
+    eprintln!("rel err {err:.3e}");
+    assert!(c[rows * h..].iter().all(|v| v.to_bits() == 0xffff), "rows past the experts' end were written");
+}
+
+gpu_test!(dgrad_dx_with_transposed_weights, dgrad_run(&[0, 1, 300, 129, 0, 64, 17], 384, 256));
 
 gpu_test!(bad_shapes_are_refused_before_anything_runs, {
     let g = gpu();

@@ -18,7 +18,7 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::fp8::{e4m3_from_f32, e4m3_to_f32, scale_and_factor};
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{GroupedGemmFp8, QuantFp8};
+use megamoe_kernels::params::{GroupedGemmFp8, QuantFp8, QuantFp8T};
 
 use crate::error::Result;
 use crate::gemm::Check;
@@ -89,6 +89,48 @@ pub fn quantize_blocks(gpu: &Gpu, a: QuantizeArgs<'_>) -> Result<()> {
     }
     // SAFETY: as in `quantize_rows`; 32 bytes of shared memory for the block's reduction.
     unsafe { gpu.launch("quantize_fp8_blocks", Launch::new(blocks, 256, 32), &p) }
+}
+
+/// A batch of bf16 matrices [B, R, C] and where their transposes' quantized form goes.
+pub struct QuantizeTArgs<'a> {
+    /// bf16 [B, R, C].
+    pub x: &'a CudaSlice<bf16>,
+    /// e4m3 codes [B, C, R]: each matrix's transpose.
+    pub q: &'a mut CudaSlice<u8>,
+    /// f32 [B, C / 128, R / 128].
+    pub scales: &'a mut CudaSlice<f32>,
+    /// Matrices B.
+    pub batches: usize,
+    /// Rows R of each (a multiple of 128).
+    pub rows: usize,
+    /// Columns C (a multiple of 128).
+    pub cols: usize,
+}
+
+/// Quantize each matrix's transpose in 128 x 128 blocks: the same blocks (and scales) as [`quantize_blocks`] of
+/// the matrix, the codes laid out transposed. For the backward's dgrad, which reads each expert's W^T K-major
+/// (DeepSeek-V3 keeps such transposed FP8 copies of the weights).
+pub fn quantize_blocks_t(gpu: &Gpu, a: QuantizeTArgs<'_>) -> Result<()> {
+    let ck = Check { what: "quantize_blocks_t", ordinal: gpu.ordinal() };
+    ck.multiple("rows", a.rows, 128)?;
+    ck.multiple("cols", a.cols, 128)?;
+    let n = a.batches * a.rows * a.cols;
+    ck.buf("x", a.x, n)?;
+    ck.buf("q", a.q, n)?;
+    ck.buf("scales", a.scales, n / (128 * 128))?;
+    if n == 0 {
+        return Ok(());
+    }
+    let s = gpu.stream().clone();
+    let p = QuantFp8T {
+        x: dptr(a.x, &s),
+        q: dptr(a.q, &s),
+        scales: dptr(a.scales, &s),
+        batch_rows: a.rows as u32,
+        cols: a.cols as u32,
+    };
+    // SAFETY: the buffers hold the shapes (checked); the staged tile and the reduction: 128 x 264 + 32 bytes.
+    unsafe { gpu.launch("quantize_fp8_blocks_t", Launch::new((n / (128 * 128)) as u32, 256, 128 * 264 + 32), &p) }
 }
 
 /// One blockwise-FP8 grouped GEMM (see the module's documentation).
@@ -401,6 +443,28 @@ pub fn quantize_blocks_cpu(x: &[bf16], rows: usize, cols: usize) -> (Vec<u8>, Ve
     (q, s)
 }
 
+/// CPU reference of [`quantize_blocks_t`]: (codes [B, C, R], scales [B, C / 128, R / 128]), the transposes of
+/// [`quantize_blocks_cpu`]'s per matrix.
+pub fn quantize_blocks_t_cpu(x: &[bf16], batches: usize, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    let (q, s) = quantize_blocks_cpu(x, batches * rows, cols);
+    let (rb, cb) = (rows / 128, cols / 128);
+    let mut qt = vec![0u8; q.len()];
+    let mut st = vec![0f32; s.len()];
+    for b in 0..batches {
+        for r in 0..rows {
+            for c in 0..cols {
+                qt[(b * cols + c) * rows + r] = q[(b * rows + r) * cols + c];
+            }
+        }
+        for i in 0..rb {
+            for j in 0..cb {
+                st[(b * cb + j) * rb + i] = s[(b * rb + i) * cb + j];
+            }
+        }
+    }
+    (qt, st)
+}
+
 /// The values a quantized matrix stands for: decode(q[r, c]) * scale of (r / block_rows, c / 128), in f64.
 pub fn dequantize_cpu(q: &[u8], scales: &[f32], rows: usize, cols: usize, block_rows: usize) -> Vec<f64> {
     let cb = cols / 128;
@@ -461,6 +525,23 @@ mod tests {
         let x = vec![bf16::from_f32(0.0); 128 * 128];
         let (q, s) = quantize_blocks_cpu(&x, 128, 128);
         assert!(q.iter().all(|&c| c == 0) && s == vec![1.0]);
+    }
+
+    #[test]
+    fn transposed_blocks_are_the_transposed_values() {
+        let mut rng = crate::rng::Rng::new(3);
+        let (b, r, c) = (2, 128, 256);
+        let x: Vec<bf16> = (0..b * r * c).map(|_| bf16::from_f64(rng.sym(2.0))).collect();
+        let (q, s) = quantize_blocks_cpu(&x, b * r, c);
+        let (qt, st) = quantize_blocks_t_cpu(&x, b, r, c);
+        let (d, dt) = (dequantize_cpu(&q, &s, b * r, c, 128), dequantize_cpu(&qt, &st, b * c, r, 128));
+        for m in 0..b {
+            for i in 0..r {
+                for j in 0..c {
+                    assert_eq!(d[(m * r + i) * c + j], dt[(m * c + j) * r + i]);
+                }
+            }
+        }
     }
 
     #[test]

@@ -71,6 +71,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("dtopk_reduce", 256, true, false),
     k("quantize_fp8_rows", 256, true, false),
     k("quantize_fp8_blocks", 256, true, false),
+    k("quantize_fp8_blocks_t", 256, true, false),
     k("grouped_gemm_fp8", 384, true, true),
     k("grouped_gemm_fp8_regs", 384, true, true),
     k2("grouped_gemm_fp8_mc", 384, true, true),

@@ -510,6 +510,23 @@ pub struct QuantFp8 {
     pub cols: u32,
 }
 
+/// Transposing blockwise FP8 quantization (kernel `quantize_fp8_blocks_t`): each batch of `x` bf16 [B, R, C]
+/// into codes [B, C, R] and scales [B, C / 128, R / 128].
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct QuantFp8T {
+    /// bf16 [B * R, C].
+    pub x: u64,
+    /// u8 [B * C, R].
+    pub q: u64,
+    /// f32 [B * C / 128, R / 128].
+    pub scales: u64,
+    /// R, rows of each batch (a multiple of 128).
+    pub batch_rows: u32,
+    /// C (a multiple of 128).
+    pub cols: u32,
+}
+
 /// M-grouped GEMM in blockwise FP8 (kernel `grouped_gemm_fp8`): for each expert e and its rows
 /// offsets[e]..offsets[e + 1], C[r, n] = sum over 128-blocks kb of K of sa[r, kb] * sb[e, n / 128, kb] *
 /// (A[r, kb] . B_e[n, kb]) in f32, stored as bf16: A e4m3 [rows, K] with 1 x 128 scales, B e4m3 [E * N, K]
@@ -560,6 +577,7 @@ mod tests {
             ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
+            ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 9 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),

@@ -1,7 +1,7 @@
 //! Blockwise FP8 quantization ([`crate::fp8`] gives the rule, the host's reference the same codes bit for bit):
 //! `quantize_fp8_rows` (1 x 128 blocks: activations) and `quantize_fp8_blocks` (128 x 128 blocks: weights).
 use crate::fp8::scale_and_factor;
-use crate::params::QuantFp8;
+use crate::params::{QuantFp8, QuantFp8T};
 use crate::ptx::{global, math, regs, smem, sync, warp};
 
 /// The largest of `v` over the warp, NaN ignored as `f32::max` ignores it (the host's reference folds with it).
@@ -92,5 +92,66 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks(p: QuantFp8) {
     });
     if t == 0 {
         *(p.scales as *mut f32).add(regs::bid() as usize) = scale;
+    }
+}
+
+/// `quantize_fp8_blocks` of each batch's transpose: `x` bf16 [B, R, C] (R = `rows` / B of each batch, C = `cols`,
+/// both multiples of 128) into codes [B, C, R] and scales [B, C / 128, R / 128] (so W_b^T's blocks are W_b's
+/// blocks, their scales the same numbers): what a GEMM that reads W_b^T K-major (the backward's dgrad) needs.
+/// One block of 256 threads per 128 x 128 block (grid = rows / 128 * cols / 128), 32 KiB + 32 bytes of dynamic
+/// shared memory: the tile is staged (rows padded to 264 bytes against bank conflicts on the transposed
+/// reads), its amax reduced as `quantize_fp8_blocks` does, then thread t writes 64 codes of output row t / 2.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks_t(p: QuantFp8T) {
+    const PITCH: u32 = 264; // bytes per staged row of 128 bf16 (+8)
+    let (r_blocks, c_blocks) = (p.batch_rows / 128, p.cols / 128);
+    let per = r_blocks * c_blocks;
+    let (b, rest) = (regs::bid() / per, regs::bid() % per);
+    let (bi, bj) = (rest / c_blocks, rest % c_blocks);
+    let t = regs::tid();
+    let tile = smem::base();
+    let red = tile + 128 * PITCH;
+    // stage the 128 x 128 tile: thread t copies 64 values of input row t / 2
+    let row = b * p.batch_rows + bi * 128 + t / 2;
+    let at = (row * p.cols + bj * 128 + 64 * (t % 2)) as usize;
+    let src = (p.x as *const [u32; 4]).add(at / 8);
+    let mut amax = 0f32;
+    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+        let v = global::ld_v4(src.add(I));
+        crate::unroll!(J in [0, 1, 2, 3] {
+            amax = amax.max(amax2(v[J]));
+            smem::st_u32(tile + (t / 2) * PITCH + 128 * (t % 2) + 16 * I as u32 + 4 * J as u32, v[J]);
+        });
+    });
+    amax = warp_max(amax);
+    if t % 32 == 0 {
+        smem::st_u32(red + 4 * (t / 32), amax.to_bits());
+    }
+    sync::block_sync();
+    let mut all = 0u32;
+    crate::unroll!(W in [0, 1, 2, 3, 4, 5, 6, 7] {
+        all = all.max(smem::ld_u32(red + 4 * W as u32));
+    });
+    let (scale, f) = scale_and_factor(f32::from_bits(all));
+    // output row oc = input column t / 2 of the tile, its 64 codes from input rows 64 (t % 2) ..
+    let oc = t / 2;
+    let r0 = 64 * (t % 2);
+    let out_row = b * p.cols + bj * 128 + oc;
+    let dst = (p.q as *mut [u32; 4]).add(((out_row * p.batch_rows + bi * 128 + r0) / 16) as usize);
+    let val = |r: u32| {
+        let w = smem::ld_u32(tile + r * PITCH + 2 * (oc & !1));
+        math::bf16_to_f32((w >> (16 * (oc & 1))) as u16) * f
+    };
+    crate::unroll!(I in [0, 1, 2, 3] {
+        let mut words = [0u32; 4];
+        crate::unroll!(J in [0, 1, 2, 3] {
+            let r = r0 + 16 * I as u32 + 4 * J as u32;
+            words[J] = math::pack_e4m3x4([val(r), val(r + 1), val(r + 2), val(r + 3)]);
+        });
+        global::st_v4(dst.add(I), words);
+    });
+    if t == 0 {
+        // scales [B, C / 128, R / 128]
+        *(p.scales as *mut f32).add(((b * c_blocks + bj) * r_blocks + bi) as usize) = scale;
     }
 }
