@@ -128,11 +128,11 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks_t(p: QuantFp8T) {
         smem::st_u32(red + 4 * (t / 32), amax.to_bits());
     }
     sync::block_sync();
-    let mut all = 0u32;
+    let mut all = 0f32;
     crate::unroll!(W in [0, 1, 2, 3, 4, 5, 6, 7] {
-        all = all.max(smem::ld_u32(red + 4 * W as u32));
+        all = all.max(f32::from_bits(smem::ld_u32(red + 4 * W as u32)));
     });
-    let (scale, f) = scale_and_factor(f32::from_bits(all));
+    let (scale, f) = scale_and_factor(all);
     // output row oc = input column t / 2 of the tile, its 64 codes from input rows 64 (t % 2) ..
     let oc = t / 2;
     let r0 = 64 * (t % 2);
