@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, QuantizeTArgs, SwigluFp8Args};
+use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, QuantizeTArgs, SwigluFp8Args, SwigluFp8QArgs};
 use megamoe::rng::Rng;
 use megamoe::{check, gemm, Gpu};
 
@@ -273,6 +273,78 @@ fn swiglu_run(counts: &[u32], i: usize, k: usize) {
     assert!(h[rows * i..].iter().all(|v| v.to_bits() == 0xffff), "rows past the experts' end were written");
 }
 
+/// GEMM1 + SwiGLU with h quantized in the epilogue against the SwiGLU kernel followed by `quantize_rows`: the
+/// same codes and scales bit for bit, rows past the experts' end untouched.
+fn swiglu_q_run(counts: &[u32], i: usize, k: usize) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let e = counts.len();
+    let rows: usize = counts.iter().sum::<u32>() as usize;
+    let rows_max = rows + 37;
+    let x = r.bf16_vec(rows_max * k, 1.0);
+    let w = r.bf16_vec(e * 2 * i * k, 2.0 / (k as f64).sqrt());
+    let mut offsets = vec![0u32; e + 1];
+    for j in 0..e {
+        offsets[j + 1] = offsets[j] + counts[j];
+    }
+    let Quantized { qa, sa, qb, sb } = quantized(&g, &x, rows_max, &w, e * 2 * i, k);
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
+    // the two kernels in a row
+    let mut dh = g.alloc::<bf16>(rows_max * i).unwrap();
+    let args = SwigluFp8Args {
+        a: &qa,
+        a_scales: &sa,
+        w1: &qb,
+        w1_scales: &sb,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        h: &mut dh,
+        experts: e,
+        i,
+        k,
+        rows_max,
+    };
+    fp8::grouped_gemm_fp8_swiglu(&g, args).unwrap();
+    let (mut wq, mut ws) = (g.alloc::<u8>(rows_max * i).unwrap(), g.alloc::<f32>(rows_max * (i / 128)).unwrap());
+    fp8::quantize_rows(&g, QuantizeArgs { x: &dh, q: &mut wq, scales: &mut ws, rows: rows_max, cols: i }).unwrap();
+    // fused
+    let (mut hq, mut hs) = (g.alloc::<u8>(rows_max * i).unwrap(), g.alloc::<f32>(rows_max * (i / 128)).unwrap());
+    g.fill_bytes(&mut hq, 0x7f).unwrap();
+    g.fill_bytes(&mut hs, 0xff).unwrap();
+    let args = SwigluFp8QArgs {
+        a: &qa,
+        a_scales: &sa,
+        w1: &qb,
+        w1_scales: &sb,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        h8: &mut hq,
+        h8_scales: &mut hs,
+        experts: e,
+        i,
+        k,
+        rows_max,
+    };
+    args.prepare(&g).unwrap().launch(&g).unwrap();
+    g.sync().unwrap();
+    let (hq, hs, wq, ws) =
+        (g.download(&hq).unwrap(), g.download(&hs).unwrap(), g.download(&wq).unwrap(), g.download(&ws).unwrap());
+    let nb = i / 128;
+    if let Some(q) = (0..rows * nb).find(|&q| hs[q].to_bits() != ws[q].to_bits()) {
+        panic!("scale of row {} block {}: {} against {}", q / nb, q % nb, hs[q], ws[q]);
+    }
+    if let Some(q) = (0..rows * i).find(|&q| hq[q] != wq[q]) {
+        panic!("code of row {} column {}: {:#04x} against {:#04x}", q / i, q % i, hq[q], wq[q]);
+    }
+    assert!(hq[rows * i..].iter().all(|&c| c == 0x7f), "codes past the experts' end were written");
+    assert!(hs[rows * nb..].iter().all(|v| v.to_bits() == u32::MAX), "scales past the experts' end were written");
+}
+
+gpu_test!(swiglu_q_matches_swiglu_then_quantize_bitwise, swiglu_q_run(&[0, 1, 300, 129, 0, 64, 17], 256, 256));
+gpu_test!(swiglu_q_qwen3_30b_width, swiglu_q_run(&[200, 0, 777], 768, 512));
+
 gpu_test!(swiglu_ragged_with_empty_and_single_row_experts, swiglu_run(&[0, 1, 300, 129, 0, 64, 17], 192, 256));
 gpu_test!(swiglu_qwen3_30b_width, swiglu_run(&[200, 0, 777], 768, 512));
 
@@ -466,6 +538,39 @@ fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
 }
 
 gpu_test!(layer_forward_fp8_matches_the_fp8_model, layer_fp8_run(300, 512, 256, 8, 2));
+
+gpu_test!(layer_forward_fp8_fused_h_is_bitwise_the_pass, {
+    // GEMM1 quantizing h in its epilogue (the default) against h stored and quantized by a pass
+    // (MEGAMOE_FP8_HQ=pass, read per call): the same output bit for bit
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, LayerConfig, MoeLayer, Save};
+    let g = gpu();
+    let mut r = Rng::new(Rng::fresh_seed());
+    let (t, h, i, e, k) = (300, 512, 256, 8, 4);
+    let x = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
+    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
+    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
+    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)).unwrap();
+    let mut fw = Fp8Weights::alloc(&layer).unwrap();
+    fw.quantize(&g, &w1, &w2, &layer).unwrap();
+    let mut saved = layer.alloc_saved(t).unwrap();
+    let mut out = g.alloc::<bf16>(t * h).unwrap();
+    let mut outs = Vec::new();
+    for mode in [None, Some("pass")] {
+        match mode {
+            Some(v) => std::env::set_var("MEGAMOE_FP8_HQ", v),
+            None => std::env::remove_var("MEGAMOE_FP8_HQ"),
+        }
+        g.fill_bytes(&mut out, 0xff).unwrap();
+        let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
+        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+        outs.push(g.download(&out).unwrap());
+    }
+    std::env::remove_var("MEGAMOE_FP8_HQ");
+    assert!(outs[0].iter().all(|v| !v.is_nan()), "out not fully written");
+    assert!(outs[0].iter().zip(&outs[1]).all(|(p, q)| p.to_bits() == q.to_bits()), "fused and pass differ");
+});
 gpu_test!(layer_forward_fp8_qwen3_30b_widths, layer_fp8_run(64, 2048, 768, 16, 8));
 
 gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {

@@ -221,7 +221,7 @@ impl<'a> GroupedGemmFp8Args<'a> {
             b_scales: self.b_scales,
             offsets: self.offsets,
             tile_offsets: self.tile_offsets,
-            c: self.c,
+            c: Out::Bf16(self.c),
             experts: self.experts,
             k: self.k,
             rows_max: self.rows_max,
@@ -271,7 +271,7 @@ impl<'a> SwigluFp8Args<'a> {
             b_scales: self.w1_scales,
             offsets: self.offsets,
             tile_offsets: self.tile_offsets,
-            c: self.h,
+            c: Out::Bf16(self.h),
             experts: self.experts,
             k: self.k,
             rows_max: self.rows_max,
@@ -280,9 +280,67 @@ impl<'a> SwigluFp8Args<'a> {
     }
 }
 
+/// [`SwigluFp8Args`] with h quantized in the epilogue (kernel `grouped_gemm_fp8_swiglu_q`): h's e4m3 codes and
+/// 1 x 128 scales, bitwise what [`quantize_rows`] gives for the bf16 h of `grouped_gemm_fp8_swiglu` (h itself is
+/// not stored). I a multiple of 128.
+pub struct SwigluFp8QArgs<'a> {
+    /// e4m3 [rows_max, H].
+    pub a: &'a CudaSlice<u8>,
+    /// f32 [rows_max, H / 128].
+    pub a_scales: &'a CudaSlice<f32>,
+    /// e4m3 [E * 2I, H].
+    pub w1: &'a CudaSlice<u8>,
+    /// f32 [E * 2I / 128, H / 128].
+    pub w1_scales: &'a CudaSlice<f32>,
+    /// u32 [E + 1] row offsets (device).
+    pub offsets: &'a CudaSlice<u32>,
+    /// u32 [E + 1] m-tile offsets (device).
+    pub tile_offsets: &'a CudaSlice<u32>,
+    /// e4m3 [rows_max, I]: h's codes; rows past offsets[E] are not written.
+    pub h8: &'a mut CudaSlice<u8>,
+    /// f32 [rows_max, I / 128]: h's scales.
+    pub h8_scales: &'a mut CudaSlice<f32>,
+    /// Experts.
+    pub experts: usize,
+    /// I (a multiple of 128).
+    pub i: usize,
+    /// H, the contraction (a multiple of 128).
+    pub k: usize,
+    /// Rows the buffers have room for (>= offsets[E]).
+    pub rows_max: usize,
+}
+
+impl<'a> SwigluFp8QArgs<'a> {
+    /// Check the arguments and encode the tensor maps.
+    pub fn prepare(self, gpu: &Gpu) -> Result<PreparedFp8<'a>> {
+        let ck = Check { what: "grouped_gemm_fp8_swiglu_q", ordinal: gpu.ordinal() };
+        let op = Operands {
+            a: self.a,
+            a_scales: self.a_scales,
+            b: self.w1,
+            b_scales: self.w1_scales,
+            offsets: self.offsets,
+            tile_offsets: self.tile_offsets,
+            c: Out::Codes(self.h8, self.h8_scales),
+            experts: self.experts,
+            k: self.k,
+            rows_max: self.rows_max,
+        };
+        op.prepare(gpu, &ck, "grouped_gemm_fp8_swiglu_q", self.i, 2 * self.i, 64)
+    }
+}
+
 /// Launch the FP8 GEMM1 with the SwiGLU epilogue on `gpu`'s stream.
 pub fn grouped_gemm_fp8_swiglu(gpu: &Gpu, g: SwigluFp8Args<'_>) -> Result<()> {
     g.prepare(gpu)?.launch(gpu)
+}
+
+/// Where an FP8 grouped GEMM's C goes.
+enum Out<'a> {
+    /// bf16 [rows_max, n].
+    Bf16(&'a mut CudaSlice<bf16>),
+    /// e4m3 codes [rows_max, n] and their 1 x 128 scales [rows_max, n / 128] (h quantized by GEMM1's epilogue).
+    Codes(&'a mut CudaSlice<u8>, &'a mut CudaSlice<f32>),
 }
 
 /// What every FP8 grouped GEMM takes.
@@ -293,7 +351,7 @@ struct Operands<'a> {
     b_scales: &'a CudaSlice<f32>,
     offsets: &'a CudaSlice<u32>,
     tile_offsets: &'a CudaSlice<u32>,
-    c: &'a mut CudaSlice<bf16>,
+    c: Out<'a>,
     experts: usize,
     k: usize,
     rows_max: usize,
@@ -318,7 +376,14 @@ impl<'a> Operands<'a> {
         ck.buf("A scales", self.a_scales, rows * (k / 128))?;
         ck.buf("B", self.b, e * n_b * k)?;
         ck.buf("B scales", self.b_scales, e * n_b / 128 * (k / 128))?;
-        ck.buf("C", self.c, rows * n)?;
+        match &self.c {
+            Out::Bf16(c) => ck.buf("C", *c, rows * n)?,
+            Out::Codes(c, s) => {
+                ck.multiple("N (h quantized in 1 x 128 blocks)", n, 128)?;
+                ck.buf("h codes", *c, rows * n)?;
+                ck.buf("h scales", *s, rows * (n / 128))?;
+            }
+        }
         if rows >= 1 << 31 || e * n_b >= 1 << 31 {
             return ck.bad(format!("{rows} rows or {} rows of B: 2^31 or more", e * n_b));
         }
@@ -341,15 +406,24 @@ impl<'a> Operands<'a> {
         let map_a = map(dptr(self.a, &s), rows, 128)?;
         let map_b = map(dptr(self.b, &s), e * n_b, b_box)?;
         let (cb_rows, cb_cols) = kh::GEMM_C_BOX;
-        let dc = TiledDesc::row_major_2d(
-            Dtype::Bf16,
-            dptr(self.c, &s),
-            rows as u64,
-            n as u64,
-            cb_rows,
-            cb_cols,
-            Swizzle::B128,
-        );
+        let (c_ptr, c_scales, dc) = match &self.c {
+            Out::Bf16(c) => {
+                let d = TiledDesc::row_major_2d(
+                    Dtype::Bf16,
+                    dptr(*c, &s),
+                    rows as u64,
+                    n as u64,
+                    cb_rows,
+                    cb_cols,
+                    Swizzle::B128,
+                );
+                (dptr(*c, &s), 0, d)
+            }
+            Out::Codes(c, sc) => {
+                let d = TiledDesc::row_major_2d(Dtype::U8, dptr(*c, &s), rows as u64, n as u64, 64, 128, Swizzle::B128);
+                (dptr(*c, &s), dptr(*sc, &s), d)
+            }
+        };
         let map_c = DeviceTensorMap::new(gpu, dc)?;
         let p = GroupedGemmFp8 {
             map_a: map_a.ptr(gpu),
@@ -358,15 +432,16 @@ impl<'a> Operands<'a> {
             sb: dptr(self.b_scales, &s),
             offsets: dptr(self.offsets, &s),
             tile_offsets: dptr(self.tile_offsets, &s),
-            c: dptr(self.c, &s),
+            c: c_ptr,
             error: 0,
             map_c: map_c.ptr(gpu),
+            c_scales,
             experts: e as u32,
             n: n as u32,
             k: k as u32,
             rows_max: rows as u32,
         };
-        let cfg = launch_cfg(gpu, kernel, rows, e, n, if b_box == 64 { 64 } else { kh::FP8_BN as usize })?;
+        let cfg = launch_cfg(gpu, kernel, rows, e, n, tile_cols(kernel))?;
         Ok(PreparedFp8 {
             ordinal: gpu.ordinal(),
             kernel,
@@ -382,8 +457,18 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
     g.prepare(gpu)?.launch(gpu)
 }
 
+/// Columns of C one walk unit of `kernel` covers: 64 for the SwiGLU kernel's tiles, 128 for its h-quantizing
+/// variant's pairs of them and for the plain kernels' tiles.
+pub(crate) fn tile_cols(kernel: &str) -> usize {
+    if kernel == "grouped_gemm_fp8_swiglu" {
+        64
+    } else {
+        kh::FP8_BN as usize
+    }
+}
+
 /// The launch of FP8 grouped-GEMM `kernel` over at most `rows_max` rows of `experts` experts, C `n` columns wide
-/// in tiles of `tile_cols` (one block per tile up to one per SM; the cluster kernel in resident pairs).
+/// in units of `tile_cols` ([`tile_cols`]; one block per unit up to one per SM; the cluster kernel in resident pairs).
 pub(crate) fn launch_cfg(
     gpu: &Gpu,
     kernel: &'static str,

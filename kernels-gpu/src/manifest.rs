@@ -76,6 +76,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_fp8_regs", 384, true, true),
     k2("grouped_gemm_fp8_mc", 384, true, true),
     k("grouped_gemm_fp8_swiglu", 384, true, true),
+    k("grouped_gemm_fp8_swiglu_q", 384, true, true),
     k("ep_dispatch", 256, true, false),
     k("ep_combine", 256, true, false),
     k("ep_epoch_next", 32, true, false),

@@ -553,8 +553,11 @@ pub struct GroupedGemmFp8 {
     /// u32 routing error word (nothing runs when set); 0 for none.
     pub error: u64,
     /// Tensor map of C as bf16 [rows_max, N], box 64 x 64, 128-byte swizzle: the staged epilogue stores whole
-    /// 64-row groups of one expert through it (`grouped_gemm_fp8`; the others from registers).
+    /// 64-row groups of one expert through it (`grouped_gemm_fp8`; the others from registers). With h quantized
+    /// (`grouped_gemm_fp8_swiglu_q`): C is h's e4m3 codes, u8 [rows_max, N], box 128 x 64 rows.
     pub map_c: u64,
+    /// `grouped_gemm_fp8_swiglu_q`: f32 [rows_max, N / 128], h's 1 x 128 scales; 0 otherwise.
+    pub c_scales: u64,
     /// Experts.
     pub experts: u32,
     /// Columns N per expert (a multiple of 128).
@@ -578,7 +581,7 @@ mod tests {
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
-            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 9 * 8 + 4 * 4),
+            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 10 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4 + size_of::<Combine>()),

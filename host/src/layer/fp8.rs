@@ -172,22 +172,35 @@ impl MoeLayer {
             c,
             error: 0,
             map_c: maps[2],
+            c_scales: 0,
             experts: e as u32,
             n: n as u32,
             k: kk as u32,
             rows_max: slots_max as u32,
         };
+        // GEMM1 + SwiGLU with h quantized in its epilogue (`grouped_gemm_fp8_swiglu_q`, bitwise the two kernels
+        // in a row), or (MEGAMOE_FP8_HQ=pass) h stored in bf16 and quantized by a pass
+        let fused = std::env::var("MEGAMOE_FP8_HQ").map_or(true, |v| v != "pass");
+        let (k1, map_c1, c1, c1_scales) = if fused {
+            ("grouped_gemm_fp8_swiglu_q", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
+        } else {
+            ("grouped_gemm_fp8_swiglu", self.maps.get(&g, hp, slots_max, i, 64, 64)?, hp, 0)
+        };
         let maps1 = [
             self.maps.get_u8(&g, xs8, slots_max, h, 128)?,
             self.maps.get_u8(&g, dptr(&w.w1, &s), e * 2 * i, h, 64)?,
-            self.maps.get(&g, hp, slots_max, i, 64, 64)?,
+            map_c1,
         ];
-        let p1 = gemm(xs8s, dptr(&w.w1_scales, &s), hp, i, h, maps1);
-        let cfg1 = q::launch_cfg(&g, "grouped_gemm_fp8_swiglu", slots_max, e, i, 64)?;
-        // SAFETY: the parameter block's buffers hold the shapes checked above (A, h: slots_max rows; W1: E * 2I rows
-        // of H); rows are bounded by the device offsets, offsets[E] <= t k <= slots_max.
-        unsafe { g.launch("grouped_gemm_fp8_swiglu", cfg1, &p1)? };
-        unsafe { q::quantize_rows_raw(&g, hp, h8, h8s, t * k, i)? };
+        let mut p1 = gemm(xs8s, dptr(&w.w1_scales, &s), c1, i, h, maps1);
+        p1.c_scales = c1_scales;
+        let cfg1 = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
+        // SAFETY: the parameter block's buffers hold the shapes checked above (A, h or its codes and scales:
+        // slots_max rows; W1: E * 2I rows of H); rows are bounded by the device offsets, offsets[E] <= t k <=
+        // slots_max.
+        unsafe { g.launch(k1, cfg1, &p1)? };
+        if !fused {
+            unsafe { q::quantize_rows_raw(&g, hp, h8, h8s, t * k, i)? };
+        }
         let maps2 = [
             self.maps.get_u8(&g, h8, slots_max, i, 128)?,
             self.maps.get_u8(&g, dptr(&w.w2, &s), e * h, i, 128)?,

@@ -14,10 +14,11 @@
 //! and TMA stores (the bf16 engine's `store_box`; `grouped_gemm_fp8_regs`: every row from registers), the rest
 //! from registers (bf16 pairs).
 use crate::desc::SmemDesc;
+use crate::fp8::scale_and_factor;
 use crate::kernels::routing_failed;
 use crate::params::GroupedGemmFp8;
 use crate::pipeline::Ring;
-use crate::ptx::{cluster, global, math, regs, smem, sync, tma, wgmma};
+use crate::ptx::{cluster, fence, global, math, regs, smem, sync, tma, wgmma};
 use crate::scheduler::MTile;
 
 const STAGES: u32 = crate::kernels_host::FP8_STAGES;
@@ -90,7 +91,7 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 /// engine (whole 64-row groups of one expert; the others from registers).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, false, false>(&p);
+    grouped_gemm_fp8_body::<true, false, false, false>(&p);
 }
 
 /// GEMM1 with the SwiGLU epilogue: B = W1 [E * 2N, K] (each expert's N gate rows, then its N up rows), C = h =
@@ -98,24 +99,37 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
 /// same 64 of u (two 64-row boxes of B, each with its 128 x 128 block's scale).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, false, true>(&p);
+    grouped_gemm_fp8_body::<true, false, true, false>(&p);
+}
+
+/// As `grouped_gemm_fp8_swiglu` with h quantized in the epilogue (1 x 128 blocks, the rule of
+/// `quantize_fp8_rows` on the bf16-rounded h: the same codes and scales as the two kernels in a row): the block
+/// runs the two 64-column tiles of each 128-column block of h one after the other, keeps the first's bf16 h in
+/// its staging and its rows' amax in registers, and after the second writes the block's e4m3 codes (`c`, through
+/// the copy engine for whole 64-row groups) and its scales (`c_scales` [rows, N / 128]). N a multiple of 128.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu_q(p: GroupedGemmFp8) {
+    grouped_gemm_fp8_body::<true, false, true, true>(&p);
 }
 
 /// As `grouped_gemm_fp8` in 2-CTA clusters (grid even) on pairs of n-tiles (2j, 2j + 1) of one m-tile (n_tiles
 /// even): CTA 0 multicasts the pair's A into both CTAs, each loads its own B (a quarter less L2 -> SM traffic).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_mc(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, true, false>(&p);
+    grouped_gemm_fp8_body::<true, true, false, false>(&p);
 }
 
 /// As `grouped_gemm_fp8`, every row of C stored from registers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_regs(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<false, false, false>(&p);
+    grouped_gemm_fp8_body::<false, false, false, false>(&p);
 }
 
 #[inline(always)]
-unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool, const SW: bool>(p: &GroupedGemmFp8) {
+unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool, const SW: bool, const HQ: bool>(
+    p: &GroupedGemmFp8,
+) {
+    const { assert!(!HQ || (SW && STAGED && !MC), "h is quantized by the single-CTA SwiGLU kernel") };
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
@@ -138,11 +152,11 @@ unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool, const SW: bo
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce::<MC, SW>(p, base, ring, total());
+            produce::<MC, SW, HQ>(p, base, ring, total());
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<STAGED, MC, SW>(p, base, ring, total(), t / 128 - 1);
+        consume::<STAGED, MC, SW, HQ>(p, base, ring, total(), t / 128 - 1);
     }
     if MC {
         // no CTA leaves while its peer may still multicast into it or arrive on its barriers (every thread)
@@ -152,29 +166,46 @@ unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool, const SW: bo
 
 /// This block's walk over the tiles (first index, step, count; see [`crate::scheduler::walk`]) and the tile of
 /// walk index `q`.
+/// HQ (h quantized in the epilogue): the block takes pairs of column tiles (2j, 2j + 1) of one m-tile, the two
+/// halves of a 128-column block of h, one after the other: walk index q is its q-th tile, tile 2 u + q % 2 of its
+/// (q / 2)-th pair u = bid + (q / 2) grid.
 #[inline(always)]
-fn walk<const MC: bool>(total: u32) -> (u32, u32, u32) {
-    crate::scheduler::walk(regs::bid(), regs::nctaid(), total, if MC { 2 } else { 1 })
+fn walk<const MC: bool, const HQ: bool>(total: u32) -> (u32, u32, u32) {
+    if HQ {
+        let (b, grid, units) = (regs::bid(), regs::nctaid(), total / 2);
+        (0, 1, if b < units { 2 * (units - b).div_ceil(grid) } else { 0 })
+    } else {
+        crate::scheduler::walk(regs::bid(), regs::nctaid(), total, if MC { 2 } else { 1 })
+    }
 }
 
 #[inline(always)]
-fn walk_tile<const MC: bool, const SW: bool>(p: &GroupedGemmFp8, q: u32) -> u32 {
-    crate::scheduler::walk_tile(q, regs::bid(), n_tiles::<SW>(p), if MC { 2 } else { 1 })
+fn walk_tile<const MC: bool, const SW: bool, const HQ: bool>(p: &GroupedGemmFp8, q: u32) -> u32 {
+    if HQ {
+        2 * (regs::bid() + (q / 2) * regs::nctaid()) + q % 2
+    } else {
+        crate::scheduler::walk_tile(q, regs::bid(), n_tiles::<SW>(p), if MC { 2 } else { 1 })
+    }
 }
 
 #[inline(always)]
-unsafe fn produce<const MC: bool, const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+unsafe fn produce<const MC: bool, const SW: bool, const HQ: bool>(
+    p: &GroupedGemmFp8,
+    base: u32,
+    ring: Ring<STAGES>,
+    total: u32,
+) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
     let kb_n = p.k / BK;
     let mut it = 0u32;
     let mut l = 0u32;
-    let (q0, step, count) = walk::<MC>(total);
+    let (q0, step, count) = walk::<MC, HQ>(total);
     let rank = regs::bid() % 2;
     let mut q = q0;
     while q < count {
-        let ti = tile_info::<SW>(p, walk_tile::<MC, SW>(p, q));
+        let ti = tile_info::<SW>(p, walk_tile::<MC, SW, HQ>(p, q));
         let brow = b_row::<SW>(p, &ti) as i32;
         let mut kb = 0;
         while kb < kb_n {
@@ -207,7 +238,7 @@ unsafe fn produce<const MC: bool, const SW: bool>(p: &GroupedGemmFp8, base: u32,
 }
 
 #[inline(always)]
-unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool>(
+unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: bool>(
     p: &GroupedGemmFp8,
     base: u32,
     ring: Ring<STAGES>,
@@ -225,7 +256,9 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool>(
     let wst = base + STAGING + cw * 2 * C_BOX;
     let mut boxes = 0u32;
     let mut l = 0u32;
-    let (q0, step, count) = walk::<MC>(total);
+    // HQ: the amax of rows r, r + 8 over the pair's first 64 columns of h (its values wait in the staging)
+    let (mut am_a, mut am_b) = (0f32, 0f32);
+    let (q0, step, count) = walk::<MC, HQ>(total);
     let mut q = q0;
     while q < count {
         // the tile from its slot, once its first stage has landed
@@ -312,7 +345,101 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool>(
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;
         let row0w = ti.row0 + cw * 64;
-        if SW {
+        if HQ {
+            // h = silu(g) u rounded to bf16 (what the unfused path stores), packed pairs of columns 8 J + c0, + 1 of
+            // rows r (H = 0) and r + 8 (H = 1)
+            let silu = |j: usize, h: usize, o: usize| {
+                crate::kernels::grouped_gemm::silu_mul(acc[4 * j + 2 * h + o], acc[4 * (j + 8) + 2 * h + o])
+            };
+            let hp = |j: usize, h: usize| math::pack_bf16x2(silu(j, h, 0), silu(j, h, 1));
+            let mag = |w: u32| math::bf16_to_f32(w as u16).abs().max(math::bf16_to_f32((w >> 16) as u16).abs());
+            // this thread's 64 bytes of the first staging box: the pair's first half, by its own thread only
+            let stash = wst + 64 * t;
+            if q % 2 == 0 {
+                am_a = 0.0;
+                am_b = 0.0;
+                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    let (wa, wb) = (hp(J, 0), hp(J, 1));
+                    smem::st_v2(stash + 8 * J as u32, wa, wb);
+                    am_a = am_a.max(mag(wa));
+                    am_b = am_b.max(mag(wb));
+                });
+            } else {
+                let mut own = [0u32; 16];
+                let (mut a, mut b) = (am_a, am_b);
+                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    own[2 * J] = hp(J, 0);
+                    own[2 * J + 1] = hp(J, 1);
+                    a = a.max(mag(own[2 * J]));
+                    b = b.max(mag(own[2 * J + 1]));
+                });
+                // the rows' amax over the 128 columns: the quad's four lanes hold the rest of each row
+                crate::unroll!(M in [1, 2] {
+                    a = a.max(f32::from_bits(crate::ptx::warp::shfl_xor(a.to_bits(), M as u32)));
+                    b = b.max(f32::from_bits(crate::ptx::warp::shfl_xor(b.to_bits(), M as u32)));
+                });
+                let ((sa_, fa), (sb_, fb)) = (scale_and_factor(a), scale_and_factor(b));
+                let code = |w: u32, f: f32| {
+                    math::pack_e4m3x2(math::bf16_to_f32(w as u16) * f, math::bf16_to_f32((w >> 16) as u16) * f)
+                };
+                // word of half `half`, column group J, row H: the stash (first half) or `own`
+                let word = |half: usize, j: usize, h: usize| {
+                    if half == 0 {
+                        unsafe { smem::ld_u32(stash + 8 * j as u32 + 4 * h as u32) }
+                    } else {
+                        own[2 * j + h]
+                    }
+                };
+                let blk = ti.n_tile / 2; // the 128-column block of h
+                if row0w + 64 <= ti.row_end {
+                    // uniform in the warpgroup: the 64 x 128 codes through the second staging box and the copy engine
+                    let cbox = wst + C_BOX;
+                    let bar = 2 + cw;
+                    if t == 0 {
+                        tma::wait_group_read::<0>(); // the previous pair's store has read the box
+                    }
+                    sync::named_sync(bar, 128);
+                    crate::unroll!(HALF in [0, 1] {
+                        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                            crate::unroll!(H in [0, 1] {
+                                let rr = r + 8 * H as u32;
+                                let c = 64 * HALF as u32 + 8 * J as u32 + c0;
+                                let v = code(word(HALF, J, H), if H == 0 { fa } else { fb });
+                                smem::st_u16(cbox + rr * 128 + (((c >> 4) ^ (rr & 7)) << 4) + (c & 15), v);
+                            });
+                        });
+                    });
+                    fence::proxy_async_shared_cta();
+                    sync::named_sync(bar, 128);
+                    if t == 0 {
+                        tma::store_2d(p.map_c as *const u8, (blk * 128) as i32, row0w as i32, cbox);
+                        tma::commit_group();
+                    }
+                } else {
+                    let c8 = p.c as *mut u16;
+                    crate::unroll!(HALF in [0, 1] {
+                        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                            let c = blk * 128 + 64 * HALF as u32 + 8 * J as u32 + c0;
+                            if row_a < ti.row_end {
+                                *c8.add(((row_a * p.n + c) / 2) as usize) = code(word(HALF, J, 0), fa) as u16;
+                            }
+                            if row_b < ti.row_end {
+                                *c8.add(((row_b * p.n + c) / 2) as usize) = code(word(HALF, J, 1), fb) as u16;
+                            }
+                        });
+                    });
+                }
+                if lane % 4 == 0 {
+                    let sc = p.c_scales as *mut f32;
+                    if row_a < ti.row_end {
+                        *sc.add((row_a * (p.n / 128) + blk) as usize) = sa_;
+                    }
+                    if row_b < ti.row_end {
+                        *sc.add((row_b * (p.n / 128) + blk) as usize) = sb_;
+                    }
+                }
+            }
+        } else if SW {
             let silu = |j: usize, h: usize, o: usize| {
                 crate::kernels::grouped_gemm::silu_mul(acc[4 * j + 2 * h + o], acc[4 * (j + 8) + 2 * h + o])
             };

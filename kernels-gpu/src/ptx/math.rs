@@ -59,6 +59,21 @@ pub fn pack_e4m3x4(v: [f32; 4]) -> u32 {
     r
 }
 
+/// `cvt.rn.satfinite.e4m3x2.f32`: two f32 as e4m3 codes, `lo` in byte 0 and `hi` in byte 1 of the result (its
+/// upper 16 bits zero).
+#[inline(always)]
+pub fn pack_e4m3x2(lo: f32, hi: f32) -> u32 {
+    let r: u32;
+    // SAFETY: pure conversion; any thread. The cvt puts its first operand in the high byte.
+    unsafe {
+        asm!(
+            "{{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, {h}, {l}; cvt.u32.u16 {r}, t; }}",
+            r = out(reg32) r, h = in(reg32) hi, l = in(reg32) lo, options(pure, nomem, nostack)
+        )
+    };
+    r
+}
+
 /// bf16 bits to f32 (exact).
 #[inline(always)]
 pub fn bf16_to_f32(b: u16) -> f32 {
