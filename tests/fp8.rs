@@ -283,7 +283,11 @@ fn swiglu_q_run(counts: &[u32], i: usize, k: usize) {
     let e = counts.len();
     let rows: usize = counts.iter().sum::<u32>() as usize;
     let rows_max = rows + 37;
-    let x = r.bf16_vec(rows_max * k, 1.0);
+    let mut x = r.bf16_vec(rows_max * k, 1.0);
+    // a few zero rows: h = 0, blocks of zeros (scale 1)
+    for row in (3..rows_max).step_by(97) {
+        x[row * k..(row + 1) * k].fill(bf16::from_f32(0.0));
+    }
     let w = r.bf16_vec(e * 2 * i * k, 2.0 / (k as f64).sqrt());
     let mut offsets = vec![0u32; e + 1];
     for j in 0..e {
@@ -344,6 +348,8 @@ fn swiglu_q_run(counts: &[u32], i: usize, k: usize) {
 
 gpu_test!(swiglu_q_matches_swiglu_then_quantize_bitwise, swiglu_q_run(&[0, 1, 300, 129, 0, 64, 17], 256, 256));
 gpu_test!(swiglu_q_qwen3_30b_width, swiglu_q_run(&[200, 0, 777], 768, 512));
+// more tile pairs than SMs (~280 against 132): blocks run several pairs, reusing the codes box and the amax
+gpu_test!(swiglu_q_many_pairs_per_block, swiglu_q_run(&[3000, 0, 2500, 1, 700], 768, 256));
 
 gpu_test!(swiglu_ragged_with_empty_and_single_row_experts, swiglu_run(&[0, 1, 300, 129, 0, 64, 17], 192, 256));
 gpu_test!(swiglu_qwen3_30b_width, swiglu_run(&[200, 0, 777], 768, 512));

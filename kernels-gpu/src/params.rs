@@ -548,7 +548,7 @@ pub struct GroupedGemmFp8 {
     pub offsets: u64,
     /// u32 [E + 1] m-tile offsets (tiles of 128 rows).
     pub tile_offsets: u64,
-    /// bf16 [rows_max, N].
+    /// bf16 [rows_max, N] (with h quantized in the epilogue: e4m3 codes, u8 [rows_max, N]).
     pub c: u64,
     /// u32 routing error word (nothing runs when set); 0 for none.
     pub error: u64,

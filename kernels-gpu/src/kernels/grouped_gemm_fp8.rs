@@ -28,7 +28,8 @@ const BN: u32 = crate::kernels_host::FP8_BN;
 const BK: u32 = 128;
 const A_BYTES: u32 = BM * BK;
 const STAGE_BYTES: u32 = A_BYTES + BN * BK;
-/// The epilogue's staging after the ring: two 64 x 64 bf16 boxes per consumer warpgroup.
+/// The epilogue's staging after the ring: two 64 x 64 bf16 boxes per consumer warpgroup (with h quantized in the
+/// epilogue: the first holds the pair's first half of h, the second the pair's 64 x 128 codes).
 const STAGING: u32 = STAGES * STAGE_BYTES;
 const C_BOX: u32 = crate::kernels::grouped_gemm::C_BOX;
 /// The tile slots after the ring's barriers: slot l % SLOTS holds [e, row0, row_end, n_tile] of the block's l-th
@@ -353,14 +354,15 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: 
             };
             let hp = |j: usize, h: usize| math::pack_bf16x2(silu(j, h, 0), silu(j, h, 1));
             let mag = |w: u32| math::bf16_to_f32(w as u16).abs().max(math::bf16_to_f32((w >> 16) as u16).abs());
-            // this thread's 64 bytes of the first staging box: the pair's first half, by its own thread only
-            let stash = wst + 64 * t;
+            // the pair's first half in the first staging box, word pair J of thread t at J * 1024 + 8 t (consecutive
+            // threads on consecutive 8 bytes: no bank conflicts), read back by its own thread only
+            let stash = wst + 8 * t;
             if q % 2 == 0 {
                 am_a = 0.0;
                 am_b = 0.0;
                 crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
                     let (wa, wb) = (hp(J, 0), hp(J, 1));
-                    smem::st_v2(stash + 8 * J as u32, wa, wb);
+                    smem::st_v2(stash + 1024 * J as u32, wa, wb);
                     am_a = am_a.max(mag(wa));
                     am_b = am_b.max(mag(wb));
                 });
@@ -385,7 +387,7 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: 
                 // word of half `half`, column group J, row H: the stash (first half) or `own`
                 let word = |half: usize, j: usize, h: usize| {
                     if half == 0 {
-                        unsafe { smem::ld_u32(stash + 8 * j as u32 + 4 * h as u32) }
+                        unsafe { smem::ld_u32(stash + 1024 * j as u32 + 4 * h as u32) }
                     } else {
                         own[2 * j + h]
                     }
