@@ -444,6 +444,24 @@ gpu_test!(wgrad_n_not_a_multiple_of_the_box, wgrad_mn::<f32>(&[0, 1, 300, 129, 0
 gpu_test!(wgrad_bf16_n_not_a_multiple_of_the_box, wgrad_mn::<bf16>(&[0, 1, 300, 129, 0, 17], true, 64, 200));
 gpu_test!(wgrad_no_rows_zeroes_c, wgrad::<f32>(&[0, 0, 0], false));
 
+/// 48 experts (every fourth without rows, every fourth with 1-3, the rest 40-299) of C_e 320 x 640: 3 x 3 tiles
+/// an expert, 432 tiles over at most 132 blocks, so each block runs many tiles in a row through one ring and one
+/// set of staging boxes (tiles without rows among them), as at the Qwen shapes; against the f64 reference.
+fn wgrad_many_tiles<W: El>(accumulate: bool) {
+    let counts: Vec<u32> = (0..48u32)
+        .map(|i| match i % 4 {
+            0 => 0,
+            1 => 1 + i % 3,
+            _ => 40 + (37 * i) % 260,
+        })
+        .collect();
+    wgrad_mn::<W>(&counts, accumulate, 320, 640);
+}
+gpu_test!(wgrad_many_tiles_per_block, wgrad_many_tiles::<f32>(false));
+gpu_test!(wgrad_many_tiles_per_block_accumulate, wgrad_many_tiles::<f32>(true));
+gpu_test!(wgrad_bf16_many_tiles_per_block, wgrad_many_tiles::<bf16>(false));
+gpu_test!(wgrad_bf16_many_tiles_per_block_accumulate, wgrad_many_tiles::<bf16>(true));
+
 gpu_test!(bad_arguments_are_rejected_before_launch, {
     let g = gpu();
     // B sized for three experts, the call names two
