@@ -8,7 +8,7 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, QuantizeTArgs, SwigluFp8Args, SwigluFp8QArgs};
 use megamoe::rng::Rng;
-use megamoe::{check, gemm, Gpu};
+use megamoe::{check, gemm, reference, Gpu};
 
 fn gpu() -> Arc<Gpu> {
     megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
@@ -533,14 +533,51 @@ fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
     let d = check::rel_err(&got, &o16);
     eprintln!("rel err {err:.3e} against the FP8 model, {d:.3e} against the bf16 layer");
     assert!(d < 0.1, "the FP8 forward is {d} away from the bf16 layer");
-    // the FP8 forward has no backward yet: a backward of its saved state is refused before anything runs
+    // the backward: the bf16 one refuses the FP8 forward's saved state before anything runs; backward_fp8 against
+    // the straight-through model (z from the dequantized x and W1, then dh, dz, dx, dW1, dW2 and dtopk from
+    // the bf16 x, W1, W2), every output poisoned first and checked written
+    let dyh = r.bf16_vec(tokens * h, 1.0);
+    let ddy = g.upload(&dyh).unwrap();
     let mut dx_out = g.alloc::<bf16>(tokens * h).unwrap();
-    let mut dw1 = g.alloc::<f32>(e * 2 * i * h).unwrap();
-    let mut dw2 = g.alloc::<f32>(e * h * i).unwrap();
+    let mut gw1 = g.alloc::<f32>(e * 2 * i * h).unwrap();
+    let mut gw2 = g.alloc::<f32>(e * h * i).unwrap();
     let mut dtopk = g.alloc::<f32>(tokens * k).unwrap();
-    let grads = Grads { dx: &mut dx_out, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
-    let e = layer.backward(&saved, &out16, &inp16, grads).unwrap_err();
-    assert!(format!("{e:?}").contains("forward_fp8"), "{e:?}");
+    let grads = Grads { dx: &mut dx_out, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
+    let err = layer.backward(&saved, &ddy, &inp16, grads).unwrap_err();
+    assert!(format!("{err:?}").contains("backward_fp8"), "{err:?}");
+    g.fill_bytes(&mut dx_out, 0xff).unwrap();
+    g.fill_bytes(&mut gw1, 0xff).unwrap();
+    g.fill_bytes(&mut gw2, 0xff).unwrap();
+    g.fill_bytes(&mut dtopk, 0xff).unwrap();
+    // the FP8 forward again (the bf16 forward above took the layer's routing workspace, not `saved`)
+    layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+    let grads = Grads { dx: &mut dx_out, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward_fp8(&saved, &ddy, &inp16, &fw, grads).unwrap();
+    g.sync().unwrap();
+    let f32s = |v: Vec<f32>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
+    let got_dx: Vec<f64> = g.download(&dx_out).unwrap().iter().map(|v| v.to_f64()).collect();
+    let (got_w1, got_w2) = (f32s(g.download(&gw1).unwrap()), f32s(g.download(&gw2).unwrap()));
+    let got_tk = f32s(g.download(&dtopk).unwrap());
+    for (name, v) in [("dx", &got_dx), ("dW1", &got_w1), ("dW2", &got_w2), ("dtopk", &got_tk)] {
+        if let Some(q) = v.iter().position(|x| x.is_nan()) {
+            panic!("backward_fp8 left {name}[{q}] unwritten");
+        }
+    }
+    let shape = reference::Shape { h, i, e, k };
+    let ri = reference::RankInput {
+        x: reference::to_f64(&x),
+        topk_ids: ids.clone(),
+        topk_w: wts.iter().map(|&v| v as f64).collect(),
+        dy: reference::to_f64(&dyh),
+    };
+    let wr = reference::Weights { w1: reference::to_f64(&w1), w2: reference::to_f64(&w2) };
+    let zf = reference::ZFrom { x: std::slice::from_ref(&xd), w1: &w1d };
+    let (want, wg) = reference::forward_backward_z_from(&shape, &[ri], &wr, zf).unwrap();
+    let tag = format!("backward_fp8 T {tokens} H {h} I {i} E {e} k {k}");
+    check::close(&format!("{tag} dx"), &got_dx, &want[0].dx, 1e-2).unwrap();
+    check::close(&format!("{tag} dtopk"), &got_tk, &want[0].dtopk, 1e-2).unwrap();
+    check::close(&format!("{tag} dW1"), &got_w1, &wg.dw1, 1e-2).unwrap();
+    check::close(&format!("{tag} dW2"), &got_w2, &wg.dw2, 1e-2).unwrap();
 }
 
 gpu_test!(layer_forward_fp8_matches_the_fp8_model, layer_fp8_run(300, 512, 256, 8, 2));
@@ -578,6 +615,54 @@ gpu_test!(layer_forward_fp8_fused_h_is_bitwise_the_pass, {
     assert!(outs[0].iter().zip(&outs[1]).all(|(p, q)| p.to_bits() == q.to_bits()), "fused and pass differ");
 });
 gpu_test!(layer_forward_fp8_qwen3_30b_widths, layer_fp8_run(64, 2048, 768, 16, 8));
+
+gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
+    // the FP8 forward saves no z or x rows: backward_fp8 recomputes them in either mode, bit for bit the same
+    // (bf16 weight gradients, accumulated onto random values); backward_fp8 refuses a bf16 forward's state
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+    let g = gpu();
+    let mut r = Rng::new(Rng::fresh_seed());
+    let (t, h, i, e, k) = (250, 512, 256, 8, 4);
+    let x = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
+    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
+    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
+    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
+    let dy = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
+    let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
+    let mut outs = Vec::new();
+    for save in [Save::InputsOnly, Save::WithZ] {
+        let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, save)).unwrap();
+        let mut fw = Fp8Weights::alloc(&layer).unwrap();
+        fw.quantize(&g, &w1, &w2, &layer).unwrap();
+        let mut saved = layer.alloc_saved(t).unwrap();
+        let mut out = g.alloc::<bf16>(t * h).unwrap();
+        let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
+        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+        let mut dx = g.alloc::<bf16>(t * h).unwrap();
+        g.fill_bytes(&mut dx, 0xff).unwrap();
+        let (mut gw1, mut gw2) = (g.upload(&gw1_0).unwrap(), g.upload(&gw2_0).unwrap());
+        let mut dtopk = g.alloc::<f32>(t * k).unwrap();
+        let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
+        layer.backward_fp8(&saved, &dy, &inp16, &fw, grads).unwrap();
+        let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits() as u32).collect::<Vec<u32>>();
+        let tk: Vec<u32> = g.download(&dtopk).unwrap().into_iter().map(f32::to_bits).collect();
+        outs.push((
+            bits(g.download(&dx).unwrap()),
+            bits(g.download(&gw1).unwrap()),
+            bits(g.download(&gw2).unwrap()),
+            tk,
+        ));
+        // a bf16 forward's state is refused
+        let sv16 = layer.forward(&inp16, &mut out).unwrap();
+        let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
+        let err = layer.backward_fp8(&sv16, &dy, &inp16, &fw, grads).unwrap_err();
+        assert!(format!("{err:?}").contains("forward_fp8"), "{err:?}");
+    }
+    assert!(outs[0].0.iter().all(|&v| v != 0xffff), "dx not fully written");
+    assert!(outs[0] == outs[1], "the two save modes give different gradients");
+});
 
 gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {
     // after one eager call on the same buffers, the FP8 forward captured once and replayed on new contents of x:

@@ -817,11 +817,31 @@ impl MoeLayer {
         inp: &Inputs<'_>,
         grads: Grads<'_, W>,
     ) -> Result<()> {
+        self.backward_impl(saved, dy, inp, grads, None)
+    }
+
+    /// The backward of [`MoeLayer::backward`] for the bf16 backward, or (`fp8`) of [`MoeLayer::backward_fp8`]: z
+    /// recomputed in FP8 from the tokens' codes and W1's, x's rows gathered by the pass (a saved z or x of the
+    /// FP8 forward's `Saved` is not read: that forward writes neither).
+    fn backward_impl<W: WgradElem>(
+        &mut self,
+        saved: &Saved,
+        dy: &CudaSlice<bf16>,
+        inp: &Inputs<'_>,
+        grads: Grads<'_, W>,
+        fp8: Option<&Fp8Weights>,
+    ) -> Result<()> {
         self.check_inputs(inp, dy.len())?;
         let c = self.cfg;
         let bad = |s: String| Err(Error::InvalidArgument(s));
-        if saved.fp8 {
-            return bad("the saved state comes from forward_fp8, which has no backward yet".into());
+        if saved.fp8 && fp8.is_none() {
+            return bad("the saved state comes from forward_fp8: its backward is backward_fp8".into());
+        }
+        if !saved.fp8 && fp8.is_some() {
+            return bad("backward_fp8 takes the saved state of forward_fp8; this one comes from forward".into());
+        }
+        if let Some(w) = fp8 {
+            self.check_fp8_weights(w)?;
         }
         if saved.tokens != inp.tokens {
             return bad(format!("saved state is of {} tokens, the inputs of {}", saved.tokens, inp.tokens));
@@ -851,14 +871,16 @@ impl MoeLayer {
         let ws_rows = c.max_tokens * c.top_k;
         let (h2, i2) = (c.hidden, c.intermediate);
         // x rows (unless saved), z (unless saved; h is recomputed from z in the dh epilogue)
-        let xs = self.xs_of(saved);
+        let xs = if fp8.is_some() { (dptr(&self.work.xs, &s), ws_rows) } else { self.xs_of(saved) };
         let overlapped = c.gather == Gather::Overlapped;
-        if saved.xs.is_none() && (saved.z.is_some() || !overlapped) {
+        if fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped)) {
             self.gather(dptr(inp.x, &s), xs.0, saved)?;
         }
-        let z_ptr = match &saved.z {
-            Some(z) => dptr(z, &s),
-            None => {
+        // the z the dh epilogue reads, and its buffer's rows
+        let (z_ptr, z_rows) = match (fp8, &saved.z) {
+            (Some(w), _) => (self.recompute_z_fp8(inp.x, t, w, saved)?, ws_rows),
+            (None, Some(z)) => (dptr(z, &s), z.len() / (2 * i2)),
+            (None, None) => {
                 let zp = dptr(&self.work.z, &s);
                 let (kernel, mut p) = self.gemm1_params(saved, Gemm1A::Rows(xs.0, xs.1), inp.w1, 0, zp)?;
                 if overlapped {
@@ -866,7 +888,7 @@ impl MoeLayer {
                     self.overlap(&mut p, dptr(inp.x, &s), xs.0, saved)?;
                 }
                 self.mgemm(kernel, p, saved)?;
-                zp
+                (zp, ws_rows)
             }
         };
         // dy rows: always by the gather pass (overlapped with the dh + SwiGLU backward GEMM, which is bound by L2
@@ -879,7 +901,6 @@ impl MoeLayer {
         // z and dz in 64 x 64 boxes (whole 64-row groups of an expert go through the copy engine); a saved z
         // holds the call's slots rows, the workspace's z and dz ws_rows
         let (box_rows, box_cols) = kh::GEMM_C_BOX;
-        let z_rows = saved.z.as_ref().map_or(ws_rows, |z| z.len() / (2 * i2));
         let map_z = self.maps.get(&g, z_ptr, z_rows, 2 * i2, box_rows, box_cols)?;
         let map_dzs = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, box_rows, box_cols)?;
         let map_sh = self.maps.get(&g, dptr(&self.work.sh, &s), ws_rows, i2, box_rows, box_cols)?;

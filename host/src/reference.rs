@@ -197,14 +197,41 @@ struct ExpertOut {
     dw2: Vec<f64>,
 }
 
+/// Where z comes from when it is not x W1^T of the inputs themselves: another x per rank ([T, H] each) and W1
+/// ([E, 2I, H]), e.g. the dequantized operands of an FP8 forward, whose backward then runs on the inputs' own
+/// x and W1 as the quantizers were the identity (straight-through).
+#[derive(Clone, Copy, Debug)]
+pub struct ZFrom<'a> {
+    /// Per rank, `[T, H]`.
+    pub x: &'a [Vec<f64>],
+    /// `[E, 2I, H]`.
+    pub w1: &'a [f64],
+}
+
 /// One expert's rows, weight-row outer: each weight row is streamed once per phase while the expert's rows
 /// stay in cache.
-fn expert(s: &Shape, e: usize, rows: Vec<Row>, ranks: &[RankInput], w: &Weights, backward: bool) -> ExpertOut {
+fn expert(
+    s: &Shape,
+    e: usize,
+    rows: Vec<Row>,
+    ranks: &[RankInput],
+    w: &Weights,
+    backward: bool,
+    zf: Option<ZFrom<'_>>,
+) -> ExpertOut {
     let (h, i) = (s.h, s.i);
     let w1 = &w.w1[e * 2 * i * h..(e + 1) * 2 * i * h];
     let w2 = &w.w2[e * h * i..(e + 1) * h * i];
     let n = rows.len();
     let x: Vec<&[f64]> = rows.iter().map(|&(r, t, _)| &ranks[r].x[t * h..(t + 1) * h]).collect();
+    // z's operands: the inputs' own, or those of `zf`
+    let (zx, zw1): (Vec<&[f64]>, &[f64]) = match zf {
+        Some(f) => (
+            rows.iter().map(|&(r, t, _)| &f.x[r][t * h..(t + 1) * h]).collect(),
+            &f.w1[e * 2 * i * h..(e + 1) * 2 * i * h],
+        ),
+        None => (x.clone(), w1),
+    };
     let dy: Vec<&[f64]> = rows.iter().map(|&(r, t, _)| &ranks[r].dy[t * h..(t + 1) * h]).collect();
     let sw: Vec<f64> = rows.iter().map(|&(r, t, j)| ranks[r].topk_w[t * s.k + j]).collect();
     // forward: z = x W1^T, act = silu(g) * u, y = act W2^T
@@ -213,9 +240,9 @@ fn expert(s: &Shape, e: usize, rows: Vec<Row>, ranks: &[RankInput], w: &Weights,
     // keep their order, so the results are those of the unblocked loops)
     for r0 in (0..n).step_by(RB) {
         for c in 0..2 * i {
-            let wr = &w1[c * h..(c + 1) * h];
+            let wr = &zw1[c * h..(c + 1) * h];
             for row in r0..(r0 + RB).min(n) {
-                z[row * 2 * i + c] = dot(x[row], wr);
+                z[row * 2 * i + c] = dot(zx[row], wr);
             }
         }
     }
@@ -281,15 +308,38 @@ fn expert(s: &Shape, e: usize, rows: Vec<Row>, ranks: &[RankInput], w: &Weights,
 /// Forward and backward of the layer over all ranks: each rank's y, dx, dtopk, and dW1, dW2 of every expert.
 /// Uses every core (experts are independent).
 pub fn forward_backward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(Vec<RankOutput>, Grads), String> {
-    run(s, ranks, w, true)
+    run(s, ranks, w, true, None)
+}
+
+/// As [`forward_backward`] with z = x' W1'^T from the operands of `zf` (y, dtopk, dx and the weight gradients
+/// from that z, the inputs' x, W1 and W2): the straight-through backward of a forward that quantized x and W1.
+pub fn forward_backward_z_from(
+    s: &Shape,
+    ranks: &[RankInput],
+    w: &Weights,
+    zf: ZFrom<'_>,
+) -> Result<(Vec<RankOutput>, Grads), String> {
+    if zf.x.len() != ranks.len()
+        || zf.x.iter().zip(ranks).any(|(x, r)| x.len() != r.x.len())
+        || zf.w1.len() != w.w1.len()
+    {
+        return Err("z's operands do not match the inputs".into());
+    }
+    run(s, ranks, w, true, Some(zf))
 }
 
 /// The forward alone: each rank's y (dx, dtopk and the gradients are left at zero).
 pub fn forward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<Vec<RankOutput>, String> {
-    run(s, ranks, w, false).map(|(o, _)| o)
+    run(s, ranks, w, false, None).map(|(o, _)| o)
 }
 
-fn run(s: &Shape, ranks: &[RankInput], w: &Weights, backward: bool) -> Result<(Vec<RankOutput>, Grads), String> {
+fn run(
+    s: &Shape,
+    ranks: &[RankInput],
+    w: &Weights,
+    backward: bool,
+    zf: Option<ZFrom<'_>>,
+) -> Result<(Vec<RankOutput>, Grads), String> {
     validate(s, ranks, w)?;
     let mut by_expert: Vec<Vec<Row>> = vec![Vec::new(); s.e];
     for (r, ri) in ranks.iter().enumerate() {
@@ -322,7 +372,7 @@ fn run(s: &Shape, ranks: &[RankInput], w: &Weights, backward: bool) -> Result<(V
                     loop {
                         let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some((e, rows)) = items.get(n) else { break };
-                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward)));
+                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward, zf)));
                     }
                     mine
                 })

@@ -1,16 +1,18 @@
-//! The layer's forward in blockwise FP8 ([`MoeLayer::forward_fp8`]): the tokens quantized once (1 x 128 scales),
-//! their codes and scales gathered into expert order (half the bytes of the bf16 gather), GEMM1 with the SwiGLU
-//! epilogue in FP8 (h in bf16), h quantized, GEMM2 in FP8, the combine as in bf16. The weights come quantized
-//! ([`Fp8Weights`]: once per optimizer step, not per call). Forward only so far: its [`Saved`] holds the routing
-//! layout but no backward reads an FP8 forward yet.
-use cudarc::driver::CudaSlice;
+//! The layer in blockwise FP8. [`MoeLayer::forward_fp8`]: the tokens quantized once (1 x 128 scales), their
+//! codes and scales gathered into expert order (half the bytes of the bf16 gather), GEMM1 with the SwiGLU
+//! epilogue in FP8 quantizing h as it stores it, GEMM2 in FP8, the combine as in bf16. The weights come quantized
+//! ([`Fp8Weights`]: once per optimizer step, not per call). [`MoeLayer::backward_fp8`]: its backward, z
+//! recomputed in FP8 as the forward computed it, then the bf16 backward on the bf16 x, W1 and W2
+//! (straight-through: the quantizers taken as the identity).
+use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use megamoe_kernels::kernels_host as kh;
 use megamoe_kernels::params::GroupedGemmFp8;
 
-use super::{MoeLayer, Saved};
+use super::{Grads, Inputs, LayerConfig, MoeLayer, Saved};
 use crate::error::{Error, Result};
 use crate::fp8::{self as q, QuantizeArgs};
+use crate::gemm::WgradElem;
 use crate::runtime::{dptr, Gpu};
 
 /// W1 and W2 in blockwise FP8 (128 x 128 scales), as [`MoeLayer::forward_fp8`] reads them.
@@ -96,14 +98,11 @@ impl MoeLayer {
             return bad(format!("{t} tokens > the configured maximum {}", c.max_tokens));
         }
         let w = inp.weights;
+        self.check_fp8_weights(w)?;
         let want = [
             ("x", inp.x.len(), t * h),
             ("topk_ids", inp.topk_ids.len(), t * k),
             ("topk_weights", inp.topk_weights.len(), t * k),
-            ("W1", w.w1.len(), e * 2 * i * h),
-            ("W1 scales", w.w1_scales.len(), e * 2 * i / 128 * (h / 128)),
-            ("W2", w.w2.len(), e * h * i),
-            ("W2 scales", w.w2_scales.len(), e * h / 128 * (i / 128)),
             ("out", out.len(), t * h),
         ];
         for (name, got, need) in want {
@@ -120,10 +119,6 @@ impl MoeLayer {
             ("x", inp.x.ordinal()),
             ("topk_ids", inp.topk_ids.ordinal()),
             ("topk_weights", inp.topk_weights.ordinal()),
-            ("W1", w.w1.ordinal()),
-            ("W1 scales", w.w1_scales.ordinal()),
-            ("W2", w.w2.ordinal()),
-            ("W2 scales", w.w2_scales.ordinal()),
             ("out", out.ordinal()),
         ];
         for (name, o) in ords {
@@ -131,17 +126,7 @@ impl MoeLayer {
                 return bad(format!("{name} lives on device {o}, the layer on device {me}"));
             }
         }
-        if self.fp8.is_none() {
-            let (tm, slots) = (c.max_tokens, c.max_tokens * k);
-            self.fp8 = Some(Fp8Work {
-                x8: g.alloc((tm * h).max(1))?,
-                x8_scales: g.alloc((tm * h / 128).max(1))?,
-                xs8: g.alloc((slots * h).max(1))?,
-                xs8_scales: g.alloc((slots * h / 128).max(1))?,
-                h8: g.alloc((slots * i).max(1))?,
-                h8_scales: g.alloc((slots * i / 128).max(1))?,
-            });
-        }
+        self.alloc_fp8()?;
         let routed = self.route_call(inp.topk_ids, t, saved)?;
         // its z / xs (if any) are not this call's: a backward must refuse it
         saved.fp8 = true;
@@ -151,32 +136,13 @@ impl MoeLayer {
         let sv: &Saved = saved;
         let s = g.stream().clone();
         let slots_max = c.max_tokens * k;
+        self.quantize_tokens(inp.x, t, sv)?;
         let f = self.fp8.as_ref().expect("allocated above");
-        // SAFETY (both quantizations): x holds T rows of H, the FP8 buffers max_tokens (k) rows, h max_tokens k
-        // rows of I.
-        // the tokens, quantized once (T rows, not T k)
-        unsafe { q::quantize_rows_raw(&g, dptr(inp.x, &s), dptr(&f.x8, &s), dptr(&f.x8_scales, &s), t, h)? };
-        // codes and scales into expert order (H and H / 32 bytes a row: H a multiple of 512 keeps both 16-byte rows)
-        self.gather_bytes(dptr(&f.x8, &s), dptr(&f.xs8, &s), h, sv)?;
-        self.gather_bytes(dptr(&f.x8_scales, &s), dptr(&f.xs8_scales, &s), h / 32, sv)?;
         // the GEMMs with cached tensor maps (encoded on a buffer's first call: then capturable in a CUDA graph)
         let (xs8, xs8s, h8, h8s) = (dptr(&f.xs8, &s), dptr(&f.xs8_scales, &s), dptr(&f.h8, &s), dptr(&f.h8_scales, &s));
         let (hp, ys) = (dptr(&self.work.h, &s), dptr(&self.work.ys, &s));
-        let gemm = |sa: u64, sb: u64, c: u64, n: usize, kk: usize, maps: [u64; 3]| GroupedGemmFp8 {
-            map_a: maps[0],
-            map_b: maps[1],
-            sa,
-            sb,
-            offsets: dptr(&sv.offsets, &s),
-            tile_offsets: dptr(&sv.tile_offsets, &s),
-            c,
-            error: 0,
-            map_c: maps[2],
-            c_scales: 0,
-            experts: e as u32,
-            n: n as u32,
-            k: kk as u32,
-            rows_max: slots_max as u32,
+        let gemm = |sa: u64, sb: u64, cp: u64, n: usize, kk: usize, maps: [u64; 3]| {
+            fp8_params(&c, &s, sv, sa, sb, cp, (n, kk), maps)
         };
         // GEMM1 + SwiGLU with h quantized in its epilogue (`grouped_gemm_fp8_swiglu_q`, bitwise the two kernels
         // in a row), or (MEGAMOE_FP8_HQ=pass) h stored in bf16 and quantized by a pass
@@ -211,5 +177,136 @@ impl MoeLayer {
         // SAFETY: as GEMM1's, with h8 [slots_max, I], W2 [E * H, I], ys [slots_max, H].
         unsafe { g.launch("grouped_gemm_fp8", cfg2, &p2)? };
         self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), sv)
+    }
+
+    /// The backward of [`MoeLayer::forward_fp8`], on the same inputs in bf16 (`inp`: the tokens, the routing and
+    /// the bf16 weights `weights` was quantized from) and the same quantized weights: z recomputed in FP8 from the
+    /// tokens' codes and W1's (the z the forward computed), then dh with the SwiGLU backward, dtopk, dx and the
+    /// weight gradients as [`MoeLayer::backward`] computes them, on the bf16 x, W1 and W2: the straight-through
+    /// gradient (each quantizer taken as the identity). Whatever the layer's save mode, the FP8 forward saves no z
+    /// or x rows: this backward recomputes z and gathers x. Writes as [`MoeLayer::backward`] does (nothing when
+    /// the forward saw a bad expert id); asynchronous, no host synchronisation.
+    pub fn backward_fp8<W: WgradElem>(
+        &mut self,
+        saved: &Saved,
+        dy: &CudaSlice<bf16>,
+        inp: &Inputs<'_>,
+        weights: &Fp8Weights,
+        grads: Grads<'_, W>,
+    ) -> Result<()> {
+        self.backward_impl(saved, dy, inp, grads, Some(weights))
+    }
+
+    /// W1 and W2 quantized for this layer: their shapes and device.
+    pub(super) fn check_fp8_weights(&self, w: &Fp8Weights) -> Result<()> {
+        let c = &self.cfg;
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        let bad = |s: String| Err(Error::InvalidArgument(format!("FP8 weights: {s}")));
+        if h % 512 != 0 || i % 128 != 0 {
+            return bad(format!("H = {h} must be a multiple of 512 and I = {i} of 128"));
+        }
+        let me = self.gpu.ordinal();
+        let want = [
+            ("W1", w.w1.len(), e * 2 * i * h, w.w1.ordinal()),
+            ("W1 scales", w.w1_scales.len(), e * 2 * i / 128 * (h / 128), w.w1_scales.ordinal()),
+            ("W2", w.w2.len(), e * h * i, w.w2.ordinal()),
+            ("W2 scales", w.w2_scales.len(), e * h / 128 * (i / 128), w.w2_scales.ordinal()),
+        ];
+        for (name, got, need, o) in want {
+            if got != need {
+                return bad(format!("{name} has {got} elements, the layer needs {need}"));
+            }
+            if o != me {
+                return bad(format!("{name} lives on device {o}, the layer on device {me}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The FP8 buffers, allocated on first use (max_tokens rows).
+    fn alloc_fp8(&mut self) -> Result<()> {
+        if self.fp8.is_none() {
+            let (g, c) = (&self.gpu, &self.cfg);
+            let (h, i) = (c.hidden, c.intermediate);
+            let (tm, slots) = (c.max_tokens, c.max_tokens * c.top_k);
+            self.fp8 = Some(Fp8Work {
+                x8: g.alloc((tm * h).max(1))?,
+                x8_scales: g.alloc((tm * h / 128).max(1))?,
+                xs8: g.alloc((slots * h).max(1))?,
+                xs8_scales: g.alloc((slots * h / 128).max(1))?,
+                h8: g.alloc((slots * i).max(1))?,
+                h8_scales: g.alloc((slots * i / 128).max(1))?,
+            });
+        }
+        Ok(())
+    }
+
+    /// The tokens x [T, H] quantized once (1 x 128 scales), their codes and scales gathered into expert order.
+    fn quantize_tokens(&mut self, x: &CudaSlice<bf16>, t: usize, sv: &Saved) -> Result<()> {
+        self.alloc_fp8()?;
+        let (g, h) = (self.gpu.clone(), self.cfg.hidden);
+        let s = g.stream().clone();
+        let f = self.fp8.as_ref().expect("allocated above");
+        let (x8, x8s, xs8, xs8s) = (dptr(&f.x8, &s), dptr(&f.x8_scales, &s), dptr(&f.xs8, &s), dptr(&f.xs8_scales, &s));
+        // SAFETY: x holds T rows of H (checked by the callers), the code and scale buffers max_tokens rows.
+        unsafe { q::quantize_rows_raw(&g, dptr(x, &s), x8, x8s, t, h)? };
+        // codes and scales into expert order (H and H / 32 bytes a row: H a multiple of 512 keeps both 16-byte rows)
+        self.gather_bytes(x8, xs8, h, sv)?;
+        self.gather_bytes(x8s, xs8s, h / 32, sv)
+    }
+
+    /// z = x W1^T in FP8 for the backward of an FP8 forward (the GEMM1 of the forward without its SwiGLU epilogue:
+    /// the same f32 sums, rounded to bf16), into the workspace's z [max_tokens k, 2I]; its address.
+    pub(super) fn recompute_z_fp8(&mut self, x: &CudaSlice<bf16>, t: usize, w: &Fp8Weights, sv: &Saved) -> Result<u64> {
+        let c = self.cfg;
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let slots_max = c.max_tokens * c.top_k;
+        self.quantize_tokens(x, t, sv)?;
+        let f = self.fp8.as_ref().expect("allocated by quantize_tokens");
+        let (xs8, xs8s, zp) = (dptr(&f.xs8, &s), dptr(&f.xs8_scales, &s), dptr(&self.work.z, &s));
+        let maps = [
+            self.maps.get_u8(&g, xs8, slots_max, h, 128)?,
+            self.maps.get_u8(&g, dptr(&w.w1, &s), e * 2 * i, h, 128)?,
+            self.maps.get(&g, zp, slots_max, 2 * i, 64, 64)?,
+        ];
+        let p = fp8_params(&c, &s, sv, xs8s, dptr(&w.w1_scales, &s), zp, (2 * i, h), maps);
+        let cfg = q::launch_cfg(&g, "grouped_gemm_fp8", slots_max, e, 2 * i, kh::FP8_BN as usize)?;
+        // SAFETY: the codes and scales hold slots_max rows of H, W1 E * 2I rows of H with its block scales, z
+        // slots_max rows of 2I; rows are bounded by the device offsets, offsets[E] <= t k <= slots_max.
+        unsafe { g.launch("grouped_gemm_fp8", cfg, &p)? };
+        Ok(zp)
+    }
+}
+
+/// The parameter block of an FP8 GEMM over the routing of `sv` (a layer of `cfg`, its stream `s`): A's scales
+/// `sa`, B's `sb`, C at `c` [max_tokens k, n], (n, K), the tensor maps of A, B and C.
+#[allow(clippy::too_many_arguments)]
+fn fp8_params(
+    cfg: &LayerConfig,
+    s: &CudaStream,
+    sv: &Saved,
+    sa: u64,
+    sb: u64,
+    c: u64,
+    (n, k): (usize, usize),
+    maps: [u64; 3],
+) -> GroupedGemmFp8 {
+    GroupedGemmFp8 {
+        map_a: maps[0],
+        map_b: maps[1],
+        sa,
+        sb,
+        offsets: dptr(&sv.offsets, s),
+        tile_offsets: dptr(&sv.tile_offsets, s),
+        c,
+        error: 0,
+        map_c: maps[2],
+        c_scales: 0,
+        experts: cfg.experts as u32,
+        n: n as u32,
+        k: k as u32,
+        rows_max: (cfg.max_tokens * cfg.top_k) as u32,
     }
 }
