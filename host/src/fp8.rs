@@ -171,6 +171,9 @@ pub enum Fp8Variant {
     /// As `Staged`, in 2-CTA clusters on pairs of column tiles sharing A by TMA multicast
     /// (`grouped_gemm_fp8_mc`; N a multiple of 256).
     Clusters,
+    /// Not a GEMM: `grouped_gemm_fp8_probe`, the main loop without the per-block promotion (scales ignored, C is
+    /// not the product), to time the pipeline's ceiling in the benchmark.
+    Probe,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -211,6 +214,7 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::Staged => "grouped_gemm_fp8",
             Fp8Variant::Registers => "grouped_gemm_fp8_regs",
             Fp8Variant::Clusters => "grouped_gemm_fp8_mc",
+            Fp8Variant::Probe => "grouped_gemm_fp8_probe",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("N", self.n, if variant == Fp8Variant::Clusters { 2 } else { 1 } * kh::FP8_BN as usize)?;

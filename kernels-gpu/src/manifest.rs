@@ -74,6 +74,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("quantize_fp8_blocks_t", 256, true, false),
     k("grouped_gemm_fp8", 384, true, true),
     k("grouped_gemm_fp8_regs", 384, true, true),
+    k("grouped_gemm_fp8_probe", 384, true, true),
     k2("grouped_gemm_fp8_mc", 384, true, true),
     k("grouped_gemm_fp8_swiglu", 384, true, true),
     k("grouped_gemm_fp8_swiglu_q", 384, true, true),

@@ -92,7 +92,7 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 /// engine (whole 64-row groups of one expert; the others from registers).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, false, false, false>(&p);
+    grouped_gemm_fp8_body::<true, false, false, false, false>(&p);
 }
 
 /// GEMM1 with the SwiGLU epilogue: B = W1 [E * 2N, K] (each expert's N gate rows, then its N up rows), C = h =
@@ -100,7 +100,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
 /// same 64 of u (two 64-row boxes of B, each with its 128 x 128 block's scale).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, false, true, false>(&p);
+    grouped_gemm_fp8_body::<true, false, true, false, false>(&p);
 }
 
 /// As `grouped_gemm_fp8_swiglu` with h quantized in the epilogue (1 x 128 blocks, the rule of
@@ -110,24 +110,37 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu(p: GroupedGemmFp8) {
 /// the copy engine for whole 64-row groups) and its scales (`c_scales` [rows, N / 128]). N a multiple of 128.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu_q(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, false, true, true>(&p);
+    grouped_gemm_fp8_body::<true, false, true, true, false>(&p);
 }
 
 /// As `grouped_gemm_fp8` in 2-CTA clusters (grid even) on pairs of n-tiles (2j, 2j + 1) of one m-tile (n_tiles
 /// even): CTA 0 multicasts the pair's A into both CTAs, each loads its own B (a quarter less L2 -> SM traffic).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_mc(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<true, true, false, false>(&p);
+    grouped_gemm_fp8_body::<true, true, false, false, false>(&p);
+}
+
+/// A probe, not a GEMM: `grouped_gemm_fp8`'s main loop without the per-block promotion (the scales ignored, the
+/// blocks summed by the tensor cores as one K): the ceiling of the pipeline and tile, for the benchmark.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_probe(p: GroupedGemmFp8) {
+    grouped_gemm_fp8_body::<true, false, false, false, true>(&p);
 }
 
 /// As `grouped_gemm_fp8`, every row of C stored from registers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_regs(p: GroupedGemmFp8) {
-    grouped_gemm_fp8_body::<false, false, false, false>(&p);
+    grouped_gemm_fp8_body::<false, false, false, false, false>(&p);
 }
 
 #[inline(always)]
-unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool, const SW: bool, const HQ: bool>(
+unsafe fn grouped_gemm_fp8_body<
+    const STAGED: bool,
+    const MC: bool,
+    const SW: bool,
+    const HQ: bool,
+    const PROBE: bool,
+>(
     p: &GroupedGemmFp8,
 ) {
     const { assert!(!HQ || (SW && STAGED && !MC), "h is quantized by the single-CTA SwiGLU kernel") };
@@ -157,7 +170,7 @@ unsafe fn grouped_gemm_fp8_body<const STAGED: bool, const MC: bool, const SW: bo
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<STAGED, MC, SW, HQ>(p, base, ring, total(), t / 128 - 1);
+        consume::<STAGED, MC, SW, HQ, PROBE>(p, base, ring, total(), t / 128 - 1);
     }
     if MC {
         // no CTA leaves while its peer may still multicast into it or arrive on its barriers (every thread)
@@ -239,7 +252,7 @@ unsafe fn produce<const MC: bool, const SW: bool, const HQ: bool>(
 }
 
 #[inline(always)]
-unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: bool>(
+unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: bool, const PROBE: bool>(
     p: &GroupedGemmFp8,
     base: u32,
     ring: Ring<STAGES>,
@@ -295,50 +308,69 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: 
         };
         let st = |it: u32| base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
         let mut acc = [0f32; 64];
-        // two partial accumulators: block kb + 1's wgmma run while block kb's result is promoted
-        let (mut p0, mut p1) = ([0f32; 64], [0f32; 64]);
-        issue(st(it), cw, &mut p0);
-        let mut s0 = sc(0);
-        let mut kb = 0;
-        while kb + 2 < kb_n {
-            // block kb in flight in p0; kb + 1 and kb + 2 exist
-            ring.wait_full(it + 1);
-            issue(st(it + 1), cw, &mut p1);
-            let s1 = sc(kb + 1);
-            wgmma::wait_group::<1>();
-            wgmma::fence_operand_64(&mut p0);
-            release::<MC>(&ring, it, lane);
-            promote(&mut acc, &p0, s0);
-            ring.wait_full(it + 2);
-            issue(st(it + 2), cw, &mut p0);
-            s0 = sc(kb + 2);
-            wgmma::wait_group::<1>();
-            wgmma::fence_operand_64(&mut p1);
-            release::<MC>(&ring, it + 1, lane);
-            promote(&mut acc, &p1, s1);
-            it += 2;
-            kb += 2;
-        }
-        if kb + 1 < kb_n {
-            // blocks kb (in flight in p0) and kb + 1 are the last two
-            ring.wait_full(it + 1);
-            issue(st(it + 1), cw, &mut p1);
-            let s1 = sc(kb + 1);
-            wgmma::wait_group::<1>();
-            wgmma::fence_operand_64(&mut p0);
-            release::<MC>(&ring, it, lane);
-            promote(&mut acc, &p0, s0);
+        if PROBE {
+            // the main loop without the promotion (a probe of its ceiling: the scales are ignored, every block
+            // accumulates in the tensor cores' own sum; C is not the product)
+            let mut kb = 0;
+            while kb < kb_n {
+                ring.wait_full(it);
+                issue_into(st(it), cw, &mut acc, kb > 0);
+                wgmma::wait_group::<1>();
+                if kb > 0 {
+                    release::<MC>(&ring, it - 1, lane);
+                }
+                it += 1;
+                kb += 1;
+            }
             wgmma::wait_group::<0>();
-            wgmma::fence_operand_64(&mut p1);
-            release::<MC>(&ring, it + 1, lane);
-            promote(&mut acc, &p1, s1);
-            it += 2;
+            wgmma::fence_operand_64(&mut acc);
+            release::<MC>(&ring, it - 1, lane);
         } else {
-            wgmma::wait_group::<0>();
-            wgmma::fence_operand_64(&mut p0);
-            release::<MC>(&ring, it, lane);
-            promote(&mut acc, &p0, s0);
-            it += 1;
+            // two partial accumulators: block kb + 1's wgmma run while block kb's result is promoted
+            let (mut p0, mut p1) = ([0f32; 64], [0f32; 64]);
+            issue(st(it), cw, &mut p0);
+            let mut s0 = sc(0);
+            let mut kb = 0;
+            while kb + 2 < kb_n {
+                // block kb in flight in p0; kb + 1 and kb + 2 exist
+                ring.wait_full(it + 1);
+                issue(st(it + 1), cw, &mut p1);
+                let s1 = sc(kb + 1);
+                wgmma::wait_group::<1>();
+                wgmma::fence_operand_64(&mut p0);
+                release::<MC>(&ring, it, lane);
+                promote(&mut acc, &p0, s0);
+                ring.wait_full(it + 2);
+                issue(st(it + 2), cw, &mut p0);
+                s0 = sc(kb + 2);
+                wgmma::wait_group::<1>();
+                wgmma::fence_operand_64(&mut p1);
+                release::<MC>(&ring, it + 1, lane);
+                promote(&mut acc, &p1, s1);
+                it += 2;
+                kb += 2;
+            }
+            if kb + 1 < kb_n {
+                // blocks kb (in flight in p0) and kb + 1 are the last two
+                ring.wait_full(it + 1);
+                issue(st(it + 1), cw, &mut p1);
+                let s1 = sc(kb + 1);
+                wgmma::wait_group::<1>();
+                wgmma::fence_operand_64(&mut p0);
+                release::<MC>(&ring, it, lane);
+                promote(&mut acc, &p0, s0);
+                wgmma::wait_group::<0>();
+                wgmma::fence_operand_64(&mut p1);
+                release::<MC>(&ring, it + 1, lane);
+                promote(&mut acc, &p1, s1);
+                it += 2;
+            } else {
+                wgmma::wait_group::<0>();
+                wgmma::fence_operand_64(&mut p0);
+                release::<MC>(&ring, it, lane);
+                promote(&mut acc, &p0, s0);
+                it += 1;
+            }
         }
         let mut ti = slot(base, regs::opaque(l));
         // never past the buffer, whatever the device offsets say (offsets[E] <= rows_max is the caller's promise)
@@ -504,6 +536,19 @@ unsafe fn issue(st: u32, cw: u32, part: &mut [f32; 64]) {
     crate::unroll!(KS in [0, 1, 2, 3] {
         let off = 32 * KS as u32;
         wgmma::m64n128k32_f32_e4m3_ss(part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
+    });
+    wgmma::commit_group();
+}
+
+/// As [`issue`] into `acc`, added to it when `add` (the probe's accumulation across blocks).
+#[inline(always)]
+unsafe fn issue_into(st: u32, cw: u32, acc: &mut [f32; 64], add: bool) {
+    let da = SmemDesc::k_major_sw128(st + cw * (A_BYTES / 2));
+    let db = SmemDesc::k_major_sw128(st + A_BYTES);
+    wgmma::fence();
+    crate::unroll!(KS in [0, 1, 2, 3] {
+        let off = 32 * KS as u32;
+        wgmma::m64n128k32_f32_e4m3_ss(acc, da.advance(off).0, db.advance(off).0, (KS > 0 || add) as u32);
     });
     wgmma::commit_group();
 }
