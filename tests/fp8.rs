@@ -223,6 +223,25 @@ gpu_test!(gemm_clusters_give_the_same_bits, {
     assert!(a == b, "the cluster kernel differs from the single-CTA one");
 });
 
+gpu_test!(gemm_wide_tiles_give_the_same_bits, {
+    // 128 x 256 tiles (each half of a tile the 128 kernel's m64n128k32 products, promoted in the same order):
+    // bitwise the 128 x 128 kernel; ragged experts, zero- and one-row ones, two wide tiles per m-tile, K = 384;
+    // the first run also checks the product against the f64 reference (inside gemm_run_with)
+    let seed = Rng::fresh_seed();
+    let a = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17, 250], 512, 384, seed, Fp8Variant::Wide);
+    let b = gemm_run_with(&[0, 1, 300, 129, 0, 64, 17, 250], 512, 384, seed, Fp8Variant::Staged);
+    assert!(a == b, "the 128 x 256 kernel differs from the 128 x 128 one");
+});
+
+gpu_test!(gemm_wide_tiles_qwen3_30b_gemm2_shape, {
+    // N = 2048, K = 768 (GEMM2 at 30B) over 8 experts with many tiles per block: bitwise the 128 x 128 kernel
+    let seed = Rng::fresh_seed();
+    let counts = [700, 0, 513, 1, 1024, 129, 300, 64];
+    let a = gemm_run_with(&counts, 2048, 768, seed, Fp8Variant::Wide);
+    let b = gemm_run_with(&counts, 2048, 768, seed, Fp8Variant::Staged);
+    assert!(a == b, "the 128 x 256 kernel differs from the 128 x 128 one");
+});
+
 /// GEMM1 with the SwiGLU epilogue in FP8 on fresh inputs: h against silu(g) u of the f64 product of the
 /// dequantized operands.
 fn swiglu_run(counts: &[u32], i: usize, k: usize) {
@@ -616,6 +635,54 @@ gpu_test!(layer_forward_fp8_fused_h_is_bitwise_the_pass, {
     assert!(outs[0].iter().zip(&outs[1]).all(|(p, q)| p.to_bits() == q.to_bits()), "fused and pass differ");
 });
 gpu_test!(layer_forward_fp8_qwen3_30b_widths, layer_fp8_run(64, 2048, 768, 16, 8));
+
+gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
+    // GEMM2 and z's recompute in 128 x 256 tiles (MEGAMOE_FP8_TILES=wide, read per call) against 128 x 128: the
+    // forward's output and backward_fp8's gradients bit for bit
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+    let g = gpu();
+    let mut r = Rng::new(Rng::fresh_seed());
+    let (t, h, i, e, k) = (300, 512, 256, 8, 4);
+    let x = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
+    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
+    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
+    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
+    let dy = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)).unwrap();
+    let mut fw = Fp8Weights::alloc(&layer).unwrap();
+    fw.quantize(&g, &w1, &w2, &layer).unwrap();
+    let mut saved = layer.alloc_saved(t).unwrap();
+    let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
+    let mut outs = Vec::new();
+    for mode in [None, Some("wide")] {
+        match mode {
+            Some(v) => std::env::set_var("MEGAMOE_FP8_TILES", v),
+            None => std::env::remove_var("MEGAMOE_FP8_TILES"),
+        }
+        let mut out = g.alloc::<bf16>(t * h).unwrap();
+        g.fill_bytes(&mut out, 0xff).unwrap();
+        let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
+        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+        let mut dx = g.alloc::<bf16>(t * h).unwrap();
+        g.fill_bytes(&mut dx, 0xff).unwrap();
+        let (mut gw1, mut gw2) = (g.alloc::<f32>(e * 2 * i * h).unwrap(), g.alloc::<f32>(e * h * i).unwrap());
+        let mut dtopk = g.alloc::<f32>(t * k).unwrap();
+        let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
+        layer.backward_fp8(&saved, &dy, &inp16, &fw, grads).unwrap();
+        let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+        let fbits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+        outs.push((
+            bits(g.download(&out).unwrap()),
+            bits(g.download(&dx).unwrap()),
+            fbits(g.download(&gw1).unwrap()),
+            fbits(g.download(&dtopk).unwrap()),
+        ));
+    }
+    std::env::remove_var("MEGAMOE_FP8_TILES");
+    assert!(outs[0].0.iter().all(|&v| v != 0xffff) && outs[0].1.iter().all(|&v| v != 0xffff), "not fully written");
+    assert!(outs[0] == outs[1], "128 x 256 and 128 x 128 tiles differ in the layer");
+});
 
 gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     // the FP8 forward saves no z or x rows: backward_fp8 recomputes them in either mode, bit for bit the same

@@ -174,6 +174,9 @@ pub enum Fp8Variant {
     /// Not a GEMM: `grouped_gemm_fp8_probe`, the main loop without the per-block promotion (scales ignored, C is
     /// not the product), to time the pipeline's ceiling in the benchmark.
     Probe,
+    /// Tiles of 128 x 256 (`grouped_gemm_fp8w`: a quarter less L2 traffic per FLOP, one partial product per
+    /// warpgroup; N a multiple of 256).
+    Wide,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -215,9 +218,10 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::Registers => "grouped_gemm_fp8_regs",
             Fp8Variant::Clusters => "grouped_gemm_fp8_mc",
             Fp8Variant::Probe => "grouped_gemm_fp8_probe",
+            Fp8Variant::Wide => "grouped_gemm_fp8w",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
-        ck.multiple("N", self.n, if variant == Fp8Variant::Clusters { 2 } else { 1 } * kh::FP8_BN as usize)?;
+        ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;
         let op = Operands {
             a: self.a,
             a_scales: self.a_scales,
@@ -462,10 +466,12 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
 }
 
 /// Columns of C one walk unit of `kernel` covers: 64 for the SwiGLU kernel's tiles, 128 for its h-quantizing
-/// variant's pairs of them and for the plain kernels' tiles.
+/// variant's pairs of them and for the plain kernels' tiles, 256 for `grouped_gemm_fp8w`'s.
 pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
+    } else if kernel == "grouped_gemm_fp8w" {
+        kh::FP8W_BN as usize
     } else {
         kh::FP8_BN as usize
     }
@@ -489,7 +495,8 @@ pub(crate) fn launch_cfg(
         let fit = gpu.max_active_clusters(kernel, full)?;
         grid = (grid.min(2 * fit.max(1)) / 2 * 2).max(2);
     }
-    Ok(Launch::new(grid, kh::GEMM_THREADS, kh::FP8_SMEM))
+    let smem = if kernel == "grouped_gemm_fp8w" { kh::FP8W_SMEM } else { kh::FP8_SMEM };
+    Ok(Launch::new(grid, kh::GEMM_THREADS, smem))
 }
 
 /// The codes and scale of one block of values: what the kernels compute.

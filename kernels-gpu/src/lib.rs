@@ -120,6 +120,13 @@ pub mod kernels_host {
     /// Columns per tile of `grouped_gemm_fp8` (two consumer warpgroups of wgmma m64n128k32; the f32 accumulator
     /// and the block's partial product take 128 registers).
     pub const FP8_BN: u32 = 128;
+    /// Columns per tile of `grouped_gemm_fp8w` (each warpgroup's 64 x 256 f32 accumulator in 128 registers, one
+    /// 64 x 128 partial product: the tile's two column halves run one after the other).
+    pub const FP8W_BN: u32 = 256;
+    /// Pipeline stages of `grouped_gemm_fp8w` (A 128 rows x 128 bytes + B 256 x 128: 48 KiB a stage).
+    pub const FP8W_STAGES: u32 = 4;
+    /// Shared memory of `grouped_gemm_fp8w`: the ring, the staging, the ring's barriers, the tile slots.
+    pub const FP8W_SMEM: u32 = FP8W_STAGES * (128 + 256) * 128 + GEMM_STAGING + 16 * FP8W_STAGES + FP8_SLOTS * 16;
     /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns),
     /// one consumer warp's 16 rows.
     pub const WGRAD_C_BOX: (u32, u32) = (16, 32);

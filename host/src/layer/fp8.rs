@@ -6,7 +6,6 @@
 //! (straight-through: the quantizers taken as the identity).
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
-use megamoe_kernels::kernels_host as kh;
 use megamoe_kernels::params::GroupedGemmFp8;
 
 use super::{Grads, Inputs, LayerConfig, MoeLayer, Saved};
@@ -173,9 +172,10 @@ impl MoeLayer {
             self.maps.get(&g, ys, slots_max, h, 64, 64)?,
         ];
         let p2 = gemm(h8s, dptr(&w.w2_scales, &s), ys, h, i, maps2);
-        let cfg2 = q::launch_cfg(&g, "grouped_gemm_fp8", slots_max, e, h, kh::FP8_BN as usize)?;
-        // SAFETY: as GEMM1's, with h8 [slots_max, I], W2 [E * H, I], ys [slots_max, H].
-        unsafe { g.launch("grouped_gemm_fp8", cfg2, &p2)? };
+        let k2 = plain_kernel();
+        let cfg2 = q::launch_cfg(&g, k2, slots_max, e, h, q::tile_cols(k2))?;
+        // SAFETY: as GEMM1's, with h8 [slots_max, I], W2 [E * H, I], ys [slots_max, H] (H a multiple of 256).
+        unsafe { g.launch(k2, cfg2, &p2)? };
         self.combine(dptr(&self.work.ys, &s), dptr(inp.topk_weights, &s), dptr(out, &s), sv)
     }
 
@@ -272,11 +272,22 @@ impl MoeLayer {
             self.maps.get(&g, zp, slots_max, 2 * i, 64, 64)?,
         ];
         let p = fp8_params(&c, &s, sv, xs8s, dptr(&w.w1_scales, &s), zp, (2 * i, h), maps);
-        let cfg = q::launch_cfg(&g, "grouped_gemm_fp8", slots_max, e, 2 * i, kh::FP8_BN as usize)?;
+        let k1 = plain_kernel();
+        let cfg = q::launch_cfg(&g, k1, slots_max, e, 2 * i, q::tile_cols(k1))?;
         // SAFETY: the codes and scales hold slots_max rows of H, W1 E * 2I rows of H with its block scales, z
-        // slots_max rows of 2I; rows are bounded by the device offsets, offsets[E] <= t k <= slots_max.
-        unsafe { g.launch("grouped_gemm_fp8", cfg, &p)? };
+        // slots_max rows of 2I (2I a multiple of 256); rows are bounded by the device offsets, offsets[E] <= t k
+        // <= slots_max.
+        unsafe { g.launch(k1, cfg, &p)? };
         Ok(zp)
+    }
+}
+
+/// The plain FP8 GEMM the layer launches (GEMM2, z's recompute): `grouped_gemm_fp8` (128 x 128 tiles), or with
+/// `MEGAMOE_FP8_TILES=wide` (read at each call) `grouped_gemm_fp8w` (128 x 256; the same bits).
+fn plain_kernel() -> &'static str {
+    match std::env::var("MEGAMOE_FP8_TILES") {
+        Ok(v) if v == "wide" => "grouped_gemm_fp8w",
+        _ => "grouped_gemm_fp8",
     }
 }
 

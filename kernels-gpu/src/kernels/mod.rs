@@ -9,6 +9,7 @@ pub mod ffn_fused;
 pub mod gather;
 pub mod grouped_gemm;
 pub mod grouped_gemm_fp8;
+pub mod grouped_gemm_fp8w;
 pub mod grouped_wgrad;
 pub mod quant_fp8;
 pub mod route;

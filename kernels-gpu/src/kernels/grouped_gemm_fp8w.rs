@@ -1,0 +1,240 @@
+//! `grouped_gemm_fp8w`: [`super::grouped_gemm_fp8`]'s GEMM (M-grouped, blockwise FP8, bf16 C) in tiles of 128 x 256.
+//!
+//! Why: at FP8 rates a 128 x 128 tile asks L2 for 32 KiB per 4.2 MFLOP (about 14 TB/s over the chip at the tensor
+//! cores' peak; ncu saw L2 73% busy at 57% tensor-pipe use). A 128 x 256 tile asks 48 KiB per 8.4 MFLOP: a quarter
+//! less per FLOP. The registers bound the tile: a warpgroup's 64 x 256 f32 accumulator is 128 registers, so there
+//! is room for one 64 x 128 partial product, not two: per 128-deep block a warpgroup runs the tile's two column
+//! halves one after the other (four wgmma m64n128k32 into the partial, wait, promote into its half of the
+//! accumulator with the row's and the half's block scale), and the other warpgroup's wgmma keep the tensor cores
+//! busy while it promotes. A 4-stage ring of 48 KiB (A 128 x 128 bytes, B 256 x 128: two 128-row boxes). The tile
+//! slots, walk, scales and epilogue as in `grouped_gemm_fp8` (C's whole 64-row groups through the staging and TMA
+//! stores, four 64 x 64 boxes a warpgroup, the rest from registers). N a multiple of 256.
+use crate::desc::SmemDesc;
+use crate::kernels::routing_failed;
+use crate::params::GroupedGemmFp8;
+use crate::pipeline::Ring;
+use crate::ptx::{global, math, regs, smem, sync, tma, wgmma};
+use crate::scheduler::MTile;
+
+const STAGES: u32 = crate::kernels_host::FP8W_STAGES;
+const BM: u32 = crate::kernels_host::GEMM_BM;
+const BN: u32 = crate::kernels_host::FP8W_BN;
+/// K per stage (e4m3 elements = bytes): one scale block.
+const BK: u32 = 128;
+const A_BYTES: u32 = BM * BK;
+/// One 128-row box of B (128 x 128 bytes).
+const B_HALF: u32 = 128 * BK;
+const STAGE_BYTES: u32 = A_BYTES + BN * BK;
+const STAGING: u32 = STAGES * STAGE_BYTES;
+const C_BOX: u32 = crate::kernels::grouped_gemm::C_BOX;
+const SLOTS: u32 = crate::kernels_host::FP8_SLOTS;
+const SLOT_AT: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
+const _: () = assert!(SLOTS > STAGES + 1 && SLOT_AT % 16 == 0, "tile slots");
+const _: () =
+    assert!(SLOT_AT + 16 * SLOTS == crate::kernels_host::FP8W_SMEM, "host and kernel agree on the shared memory");
+const _: () = assert!(crate::kernels_host::FP8W_SMEM <= 232448, "sm_90 allows at most 227 KiB of shared memory");
+const _: () = assert!(STAGE_BYTES % 1024 == 0 && STAGING % 1024 == 0, "128-byte swizzle needs 1024-byte alignment");
+
+/// Tile `tile` of the walk (the producer's lookup: a binary search over the global offsets).
+#[inline(always)]
+unsafe fn tile_info(p: &GroupedGemmFp8, tile: u32) -> MTile {
+    let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
+    // SAFETY (of the reads): entries 0..=experts of both arrays, as the parameter block promises.
+    crate::scheduler::m_tile(
+        tile,
+        p.n / BN,
+        p.experts,
+        BM,
+        |i| unsafe { *to.add(i as usize) },
+        |i| unsafe { *off.add(i as usize) },
+    )
+}
+
+/// The consumers' view of the block's l-th tile, from its slot. SAFETY: after waiting on the tile's first stage.
+#[inline(always)]
+unsafe fn slot(base: u32, l: u32) -> MTile {
+    let [e, row0, row_end, n_tile] = smem::ld_v4(base + SLOT_AT + 16 * (l % SLOTS));
+    MTile { e, row0, row_end, n_tile }
+}
+
+/// 384 threads, FP8W_SMEM bytes of dynamic shared memory, grid <= the SM count.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
+    // read once by every thread before the first barrier: the whole block returns or none
+    if routing_failed(p.error) {
+        return;
+    }
+    let base = smem::base();
+    let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
+    let t = regs::tid();
+    if t == 0 {
+        ring.init(8); // one arrival per consumer warp
+    }
+    sync::block_sync();
+    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * (p.n / BN);
+    if t / 128 == 0 {
+        regs::setmaxnreg_dec::<40>();
+        if t == 0 {
+            produce(&p, base, ring, total());
+        }
+    } else {
+        regs::setmaxnreg_inc::<232>();
+        consume(&p, base, ring, total(), t / 128 - 1);
+    }
+}
+
+#[inline(always)]
+unsafe fn produce(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+    let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
+    tma::prefetch_tensormap(ma);
+    tma::prefetch_tensormap(mb);
+    let kb_n = p.k / BK;
+    let mut it = 0u32;
+    let mut l = 0u32;
+    let mut tile = regs::bid();
+    while tile < total {
+        let ti = tile_info(p, tile);
+        let brow = (ti.e * p.n + ti.n_tile * BN) as i32;
+        let mut kb = 0;
+        while kb < kb_n {
+            if kb == 0 {
+                // the tile's slot, published by the stage's arrival below; its previous tile (l - SLOTS) is done
+                ring.wait_empty(it);
+                smem::st_v4(base + SLOT_AT + 16 * (l % SLOTS), [ti.e, ti.row0, ti.row_end, ti.n_tile]);
+            }
+            let fb = ring.produce(it, STAGE_BYTES);
+            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+            tma::load_2d(st, ma, (kb * BK) as i32, ti.row0 as i32, fb);
+            tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, brow, fb);
+            tma::load_2d(st + A_BYTES + B_HALF, mb, (kb * BK) as i32, brow + 128, fb);
+            it += 1;
+            kb += 1;
+        }
+        l += 1;
+        tile += regs::nctaid();
+    }
+}
+
+/// This warpgroup's four wgmma m64n128k32 of column half `h` of the stage at `st` into `part` (overwritten), as
+/// one commit group.
+#[inline(always)]
+unsafe fn issue_half(st: u32, cw: u32, h: u32, part: &mut [f32; 64]) {
+    let da = SmemDesc::k_major_sw128(st + cw * (A_BYTES / 2));
+    let db = SmemDesc::k_major_sw128(st + A_BYTES + h * B_HALF);
+    wgmma::fence();
+    crate::unroll!(KS in [0, 1, 2, 3] {
+        let off = 32 * KS as u32;
+        wgmma::m64n128k32_f32_e4m3_ss(part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
+    });
+    wgmma::commit_group();
+}
+
+/// Half `H` of the accumulator (columns 128 H ..) += part * (row scale * the half's block scale): `wa` for the
+/// fragment's rows r, `wb` for r + 8.
+#[inline(always)]
+fn promote_half<const H: usize>(acc: &mut [f32; 128], part: &[f32; 64], wa: f32, wb: f32) {
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        let o = 64 * H + 4 * J;
+        acc[o] = math::fma(part[4 * J], wa, acc[o]);
+        acc[o + 1] = math::fma(part[4 * J + 1], wa, acc[o + 1]);
+        acc[o + 2] = math::fma(part[4 * J + 2], wb, acc[o + 2]);
+        acc[o + 3] = math::fma(part[4 * J + 3], wb, acc[o + 3]);
+    });
+}
+
+#[inline(always)]
+unsafe fn consume(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+    let t = regs::tid() % 128;
+    let lane = t % 32;
+    // this thread's fragment rows r, r + 8 of the warpgroup's 64 and its first column (see ptx::wgmma)
+    let r = 16 * (t / 32) + lane / 4;
+    let c0 = 2 * (lane % 4);
+    let kb_n = p.k / BK;
+    let mut it = 0u32;
+    // the warpgroup's two staging boxes, alternating over every box it stores (across tiles)
+    let wst = base + STAGING + cw * 2 * C_BOX;
+    let mut boxes = 0u32;
+    let mut l = 0u32;
+    let mut tile = regs::bid();
+    while tile < total {
+        // the tile from its slot, once its first stage has landed
+        ring.wait_full(it);
+        // scale rows (element indices): A's rows r, r + 8 (rows past the buffer are TMA's zeros: row 0's scales
+        // will do), B's two 128 x 128 blocks of the tile's columns
+        let (ia, ib, iw0) = {
+            let ti = slot(base, l);
+            let row_a = ti.row0 + cw * 64 + r;
+            let row_b = row_a + 8;
+            let ia = if row_a < p.rows_max { row_a } else { 0 } * kb_n;
+            let ib = if row_b < p.rows_max { row_b } else { 0 } * kb_n;
+            (ia, ib, (ti.e * p.n + ti.n_tile * BN) / 128 * kb_n)
+        };
+        {
+            let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
+            global::prefetch_l1(sa.add(ia as usize));
+            global::prefetch_l1(sa.add(ib as usize));
+            global::prefetch_l1(sb.add(iw0 as usize));
+            global::prefetch_l1(sb.add((iw0 + kb_n) as usize));
+        }
+        let sc = |kb: u32| unsafe {
+            let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
+            let ld = |q: *const f32, i: u32| unsafe { global::ld_nc_f32(q.add(i as usize)) };
+            (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw0 + kb), ld(sb, iw0 + kb_n + kb))
+        };
+        let mut acc = [0f32; 128];
+        let mut part = [0f32; 64];
+        let mut kb = 0;
+        while kb < kb_n {
+            ring.wait_full(it);
+            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+            let s = sc(kb);
+            issue_half(st, cw, 0, &mut part);
+            wgmma::wait_group::<0>();
+            wgmma::fence_operand_64(&mut part);
+            promote_half::<0>(&mut acc, &part, s.0 * s.2, s.1 * s.2);
+            issue_half(st, cw, 1, &mut part);
+            wgmma::wait_group::<0>();
+            wgmma::fence_operand_64(&mut part);
+            // both halves' wgmma have read the stage
+            if lane == 0 {
+                ring.release_prev(it + 1);
+            }
+            promote_half::<1>(&mut acc, &part, s.0 * s.3, s.1 * s.3);
+            it += 1;
+            kb += 1;
+        }
+        let mut ti = slot(base, regs::opaque(l));
+        // never past the buffer, whatever the device offsets say (offsets[E] <= rows_max is the caller's promise)
+        ti.row_end = ti.row_end.min(p.rows_max);
+        let row_a = ti.row0 + cw * 64 + r;
+        let row_b = row_a + 8;
+        let row0w = ti.row0 + cw * 64;
+        if row0w + 64 <= ti.row_end {
+            // uniform in the warpgroup: four 64 x 64 boxes through the staging and the copy engine
+            crate::unroll!(B in [0, 1, 2, 3] {
+                let col = ti.n_tile * BN + 64 * B as u32;
+                crate::kernels::grouped_gemm::store_box(p.map_c, col, row0w, wst + (boxes % 2) * C_BOX, cw, |j, h| {
+                    math::pack_bf16x2(acc[4 * (8 * B + j) + 2 * h], acc[4 * (8 * B + j) + 2 * h + 1])
+                });
+                boxes += 1;
+            });
+        } else {
+            let c = p.c as *mut u32;
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+                let col = ti.n_tile * BN + 8 * J as u32 + c0;
+                if row_a < ti.row_end {
+                    *c.add(((row_a * p.n + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J], acc[4 * J + 1]);
+                }
+                if row_b < ti.row_end {
+                    *c.add(((row_b * p.n + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
+                }
+            });
+        }
+        l += 1;
+        tile += regs::nctaid();
+    }
+    // the staging must not be freed (block exit) before the copy engine has read it
+    if t == 0 {
+        tma::wait_group::<0>();
+    }
+}
