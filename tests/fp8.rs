@@ -295,6 +295,11 @@ fn swiglu_run(counts: &[u32], i: usize, k: usize) {
 /// GEMM1 + SwiGLU with h quantized in the epilogue against the SwiGLU kernel followed by `quantize_rows`: the
 /// same codes and scales bit for bit, rows past the experts' end untouched.
 fn swiglu_q_run(counts: &[u32], i: usize, k: usize) {
+    swiglu_q_run_with(counts, i, k, Fp8Variant::Staged);
+}
+
+/// As `swiglu_q_run` with the kernel of `variant` (`Wide`: `grouped_gemm_fp8w_swiglu_q`, 128 x 256 tiles).
+fn swiglu_q_run_with(counts: &[u32], i: usize, k: usize, variant: Fp8Variant) {
     let g = gpu();
     let seed = Rng::fresh_seed();
     eprintln!("seed {seed}");
@@ -350,7 +355,7 @@ fn swiglu_q_run(counts: &[u32], i: usize, k: usize) {
         k,
         rows_max,
     };
-    args.prepare(&g).unwrap().launch(&g).unwrap();
+    args.prepare_with(&g, variant).unwrap().launch(&g).unwrap();
     g.sync().unwrap();
     let (hq, hs, wq, ws) =
         (g.download(&hq).unwrap(), g.download(&hs).unwrap(), g.download(&wq).unwrap(), g.download(&ws).unwrap());
@@ -369,6 +374,12 @@ gpu_test!(swiglu_q_matches_swiglu_then_quantize_bitwise, swiglu_q_run(&[0, 1, 30
 gpu_test!(swiglu_q_qwen3_30b_width, swiglu_q_run(&[200, 0, 777], 768, 512));
 // more tile pairs than SMs (~280 against 132): blocks run several pairs, reusing the codes box and the amax
 gpu_test!(swiglu_q_many_pairs_per_block, swiglu_q_run(&[3000, 0, 2500, 1, 700], 768, 256));
+// the same in 128 x 256 tiles (a tile: 128 columns of h from 128 rows of g and of u)
+gpu_test!(swiglu_q_wide_matches_swiglu_then_quantize_bitwise, {
+    swiglu_q_run_with(&[0, 1, 300, 129, 0, 64, 17], 256, 256, Fp8Variant::Wide)
+});
+gpu_test!(swiglu_q_wide_qwen3_30b_width, swiglu_q_run_with(&[200, 0, 777], 768, 512, Fp8Variant::Wide));
+gpu_test!(swiglu_q_wide_many_tiles_per_block, swiglu_q_run_with(&[3000, 0, 2500, 1, 700], 768, 256, Fp8Variant::Wide));
 
 gpu_test!(swiglu_ragged_with_empty_and_single_row_experts, swiglu_run(&[0, 1, 300, 129, 0, 64, 17], 192, 256));
 gpu_test!(swiglu_qwen3_30b_width, swiglu_run(&[200, 0, 777], 768, 512));
@@ -637,7 +648,7 @@ gpu_test!(layer_forward_fp8_fused_h_is_bitwise_the_pass, {
 gpu_test!(layer_forward_fp8_qwen3_30b_widths, layer_fp8_run(64, 2048, 768, 16, 8));
 
 gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
-    // GEMM2 and z's recompute in 128 x 256 tiles (MEGAMOE_FP8_TILES=wide, read per call) against 128 x 128: the
+    // GEMM1 + SwiGLU, GEMM2 and z's recompute in 128 x 256 tiles (MEGAMOE_FP8_TILES=wide, read per call) against 128 x 128: the
     // forward's output and backward_fp8's gradients bit for bit
     use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
     let g = gpu();

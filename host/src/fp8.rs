@@ -321,7 +321,17 @@ pub struct SwigluFp8QArgs<'a> {
 impl<'a> SwigluFp8QArgs<'a> {
     /// Check the arguments and encode the tensor maps.
     pub fn prepare(self, gpu: &Gpu) -> Result<PreparedFp8<'a>> {
-        let ck = Check { what: "grouped_gemm_fp8_swiglu_q", ordinal: gpu.ordinal() };
+        self.prepare_with(gpu, Fp8Variant::Staged)
+    }
+
+    /// As [`Self::prepare`]; `Fp8Variant::Wide`: `grouped_gemm_fp8w_swiglu_q` (128 x 256 tiles: 128 columns of h
+    /// from 128 rows of g and of u; the same codes and scales). The other variants name the default kernel.
+    pub fn prepare_with(self, gpu: &Gpu, variant: Fp8Variant) -> Result<PreparedFp8<'a>> {
+        let (kernel, b_box) = match variant {
+            Fp8Variant::Wide => ("grouped_gemm_fp8w_swiglu_q", 128),
+            _ => ("grouped_gemm_fp8_swiglu_q", 64),
+        };
+        let ck = Check { what: kernel, ordinal: gpu.ordinal() };
         let op = Operands {
             a: self.a,
             a_scales: self.a_scales,
@@ -334,7 +344,7 @@ impl<'a> SwigluFp8QArgs<'a> {
             k: self.k,
             rows_max: self.rows_max,
         };
-        op.prepare(gpu, &ck, "grouped_gemm_fp8_swiglu_q", self.i, 2 * self.i, 64)
+        op.prepare(gpu, &ck, kernel, self.i, 2 * self.i, b_box)
     }
 }
 
@@ -495,7 +505,7 @@ pub(crate) fn launch_cfg(
         let fit = gpu.max_active_clusters(kernel, full)?;
         grid = (grid.min(2 * fit.max(1)) / 2 * 2).max(2);
     }
-    let smem = if kernel == "grouped_gemm_fp8w" { kh::FP8W_SMEM } else { kh::FP8_SMEM };
+    let smem = if kernel.starts_with("grouped_gemm_fp8w") { kh::FP8W_SMEM } else { kh::FP8_SMEM };
     Ok(Launch::new(grid, kh::GEMM_THREADS, smem))
 }
 

@@ -146,14 +146,18 @@ impl MoeLayer {
         // GEMM1 + SwiGLU with h quantized in its epilogue (`grouped_gemm_fp8_swiglu_q`, bitwise the two kernels
         // in a row), or (MEGAMOE_FP8_HQ=pass) h stored in bf16 and quantized by a pass
         let fused = std::env::var("MEGAMOE_FP8_HQ").map_or(true, |v| v != "pass");
-        let (k1, map_c1, c1, c1_scales) = if fused {
+        // (with MEGAMOE_FP8_TILES=wide the fused kernel in 128 x 256 tiles: 128-row boxes of W1)
+        let wide = fused && plain_kernel() == "grouped_gemm_fp8w";
+        let (k1, map_c1, c1, c1_scales) = if wide {
+            ("grouped_gemm_fp8w_swiglu_q", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
+        } else if fused {
             ("grouped_gemm_fp8_swiglu_q", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
         } else {
             ("grouped_gemm_fp8_swiglu", self.maps.get(&g, hp, slots_max, i, 64, 64)?, hp, 0)
         };
         let maps1 = [
             self.maps.get_u8(&g, xs8, slots_max, h, 128)?,
-            self.maps.get_u8(&g, dptr(&w.w1, &s), e * 2 * i, h, 64)?,
+            self.maps.get_u8(&g, dptr(&w.w1, &s), e * 2 * i, h, if wide { 128 } else { 64 })?,
             map_c1,
         ];
         let mut p1 = gemm(xs8s, dptr(&w.w1_scales, &s), c1, i, h, maps1);

@@ -9,11 +9,18 @@
 //! busy while it promotes. A 4-stage ring of 48 KiB (A 128 x 128 bytes, B 256 x 128: two 128-row boxes). The tile
 //! slots, walk, scales and epilogue as in `grouped_gemm_fp8` (C's whole 64-row groups through the staging and TMA
 //! stores, four 64 x 64 boxes a warpgroup, the rest from registers). N a multiple of 256.
+//!
+//! `grouped_gemm_fp8w_swiglu_q`: GEMM1 with the SwiGLU epilogue and h quantized in it, in the same tiles: a tile's
+//! two halves are 128 rows of g and the same 128 rows of u, so a tile is 128 columns of h, one 1 x 128 block of
+//! its quantization: the rows' amax over the quad's lanes, then the e4m3 codes (whole 64-row groups through the
+//! staging and the copy engine) and the scales. The rule of `quantize_fp8_rows` on the bf16-rounded h: bitwise
+//! `grouped_gemm_fp8_swiglu_q`.
 use crate::desc::SmemDesc;
+use crate::fp8::scale_and_factor;
 use crate::kernels::routing_failed;
 use crate::params::GroupedGemmFp8;
 use crate::pipeline::Ring;
-use crate::ptx::{global, math, regs, smem, sync, tma, wgmma};
+use crate::ptx::{fence, global, math, regs, smem, sync, tma, warp, wgmma};
 use crate::scheduler::MTile;
 
 const STAGES: u32 = crate::kernels_host::FP8W_STAGES;
@@ -35,14 +42,34 @@ const _: () =
 const _: () = assert!(crate::kernels_host::FP8W_SMEM <= 232448, "sm_90 allows at most 227 KiB of shared memory");
 const _: () = assert!(STAGE_BYTES % 1024 == 0 && STAGING % 1024 == 0, "128-byte swizzle needs 1024-byte alignment");
 
+/// Columns of C per tile: 256, or (SwiGLU) 128 of h from 128 rows of g and the same 128 of u.
+#[inline(always)]
+const fn tile_cols<const SW: bool>() -> u32 {
+    if SW {
+        BN / 2
+    } else {
+        BN
+    }
+}
+
+/// B's first row of the tile's column half `h` in B [E * rows_b, K] (with SwiGLU: g's rows, then u's p.n further).
+#[inline(always)]
+fn b_row<const SW: bool>(p: &GroupedGemmFp8, ti: &MTile, h: u32) -> u32 {
+    if SW {
+        ti.e * 2 * p.n + ti.n_tile * 128 + h * p.n
+    } else {
+        ti.e * p.n + ti.n_tile * BN + h * 128
+    }
+}
+
 /// Tile `tile` of the walk (the producer's lookup: a binary search over the global offsets).
 #[inline(always)]
-unsafe fn tile_info(p: &GroupedGemmFp8, tile: u32) -> MTile {
+unsafe fn tile_info<const SW: bool>(p: &GroupedGemmFp8, tile: u32) -> MTile {
     let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
     // SAFETY (of the reads): entries 0..=experts of both arrays, as the parameter block promises.
     crate::scheduler::m_tile(
         tile,
-        p.n / BN,
+        p.n / tile_cols::<SW>(),
         p.experts,
         BM,
         |i| unsafe { *to.add(i as usize) },
@@ -60,6 +87,18 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 /// 384 threads, FP8W_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
+    body::<false>(&p);
+}
+
+/// GEMM1 + SwiGLU with h quantized (see the module's documentation): B = W1 [E * 2N, K] (N = I, a multiple of
+/// 128), C = h's codes [rows, N] (`c`, `map_c` in 64 x 128 boxes) and scales [rows, N / 128] (`c_scales`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) {
+    body::<true>(&p);
+}
+
+#[inline(always)]
+unsafe fn body<const SW: bool>(p: &GroupedGemmFp8) {
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
@@ -71,20 +110,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
         ring.init(8); // one arrival per consumer warp
     }
     sync::block_sync();
-    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * (p.n / BN);
+    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * (p.n / tile_cols::<SW>());
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(&p, base, ring, total());
+            produce::<SW>(p, base, ring, total());
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume(&p, base, ring, total(), t / 128 - 1);
+        consume::<SW>(p, base, ring, total(), t / 128 - 1);
     }
 }
 
 #[inline(always)]
-unsafe fn produce(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+unsafe fn produce<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
@@ -93,8 +132,8 @@ unsafe fn produce(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32)
     let mut l = 0u32;
     let mut tile = regs::bid();
     while tile < total {
-        let ti = tile_info(p, tile);
-        let brow = (ti.e * p.n + ti.n_tile * BN) as i32;
+        let ti = tile_info::<SW>(p, tile);
+        let (b0, b1) = (b_row::<SW>(p, &ti, 0) as i32, b_row::<SW>(p, &ti, 1) as i32);
         let mut kb = 0;
         while kb < kb_n {
             if kb == 0 {
@@ -105,8 +144,8 @@ unsafe fn produce(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32)
             let fb = ring.produce(it, STAGE_BYTES);
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             tma::load_2d(st, ma, (kb * BK) as i32, ti.row0 as i32, fb);
-            tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, brow, fb);
-            tma::load_2d(st + A_BYTES + B_HALF, mb, (kb * BK) as i32, brow + 128, fb);
+            tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, b0, fb);
+            tma::load_2d(st + A_BYTES + B_HALF, mb, (kb * BK) as i32, b1, fb);
             it += 1;
             kb += 1;
         }
@@ -143,7 +182,7 @@ fn promote_half<const H: usize>(acc: &mut [f32; 128], part: &[f32; 64], wa: f32,
 }
 
 #[inline(always)]
-unsafe fn consume(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
     let t = regs::tid() % 128;
     let lane = t % 32;
     // this thread's fragment rows r, r + 8 of the warpgroup's 64 and its first column (see ptx::wgmma)
@@ -160,26 +199,26 @@ unsafe fn consume(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32,
         // the tile from its slot, once its first stage has landed
         ring.wait_full(it);
         // scale rows (element indices): A's rows r, r + 8 (rows past the buffer are TMA's zeros: row 0's scales
-        // will do), B's two 128 x 128 blocks of the tile's columns
-        let (ia, ib, iw0) = {
+        // will do), B's 128 x 128 blocks of the tile's two column halves (with SwiGLU: g's and u's)
+        let (ia, ib, iw0, iw1) = {
             let ti = slot(base, l);
             let row_a = ti.row0 + cw * 64 + r;
             let row_b = row_a + 8;
             let ia = if row_a < p.rows_max { row_a } else { 0 } * kb_n;
             let ib = if row_b < p.rows_max { row_b } else { 0 } * kb_n;
-            (ia, ib, (ti.e * p.n + ti.n_tile * BN) / 128 * kb_n)
+            (ia, ib, b_row::<SW>(p, &ti, 0) / 128 * kb_n, b_row::<SW>(p, &ti, 1) / 128 * kb_n)
         };
         {
             let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
             global::prefetch_l1(sa.add(ia as usize));
             global::prefetch_l1(sa.add(ib as usize));
             global::prefetch_l1(sb.add(iw0 as usize));
-            global::prefetch_l1(sb.add((iw0 + kb_n) as usize));
+            global::prefetch_l1(sb.add(iw1 as usize));
         }
         let sc = |kb: u32| unsafe {
             let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
             let ld = |q: *const f32, i: u32| unsafe { global::ld_nc_f32(q.add(i as usize)) };
-            (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw0 + kb), ld(sb, iw0 + kb_n + kb))
+            (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw0 + kb), ld(sb, iw1 + kb))
         };
         let mut acc = [0f32; 128];
         let mut part = [0f32; 64];
@@ -209,7 +248,9 @@ unsafe fn consume(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32,
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;
         let row0w = ti.row0 + cw * 64;
-        if row0w + 64 <= ti.row_end {
+        if SW {
+            epilogue_swiglu_q(p, &acc, &ti, (r, c0, row0w), wst, cw);
+        } else if row0w + 64 <= ti.row_end {
             // uniform in the warpgroup: four 64 x 64 boxes through the staging and the copy engine
             crate::unroll!(B in [0, 1, 2, 3] {
                 let col = ti.n_tile * BN + 64 * B as u32;
@@ -236,5 +277,88 @@ unsafe fn consume(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32,
     // the staging must not be freed (block exit) before the copy engine has read it
     if t == 0 {
         tma::wait_group::<0>();
+    }
+}
+
+/// The SwiGLU epilogue with h quantized: h = silu(g) u from the accumulator's halves (g in columns 0..128, u in
+/// 128..256), rounded to bf16, its rows' amax over the tile's 128 columns (the quad's four lanes hold a row), the
+/// scale and the e4m3 codes by the rule of `quantize_fp8_rows`; a whole 64-row group's codes through the
+/// warpgroup's first staging box and the copy engine (64 x 128 bytes), the rest from registers; the scales from
+/// the quad's first lane.
+#[inline(always)]
+unsafe fn epilogue_swiglu_q(
+    p: &GroupedGemmFp8,
+    acc: &[f32; 128],
+    ti: &MTile,
+    (r, c0, row0w): (u32, u32, u32),
+    wst: u32,
+    cw: u32,
+) {
+    let t = regs::tid() % 128;
+    let lane = t % 32;
+    let (row_a, row_b) = (row0w + r, row0w + r + 8);
+    // h of columns 8 J + c0, + 1 of rows r (H = 0) and r + 8 (H = 1), as bf16 pairs
+    let mut hw = [0u32; 32];
+    let (mut a, mut b) = (0f32, 0f32);
+    let mag = |w: u32| math::bf16_to_f32(w as u16).abs().max(math::bf16_to_f32((w >> 16) as u16).abs());
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        crate::unroll!(H in [0, 1] {
+            let o = 4 * J + 2 * H;
+            let h0 = crate::kernels::grouped_gemm::silu_mul(acc[o], acc[64 + o]);
+            let h1 = crate::kernels::grouped_gemm::silu_mul(acc[o + 1], acc[64 + o + 1]);
+            hw[2 * J + H] = math::pack_bf16x2(h0, h1);
+        });
+        a = a.max(mag(hw[2 * J]));
+        b = b.max(mag(hw[2 * J + 1]));
+    });
+    crate::unroll!(M in [1, 2] {
+        a = a.max(f32::from_bits(warp::shfl_xor(a.to_bits(), M as u32)));
+        b = b.max(f32::from_bits(warp::shfl_xor(b.to_bits(), M as u32)));
+    });
+    let ((sa_, fa), (sb_, fb)) = (scale_and_factor(a), scale_and_factor(b));
+    let code =
+        |w: u32, f: f32| math::pack_e4m3x2(math::bf16_to_f32(w as u16) * f, math::bf16_to_f32((w >> 16) as u16) * f);
+    if row0w + 64 <= ti.row_end {
+        // uniform in the warpgroup: the 64 x 128 codes through the first staging box and the copy engine
+        let cbox = wst;
+        let bar = 2 + cw;
+        if t == 0 {
+            tma::wait_group_read::<0>(); // the previous tile's store has read the box
+        }
+        sync::named_sync(bar, 128);
+        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+            crate::unroll!(H in [0, 1] {
+                let rr = r + 8 * H as u32;
+                let c = 8 * J as u32 + c0;
+                let v = code(hw[2 * J + H], if H == 0 { fa } else { fb });
+                smem::st_u16(cbox + rr * 128 + (((c >> 4) ^ (rr & 7)) << 4) + (c & 15), v);
+            });
+        });
+        fence::proxy_async_shared_cta();
+        sync::named_sync(bar, 128);
+        if t == 0 {
+            tma::store_2d(p.map_c as *const u8, (ti.n_tile * 128) as i32, row0w as i32, cbox);
+            tma::commit_group();
+        }
+    } else {
+        let c8 = p.c as *mut u16;
+        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+            let c = ti.n_tile * 128 + 8 * J as u32 + c0;
+            if row_a < ti.row_end {
+                *c8.add(((row_a * p.n + c) / 2) as usize) = code(hw[2 * J], fa) as u16;
+            }
+            if row_b < ti.row_end {
+                *c8.add(((row_b * p.n + c) / 2) as usize) = code(hw[2 * J + 1], fb) as u16;
+            }
+        });
+    }
+    if lane % 4 == 0 {
+        let sc = p.c_scales as *mut f32;
+        if row_a < ti.row_end {
+            *sc.add((row_a * (p.n / 128) + ti.n_tile) as usize) = sa_;
+        }
+        if row_b < ti.row_end {
+            *sc.add((row_b * (p.n / 128) + ti.n_tile) as usize) = sb_;
+        }
     }
 }
