@@ -648,8 +648,8 @@ gpu_test!(layer_forward_fp8_fused_h_is_bitwise_the_pass, {
 gpu_test!(layer_forward_fp8_qwen3_30b_widths, layer_fp8_run(64, 2048, 768, 16, 8));
 
 gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
-    // GEMM1 + SwiGLU, GEMM2 and z's recompute in 128 x 256 tiles (MEGAMOE_FP8_TILES=wide, read per call) against 128 x 128: the
-    // forward's output and backward_fp8's gradients bit for bit
+    // GEMM1 + SwiGLU, GEMM2 and z's recompute in 128 x 256 tiles (the default) against 128 x 128
+    // (MEGAMOE_FP8_TILES=128, read per call): the forward's output and backward_fp8's gradients bit for bit
     use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
@@ -666,7 +666,7 @@ gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
     let mut saved = layer.alloc_saved(t).unwrap();
     let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
     let mut outs = Vec::new();
-    for mode in [None, Some("wide")] {
+    for mode in [None, Some("128")] {
         match mode {
             Some(v) => std::env::set_var("MEGAMOE_FP8_TILES", v),
             None => std::env::remove_var("MEGAMOE_FP8_TILES"),
