@@ -69,11 +69,18 @@ fn b_row<const SW: bool>(p: &GroupedGemmFp8, ti: &MTile) -> u32 {
 /// Tile `tile` of the walk (the producer's lookup: a binary search over the global offsets).
 #[inline(always)]
 unsafe fn tile_info<const SW: bool>(p: &GroupedGemmFp8, tile: u32) -> MTile {
+    walk_lookup(p, tile, n_tiles::<SW>(p))
+}
+
+/// Tile `tile` of a walk over (m-tile, n-tile) with `n_tiles` column tiles, looked up by a binary search over the
+/// global offsets (the FP8 kernels' producers: once per tile).
+#[inline(always)]
+pub(crate) unsafe fn walk_lookup(p: &GroupedGemmFp8, tile: u32, n_tiles: u32) -> MTile {
     let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
     // SAFETY (of the reads): entries 0..=experts of both arrays, as the parameter block promises.
     crate::scheduler::m_tile(
         tile,
-        n_tiles::<SW>(p),
+        n_tiles,
         p.experts,
         BM,
         |i| unsafe { *to.add(i as usize) },
@@ -84,7 +91,14 @@ unsafe fn tile_info<const SW: bool>(p: &GroupedGemmFp8, tile: u32) -> MTile {
 /// The consumers' view of the block's l-th tile, from its slot. SAFETY: after waiting on the tile's first stage.
 #[inline(always)]
 unsafe fn slot(base: u32, l: u32) -> MTile {
-    let [e, row0, row_end, n_tile] = smem::ld_v4(base + SLOT_AT + 16 * (l % SLOTS));
+    read_slot(base + SLOT_AT, l)
+}
+
+/// The block's l-th tile from the FP8 kernels' tile slots at `slots` (shared memory; FP8_SLOTS of 16 bytes:
+/// [e, row0, row_end, n_tile], written by the producer before the tile's first stage is announced).
+#[inline(always)]
+pub(crate) unsafe fn read_slot(slots: u32, l: u32) -> MTile {
+    let [e, row0, row_end, n_tile] = smem::ld_v4(slots + 16 * (l % SLOTS));
     MTile { e, row0, row_end, n_tile }
 }
 

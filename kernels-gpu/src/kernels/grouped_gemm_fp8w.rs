@@ -65,23 +65,13 @@ fn b_row<const SW: bool>(p: &GroupedGemmFp8, ti: &MTile, h: u32) -> u32 {
 /// Tile `tile` of the walk (the producer's lookup: a binary search over the global offsets).
 #[inline(always)]
 unsafe fn tile_info<const SW: bool>(p: &GroupedGemmFp8, tile: u32) -> MTile {
-    let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
-    // SAFETY (of the reads): entries 0..=experts of both arrays, as the parameter block promises.
-    crate::scheduler::m_tile(
-        tile,
-        p.n / tile_cols::<SW>(),
-        p.experts,
-        BM,
-        |i| unsafe { *to.add(i as usize) },
-        |i| unsafe { *off.add(i as usize) },
-    )
+    crate::kernels::grouped_gemm_fp8::walk_lookup(p, tile, p.n / tile_cols::<SW>())
 }
 
 /// The consumers' view of the block's l-th tile, from its slot. SAFETY: after waiting on the tile's first stage.
 #[inline(always)]
 unsafe fn slot(base: u32, l: u32) -> MTile {
-    let [e, row0, row_end, n_tile] = smem::ld_v4(base + SLOT_AT + 16 * (l % SLOTS));
-    MTile { e, row0, row_end, n_tile }
+    crate::kernels::grouped_gemm_fp8::read_slot(base + SLOT_AT, l)
 }
 
 /// 384 threads, FP8W_SMEM bytes of dynamic shared memory, grid <= the SM count.
