@@ -198,7 +198,8 @@ pub struct Saved {
     z: Option<CudaSlice<bf16>>,
     /// The expert-ordered rows of x (bf16 [slots, H]), `Save::WithZ` with `Gather::Pass`.
     xs: Option<CudaSlice<bf16>>,
-    /// Written by [`MoeLayer::forward_fp8`] (no backward reads it yet).
+    /// Written by [`MoeLayer::forward_fp8`]: only [`MoeLayer::backward_fp8`] takes it (its z and xs, if any, are
+    /// not that forward's).
     fp8: bool,
 }
 

@@ -81,10 +81,10 @@ pub(super) struct Fp8Work {
 impl MoeLayer {
     /// The forward in blockwise FP8 (see the module's documentation): y = sum_j w_tj expert(ids_tj)(x_t) with x,
     /// h and the weights in e4m3 with their scales, f32 accumulation, bf16 h and y. Needs H a multiple of 512 and
-    /// I of 128. `saved` (from [`MoeLayer::alloc_saved`]) receives the routing layout (a backward refuses it: the
-    /// FP8 forward has no backward yet). Asynchronous, no host
-    /// synchronisation; the first call allocates the FP8 buffers and encodes the tensor maps of its buffers, after
-    /// which calls on the same buffers can be captured in a CUDA graph (as [`MoeLayer::forward_into`]).
+    /// I of 128. `saved` (from [`MoeLayer::alloc_saved`]) receives the routing layout, for [`MoeLayer::backward_fp8`]
+    /// (the bf16 [`MoeLayer::backward`] refuses it). Asynchronous, no host synchronisation; the first call allocates
+    /// the FP8 buffers and encodes the tensor maps of its buffers, after which calls on the same buffers can be
+    /// captured in a CUDA graph (as [`MoeLayer::forward_into`]).
     pub fn forward_fp8(&mut self, inp: &Fp8Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
         let c = self.cfg;
         let (e, h, i, k) = (c.experts, c.hidden, c.intermediate, c.top_k);
