@@ -313,10 +313,7 @@ fn swiglu_q_run_with(counts: &[u32], i: usize, k: usize, variant: Fp8Variant) {
         x[row * k..(row + 1) * k].fill(bf16::from_f32(0.0));
     }
     let w = r.bf16_vec(e * 2 * i * k, 2.0 / (k as f64).sqrt());
-    let mut offsets = vec![0u32; e + 1];
-    for j in 0..e {
-        offsets[j + 1] = offsets[j] + counts[j];
-    }
+    let offsets = row_offsets(counts);
     let Quantized { qa, sa, qb, sb } = quantized(&g, &x, rows_max, &w, e * 2 * i, k);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
     // the two kernels in a row

@@ -89,15 +89,13 @@ impl MoeLayer {
         let c = self.cfg;
         let (e, h, i, k) = (c.experts, c.hidden, c.intermediate, c.top_k);
         let bad = |s: String| Err(Error::InvalidArgument(format!("forward_fp8: {s}")));
-        if h % 512 != 0 || i % 128 != 0 {
-            return bad(format!("H = {h} must be a multiple of 512 and I = {i} of 128"));
-        }
+        // the weights' shapes, and H a multiple of 512, I of 128
+        let w = inp.weights;
+        self.check_fp8_weights(w)?;
         let t = inp.tokens;
         if t > c.max_tokens {
             return bad(format!("{t} tokens > the configured maximum {}", c.max_tokens));
         }
-        let w = inp.weights;
-        self.check_fp8_weights(w)?;
         let want = [
             ("x", inp.x.len(), t * h),
             ("topk_ids", inp.topk_ids.len(), t * k),

@@ -544,21 +544,21 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: 
 /// `part` (overwritten), as one commit group.
 #[inline(always)]
 unsafe fn issue(st: u32, cw: u32, part: &mut [f32; 64]) {
-    let da = SmemDesc::k_major_sw128(st + cw * (A_BYTES / 2));
-    let db = SmemDesc::k_major_sw128(st + A_BYTES);
-    wgmma::fence();
-    crate::unroll!(KS in [0, 1, 2, 3] {
-        let off = 32 * KS as u32;
-        wgmma::m64n128k32_f32_e4m3_ss(part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
-    });
-    wgmma::commit_group();
+    issue_block(st + cw * (A_BYTES / 2), st + A_BYTES, part, false);
 }
 
 /// As [`issue`] into `acc`, added to it when `add` (the probe's accumulation across blocks).
 #[inline(always)]
 unsafe fn issue_into(st: u32, cw: u32, acc: &mut [f32; 64], add: bool) {
-    let da = SmemDesc::k_major_sw128(st + cw * (A_BYTES / 2));
-    let db = SmemDesc::k_major_sw128(st + A_BYTES);
+    issue_block(st + cw * (A_BYTES / 2), st + A_BYTES, acc, add);
+}
+
+/// Four wgmma m64n128k32 (e4m3, both operands K-major in 128-byte-swizzled shared memory) over one 128-deep block:
+/// the warpgroup's 64 rows of A at `a`, 128 rows of B at `b`, into `acc` (overwritten, or added to when `add`), as
+/// one commit group.
+#[inline(always)]
+pub(crate) unsafe fn issue_block(a: u32, b: u32, acc: &mut [f32; 64], add: bool) {
+    let (da, db) = (SmemDesc::k_major_sw128(a), SmemDesc::k_major_sw128(b));
     wgmma::fence();
     crate::unroll!(KS in [0, 1, 2, 3] {
         let off = 32 * KS as u32;

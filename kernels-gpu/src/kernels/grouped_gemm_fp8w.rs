@@ -148,14 +148,7 @@ unsafe fn produce<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAG
 /// one commit group.
 #[inline(always)]
 unsafe fn issue_half(st: u32, cw: u32, h: u32, part: &mut [f32; 64]) {
-    let da = SmemDesc::k_major_sw128(st + cw * (A_BYTES / 2));
-    let db = SmemDesc::k_major_sw128(st + A_BYTES + h * B_HALF);
-    wgmma::fence();
-    crate::unroll!(KS in [0, 1, 2, 3] {
-        let off = 32 * KS as u32;
-        wgmma::m64n128k32_f32_e4m3_ss(part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
-    });
-    wgmma::commit_group();
+    crate::kernels::grouped_gemm_fp8::issue_block(st + cw * (A_BYTES / 2), st + A_BYTES + h * B_HALF, part, false);
 }
 
 /// Half `H` of the accumulator (columns 128 H ..) += part * (row scale * the half's block scale): `wa` for the
