@@ -93,6 +93,67 @@ gpu_test!(quantize_blocks_t_matches_the_reference_bitwise, {
     }
 });
 
+/// The column-wise grouped quantization (the weight gradients' K-major operands) against its CPU reference, bit
+/// for bit: ragged experts (0, 1, 129, 300 rows ...), zero rows, every written code and scale; the columns past
+/// the experts' blocks keep their poison.
+fn quantize_cols_grouped_run(counts: &[u32], cols: usize) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let e = counts.len();
+    let rows: usize = counts.iter().sum::<u32>() as usize;
+    let rows_max = rows + 37;
+    let mut x = r.bf16_vec(rows_max * cols, 1.0);
+    for row in (5..rows).step_by(61) {
+        x[row * cols..(row + 1) * cols].fill(bf16::from_f32(0.0));
+    }
+    let offsets = row_offsets(counts);
+    let tiles = gemm::tile_offsets(counts);
+    let kp = fp8::cols_grouped_kp(rows_max, e);
+    let (dx, doff, dtil) = (g.upload(&x).unwrap(), g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
+    let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(cols * (kp / 128)).unwrap());
+    g.fill_bytes(&mut q, 0x7f).unwrap();
+    g.fill_bytes(&mut s, 0xff).unwrap();
+    let args = fp8::QuantizeColsArgs {
+        x: &dx,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        q: &mut q,
+        scales: &mut s,
+        experts: e,
+        rows_max,
+        cols,
+    };
+    fp8::quantize_cols_grouped(&g, args).unwrap();
+    g.sync().unwrap();
+    let (q, s) = (g.download(&q).unwrap(), g.download(&s).unwrap());
+    let (wq, ws) = fp8::quantize_cols_grouped_cpu(&x, cols, &offsets, kp);
+    let used = tiles[e] as usize; // 128-row blocks written per column
+    for c in 0..cols {
+        for kb in 0..kp / 128 {
+            let (got, want) = (s[c * (kp / 128) + kb], ws[c * (kp / 128) + kb]);
+            if kb < used {
+                assert!(got.to_bits() == want.to_bits(), "scale of column {c} block {kb}: {got} against {want}");
+            } else {
+                assert!(got.to_bits() == u32::MAX, "scale of column {c} block {kb} past the experts was written");
+            }
+        }
+        for k in 0..kp {
+            let (got, want) = (q[c * kp + k], wq[c * kp + k]);
+            if k < 128 * used {
+                assert!(got == want, "code of column {c} at {k}: {got:#04x} against {want:#04x}");
+            } else {
+                assert!(got == 0x7f, "code of column {c} at {k} past the experts was written");
+            }
+        }
+    }
+}
+gpu_test!(quantize_cols_grouped_matches_the_reference_bitwise, {
+    quantize_cols_grouped_run(&[0, 1, 300, 129, 0, 64, 17, 256], 256)
+});
+gpu_test!(quantize_cols_grouped_qwen3_30b_width, quantize_cols_grouped_run(&[700, 0, 1024, 3, 555], 2048));
+
 gpu_test!(quantize_rows_matches_the_reference_bitwise, quantize_matches(37, 768, false));
 gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 512, true));
 

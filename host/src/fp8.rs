@@ -18,7 +18,7 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::fp8::{e4m3_from_f32, e4m3_to_f32, scale_and_factor};
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{GroupedGemmFp8, QuantFp8, QuantFp8T};
+use megamoe_kernels::params::{GroupedGemmFp8, QuantFp8, QuantFp8Cols, QuantFp8T};
 
 use crate::error::Result;
 use crate::gemm::Check;
@@ -131,6 +131,69 @@ pub fn quantize_blocks_t(gpu: &Gpu, a: QuantizeTArgs<'_>) -> Result<()> {
     };
     // SAFETY: the buffers hold the shapes (checked); the staged tile and the reduction: 128 x 264 + 32 bytes.
     unsafe { gpu.launch("quantize_fp8_blocks_t", Launch::new((n / (128 * 128)) as u32, 256, 128 * 264 + 32), &p) }
+}
+
+/// The expert-ordered rows of an activation and where their column-wise quantized form goes, for the K-grouped
+/// FP8 weight gradients ([`quantize_cols_grouped`]).
+pub struct QuantizeColsArgs<'a> {
+    /// bf16 [rows_max, C]: expert e's rows at offsets[e]..offsets[e + 1].
+    pub x: &'a CudaSlice<bf16>,
+    /// u32 [E + 1] row offsets (device).
+    pub offsets: &'a CudaSlice<u32>,
+    /// u32 [E + 1] m-tile offsets (device; tiles of 128 rows, as `route` computes them).
+    pub tile_offsets: &'a CudaSlice<u32>,
+    /// e4m3 [C, Kp] (Kp = [`cols_grouped_kp`]): column c of x along the rows, expert e's segment from column
+    /// 128 tile_offsets[e], its last 128-block zero-padded; columns past 128 tile_offsets[E] are not written.
+    pub q: &'a mut CudaSlice<u8>,
+    /// f32 [C, Kp / 128]: one scale per column and 128-row block of one expert.
+    pub scales: &'a mut CudaSlice<f32>,
+    /// Experts E.
+    pub experts: usize,
+    /// Rows x has room for (>= offsets[E]).
+    pub rows_max: usize,
+    /// Columns C (a multiple of 128).
+    pub cols: usize,
+}
+
+/// Kp of [`QuantizeColsArgs::q`]: room for every expert's rows padded to 128, whatever the routing.
+pub fn cols_grouped_kp(rows_max: usize, experts: usize) -> usize {
+    128 * crate::gemm::m_tiles_max(rows_max, experts)
+}
+
+/// Quantize the expert-ordered rows column-wise in 1 x 128 blocks along the rows that never span two experts
+/// (DeepSeek-V3's 128 x 1 blocks for the backward's activations), transposed: the K-major operand a K-grouped FP8
+/// GEMM (the weight gradients, contracting over each expert's rows) reads. Bitwise [`quantize_cols_grouped_cpu`].
+pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
+    let ck = Check { what: "quantize_cols_grouped", ordinal: gpu.ordinal() };
+    ck.multiple("cols", a.cols, 128)?;
+    ck.routing(a.experts, a.offsets, Some(a.tile_offsets))?;
+    let kp = cols_grouped_kp(a.rows_max, a.experts);
+    ck.buf("x", a.x, a.rows_max * a.cols)?;
+    ck.buf("q", a.q, a.cols * kp)?;
+    ck.buf("scales", a.scales, a.cols * (kp / 128))?;
+    if a.rows_max == 0 || a.cols == 0 {
+        return Ok(());
+    }
+    if a.cols * kp >= 1 << 32 || a.rows_max * a.cols >= 1 << 32 {
+        return ck.bad(format!("{} x {kp} codes or {} x {} values: 2^32 or more", a.cols, a.rows_max, a.cols));
+    }
+    let s = gpu.stream().clone();
+    let p = QuantFp8Cols {
+        x: dptr(a.x, &s),
+        q: dptr(a.q, &s),
+        scales: dptr(a.scales, &s),
+        offsets: dptr(a.offsets, &s),
+        tile_offsets: dptr(a.tile_offsets, &s),
+        experts: a.experts as u32,
+        cols: a.cols as u32,
+        kp: kp as u32,
+        rows_max: a.rows_max as u32,
+    };
+    let grid = (kp / 128 * (a.cols / 128)) as u32;
+    // SAFETY: the buffers hold the shapes (checked); rows read are bounded by offsets[e + 1] and rows_max, codes
+    // and scales written by the blocks below tile_offsets[E] <= Kp / 128 (offsets and tile offsets consistent, as
+    // `route` writes them); 32 KiB of shared memory for the transposed tile.
+    unsafe { gpu.launch("quantize_fp8_cols_grouped", Launch::new(grid, 256, 128 * 128 * 2), &p) }
 }
 
 /// One blockwise-FP8 grouped GEMM (see the module's documentation).
@@ -553,6 +616,29 @@ pub fn quantize_blocks_cpu(x: &[bf16], rows: usize, cols: usize) -> (Vec<u8>, Ve
     (q, s)
 }
 
+/// The reference of [`quantize_cols_grouped`]: codes [C, kp] and scales [C, kp / 128] of x [rows, C] with the
+/// row offsets `offsets` (tile offsets derived: ceil(count / 128) per expert); columns past the experts' blocks 0
+/// (the kernel leaves them unwritten).
+pub fn quantize_cols_grouped_cpu(x: &[bf16], cols: usize, offsets: &[u32], kp: usize) -> (Vec<u8>, Vec<f32>) {
+    let mut q = vec![0u8; cols * kp];
+    let mut s = vec![0f32; cols * (kp / 128)];
+    let mut kb = 0;
+    for e in 0..offsets.len() - 1 {
+        let (r0, r1) = (offsets[e] as usize, offsets[e + 1] as usize);
+        for b0 in (r0..r1).step_by(128) {
+            for c in 0..cols {
+                let vals: Vec<f32> =
+                    (0..128).map(|i| if b0 + i < r1 { x[(b0 + i) * cols + c].to_f32() } else { 0.0 }).collect();
+                let (codes, scale) = quantize_block(&vals);
+                q[c * kp + 128 * kb..c * kp + 128 * (kb + 1)].copy_from_slice(&codes);
+                s[c * (kp / 128) + kb] = scale;
+            }
+            kb += 1;
+        }
+    }
+    (q, s)
+}
+
 /// CPU reference of [`quantize_blocks_t`]: (codes [B, C, R], scales [B, C / 128, R / 128]), the transposes of
 /// [`quantize_blocks_cpu`]'s per matrix.
 pub fn quantize_blocks_t_cpu(x: &[bf16], batches: usize, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
@@ -627,6 +713,30 @@ mod tests {
                 hit |= v.abs() == amax as f64 && (v - dv).abs() <= amax as f64 * 1e-6;
             }
             assert!(hit, "block {blk}: its largest value is not represented exactly");
+        }
+    }
+
+    #[test]
+    fn column_blocks_never_span_two_experts() {
+        // expert 0: 130 rows of 1000 (two blocks, the second padded), expert 1: none, expert 2: 5 rows of 1/1000;
+        // each block's scale is its own expert's, the padding codes are zero, expert 2 starts at block 2
+        let cols = 128;
+        let counts = [130usize, 0, 5];
+        let offsets = [0u32, 130, 130, 135];
+        let x: Vec<bf16> =
+            (0..135 * cols).map(|i| bf16::from_f32(if i / cols < 130 { 1000.0 } else { 1e-3 })).collect();
+        let kp = cols_grouped_kp(135, counts.len());
+        let (q, s) = quantize_cols_grouped_cpu(&x, cols, &offsets, kp);
+        let nb = kp / 128;
+        for c in 0..cols {
+            assert_eq!(s[c * nb], 1000.0 / 448.0);
+            assert_eq!(s[c * nb + 1], 1000.0 / 448.0);
+            assert_eq!(s[c * nb + 2], bf16::from_f32(1e-3).to_f32() / 448.0);
+            // block 1: rows 128, 129 of expert 0, then 126 zeros
+            assert!(q[c * kp + 130..c * kp + 256].iter().all(|&b| b == 0));
+            assert!(q[c * kp + 128..c * kp + 130].iter().all(|&b| b == 0x7e), "448 is e4m3 0x7e");
+            assert!(q[c * kp + 256..c * kp + 261].iter().all(|&b| b == 0x7e));
+            assert!(q[c * kp + 261..c * kp + 384].iter().all(|&b| b == 0));
         }
     }
 

@@ -72,6 +72,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("quantize_fp8_rows", 256, true, false),
     k("quantize_fp8_blocks", 256, true, false),
     k("quantize_fp8_blocks_t", 256, true, false),
+    k("quantize_fp8_cols_grouped", 256, true, false),
     k("grouped_gemm_fp8", 384, true, true),
     k("grouped_gemm_fp8_regs", 384, true, true),
     k("grouped_gemm_fp8_probe", 384, true, true),

@@ -527,6 +527,34 @@ pub struct QuantFp8T {
     pub cols: u32,
 }
 
+/// Transposing quantization for the K-grouped FP8 weight gradients (kernel `quantize_fp8_cols_grouped`): the
+/// expert-ordered rows x [rows, C] become codes [C, Kp] K-major (row c of q: column c of x along the rows) in
+/// 1 x 128 blocks along the rows that never span two experts: expert e's segment starts at column 128
+/// tile_offsets[e] of q (its m-tile offsets) and its last block is zero-padded. Scales [C, Kp / 128]. Blocks
+/// past tile_offsets[E] are not written.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct QuantFp8Cols {
+    /// bf16 [rows_max, C].
+    pub x: u64,
+    /// u8 [C, Kp].
+    pub q: u64,
+    /// f32 [C, Kp / 128].
+    pub scales: u64,
+    /// u32 [E + 1] row offsets (device).
+    pub offsets: u64,
+    /// u32 [E + 1] m-tile offsets (device; tiles of 128 rows).
+    pub tile_offsets: u64,
+    /// E.
+    pub experts: u32,
+    /// C (a multiple of 128).
+    pub cols: u32,
+    /// Kp: q's columns (a multiple of 128, at least 128 tile_offsets[E]).
+    pub kp: u32,
+    /// Rows x has room for.
+    pub rows_max: u32,
+}
+
 /// M-grouped GEMM in blockwise FP8 (kernel `grouped_gemm_fp8`): for each expert e and its rows
 /// offsets[e]..offsets[e + 1], C[r, n] = sum over 128-blocks kb of K of sa[r, kb] * sb[e, n / 128, kb] *
 /// (A[r, kb] . B_e[n, kb]) in f32, stored as bf16: A e4m3 [rows, K] with 1 x 128 scales, B e4m3 [E * N, K]
@@ -581,6 +609,7 @@ mod tests {
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
+            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 5 * 8 + 4 * 4),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 10 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),

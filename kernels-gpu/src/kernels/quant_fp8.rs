@@ -1,7 +1,7 @@
 //! Blockwise FP8 quantization ([`crate::fp8`] gives the rule, the host's reference the same codes bit for bit):
 //! `quantize_fp8_rows` (1 x 128 blocks: activations) and `quantize_fp8_blocks` (128 x 128 blocks: weights).
 use crate::fp8::scale_and_factor;
-use crate::params::{QuantFp8, QuantFp8T};
+use crate::params::{QuantFp8, QuantFp8Cols, QuantFp8T};
 use crate::ptx::{global, math, regs, smem, sync, warp};
 
 /// The largest of `v` over the warp, NaN ignored as `f32::max` ignores it (the host's reference folds with it).
@@ -153,5 +153,78 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks_t(p: QuantFp8T) {
     if t == 0 {
         // scales [B, C / 128, R / 128]
         *(p.scales as *mut f32).add(((b * c_blocks + bj) * r_blocks + bi) as usize) = scale;
+    }
+}
+
+/// See [`QuantFp8Cols`]. One block of 256 threads per (128-row block kb of the expert-padded K, 128 columns):
+/// grid = Kp / 128 * C / 128, 32 KiB of dynamic shared memory (the tile transposed, bf16). The block finds its
+/// expert by a binary search over the m-tile offsets; blocks past tile_offsets[E] return. Thread t loads 64
+/// values of row t / 2 (rows past the expert's block: zeros), then takes column t / 2, rows 64 (t % 2) ..: the
+/// column's largest magnitude over its 128 rows with its neighbour lane, the scale, 64 codes (16-byte stores).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
+    let cbs = p.cols / 128;
+    let (kb, cc) = (regs::bid() / cbs, regs::bid() % cbs);
+    let to = p.tile_offsets as *const u32;
+    if kb >= *to.add(p.experts as usize) {
+        return; // uniform: the whole block
+    }
+    // the expert whose m-tiles hold block kb: the last e with to[e] <= kb (empty experts have to[e] = to[e + 1])
+    let (mut lo, mut hi) = (0u32, p.experts);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if *to.add(mid as usize) <= kb {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let off = p.offsets as *const u32;
+    let r0 = *off.add(lo as usize) + 128 * (kb - *to.add(lo as usize));
+    let r_end = (*off.add(lo as usize + 1)).min(p.rows_max);
+    let t = regs::tid();
+    let tile = smem::base();
+    // the tile transposed into shared memory: column c's 128 rows at tile + 256 c
+    let r = t / 2;
+    let c_first = 64 * (t % 2);
+    let row = r0 + r;
+    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+        let w = if row < r_end {
+            let at = (row * p.cols + cc * 128 + c_first + 8 * I as u32) as usize;
+            global::ld_v4((p.x as *const [u32; 4]).add(at / 8))
+        } else {
+            [0; 4]
+        };
+        crate::unroll!(J in [0, 1, 2, 3] {
+            let c = c_first + 8 * I as u32 + 2 * J as u32;
+            smem::st_u16(tile + 256 * c + 2 * r, w[J] & 0xffff);
+            smem::st_u16(tile + 256 * (c + 1) + 2 * r, w[J] >> 16);
+        });
+    });
+    sync::block_sync();
+    let c = t / 2;
+    let half = t % 2;
+    let src = tile + 256 * c + 128 * half;
+    let mut v = [[0u32; 4]; 4];
+    let mut amax = 0f32;
+    crate::unroll!(I in [0, 1, 2, 3] {
+        v[I] = smem::ld_v4(src + 16 * I as u32);
+        crate::unroll!(J in [0, 1, 2, 3] {
+            amax = amax.max(amax2(v[I][J]));
+        });
+    });
+    amax = amax.max(f32::from_bits(warp::shfl_xor(amax.to_bits(), 1)));
+    let (scale, f) = scale_and_factor(amax);
+    let col = cc * 128 + c;
+    let dst = (p.q as *mut [u32; 4]).add(((col * p.kp + kb * 128 + 64 * half) / 16) as usize);
+    crate::unroll!(I in [0, 1] {
+        let (a, b) = (v[2 * I], v[2 * I + 1]);
+        global::st_v4(
+            dst.add(I),
+            [codes(a[0], a[1], f), codes(a[2], a[3], f), codes(b[0], b[1], f), codes(b[2], b[3], f)],
+        );
+    });
+    if half == 0 {
+        *(p.scales as *mut f32).add((col * (p.kp / 128) + kb) as usize) = scale;
     }
 }
