@@ -12,6 +12,9 @@
 //! benches/torch_fp8.py is its partner on the GPU machine: cuBLASLt's FP8 GEMM (torch._scaled_mm) on the dense GEMMs
 //! of the same shapes, the ceiling. Last, per shape, the whole layer forward in FP8 (`MoeLayer::forward_fp8`) against the bf16 forward, alternating.
 //!
+//! `MEGAMOE_BENCH_FP8_WGRAD=1` adds the weight gradients in FP8 (`quantize_cols_grouped` + `grouped_wgrad_fp8`)
+//! against the bf16 `grouped_wgrad`.
+//!
 //! `cargo bench --bench fp8`; in the GPU bundle `./fp8_bench --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape.
 use std::sync::Arc;
 
@@ -19,7 +22,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, SwigluFp8Args};
-use megamoe::gemm::{self, BLayout, GroupedGemmArgs, SwigluArgs};
+use megamoe::gemm::{self, BLayout, GroupedGemmArgs, SwigluArgs, WgradArgs};
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
@@ -344,6 +347,116 @@ fn bench_layer(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
     Ok(good)
 }
 
+/// The weight gradients in FP8: both activations quantized column-wise per expert (`quantize_cols_grouped`, 1 x 128
+/// blocks along each expert's rows, transposed), then `grouped_wgrad_fp8`, against megamoe's bf16 `grouped_wgrad` on
+/// the same values, bf16 output, alternating; the two quantizations timed alone (what a step pays unless they are
+/// fused where the activations are produced). Outputs poisoned and checked fully written; FP8 against bf16: the
+/// format's error (< 0.1).
+fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
+    let (h, i, e, k) = (sh.h, sh.i, sh.e, sh.k);
+    let ids = rng.topk_ids(TOKENS, k, e);
+    let mut counts = vec![0u32; e];
+    for &id in &ids {
+        counts[id as usize] += 1;
+    }
+    let mut offsets = vec![0u32; e + 1];
+    for x in 0..e {
+        offsets[x + 1] = offsets[x] + counts[x];
+    }
+    let rows = TOKENS * k;
+    let kp = fp8::cols_grouped_kp(rows, e);
+    let doff = s(g.upload(&offsets))?;
+    let dtil = s(g.upload(&gemm::tile_offsets(&counts)))?;
+    let mut ok = true;
+    for (what, mm, nn) in [("bwd dW2 = (s dy)^T h", h, i), ("bwd dW1 = dz^T x", 2 * i, h)] {
+        let (da, db) = (s(g.upload(&rng.bf16_vec(rows * mm, 1.0)))?, s(g.upload(&rng.bf16_vec(rows * nn, 1.0)))?);
+        let (mut qa, mut sa) = (s(g.alloc::<u8>(mm * kp))?, s(g.alloc::<f32>(kp / 128 * mm))?);
+        let (mut qb, mut sb) = (s(g.alloc::<u8>(nn * kp))?, s(g.alloc::<f32>(kp / 128 * nn))?);
+        let tq = {
+            let mut qa_f = || {
+                let args = fp8::QuantizeColsArgs {
+                    x: &da,
+                    offsets: &doff,
+                    tile_offsets: &dtil,
+                    q: &mut qa,
+                    scales: &mut sa,
+                    experts: e,
+                    rows_max: rows,
+                    cols: mm,
+                };
+                s(fp8::quantize_cols_grouped(g, args))
+            };
+            let mut qb_f = || {
+                let args = fp8::QuantizeColsArgs {
+                    x: &db,
+                    offsets: &doff,
+                    tile_offsets: &dtil,
+                    q: &mut qb,
+                    scales: &mut sb,
+                    experts: e,
+                    rows_max: rows,
+                    cols: nn,
+                };
+                s(fp8::quantize_cols_grouped(g, args))
+            };
+            medians(g, &mut [&mut qa_f, &mut qb_f])?
+        };
+        let (mut c8, mut c16) = (s(g.alloc::<bf16>(e * mm * nn))?, s(g.alloc::<bf16>(e * mm * nn))?);
+        s(g.fill_bytes(&mut c8, 0xff))?;
+        s(g.fill_bytes(&mut c16, 0xff))?;
+        let p8 = s(fp8::WgradFp8Args {
+            a_t: &qa,
+            a_scales: &sa,
+            b_t: &qb,
+            b_scales: &sb,
+            tile_offsets: &dtil,
+            c: &mut c8,
+            experts: e,
+            m: mm,
+            n: nn,
+            kp,
+            accumulate: false,
+        }
+        .prepare(g))?;
+        let p16 = s(WgradArgs {
+            a: &da,
+            b: &db,
+            offsets: &doff,
+            c: &mut c16,
+            experts: e,
+            m: mm,
+            n: nn,
+            rows_max: rows,
+            accumulate: false,
+        }
+        .prepare(g))?;
+        let t = medians(g, &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g))])?;
+        drop((p8, p16));
+        let (o8, o16) = (s(g.download(&c8))?, s(g.download(&c16))?);
+        let written = o8.iter().all(|v| !v.is_nan()) && o16.iter().all(|v| !v.is_nan());
+        let (p8v, p16v): (Vec<f64>, Vec<f64>) = o8.iter().zip(&o16).map(|(a, b)| (a.to_f64(), b.to_f64())).unzip();
+        let d = check::rel_err(&p8v, &p16v);
+        let good = written && d < 0.1;
+        ok &= good;
+        let flop = 2.0 * rows as f64 * mm as f64 * nn as f64;
+        let tf = |us: f64| flop / us * 1e-6;
+        println!(
+            "RESULT fp8 {name} {what} (K-grouped) M={mm} N={nn} K={rows}: FP8 {:.0} us {:.0} TFLOP/s | bf16 {:.0} us {:.0} \
+             TFLOP/s | FP8 / bf16 speed {:.2}x | quantize both {:.0} us; FP8 + quantize {:.2}x bf16 | FP8 against bf16 \
+             output: rel diff {d:.1e} (the format's error), all written: {written}{}",
+            t[0],
+            tf(t[0]),
+            t[1],
+            tf(t[1]),
+            t[1] / t[0],
+            tq[0] + tq[1],
+            t[1] / (t[0] + tq[0] + tq[1]),
+            if good { "" } else { " FAILED" }
+        );
+    }
+    Ok(ok)
+}
+
 fn main() {
     let g = match megamoe::gpu(0) {
         Ok(g) => g,
@@ -364,7 +477,14 @@ fn main() {
         if !name.contains(only.as_str()) {
             continue;
         }
-        for r in [bench(&g, name, sh, &mut rng), bench_layer(&g, name, sh, &mut rng)] {
+        // MEGAMOE_BENCH_FP8_WGRAD=1: the FP8 weight gradients as well
+        let wgrad = std::env::var("MEGAMOE_BENCH_FP8_WGRAD").is_ok_and(|v| v == "1");
+        let runs = [
+            Some(bench(&g, name, sh, &mut rng)),
+            Some(bench_layer(&g, name, sh, &mut rng)),
+            wgrad.then(|| bench_wgrad(&g, name, sh, &mut rng)),
+        ];
+        for r in runs.into_iter().flatten() {
             match r {
                 Ok(good) => ok &= good,
                 Err(e) => {

@@ -132,7 +132,7 @@ fn quantize_cols_grouped_run(counts: &[u32], cols: usize) {
     let used = tiles[e] as usize; // 128-row blocks written per column
     for c in 0..cols {
         for kb in 0..kp / 128 {
-            let (got, want) = (s[c * (kp / 128) + kb], ws[c * (kp / 128) + kb]);
+            let (got, want) = (s[kb * cols + c], ws[kb * cols + c]);
             if kb < used {
                 assert!(got.to_bits() == want.to_bits(), "scale of column {c} block {kb}: {got} against {want}");
             } else {
@@ -153,6 +153,119 @@ gpu_test!(quantize_cols_grouped_matches_the_reference_bitwise, {
     quantize_cols_grouped_run(&[0, 1, 300, 129, 0, 64, 17, 256], 256)
 });
 gpu_test!(quantize_cols_grouped_qwen3_30b_width, quantize_cols_grouped_run(&[700, 0, 1024, 3, 555], 2048));
+
+/// A weight gradient's output type, from and to f32.
+trait El: megamoe::gemm::WgradElem + Default {
+    fn of(v: f32) -> Self;
+    fn f(self) -> f32;
+}
+impl El for f32 {
+    fn of(v: f32) -> Self {
+        v
+    }
+    fn f(self) -> f32 {
+        self
+    }
+}
+impl El for bf16 {
+    fn of(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    fn f(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// The K-grouped FP8 weight gradient on operands quantized by `quantize_cols_grouped`: C_e = A_e^T B_e against
+/// the f64 product of the dequantized codes (the CPU quantizer's, bitwise the GPU's) over each expert's padded K
+/// blocks; ragged experts with 0 and 1 rows; C poisoned (or, accumulating, random) first.
+fn wgrad_fp8_run<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let e = counts.len();
+    let rows: usize = counts.iter().sum::<u32>() as usize;
+    let rows_max = rows + 29;
+    let x = r.bf16_vec(rows_max * m, 1.0);
+    let y = r.bf16_vec(rows_max * n, 1.0);
+    let offsets = row_offsets(counts);
+    let tiles = gemm::tile_offsets(counts);
+    let kp = fp8::cols_grouped_kp(rows_max, e);
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
+    let quant = |v: &[bf16], cols: usize| {
+        let dv = g.upload(v).unwrap();
+        let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(cols * (kp / 128)).unwrap());
+        g.fill_bytes(&mut q, 0).unwrap();
+        g.fill_bytes(&mut s, 0).unwrap();
+        let args = fp8::QuantizeColsArgs {
+            x: &dv,
+            offsets: &doff,
+            tile_offsets: &dtil,
+            q: &mut q,
+            scales: &mut s,
+            experts: e,
+            rows_max,
+            cols,
+        };
+        fp8::quantize_cols_grouped(&g, args).unwrap();
+        (q, s)
+    };
+    let ((qa, sa), (qb, sb)) = (quant(&x, m), quant(&y, n));
+    // C: poisoned (NaN) when overwritten, random when accumulated
+    let c0: Vec<f32> = (0..e * m * n).map(|_| if accumulate { r.sym(1.0) as f32 } else { f32::NAN }).collect();
+    let bf = W::NAME == "bf16";
+    let c0: Vec<W> = c0.iter().map(|&v| W::of(v)).collect();
+    let mut dc = g.upload(&c0).unwrap();
+    let args = fp8::WgradFp8Args {
+        a_t: &qa,
+        a_scales: &sa,
+        b_t: &qb,
+        b_scales: &sb,
+        tile_offsets: &dtil,
+        c: &mut dc,
+        experts: e,
+        m,
+        n,
+        kp,
+        accumulate,
+    };
+    fp8::grouped_wgrad_fp8(&g, args).unwrap();
+    let got: Vec<f64> = g.download(&dc).unwrap().iter().map(|&v| v.f() as f64).collect();
+    if let Some(q) = got.iter().position(|v| v.is_nan()) {
+        panic!("C[{q}] not written");
+    }
+    // the reference from the CPU quantizer (bitwise the GPU's: the quantize_cols_grouped tests)
+    let deq = |v: &[bf16], cols: usize| {
+        let (q, s) = fp8::quantize_cols_grouped_cpu(v, cols, &offsets, kp);
+        // scales [Kp / 128, C] to the [C, Kp / 128] of dequantize_cpu's 1 x 128 blocks
+        let st: Vec<f32> = (0..cols * (kp / 128)).map(|i| s[(i % (kp / 128)) * cols + i / (kp / 128)]).collect();
+        fp8::dequantize_cpu(&q, &st, cols, kp, 1)
+    };
+    let (ad, bd) = (deq(&x, m), deq(&y, n));
+    let mut want: Vec<f64> = if accumulate { c0.iter().map(|&v| v.f() as f64).collect() } else { vec![0.0; e * m * n] };
+    for ex in 0..e {
+        let (k0, k1) = (128 * tiles[ex] as usize, 128 * tiles[ex + 1] as usize);
+        for i in 0..m {
+            for j in 0..n {
+                let s: f64 = (k0..k1).map(|k| ad[i * kp + k] * bd[j * kp + k]).sum();
+                want[(ex * m + i) * n + j] += s;
+            }
+        }
+    }
+    let tag = format!("FP8 wgrad {} counts {counts:?} M {m} N {n} accumulate {accumulate}", W::NAME);
+    // f32: the tensor cores' own FP8 accumulation inside a 128-deep block is not exact (DeepSeek-V3 measured ~14
+    // bits), hence 1e-3; bf16: its rounding
+    let err = check::close(&tag, &got, &want, if bf { 1e-2 } else { 1e-3 }).unwrap();
+    eprintln!("{tag}: rel err {err:.3e} against the dequantized f64 product");
+}
+gpu_test!(
+    wgrad_fp8_matches_the_dequantized_product,
+    wgrad_fp8_run::<f32>(&[0, 1, 300, 129, 0, 64, 17], 256, 384, false)
+);
+gpu_test!(wgrad_fp8_accumulates, wgrad_fp8_run::<f32>(&[0, 1, 300, 129, 0, 64, 17], 256, 384, true));
+gpu_test!(wgrad_fp8_bf16, wgrad_fp8_run::<bf16>(&[0, 1, 300, 129, 0, 64, 17], 256, 384, false));
+gpu_test!(wgrad_fp8_bf16_accumulates, wgrad_fp8_run::<bf16>(&[5, 0, 700, 129], 384, 256, true));
 
 gpu_test!(quantize_rows_matches_the_reference_bitwise, quantize_matches(37, 768, false));
 gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 512, true));

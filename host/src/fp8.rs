@@ -18,10 +18,11 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::fp8::{e4m3_from_f32, e4m3_to_f32, scale_and_factor};
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{GroupedGemmFp8, QuantFp8, QuantFp8Cols, QuantFp8T};
+use megamoe_kernels::params::{GroupedGemmFp8, QuantFp8, QuantFp8Cols, QuantFp8T, WgradFp8};
 
 use crate::error::Result;
 use crate::gemm::Check;
+use crate::gemm::WgradElem;
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
@@ -145,7 +146,7 @@ pub struct QuantizeColsArgs<'a> {
     /// e4m3 [C, Kp] (Kp = [`cols_grouped_kp`]): column c of x along the rows, expert e's segment from column
     /// 128 tile_offsets[e], its last 128-block zero-padded; columns past 128 tile_offsets[E] are not written.
     pub q: &'a mut CudaSlice<u8>,
-    /// f32 [C, Kp / 128]: one scale per column and 128-row block of one expert.
+    /// f32 [Kp / 128, C]: one scale per 128-row block of one expert and column.
     pub scales: &'a mut CudaSlice<f32>,
     /// Experts E.
     pub experts: usize,
@@ -194,6 +195,119 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
     // and scales written by the blocks below tile_offsets[E] <= Kp / 128 (offsets and tile offsets consistent, as
     // `route` writes them); 32 KiB of shared memory for the transposed tile.
     unsafe { gpu.launch("quantize_fp8_cols_grouped", Launch::new(grid, 256, 128 * 128 * 2), &p) }
+}
+
+/// The K-grouped FP8 weight gradient: for each expert e, C_e[M, N] (+)= A_e^T B_e over its rows, from both
+/// operands quantized by [`quantize_cols_grouped`] (A^T [M, Kp] and B^T [N, Kp] with their scales).
+pub struct WgradFp8Args<'a, W: WgradElem = f32> {
+    /// e4m3 [M, Kp].
+    pub a_t: &'a CudaSlice<u8>,
+    /// f32 [Kp / 128, M].
+    pub a_scales: &'a CudaSlice<f32>,
+    /// e4m3 [N, Kp].
+    pub b_t: &'a CudaSlice<u8>,
+    /// f32 [Kp / 128, N].
+    pub b_scales: &'a CudaSlice<f32>,
+    /// u32 [E + 1]: each expert's K blocks (the m-tile offsets the quantization used).
+    pub tile_offsets: &'a CudaSlice<u32>,
+    /// [E, M, N] f32 or bf16: written, or added to with `accumulate`.
+    pub c: &'a mut CudaSlice<W>,
+    /// Experts E.
+    pub experts: usize,
+    /// M (a multiple of 128).
+    pub m: usize,
+    /// N (a multiple of 128).
+    pub n: usize,
+    /// Kp (a multiple of 128; [`cols_grouped_kp`]).
+    pub kp: usize,
+    /// Add into C.
+    pub accumulate: bool,
+}
+
+/// A checked K-grouped FP8 weight gradient with its tensor maps, to launch any number of times.
+pub struct PreparedWgradFp8<'a> {
+    ordinal: usize,
+    kernel: &'static str,
+    launch: Option<(Launch, WgradFp8)>,
+    _maps: Vec<DeviceTensorMap>,
+    _bufs: std::marker::PhantomData<&'a mut ()>,
+}
+
+impl PreparedWgradFp8<'_> {
+    /// Enqueue it on `gpu`'s stream (the GPU it was prepared on).
+    pub fn launch(&self, gpu: &Gpu) -> Result<()> {
+        let ck = Check { what: "grouped_wgrad_fp8", ordinal: self.ordinal };
+        if gpu.ordinal() != self.ordinal {
+            return ck.bad(format!("prepared on device {} and launched on device {}", self.ordinal, gpu.ordinal()));
+        }
+        match &self.launch {
+            None => Ok(()),
+            // SAFETY: the buffers were checked against the shapes and stay borrowed while `self` lives; K blocks
+            // are clamped to Kp / 128 on the device; every C element of [E, M, N] has one owner; the tensor maps
+            // live in `self`.
+            Some((cfg, p)) => unsafe { gpu.launch(self.kernel, *cfg, p) },
+        }
+    }
+}
+
+impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
+    /// Check the arguments and encode the tensor maps.
+    pub fn prepare(self, gpu: &Gpu) -> Result<PreparedWgradFp8<'a>> {
+        let ck = Check { what: "grouped_wgrad_fp8", ordinal: gpu.ordinal() };
+        ck.multiple("M", self.m, 128)?;
+        ck.multiple("N", self.n, 128)?;
+        ck.multiple("Kp", self.kp, 128)?;
+        let (e, m, n, kp) = (self.experts, self.m, self.n, self.kp);
+        ck.buf("A^T", self.a_t, m * kp)?;
+        ck.buf("A scales", self.a_scales, kp / 128 * m)?;
+        ck.buf("B^T", self.b_t, n * kp)?;
+        ck.buf("B scales", self.b_scales, kp / 128 * n)?;
+        ck.buf("tile offsets", self.tile_offsets, e + 1)?;
+        ck.buf("C", &*self.c, e * m * n)?;
+        if e * m * n >= 1 << 31 || m.max(n) * kp >= 1 << 31 {
+            return ck.bad(format!("C of {e} x {m} x {n} or operands of {} x {kp}: 2^31 or more", m.max(n)));
+        }
+        let kernel = if W::NAME == "bf16" { "grouped_wgrad_fp8_bf16" } else { "grouped_wgrad_fp8_f32" };
+        let mut prepared = PreparedWgradFp8 {
+            ordinal: gpu.ordinal(),
+            kernel,
+            launch: None,
+            _maps: Vec::new(),
+            _bufs: std::marker::PhantomData,
+        };
+        if e * m * n == 0 {
+            return Ok(prepared);
+        }
+        let s = gpu.stream().clone();
+        let map = |addr, rows: usize| {
+            let d = TiledDesc::row_major_2d(Dtype::U8, addr, rows as u64, kp as u64, 128, 128, Swizzle::B128);
+            DeviceTensorMap::new(gpu, d)
+        };
+        let (map_a, map_b) = (map(dptr(self.a_t, &s), m)?, map(dptr(self.b_t, &s), n)?);
+        let p = WgradFp8 {
+            map_a: map_a.ptr(gpu),
+            map_b: map_b.ptr(gpu),
+            sa: dptr(self.a_scales, &s),
+            sb: dptr(self.b_scales, &s),
+            tile_offsets: dptr(self.tile_offsets, &s),
+            c: dptr(&*self.c, &s),
+            experts: e as u32,
+            m: m as u32,
+            n: n as u32,
+            accumulate: self.accumulate as u32,
+            kblocks: (kp / 128) as u32,
+            pad: 0,
+        };
+        let grid = gpu.sm_count().min((e * (m / 128) * (n / 128)) as u32).max(1);
+        prepared.launch = Some((Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_FP8_SMEM), p));
+        prepared._maps = vec![map_a, map_b];
+        Ok(prepared)
+    }
+}
+
+/// Launch the K-grouped FP8 weight gradient on `gpu`'s stream.
+pub fn grouped_wgrad_fp8<W: WgradElem>(gpu: &Gpu, a: WgradFp8Args<'_, W>) -> Result<()> {
+    a.prepare(gpu)?.launch(gpu)
 }
 
 /// One blockwise-FP8 grouped GEMM (see the module's documentation).
@@ -616,7 +730,7 @@ pub fn quantize_blocks_cpu(x: &[bf16], rows: usize, cols: usize) -> (Vec<u8>, Ve
     (q, s)
 }
 
-/// The reference of [`quantize_cols_grouped`]: codes [C, kp] and scales [C, kp / 128] of x [rows, C] with the
+/// The reference of [`quantize_cols_grouped`]: codes [C, kp] and scales [kp / 128, C] of x [rows, C] with the
 /// row offsets `offsets` (tile offsets derived: ceil(count / 128) per expert); columns past the experts' blocks 0
 /// (the kernel leaves them unwritten).
 pub fn quantize_cols_grouped_cpu(x: &[bf16], cols: usize, offsets: &[u32], kp: usize) -> (Vec<u8>, Vec<f32>) {
@@ -631,7 +745,7 @@ pub fn quantize_cols_grouped_cpu(x: &[bf16], cols: usize, offsets: &[u32], kp: u
                     (0..128).map(|i| if b0 + i < r1 { x[(b0 + i) * cols + c].to_f32() } else { 0.0 }).collect();
                 let (codes, scale) = quantize_block(&vals);
                 q[c * kp + 128 * kb..c * kp + 128 * (kb + 1)].copy_from_slice(&codes);
-                s[c * (kp / 128) + kb] = scale;
+                s[kb * cols + c] = scale;
             }
             kb += 1;
         }
@@ -727,11 +841,10 @@ mod tests {
             (0..135 * cols).map(|i| bf16::from_f32(if i / cols < 130 { 1000.0 } else { 1e-3 })).collect();
         let kp = cols_grouped_kp(135, counts.len());
         let (q, s) = quantize_cols_grouped_cpu(&x, cols, &offsets, kp);
-        let nb = kp / 128;
         for c in 0..cols {
-            assert_eq!(s[c * nb], 1000.0 / 448.0);
-            assert_eq!(s[c * nb + 1], 1000.0 / 448.0);
-            assert_eq!(s[c * nb + 2], bf16::from_f32(1e-3).to_f32() / 448.0);
+            assert_eq!(s[c], 1000.0 / 448.0);
+            assert_eq!(s[cols + c], 1000.0 / 448.0);
+            assert_eq!(s[2 * cols + c], bf16::from_f32(1e-3).to_f32() / 448.0);
             // block 1: rows 128, 129 of expert 0, then 126 zeros
             assert!(q[c * kp + 130..c * kp + 256].iter().all(|&b| b == 0));
             assert!(q[c * kp + 128..c * kp + 130].iter().all(|&b| b == 0x7e), "448 is e4m3 0x7e");

@@ -120,6 +120,10 @@ pub mod kernels_host {
     /// Columns per tile of `grouped_gemm_fp8` (two consumer warpgroups of wgmma m64n128k32; the f32 accumulator
     /// and the block's partial product take 128 registers).
     pub const FP8_BN: u32 = 128;
+    /// Pipeline stages of `grouped_wgrad_fp8_*` (A^T 128 x 128 bytes, B^T 128 x 128, their 128 + 128 scales).
+    pub const WGRAD_FP8_STAGES: u32 = 6;
+    /// Shared memory of `grouped_wgrad_fp8_*`: the ring (33 KiB a stage) and its barriers.
+    pub const WGRAD_FP8_SMEM: u32 = WGRAD_FP8_STAGES * (2 * 128 * 128 + 1024) + 16 * WGRAD_FP8_STAGES;
     /// Columns per tile of `grouped_gemm_fp8w` (each warpgroup's 64 x 256 f32 accumulator in 128 registers, one
     /// 64 x 128 partial product: the tile's two column halves run one after the other).
     pub const FP8W_BN: u32 = 256;

@@ -530,7 +530,8 @@ pub struct QuantFp8T {
 /// Transposing quantization for the K-grouped FP8 weight gradients (kernel `quantize_fp8_cols_grouped`): the
 /// expert-ordered rows x [rows, C] become codes [C, Kp] K-major (row c of q: column c of x along the rows) in
 /// 1 x 128 blocks along the rows that never span two experts: expert e's segment starts at column 128
-/// tile_offsets[e] of q (its m-tile offsets) and its last block is zero-padded. Scales [C, Kp / 128]. Blocks
+/// tile_offsets[e] of q (its m-tile offsets) and its last block is zero-padded. Scales [Kp / 128, C] (a K block's
+/// scales of a tile's columns contiguous, for the GEMM to stage them per stage). Blocks
 /// past tile_offsets[E] are not written.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -539,7 +540,7 @@ pub struct QuantFp8Cols {
     pub x: u64,
     /// u8 [C, Kp].
     pub q: u64,
-    /// f32 [C, Kp / 128].
+    /// f32 [Kp / 128, C].
     pub scales: u64,
     /// u32 [E + 1] row offsets (device).
     pub offsets: u64,
@@ -553,6 +554,39 @@ pub struct QuantFp8Cols {
     pub kp: u32,
     /// Rows x has room for.
     pub rows_max: u32,
+}
+
+/// K-grouped weight gradient in blockwise FP8 (kernels `grouped_wgrad_fp8_f32` / `_bf16`): for each expert e,
+/// C_e[M, N] (+)= sum over its K blocks kb (tile_offsets[e] .. tile_offsets[e + 1]) of sa[kb, m] sb[kb, n]
+/// (A^T[m, kb] . B^T[n, kb]), with A^T e4m3 [M, Kp] and B^T e4m3 [N, Kp] as `quantize_fp8_cols_grouped` writes
+/// them (K-major, each expert's rows zero-padded to 128) and their scales [Kp / 128, M] and [Kp / 128, N].
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct WgradFp8 {
+    /// Tensor map of A^T: u8 [M, Kp], box 128 x 128, 128-byte swizzle.
+    pub map_a: u64,
+    /// Tensor map of B^T: u8 [N, Kp], box 128 x 128, 128-byte swizzle.
+    pub map_b: u64,
+    /// f32 [Kp / 128, M].
+    pub sa: u64,
+    /// f32 [Kp / 128, N].
+    pub sb: u64,
+    /// u32 [E + 1]: each expert's K blocks (its m-tile offsets).
+    pub tile_offsets: u64,
+    /// f32 or bf16 [E * M, N].
+    pub c: u64,
+    /// E.
+    pub experts: u32,
+    /// M (a multiple of 128).
+    pub m: u32,
+    /// N (a multiple of 128).
+    pub n: u32,
+    /// Add into C instead of overwriting it.
+    pub accumulate: u32,
+    /// Kp / 128: K blocks the operands hold (an expert's blocks past it are not read).
+    pub kblocks: u32,
+    /// Unused (the block stays whole 8-byte words).
+    pub pad: u32,
 }
 
 /// M-grouped GEMM in blockwise FP8 (kernel `grouped_gemm_fp8`): for each expert e and its rows
@@ -610,6 +644,7 @@ mod tests {
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 5 * 8 + 4 * 4),
+            ("WgradFp8", size_of::<WgradFp8>(), 6 * 8 + 6 * 4),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 10 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),

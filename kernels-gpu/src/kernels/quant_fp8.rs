@@ -225,6 +225,6 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
         );
     });
     if half == 0 {
-        *(p.scales as *mut f32).add((col * (p.kp / 128) + kb) as usize) = scale;
+        *(p.scales as *mut f32).add((kb * p.cols + col) as usize) = scale;
     }
 }
