@@ -193,8 +193,9 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
     let grid = (kp / 128 * (a.cols / 128)) as u32;
     // SAFETY: the buffers hold the shapes (checked); rows read are bounded by offsets[e + 1] and rows_max, codes
     // and scales written by the blocks below tile_offsets[E] <= Kp / 128 (offsets and tile offsets consistent, as
-    // `route` writes them); 32 KiB of shared memory for the transposed tile.
-    unsafe { gpu.launch("quantize_fp8_cols_grouped", Launch::new(grid, 256, 128 * 128 * 2), &p) }
+    // `route` writes them); the transposed tile in shared memory.
+    let smem = 128 * kh::FP8_COLS_PITCH;
+    unsafe { gpu.launch("quantize_fp8_cols_grouped", Launch::new(grid, 256, smem), &p) }
 }
 
 /// The K-grouped FP8 weight gradient: for each expert e, C_e[M, N] (+)= A_e^T B_e over its rows, from both

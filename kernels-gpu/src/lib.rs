@@ -120,6 +120,9 @@ pub mod kernels_host {
     /// Columns per tile of `grouped_gemm_fp8` (two consumer warpgroups of wgmma m64n128k32; the f32 accumulator
     /// and the block's partial product take 128 registers).
     pub const FP8_BN: u32 = 128;
+    /// Bytes between two columns of `quantize_fp8_cols_grouped`'s transposed tile in shared memory: 128 rows of
+    /// bf16 plus 16 (a warp's 16-byte reads of 16 columns then fall in different banks); the kernel takes 128 of them.
+    pub const FP8_COLS_PITCH: u32 = 272;
     /// Pipeline stages of `grouped_wgrad_fp8_*` (A^T 128 x 128 bytes, B^T 128 x 128, their 128 + 128 scales).
     pub const WGRAD_FP8_STAGES: u32 = 6;
     /// Shared memory of `grouped_wgrad_fp8_*`: the ring (33 KiB a stage) and its barriers.

@@ -68,15 +68,16 @@ unsafe fn body<const BF: bool>(p: &WgradFp8) {
         ring.init(8); // one arrival per consumer warp
     }
     sync::block_sync();
-    let total = p.experts * (p.m / 128) * (p.n / 128);
+    // read by each role after its register reallocation (a value live across it may be spilled)
+    let total = || p.experts * (p.m / 128) * (p.n / 128);
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
-        if t == 0 {
-            produce(p, base, ring, total);
+        if regs::tid() == 0 {
+            produce(p, base, ring, total());
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF>(p, base, ring, total, t / 128 - 1);
+        consume::<BF>(p, base, ring, total(), regs::tid() / 128 - 1);
     }
 }
 

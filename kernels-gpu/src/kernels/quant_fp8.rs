@@ -156,13 +156,17 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks_t(p: QuantFp8T) {
     }
 }
 
+/// See [`crate::kernels_host::FP8_COLS_PITCH`].
+const COLS_PITCH: u32 = crate::kernels_host::FP8_COLS_PITCH;
+
 /// See [`QuantFp8Cols`]. One block of 256 threads per (128-row block kb of the expert-padded K, 128 columns):
-/// grid = Kp / 128 * C / 128, 32 KiB of dynamic shared memory (the tile transposed, bf16). The block finds its
+/// grid = Kp / 128 * C / 128, [`COLS_PITCH`] * 128 bytes of dynamic shared memory (the tile transposed, bf16). The block finds its
 /// expert by a binary search over the m-tile offsets; blocks past tile_offsets[E] return. Thread t loads 64
 /// values of row t / 2 (rows past the expert's block: zeros), then takes column t / 2, rows 64 (t % 2) ..: the
 /// column's largest magnitude over its 128 rows with its neighbour lane, the scale, 64 codes (16-byte stores).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
+    const PITCH: u32 = COLS_PITCH;
     let cbs = p.cols / 128;
     let (kb, cc) = (regs::bid() / cbs, regs::bid() % cbs);
     let to = p.tile_offsets as *const u32;
@@ -184,7 +188,7 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
     let r_end = (*off.add(lo as usize + 1)).min(p.rows_max);
     let t = regs::tid();
     let tile = smem::base();
-    // the tile transposed into shared memory: column c's 128 rows at tile + 256 c
+    // the tile transposed into shared memory: column c's 128 rows at tile + PITCH c
     let r = t / 2;
     let c_first = 64 * (t % 2);
     let row = r0 + r;
@@ -197,17 +201,18 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
         };
         crate::unroll!(J in [0, 1, 2, 3] {
             let c = c_first + 8 * I as u32 + 2 * J as u32;
-            smem::st_u16(tile + 256 * c + 2 * r, w[J] & 0xffff);
-            smem::st_u16(tile + 256 * (c + 1) + 2 * r, w[J] >> 16);
+            smem::st_u16(tile + PITCH * c + 2 * r, w[J] & 0xffff);
+            smem::st_u16(tile + PITCH * (c + 1) + 2 * r, w[J] >> 16);
         });
     });
     sync::block_sync();
     let c = t / 2;
     let half = t % 2;
-    let src = tile + 256 * c + 128 * half;
-    let mut v = [[0u32; 4]; 4];
+    // this thread's 64 rows of column c: 128 bytes
+    let src = tile + PITCH * c + 128 * half;
+    let mut v = [[0u32; 4]; 8];
     let mut amax = 0f32;
-    crate::unroll!(I in [0, 1, 2, 3] {
+    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
         v[I] = smem::ld_v4(src + 16 * I as u32);
         crate::unroll!(J in [0, 1, 2, 3] {
             amax = amax.max(amax2(v[I][J]));
@@ -217,7 +222,8 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
     let (scale, f) = scale_and_factor(amax);
     let col = cc * 128 + c;
     let dst = (p.q as *mut [u32; 4]).add(((col * p.kp + kb * 128 + 64 * half) / 16) as usize);
-    crate::unroll!(I in [0, 1] {
+    // 64 codes: four 16-byte stores
+    crate::unroll!(I in [0, 1, 2, 3] {
         let (a, b) = (v[2 * I], v[2 * I + 1]);
         global::st_v4(
             dst.add(I),
