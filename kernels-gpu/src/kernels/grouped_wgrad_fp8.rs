@@ -10,7 +10,6 @@
 //! the promotion multiplies by their outer product). C from registers: f32 pairs or bf16 pairs, added to C's old
 //! value with `accumulate` (each element one owner: deterministic). An expert without rows gets zeros (or nothing
 //! added). First version: one partial (the other warpgroup's wgmma fill the tensor pipe meanwhile), no staging.
-use crate::desc::SmemDesc;
 use crate::params::WgradFp8;
 use crate::pipeline::Ring;
 use crate::ptx::{math, regs, smem, sync, tma, wgmma};
@@ -111,14 +110,7 @@ unsafe fn produce(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32) {
 /// into `part` (overwritten), as one commit group.
 #[inline(always)]
 unsafe fn issue(st: u32, cw: u32, part: &mut [f32; 64]) {
-    let da = SmemDesc::k_major_sw128(st + cw * (TILE / 2));
-    let db = SmemDesc::k_major_sw128(st + TILE);
-    wgmma::fence();
-    crate::unroll!(KS in [0, 1, 2, 3] {
-        let off = 32 * KS as u32;
-        wgmma::m64n128k32_f32_e4m3_ss(part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
-    });
-    wgmma::commit_group();
+    crate::kernels::grouped_gemm_fp8::issue_block(st + cw * (TILE / 2), st + TILE, part, false);
 }
 
 #[inline(always)]
