@@ -285,6 +285,7 @@ impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
             DeviceTensorMap::new(gpu, d)
         };
         let (map_a, map_b) = (map(dptr(self.a_t, &s), m)?, map(dptr(self.b_t, &s), n)?);
+        let map_c = DeviceTensorMap::new(gpu, crate::gemm::wgrad_c_desc::<W>(dptr(&*self.c, &s), e * m, n))?;
         let p = WgradFp8 {
             map_a: map_a.ptr(gpu),
             map_b: map_b.ptr(gpu),
@@ -292,6 +293,7 @@ impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
             sb: dptr(self.b_scales, &s),
             tile_offsets: dptr(self.tile_offsets, &s),
             c: dptr(&*self.c, &s),
+            map_c: map_c.ptr(gpu),
             experts: e as u32,
             m: m as u32,
             n: n as u32,
@@ -301,7 +303,7 @@ impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
         };
         let grid = gpu.sm_count().min((e * (m / 128) * (n / 128)) as u32).max(1);
         prepared.launch = Some((Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_FP8_SMEM), p));
-        prepared._maps = vec![map_a, map_b];
+        prepared._maps = vec![map_a, map_b, map_c];
         Ok(prepared)
     }
 }

@@ -124,9 +124,11 @@ pub mod kernels_host {
     /// bf16 plus 16 (a warp's 16-byte reads of 16 columns then fall in different banks); the kernel takes 128 of them.
     pub const FP8_COLS_PITCH: u32 = 272;
     /// Pipeline stages of `grouped_wgrad_fp8_*` (A^T 128 x 128 bytes, B^T 128 x 128, their 128 + 128 scales).
-    pub const WGRAD_FP8_STAGES: u32 = 6;
-    /// Shared memory of `grouped_wgrad_fp8_*`: the ring (33 KiB a stage) and its barriers.
-    pub const WGRAD_FP8_SMEM: u32 = WGRAD_FP8_STAGES * (2 * 128 * 128 + 1024) + 16 * WGRAD_FP8_STAGES;
+    pub const WGRAD_FP8_STAGES: u32 = 5;
+    /// Shared memory of `grouped_wgrad_fp8_*`: the ring (33 KiB a stage), the epilogue's staging (two 2 KiB boxes
+    /// per consumer warp, as `grouped_wgrad_*`) and the ring's barriers.
+    pub const WGRAD_FP8_SMEM: u32 =
+        WGRAD_FP8_STAGES * (2 * 128 * 128 + 1024) + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4 + 16 * WGRAD_FP8_STAGES;
     /// Columns per tile of `grouped_gemm_fp8w` (each warpgroup's 64 x 256 f32 accumulator in 128 registers, one
     /// 64 x 128 partial product: the tile's two column halves run one after the other).
     pub const FP8W_BN: u32 = 256;

@@ -575,6 +575,9 @@ pub struct WgradFp8 {
     pub tile_offsets: u64,
     /// f32 or bf16 [E * M, N].
     pub c: u64,
+    /// Tensor map of C as [E * M, N] in the weight-gradient epilogue's boxes (`WGRAD_C_BOX` f32 or
+    /// `WGRAD_C_BOX_BF16` bf16, 128-byte swizzle): the epilogue stores, or adds, through it.
+    pub map_c: u64,
     /// E.
     pub experts: u32,
     /// M (a multiple of 128).
@@ -644,7 +647,7 @@ mod tests {
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 5 * 8 + 4 * 4),
-            ("WgradFp8", size_of::<WgradFp8>(), 6 * 8 + 6 * 4),
+            ("WgradFp8", size_of::<WgradFp8>(), 7 * 8 + 6 * 4),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 10 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),

@@ -25,7 +25,7 @@ const BOX: u32 = 64 * 64 * 2;
 const A_BYTES: u32 = 2 * BOX;
 const STAGE_BYTES: u32 = 6 * BOX;
 /// One staging box of the epilogue: one warp's 16 rows x 32 f32 columns (128 bytes a row, 128-byte swizzle).
-const C_BOX: u32 = crate::kernels_host::WGRAD_C_BOX.0 * crate::kernels_host::WGRAD_C_BOX.1 * 4;
+pub(crate) const C_BOX: u32 = crate::kernels_host::WGRAD_C_BOX.0 * crate::kernels_host::WGRAD_C_BOX.1 * 4;
 /// The epilogue's staging: two boxes per consumer warp, after the ring.
 const STAGING: u32 = STAGES * STAGE_BYTES;
 const _: () = assert!(STAGING == crate::kernels_host::WGRAD_RING, "host and kernel agree on the ring");
@@ -90,7 +90,9 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
         return;
     }
     let base = smem::base();
-    let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
+    // the ring's barriers after the 16 staging boxes (at STAGING + 4 C_BOX, where they were until this fix, the
+    // epilogue of consumer warp 6 wrote over them)
+    let ring = Ring::<STAGES>::at(base + STAGING + 16 * C_BOX);
     let t = regs::tid();
     if t == 0 {
         ring.init(8); // one arrival per consumer warp
@@ -215,10 +217,16 @@ unsafe fn consume<const BF: bool>(p: &WgradGemm, base: u32, ring: Ring<STAGES>, 
             ring.release_prev(it);
         }
         let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
-        if BF {
-            store_bf16(p, &acc, &ti, cw, staging);
-        } else {
-            store(p, &acc, &ti, cw, staging);
+        let row0 = ti.mt * 128 + cw * 64;
+        // a warpgroup whose rows start at or past M (M a multiple of 64, not of 128) stores nothing (uniform in it)
+        if row0 < p.m {
+            let out = COut { map: p.map_c, n: p.n, accumulate: p.accumulate != 0 };
+            let y = (ti.e * p.m + row0 + 16 * ((regs::tid() % 128) / 32)) as i32;
+            if BF {
+                store_bf16(&out, &acc, y, ti.nt * 256, staging);
+            } else {
+                store(&out, &acc, y, ti.nt * 256, staging);
+            }
         }
         tile += regs::nctaid();
     }
@@ -229,35 +237,37 @@ unsafe fn consume<const BF: bool>(p: &WgradGemm, base: u32, ring: Ring<STAGES>, 
     }
 }
 
-/// The epilogue: this warpgroup's 64 x 256 f32 accumulators go to C through shared memory, each warp's 16
-/// rows one 16 x 32 box at a time (128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8)), stored
-/// (or, with `accumulate`, added: `cp.reduce.async.bulk.tensor .add`) by the copy engine while the warp goes
-/// on. Each warp works alone (its lane 0 issues and waits; `bar.warp.sync` orders its lanes' staging writes
-/// around that), so no warp waits for the others of its warpgroup between boxes. Two staging boxes per warp
-/// alternate; before one is rewritten, its previous store must have read it (`wait_group.read 1`; `.read 0` at
-/// a tile's first box: the previous tile may have ended on either box when N % 256 != 0; issued a whole main
-/// loop ago, those stores have read). The fragment stores are free of bank conflicts: an 8-byte store is
-/// served per half-warp (rows q = 0..3 or 4..7 of the box, four lanes each), and lanes of odd rows write
-/// column group J ^ 2 when the others write J, so the 16 lanes cover 32 distinct banks (rows q and q ^ 1 would
-/// otherwise meet in the same two swizzled chunks). Columns past N are clipped by the tensor map; a warpgroup
-/// whose rows start at or past M (M a multiple of 64, not of 128) stores nothing.
+/// Where a weight-gradient epilogue puts its tile: C's tensor map (boxes of `WGRAD_C_BOX` f32 or
+/// `WGRAD_C_BOX_BF16` bf16, 128-byte swizzle), C's columns, and whether the copy engine adds instead of storing.
+pub(crate) struct COut {
+    pub map: u64,
+    pub n: u32,
+    pub accumulate: bool,
+}
+
+/// The epilogue: a warpgroup's 64 x (NA / 2) f32 accumulators (the wgmma m64nNk fragment: `acc[4 j + 2 h + c]` is
+/// row 8 h + lane / 4 of its warp's 16, column 8 j + 2 (lane % 4) + c) go to C through shared memory, each warp's 16
+/// rows (C row `y` on) one 16 x 32 box at a time from column `col0` (128-byte swizzle: 16-byte chunk c of row r at
+/// chunk c ^ (r % 8)), stored (or, with `accumulate`, added: `cp.reduce.async.bulk.tensor .add`) by the copy
+/// engine while the warp goes on. Each warp works alone (its lane 0 issues and waits; `bar.warp.sync` orders its
+/// lanes' staging writes around that), so no warp waits for the others of its warpgroup between boxes. Two staging
+/// boxes per warp (at `staging`) alternate; before one is rewritten, its previous store must have read it
+/// (`wait_group.read 1`; `.read 0` at a tile's first box: the previous tile may have ended on either box; issued a
+/// whole main loop ago, those stores have read). The fragment stores are free of bank conflicts: an 8-byte store
+/// is served per half-warp (rows q = 0..3 or 4..7 of the box, four lanes each), and lanes of odd rows write column
+/// group J ^ 2 when the others write J, so the 16 lanes cover 32 distinct banks (rows q and q ^ 1 would otherwise
+/// meet in the same two swizzled chunks). Columns past N are clipped by the tensor map.
 #[inline(always)]
-unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
-    let row0 = ti.mt * 128 + cw * 64;
-    if row0 >= p.m {
-        return; // uniform in the warpgroup
-    }
+pub(crate) unsafe fn store<const NA: usize>(out: &COut, acc: &[f32; NA], y: i32, col_base: u32, staging: u32) {
     let lane = regs::tid() % 32;
-    let w = (regs::tid() % 128) / 32;
     let q = lane / 4; // the first of this lane's two rows (q, q + 8) of the warp's 16
     let odd = q % 2 == 1;
-    let y = (ti.e * p.m + row0 + 16 * w) as i32;
     crate::unroll!(B in [0, 1, 2, 3, 4, 5, 6, 7] {
-        let col0 = ti.nt * 256 + 32 * B as u32;
-        if col0 < p.n {
+        let col0 = col_base + 32 * B as u32;
+        if B < NA / 16 && col0 < out.n {
             // uniform: every thread of the warpgroup sees the same col0
             let buf = staging + (B as u32 % 2) * C_BOX;
-            box_out(p, B == 0, buf, col0, y, || {
+            box_out(out, B == 0, buf, col0, y, || {
                 crate::unroll!(J in [0, 1, 2, 3] {
                     crate::unroll!(H in [0, 1] {
                         let row = q + 8 * H as u32;
@@ -280,7 +290,7 @@ unsafe fn store(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u3
 /// tile's first box), let `fill` write it (each lane its fragment), then lane 0 hands it to the copy engine:
 /// stored at (`col0`, `y`) or, with `accumulate`, added there.
 #[inline(always)]
-unsafe fn box_out(p: &WgradGemm, first: bool, buf: u32, col0: u32, y: i32, fill: impl FnOnce()) {
+unsafe fn box_out(out: &COut, first: bool, buf: u32, col0: u32, y: i32, fill: impl FnOnce()) {
     let leader = regs::tid() % 32 == 0;
     if leader {
         if first {
@@ -294,8 +304,8 @@ unsafe fn box_out(p: &WgradGemm, first: bool, buf: u32, col0: u32, y: i32, fill:
     fence::proxy_async_shared_cta();
     sync::warp_sync();
     if leader {
-        let map = p.map_c as *const u8;
-        if p.accumulate != 0 {
+        let map = out.map as *const u8;
+        if out.accumulate {
             tma::reduce_add_2d(map, col0 as i32, y, buf);
         } else {
             tma::store_2d(map, col0 as i32, y, buf);
@@ -304,26 +314,21 @@ unsafe fn box_out(p: &WgradGemm, first: bool, buf: u32, col0: u32, y: i32, fill:
     }
 }
 
-/// The bf16 epilogue, as [`store`] with each warp's 16 rows one 16 x 64 box at a time (four boxes a tile, the
-/// same 2 KiB each): lane (q = lane / 4) writes its bf16 pair of rows q and q + 8 at columns 8 J + 2 (lane % 4) of
-/// column group J, 16-byte chunk J ^ (row % 8) of the 128-byte row. A 4-byte store is served per warp; rows
-/// q = 0..7 put their four lanes in eight distinct chunks, so the 32 lanes cover 32 distinct banks.
+/// The bf16 epilogue, as [`store`] with each warp's 16 rows one 16 x 64 box at a time (the same 2 KiB each):
+/// lane (q = lane / 4) writes its bf16 pair of rows q and q + 8 at columns 8 J + 2 (lane % 4) of column group J,
+/// 16-byte chunk J ^ (row % 8) of the 128-byte row. A 4-byte store is served per warp; rows q = 0..7 put their
+/// four lanes in eight distinct chunks, so the 32 lanes cover 32 distinct banks. With `accumulate` the copy engine
+/// adds the bf16-rounded tile to C.
 #[inline(always)]
-unsafe fn store_bf16(p: &WgradGemm, acc: &[f32; 128], ti: &Tile, cw: u32, staging: u32) {
-    let row0 = ti.mt * 128 + cw * 64;
-    if row0 >= p.m {
-        return; // uniform in the warpgroup
-    }
+pub(crate) unsafe fn store_bf16<const NA: usize>(out: &COut, acc: &[f32; NA], y: i32, col_base: u32, staging: u32) {
     let lane = regs::tid() % 32;
-    let w = (regs::tid() % 128) / 32;
     let q = lane / 4;
-    let y = (ti.e * p.m + row0 + 16 * w) as i32;
     crate::unroll!(B in [0, 1, 2, 3] {
-        let col0 = ti.nt * 256 + 64 * B as u32;
-        if col0 < p.n {
+        let col0 = col_base + 64 * B as u32;
+        if B < NA / 32 && col0 < out.n {
             // uniform: every thread of the warpgroup sees the same col0
             let buf = staging + (B as u32 % 2) * C_BOX;
-            box_out(p, B == 0, buf, col0, y, || {
+            box_out(out, B == 0, buf, col0, y, || {
                 crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
                     crate::unroll!(H in [0, 1] {
                         let row = q + 8 * H as u32;

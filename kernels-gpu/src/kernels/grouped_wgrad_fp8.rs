@@ -3,13 +3,16 @@
 //! inside one expert, each expert's segment zero-padded to a whole block, so no block needs masking).
 //!
 //! The block of the FP8 M-grouped kernel (one TMA producer thread, two consumer warpgroups), tiles of 128 x 128
-//! of one expert's C, persistent over (expert, m-tile, n-tile); a 6-stage ring of 33 KiB: A^T's 128 rows x 128 K,
+//! of one expert's C, persistent over (expert, m-tile, n-tile); a 5-stage ring of 33 KiB: A^T's 128 rows x 128 K,
 //! B^T's 128 rows x 128 K, and the K block's 128 scales of each (1D bulk copies). Per K block a warpgroup issues
-//! four wgmma m64n128k32 into a partial product, waits, reads its rows' and columns' scales from the stage, gives
-//! the stage back, and promotes: acc += partial sa[row] sb[col] (both operands have per-row-of-the-operand scales:
-//! the promotion multiplies by their outer product). C from registers: f32 pairs or bf16 pairs, added to C's old
-//! value with `accumulate` (each element one owner: deterministic). An expert without rows gets zeros (or nothing
-//! added). First version: one partial (the other warpgroup's wgmma fill the tensor pipe meanwhile), no staging.
+//! four wgmma m64n128k32 into one of two partial products and, while they run, promotes the previous block's
+//! partial: acc += partial sa[row] sb[col] (both operands have per-row-of-the-operand scales: the promotion
+//! multiplies by their outer product), reading its rows' and columns' scales from that block's stage before
+//! giving the stage back. The epilogue is the bf16 weight gradients' (`grouped_wgrad::store` / `store_bf16`):
+//! through per-warp staging boxes and the copy engine (TMA stores, or reduce-adds with `accumulate`), overlapping
+//! the next tile's main loop; each element one owner: deterministic. An expert without rows gets zeros (or nothing
+//! added).
+use crate::kernels::grouped_wgrad::{store, store_bf16, COut, C_BOX};
 use crate::params::WgradFp8;
 use crate::pipeline::Ring;
 use crate::ptx::{math, regs, smem, sync, tma, wgmma};
@@ -19,7 +22,9 @@ const TILE: u32 = 128 * 128;
 /// The K block's scales in a stage: A's 128 (rows m of the tile), then B's 128 (columns n).
 const SCALES: u32 = 2 * TILE;
 const STAGE_BYTES: u32 = 2 * TILE + 1024;
-const RING_AT: u32 = STAGES * STAGE_BYTES;
+/// The epilogue's staging after the ring: two boxes per consumer warp.
+const STAGING: u32 = STAGES * STAGE_BYTES;
+const RING_AT: u32 = STAGING + 16 * C_BOX;
 const _: () = assert!(STAGE_BYTES % 1024 == 0, "128-byte swizzle needs 1024-byte aligned tiles");
 const _: () = assert!(
     RING_AT + Ring::<STAGES>::BYTES == crate::kernels_host::WGRAD_FP8_SMEM,
@@ -51,8 +56,8 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_f32(p: WgradFp8) {
     body::<false>(&p);
 }
 
-/// As `grouped_wgrad_fp8_f32` with C bf16 (each element rounded once; with `accumulate`, old + new in f32, then
-/// rounded).
+/// As `grouped_wgrad_fp8_f32` with C bf16 (each element rounded once; with `accumulate`, the copy engine adds the
+/// rounded tile to C, as `grouped_wgrad_bf16` does).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_bf16(p: WgradFp8) {
     body::<true>(&p);
@@ -113,78 +118,102 @@ unsafe fn issue(st: u32, cw: u32, part: &mut [f32; 64]) {
     crate::kernels::grouped_gemm_fp8::issue_block(st + cw * (TILE / 2), st + TILE, part, false);
 }
 
+/// acc += part sa[row] sb[col] with this thread's two rows' scales and its 32 columns' (pairs 8 J + c0, + 1: one
+/// 8-byte shared load each) from the stage at `st`; then the warp gives the stage of iteration `it` back.
 #[inline(always)]
-unsafe fn consume<const BF: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn promote(acc: &mut [f32; 64], part: &mut [f32; 64], st: u32, ring: &Ring<STAGES>, it: u32, cw: u32) {
+    wgmma::fence_operand_64(part);
     let t = regs::tid() % 128;
     let lane = t % 32;
-    // this thread's fragment rows r, r + 8 of the warpgroup's 64 and its first column (see ptx::wgmma)
     let r = 16 * (t / 32) + lane / 4;
     let c0 = 2 * (lane % 4);
+    let ld = |at: u32| unsafe { f32::from_bits(smem::ld_u32(at)) };
+    let (sa0, sa1) = (ld(st + SCALES + 4 * (cw * 64 + r)), ld(st + SCALES + 4 * (cw * 64 + r + 8)));
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        let [b0, b1] = smem::ld_v2(st + SCALES + 512 + 4 * (8 * J as u32 + c0));
+        let (b0, b1) = (f32::from_bits(b0), f32::from_bits(b1));
+        acc[4 * J] = math::fma(part[4 * J], sa0 * b0, acc[4 * J]);
+        acc[4 * J + 1] = math::fma(part[4 * J + 1], sa0 * b1, acc[4 * J + 1]);
+        acc[4 * J + 2] = math::fma(part[4 * J + 2], sa1 * b0, acc[4 * J + 2]);
+        acc[4 * J + 3] = math::fma(part[4 * J + 3], sa1 * b1, acc[4 * J + 3]);
+    });
+    // every lane's reads of the stage are done before lane 0 gives it back
+    sync::warp_sync();
+    if lane == 0 {
+        ring.release_prev(it + 1);
+    }
+}
+
+/// One step of the main loop: block `it + 1` (when `next`) issued into `issue_to`, then block `it` (in
+/// `promote_from`, issued one step before) waited for and promoted while the new one runs.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn step(
+    next: bool,
+    acc: &mut [f32; 64],
+    issue_to: &mut [f32; 64],
+    promote_from: &mut [f32; 64],
+    base: u32,
+    ring: &Ring<STAGES>,
+    it: u32,
+    cw: u32,
+) {
+    if next {
+        ring.wait_full(it + 1);
+        issue(base + Ring::<STAGES>::stage(it + 1) * STAGE_BYTES, cw, issue_to);
+        wgmma::wait_group::<1>();
+    } else {
+        wgmma::wait_group::<0>();
+    }
+    promote(acc, promote_from, base + Ring::<STAGES>::stage(it) * STAGE_BYTES, ring, it, cw);
+}
+
+#[inline(always)]
+unsafe fn consume<const BF: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+    let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
+    let out = COut { map: p.map_c, n: p.n, accumulate: p.accumulate != 0 };
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
         let ti = tile_info(p, tile);
+        let nk = ti.k1 - ti.k0;
         let mut acc = [0f32; 64];
-        let mut part = [0f32; 64];
-        let mut kb = ti.k0;
-        while kb < ti.k1 {
+        let (mut p0, mut p1) = ([0f32; 64], [0f32; 64]);
+        if nk > 0 {
             ring.wait_full(it);
-            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            issue(st, cw, &mut part);
-            wgmma::wait_group::<0>();
-            wgmma::fence_operand_64(&mut part);
-            // the block's scales of this thread's rows and columns, from the stage, before it is given back
-            let ld = |at: u32| unsafe { f32::from_bits(smem::ld_u32(at)) };
-            let (sa0, sa1) = (ld(st + SCALES + 4 * (cw * 64 + r)), ld(st + SCALES + 4 * (cw * 64 + r + 8)));
-            let mut sb = [0f32; 32];
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-                sb[2 * J] = ld(st + SCALES + 512 + 4 * (8 * J as u32 + c0));
-                sb[2 * J + 1] = ld(st + SCALES + 512 + 4 * (8 * J as u32 + c0 + 1));
-            });
-            // every lane's reads of the stage are done before lane 0 gives it back
-            sync::warp_sync();
-            if lane == 0 {
-                ring.release_prev(it + 1);
-            }
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-                crate::unroll!(Q in [0, 1] {
-                    let i = 4 * J + Q;
-                    acc[i] = math::fma(part[i], sa0 * sb[2 * J + Q], acc[i]);
-                    acc[i + 2] = math::fma(part[i + 2], sa1 * sb[2 * J + Q], acc[i + 2]);
-                });
-            });
-            it += 1;
-            kb += 1;
-        }
-        // C_e rows e M + m of the tile, from registers (rows r and r + 8, column pairs 8 J + c0)
-        let row_a = ti.e * p.m + ti.mt * 128 + cw * 64 + r;
-        crate::unroll!(H in [0, 1] {
-            let row = row_a + 8 * H as u32;
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-                let col = ti.nt * 128 + 8 * J as u32 + c0;
-                let at = (row * p.n + col) as usize; // even: one pair
-                let (v0, v1) = (acc[4 * J + 2 * H], acc[4 * J + 2 * H + 1]);
-                if BF {
-                    let q = (p.c as *mut u32).add(at / 2);
-                    let (mut a, mut b) = (v0, v1);
-                    if p.accumulate != 0 {
-                        let old = *q;
-                        a += math::bf16_to_f32(old as u16);
-                        b += math::bf16_to_f32((old >> 16) as u16);
-                    }
-                    *q = math::pack_bf16x2(a, b);
-                } else {
-                    let q = (p.c as *mut f32).add(at);
-                    let (mut a, mut b) = (v0, v1);
-                    if p.accumulate != 0 {
-                        a += *q;
-                        b += *q.add(1);
-                    }
-                    *q = a;
-                    *q.add(1) = b;
+            issue(base + Ring::<STAGES>::stage(it) * STAGE_BYTES, cw, &mut p0);
+            // block j - 1 (iteration it + j - 1) in flight in p0 for odd j, in p1 for even j
+            let mut j = 1;
+            loop {
+                step(j < nk, &mut acc, &mut p1, &mut p0, base, &ring, it + j - 1, cw);
+                j += 1;
+                if j > nk {
+                    break;
                 }
-            });
-        });
+                step(j < nk, &mut acc, &mut p0, &mut p1, base, &ring, it + j - 1, cw);
+                j += 1;
+                if j > nk {
+                    break;
+                }
+            }
+        }
+        // unconditional (a no-op with nothing pending): a wait only on some paths makes ptxas insert its own in
+        // the others and serialise every wgmma of the kernel (C7518)
+        wgmma::wait_group::<0>();
+        wgmma::fence_operand_64(&mut acc);
+        it += nk;
+        // C_e rows e M + m of the tile: this warp's 16 (M a multiple of 128: always inside)
+        let y = (ti.e * p.m + ti.mt * 128 + cw * 64 + 16 * ((regs::tid() % 128) / 32)) as i32;
+        if BF {
+            store_bf16(&out, &acc, y, ti.nt * 128, staging);
+        } else {
+            store(&out, &acc, y, ti.nt * 128, staging);
+        }
         tile += regs::nctaid();
+    }
+    // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0
+    // issued stores
+    if regs::tid() % 32 == 0 {
+        tma::wait_group::<0>();
     }
 }

@@ -42,6 +42,15 @@ pub unsafe fn ld_v4(addr: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `ld.shared.v2.u32` (8 bytes). SAFETY: any thread; `addr` 8-byte aligned inside dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_v2(addr: u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    asm!("ld.shared.v2.u32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg32) addr,
+         options(nostack, readonly));
+    [a, b]
+}
+
 /// `st.shared.v2.u32` (8 bytes). SAFETY: any thread; `addr` 8-byte aligned inside dynamic shared memory.
 #[inline(always)]
 pub unsafe fn st_v2(addr: u32, a: u32, b: u32) {
