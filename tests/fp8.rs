@@ -93,6 +93,34 @@ gpu_test!(quantize_blocks_t_matches_the_reference_bitwise, {
     }
 });
 
+/// `quantize_cols_grouped` of `v` [rows_max, cols] on the GPU into poisoned outputs (codes 0x7f, scales NaN: what the
+/// quantizer does not write keeps them).
+fn quantize_cols_dev(
+    g: &Arc<Gpu>,
+    v: &[bf16],
+    cols: usize,
+    (offsets, tile_offsets): (&CudaSlice<u32>, &CudaSlice<u32>),
+    rows_max: usize,
+    kp: usize,
+) -> (CudaSlice<u8>, CudaSlice<f32>) {
+    let dv = g.upload(v).unwrap();
+    let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(cols * (kp / 128)).unwrap());
+    g.fill_bytes(&mut q, 0x7f).unwrap();
+    g.fill_bytes(&mut s, 0xff).unwrap();
+    let args = fp8::QuantizeColsArgs {
+        x: &dv,
+        offsets,
+        tile_offsets,
+        q: &mut q,
+        scales: &mut s,
+        experts: offsets.len() - 1,
+        rows_max,
+        cols,
+    };
+    fp8::quantize_cols_grouped(g, args).unwrap();
+    (q, s)
+}
+
 /// The column-wise grouped quantization (the weight gradients' K-major operands) against its CPU reference, bit
 /// for bit: ragged experts (0, 1, 129, 300 rows ...), zero rows, every written code and scale; the columns past
 /// the experts' blocks keep their poison.
@@ -111,21 +139,8 @@ fn quantize_cols_grouped_run(counts: &[u32], cols: usize) {
     let offsets = row_offsets(counts);
     let tiles = gemm::tile_offsets(counts);
     let kp = fp8::cols_grouped_kp(rows_max, e);
-    let (dx, doff, dtil) = (g.upload(&x).unwrap(), g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
-    let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(cols * (kp / 128)).unwrap());
-    g.fill_bytes(&mut q, 0x7f).unwrap();
-    g.fill_bytes(&mut s, 0xff).unwrap();
-    let args = fp8::QuantizeColsArgs {
-        x: &dx,
-        offsets: &doff,
-        tile_offsets: &dtil,
-        q: &mut q,
-        scales: &mut s,
-        experts: e,
-        rows_max,
-        cols,
-    };
-    fp8::quantize_cols_grouped(&g, args).unwrap();
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
+    let (q, s) = quantize_cols_dev(&g, &x, cols, (&doff, &dtil), rows_max, kp);
     g.sync().unwrap();
     let (q, s) = (g.download(&q).unwrap(), g.download(&s).unwrap());
     let (wq, ws) = fp8::quantize_cols_grouped_cpu(&x, cols, &offsets, kp);
@@ -193,24 +208,7 @@ fn wgrad_fp8_run<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
     let tiles = gemm::tile_offsets(counts);
     let kp = fp8::cols_grouped_kp(rows_max, e);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
-    let quant = |v: &[bf16], cols: usize| {
-        let dv = g.upload(v).unwrap();
-        let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(cols * (kp / 128)).unwrap());
-        g.fill_bytes(&mut q, 0).unwrap();
-        g.fill_bytes(&mut s, 0).unwrap();
-        let args = fp8::QuantizeColsArgs {
-            x: &dv,
-            offsets: &doff,
-            tile_offsets: &dtil,
-            q: &mut q,
-            scales: &mut s,
-            experts: e,
-            rows_max,
-            cols,
-        };
-        fp8::quantize_cols_grouped(&g, args).unwrap();
-        (q, s)
-    };
+    let quant = |v: &[bf16], cols: usize| quantize_cols_dev(&g, v, cols, (&doff, &dtil), rows_max, kp);
     let ((qa, sa), (qb, sb)) = (quant(&x, m), quant(&y, n));
     // C: poisoned (NaN) when overwritten, random when accumulated
     let c0: Vec<f32> = (0..e * m * n).map(|_| if accumulate { r.sym(1.0) as f32 } else { f32::NAN }).collect();

@@ -214,8 +214,10 @@ fn check_kernels() -> Res {
             errors.push(format!("{}: marked mma but its SASS has no HGMMA / QGMMA", k.name));
         }
     }
-    // C7508: setmaxnreg ignored; C7518: wgmma serialised (a compiler-inserted wait in a divergent path)
+    // C7508: setmaxnreg ignored; C7518: wgmma serialised (a compiler-inserted wait in a divergent path); C7514
+    // (an "info", not a warning): wgmma serialised because other instructions read an accumulator in flight
     if report.contains("C7508")
+        || report.contains("C7514")
         || report.contains("C7518")
         || report.contains("C7520")
         || report.to_lowercase().contains("warning")
@@ -224,7 +226,7 @@ fn check_kernels() -> Res {
             "ptxas warned:\n{}",
             report
                 .lines()
-                .filter(|l| l.contains("arning") || l.contains("C7508") || l.contains("C7518"))
+                .filter(|l| l.contains("arning") || l.contains("C7508") || l.contains("C7514") || l.contains("C7518"))
                 .collect::<Vec<_>>()
                 .join("\n")
         ));

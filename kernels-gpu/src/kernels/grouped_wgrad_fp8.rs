@@ -144,57 +144,45 @@ unsafe fn promote(acc: &mut [f32; 64], part: &mut [f32; 64], st: u32, ring: &Rin
     }
 }
 
-/// One step of the main loop: block `it + 1` (when `next`) issued into `issue_to`, then block `it` (in
-/// `promote_from`, issued one step before) waited for and promoted while the new one runs.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn step(
-    next: bool,
-    acc: &mut [f32; 64],
-    issue_to: &mut [f32; 64],
-    promote_from: &mut [f32; 64],
-    base: u32,
-    ring: &Ring<STAGES>,
-    it: u32,
-    cw: u32,
-) {
-    if next {
-        ring.wait_full(it + 1);
-        issue(base + Ring::<STAGES>::stage(it + 1) * STAGE_BYTES, cw, issue_to);
-        wgmma::wait_group::<1>();
-    } else {
-        wgmma::wait_group::<0>();
-    }
-    promote(acc, promote_from, base + Ring::<STAGES>::stage(it) * STAGE_BYTES, ring, it, cw);
-}
-
 #[inline(always)]
 unsafe fn consume<const BF: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
-    let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
-    let out = COut { map: p.map_c, n: p.n, accumulate: p.accumulate != 0 };
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
-        let ti = tile_info(p, tile);
-        let nk = ti.k1 - ti.k0;
+        let nk = {
+            let ti = tile_info(p, tile);
+            ti.k1 - ti.k0
+        };
         let mut acc = [0f32; 64];
         let (mut p0, mut p1) = ([0f32; 64], [0f32; 64]);
         if nk > 0 {
+            let st = |i: u32| base + Ring::<STAGES>::stage(i) * STAGE_BYTES;
             ring.wait_full(it);
-            issue(base + Ring::<STAGES>::stage(it) * STAGE_BYTES, cw, &mut p0);
-            // block j - 1 (iteration it + j - 1) in flight in p0 for odd j, in p1 for even j
+            issue(st(it), cw, &mut p0);
+            // iteration it + j - 1 in flight in p0 at the top of each pass; whole pairs in the loop (ptxas keeps the
+            // wgmma asynchronous only when no partial is in flight across a second loop exit: C7514)
             let mut j = 1;
-            loop {
-                step(j < nk, &mut acc, &mut p1, &mut p0, base, &ring, it + j - 1, cw);
-                j += 1;
-                if j > nk {
-                    break;
-                }
-                step(j < nk, &mut acc, &mut p0, &mut p1, base, &ring, it + j - 1, cw);
-                j += 1;
-                if j > nk {
-                    break;
-                }
+            while j + 1 < nk {
+                ring.wait_full(it + j);
+                issue(st(it + j), cw, &mut p1);
+                wgmma::wait_group::<1>();
+                promote(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw);
+                ring.wait_full(it + j + 1);
+                issue(st(it + j + 1), cw, &mut p0);
+                wgmma::wait_group::<1>();
+                promote(&mut acc, &mut p1, st(it + j), &ring, it + j, cw);
+                j += 2;
+            }
+            if j < nk {
+                ring.wait_full(it + j);
+                issue(st(it + j), cw, &mut p1);
+                wgmma::wait_group::<1>();
+                promote(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw);
+                wgmma::wait_group::<0>();
+                promote(&mut acc, &mut p1, st(it + j), &ring, it + j, cw);
+            } else {
+                wgmma::wait_group::<0>();
+                promote(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw);
             }
         }
         // unconditional (a no-op with nothing pending): a wait only on some paths makes ptxas insert its own in
@@ -203,7 +191,12 @@ unsafe fn consume<const BF: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, t
         wgmma::fence_operand_64(&mut acc);
         it += nk;
         // C_e rows e M + m of the tile: this warp's 16 (M a multiple of 128: always inside)
+        // the tile's coordinates again (arithmetic on `tile`): not kept live across the main loop
+        let ti = tile_info(p, tile);
         let y = (ti.e * p.m + ti.mt * 128 + cw * 64 + 16 * ((regs::tid() % 128) / 32)) as i32;
+        // built here, not before the loop: nothing more lives across the main loop (the bf16 form spilled)
+        let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
+        let out = COut { map: p.map_c, n: p.n, accumulate: p.accumulate != 0 };
         if BF {
             store_bf16(&out, &acc, y, ti.nt * 128, staging);
         } else {
@@ -211,9 +204,7 @@ unsafe fn consume<const BF: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, t
         }
         tile += regs::nctaid();
     }
-    // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0
-    // issued stores
-    if regs::tid() % 32 == 0 {
-        tma::wait_group::<0>();
-    }
+    // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0 issued
+    // stores; the other lanes have no bulk groups and pass at once (no lane test: its value spilled across the loop)
+    tma::wait_group::<0>();
 }
