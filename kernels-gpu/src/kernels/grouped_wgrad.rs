@@ -29,8 +29,11 @@ pub(crate) const C_BOX: u32 = crate::kernels_host::WGRAD_C_BOX.0 * crate::kernel
 /// The epilogue's staging: two boxes per consumer warp, after the ring.
 const STAGING: u32 = STAGES * STAGE_BYTES;
 const _: () = assert!(STAGING == crate::kernels_host::WGRAD_RING, "host and kernel agree on the ring");
+/// The ring's barriers, after the 16 staging boxes (the one name the layout check and the kernel share: until
+/// 2026-12-03 the kernel put them at STAGING + 4 C_BOX, inside consumer warp 6's first box).
+const RING_AT: u32 = STAGING + 16 * C_BOX;
 const _: () = assert!(
-    STAGING + 16 * C_BOX + Ring::<STAGES>::BYTES == crate::kernels_host::WGRAD_SMEM,
+    RING_AT + Ring::<STAGES>::BYTES == crate::kernels_host::WGRAD_SMEM,
     "host and kernel agree on the shared memory"
 );
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
@@ -90,9 +93,7 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
         return;
     }
     let base = smem::base();
-    // the ring's barriers after the 16 staging boxes (at STAGING + 4 C_BOX, where they were until this fix, the
-    // epilogue of consumer warp 6 wrote over them)
-    let ring = Ring::<STAGES>::at(base + STAGING + 16 * C_BOX);
+    let ring = Ring::<STAGES>::at(base + RING_AT);
     let t = regs::tid();
     if t == 0 {
         ring.init(8); // one arrival per consumer warp
