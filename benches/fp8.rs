@@ -351,7 +351,8 @@ fn bench_layer(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
 /// blocks along each expert's rows, transposed), then `grouped_wgrad_fp8`, against megamoe's bf16 `grouped_wgrad` on
 /// the same values, bf16 output, alternating; the two quantizations timed alone (what a step pays unless they are
 /// fused where the activations are produced). Outputs poisoned and checked fully written; FP8 against bf16: the
-/// format's error (< 0.1).
+/// format's error (< 0.1). Beside them the probe (`prepare_probe`: the FP8 main loop without the promotion), the
+/// data path's ceiling.
 fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
     let (h, i, e, k) = (sh.h, sh.i, sh.e, sh.k);
     let ids = rng.topk_ids(TOKENS, k, e);
@@ -404,20 +405,24 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let (mut c8, mut c16) = (s(g.alloc::<bf16>(e * mm * nn))?, s(g.alloc::<bf16>(e * mm * nn))?);
         s(g.fill_bytes(&mut c8, 0xff))?;
         s(g.fill_bytes(&mut c16, 0xff))?;
-        let p8 = s(fp8::WgradFp8Args {
-            a_t: &qa,
-            a_scales: &sa,
-            b_t: &qb,
-            b_scales: &sb,
-            tile_offsets: &dtil,
-            c: &mut c8,
-            experts: e,
-            m: mm,
-            n: nn,
-            kp,
-            accumulate: false,
-        }
-        .prepare(g))?;
+        // the probe (no promotion) writes its own C (not the product; not checked)
+        let mut cp = s(g.alloc::<bf16>(e * mm * nn))?;
+        let (p8, pp) = {
+            let args = |c| fp8::WgradFp8Args {
+                a_t: &qa,
+                a_scales: &sa,
+                b_t: &qb,
+                b_scales: &sb,
+                tile_offsets: &dtil,
+                c,
+                experts: e,
+                m: mm,
+                n: nn,
+                kp,
+                accumulate: false,
+            };
+            (s(args(&mut c8).prepare(g))?, s(args(&mut cp).prepare_probe(g))?)
+        };
         let p16 = s(WgradArgs {
             a: &da,
             b: &db,
@@ -430,8 +435,8 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             accumulate: false,
         }
         .prepare(g))?;
-        let t = medians(g, &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g))])?;
-        drop((p8, p16));
+        let t = medians(g, &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g)), &mut || s(pp.launch(g))])?;
+        drop((p8, p16, pp));
         let (o8, o16) = (s(g.download(&c8))?, s(g.download(&c16))?);
         let written = o8.iter().all(|v| !v.is_nan()) && o16.iter().all(|v| !v.is_nan());
         let (p8v, p16v): (Vec<f64>, Vec<f64>) = o8.iter().zip(&o16).map(|(a, b)| (a.to_f64(), b.to_f64())).unzip();
@@ -443,7 +448,8 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         println!(
             "RESULT fp8 {name} {what} (K-grouped) M={mm} N={nn} K={rows}: FP8 {:.0} us {:.0} TFLOP/s | bf16 {:.0} us {:.0} \
              TFLOP/s | FP8 / bf16 speed {:.2}x | quantize both {:.0} us; FP8 + quantize {:.2}x bf16 | FP8 against bf16 \
-             output: rel diff {d:.1e} (the format's error), all written: {written}{}",
+             output: rel diff {d:.1e} (the format's error), all written: {written} | probe without the promotion {:.0} us \
+             {:.0} TFLOP/s{}",
             t[0],
             tf(t[0]),
             t[1],
@@ -451,6 +457,8 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             t[1] / t[0],
             tq[0] + tq[1],
             t[1] / (t[0] + tq[0] + tq[1]),
+            t[2],
+            tf(t[2]),
             if good { "" } else { " FAILED" }
         );
     }

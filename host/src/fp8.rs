@@ -254,6 +254,21 @@ impl PreparedWgradFp8<'_> {
 impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
     /// Check the arguments and encode the tensor maps.
     pub fn prepare(self, gpu: &Gpu) -> Result<PreparedWgradFp8<'a>> {
+        let kernel = if W::NAME == "bf16" { "grouped_wgrad_fp8_bf16" } else { "grouped_wgrad_fp8_f32" };
+        self.prepare_kernel(gpu, kernel)
+    }
+
+    /// Not a GEMM: `grouped_wgrad_fp8_probe`, the main loop without the promotion (scales ignored, C is not the
+    /// product), to time the data path's ceiling in the benchmark; bf16 C only.
+    pub fn prepare_probe(self, gpu: &Gpu) -> Result<PreparedWgradFp8<'a>> {
+        if W::NAME != "bf16" {
+            let ck = Check { what: "grouped_wgrad_fp8", ordinal: gpu.ordinal() };
+            return ck.bad("the probe writes bf16 C".to_string());
+        }
+        self.prepare_kernel(gpu, "grouped_wgrad_fp8_probe")
+    }
+
+    fn prepare_kernel(self, gpu: &Gpu, kernel: &'static str) -> Result<PreparedWgradFp8<'a>> {
         let ck = Check { what: "grouped_wgrad_fp8", ordinal: gpu.ordinal() };
         ck.multiple("M", self.m, 128)?;
         ck.multiple("N", self.n, 128)?;
@@ -268,7 +283,6 @@ impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
         if e * m * n >= 1 << 31 || m.max(n) * kp >= 1 << 31 {
             return ck.bad(format!("C of {e} x {m} x {n} or operands of {} x {kp}: 2^31 or more", m.max(n)));
         }
-        let kernel = if W::NAME == "bf16" { "grouped_wgrad_fp8_bf16" } else { "grouped_wgrad_fp8_f32" };
         let mut prepared = PreparedWgradFp8 {
             ordinal: gpu.ordinal(),
             kernel,

@@ -53,18 +53,26 @@ unsafe fn tile_info(p: &WgradFp8, tile: u32) -> Tile {
 /// 384 threads, WGRAD_FP8_SMEM bytes of dynamic shared memory, grid <= the SM count; C f32.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_f32(p: WgradFp8) {
-    body::<false>(&p);
+    body::<false, false>(&p);
 }
 
 /// As `grouped_wgrad_fp8_f32` with C bf16 (each element rounded once; with `accumulate`, the copy engine adds the
 /// rounded tile to C, as `grouped_wgrad_bf16` does).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_bf16(p: WgradFp8) {
-    body::<true>(&p);
+    body::<true, false>(&p);
+}
+
+/// A probe, not a GEMM: `grouped_wgrad_fp8_bf16`'s main loop without the promotion (the scales ignored, every block
+/// accumulated in the tensor cores' own sum, one wgmma group in flight; C is not the product), to time the data
+/// path's ceiling in the benchmark.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_probe(p: WgradFp8) {
+    body::<true, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const BF: bool>(p: &WgradFp8) {
+unsafe fn body<const BF: bool, const PROBE: bool>(p: &WgradFp8) {
     let base = smem::base();
     let ring = Ring::<STAGES>::at(base + RING_AT);
     let t = regs::tid();
@@ -81,7 +89,7 @@ unsafe fn body<const BF: bool>(p: &WgradFp8) {
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF>(p, base, ring, total(), regs::tid() / 128 - 1);
+        consume::<BF, PROBE>(p, base, ring, total(), regs::tid() / 128 - 1);
     }
 }
 
@@ -145,7 +153,7 @@ unsafe fn promote(acc: &mut [f32; 64], part: &mut [f32; 64], st: u32, ring: &Rin
 }
 
 #[inline(always)]
-unsafe fn consume<const BF: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume<const BF: bool, const PROBE: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
@@ -155,7 +163,28 @@ unsafe fn consume<const BF: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, t
         };
         let mut acc = [0f32; 64];
         let (mut p0, mut p1) = ([0f32; 64], [0f32; 64]);
-        if nk > 0 {
+        if PROBE {
+            let st = |i: u32| base + Ring::<STAGES>::stage(i) * STAGE_BYTES;
+            let mut j = 0;
+            while j < nk {
+                ring.wait_full(it + j);
+                crate::kernels::grouped_gemm_fp8::issue_block(
+                    st(it + j) + cw * (TILE / 2),
+                    st(it + j) + TILE,
+                    &mut acc,
+                    j > 0,
+                );
+                wgmma::wait_group::<1>();
+                if j > 0 && regs::tid() % 32 == 0 {
+                    ring.release_prev(it + j);
+                }
+                j += 1;
+            }
+            wgmma::wait_group::<0>();
+            if nk > 0 && regs::tid() % 32 == 0 {
+                ring.release_prev(it + nk);
+            }
+        } else if nk > 0 {
             let st = |i: u32| base + Ring::<STAGES>::stage(i) * STAGE_BYTES;
             ring.wait_full(it);
             issue(st(it), cw, &mut p0);
