@@ -12,7 +12,7 @@
 //! benches/torch_fp8.py is its partner on the GPU machine: cuBLASLt's FP8 GEMM (torch._scaled_mm) on the dense GEMMs
 //! of the same shapes, the ceiling. Last, per shape, the whole layer forward in FP8 (`MoeLayer::forward_fp8`) against the bf16 forward, alternating.
 //!
-//! `MEGAMOE_BENCH_FP8_WGRAD=1` adds the weight gradients in FP8 (`quantize_cols_grouped` + `grouped_wgrad_fp8`)
+//! `MEGAMOE_BENCH_FP8_WGRAD=1` (or `only`: nothing else) adds the weight gradients in FP8 (`quantize_cols_grouped` + `grouped_wgrad_fp8`)
 //! against the bf16 `grouped_wgrad`.
 //!
 //! `cargo bench --bench fp8`; in the GPU bundle `./fp8_bench --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape.
@@ -373,46 +373,48 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let (da, db) = (s(g.upload(&rng.bf16_vec(rows * mm, 1.0)))?, s(g.upload(&rng.bf16_vec(rows * nn, 1.0)))?);
         let (mut qa, mut sa) = (s(g.alloc::<u8>(mm * kp))?, s(g.alloc::<f32>(kp / 128 * mm))?);
         let (mut qb, mut sb) = (s(g.alloc::<u8>(nn * kp))?, s(g.alloc::<f32>(kp / 128 * nn))?);
+        // B (the activations) also with one scale per 128 x 128 block, for `grouped_wgrad_fp8b_*`
+        let (mut qbb, mut sbb) = (s(g.alloc::<u8>(nn * kp))?, s(g.alloc::<f32>(kp / 128 * (nn / 128)))?);
         let tq = {
-            let mut qa_f = || {
+            let quant = |x: &CudaSlice<bf16>, q: &mut CudaSlice<u8>, sc: &mut CudaSlice<f32>, cols, block| {
                 let args = fp8::QuantizeColsArgs {
-                    x: &da,
+                    x,
                     offsets: &doff,
                     tile_offsets: &dtil,
-                    q: &mut qa,
-                    scales: &mut sa,
+                    q,
+                    scales: sc,
                     experts: e,
                     rows_max: rows,
-                    cols: mm,
+                    cols,
+                    block_scales: block,
                 };
                 s(fp8::quantize_cols_grouped(g, args))
             };
-            let mut qb_f = || {
-                let args = fp8::QuantizeColsArgs {
-                    x: &db,
-                    offsets: &doff,
-                    tile_offsets: &dtil,
-                    q: &mut qb,
-                    scales: &mut sb,
-                    experts: e,
-                    rows_max: rows,
-                    cols: nn,
-                };
-                s(fp8::quantize_cols_grouped(g, args))
-            };
-            medians(g, &mut [&mut qa_f, &mut qb_f])?
+            let mut runs = [(&da, &mut qa, &mut sa, mm, false), (&db, &mut qb, &mut sb, nn, false)];
+            let bb = (&db, &mut qbb, &mut sbb, nn, true);
+            let [ra, rb] = &mut runs;
+            medians(
+                g,
+                &mut [
+                    &mut || quant(ra.0, ra.1, ra.2, ra.3, ra.4),
+                    &mut || quant(rb.0, rb.1, rb.2, rb.3, rb.4),
+                    &mut || quant(bb.0, bb.1, bb.2, bb.3, bb.4),
+                ],
+            )?
         };
         let (mut c8, mut c16) = (s(g.alloc::<bf16>(e * mm * nn))?, s(g.alloc::<bf16>(e * mm * nn))?);
+        let mut c8b = s(g.alloc::<bf16>(e * mm * nn))?;
         s(g.fill_bytes(&mut c8, 0xff))?;
         s(g.fill_bytes(&mut c16, 0xff))?;
+        s(g.fill_bytes(&mut c8b, 0xff))?;
         // the probe (no promotion) writes its own C (not the product; not checked)
         let mut cp = s(g.alloc::<bf16>(e * mm * nn))?;
-        let (p8, pp) = {
-            let args = |c| fp8::WgradFp8Args {
+        let (p8, pp, p8b) = {
+            let args = |c, b_t, b_scales, b_block_scales| fp8::WgradFp8Args {
                 a_t: &qa,
                 a_scales: &sa,
-                b_t: &qb,
-                b_scales: &sb,
+                b_t,
+                b_scales,
                 tile_offsets: &dtil,
                 c,
                 experts: e,
@@ -420,8 +422,13 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 n: nn,
                 kp,
                 accumulate: false,
+                b_block_scales,
             };
-            (s(args(&mut c8).prepare(g))?, s(args(&mut cp).prepare_probe(g))?)
+            (
+                s(args(&mut c8, &qb, &sb, false).prepare(g))?,
+                s(args(&mut cp, &qb, &sb, false).prepare_probe(g))?,
+                s(args(&mut c8b, &qbb, &sbb, true).prepare(g))?,
+            )
         };
         let p16 = s(WgradArgs {
             a: &da,
@@ -435,13 +442,17 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             accumulate: false,
         }
         .prepare(g))?;
-        let t = medians(g, &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g)), &mut || s(pp.launch(g))])?;
-        drop((p8, p16, pp));
-        let (o8, o16) = (s(g.download(&c8))?, s(g.download(&c16))?);
-        let written = o8.iter().all(|v| !v.is_nan()) && o16.iter().all(|v| !v.is_nan());
-        let (p8v, p16v): (Vec<f64>, Vec<f64>) = o8.iter().zip(&o16).map(|(a, b)| (a.to_f64(), b.to_f64())).unzip();
-        let d = check::rel_err(&p8v, &p16v);
-        let good = written && d < 0.1;
+        let t = medians(
+            g,
+            &mut [&mut || s(p8.launch(g)), &mut || s(p16.launch(g)), &mut || s(pp.launch(g)), &mut || s(p8b.launch(g))],
+        )?;
+        drop((p8, p16, pp, p8b));
+        let (o8, o16, o8b) = (s(g.download(&c8))?, s(g.download(&c16))?, s(g.download(&c8b))?);
+        let written = [&o8, &o16, &o8b].iter().all(|o| o.iter().all(|v| !v.is_nan()));
+        let f = |o: &[bf16]| o.iter().map(|v| v.to_f64()).collect::<Vec<f64>>();
+        let (p8v, p16v, p8bv) = (f(&o8), f(&o16), f(&o8b));
+        let (d, db_) = (check::rel_err(&p8v, &p16v), check::rel_err(&p8bv, &p16v));
+        let good = written && d < 0.1 && db_ < 0.1;
         ok &= good;
         let flop = 2.0 * rows as f64 * mm as f64 * nn as f64;
         let tf = |us: f64| flop / us * 1e-6;
@@ -449,7 +460,8 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             "RESULT fp8 {name} {what} (K-grouped) M={mm} N={nn} K={rows}: FP8 {:.0} us {:.0} TFLOP/s | bf16 {:.0} us {:.0} \
              TFLOP/s | FP8 / bf16 speed {:.2}x | quantize both {:.0} us; FP8 + quantize {:.2}x bf16 | FP8 against bf16 \
              output: rel diff {d:.1e} (the format's error), all written: {written} | probe without the promotion {:.0} us \
-             {:.0} TFLOP/s{}",
+             {:.0} TFLOP/s | B in 128 x 128 blocks {:.0} us {:.0} TFLOP/s ({:.2}x bf16), against bf16 {db_:.1e}, its \
+             quantization of B {:.0} us{}",
             t[0],
             tf(t[0]),
             t[1],
@@ -459,6 +471,10 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             t[1] / (t[0] + tq[0] + tq[1]),
             t[2],
             tf(t[2]),
+            t[3],
+            tf(t[3]),
+            t[1] / t[3],
+            tq[2],
             if good { "" } else { " FAILED" }
         );
     }
@@ -486,10 +502,12 @@ fn main() {
             continue;
         }
         // MEGAMOE_BENCH_FP8_WGRAD=1: the FP8 weight gradients as well
-        let wgrad = std::env::var("MEGAMOE_BENCH_FP8_WGRAD").is_ok_and(|v| v == "1");
+        // MEGAMOE_BENCH_FP8_WGRAD=only: the weight gradients alone
+        let wg = std::env::var("MEGAMOE_BENCH_FP8_WGRAD").unwrap_or_default();
+        let (wgrad, only_wgrad) = (wg == "1" || wg == "only", wg == "only");
         let runs = [
-            Some(bench(&g, name, sh, &mut rng)),
-            Some(bench_layer(&g, name, sh, &mut rng)),
+            (!only_wgrad).then(|| bench(&g, name, sh, &mut rng)),
+            (!only_wgrad).then(|| bench_layer(&g, name, sh, &mut rng)),
             wgrad.then(|| bench_wgrad(&g, name, sh, &mut rng)),
         ];
         for r in runs.into_iter().flatten() {

@@ -94,17 +94,18 @@ gpu_test!(quantize_blocks_t_matches_the_reference_bitwise, {
 });
 
 /// `quantize_cols_grouped` of `v` [rows_max, cols] on the GPU into poisoned outputs (codes 0x7f, scales NaN: what the
-/// quantizer does not write keeps them).
+/// quantizer does not write keeps them); `block`: one scale per 128 x 128 block.
 fn quantize_cols_dev(
     g: &Arc<Gpu>,
     v: &[bf16],
     cols: usize,
     (offsets, tile_offsets): (&CudaSlice<u32>, &CudaSlice<u32>),
-    rows_max: usize,
-    kp: usize,
+    (rows_max, kp): (usize, usize),
+    block: bool,
 ) -> (CudaSlice<u8>, CudaSlice<f32>) {
     let dv = g.upload(v).unwrap();
-    let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(cols * (kp / 128)).unwrap());
+    let per_block = if block { cols / 128 } else { cols };
+    let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(per_block * (kp / 128)).unwrap());
     g.fill_bytes(&mut q, 0x7f).unwrap();
     g.fill_bytes(&mut s, 0xff).unwrap();
     let args = fp8::QuantizeColsArgs {
@@ -116,6 +117,7 @@ fn quantize_cols_dev(
         experts: offsets.len() - 1,
         rows_max,
         cols,
+        block_scales: block,
     };
     fp8::quantize_cols_grouped(g, args).unwrap();
     (q, s)
@@ -123,8 +125,8 @@ fn quantize_cols_dev(
 
 /// The column-wise grouped quantization (the weight gradients' K-major operands) against its CPU reference, bit
 /// for bit: ragged experts (0, 1, 129, 300 rows ...), zero rows, every written code and scale; the columns past
-/// the experts' blocks keep their poison.
-fn quantize_cols_grouped_run(counts: &[u32], cols: usize) {
+/// the experts' blocks keep their poison; `block`: one scale per 128 x 128 block.
+fn quantize_cols_grouped_run(counts: &[u32], cols: usize, block: bool) {
     let g = gpu();
     let seed = Rng::fresh_seed();
     eprintln!("seed {seed}");
@@ -140,14 +142,19 @@ fn quantize_cols_grouped_run(counts: &[u32], cols: usize) {
     let tiles = gemm::tile_offsets(counts);
     let kp = fp8::cols_grouped_kp(rows_max, e);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
-    let (q, s) = quantize_cols_dev(&g, &x, cols, (&doff, &dtil), rows_max, kp);
+    let (q, s) = quantize_cols_dev(&g, &x, cols, (&doff, &dtil), (rows_max, kp), block);
     g.sync().unwrap();
     let (q, s) = (g.download(&q).unwrap(), g.download(&s).unwrap());
-    let (wq, ws) = fp8::quantize_cols_grouped_cpu(&x, cols, &offsets, kp);
+    let (wq, ws) = if block {
+        fp8::quantize_cols_grouped_blocks_cpu(&x, cols, &offsets, kp)
+    } else {
+        fp8::quantize_cols_grouped_cpu(&x, cols, &offsets, kp)
+    };
     let used = tiles[e] as usize; // 128-row blocks written per column
+    let (per_block, of) = if block { (cols / 128, 128) } else { (cols, 1) };
     for c in 0..cols {
         for kb in 0..kp / 128 {
-            let (got, want) = (s[kb * cols + c], ws[kb * cols + c]);
+            let (got, want) = (s[kb * per_block + c / of], ws[kb * per_block + c / of]);
             if kb < used {
                 assert!(got.to_bits() == want.to_bits(), "scale of column {c} block {kb}: {got} against {want}");
             } else {
@@ -165,9 +172,12 @@ fn quantize_cols_grouped_run(counts: &[u32], cols: usize) {
     }
 }
 gpu_test!(quantize_cols_grouped_matches_the_reference_bitwise, {
-    quantize_cols_grouped_run(&[0, 1, 300, 129, 0, 64, 17, 256], 256)
+    quantize_cols_grouped_run(&[0, 1, 300, 129, 0, 64, 17, 256], 256, false)
 });
-gpu_test!(quantize_cols_grouped_qwen3_30b_width, quantize_cols_grouped_run(&[700, 0, 1024, 3, 555], 2048));
+gpu_test!(quantize_cols_grouped_qwen3_30b_width, quantize_cols_grouped_run(&[700, 0, 1024, 3, 555], 2048, false));
+gpu_test!(quantize_cols_grouped_block_scales_bitwise, {
+    quantize_cols_grouped_run(&[0, 1, 300, 129, 0, 64, 17, 256], 384, true)
+});
 
 /// A weight gradient's output type, from and to f32.
 trait El: megamoe::gemm::WgradElem + Default {
@@ -195,6 +205,11 @@ impl El for bf16 {
 /// the f64 product of the dequantized codes (the CPU quantizer's, bitwise the GPU's) over each expert's padded K
 /// blocks; ragged experts with 0 and 1 rows; C poisoned (or, accumulating, random) first.
 fn wgrad_fp8_run<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
+    wgrad_fp8_run_with::<W>(counts, m, n, accumulate, false)
+}
+
+/// As [`wgrad_fp8_run`]; `b_block`: B quantized with one scale per 128 x 128 block (`grouped_wgrad_fp8b_*`).
+fn wgrad_fp8_run_with<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool, b_block: bool) {
     let g = gpu();
     let seed = Rng::fresh_seed();
     eprintln!("seed {seed}");
@@ -208,8 +223,8 @@ fn wgrad_fp8_run<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
     let tiles = gemm::tile_offsets(counts);
     let kp = fp8::cols_grouped_kp(rows_max, e);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
-    let quant = |v: &[bf16], cols: usize| quantize_cols_dev(&g, v, cols, (&doff, &dtil), rows_max, kp);
-    let ((qa, sa), (qb, sb)) = (quant(&x, m), quant(&y, n));
+    let quant = |v: &[bf16], cols: usize, block| quantize_cols_dev(&g, v, cols, (&doff, &dtil), (rows_max, kp), block);
+    let ((qa, sa), (qb, sb)) = (quant(&x, m, false), quant(&y, n, b_block));
     // C: poisoned (NaN) when overwritten, random when accumulated
     let c0: Vec<f32> = (0..e * m * n).map(|_| if accumulate { r.sym(1.0) as f32 } else { f32::NAN }).collect();
     let bf = W::NAME == "bf16";
@@ -227,6 +242,7 @@ fn wgrad_fp8_run<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
         n,
         kp,
         accumulate,
+        b_block_scales: b_block,
     };
     fp8::grouped_wgrad_fp8(&g, args).unwrap();
     let got: Vec<f64> = g.download(&dc).unwrap().iter().map(|&v| v.f() as f64).collect();
@@ -234,13 +250,20 @@ fn wgrad_fp8_run<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
         panic!("C[{q}] not written");
     }
     // the reference from the CPU quantizer (bitwise the GPU's: the quantize_cols_grouped tests)
-    let deq = |v: &[bf16], cols: usize| {
-        let (q, s) = fp8::quantize_cols_grouped_cpu(v, cols, &offsets, kp);
-        // scales [Kp / 128, C] to the [C, Kp / 128] of dequantize_cpu's 1 x 128 blocks
-        let st: Vec<f32> = (0..cols * (kp / 128)).map(|i| s[(i % (kp / 128)) * cols + i / (kp / 128)]).collect();
+    let deq = |v: &[bf16], cols: usize, block: bool| {
+        let (q, s, per_block, of) = if block {
+            let (q, s) = fp8::quantize_cols_grouped_blocks_cpu(v, cols, &offsets, kp);
+            (q, s, cols / 128, 128)
+        } else {
+            let (q, s) = fp8::quantize_cols_grouped_cpu(v, cols, &offsets, kp);
+            (q, s, cols, 1)
+        };
+        // scales [Kp / 128, C (/ 128)] to the [C, Kp / 128] of dequantize_cpu's 1 x 128 blocks
+        let kbs = kp / 128;
+        let st: Vec<f32> = (0..cols * kbs).map(|i| s[(i % kbs) * per_block + (i / kbs) / of]).collect();
         fp8::dequantize_cpu(&q, &st, cols, kp, 1)
     };
-    let (ad, bd) = (deq(&x, m), deq(&y, n));
+    let (ad, bd) = (deq(&x, m, false), deq(&y, n, b_block));
     let mut want: Vec<f64> = if accumulate { c0.iter().map(|&v| v.f() as f64).collect() } else { vec![0.0; e * m * n] };
     for ex in 0..e {
         let (k0, k1) = (128 * tiles[ex] as usize, 128 * tiles[ex + 1] as usize);
@@ -251,7 +274,7 @@ fn wgrad_fp8_run<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
             }
         }
     }
-    let tag = format!("FP8 wgrad {} counts {counts:?} M {m} N {n} accumulate {accumulate}", W::NAME);
+    let tag = format!("FP8 wgrad {} counts {counts:?} M {m} N {n} accumulate {accumulate} B blocks {b_block}", W::NAME);
     // f32: the tensor cores' own FP8 accumulation inside a 128-deep block is not exact (DeepSeek-V3 measured ~14
     // bits), hence 1e-3; bf16: its rounding
     let err = check::close(&tag, &got, &want, if bf { 1e-2 } else { 1e-3 }).unwrap();
@@ -264,6 +287,10 @@ gpu_test!(
 gpu_test!(wgrad_fp8_accumulates, wgrad_fp8_run::<f32>(&[0, 1, 300, 129, 0, 64, 17], 256, 384, true));
 gpu_test!(wgrad_fp8_bf16, wgrad_fp8_run::<bf16>(&[0, 1, 300, 129, 0, 64, 17], 256, 384, false));
 gpu_test!(wgrad_fp8_bf16_accumulates, wgrad_fp8_run::<bf16>(&[5, 0, 700, 129], 384, 256, true));
+gpu_test!(wgrad_fp8_b_block_scales, wgrad_fp8_run_with::<f32>(&[0, 1, 300, 129, 0, 64, 17], 256, 384, false, true));
+gpu_test!(wgrad_fp8_b_block_scales_bf16_accumulates, {
+    wgrad_fp8_run_with::<bf16>(&[5, 0, 700, 129], 384, 256, true, true)
+});
 
 gpu_test!(quantize_rows_matches_the_reference_bitwise, quantize_matches(37, 768, false));
 gpu_test!(quantize_blocks_matches_the_reference_bitwise, quantize_matches(384, 512, true));

@@ -146,7 +146,8 @@ pub struct QuantizeColsArgs<'a> {
     /// e4m3 [C, Kp] (Kp = [`cols_grouped_kp`]): column c of x along the rows, expert e's segment from column
     /// 128 tile_offsets[e], its last 128-block zero-padded; columns past 128 tile_offsets[E] are not written.
     pub q: &'a mut CudaSlice<u8>,
-    /// f32 [Kp / 128, C]: one scale per 128-row block of one expert and column.
+    /// f32 [Kp / 128, C]: one scale per 128-row block of one expert and column; with `block_scales`
+    /// [Kp / 128, C / 128]: one per 128 x 128 block.
     pub scales: &'a mut CudaSlice<f32>,
     /// Experts E.
     pub experts: usize,
@@ -154,6 +155,9 @@ pub struct QuantizeColsArgs<'a> {
     pub rows_max: usize,
     /// Columns C (a multiple of 128).
     pub cols: usize,
+    /// One scale per 128 x 128 block instead of per column (the activations' operand of
+    /// [`WgradFp8Args::b_block_scales`]).
+    pub block_scales: bool,
 }
 
 /// Kp of [`QuantizeColsArgs::q`]: room for every expert's rows padded to 128, whatever the routing.
@@ -171,7 +175,8 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
     let kp = cols_grouped_kp(a.rows_max, a.experts);
     ck.buf("x", a.x, a.rows_max * a.cols)?;
     ck.buf("q", a.q, a.cols * kp)?;
-    ck.buf("scales", a.scales, a.cols * (kp / 128))?;
+    let per_block = if a.block_scales { a.cols / 128 } else { a.cols };
+    ck.buf("scales", a.scales, per_block * (kp / 128))?;
     if a.rows_max == 0 || a.cols == 0 {
         return Ok(());
     }
@@ -189,12 +194,15 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
         cols: a.cols as u32,
         kp: kp as u32,
         rows_max: a.rows_max as u32,
+        block: a.block_scales as u32,
+        pad: 0,
     };
     let grid = (kp / 128 * (a.cols / 128)) as u32;
     // SAFETY: the buffers hold the shapes (checked); rows read are bounded by offsets[e + 1] and rows_max, codes
     // and scales written by the blocks below tile_offsets[E] <= Kp / 128 (offsets and tile offsets consistent, as
     // `route` writes them); the transposed tile in shared memory.
-    let smem = 128 * kh::FP8_COLS_PITCH;
+    // the transposed tile, then the warps' maxima (block scales)
+    let smem = 128 * kh::FP8_COLS_PITCH + 32;
     unsafe { gpu.launch("quantize_fp8_cols_grouped", Launch::new(grid, 256, smem), &p) }
 }
 
@@ -223,6 +231,9 @@ pub struct WgradFp8Args<'a, W: WgradElem = f32> {
     pub kp: usize,
     /// Add into C.
     pub accumulate: bool,
+    /// B's scales per 128 x 128 block ([Kp / 128, N / 128], `QuantizeColsArgs::block_scales`): kernels
+    /// `grouped_wgrad_fp8b_*`, whose promotion is one fused multiply-add per element instead of two operations.
+    pub b_block_scales: bool,
 }
 
 /// A checked K-grouped FP8 weight gradient with its tensor maps, to launch any number of times.
@@ -254,16 +265,21 @@ impl PreparedWgradFp8<'_> {
 impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
     /// Check the arguments and encode the tensor maps.
     pub fn prepare(self, gpu: &Gpu) -> Result<PreparedWgradFp8<'a>> {
-        let kernel = if W::NAME == "bf16" { "grouped_wgrad_fp8_bf16" } else { "grouped_wgrad_fp8_f32" };
+        let kernel = match (W::NAME == "bf16", self.b_block_scales) {
+            (true, false) => "grouped_wgrad_fp8_bf16",
+            (false, false) => "grouped_wgrad_fp8_f32",
+            (true, true) => "grouped_wgrad_fp8b_bf16",
+            (false, true) => "grouped_wgrad_fp8b_f32",
+        };
         self.prepare_kernel(gpu, kernel)
     }
 
     /// Not a GEMM: `grouped_wgrad_fp8_probe`, the main loop without the promotion (scales ignored, C is not the
     /// product), to time the data path's ceiling in the benchmark; bf16 C only.
     pub fn prepare_probe(self, gpu: &Gpu) -> Result<PreparedWgradFp8<'a>> {
-        if W::NAME != "bf16" {
+        if W::NAME != "bf16" || self.b_block_scales {
             let ck = Check { what: "grouped_wgrad_fp8", ordinal: gpu.ordinal() };
-            return ck.bad("the probe writes bf16 C".to_string());
+            return ck.bad("the probe writes bf16 C and reads per-column scales".to_string());
         }
         self.prepare_kernel(gpu, "grouped_wgrad_fp8_probe")
     }
@@ -277,7 +293,7 @@ impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
         ck.buf("A^T", self.a_t, m * kp)?;
         ck.buf("A scales", self.a_scales, kp / 128 * m)?;
         ck.buf("B^T", self.b_t, n * kp)?;
-        ck.buf("B scales", self.b_scales, kp / 128 * n)?;
+        ck.buf("B scales", self.b_scales, kp / 128 * if self.b_block_scales { n / 128 } else { n })?;
         ck.buf("tile offsets", self.tile_offsets, e + 1)?;
         ck.buf("C", &*self.c, e * m * n)?;
         if e * m * n >= 1 << 31 || m.max(n) * kp >= 1 << 31 {
@@ -751,18 +767,37 @@ pub fn quantize_blocks_cpu(x: &[bf16], rows: usize, cols: usize) -> (Vec<u8>, Ve
 /// row offsets `offsets` (tile offsets derived: ceil(count / 128) per expert); columns past the experts' blocks 0
 /// (the kernel leaves them unwritten).
 pub fn quantize_cols_grouped_cpu(x: &[bf16], cols: usize, offsets: &[u32], kp: usize) -> (Vec<u8>, Vec<f32>) {
+    cols_grouped_cpu(x, cols, offsets, kp, false)
+}
+
+/// CPU reference of [`quantize_cols_grouped`] with `block_scales`: codes [C, Kp] and scales [Kp / 128, C / 128].
+pub fn quantize_cols_grouped_blocks_cpu(x: &[bf16], cols: usize, offsets: &[u32], kp: usize) -> (Vec<u8>, Vec<f32>) {
+    cols_grouped_cpu(x, cols, offsets, kp, true)
+}
+
+fn cols_grouped_cpu(x: &[bf16], cols: usize, offsets: &[u32], kp: usize, block: bool) -> (Vec<u8>, Vec<f32>) {
+    let per_block = if block { cols / 128 } else { cols };
     let mut q = vec![0u8; cols * kp];
-    let mut s = vec![0f32; cols * (kp / 128)];
+    let mut s = vec![0f32; per_block * (kp / 128)];
     let mut kb = 0;
     for e in 0..offsets.len() - 1 {
         let (r0, r1) = (offsets[e] as usize, offsets[e + 1] as usize);
         for b0 in (r0..r1).step_by(128) {
-            for c in 0..cols {
-                let vals: Vec<f32> =
-                    (0..128).map(|i| if b0 + i < r1 { x[(b0 + i) * cols + c].to_f32() } else { 0.0 }).collect();
-                let (codes, scale) = quantize_block(&vals);
-                q[c * kp + 128 * kb..c * kp + 128 * (kb + 1)].copy_from_slice(&codes);
-                s[kb * cols + c] = scale;
+            let column = |c: usize| -> Vec<f32> {
+                (0..128).map(|i| if b0 + i < r1 { x[(b0 + i) * cols + c].to_f32() } else { 0.0 }).collect()
+            };
+            for cb in 0..cols / 128 {
+                // the 128 x 128 block's largest magnitude (block scales), or each column's own
+                let block_amax =
+                    (cb * 128..(cb + 1) * 128).flat_map(|c| column(c).into_iter().map(f32::abs)).fold(0f32, f32::max);
+                for c in cb * 128..(cb + 1) * 128 {
+                    let vals = column(c);
+                    let amax = if block { block_amax } else { vals.iter().fold(0f32, |m, v| m.max(v.abs())) };
+                    let (scale, f) = scale_and_factor(amax);
+                    let codes: Vec<u8> = vals.iter().map(|&v| e4m3_from_f32(v * f)).collect();
+                    q[c * kp + 128 * kb..c * kp + 128 * (kb + 1)].copy_from_slice(&codes);
+                    s[kb * per_block + if block { cb } else { c }] = scale;
+                }
             }
             kb += 1;
         }
@@ -868,6 +903,27 @@ mod tests {
             assert!(q[c * kp + 256..c * kp + 261].iter().all(|&b| b == 0x7e));
             assert!(q[c * kp + 261..c * kp + 384].iter().all(|&b| b == 0));
         }
+    }
+
+    #[test]
+    fn column_block_scales_cover_128_columns() {
+        // one expert of 200 rows, 256 columns: column c holds (c + 1) / 256 in every row, and column 3 also 2.0 in
+        // row 150 (block 1): block (kb, cb)'s scale is its largest magnitude over 128 rows x 128 columns
+        let (rows, cols) = (200usize, 256usize);
+        let mut x: Vec<bf16> = (0..rows * cols).map(|i| bf16::from_f32((i % cols + 1) as f32 / 256.0)).collect();
+        x[150 * cols + 3] = bf16::from_f32(2.0);
+        let offsets = [0u32, rows as u32];
+        let kp = 256;
+        let (q, s) = quantize_cols_grouped_blocks_cpu(&x, cols, &offsets, kp);
+        assert_eq!(s.len(), 2 * 2);
+        let amax = |c: usize| bf16::from_f32((c + 1) as f32 / 256.0).to_f32();
+        assert_eq!(s, vec![amax(127) / 448.0, amax(255) / 448.0, 2.0 / 448.0, amax(255) / 448.0]);
+        // the per-column form of the same rows: column 127's codes equal in both (its amax is its block's)
+        let (qc, _) = quantize_cols_grouped_cpu(&x, cols, &offsets, kp);
+        assert_eq!(q[127 * kp..127 * kp + 128], qc[127 * kp..127 * kp + 128]);
+        // a smaller column of the block is coded against the block's scale: (1 / 256) / (0.5 / 448) = 3.5 = 1.75 x 2,
+        // e4m3 0 1000 110 = 0x46
+        assert_eq!(q[0], 0x46);
     }
 
     #[test]

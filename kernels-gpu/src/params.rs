@@ -554,6 +554,11 @@ pub struct QuantFp8Cols {
     pub kp: u32,
     /// Rows x has room for.
     pub rows_max: u32,
+    /// 1: one scale per 128 x 128 block (128 rows of one expert, 128 columns), scales [Kp / 128, C / 128]; 0: one
+    /// per 128 rows and column, [Kp / 128, C].
+    pub block: u32,
+    /// Unused (the block stays whole 8-byte words).
+    pub pad: u32,
 }
 
 /// K-grouped weight gradient in blockwise FP8 (kernels `grouped_wgrad_fp8_f32` / `_bf16`): for each expert e,
@@ -569,7 +574,8 @@ pub struct WgradFp8 {
     pub map_b: u64,
     /// f32 [Kp / 128, M].
     pub sa: u64,
-    /// f32 [Kp / 128, N].
+    /// f32 [Kp / 128, N]; for the `grouped_wgrad_fp8b_*` kernels [Kp / 128, N / 128] (one scale per 128 x 128
+    /// block: `quantize_fp8_cols_grouped` with `block`).
     pub sb: u64,
     /// u32 [E + 1]: each expert's K blocks (its m-tile offsets).
     pub tile_offsets: u64,
@@ -646,7 +652,7 @@ mod tests {
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
-            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 5 * 8 + 4 * 4),
+            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 5 * 8 + 6 * 4),
             ("WgradFp8", size_of::<WgradFp8>(), 7 * 8 + 6 * 4),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 10 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),

@@ -15,7 +15,7 @@
 use crate::kernels::grouped_wgrad::{store, store_bf16, COut, C_BOX};
 use crate::params::WgradFp8;
 use crate::pipeline::Ring;
-use crate::ptx::{math, regs, smem, sync, tma, wgmma};
+use crate::ptx::{global, math, regs, smem, sync, tma, wgmma};
 
 const STAGES: u32 = crate::kernels_host::WGRAD_FP8_STAGES;
 const TILE: u32 = 128 * 128;
@@ -53,14 +53,27 @@ unsafe fn tile_info(p: &WgradFp8, tile: u32) -> Tile {
 /// 384 threads, WGRAD_FP8_SMEM bytes of dynamic shared memory, grid <= the SM count; C f32.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_f32(p: WgradFp8) {
-    body::<false, false>(&p);
+    body::<false, false, false>(&p);
 }
 
 /// As `grouped_wgrad_fp8_f32` with C bf16 (each element rounded once; with `accumulate`, the copy engine adds the
 /// rounded tile to C, as `grouped_wgrad_bf16` does).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_bf16(p: WgradFp8) {
-    body::<true, false>(&p);
+    body::<true, false, false>(&p);
+}
+
+/// As `grouped_wgrad_fp8_f32` with B's scales per 128 x 128 block ([Kp / 128, N / 128]): the promotion is one fused
+/// multiply-add per element with sa[row] sb[block] (the forward's), half the work of the outer product.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_f32(p: WgradFp8) {
+    body::<false, false, true>(&p);
+}
+
+/// As `grouped_wgrad_fp8_bf16` with B's scales per 128 x 128 block.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_bf16(p: WgradFp8) {
+    body::<true, false, true>(&p);
 }
 
 /// A probe, not a GEMM: `grouped_wgrad_fp8_bf16`'s main loop without the promotion (the scales ignored, every block
@@ -68,11 +81,11 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_bf16(p: WgradFp8) {
 /// path's ceiling in the benchmark.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_probe(p: WgradFp8) {
-    body::<true, true>(&p);
+    body::<true, true, false>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const BF: bool, const PROBE: bool>(p: &WgradFp8) {
+unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool>(p: &WgradFp8) {
     let base = smem::base();
     let ring = Ring::<STAGES>::at(base + RING_AT);
     let t = regs::tid();
@@ -85,16 +98,16 @@ unsafe fn body<const BF: bool, const PROBE: bool>(p: &WgradFp8) {
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if regs::tid() == 0 {
-            produce(p, base, ring, total());
+            produce::<BLK>(p, base, ring, total());
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF, PROBE>(p, base, ring, total(), regs::tid() / 128 - 1);
+        consume::<BF, PROBE, BLK>(p, base, ring, total(), regs::tid() / 128 - 1);
     }
 }
 
 #[inline(always)]
-unsafe fn produce(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
@@ -104,14 +117,17 @@ unsafe fn produce(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32) {
         let ti = tile_info(p, tile);
         let mut kb = ti.k0;
         while kb < ti.k1 {
-            let fb = ring.produce(it, STAGE_BYTES);
+            // with B's scales per block, the consumers read their one scale from global memory
+            let fb = ring.produce(it, if BLK { STAGE_BYTES - 512 } else { STAGE_BYTES });
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             tma::load_2d(st, ma, (kb * 128) as i32, (ti.mt * 128) as i32, fb);
             tma::load_2d(st + TILE, mb, (kb * 128) as i32, (ti.nt * 128) as i32, fb);
             let sa = (p.sa as *const f32).add((kb * p.m + ti.mt * 128) as usize) as *const u8;
-            let sb = (p.sb as *const f32).add((kb * p.n + ti.nt * 128) as usize) as *const u8;
             tma::load_1d(st + SCALES, sa, 512, fb);
-            tma::load_1d(st + SCALES + 512, sb, 512, fb);
+            if !BLK {
+                let sb = (p.sb as *const f32).add((kb * p.n + ti.nt * 128) as usize) as *const u8;
+                tma::load_1d(st + SCALES + 512, sb, 512, fb);
+            }
             it += 1;
             kb += 1;
         }
@@ -129,7 +145,16 @@ unsafe fn issue(st: u32, cw: u32, part: &mut [f32; 64]) {
 /// acc += part sa[row] sb[col] with this thread's two rows' scales and its 32 columns' (pairs 8 J + c0, + 1: one
 /// 8-byte shared load each) from the stage at `st`; then the warp gives the stage of iteration `it` back.
 #[inline(always)]
-unsafe fn promote(acc: &mut [f32; 64], part: &mut [f32; 64], st: u32, ring: &Ring<STAGES>, it: u32, cw: u32) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn promote<const BLK: bool>(
+    acc: &mut [f32; 64],
+    part: &mut [f32; 64],
+    st: u32,
+    ring: &Ring<STAGES>,
+    it: u32,
+    cw: u32,
+    sbk: f32,
+) {
     wgmma::fence_operand_64(part);
     let t = regs::tid() % 128;
     let lane = t % 32;
@@ -137,14 +162,25 @@ unsafe fn promote(acc: &mut [f32; 64], part: &mut [f32; 64], st: u32, ring: &Rin
     let c0 = 2 * (lane % 4);
     let ld = |at: u32| unsafe { f32::from_bits(smem::ld_u32(at)) };
     let (sa0, sa1) = (ld(st + SCALES + 4 * (cw * 64 + r)), ld(st + SCALES + 4 * (cw * 64 + r + 8)));
-    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-        let [b0, b1] = smem::ld_v2(st + SCALES + 512 + 4 * (8 * J as u32 + c0));
-        let (b0, b1) = (f32::from_bits(b0), f32::from_bits(b1));
-        acc[4 * J] = math::fma(part[4 * J], sa0 * b0, acc[4 * J]);
-        acc[4 * J + 1] = math::fma(part[4 * J + 1], sa0 * b1, acc[4 * J + 1]);
-        acc[4 * J + 2] = math::fma(part[4 * J + 2], sa1 * b0, acc[4 * J + 2]);
-        acc[4 * J + 3] = math::fma(part[4 * J + 3], sa1 * b1, acc[4 * J + 3]);
-    });
+    if BLK {
+        // B's one scale for the block: one fused multiply-add per element
+        let (w0, w1) = (sa0 * sbk, sa1 * sbk);
+        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+            acc[4 * J] = math::fma(part[4 * J], w0, acc[4 * J]);
+            acc[4 * J + 1] = math::fma(part[4 * J + 1], w0, acc[4 * J + 1]);
+            acc[4 * J + 2] = math::fma(part[4 * J + 2], w1, acc[4 * J + 2]);
+            acc[4 * J + 3] = math::fma(part[4 * J + 3], w1, acc[4 * J + 3]);
+        });
+    } else {
+        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+            let [b0, b1] = smem::ld_v2(st + SCALES + 512 + 4 * (8 * J as u32 + c0));
+            let (b0, b1) = (f32::from_bits(b0), f32::from_bits(b1));
+            acc[4 * J] = math::fma(part[4 * J], sa0 * b0, acc[4 * J]);
+            acc[4 * J + 1] = math::fma(part[4 * J + 1], sa0 * b1, acc[4 * J + 1]);
+            acc[4 * J + 2] = math::fma(part[4 * J + 2], sa1 * b0, acc[4 * J + 2]);
+            acc[4 * J + 3] = math::fma(part[4 * J + 3], sa1 * b1, acc[4 * J + 3]);
+        });
+    }
     // every lane's reads of the stage are done before lane 0 gives it back
     sync::warp_sync();
     if lane == 0 {
@@ -153,7 +189,13 @@ unsafe fn promote(acc: &mut [f32; 64], part: &mut [f32; 64], st: u32, ring: &Rin
 }
 
 #[inline(always)]
-unsafe fn consume<const BF: bool, const PROBE: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
+    p: &WgradFp8,
+    base: u32,
+    ring: Ring<STAGES>,
+    total: u32,
+    cw: u32,
+) {
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
@@ -186,32 +228,45 @@ unsafe fn consume<const BF: bool, const PROBE: bool>(p: &WgradFp8, base: u32, ri
             }
         } else if nk > 0 {
             let st = |i: u32| base + Ring::<STAGES>::stage(i) * STAGE_BYTES;
+            // with BLK, B's scale of the tile's block j (read when the block is issued, used at its promotion)
+            let sbk = |j: u32| unsafe {
+                if BLK {
+                    let ti = tile_info(p, tile);
+                    global::ld_nc_f32((p.sb as *const f32).add(((ti.k0 + j) * (p.n / 128) + ti.nt) as usize))
+                } else {
+                    0.0
+                }
+            };
+            let mut s0 = sbk(0);
             ring.wait_full(it);
             issue(st(it), cw, &mut p0);
             // iteration it + j - 1 in flight in p0 at the top of each pass; whole pairs in the loop (ptxas keeps the
             // wgmma asynchronous only when no partial is in flight across a second loop exit: C7514)
             let mut j = 1;
             while j + 1 < nk {
+                let s1 = sbk(j);
                 ring.wait_full(it + j);
                 issue(st(it + j), cw, &mut p1);
                 wgmma::wait_group::<1>();
-                promote(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw);
+                promote::<BLK>(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw, s0);
+                s0 = sbk(j + 1);
                 ring.wait_full(it + j + 1);
                 issue(st(it + j + 1), cw, &mut p0);
                 wgmma::wait_group::<1>();
-                promote(&mut acc, &mut p1, st(it + j), &ring, it + j, cw);
+                promote::<BLK>(&mut acc, &mut p1, st(it + j), &ring, it + j, cw, s1);
                 j += 2;
             }
             if j < nk {
+                let s1 = sbk(j);
                 ring.wait_full(it + j);
                 issue(st(it + j), cw, &mut p1);
                 wgmma::wait_group::<1>();
-                promote(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw);
+                promote::<BLK>(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw, s0);
                 wgmma::wait_group::<0>();
-                promote(&mut acc, &mut p1, st(it + j), &ring, it + j, cw);
+                promote::<BLK>(&mut acc, &mut p1, st(it + j), &ring, it + j, cw, s1);
             } else {
                 wgmma::wait_group::<0>();
-                promote(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw);
+                promote::<BLK>(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw, s0);
             }
         }
         // unconditional (a no-op with nothing pending): a wait only on some paths makes ptxas insert its own in

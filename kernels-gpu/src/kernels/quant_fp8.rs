@@ -160,10 +160,12 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks_t(p: QuantFp8T) {
 const COLS_PITCH: u32 = crate::kernels_host::FP8_COLS_PITCH;
 
 /// See [`QuantFp8Cols`]. One block of 256 threads per (128-row block kb of the expert-padded K, 128 columns):
-/// grid = Kp / 128 * C / 128, [`COLS_PITCH`] * 128 bytes of dynamic shared memory (the tile transposed, bf16). The block finds its
+/// grid = Kp / 128 * C / 128, [`COLS_PITCH`] * 128 + 32 bytes of dynamic shared memory (the tile transposed, bf16; the
+/// warps' maxima with `block`). The block finds its
 /// expert by a binary search over the m-tile offsets; blocks past tile_offsets[E] return. Thread t loads 64
 /// values of row t / 2 (rows past the expert's block: zeros), then takes column t / 2, rows 64 (t % 2) ..: the
-/// column's largest magnitude over its 128 rows with its neighbour lane, the scale, 64 codes (16-byte stores).
+/// column's largest magnitude over its 128 rows with its neighbour lane (with `block`: over the whole block), the
+/// scale, 64 codes (16-byte stores).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
     const PITCH: u32 = COLS_PITCH;
@@ -219,6 +221,21 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
         });
     });
     amax = amax.max(f32::from_bits(warp::shfl_xor(amax.to_bits(), 1)));
+    if p.block != 0 {
+        // one scale for the 128 x 128 block: the warps' maxima through shared memory after the tile (uniform branch:
+        // every thread of the block takes it or none)
+        crate::unroll!(S in [2, 4, 8, 16] {
+            amax = amax.max(f32::from_bits(warp::shfl_xor(amax.to_bits(), S as u32)));
+        });
+        let slots = tile + 128 * PITCH;
+        if t % 32 == 0 {
+            smem::st_u32(slots + 4 * (t / 32), amax.to_bits());
+        }
+        sync::block_sync();
+        crate::unroll!(W in [0, 1, 2, 3, 4, 5, 6, 7] {
+            amax = amax.max(f32::from_bits(smem::ld_u32(slots + 4 * W as u32)));
+        });
+    }
     let (scale, f) = scale_and_factor(amax);
     let col = cc * 128 + c;
     let dst = (p.q as *mut [u32; 4]).add(((col * p.kp + kb * 128 + 64 * half) / 16) as usize);
@@ -230,7 +247,11 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
             [codes(a[0], a[1], f), codes(a[2], a[3], f), codes(b[0], b[1], f), codes(b[2], b[3], f)],
         );
     });
-    if half == 0 {
+    if p.block != 0 {
+        if t == 0 {
+            *(p.scales as *mut f32).add((kb * cbs + cc) as usize) = scale;
+        }
+    } else if half == 0 {
         *(p.scales as *mut f32).add((kb * p.cols + col) as usize) = scale;
     }
 }
