@@ -237,26 +237,36 @@ pub struct WgradFp8Args<'a, W: WgradElem = f32> {
 }
 
 /// A checked K-grouped FP8 weight gradient with its tensor maps, to launch any number of times.
-pub struct PreparedWgradFp8<'a> {
+pub type PreparedWgradFp8<'a> = PreparedFp8Launch<'a, WgradFp8>;
+
+/// A checked FP8 kernel launch (a grouped GEMM or the weight gradients) with its parameter block and tensor maps,
+/// to enqueue any number of times; `launch: None` when there is nothing to run.
+pub struct PreparedFp8Launch<'a, P> {
+    what: &'static str,
     ordinal: usize,
     kernel: &'static str,
-    launch: Option<(Launch, WgradFp8)>,
+    launch: Option<(Launch, P)>,
     _maps: Vec<DeviceTensorMap>,
     _bufs: std::marker::PhantomData<&'a mut ()>,
 }
 
-impl PreparedWgradFp8<'_> {
+impl<P: Copy> PreparedFp8Launch<'_, P> {
+    /// Only the `prepare` functions of this module build one, after checking every buffer against the shapes.
+    fn new(what: &'static str, gpu: &Gpu, kernel: &'static str, launch: Option<(Launch, P)>) -> Self {
+        Self { what, ordinal: gpu.ordinal(), kernel, launch, _maps: Vec::new(), _bufs: std::marker::PhantomData }
+    }
+
     /// Enqueue it on `gpu`'s stream (the GPU it was prepared on).
     pub fn launch(&self, gpu: &Gpu) -> Result<()> {
-        let ck = Check { what: "grouped_wgrad_fp8", ordinal: self.ordinal };
+        let ck = Check { what: self.what, ordinal: self.ordinal };
         if gpu.ordinal() != self.ordinal {
             return ck.bad(format!("prepared on device {} and launched on device {}", self.ordinal, gpu.ordinal()));
         }
         match &self.launch {
             None => Ok(()),
-            // SAFETY: the buffers were checked against the shapes and stay borrowed while `self` lives; K blocks
-            // are clamped to Kp / 128 on the device; every C element of [E, M, N] has one owner; the tensor maps
-            // live in `self`.
+            // SAFETY: the `prepare` that built it checked the block's buffers against the shapes (rows bounded by
+            // the device offsets, K blocks clamped on the device, one owner per output element), and they stay
+            // borrowed while `self` lives; the tensor maps live in `self`.
             Some((cfg, p)) => unsafe { gpu.launch(self.kernel, *cfg, p) },
         }
     }
@@ -299,13 +309,7 @@ impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
         if e * m * n >= 1 << 31 || m.max(n) * kp >= 1 << 31 {
             return ck.bad(format!("C of {e} x {m} x {n} or operands of {} x {kp}: 2^31 or more", m.max(n)));
         }
-        let mut prepared = PreparedWgradFp8 {
-            ordinal: gpu.ordinal(),
-            kernel,
-            launch: None,
-            _maps: Vec::new(),
-            _bufs: std::marker::PhantomData,
-        };
+        let mut prepared = PreparedWgradFp8::new("grouped_wgrad_fp8", gpu, kernel, None);
         if e * m * n == 0 {
             return Ok(prepared);
         }
@@ -391,30 +395,7 @@ pub enum Fp8Variant {
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
-pub struct PreparedFp8<'a> {
-    ordinal: usize,
-    kernel: &'static str,
-    launch: Option<(Launch, GroupedGemmFp8)>,
-    _maps: Vec<DeviceTensorMap>,
-    _bufs: std::marker::PhantomData<&'a mut ()>,
-}
-
-impl PreparedFp8<'_> {
-    /// Enqueue the GEMM on `gpu`'s stream (the GPU it was prepared on).
-    pub fn launch(&self, gpu: &Gpu) -> Result<()> {
-        let ck = Check { what: "grouped_gemm_fp8", ordinal: self.ordinal };
-        if gpu.ordinal() != self.ordinal {
-            return ck.bad(format!("prepared on device {} and launched on device {}", self.ordinal, gpu.ordinal()));
-        }
-        match &self.launch {
-            None => Ok(()),
-            // SAFETY: the block's buffers were checked against the shapes and stay borrowed while `self` lives;
-            // rows are bounded by the device offsets (offsets[E] <= rows_max, the caller's promise); the tensor
-            // maps live in `self`.
-            Some((cfg, p)) => unsafe { gpu.launch(self.kernel, *cfg, p) },
-        }
-    }
-}
+pub type PreparedFp8<'a> = PreparedFp8Launch<'a, GroupedGemmFp8>;
 
 impl<'a> GroupedGemmFp8Args<'a> {
     /// Check the arguments and encode the tensor maps: [`Fp8Variant::Wide`] when N is a multiple of 256 (the
@@ -619,15 +600,8 @@ impl<'a> Operands<'a> {
         if rows >= 1 << 31 || e * n_b >= 1 << 31 {
             return ck.bad(format!("{rows} rows or {} rows of B: 2^31 or more", e * n_b));
         }
-        let nothing = PreparedFp8 {
-            ordinal: gpu.ordinal(),
-            kernel,
-            launch: None,
-            _maps: Vec::new(),
-            _bufs: std::marker::PhantomData,
-        };
         if rows == 0 {
-            return Ok(nothing);
+            return Ok(PreparedFp8::new("grouped_gemm_fp8", gpu, kernel, None));
         }
         let s = gpu.stream().clone();
         let map = |addr, rows: usize, box_rows: usize| {
@@ -674,13 +648,9 @@ impl<'a> Operands<'a> {
             rows_max: rows as u32,
         };
         let cfg = launch_cfg(gpu, kernel, rows, e, n, tile_cols(kernel))?;
-        Ok(PreparedFp8 {
-            ordinal: gpu.ordinal(),
-            kernel,
-            launch: Some((cfg, p)),
-            _maps: vec![map_a, map_b, map_c],
-            _bufs: std::marker::PhantomData,
-        })
+        let mut prepared = PreparedFp8::new("grouped_gemm_fp8", gpu, kernel, Some((cfg, p)));
+        prepared._maps = vec![map_a, map_b, map_c];
+        Ok(prepared)
     }
 }
 
