@@ -390,15 +390,12 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 };
                 s(fp8::quantize_cols_grouped(g, args))
             };
-            let mut runs = [(&da, &mut qa, &mut sa, mm, false), (&db, &mut qb, &mut sb, nn, false)];
-            let bb = (&db, &mut qbb, &mut sbb, nn, true);
-            let [ra, rb] = &mut runs;
             medians(
                 g,
                 &mut [
-                    &mut || quant(ra.0, ra.1, ra.2, ra.3, ra.4),
-                    &mut || quant(rb.0, rb.1, rb.2, rb.3, rb.4),
-                    &mut || quant(bb.0, bb.1, bb.2, bb.3, bb.4),
+                    &mut || quant(&da, &mut qa, &mut sa, mm, false),
+                    &mut || quant(&db, &mut qb, &mut sb, nn, false),
+                    &mut || quant(&db, &mut qbb, &mut sbb, nn, true),
                 ],
             )?
         };

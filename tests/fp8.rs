@@ -14,6 +14,13 @@ fn gpu() -> Arc<Gpu> {
     megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
 }
 
+/// An Rng on a fresh seed, printed (a failing run can be repeated with `Rng::new(seed)`).
+fn fresh_rng() -> Rng {
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    Rng::new(seed)
+}
+
 macro_rules! gpu_test {
     ($name:ident, $body:expr) => {
         #[test]
@@ -44,9 +51,7 @@ fn spread(r: &mut Rng, rows: usize, cols: usize) -> Vec<bf16> {
 
 fn quantize_matches(rows: usize, cols: usize, blocks: bool) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let x = spread(&mut r, rows, cols);
     let dx = g.upload(&x).unwrap();
     let mut q = g.alloc::<u8>(rows * cols).unwrap();
@@ -74,9 +79,7 @@ fn quantize_matches(rows: usize, cols: usize, blocks: bool) {
 
 gpu_test!(quantize_blocks_t_matches_the_reference_bitwise, {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let (b, rows, cols) = (3, 256, 384);
     let x = spread(&mut r, b * rows, cols);
     let dx = g.upload(&x).unwrap();
@@ -128,9 +131,7 @@ fn quantize_cols_dev(
 /// the experts' blocks keep their poison; `block`: one scale per 128 x 128 block.
 fn quantize_cols_grouped_run(counts: &[u32], cols: usize, block: bool) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let e = counts.len();
     let rows: usize = counts.iter().sum::<u32>() as usize;
     let rows_max = rows + 37;
@@ -211,9 +212,7 @@ fn wgrad_fp8_run<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
 /// As [`wgrad_fp8_run`]; `b_block`: B quantized with one scale per 128 x 128 block (`grouped_wgrad_fp8b_*`).
 fn wgrad_fp8_run_with<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool, b_block: bool) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let e = counts.len();
     let rows: usize = counts.iter().sum::<u32>() as usize;
     let rows_max = rows + 29;
@@ -445,9 +444,7 @@ gpu_test!(gemm_wide_tiles_qwen3_30b_gemm2_shape, {
 /// dequantized operands.
 fn swiglu_run(counts: &[u32], i: usize, k: usize) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let e = counts.len();
     let rows: usize = counts.iter().sum::<u32>() as usize;
     let rows_max = rows + 37;
@@ -500,9 +497,7 @@ fn swiglu_q_run(counts: &[u32], i: usize, k: usize) {
 /// As `swiglu_q_run` with the kernel of `variant` (`Wide`: `grouped_gemm_fp8w_swiglu_q`, 128 x 256 tiles).
 fn swiglu_q_run_with(counts: &[u32], i: usize, k: usize, variant: Fp8Variant) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let e = counts.len();
     let rows: usize = counts.iter().sum::<u32>() as usize;
     let rows_max = rows + 37;
@@ -585,9 +580,7 @@ gpu_test!(swiglu_qwen3_30b_width, swiglu_run(&[200, 0, 777], 768, 512));
 /// product of dz and W1 dequantized (W1 from its untransposed blocks: the same numbers).
 fn dgrad_run(counts: &[u32], h: usize, i2: usize) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let e = counts.len();
     let rows: usize = counts.iter().sum::<u32>() as usize;
     let rows_max = rows + 37;
@@ -689,9 +682,7 @@ gpu_test!(bad_shapes_are_refused_before_anything_runs, {
 fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
     use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let x = r.bf16_vec(tokens * h, 1.0);
     let mut ids = r.topk_ids(tokens, k, e);
     for t in (0..tokens).step_by(7) {

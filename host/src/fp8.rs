@@ -749,21 +749,21 @@ fn cols_grouped_cpu(x: &[bf16], cols: usize, offsets: &[u32], kp: usize, block: 
     let per_block = if block { cols / 128 } else { cols };
     let mut q = vec![0u8; cols * kp];
     let mut s = vec![0f32; per_block * (kp / 128)];
+    let amax = |v: &[f32]| v.iter().fold(0f32, |m, v| m.max(v.abs()));
     let mut kb = 0;
     for e in 0..offsets.len() - 1 {
         let (r0, r1) = (offsets[e] as usize, offsets[e + 1] as usize);
         for b0 in (r0..r1).step_by(128) {
-            let column = |c: usize| -> Vec<f32> {
-                (0..128).map(|i| if b0 + i < r1 { x[(b0 + i) * cols + c].to_f32() } else { 0.0 }).collect()
-            };
             for cb in 0..cols / 128 {
+                // the block's 128 columns along its 128 rows (rows past the expert's end: zeros)
+                let column = |c: usize| -> Vec<f32> {
+                    (0..128).map(|i| if b0 + i < r1 { x[(b0 + i) * cols + c].to_f32() } else { 0.0 }).collect()
+                };
+                let columns: Vec<Vec<f32>> = (cb * 128..(cb + 1) * 128).map(column).collect();
                 // the 128 x 128 block's largest magnitude (block scales), or each column's own
-                let block_amax =
-                    (cb * 128..(cb + 1) * 128).flat_map(|c| column(c).into_iter().map(f32::abs)).fold(0f32, f32::max);
-                for c in cb * 128..(cb + 1) * 128 {
-                    let vals = column(c);
-                    let amax = if block { block_amax } else { vals.iter().fold(0f32, |m, v| m.max(v.abs())) };
-                    let (scale, f) = scale_and_factor(amax);
+                let block_amax = columns.iter().map(|v| amax(v)).fold(0f32, f32::max);
+                for (vals, c) in columns.iter().zip(cb * 128..) {
+                    let (scale, f) = scale_and_factor(if block { block_amax } else { amax(vals) });
                     let codes: Vec<u8> = vals.iter().map(|&v| e4m3_from_f32(v * f)).collect();
                     q[c * kp + 128 * kb..c * kp + 128 * (kb + 1)].copy_from_slice(&codes);
                     s[kb * per_block + if block { cb } else { c }] = scale;

@@ -4,7 +4,8 @@
 //!
 //! The block of the FP8 M-grouped kernel (one TMA producer thread, two consumer warpgroups), tiles of 128 x 128
 //! of one expert's C, persistent over (expert, m-tile, n-tile); a 5-stage ring of 33 KiB: A^T's 128 rows x 128 K,
-//! B^T's 128 rows x 128 K, and the K block's 128 scales of each (1D bulk copies). Per K block a warpgroup issues
+//! B^T's 128 rows x 128 K, and the K block's 128 scales of each (1D bulk copies; the `fp8b` kernels, whose B has one
+//! scale per 128 x 128 block, read that scale from global memory instead). Per K block a warpgroup issues
 //! four wgmma m64n128k32 into one of two partial products and, while they run, promotes the previous block's
 //! partial: acc += partial sa[row] sb[col] (both operands have per-row-of-the-operand scales: the promotion
 //! multiplies by their outer product), reading its rows' and columns' scales from that block's stage before
@@ -136,10 +137,10 @@ unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, 
 }
 
 /// This warpgroup's four wgmma m64n128k32 of the stage at `st` (its 64 rows of A^T, the stage's 128 rows of B^T)
-/// into `part` (overwritten), as one commit group.
+/// into `acc` (overwritten, or added to when `add`), as one commit group.
 #[inline(always)]
-unsafe fn issue(st: u32, cw: u32, part: &mut [f32; 64]) {
-    crate::kernels::grouped_gemm_fp8::issue_block(st + cw * (TILE / 2), st + TILE, part, false);
+unsafe fn issue(st: u32, cw: u32, acc: &mut [f32; 64], add: bool) {
+    crate::kernels::grouped_gemm_fp8::issue_block(st + cw * (TILE / 2), st + TILE, acc, add);
 }
 
 /// acc += part sa[row] sb[col] with this thread's two rows' scales and its 32 columns' (pairs 8 J + c0, + 1: one
@@ -199,23 +200,19 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
     let mut it = 0u32;
     let mut tile = regs::bid();
     while tile < total {
-        let nk = {
+        // the tile's K blocks and, for BLK, where B's scales of its blocks start ([Kp / 128, N / 128])
+        let (nk, sb0) = {
             let ti = tile_info(p, tile);
-            ti.k1 - ti.k0
+            (ti.k1 - ti.k0, (p.sb as *const f32).add((ti.k0 * (p.n / 128) + ti.nt) as usize))
         };
         let mut acc = [0f32; 64];
         let (mut p0, mut p1) = ([0f32; 64], [0f32; 64]);
+        let st = |i: u32| base + Ring::<STAGES>::stage(i) * STAGE_BYTES;
         if PROBE {
-            let st = |i: u32| base + Ring::<STAGES>::stage(i) * STAGE_BYTES;
             let mut j = 0;
             while j < nk {
                 ring.wait_full(it + j);
-                crate::kernels::grouped_gemm_fp8::issue_block(
-                    st(it + j) + cw * (TILE / 2),
-                    st(it + j) + TILE,
-                    &mut acc,
-                    j > 0,
-                );
+                issue(st(it + j), cw, &mut acc, j > 0);
                 wgmma::wait_group::<1>();
                 if j > 0 && regs::tid() % 32 == 0 {
                     ring.release_prev(it + j);
@@ -227,31 +224,29 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
                 ring.release_prev(it + nk);
             }
         } else if nk > 0 {
-            let st = |i: u32| base + Ring::<STAGES>::stage(i) * STAGE_BYTES;
             // with BLK, B's scale of the tile's block j (read when the block is issued, used at its promotion)
             let sbk = |j: u32| unsafe {
                 if BLK {
-                    let ti = tile_info(p, tile);
-                    global::ld_nc_f32((p.sb as *const f32).add(((ti.k0 + j) * (p.n / 128) + ti.nt) as usize))
+                    global::ld_nc_f32(sb0.add((j * (p.n / 128)) as usize))
                 } else {
                     0.0
                 }
             };
             let mut s0 = sbk(0);
             ring.wait_full(it);
-            issue(st(it), cw, &mut p0);
+            issue(st(it), cw, &mut p0, false);
             // iteration it + j - 1 in flight in p0 at the top of each pass; whole pairs in the loop (ptxas keeps the
             // wgmma asynchronous only when no partial is in flight across a second loop exit: C7514)
             let mut j = 1;
             while j + 1 < nk {
                 let s1 = sbk(j);
                 ring.wait_full(it + j);
-                issue(st(it + j), cw, &mut p1);
+                issue(st(it + j), cw, &mut p1, false);
                 wgmma::wait_group::<1>();
                 promote::<BLK>(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw, s0);
                 s0 = sbk(j + 1);
                 ring.wait_full(it + j + 1);
-                issue(st(it + j + 1), cw, &mut p0);
+                issue(st(it + j + 1), cw, &mut p0, false);
                 wgmma::wait_group::<1>();
                 promote::<BLK>(&mut acc, &mut p1, st(it + j), &ring, it + j, cw, s1);
                 j += 2;
@@ -259,7 +254,7 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
             if j < nk {
                 let s1 = sbk(j);
                 ring.wait_full(it + j);
-                issue(st(it + j), cw, &mut p1);
+                issue(st(it + j), cw, &mut p1, false);
                 wgmma::wait_group::<1>();
                 promote::<BLK>(&mut acc, &mut p0, st(it + j - 1), &ring, it + j - 1, cw, s0);
                 wgmma::wait_group::<0>();
@@ -274,8 +269,8 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
         wgmma::wait_group::<0>();
         wgmma::fence_operand_64(&mut acc);
         it += nk;
-        // C_e rows e M + m of the tile: this warp's 16 (M a multiple of 128: always inside)
-        // the tile's coordinates again (arithmetic on `tile`): not kept live across the main loop
+        // C_e rows e M + m of the tile: this warp's 16 (M a multiple of 128: always inside); the tile's coordinates
+        // again, not kept live across the main loop
         let ti = tile_info(p, tile);
         let y = (ti.e * p.m + ti.mt * 128 + cw * 64 + 16 * ((regs::tid() % 128) / 32)) as i32;
         // built here, not before the loop: nothing more lives across the main loop (the bf16 form spilled)
