@@ -387,6 +387,7 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                     rows_max: rows,
                     cols,
                     block_scales: block,
+                    gather: None,
                 };
                 s(fp8::quantize_cols_grouped(g, args))
             };

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::layer::{Forward, Fp8Inputs, Fp8Weights, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
+use megamoe::layer::{
+    Forward, Fp8Backward, Fp8Inputs, Fp8Weights, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved,
+};
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
@@ -345,7 +347,16 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     // gradients) alternating with the bf16 forward + backward (z recomputed, bf16 weight gradients)
     let mut gdx8 = g.alloc::<bf16>(tokens * h)?;
     g.fill_bytes(&mut gdx8, 0xff)?;
-    let (mut tb8, mut tb16) = (Vec::new(), Vec::new());
+    // and the same with the weight gradients in FP8 (`Fp8Backward::Wgrad`), its own layer, dx and weight gradients
+    let cfg_w = LayerConfig { fp8_backward: Fp8Backward::Wgrad, ..*layer.config() };
+    let mut layer_w = MoeLayer::new(g.clone(), cfg_w)?;
+    let mut sv8w = layer_w.alloc_saved(tokens)?;
+    let (mut gdx8w, mut gw1w, mut gw2w) =
+        (g.alloc::<bf16>(tokens * h)?, g.alloc::<bf16>(e * 2 * i * h)?, g.alloc(e * h * i)?);
+    g.fill_bytes(&mut gdx8w, 0xff)?;
+    g.fill_bytes(&mut gw1w, 0xff)?;
+    g.fill_bytes(&mut gw2w, 0xff)?;
+    let (mut tb8, mut tb16, mut tb8w) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..3 + reps {
         let a = g.timed(|| {
             layer.forward_fp8(&inp8, &mut out8, &mut sv8)?;
@@ -357,12 +368,36 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
             layer.backward(&sv16, &ddy, &inp, gr)
         })?;
+        let c = g.timed(|| {
+            layer_w.forward_fp8(&inp8, &mut out8, &mut sv8w)?;
+            let gr = Grads { dx: &mut gdx8w, dw1: &mut gw1w, dw2: &mut gw2w, dtopk: &mut gtk, accumulate: false };
+            layer_w.backward_fp8(&sv8w, &ddy, &inp, &w8, gr)
+        })?;
         if rep >= 3 {
             tb8.push(a);
             tb16.push(b);
+            tb8w.push(c);
         }
     }
-    let (mb8, mb16) = (median(tb8), median(tb16));
+    let (mb8, mb16, mb8w) = (median(tb8), median(tb16), median(tb8w));
+    // the FP8 weight gradients against the bf16 ones of the last bf16 step (gw1b, gw2b: the same gradients)
+    let to64 = |v: Vec<bf16>| v.into_iter().map(|x| x.to_f64()).collect::<Vec<f64>>();
+    let (w1w, w2w) = (to64(g.download(&gw1w)?), to64(g.download(&gw2w)?));
+    let written_w = w1w.iter().chain(&w2w).all(|v| !v.is_nan());
+    let dw1d = check::rel_err(&w1w, &to64(g.download(&gw1b)?));
+    let dw2d = check::rel_err(&w2w, &to64(g.download(&gw2b)?));
+    let same_dx = g.download(&gdx8w)?.iter().zip(g.download(&gdx8)?.iter()).all(|(p, q)| p.to_bits() == q.to_bits());
+    println!(
+        "RESULT megamoe forward+backward FP8 with FP8 weight gradients (Fp8Backward::Wgrad; dz and s h quantized by \
+         passes) {name} T={tokens}: {:.0} us (median of {reps}, alternating: the bf16 step {:.0} us, {:.3}x; the FP8 \
+         step with bf16 weight gradients {:.0} us, {:.3}x); dW1 / dW2 rel diff to the bf16 step's {dw1d:.1e} / \
+         {dw2d:.1e} (e4m3's error), written: {written_w}; dx bitwise the straight FP8 step's: {same_dx}",
+        mb8w * 1e3,
+        mb16 * 1e3,
+        mb16 / mb8w,
+        mb8 * 1e3,
+        mb8 / mb8w
+    );
     let (x8, x16) = (g.download(&gdx8)?, g.download(&gdx)?);
     let written_b8 = x8.iter().all(|v| !v.is_nan());
     let (q8, q16): (Vec<f64>, Vec<f64>) = x8.iter().zip(&x16).map(|(a, b)| (a.to_f64(), b.to_f64())).unzip();
@@ -376,7 +411,18 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         mb16 / mb8
     );
     let err = err.max(err_dx).max(err_tk);
-    if err.is_nan() || err > 1e-2 || !written || !same || !written8 || d8 > 0.1 || !written_b8 || db8 > 0.1 || !same_w {
+    let bad_w = !written_w || !same_dx || dw1d.is_nan() || dw1d > 0.1 || dw2d.is_nan() || dw2d > 0.1;
+    if err.is_nan()
+        || err > 1e-2
+        || !written
+        || !same
+        || !written8
+        || d8 > 0.1
+        || !written_b8
+        || db8 > 0.1
+        || !same_w
+        || bad_w
+    {
         return Err(megamoe::Error::Mismatch(format!("{name}: wrong results in the benchmark run")));
     }
     Ok(())

@@ -158,6 +158,23 @@ pub struct QuantizeColsArgs<'a> {
     /// One scale per 128 x 128 block instead of per column (the activations' operand of
     /// [`WgradFp8Args::b_block_scales`]).
     pub block_scales: bool,
+    /// None: `x` holds the expert-ordered rows. Some: `x` holds the tokens and the expert order's gather is fused
+    /// into the quantization (see [`ColsGather`]).
+    pub gather: Option<ColsGather<'a>>,
+}
+
+/// The gather fused into [`quantize_cols_grouped`]: expert-ordered row r is the token row_slot[r] / top_k of
+/// `x` (bf16 [tokens, C]), the routing's layout as `route` writes it; optionally also stored, in bf16, as row r of
+/// `copy` (so one pass over the tokens gives both the bf16 gathered rows and their transposed codes).
+pub struct ColsGather<'a> {
+    /// u32 [>= offsets[E]]: each expert-ordered row's slot (token * top_k + j).
+    pub row_slot: &'a CudaSlice<u32>,
+    /// Slots per token.
+    pub top_k: usize,
+    /// Tokens `x` holds (a slot of a token past them reads as zeros).
+    pub tokens: usize,
+    /// bf16 [rows_max, C]: receives the gathered rows (rows past offsets[E] are not written).
+    pub copy: Option<&'a mut CudaSlice<bf16>>,
 }
 
 /// Kp of [`QuantizeColsArgs::q`]: room for every expert's rows padded to 128, whatever the routing.
@@ -173,17 +190,34 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
     ck.multiple("cols", a.cols, 128)?;
     ck.routing(a.experts, a.offsets, Some(a.tile_offsets))?;
     let kp = cols_grouped_kp(a.rows_max, a.experts);
-    ck.buf("x", a.x, a.rows_max * a.cols)?;
+    match &a.gather {
+        None => ck.buf("x", a.x, a.rows_max * a.cols)?,
+        Some(gt) => {
+            if gt.top_k == 0 {
+                return ck.bad("the gather's top_k is 0".to_string());
+            }
+            ck.buf("x (the tokens)", a.x, gt.tokens * a.cols)?;
+            ck.buf("row_slot", gt.row_slot, a.rows_max)?;
+            if let Some(c) = &gt.copy {
+                ck.buf("copy", &**c, a.rows_max * a.cols)?;
+            }
+        }
+    }
     ck.buf("q", a.q, a.cols * kp)?;
     let per_block = if a.block_scales { a.cols / 128 } else { a.cols };
     ck.buf("scales", a.scales, per_block * (kp / 128))?;
     if a.rows_max == 0 || a.cols == 0 {
         return Ok(());
     }
-    if a.cols * kp >= 1 << 32 || a.rows_max * a.cols >= 1 << 32 {
+    let tokens = a.gather.as_ref().map_or(0, |gt| gt.tokens);
+    if a.cols * kp >= 1 << 32 || a.rows_max.max(tokens) * a.cols >= 1 << 32 {
         return ck.bad(format!("{} x {kp} codes or {} x {} values: 2^32 or more", a.cols, a.rows_max, a.cols));
     }
     let s = gpu.stream().clone();
+    let (row_slot, top_k, copy) = match &a.gather {
+        None => (0, 1, 0),
+        Some(gt) => (dptr(gt.row_slot, &s), gt.top_k as u32, gt.copy.as_ref().map_or(0, |c| dptr(&**c, &s))),
+    };
     let p = QuantFp8Cols {
         x: dptr(a.x, &s),
         q: dptr(a.q, &s),
@@ -195,15 +229,26 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
         kp: kp as u32,
         rows_max: a.rows_max as u32,
         block: a.block_scales as u32,
+        top_k,
+        row_slot,
+        copy,
+        src_rows: tokens as u32,
         pad: 0,
     };
-    let grid = (kp / 128 * (a.cols / 128)) as u32;
-    // SAFETY: the buffers hold the shapes (checked); rows read are bounded by offsets[e + 1] and rows_max, codes
-    // and scales written by the blocks below tile_offsets[E] <= Kp / 128 (offsets and tile offsets consistent, as
-    // `route` writes them); the transposed tile in shared memory.
-    // the transposed tile, then the warps' maxima (block scales)
-    let smem = 128 * kh::FP8_COLS_PITCH + 32;
-    unsafe { gpu.launch("quantize_fp8_cols_grouped", Launch::new(grid, 256, smem), &p) }
+    // SAFETY: the buffers hold the shapes (checked); rows read are bounded by offsets[e + 1] and rows_max (and,
+    // gathering, tokens by `tokens`), codes and scales written by the blocks below tile_offsets[E] <= Kp / 128
+    // (offsets and tile offsets consistent, as `route` writes them).
+    unsafe { quantize_cols_raw(gpu, &p) }
+}
+
+/// Launch `quantize_fp8_cols_grouped` on `p` (grid and shared memory from its shape).
+///
+/// # Safety
+/// `p`'s buffers hold what [`QuantFp8Cols`] says for its shape, offsets and tile offsets consistent (as `route`
+/// writes them), Kp >= 128 tile_offsets[E].
+pub(crate) unsafe fn quantize_cols_raw(gpu: &Gpu, p: &QuantFp8Cols) -> Result<()> {
+    let grid = p.kp / 128 * (p.cols / 128);
+    unsafe { gpu.launch("quantize_fp8_cols_grouped", Launch::new(grid, 256, kh::FP8_COLS_SMEM), p) }
 }
 
 /// The K-grouped FP8 weight gradient: for each expert e, C_e[M, N] (+)= A_e^T B_e over its rows, from both
@@ -328,12 +373,14 @@ impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
             tile_offsets: dptr(self.tile_offsets, &s),
             c: dptr(&*self.c, &s),
             map_c: map_c.ptr(gpu),
+            error: 0,
             experts: e as u32,
             m: m as u32,
             n: n as u32,
             accumulate: self.accumulate as u32,
             kblocks: (kp / 128) as u32,
             pad: 0,
+            combine: megamoe_kernels::params::Combine::NONE,
         };
         let grid = gpu.sm_count().min((e * (m / 128) * (n / 128)) as u32).max(1);
         prepared.launch = Some((Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_FP8_SMEM), p));

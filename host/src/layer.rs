@@ -32,6 +32,7 @@ use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
 mod fp8;
+use fp8::Operand;
 pub use fp8::{Fp8Inputs, Fp8Weights};
 
 /// What the forward keeps for the backward.
@@ -83,6 +84,19 @@ pub enum Forward {
     Persistent,
 }
 
+/// Which GEMMs of [`MoeLayer::backward_fp8`] run in blockwise FP8 (z's recompute always does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Backward {
+    /// The rest in bf16 on the bf16 x, W1 and W2 (the straight-through backward; the default).
+    Straight,
+    /// The weight gradients in FP8 too (`grouped_wgrad_fp8b_*`): dW2 = dy^T (s h) and dW1 = dz^T x with dy and dz
+    /// quantized in 1 x 128 blocks along each expert's rows and s h and x in 128 x 128 blocks (DeepSeek-V3's
+    /// recipe for the backward's activations), transposed per expert. dy's and x's quantization is fused into
+    /// their gathers; dz and s h are quantized by passes (not yet in the dh epilogue). The weight gradients then
+    /// carry e4m3's error (~3-4% of each element against bf16); dx and dtopk are those of `Straight`, bit for bit.
+    Wgrad,
+}
+
 /// Element type of the layer's activations and weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DType {
@@ -111,6 +125,8 @@ pub struct LayerConfig {
     pub gather: Gather,
     /// How the forward runs its GEMMs ([`Forward::Launches`] from [`LayerConfig::bf16`]).
     pub forward: Forward,
+    /// Which GEMMs of [`MoeLayer::backward_fp8`] run in FP8 ([`Fp8Backward::Straight`] from [`LayerConfig::bf16`]).
+    pub fp8_backward: Fp8Backward,
 }
 
 /// `default`, or the value named by the environment variable `var` (A/B runs of whole test binaries and
@@ -125,8 +141,9 @@ fn env_choice<T: Copy>(var: &str, default: T, names: &[(&str, T)]) -> T {
 }
 
 impl LayerConfig {
-    /// A bf16 layer. `gather` and `forward` take their defaults ([`Gather::Overlapped`], [`Forward::Launches`]) unless
-    /// `MEGAMOE_GATHER` (pass, overlapped) or `MEGAMOE_FORWARD` (launches, persistent) name others.
+    /// A bf16 layer. `gather`, `forward` and `fp8_backward` take their defaults ([`Gather::Overlapped`],
+    /// [`Forward::Launches`], [`Fp8Backward::Straight`]) unless `MEGAMOE_GATHER` (pass, overlapped),
+    /// `MEGAMOE_FORWARD` (launches, persistent) or `MEGAMOE_FP8_BACKWARD` (straight, wgrad) name others.
     pub fn bf16(
         hidden: usize,
         intermediate: usize,
@@ -152,6 +169,11 @@ impl LayerConfig {
                 "MEGAMOE_FORWARD",
                 Forward::Launches,
                 &[("launches", Forward::Launches), ("persistent", Forward::Persistent)],
+            ),
+            fp8_backward: env_choice(
+                "MEGAMOE_FP8_BACKWARD",
+                Fp8Backward::Straight,
+                &[("straight", Fp8Backward::Straight), ("wgrad", Fp8Backward::Wgrad)],
             ),
         }
     }
@@ -874,7 +896,9 @@ impl MoeLayer {
         // x rows (unless saved), z (unless saved; h is recomputed from z in the dh epilogue)
         let xs = if fp8.is_some() { (dptr(&self.work.xs, &s), ws_rows) } else { self.xs_of(saved) };
         let overlapped = c.gather == Gather::Overlapped;
-        if fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped)) {
+        // FP8 weight gradients: x is quantized (and gathered) just before dW1 instead
+        let wgrad8 = fp8.is_some() && c.fp8_backward == Fp8Backward::Wgrad;
+        if !wgrad8 && (fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped))) {
             self.gather(dptr(inp.x, &s), xs.0, saved)?;
         }
         // the z the dh epilogue reads, and its buffer's rows
@@ -894,7 +918,13 @@ impl MoeLayer {
         };
         // dy rows: always by the gather pass (overlapped with the dh + SwiGLU backward GEMM, which is bound by L2
         // and memory traffic already, it measured ~200 us slower at 30B: docs/NOTES.md)
-        self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
+        if wgrad8 {
+            // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy
+            let gather = Some((dptr(dy, &s), dptr(&self.work.dys, &s)));
+            self.quantize_cols_fp8(Operand::A, 0, h2, false, gather, saved)?;
+        } else {
+            self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
+        }
         // dh = dy W2_e with the SwiGLU backward: dz, s * h, dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
         let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;
@@ -960,9 +990,18 @@ impl MoeLayer {
         }
         // weight gradients, contracting over each expert's rows
         let acc = grads.accumulate;
-        let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
         // overlapped: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest
         let (first, rest) = split_combine(&dx_sum, saved.tokens / 3);
+        if wgrad8 {
+            // dW2 = dy^T (s h): s h in 128 x 128 blocks; then dW1 = dz^T x: dz in 1 x 128 blocks, x gathered into
+            // 128 x 128 blocks (each operand's codes overwrite the last GEMM's, on the stream)
+            self.quantize_cols_fp8(Operand::B, dptr(&self.work.sh, &s), i2, true, None, saved)?;
+            self.wgrad_fp8::<W>((h2, i2), dptr(grads.dw2, &s), acc, saved, overlapped.then_some(first))?;
+            self.quantize_cols_fp8(Operand::A, dptr(&self.work.dz, &s), 2 * i2, false, None, saved)?;
+            self.quantize_cols_fp8(Operand::B, 0, h2, true, Some((dptr(inp.x, &s), 0)), saved)?;
+            return self.wgrad_fp8::<W>((2 * i2, h2), dptr(grads.dw1, &s), acc, saved, overlapped.then_some(rest));
+        }
+        let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
         self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, overlapped.then_some(first))?;
         let dz = (dptr(&self.work.dz, &s), ws_rows, 2 * i2);
         self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, overlapped.then_some(rest))?;

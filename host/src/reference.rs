@@ -209,7 +209,8 @@ pub struct ZFrom<'a> {
 }
 
 /// One expert's rows, weight-row outer: each weight row is streamed once per phase while the expert's rows
-/// stay in cache.
+/// stay in cache. `wgrad_fp8`: the weight gradients from blockwise-FP8 operands ([`forward_backward_fp8_wgrad`]).
+#[allow(clippy::too_many_arguments)]
 fn expert(
     s: &Shape,
     e: usize,
@@ -218,6 +219,7 @@ fn expert(
     w: &Weights,
     backward: bool,
     zf: Option<ZFrom<'_>>,
+    wgrad_fp8: bool,
 ) -> ExpertOut {
     let (h, i) = (s.h, s.i);
     let w1 = &w.w1[e * 2 * i * h..(e + 1) * 2 * i * h];
@@ -302,13 +304,50 @@ fn expert(
             }
         }
     }
+    if wgrad_fp8 {
+        // the weight gradients from blockwise-FP8 operands, as `MoeLayer::backward_fp8` with
+        // `Fp8Backward::Wgrad` quantizes them: dW2 = dy^T (s act), dW1 = dz^T x, the first operand in 1 x 128
+        // blocks along the rows, the second in 128 x 128 blocks, of the bf16-rounded values
+        let b16 = |v: f64| bf16::from_f64(v);
+        let dyb: Vec<bf16> = dy.iter().flat_map(|r| r.iter().map(|&v| b16(v))).collect();
+        let shb: Vec<bf16> = (0..n * i).map(|q| b16(sw[q / i] * act[q])).collect();
+        let dzb: Vec<bf16> = dz.iter().map(|&v| b16(v)).collect();
+        let xb: Vec<bf16> = x.iter().flat_map(|r| r.iter().map(|&v| b16(v))).collect();
+        dw2 = wgrad_fp8_model(&dyb, h, &shb, i, n);
+        dw1 = wgrad_fp8_model(&dzb, 2 * i, &xb, h, n);
+    }
     ExpertOut { rows, y, dx, dtopk, dw1, dw2 }
+}
+
+/// A^T B [ca, cb] over `n` rows of one expert from A [n, ca] quantized in 1 x 128 blocks along the rows and B
+/// [n, cb] in 128 x 128 blocks (the FP8 weight gradients' operands), dequantized, in f64.
+fn wgrad_fp8_model(a: &[bf16], ca: usize, b: &[bf16], cb: usize, n: usize) -> Vec<f64> {
+    let kp = n.div_ceil(128) * 128;
+    let offsets = [0u32, n as u32];
+    let (qa, sa) = crate::fp8::quantize_cols_grouped_cpu(a, ca, &offsets, kp);
+    let (qb, sb) = crate::fp8::quantize_cols_grouped_blocks_cpu(b, cb, &offsets, kp);
+    let deq = |q: &[u8], s: &[f32], c: usize, per: usize, of: usize| -> Vec<f64> {
+        (0..c * kp)
+            .map(|p| {
+                let (col, k) = (p / kp, p % kp);
+                megamoe_kernels::fp8::e4m3_to_f32(q[p]) as f64 * s[(k / 128) * per + col / of] as f64
+            })
+            .collect()
+    };
+    let (da, db) = (deq(&qa, &sa, ca, ca, 1), deq(&qb, &sb, cb, cb / 128, 128));
+    let mut out = vec![0.0; ca * cb];
+    for r in 0..ca {
+        for c in 0..cb {
+            out[r * cb + c] = dot(&da[r * kp..(r + 1) * kp], &db[c * kp..(c + 1) * kp]);
+        }
+    }
+    out
 }
 
 /// Forward and backward of the layer over all ranks: each rank's y, dx, dtopk, and dW1, dW2 of every expert.
 /// Uses every core (experts are independent).
 pub fn forward_backward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(Vec<RankOutput>, Grads), String> {
-    run(s, ranks, w, true, None)
+    run(s, ranks, w, true, None, false)
 }
 
 /// As [`forward_backward`] with z = x' W1'^T from the operands of `zf` (y, dtopk, dx and the weight gradients
@@ -325,12 +364,31 @@ pub fn forward_backward_z_from(
     {
         return Err("z's operands do not match the inputs".into());
     }
-    run(s, ranks, w, true, Some(zf))
+    run(s, ranks, w, true, Some(zf), false)
+}
+
+/// As [`forward_backward_z_from`] with the weight gradients from blockwise-FP8 operands (dW2 = dy^T (s h) and
+/// dW1 = dz^T x, dy and dz quantized in 1 x 128 blocks along each expert's rows, s h and x in 128 x 128 blocks,
+/// each of the bf16-rounded values): the model of `MoeLayer::backward_fp8` with `Fp8Backward::Wgrad`. The rows
+/// of an expert in slot order, blocks from its first row.
+pub fn forward_backward_fp8_wgrad(
+    s: &Shape,
+    ranks: &[RankInput],
+    w: &Weights,
+    zf: ZFrom<'_>,
+) -> Result<(Vec<RankOutput>, Grads), String> {
+    if zf.x.len() != ranks.len() || zf.w1.len() != w.w1.len() {
+        return Err("z's operands do not match the inputs".into());
+    }
+    if s.h % 128 != 0 || s.i % 128 != 0 {
+        return Err("the FP8 weight gradients need H and I multiples of 128".into());
+    }
+    run(s, ranks, w, true, Some(zf), true)
 }
 
 /// The forward alone: each rank's y (dx, dtopk and the gradients are left at zero).
 pub fn forward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<Vec<RankOutput>, String> {
-    run(s, ranks, w, false, None).map(|(o, _)| o)
+    run(s, ranks, w, false, None, false).map(|(o, _)| o)
 }
 
 fn run(
@@ -339,6 +397,7 @@ fn run(
     w: &Weights,
     backward: bool,
     zf: Option<ZFrom<'_>>,
+    wgrad_fp8: bool,
 ) -> Result<(Vec<RankOutput>, Grads), String> {
     validate(s, ranks, w)?;
     let mut by_expert: Vec<Vec<Row>> = vec![Vec::new(); s.e];
@@ -353,7 +412,8 @@ fn run(
     // work items: an expert's rows, split into chunks when one expert holds far more than its share, so a
     // skewed routing still uses every core; chunks' weight gradients are summed in chunk order afterwards
     let total: usize = by_expert.iter().map(Vec::len).sum();
-    let chunk = total.div_ceil(threads).max(128);
+    // (whole 128-row blocks, so that a chunk's weight-gradient blocks are its expert's)
+    let chunk = total.div_ceil(threads).max(128).next_multiple_of(128);
     let mut items: Vec<(usize, Vec<Row>)> = Vec::new();
     for (e, rows) in by_expert.into_iter().enumerate() {
         if rows.len() <= chunk {
@@ -372,7 +432,7 @@ fn run(
                     loop {
                         let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some((e, rows)) = items.get(n) else { break };
-                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward, zf)));
+                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward, zf, wgrad_fp8)));
                     }
                     mine
                 })

@@ -123,6 +123,9 @@ pub mod kernels_host {
     /// Bytes between two columns of `quantize_fp8_cols_grouped`'s transposed tile in shared memory: 128 rows of
     /// bf16 plus 16 (a warp's 16-byte reads of 16 columns then fall in different banks); the kernel takes 128 of them.
     pub const FP8_COLS_PITCH: u32 = 272;
+    /// Dynamic shared memory of `quantize_fp8_cols_grouped`: the transposed tile, the half-columns' maxima
+    /// (2 x 128 f32), the warps' maxima (8 f32), the codes staged for whole-line stores (128 x 144 bytes).
+    pub const FP8_COLS_SMEM: u32 = 128 * FP8_COLS_PITCH + 1024 + 32 + 128 * 144;
     /// Pipeline stages of `grouped_wgrad_fp8_*` (A^T 128 x 128 bytes, B^T 128 x 128, their 128 + 128 scales).
     pub const WGRAD_FP8_STAGES: u32 = 5;
     /// Shared memory of `grouped_wgrad_fp8_*`: the ring (33 KiB a stage), the epilogue's staging (two 2 KiB boxes

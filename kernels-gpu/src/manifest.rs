@@ -73,6 +73,8 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_wgrad_fp8_probe", 384, true, true),
     k("grouped_wgrad_fp8b_f32", 384, true, true),
     k("grouped_wgrad_fp8b_bf16", 384, true, true),
+    k("grouped_wgrad_fp8b_f32_mv", 384, true, true),
+    k("grouped_wgrad_fp8b_bf16_mv", 384, true, true),
     k("dtopk_reduce", 256, true, false),
     k("quantize_fp8_rows", 256, true, false),
     k("quantize_fp8_blocks", 256, true, false),

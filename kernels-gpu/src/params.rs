@@ -186,6 +186,11 @@ pub struct Combine {
     pub pad: u32,
 }
 
+impl Combine {
+    /// No combine: no tokens, no buffers (the role of a kernel launched without one).
+    pub const NONE: Combine = Combine { y: 0, w: 0, slot_row: 0, out: 0, error: 0, tokens: 0, cols: 0, k: 0, pad: 0 };
+}
+
 /// Grouped GEMM over experts (M-grouped): for each expert e and its rows offsets[e]..offsets[e + 1] of A,
 /// C[rows, N] = A[rows, K] . B_e[N, K]^T, with the epilogue of the kernel.
 #[derive(Clone, Copy, Debug)]
@@ -557,6 +562,15 @@ pub struct QuantFp8Cols {
     /// 1: one scale per 128 x 128 block (128 rows of one expert, 128 columns), scales [Kp / 128, C / 128]; 0: one
     /// per 128 rows and column, [Kp / 128, C].
     pub block: u32,
+    /// Slots per token (top-k) when gathering (`row_slot` non-zero).
+    pub top_k: u32,
+    /// 0: row r of the expert order is row r of x. Otherwise u32 [rows_max]: row r is x's row row_slot[r] / top_k
+    /// (x then holds the tokens [src_rows, C]: the gather of the expert order fused into the quantization).
+    pub row_slot: u64,
+    /// 0, or bf16 [rows_max, C]: each expert-ordered row read is also stored here (the gathered bf16 copy).
+    pub copy: u64,
+    /// Rows x holds when gathering (a token past it reads as zeros).
+    pub src_rows: u32,
     /// Unused (the block stays whole 8-byte words).
     pub pad: u32,
 }
@@ -584,6 +598,8 @@ pub struct WgradFp8 {
     /// Tensor map of C as [E * M, N] in the weight-gradient epilogue's boxes (`WGRAD_C_BOX` f32 or
     /// `WGRAD_C_BOX_BF16` bf16, 128-byte swizzle): the epilogue stores, or adds, through it.
     pub map_c: u64,
+    /// 0, or the routing error word (u32): when it is set the kernel writes nothing.
+    pub error: u64,
     /// E.
     pub experts: u32,
     /// M (a multiple of 128).
@@ -596,6 +612,9 @@ pub struct WgradFp8 {
     pub kblocks: u32,
     /// Unused (the block stays whole 8-byte words).
     pub pad: u32,
+    /// The `_mv` kernels: a combine (as `combine_rows`) the producer warpgroup's three idle warps run meanwhile
+    /// (as `grouped_wgrad_f32_mv`'s); unused by the others.
+    pub combine: Combine,
 }
 
 /// M-grouped GEMM in blockwise FP8 (kernel `grouped_gemm_fp8`): for each expert e and its rows
@@ -652,8 +671,8 @@ mod tests {
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
-            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 5 * 8 + 6 * 4),
-            ("WgradFp8", size_of::<WgradFp8>(), 7 * 8 + 6 * 4),
+            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 7 * 8 + 8 * 4),
+            ("WgradFp8", size_of::<WgradFp8>(), 8 * 8 + 6 * 4 + size_of::<Combine>()),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 10 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),

@@ -6,13 +6,14 @@
 //! (straight-through: the quantizers taken as the identity).
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
-use megamoe_kernels::params::GroupedGemmFp8;
+use megamoe_kernels::params::{Combine, GroupedGemmFp8};
 
 use super::{Grads, Inputs, LayerConfig, MoeLayer, Saved};
 use crate::error::{Error, Result};
 use crate::fp8::{self as q, QuantizeArgs};
 use crate::gemm::WgradElem;
 use crate::runtime::{dptr, Gpu};
+use megamoe_kernels::kernels_host as kh;
 
 /// W1 and W2 in blockwise FP8 (128 x 128 scales), as [`MoeLayer::forward_fp8`] reads them.
 pub struct Fp8Weights {
@@ -76,6 +77,28 @@ pub(super) struct Fp8Work {
     xs8_scales: CudaSlice<f32>,
     h8: CudaSlice<u8>,
     h8_scales: CudaSlice<f32>,
+    /// The FP8 weight gradients' operands ([`Fp8Backward::Wgrad`](super::Fp8Backward::Wgrad)), on first use.
+    wgrad: Option<WgradWork>,
+}
+
+/// The FP8 weight gradients' two operands, transposed per expert (`quantize_fp8_cols_grouped`): A^T codes [M, Kp]
+/// with 1 x 128 scales [Kp / 128, M] (dy, then dz: M = H, then 2I), B^T codes [N, Kp] with 128 x 128 scales
+/// [Kp / 128, N / 128] (s h, then x: N = I, then H). Kp: every expert's rows padded to 128 at max_tokens k rows.
+struct WgradWork {
+    a: CudaSlice<u8>,
+    a_scales: CudaSlice<f32>,
+    b: CudaSlice<u8>,
+    b_scales: CudaSlice<f32>,
+    kp: usize,
+}
+
+/// Which operand of the FP8 weight gradients a quantization writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Operand {
+    /// A (1 x 128 scales along the rows): dy, dz.
+    A,
+    /// B (128 x 128 blocks): s h, x.
+    B,
 }
 
 impl MoeLayer {
@@ -239,6 +262,7 @@ impl MoeLayer {
                 xs8_scales: g.alloc((slots * h / 128).max(1))?,
                 h8: g.alloc((slots * i).max(1))?,
                 h8_scales: g.alloc((slots * i / 128).max(1))?,
+                wgrad: None,
             });
         }
         Ok(())
@@ -282,6 +306,123 @@ impl MoeLayer {
         // <= slots_max.
         unsafe { g.launch(k1, cfg, &p)? };
         Ok(zp)
+    }
+}
+
+impl MoeLayer {
+    /// The FP8 weight gradients' operand buffers, allocated on first use (after the FP8 forward's).
+    fn wgrad_work(&mut self) -> Result<&WgradWork> {
+        self.alloc_fp8()?;
+        let (g, c) = (self.gpu.clone(), self.cfg);
+        let f = self.fp8.as_mut().expect("allocated above");
+        if f.wgrad.is_none() {
+            let kp = q::cols_grouped_kp(c.max_tokens * c.top_k, c.experts);
+            let (ma, mb) = (c.hidden.max(2 * c.intermediate), c.hidden.max(c.intermediate));
+            f.wgrad = Some(WgradWork {
+                a: g.alloc(ma * kp)?,
+                a_scales: g.alloc(kp / 128 * ma)?,
+                b: g.alloc(mb * kp)?,
+                b_scales: g.alloc(kp / 128 * (mb / 128))?,
+                kp,
+            });
+        }
+        Ok(f.wgrad.as_ref().expect("allocated above"))
+    }
+
+    /// Quantize `cols` columns of the expert-ordered rows at `x` (bf16 [max_tokens k, cols]) into operand `op` of
+    /// the FP8 weight gradients, transposed (`block`: 128 x 128 scales, else 1 x 128 along the rows). With
+    /// `gather` = (tokens, copy) the rows are gathered from the tokens [T, cols] instead (`x` unused) and, when
+    /// `copy` is non-zero, also stored there in bf16 (the gather's own output).
+    pub(super) fn quantize_cols_fp8(
+        &mut self,
+        op: Operand,
+        x: u64,
+        cols: usize,
+        block: bool,
+        gather: Option<(u64, u64)>,
+        sv: &Saved,
+    ) -> Result<()> {
+        let c = self.cfg;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let w = self.wgrad_work()?;
+        let (q, scales) = match op {
+            Operand::A => (dptr(&w.a, &s), dptr(&w.a_scales, &s)),
+            Operand::B => (dptr(&w.b, &s), dptr(&w.b_scales, &s)),
+        };
+        let (src, row_slot, copy) = match gather {
+            Some((tokens, copy)) => (tokens, dptr(&sv.row_slot, &s), copy),
+            None => (x, 0, 0),
+        };
+        let p = megamoe_kernels::params::QuantFp8Cols {
+            x: src,
+            q,
+            scales,
+            offsets: dptr(&sv.offsets, &s),
+            tile_offsets: dptr(&sv.tile_offsets, &s),
+            experts: c.experts as u32,
+            cols: cols as u32,
+            kp: w.kp as u32,
+            rows_max: (c.max_tokens * c.top_k) as u32,
+            block: block as u32,
+            top_k: c.top_k as u32,
+            row_slot,
+            copy,
+            src_rows: sv.tokens as u32,
+            pad: 0,
+        };
+        // SAFETY: x (or copy) holds max_tokens k rows of `cols` (the layer's workspace: dys, dz, sh), the tokens
+        // sv.tokens rows of `cols` (checked by the callers), row_slot max_tokens k entries; the operand buffers
+        // hold max(H, 2I) (A) and max(H, I) (B) rows of Kp codes and their scales; Kp covers any routing of
+        // max_tokens tokens; offsets and tile offsets are the route's.
+        unsafe { q::quantize_cols_raw(&g, &p) }
+    }
+
+    /// One FP8 weight gradient from the two operands as [`MoeLayer::quantize_cols_fp8`] left them: for each expert
+    /// C_e[M, N] (+)= A_e^T B_e, C at `c` ([E, M, N] of W), (M, N) = `mn`. With `combine`, the kernel's idle producer
+    /// warps run that combine meanwhile (the `_mv` kernels).
+    pub(super) fn wgrad_fp8<W: WgradElem>(
+        &mut self,
+        (m, n): (usize, usize),
+        c: u64,
+        acc: bool,
+        sv: &Saved,
+        combine: Option<Combine>,
+    ) -> Result<()> {
+        let e = self.cfg.experts;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let w = self.wgrad_work()?;
+        let (a, sa, b, sb, kp) = (dptr(&w.a, &s), dptr(&w.a_scales, &s), dptr(&w.b, &s), dptr(&w.b_scales, &s), w.kp);
+        let p = megamoe_kernels::params::WgradFp8 {
+            map_a: self.maps.get_u8(&g, a, m, kp, 128)?,
+            map_b: self.maps.get_u8(&g, b, n, kp, 128)?,
+            sa,
+            sb,
+            tile_offsets: dptr(&sv.tile_offsets, &s),
+            c,
+            map_c: self.maps.get_wgrad_c::<W>(&g, c, e * m, n)?,
+            error: dptr(sv.error.as_ref(), &s),
+            experts: e as u32,
+            m: m as u32,
+            n: n as u32,
+            accumulate: acc as u32,
+            kblocks: (kp / 128) as u32,
+            pad: 0,
+            combine: combine.unwrap_or(Combine::NONE),
+        };
+        let kernel = match (W::NAME == "bf16", combine.is_some()) {
+            (true, false) => "grouped_wgrad_fp8b_bf16",
+            (false, false) => "grouped_wgrad_fp8b_f32",
+            (true, true) => "grouped_wgrad_fp8b_bf16_mv",
+            (false, true) => "grouped_wgrad_fp8b_f32_mv",
+        };
+        let grid = g.sm_count().min((e * (m / 128) * (n / 128)) as u32).max(1);
+        // SAFETY: A^T and B^T hold M and N rows of Kp codes (M <= max(H, 2I), N <= max(H, I)), their scales Kp / 128
+        // rows; C holds E M N elements (the callers' gradients, checked); K blocks clamped to Kp / 128 on the
+        // device; nothing written when the forward's routing failed (nor the combine run). The combine as
+        // `combine_rows`: y holds the rows slot_row points at, out T rows.
+        unsafe { g.launch(kernel, crate::runtime::Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_FP8_SMEM), &p) }
     }
 }
 

@@ -118,7 +118,7 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
 /// (the same arithmetic, two slots fetched at a time: 40 registers), one token a warp at a time, 16 bytes a lane.
 /// Nothing waits for it but the kernel's end; it reads rows an earlier launch wrote.
 #[inline(always)]
-unsafe fn combine(c: &Combine, w: u32, lane: u32) {
+pub(crate) unsafe fn combine(c: &Combine, w: u32, lane: u32) {
     let mut t = w + 3 * regs::bid();
     while t < c.tokens {
         let mut ch = lane;

@@ -54,27 +54,40 @@ unsafe fn tile_info(p: &WgradFp8, tile: u32) -> Tile {
 /// 384 threads, WGRAD_FP8_SMEM bytes of dynamic shared memory, grid <= the SM count; C f32.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_f32(p: WgradFp8) {
-    body::<false, false, false>(&p);
+    body::<false, false, false, false>(&p);
 }
 
 /// As `grouped_wgrad_fp8_f32` with C bf16 (each element rounded once; with `accumulate`, the copy engine adds the
 /// rounded tile to C, as `grouped_wgrad_bf16` does).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_bf16(p: WgradFp8) {
-    body::<true, false, false>(&p);
+    body::<true, false, false, false>(&p);
 }
 
 /// As `grouped_wgrad_fp8_f32` with B's scales per 128 x 128 block ([Kp / 128, N / 128]): the promotion is one fused
 /// multiply-add per element with sa[row] sb[block] (the forward's), half the work of the outer product.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_f32(p: WgradFp8) {
-    body::<false, false, true>(&p);
+    body::<false, false, true, false>(&p);
 }
 
 /// As `grouped_wgrad_fp8_bf16` with B's scales per 128 x 128 block.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_bf16(p: WgradFp8) {
-    body::<true, false, true>(&p);
+    body::<true, false, true, false>(&p);
+}
+
+/// As `grouped_wgrad_fp8b_f32`, and the producer warpgroup's warps 1..3 run `p.combine` meanwhile (as
+/// `grouped_wgrad_f32_mv`'s: the layer's dx sum under its weight gradients).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_f32_mv(p: WgradFp8) {
+    body::<false, false, true, true>(&p);
+}
+
+/// As `grouped_wgrad_fp8b_bf16` with the combine of `grouped_wgrad_fp8b_f32_mv`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_bf16_mv(p: WgradFp8) {
+    body::<true, false, true, true>(&p);
 }
 
 /// A probe, not a GEMM: `grouped_wgrad_fp8_bf16`'s main loop without the promotion (the scales ignored, every block
@@ -82,11 +95,16 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_bf16(p: WgradFp8) {
 /// path's ceiling in the benchmark.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_probe(p: WgradFp8) {
-    body::<true, true, false>(&p);
+    body::<true, true, false, false>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool>(p: &WgradFp8) {
+unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool, const MV: bool>(p: &WgradFp8) {
+    // the routing error word (when given) is read once, by every thread, before the first barrier: the whole block
+    // returns or none, and C is neither overwritten nor added to
+    if crate::kernels::routing_failed(p.error) {
+        return;
+    }
     let base = smem::base();
     let ring = Ring::<STAGES>::at(base + RING_AT);
     let t = regs::tid();
@@ -100,6 +118,8 @@ unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool>(p: &WgradFp8)
         regs::setmaxnreg_dec::<40>();
         if regs::tid() == 0 {
             produce::<BLK>(p, base, ring, total());
+        } else if MV && regs::tid() >= 32 {
+            crate::kernels::grouped_wgrad::combine(&p.combine, regs::tid() / 32 - 1, regs::tid() % 32);
         }
     } else {
         regs::setmaxnreg_inc::<232>();

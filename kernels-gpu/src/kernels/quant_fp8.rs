@@ -158,14 +158,22 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks_t(p: QuantFp8T) {
 
 /// See [`crate::kernels_host::FP8_COLS_PITCH`].
 const COLS_PITCH: u32 = crate::kernels_host::FP8_COLS_PITCH;
+/// Bytes between two columns' codes in `quantize_fp8_cols_grouped`'s staging (128 + 16: see there).
+const CODES_PITCH: u32 = 144;
+const _: () =
+    assert!(crate::kernels_host::FP8_COLS_SMEM == 128 * COLS_PITCH + 1056 + 128 * CODES_PITCH, "host and kernel agree");
 
 /// See [`QuantFp8Cols`]. One block of 256 threads per (128-row block kb of the expert-padded K, 128 columns):
-/// grid = Kp / 128 * C / 128, [`COLS_PITCH`] * 128 + 32 bytes of dynamic shared memory (the tile transposed, bf16; the
-/// warps' maxima with `block`). The block finds its
-/// expert by a binary search over the m-tile offsets; blocks past tile_offsets[E] return. Thread t loads 64
-/// values of row t / 2 (rows past the expert's block: zeros), then takes column t / 2, rows 64 (t % 2) ..: the
-/// column's largest magnitude over its 128 rows with its neighbour lane (with `block`: over the whole block), the
-/// scale, 64 codes (16-byte stores).
+/// grid = Kp / 128 * C / 128, `FP8_COLS_SMEM` bytes of dynamic shared memory (the tile transposed, bf16; the two
+/// half-columns' maxima; the warps' maxima with `block`; the codes, staged). Blocks past tile_offsets[E] return; the
+/// others find their expert by counting the m-tile offsets at or below kb (one barrier reduction). Thread t loads 64 values (columns
+/// 64 (t / 128) ..) of row t % 128 (rows past the expert's block: zeros; gathering, of its token's row) and stores
+/// them transposed (a warp: one column, 32 consecutive rows, free of bank conflicts); then it takes column t % 128,
+/// rows 64 (t / 128) .. (a quarter-warp's 16-byte reads: 8 columns, 68 words apart, in distinct banks): the
+/// column's largest magnitude over its 128 rows through shared memory (with `block`: over the whole block), the
+/// scale, 64 codes (16-byte stores). The values are read from shared memory twice (the maximum, then the codes)
+/// rather than held, so the block stays under 64 registers a thread and four blocks fit an SM, enough loads in
+/// flight to approach the memory's bandwidth.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
     const PITCH: u32 = COLS_PITCH;
@@ -175,77 +183,115 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
     if kb >= *to.add(p.experts as usize) {
         return; // uniform: the whole block
     }
-    // the expert whose m-tiles hold block kb: the last e with to[e] <= kb (empty experts have to[e] = to[e + 1])
-    let (mut lo, mut hi) = (0u32, p.experts);
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        if *to.add(mid as usize) <= kb {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
+    let t = regs::tid();
+    // the expert whose m-tiles hold block kb: the last e with to[e] <= kb (empty experts have to[e] = to[e + 1]);
+    // to is non-decreasing from to[0] = 0, so that e is the count of e' in 1..E with to[e'] <= kb: every thread
+    // tests 1 / 256 of them at once, one round trip to memory instead of a binary search's log2(E) dependent ones
+    // (the trip count depends on E only: uniform)
+    let mut lo = 0u32;
+    let mut first = 1u32;
+    while first < p.experts {
+        let e = first + t;
+        lo += sync::block_count(e < p.experts && *to.add(e as usize) <= kb);
+        first += 256;
     }
     let off = p.offsets as *const u32;
     let r0 = *off.add(lo as usize) + 128 * (kb - *to.add(lo as usize));
     let r_end = (*off.add(lo as usize + 1)).min(p.rows_max);
-    let t = regs::tid();
     let tile = smem::base();
-    // the tile transposed into shared memory: column c's 128 rows at tile + PITCH c
-    let r = t / 2;
-    let c_first = 64 * (t % 2);
-    let row = r0 + r;
-    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-        let w = if row < r_end {
-            let at = (row * p.cols + cc * 128 + c_first + 8 * I as u32) as usize;
-            global::ld_v4((p.x as *const [u32; 4]).add(at / 8))
+    let halves = tile + 128 * PITCH; // f32 [2][128]: each half-column's maximum
+    let slots = halves + 1024; // f32 [8]: the warps' maxima (block scales)
+    let stage = slots + 32; // the codes, [128 columns][CODES_PITCH bytes]
+    {
+        // the tile transposed into shared memory: column c's 128 rows at tile + PITCH c. Warp w takes rows
+        // 16 w .., lane pair (2 q, 2 q + 1) row 16 w + q: lane parity p reads the 16-byte chunks 2 I + p
+        // (columns 16 I + 8 p ..), so each load (and each store of the gathered copy) covers whole 32-byte sectors
+        let (lane, p1) = (t % 32, t % 2);
+        let r = 16 * (t / 32) + lane / 2;
+        let row = r0 + r;
+        // the row read: row of x, or (gathering) its token's row; None past the expert's rows (zeros)
+        let src = if row >= r_end {
+            None
+        } else if p.row_slot == 0 {
+            Some(row)
         } else {
-            [0; 4]
+            let token = *(p.row_slot as *const u32).add(row as usize) / p.top_k;
+            (token < p.src_rows).then_some(token)
         };
-        crate::unroll!(J in [0, 1, 2, 3] {
-            let c = c_first + 8 * I as u32 + 2 * J as u32;
-            smem::st_u16(tile + PITCH * c + 2 * r, w[J] & 0xffff);
-            smem::st_u16(tile + PITCH * (c + 1) + 2 * r, w[J] >> 16);
+        let mut w = [[0u32; 4]; 8];
+        if let Some(sr) = src {
+            let at = (p.x as *const [u32; 4]).add(((sr * p.cols + cc * 128) / 8 + p1) as usize);
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                w[I] = global::ld_v4(at.add(2 * I));
+            });
+        }
+        if p.copy != 0 && row < r_end {
+            let dst = (p.copy as *mut [u32; 4]).add(((row * p.cols + cc * 128) / 8 + p1) as usize);
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                global::st_v4(dst.add(2 * I), w[I]);
+            });
+        }
+        // the two lanes of a pair store columns 8 apart, which PITCH (68 words) would put in the same banks: odd
+        // lanes store their words in the order J + 2, so the pair's columns are 12 apart (16 banks)
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            crate::unroll!(J in [0, 1, 2, 3] {
+                let j = (J as u32 + 2 * p1) % 4;
+                let v = if p1 == 0 { w[I][J] } else { w[I][(J + 2) % 4] };
+                let c = 16 * I as u32 + 8 * p1 + 2 * j;
+                smem::st_u16(tile + PITCH * c + 2 * r, v & 0xffff);
+                smem::st_u16(tile + PITCH * (c + 1) + 2 * r, v >> 16);
+            });
         });
-    });
+    }
     sync::block_sync();
-    let c = t / 2;
-    let half = t % 2;
+    let c = t % 128;
+    let half = t / 128;
     // this thread's 64 rows of column c: 128 bytes
     let src = tile + PITCH * c + 128 * half;
-    let mut v = [[0u32; 4]; 8];
     let mut amax = 0f32;
     crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-        v[I] = smem::ld_v4(src + 16 * I as u32);
+        let v = smem::ld_v4(src + 16 * I as u32);
         crate::unroll!(J in [0, 1, 2, 3] {
-            amax = amax.max(amax2(v[I][J]));
+            amax = amax.max(amax2(v[J]));
         });
     });
-    amax = amax.max(f32::from_bits(warp::shfl_xor(amax.to_bits(), 1)));
+    smem::st_u32(halves + 4 * t, amax.to_bits());
     if p.block != 0 {
-        // one scale for the 128 x 128 block: the warps' maxima through shared memory after the tile (uniform branch:
-        // every thread of the block takes it or none)
-        crate::unroll!(S in [2, 4, 8, 16] {
-            amax = amax.max(f32::from_bits(warp::shfl_xor(amax.to_bits(), S as u32)));
-        });
-        let slots = tile + 128 * PITCH;
+        // one scale for the 128 x 128 block: the warps' maxima through shared memory (uniform branch: every thread
+        // of the block takes it or none)
+        amax = warp_max(amax);
         if t % 32 == 0 {
             smem::st_u32(slots + 4 * (t / 32), amax.to_bits());
         }
-        sync::block_sync();
+    }
+    sync::block_sync();
+    if p.block != 0 {
         crate::unroll!(W in [0, 1, 2, 3, 4, 5, 6, 7] {
             amax = amax.max(f32::from_bits(smem::ld_u32(slots + 4 * W as u32)));
         });
+    } else {
+        amax = amax.max(f32::from_bits(smem::ld_u32(halves + 4 * (t ^ 128))));
     }
     let (scale, f) = scale_and_factor(amax);
     let col = cc * 128 + c;
-    let dst = (p.q as *mut [u32; 4]).add(((col * p.kp + kb * 128 + 64 * half) / 16) as usize);
-    // 64 codes: four 16-byte stores
+    // 64 codes of the values read again, staged (column c's 128 codes at stage + CODES_PITCH c: a quarter-warp's
+    // 16-byte stores, 8 columns 36 words apart, in distinct banks)
     crate::unroll!(I in [0, 1, 2, 3] {
-        let (a, b) = (v[2 * I], v[2 * I + 1]);
-        global::st_v4(
-            dst.add(I),
+        let a = smem::ld_v4(src + 32 * I as u32);
+        let b = smem::ld_v4(src + 32 * I as u32 + 16);
+        smem::st_v4(
+            stage + CODES_PITCH * c + 64 * half + 16 * I as u32,
             [codes(a[0], a[1], f), codes(a[2], a[3], f), codes(b[0], b[1], f), codes(b[2], b[3], f)],
         );
+    });
+    sync::block_sync();
+    // then stored by whole lines: a warp writes 4 columns' 128 codes, 8 lanes a column
+    crate::unroll!(P in [0, 1, 2, 3] {
+        let oc = 32 * P as u32 + t / 8;
+        let ch = t % 8;
+        let v = smem::ld_v4(stage + CODES_PITCH * oc + 16 * ch);
+        let at = ((cc * 128 + oc) * p.kp + kb * 128) / 16 + ch;
+        global::st_v4((p.q as *mut [u32; 4]).add(at as usize), v);
     });
     if p.block != 0 {
         if t == 0 {

@@ -31,6 +31,21 @@ pub unsafe fn block_sync() {
     asm!("barrier.sync 0;", options(nostack));
 }
 
+/// `barrier.red.popc.u32 0`: the whole block meets at barrier 0 and every thread gets the number of threads
+/// whose `pred` is true (the non-`.aligned` form).
+/// SAFETY: every thread of the block.
+#[inline(always)]
+pub unsafe fn block_count(pred: bool) -> u32 {
+    let r: u32;
+    asm!(
+        "{{ .reg .pred %bcp; setp.ne.u32 %bcp, {v}, 0; barrier.red.popc.u32 {r}, 0, %bcp; }}",
+        r = out(reg32) r,
+        v = in(reg32) pred as u32,
+        options(nostack)
+    );
+    r
+}
+
 macro_rules! flag_ops {
     ($scope:literal, $ld:ident, $st:ident, $red:ident, $atom_add:ident) => {
         #[doc = concat!("`ld.acquire.", $scope, ".global.u32`: read a flag; later accesses stay after it.")]
