@@ -1067,12 +1067,18 @@ gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {
     }
 });
 
-/// `backward_fp8` with the weight gradients in FP8 (`Fp8Backward::Wgrad`): dx and dtopk bit for bit those of the
-/// straight-through backward (the weight gradients' path changes nothing else), dW1 and dW2 against the CPU model
-/// of FP8 weight gradients (`reference::forward_backward_fp8_wgrad`: dy and dz in 1 x 128 blocks along each
-/// expert's rows, s h and x in 128 x 128 blocks, quantized as the kernels do), every output poisoned and checked
-/// written; f32 gradients, then bf16 ones accumulated onto random values. Ragged routing with masked slots.
-fn backward_fp8_wgrad_run(tokens: usize, h: usize, i: usize, e: usize, k: usize, gather: megamoe::layer::Gather) {
+/// `backward_fp8` with some of its GEMMs in FP8 (`mode`: `Fp8Backward::Dx`, `Wgrad` or `DxWgrad`) against the
+/// straight backward on the same inputs and against the CPU model of the FP8 products
+/// (`reference::forward_backward_fp8`: dz per row for dx against the forward's dequantized W1; dy and dz in 1 x 128
+/// blocks along each expert's rows and s h and x in 128 x 128 blocks for the weight gradients, quantized as the
+/// kernels do). What stays bf16 must be bit for bit the straight backward's (dtopk always), every output poisoned
+/// and checked written; f32 gradients, then bf16 ones accumulated onto random values. Ragged routing with masked
+/// slots.
+fn backward_fp8_mode_run(
+    (tokens, h, i, e, k): (usize, usize, usize, usize, usize),
+    gather: megamoe::layer::Gather,
+    mode: megamoe::layer::Fp8Backward,
+) {
     use megamoe::layer::{Fp8Backward, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
     let g = gpu();
     let mut r = fresh_rng();
@@ -1092,12 +1098,12 @@ fn backward_fp8_wgrad_run(tokens: usize, h: usize, i: usize, e: usize, k: usize,
     let (init1, init2) = (r.bf16_vec(n1, 0.01), r.bf16_vec(n2, 0.01));
     let f64s = |v: Vec<f32>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
     let b64s = |v: Vec<bf16>| v.into_iter().map(|x| x.to_f64()).collect::<Vec<f64>>();
-    // (dx, dtopk, dW1, dW2) of each mode with f32 gradients, and the FP8 mode's bf16 gradients accumulated
+    // (dx, dtopk, dW1, dW2) of each mode with f32 gradients, and `mode`'s bf16 gradients accumulated
     let mut runs = Vec::new();
     let mut acc16 = None;
-    for mode in [Fp8Backward::Straight, Fp8Backward::Wgrad] {
+    for m in [Fp8Backward::Straight, mode] {
         let base = LayerConfig::bf16(h, i, e, k, tokens + 50, Save::InputsOnly);
-        let cfg = LayerConfig { fp8_backward: mode, gather, ..base };
+        let cfg = LayerConfig { fp8_backward: m, gather, ..base };
         let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
         let mut fw = Fp8Weights::alloc(&layer).unwrap();
         fw.quantize(&g, &dw1, &dw2, &layer).unwrap();
@@ -1124,11 +1130,11 @@ fn backward_fp8_wgrad_run(tokens: usize, h: usize, i: usize, e: usize, k: usize,
         );
         for (name, v) in [("dx", &got.0), ("dtopk", &got.1), ("dW1", &got.2), ("dW2", &got.3)] {
             if let Some(q) = v.iter().position(|x| x.is_nan()) {
-                panic!("backward_fp8 ({mode:?}) left {name}[{q}] unwritten");
+                panic!("backward_fp8 ({m:?}) left {name}[{q}] unwritten");
             }
         }
         runs.push(got);
-        if mode == Fp8Backward::Wgrad {
+        if m == mode {
             let (mut b1, mut b2) = (g.upload(&init1).unwrap(), g.upload(&init2).unwrap());
             let grads = Grads { dx: &mut dx_out, dw1: &mut b1, dw2: &mut b2, dtopk: &mut dtopk, accumulate: true };
             layer.backward_fp8(&saved, &ddy, &inp16, &fw, grads).unwrap();
@@ -1136,8 +1142,15 @@ fn backward_fp8_wgrad_run(tokens: usize, h: usize, i: usize, e: usize, k: usize,
         }
     }
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
-    assert!(bits(&runs[0].0) == bits(&runs[1].0), "dx differs between the straight and FP8-wgrad backward");
-    assert!(bits(&runs[0].1) == bits(&runs[1].1), "dtopk differs between the straight and FP8-wgrad backward");
+    let same = |a: &[f64], b: &[f64]| bits(a) == bits(b);
+    assert!(same(&runs[0].1, &runs[1].1), "dtopk differs between the straight and the {mode:?} backward");
+    if !mode.dx() {
+        assert!(same(&runs[0].0, &runs[1].0), "dx differs between the straight and the {mode:?} backward");
+    }
+    if !mode.wgrad() {
+        assert!(same(&runs[0].2, &runs[1].2), "dW1 differs between the straight and the {mode:?} backward");
+        assert!(same(&runs[0].3, &runs[1].3), "dW2 differs between the straight and the {mode:?} backward");
+    }
     // the CPU model
     let (qx, sx) = fp8::quantize_rows_cpu(&x, tokens, h);
     let xd = fp8::dequantize_cpu(&qx, &sx, tokens, h, 1);
@@ -1152,38 +1165,54 @@ fn backward_fp8_wgrad_run(tokens: usize, h: usize, i: usize, e: usize, k: usize,
     };
     let wr = reference::Weights { w1: reference::to_f64(&w1), w2: reference::to_f64(&w2) };
     let zf = reference::ZFrom { x: std::slice::from_ref(&xd), w1: &w1d };
-    let (_, model) = reference::forward_backward_fp8_wgrad(&shape, std::slice::from_ref(&ri), &wr, zf).unwrap();
-    let (_, straight) = reference::forward_backward_z_from(&shape, &[ri], &wr, zf).unwrap();
-    // Tolerance: the GPU's operands (dz from bf16 z and an f32 dh, s h from bf16 g and u) differ from the model's
+    let which = reference::Fp8Grads { dx: mode.dx(), wgrad: mode.wgrad() };
+    let (mo, model) = reference::forward_backward_fp8(&shape, std::slice::from_ref(&ri), &wr, zf, which).unwrap();
+    let (so, straight) = reference::forward_backward_z_from(&shape, &[ri], &wr, zf).unwrap();
+    // Tolerance: the GPU's FP8 operands (dz from bf16 z and an f32 dh, s h from bf16 g and u) differ from the model's
     // f64 ones by bf16 rounding, and such a perturbation moves a code across an e4m3 rounding boundary (a whole
     // e4m3 step, 6-12%) often enough to cost ~1e-2 (docs/NOTES.md: 0.84e-2 simulated for A perturbed at bf16's
-    // half ulp; 1.24e-2 measured on dW1). So 2.5e-2 against the model, and the gradients must be markedly closer
-    // to the FP8 model than to the bf16 (straight-through) gradients (~4-6e-2 away: e4m3's own error).
-    let tag = format!("backward_fp8 (FP8 weight gradients) T {tokens} H {h} I {i} E {e} k {k}");
-    let e1 = check::close(&format!("{tag} dW1"), &runs[1].2, &model.dw1, 2.5e-2).unwrap();
-    let e2 = check::close(&format!("{tag} dW2"), &runs[1].3, &model.dw2, 2.5e-2).unwrap();
-    let (s1e, s2e) = (check::rel_err(&runs[1].2, &straight.dw1), check::rel_err(&runs[1].3, &straight.dw2));
+    // half ulp; 1.24e-2 measured on dW1). So 2.5e-2 against the model, and each FP8 product must be markedly closer
+    // to the FP8 model than to the bf16 (straight-through) one (~3-6e-2 away: e4m3's own error).
+    let tag = format!("backward_fp8 ({mode:?}) T {tokens} H {h} I {i} E {e} k {k}");
+    let mut line = format!("{tag}: rel err against the FP8 model / the straight-through one:");
+    if mode.dx() {
+        let d = check::close(&format!("{tag} dx"), &runs[1].0, &mo[0].dx, 2.5e-2).unwrap();
+        let ds = check::rel_err(&runs[1].0, &so[0].dx);
+        assert!(d < 0.6 * ds, "{tag}: dx no closer to the FP8 model ({d:.3e}) than to the bf16 one ({ds:.3e})");
+        line += &format!(" dx {d:.3e} / {ds:.3e}");
+    }
+    if mode.wgrad() {
+        let e1 = check::close(&format!("{tag} dW1"), &runs[1].2, &model.dw1, 2.5e-2).unwrap();
+        let e2 = check::close(&format!("{tag} dW2"), &runs[1].3, &model.dw2, 2.5e-2).unwrap();
+        let (s1e, s2e) = (check::rel_err(&runs[1].2, &straight.dw1), check::rel_err(&runs[1].3, &straight.dw2));
+        assert!(
+            e1 < 0.6 * s1e && e2 < 0.6 * s2e,
+            "{tag}: no closer to the FP8 model ({e1:.3e}, {e2:.3e}) than to the bf16 gradients ({s1e:.3e}, {s2e:.3e})"
+        );
+        line += &format!(" dW1 {e1:.3e} / {s1e:.3e} dW2 {e2:.3e} / {s2e:.3e}");
+    }
+    // the bf16 gradients accumulated onto init: against init + the model's (the straight model's when bf16)
     let (acc1, acc2) = acc16.unwrap();
     let add = |init: &[bf16], m: &[f64]| init.iter().zip(m).map(|(a, b)| a.to_f64() + b).collect::<Vec<f64>>();
     let a1 = check::close(&format!("{tag} dW1 bf16 accumulated"), &acc1, &add(&init1, &model.dw1), 2.5e-2).unwrap();
     let a2 = check::close(&format!("{tag} dW2 bf16 accumulated"), &acc2, &add(&init2, &model.dw2), 2.5e-2).unwrap();
-    assert!(
-        e1 < 0.6 * s1e && e2 < 0.6 * s2e,
-        "{tag}: no closer to the FP8 model ({e1:.3e}, {e2:.3e}) than to the bf16 gradients ({s1e:.3e}, {s2e:.3e})"
-    );
-    eprintln!(
-        "{tag}: rel err against the FP8 model dW1 {e1:.3e} dW2 {e2:.3e} (bf16, accumulated: {a1:.3e} {a2:.3e}); \
-         against the straight-through (bf16) gradients {s1e:.3e} {s2e:.3e}"
-    );
+    eprintln!("{line}; bf16 gradients accumulated {a1:.3e} {a2:.3e}");
 }
-// with the default overlapped gather dx's combine runs in the FP8 weight gradients' idle warps (`_mv` kernels),
-// with the gather pass by its own pass
+// with the default overlapped gather dx's combine runs in the weight gradients' idle warps (`_mv` kernels), with
+// the gather pass by its own pass
 gpu_test!(backward_fp8_wgrad_matches_the_fp8_model, {
-    backward_fp8_wgrad_run(300, 512, 256, 8, 4, megamoe::layer::Gather::Overlapped)
+    use megamoe::layer::{Fp8Backward, Gather};
+    backward_fp8_mode_run((300, 512, 256, 8, 4), Gather::Overlapped, Fp8Backward::Wgrad)
 });
 gpu_test!(backward_fp8_wgrad_with_the_gather_pass, {
-    backward_fp8_wgrad_run(260, 512, 256, 8, 4, megamoe::layer::Gather::Pass)
+    use megamoe::layer::{Fp8Backward, Gather};
+    backward_fp8_mode_run((260, 512, 256, 8, 4), Gather::Pass, Fp8Backward::Wgrad)
 });
-gpu_test!(backward_fp8_wgrad_qwen3_30b_widths, {
-    backward_fp8_wgrad_run(200, 2048, 768, 16, 8, megamoe::layer::Gather::Overlapped)
+gpu_test!(backward_fp8_dx_matches_the_fp8_model, {
+    use megamoe::layer::{Fp8Backward, Gather};
+    backward_fp8_mode_run((300, 512, 256, 8, 4), Gather::Overlapped, Fp8Backward::Dx)
+});
+gpu_test!(backward_fp8_dx_wgrad_qwen3_30b_widths, {
+    use megamoe::layer::{Fp8Backward, Gather};
+    backward_fp8_mode_run((200, 2048, 768, 16, 8), Gather::Overlapped, Fp8Backward::DxWgrad)
 });

@@ -89,12 +89,30 @@ pub enum Forward {
 pub enum Fp8Backward {
     /// The rest in bf16 on the bf16 x, W1 and W2 (the straight-through backward; the default).
     Straight,
-    /// The weight gradients in FP8 too (`grouped_wgrad_fp8b_*`): dW2 = dy^T (s h) and dW1 = dz^T x with dy and dz
+    /// dx = dz W1 in FP8 (`grouped_gemm_fp8w`): dz quantized per row in 1 x 128 blocks (by a pass), W1 read as
+    /// [`Fp8Weights`]' transposed codes (`quantize_fp8_blocks_t`: the forward's blocks and scales, so the same
+    /// dequantized W1). dx carries e4m3's error; dtopk and the weight gradients are those of `Straight`, bit for
+    /// bit.
+    Dx,
+    /// The weight gradients in FP8 (`grouped_wgrad_fp8b_*`): dW2 = dy^T (s h) and dW1 = dz^T x with dy and dz
     /// quantized in 1 x 128 blocks along each expert's rows and s h and x in 128 x 128 blocks (DeepSeek-V3's
     /// recipe for the backward's activations), transposed per expert. dy's and x's quantization is fused into
     /// their gathers; dz and s h are quantized by passes (not yet in the dh epilogue). The weight gradients then
     /// carry e4m3's error (~3-4% of each element against bf16); dx and dtopk are those of `Straight`, bit for bit.
     Wgrad,
+    /// Both [`Fp8Backward::Dx`] and [`Fp8Backward::Wgrad`].
+    DxWgrad,
+}
+
+impl Fp8Backward {
+    /// Whether dx runs in FP8.
+    pub fn dx(self) -> bool {
+        matches!(self, Fp8Backward::Dx | Fp8Backward::DxWgrad)
+    }
+    /// Whether the weight gradients run in FP8.
+    pub fn wgrad(self) -> bool {
+        matches!(self, Fp8Backward::Wgrad | Fp8Backward::DxWgrad)
+    }
 }
 
 /// Element type of the layer's activations and weights.
@@ -143,7 +161,7 @@ fn env_choice<T: Copy>(var: &str, default: T, names: &[(&str, T)]) -> T {
 impl LayerConfig {
     /// A bf16 layer. `gather`, `forward` and `fp8_backward` take their defaults ([`Gather::Overlapped`],
     /// [`Forward::Launches`], [`Fp8Backward::Straight`]) unless `MEGAMOE_GATHER` (pass, overlapped),
-    /// `MEGAMOE_FORWARD` (launches, persistent) or `MEGAMOE_FP8_BACKWARD` (straight, wgrad) name others.
+    /// `MEGAMOE_FORWARD` (launches, persistent) or `MEGAMOE_FP8_BACKWARD` (straight, dx, wgrad, dx-wgrad) name others.
     pub fn bf16(
         hidden: usize,
         intermediate: usize,
@@ -173,7 +191,12 @@ impl LayerConfig {
             fp8_backward: env_choice(
                 "MEGAMOE_FP8_BACKWARD",
                 Fp8Backward::Straight,
-                &[("straight", Fp8Backward::Straight), ("wgrad", Fp8Backward::Wgrad)],
+                &[
+                    ("straight", Fp8Backward::Straight),
+                    ("dx", Fp8Backward::Dx),
+                    ("wgrad", Fp8Backward::Wgrad),
+                    ("dx-wgrad", Fp8Backward::DxWgrad),
+                ],
             ),
         }
     }
@@ -897,7 +920,8 @@ impl MoeLayer {
         let xs = if fp8.is_some() { (dptr(&self.work.xs, &s), ws_rows) } else { self.xs_of(saved) };
         let overlapped = c.gather == Gather::Overlapped;
         // FP8 weight gradients: x is quantized (and gathered) just before dW1 instead
-        let wgrad8 = fp8.is_some() && c.fp8_backward == Fp8Backward::Wgrad;
+        let wgrad8 = fp8.is_some() && c.fp8_backward.wgrad();
+        let dx8 = fp8.is_some() && c.fp8_backward.dx();
         if !wgrad8 && (fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped))) {
             self.gather(dptr(inp.x, &s), xs.0, saved)?;
         }
@@ -967,22 +991,26 @@ impl MoeLayer {
         // at once (slot_row unwritten) when the forward's error word is set.
         unsafe { g.launch("dtopk_reduce", Launch::new((slots as u32).div_ceil(256), 256, 0), &red)? };
         // dx rows = dz W1_e, then the sum over each token's slots
-        let map_dz = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, kh::GEMM_BM, 64)?;
-        let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), c.experts * 2 * i2, h2, 64, 64)?;
-        let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
-        let p = GroupedGemm {
-            map_a: map_dz,
-            map_b: map_w1,
-            c: dptr(&self.work.ys, &s),
-            map_c: map_ys,
-            n: h2 as u32,
-            k: 2 * i2 as u32,
-            n_b: 2 * i2 as u32,
-            ldc: h2 as u32,
-            n_tiles: (h2 as u32).div_ceil(kh::GEMM_BN),
-            ..zero_gemm()
-        };
-        self.mgemm("grouped_gemm_bt_bf16", p, saved)?;
+        if let (true, Some(w)) = (dx8, fp8) {
+            self.dx_fp8(w, slots, saved)?;
+        } else {
+            let map_dz = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, kh::GEMM_BM, 64)?;
+            let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), c.experts * 2 * i2, h2, 64, 64)?;
+            let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
+            let p = GroupedGemm {
+                map_a: map_dz,
+                map_b: map_w1,
+                c: dptr(&self.work.ys, &s),
+                map_c: map_ys,
+                n: h2 as u32,
+                k: 2 * i2 as u32,
+                n_b: 2 * i2 as u32,
+                ldc: h2 as u32,
+                n_tiles: (h2 as u32).div_ceil(kh::GEMM_BN),
+                ..zero_gemm()
+            };
+            self.mgemm("grouped_gemm_bt_bf16", p, saved)?;
+        }
         // dx = the sum over each token's slots: by a pass, or (overlapped) by dW2's and dW1's idle producer warps
         let dx_sum = self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved);
         if !overlapped {

@@ -209,7 +209,7 @@ pub struct ZFrom<'a> {
 }
 
 /// One expert's rows, weight-row outer: each weight row is streamed once per phase while the expert's rows
-/// stay in cache. `wgrad_fp8`: the weight gradients from blockwise-FP8 operands ([`forward_backward_fp8_wgrad`]).
+/// stay in cache. `fp8`: dx and / or the weight gradients from blockwise-FP8 operands ([`forward_backward_fp8`]).
 #[allow(clippy::too_many_arguments)]
 fn expert(
     s: &Shape,
@@ -219,7 +219,7 @@ fn expert(
     w: &Weights,
     backward: bool,
     zf: Option<ZFrom<'_>>,
-    wgrad_fp8: bool,
+    fp8: Fp8Grads,
 ) -> ExpertOut {
     let (h, i) = (s.h, s.i);
     let w1 = &w.w1[e * 2 * i * h..(e + 1) * 2 * i * h];
@@ -290,21 +290,31 @@ fn expert(
             dz[row * 2 * i + i + c] = d * g * sg;
         }
     }
-    // dx = dz W1, dW1 = sum dz^T x
+    // dx = dz W1, dW1 = sum dz^T x; with an FP8 dx, dz's rows quantized in 1 x 128 blocks of their bf16 values
+    // against the dequantized W1 of `zf` (the FP8 forward's)
+    let dzq: Vec<f64>;
+    let (dz_dx, w1_dx): (&[f64], &[f64]) = if fp8.dx {
+        let dzb: Vec<bf16> = dz.iter().map(|&v| bf16::from_f64(v)).collect();
+        let (q, sc) = crate::fp8::quantize_rows_cpu(&dzb, n, 2 * i);
+        dzq = crate::fp8::dequantize_cpu(&q, &sc, n, 2 * i, 1);
+        (&dzq, zw1)
+    } else {
+        (&dz, w1)
+    };
     let mut dx = vec![0.0; n * h];
     let mut dw1 = vec![0.0; 2 * i * h];
     for r0 in (0..n).step_by(RB) {
         for c in 0..2 * i {
-            let wr = &w1[c * h..(c + 1) * h];
+            let wx = &w1_dx[c * h..(c + 1) * h];
             let dwr = &mut dw1[c * h..(c + 1) * h];
             for row in r0..(r0 + RB).min(n) {
                 let d = dz[row * 2 * i + c];
-                axpy(&mut dx[row * h..(row + 1) * h], d, wr);
+                axpy(&mut dx[row * h..(row + 1) * h], dz_dx[row * 2 * i + c], wx);
                 axpy(dwr, d, x[row]);
             }
         }
     }
-    if wgrad_fp8 {
+    if fp8.wgrad {
         // the weight gradients from blockwise-FP8 operands, as `MoeLayer::backward_fp8` with
         // `Fp8Backward::Wgrad` quantizes them: dW2 = dy^T (s act), dW1 = dz^T x, the first operand in 1 x 128
         // blocks along the rows, the second in 128 x 128 blocks, of the bf16-rounded values
@@ -347,7 +357,7 @@ fn wgrad_fp8_model(a: &[bf16], ca: usize, b: &[bf16], cb: usize, n: usize) -> Ve
 /// Forward and backward of the layer over all ranks: each rank's y, dx, dtopk, and dW1, dW2 of every expert.
 /// Uses every core (experts are independent).
 pub fn forward_backward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(Vec<RankOutput>, Grads), String> {
-    run(s, ranks, w, true, None, false)
+    run(s, ranks, w, true, None, Fp8Grads::default())
 }
 
 /// As [`forward_backward`] with z = x' W1'^T from the operands of `zf` (y, dtopk, dx and the weight gradients
@@ -364,31 +374,41 @@ pub fn forward_backward_z_from(
     {
         return Err("z's operands do not match the inputs".into());
     }
-    run(s, ranks, w, true, Some(zf), false)
+    run(s, ranks, w, true, Some(zf), Fp8Grads::default())
 }
 
-/// As [`forward_backward_z_from`] with the weight gradients from blockwise-FP8 operands (dW2 = dy^T (s h) and
-/// dW1 = dz^T x, dy and dz quantized in 1 x 128 blocks along each expert's rows, s h and x in 128 x 128 blocks,
-/// each of the bf16-rounded values): the model of `MoeLayer::backward_fp8` with `Fp8Backward::Wgrad`. The rows
-/// of an expert in slot order, blocks from its first row.
-pub fn forward_backward_fp8_wgrad(
+/// Which of the backward's products [`forward_backward_fp8`] takes from blockwise-FP8 operands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fp8Grads {
+    /// dx = dz W1 from dz's bf16 values quantized per row in 1 x 128 blocks and the dequantized W1 of the `ZFrom`.
+    pub dx: bool,
+    /// dW2 = dy^T (s h) and dW1 = dz^T x, dy and dz quantized in 1 x 128 blocks along each expert's rows, s h and x
+    /// in 128 x 128 blocks, each of the bf16-rounded values.
+    pub wgrad: bool,
+}
+
+/// As [`forward_backward_z_from`] with the products `fp8` names from blockwise-FP8 operands: the model of
+/// `MoeLayer::backward_fp8` with the matching `Fp8Backward`. The rows of an expert in slot order, blocks from its
+/// first row.
+pub fn forward_backward_fp8(
     s: &Shape,
     ranks: &[RankInput],
     w: &Weights,
     zf: ZFrom<'_>,
+    fp8: Fp8Grads,
 ) -> Result<(Vec<RankOutput>, Grads), String> {
     if zf.x.len() != ranks.len() || zf.w1.len() != w.w1.len() {
         return Err("z's operands do not match the inputs".into());
     }
     if s.h % 128 != 0 || s.i % 128 != 0 {
-        return Err("the FP8 weight gradients need H and I multiples of 128".into());
+        return Err("the FP8 products need H and I multiples of 128".into());
     }
-    run(s, ranks, w, true, Some(zf), true)
+    run(s, ranks, w, true, Some(zf), fp8)
 }
 
 /// The forward alone: each rank's y (dx, dtopk and the gradients are left at zero).
 pub fn forward(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<Vec<RankOutput>, String> {
-    run(s, ranks, w, false, None, false).map(|(o, _)| o)
+    run(s, ranks, w, false, None, Fp8Grads::default()).map(|(o, _)| o)
 }
 
 fn run(
@@ -397,7 +417,7 @@ fn run(
     w: &Weights,
     backward: bool,
     zf: Option<ZFrom<'_>>,
-    wgrad_fp8: bool,
+    fp8: Fp8Grads,
 ) -> Result<(Vec<RankOutput>, Grads), String> {
     validate(s, ranks, w)?;
     let mut by_expert: Vec<Vec<Row>> = vec![Vec::new(); s.e];
@@ -432,7 +452,7 @@ fn run(
                     loop {
                         let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some((e, rows)) = items.get(n) else { break };
-                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward, zf, wgrad_fp8)));
+                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward, zf, fp8)));
                     }
                     mine
                 })

@@ -10,7 +10,7 @@ use megamoe_kernels::params::{Combine, GroupedGemmFp8};
 
 use super::{Grads, Inputs, LayerConfig, MoeLayer, Saved};
 use crate::error::{Error, Result};
-use crate::fp8::{self as q, QuantizeArgs};
+use crate::fp8::{self as q, QuantizeArgs, QuantizeTArgs};
 use crate::gemm::WgradElem;
 use crate::runtime::{dptr, Gpu};
 use megamoe_kernels::kernels_host as kh;
@@ -25,6 +25,10 @@ pub struct Fp8Weights {
     pub w2: CudaSlice<u8>,
     /// f32 [E * H / 128, I / 128].
     pub w2_scales: CudaSlice<f32>,
+    /// For an FP8 dx ([`Fp8Backward::Dx`](super::Fp8Backward::Dx)): each expert's W1 transposed, e4m3 [E * H, 2I] in
+    /// W1's own blocks (the same scales, laid out [E * H / 128, 2I / 128]); allocated by [`Fp8Weights::alloc`] for a
+    /// layer whose backward needs it.
+    pub w1t: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
 }
 
 impl Fp8Weights {
@@ -32,15 +36,22 @@ impl Fp8Weights {
     pub fn alloc(layer: &MoeLayer) -> Result<Self> {
         let (g, c) = (&layer.gpu, &layer.cfg);
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        let w1t = if c.fp8_backward.dx() {
+            Some((g.alloc(e * 2 * i * h)?, g.alloc(e * 2 * i / 128 * (h / 128))?))
+        } else {
+            None
+        };
         Ok(Fp8Weights {
             w1: g.alloc(e * 2 * i * h)?,
             w1_scales: g.alloc(e * 2 * i / 128 * (h / 128))?,
             w2: g.alloc(e * h * i)?,
             w2_scales: g.alloc(e * h / 128 * (i / 128))?,
+            w1t,
         })
     }
 
-    /// Quantize bf16 W1 [E, 2I, H] and W2 [E, H, I] into these buffers (after each optimizer step; asynchronous).
+    /// Quantize bf16 W1 [E, 2I, H] and W2 [E, H, I] into these buffers (after each optimizer step; asynchronous),
+    /// and W1's transpose when allocated.
     pub fn quantize(&mut self, gpu: &Gpu, w1: &CudaSlice<bf16>, w2: &CudaSlice<bf16>, layer: &MoeLayer) -> Result<()> {
         let c = &layer.cfg;
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
@@ -48,6 +59,9 @@ impl Fp8Weights {
             gpu,
             QuantizeArgs { x: w1, q: &mut self.w1, scales: &mut self.w1_scales, rows: e * 2 * i, cols: h },
         )?;
+        if let Some((qt, st)) = self.w1t.as_mut() {
+            q::quantize_blocks_t(gpu, QuantizeTArgs { x: w1, q: qt, scales: st, batches: e, rows: 2 * i, cols: h })?;
+        }
         q::quantize_blocks(
             gpu,
             QuantizeArgs { x: w2, q: &mut self.w2, scales: &mut self.w2_scales, rows: e * h, cols: i },
@@ -79,6 +93,8 @@ pub(super) struct Fp8Work {
     h8_scales: CudaSlice<f32>,
     /// The FP8 weight gradients' operands ([`Fp8Backward::Wgrad`](super::Fp8Backward::Wgrad)), on first use.
     wgrad: Option<WgradWork>,
+    /// dz's codes [max_tokens k, 2I] and row scales [max_tokens k, 2I / 128] for an FP8 dx, on first use.
+    dz8: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
 }
 
 /// The FP8 weight gradients' two operands, transposed per expert (`quantize_fp8_cols_grouped`): A^T codes [M, Kp]
@@ -246,6 +262,22 @@ impl MoeLayer {
                 return bad(format!("{name} lives on device {o}, the layer on device {me}"));
             }
         }
+        if c.fp8_backward.dx() {
+            let Some((qt, st)) = &w.w1t else {
+                return bad(
+                    "an FP8 dx needs W1's transpose: allocate the weights for this layer (Fp8Weights::alloc)".into()
+                );
+            };
+            let tw = [
+                ("W1^T", qt.len(), e * 2 * i * h, qt.ordinal()),
+                ("W1^T scales", st.len(), e * 2 * i / 128 * (h / 128), st.ordinal()),
+            ];
+            for (name, got, need, o) in tw {
+                if got != need || o != me {
+                    return bad(format!("{name}: {got} elements on device {o}, the layer needs {need} on device {me}"));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -263,6 +295,7 @@ impl MoeLayer {
                 h8: g.alloc((slots * i).max(1))?,
                 h8_scales: g.alloc((slots * i / 128).max(1))?,
                 wgrad: None,
+                dz8: None,
             });
         }
         Ok(())
@@ -310,6 +343,40 @@ impl MoeLayer {
 }
 
 impl MoeLayer {
+    /// dx's rows = dz W1_e in FP8 into the workspace's ys: dz (the workspace's, `slots` rows) quantized per row in
+    /// 1 x 128 blocks, then `grouped_gemm_fp8w` against W1's transposed codes (checked present by
+    /// `check_fp8_weights`).
+    pub(super) fn dx_fp8(&mut self, w: &Fp8Weights, slots: usize, sv: &Saved) -> Result<()> {
+        let c = self.cfg;
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let slots_max = c.max_tokens * c.top_k;
+        self.alloc_fp8()?;
+        let f = self.fp8.as_mut().expect("allocated above");
+        if f.dz8.is_none() {
+            f.dz8 = Some((g.alloc((slots_max * 2 * i).max(1))?, g.alloc((slots_max * 2 * i / 128).max(1))?));
+        }
+        let (dz8, dz8s) = f.dz8.as_ref().map(|(a, b)| (dptr(a, &s), dptr(b, &s))).expect("allocated above");
+        let Some((w1t, w1ts)) = &w.w1t else {
+            return Err(Error::InvalidArgument("FP8 weights: an FP8 dx needs W1's transpose".into()));
+        };
+        let (dz, ys) = (dptr(&self.work.dz, &s), dptr(&self.work.ys, &s));
+        // SAFETY: dz holds slots_max >= slots rows of 2I (a multiple of 128), the codes and scales as many.
+        unsafe { q::quantize_rows_raw(&g, dz, dz8, dz8s, slots, 2 * i)? };
+        let maps = [
+            self.maps.get_u8(&g, dz8, slots_max, 2 * i, 128)?,
+            self.maps.get_u8(&g, dptr(w1t, &s), e * h, 2 * i, 128)?,
+            self.maps.get(&g, ys, slots_max, h, 64, 64)?,
+        ];
+        let p = fp8_params(&c, &s, sv, dz8s, dptr(w1ts, &s), ys, (h, 2 * i), maps);
+        let k1 = plain_kernel();
+        let cfg = q::launch_cfg(&g, k1, slots_max, e, h, q::tile_cols(k1))?;
+        // SAFETY: dz's codes and scales hold slots_max rows of 2I, W1^T E * H rows of 2I with its block scales, ys
+        // slots_max rows of H (H a multiple of 512); rows are bounded by the device offsets, offsets[E] <= slots.
+        unsafe { g.launch(k1, cfg, &p) }
+    }
+
     /// The FP8 weight gradients' operand buffers, allocated on first use (after the FP8 forward's).
     fn wgrad_work(&mut self) -> Result<&WgradWork> {
         self.alloc_fp8()?;
