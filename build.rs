@@ -143,13 +143,13 @@ fn find_ptxas(root: &Path) -> Option<PathBuf> {
 }
 
 /// Check that the PTX exports exactly the manifest's kernels, and give each with `max_threads > 0` its
-/// `.maxntid` and `.minnctapersm 1` (together the register cap at entry that `setmaxnreg` needs; ptxas
+/// `.maxntid` and `.minnctapersm` (`min_blocks`, 1 unless the manifest asks for more; together the register cap at entry that `setmaxnreg` needs; ptxas
 /// ignores setmaxnreg with `.maxntid` alone, warning C7508), and `.reqnctapercluster` when its cluster is
 /// above 1.
 fn apply_manifest(ptx: &str) -> String {
     let mut out = String::with_capacity(ptx.len() + 1024);
     let mut entries = Vec::new();
-    let mut pending: Option<(u32, u32)> = None;
+    let mut pending: Option<(u32, u32, u32)> = None;
     for line in ptx.lines() {
         out.push_str(line);
         out.push('\n');
@@ -158,11 +158,11 @@ fn apply_manifest(ptx: &str) -> String {
             let spec = manifest::KERNELS.iter().find(|k| k.name == name).unwrap_or_else(|| {
                 panic!("megamoe: kernel `{name}` is exported but not listed in kernels-gpu/src/manifest.rs")
             });
-            pending = (spec.max_threads > 0).then_some((spec.max_threads, spec.cluster));
+            pending = (spec.max_threads > 0).then_some((spec.max_threads, spec.cluster, spec.min_blocks.max(1)));
             entries.push(name);
         } else if line.trim_start().starts_with(')') {
-            if let Some((n, c)) = pending.take() {
-                out.push_str(&format!(".maxntid {n}, 1, 1\n.minnctapersm 1\n"));
+            if let Some((n, c, b)) = pending.take() {
+                out.push_str(&format!(".maxntid {n}, 1, 1\n.minnctapersm {b}\n"));
                 if c > 1 {
                     out.push_str(&format!(".reqnctapercluster {c}, 1, 1\n"));
                 }

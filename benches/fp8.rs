@@ -388,6 +388,7 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                     cols,
                     block_scales: block,
                     gather: None,
+                    rows_out: None,
                 };
                 s(fp8::quantize_cols_grouped(g, args))
             };

@@ -148,10 +148,65 @@ fn quantize_cols_dev_with(
             tokens,
             copy: copy.as_mut(),
         }),
+        rows_out: None,
     };
     fp8::quantize_cols_grouped(g, args).unwrap();
     (q, s, copy)
 }
+
+/// The column quantizer writing the rows' row-wise codes too (`rows_out`, kernel `quantize_fp8_cols_grouped_rows`):
+/// the column codes and scales as without it, the row codes and scales bitwise `quantize_rows_cpu` of the expert
+/// rows (below offsets[E]), the rows past them left poisoned.
+fn quantize_cols_rows_run(counts: &[u32], cols: usize) {
+    let g = gpu();
+    let mut r = fresh_rng();
+    let e = counts.len();
+    let rows: usize = counts.iter().sum::<u32>() as usize;
+    let rows_max = rows + 37;
+    let x = spread(&mut r, rows_max, cols);
+    let offsets = row_offsets(counts);
+    let tiles = gemm::tile_offsets(counts);
+    let kp = fp8::cols_grouped_kp(rows_max, e);
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
+    let dv = g.upload(&x).unwrap();
+    let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(cols * (kp / 128)).unwrap());
+    let (mut qr, mut sr) = (g.alloc::<u8>(rows_max * cols).unwrap(), g.alloc::<f32>(rows_max * cols / 128).unwrap());
+    g.fill_bytes(&mut qr, 0x7f).unwrap();
+    g.fill_bytes(&mut sr, 0xff).unwrap();
+    let args = fp8::QuantizeColsArgs {
+        x: &dv,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        q: &mut q,
+        scales: &mut s,
+        experts: e,
+        rows_max,
+        cols,
+        block_scales: false,
+        gather: None,
+        rows_out: Some((&mut qr, &mut sr)),
+    };
+    fp8::quantize_cols_grouped(&g, args).unwrap();
+    g.sync().unwrap();
+    let (q, s, qr, sr) =
+        (g.download(&q).unwrap(), g.download(&s).unwrap(), g.download(&qr).unwrap(), g.download(&sr).unwrap());
+    let (wq, ws) = fp8::quantize_cols_grouped_cpu(&x, cols, &offsets, kp);
+    let used = tiles[e] as usize;
+    assert!((0..used * cols).all(|i| s[i].to_bits() == ws[i].to_bits()), "column scales differ");
+    for c in 0..cols {
+        assert!(q[c * kp..c * kp + 128 * used] == wq[c * kp..c * kp + 128 * used], "column codes of {c} differ");
+    }
+    let (rq, rs) = fp8::quantize_rows_cpu(&x[..rows * cols], rows, cols);
+    for i in 0..rows * cols / 128 {
+        assert!(sr[i].to_bits() == rs[i].to_bits(), "row scale {i}: {} against {}", sr[i], rs[i]);
+    }
+    if let Some(i) = (0..rows * cols).find(|&i| qr[i] != rq[i]) {
+        panic!("row code {i} (row {}, column {}): {:#04x} against {:#04x}", i / cols, i % cols, qr[i], rq[i]);
+    }
+    assert!(qr[rows * cols..].iter().all(|&v| v == 0x7f), "row codes past the experts were written");
+    assert!(sr[rows * cols / 128..].iter().all(|v| v.to_bits() == u32::MAX), "row scales past the experts written");
+}
+gpu_test!(quantize_cols_grouped_rows_bitwise, quantize_cols_rows_run(&[0, 1, 300, 129, 0, 64, 17, 256], 384));
 
 /// The column-wise grouped quantization (the weight gradients' K-major operands) against its CPU reference, bit
 /// for bit: ragged experts (0, 1, 129, 300 rows ...), zero rows, every written code and scale; the columns past

@@ -161,6 +161,9 @@ pub struct QuantizeColsArgs<'a> {
     /// None: `x` holds the expert-ordered rows. Some: `x` holds the tokens and the expert order's gather is fused
     /// into the quantization (see [`ColsGather`]).
     pub gather: Option<ColsGather<'a>>,
+    /// Some((codes e4m3 [rows_max, C], scales f32 [rows_max, C / 128])): the expert-ordered rows (those below
+    /// offsets[E]) also quantized row-wise in 1 x 128 blocks from the same read, bitwise [`quantize_rows`] of them.
+    pub rows_out: Option<(&'a mut CudaSlice<u8>, &'a mut CudaSlice<f32>)>,
 }
 
 /// The gather fused into [`quantize_cols_grouped`]: expert-ordered row r is the token row_slot[r] / top_k of
@@ -204,6 +207,10 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
         }
     }
     ck.buf("q", a.q, a.cols * kp)?;
+    if let Some((qr, sr)) = &a.rows_out {
+        ck.buf("row codes", &**qr, a.rows_max * a.cols)?;
+        ck.buf("row scales", &**sr, a.rows_max * a.cols / 128)?;
+    }
     let per_block = if a.block_scales { a.cols / 128 } else { a.cols };
     ck.buf("scales", a.scales, per_block * (kp / 128))?;
     if a.rows_max == 0 || a.cols == 0 {
@@ -232,6 +239,8 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
         top_k,
         row_slot,
         copy,
+        q_rows: a.rows_out.as_ref().map_or(0, |(q, _)| dptr(&**q, &s)),
+        s_rows: a.rows_out.as_ref().map_or(0, |(_, sc)| dptr(&**sc, &s)),
         src_rows: tokens as u32,
         pad: 0,
     };
@@ -248,7 +257,8 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
 /// writes them), Kp >= 128 tile_offsets[E].
 pub(crate) unsafe fn quantize_cols_raw(gpu: &Gpu, p: &QuantFp8Cols) -> Result<()> {
     let grid = p.kp / 128 * (p.cols / 128);
-    unsafe { gpu.launch("quantize_fp8_cols_grouped", Launch::new(grid, 256, kh::FP8_COLS_SMEM), p) }
+    let kernel = if p.q_rows != 0 { "quantize_fp8_cols_grouped_rows" } else { "quantize_fp8_cols_grouped" };
+    unsafe { gpu.launch(kernel, Launch::new(grid, 256, kh::FP8_COLS_SMEM), p) }
 }
 
 /// The K-grouped FP8 weight gradient: for each expert e, C_e[M, N] (+)= A_e^T B_e over its rows, from both

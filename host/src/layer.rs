@@ -945,7 +945,7 @@ impl MoeLayer {
         if wgrad8 {
             // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy
             let gather = Some((dptr(dy, &s), dptr(&self.work.dys, &s)));
-            self.quantize_cols_fp8(Operand::A, 0, h2, false, gather, saved)?;
+            self.quantize_cols_fp8(Operand::A, 0, h2, false, gather, false, saved)?;
         } else {
             self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
         }
@@ -992,7 +992,12 @@ impl MoeLayer {
         unsafe { g.launch("dtopk_reduce", Launch::new((slots as u32).div_ceil(256), 256, 0), &red)? };
         // dx rows = dz W1_e, then the sum over each token's slots
         if let (true, Some(w)) = (dx8, fp8) {
-            self.dx_fp8(w, slots, saved)?;
+            if wgrad8 {
+                // dz quantized both ways in one pass: rows for dx, columns (dz^T, its own buffer) for dW1
+                let dz = dptr(&self.work.dz, &s);
+                self.quantize_cols_fp8(Operand::Dz, dz, 2 * i2, false, None, true, saved)?;
+            }
+            self.dx_fp8(w, slots, saved, wgrad8)?;
         } else {
             let map_dz = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, kh::GEMM_BM, 64)?;
             let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), c.experts * 2 * i2, h2, 64, 64)?;
@@ -1023,11 +1028,16 @@ impl MoeLayer {
         if wgrad8 {
             // dW2 = dy^T (s h): s h in 128 x 128 blocks; then dW1 = dz^T x: dz in 1 x 128 blocks, x gathered into
             // 128 x 128 blocks (each operand's codes overwrite the last GEMM's, on the stream)
-            self.quantize_cols_fp8(Operand::B, dptr(&self.work.sh, &s), i2, true, None, saved)?;
-            self.wgrad_fp8::<W>((h2, i2), dptr(grads.dw2, &s), acc, saved, overlapped.then_some(first))?;
-            self.quantize_cols_fp8(Operand::A, dptr(&self.work.dz, &s), 2 * i2, false, None, saved)?;
-            self.quantize_cols_fp8(Operand::B, 0, h2, true, Some((dptr(inp.x, &s), 0)), saved)?;
-            return self.wgrad_fp8::<W>((2 * i2, h2), dptr(grads.dw1, &s), acc, saved, overlapped.then_some(rest));
+            self.quantize_cols_fp8(Operand::B, dptr(&self.work.sh, &s), i2, true, None, false, saved)?;
+            self.wgrad_fp8::<W>(Operand::A, (h2, i2), dptr(grads.dw2, &s), acc, saved, overlapped.then_some(first))?;
+            // dz^T: quantized before dx with an FP8 dx, else now into A
+            let dz_op = if dx8 { Operand::Dz } else { Operand::A };
+            if !dx8 {
+                self.quantize_cols_fp8(Operand::A, dptr(&self.work.dz, &s), 2 * i2, false, None, false, saved)?;
+            }
+            self.quantize_cols_fp8(Operand::B, 0, h2, true, Some((dptr(inp.x, &s), 0)), false, saved)?;
+            let (dw1, rest) = (dptr(grads.dw1, &s), overlapped.then_some(rest));
+            return self.wgrad_fp8::<W>(dz_op, (2 * i2, h2), dw1, acc, saved, rest);
         }
         let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
         self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, overlapped.then_some(first))?;

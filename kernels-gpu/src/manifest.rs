@@ -19,14 +19,23 @@ pub struct KernelSpec {
     /// CTAs per cluster (x) the kernel is written for, written into the PTX as `.reqnctapercluster` when above
     /// 1 (the launch then runs in clusters without a launch attribute; its grid must be a multiple).
     pub cluster: u32,
+    /// Blocks an SM must fit (with `max_threads > 0`), written as `.minnctapersm`: ptxas then caps the registers
+    /// at 65536 / (max_threads * min_blocks).
+    pub min_blocks: u32,
 }
 
 const fn k(name: &'static str, max_threads: u32, spill_free: bool, mma: bool) -> KernelSpec {
-    KernelSpec { name, max_threads, spill_free, mma, cluster: 1 }
+    KernelSpec { name, max_threads, spill_free, mma, cluster: 1, min_blocks: 1 }
 }
 
 const fn k2(name: &'static str, max_threads: u32, spill_free: bool, mma: bool) -> KernelSpec {
-    KernelSpec { name, max_threads, spill_free, mma, cluster: 2 }
+    KernelSpec { name, max_threads, spill_free, mma, cluster: 2, min_blocks: 1 }
+}
+
+/// A spill-free kernel without tensor cores that must fit `min_blocks` blocks an SM (a memory-bound kernel whose
+/// bandwidth needs the loads of several blocks in flight).
+const fn kb(name: &'static str, max_threads: u32, min_blocks: u32) -> KernelSpec {
+    KernelSpec { name, max_threads, spill_free: true, mma: false, cluster: 1, min_blocks }
 }
 
 /// Every kernel in the module.
@@ -79,7 +88,10 @@ pub const KERNELS: &[KernelSpec] = &[
     k("quantize_fp8_rows", 256, true, false),
     k("quantize_fp8_blocks", 256, true, false),
     k("quantize_fp8_blocks_t", 256, true, false),
-    k("quantize_fp8_cols_grouped", 256, true, false),
+    // 4 blocks an SM (64 registers): 2 left it ~2x slower (fourteenth session)
+    kb("quantize_fp8_cols_grouped", 256, 4),
+    // its row codes need ~115 registers: 2 blocks an SM (3 spilled)
+    kb("quantize_fp8_cols_grouped_rows", 256, 2),
     k("grouped_gemm_fp8", 384, true, true),
     k("grouped_gemm_fp8_regs", 384, true, true),
     k("grouped_gemm_fp8_probe", 384, true, true),

@@ -569,6 +569,11 @@ pub struct QuantFp8Cols {
     pub row_slot: u64,
     /// 0, or bf16 [rows_max, C]: each expert-ordered row read is also stored here (the gathered bf16 copy).
     pub copy: u64,
+    /// 0, or e4m3 [rows_max, C]: the rows also quantized row-wise in 1 x 128 blocks (the rule of
+    /// `quantize_fp8_rows`: bitwise its codes), from the same read.
+    pub q_rows: u64,
+    /// f32 [rows_max, C / 128]: the row-wise scales (with `q_rows`).
+    pub s_rows: u64,
     /// Rows x holds when gathering (a token past it reads as zeros).
     pub src_rows: u32,
     /// Unused (the block stays whole 8-byte words).
@@ -671,7 +676,7 @@ mod tests {
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
-            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 7 * 8 + 8 * 4),
+            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 9 * 8 + 8 * 4),
             ("WgradFp8", size_of::<WgradFp8>(), 8 * 8 + 6 * 4 + size_of::<Combine>()),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 10 * 8 + 4 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),

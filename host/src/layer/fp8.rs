@@ -105,6 +105,8 @@ struct WgradWork {
     a_scales: CudaSlice<f32>,
     b: CudaSlice<u8>,
     b_scales: CudaSlice<f32>,
+    /// dz^T [2I, Kp] and its scales when dx runs in FP8 too ([`Operand::Dz`]).
+    dz: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
     kp: usize,
 }
 
@@ -115,6 +117,9 @@ pub(super) enum Operand {
     A,
     /// B (128 x 128 blocks): s h, x.
     B,
+    /// dW1's A (dz, 1 x 128) in its own buffer: with an FP8 dx, dz is quantized (both ways, one pass) before dx,
+    /// while A still holds dy for dW2.
+    Dz,
 }
 
 impl MoeLayer {
@@ -346,24 +351,22 @@ impl MoeLayer {
     /// dx's rows = dz W1_e in FP8 into the workspace's ys: dz (the workspace's, `slots` rows) quantized per row in
     /// 1 x 128 blocks, then `grouped_gemm_fp8w` against W1's transposed codes (checked present by
     /// `check_fp8_weights`).
-    pub(super) fn dx_fp8(&mut self, w: &Fp8Weights, slots: usize, sv: &Saved) -> Result<()> {
+    /// `quantized`: dz's row codes are already there (written by the column quantizer's pass, `rows`).
+    pub(super) fn dx_fp8(&mut self, w: &Fp8Weights, slots: usize, sv: &Saved, quantized: bool) -> Result<()> {
         let c = self.cfg;
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let slots_max = c.max_tokens * c.top_k;
-        self.alloc_fp8()?;
-        let f = self.fp8.as_mut().expect("allocated above");
-        if f.dz8.is_none() {
-            f.dz8 = Some((g.alloc((slots_max * 2 * i).max(1))?, g.alloc((slots_max * 2 * i / 128).max(1))?));
-        }
-        let (dz8, dz8s) = f.dz8.as_ref().map(|(a, b)| (dptr(a, &s), dptr(b, &s))).expect("allocated above");
+        let (dz8, dz8s) = self.dz8()?;
         let Some((w1t, w1ts)) = &w.w1t else {
             return Err(Error::InvalidArgument("FP8 weights: an FP8 dx needs W1's transpose".into()));
         };
         let (dz, ys) = (dptr(&self.work.dz, &s), dptr(&self.work.ys, &s));
-        // SAFETY: dz holds slots_max >= slots rows of 2I (a multiple of 128), the codes and scales as many.
-        unsafe { q::quantize_rows_raw(&g, dz, dz8, dz8s, slots, 2 * i)? };
+        if !quantized {
+            // SAFETY: dz holds slots_max >= slots rows of 2I (a multiple of 128), the codes and scales as many.
+            unsafe { q::quantize_rows_raw(&g, dz, dz8, dz8s, slots, 2 * i)? };
+        }
         let maps = [
             self.maps.get_u8(&g, dz8, slots_max, 2 * i, 128)?,
             self.maps.get_u8(&g, dptr(w1t, &s), e * h, 2 * i, 128)?,
@@ -385,21 +388,57 @@ impl MoeLayer {
         if f.wgrad.is_none() {
             let kp = q::cols_grouped_kp(c.max_tokens * c.top_k, c.experts);
             let (ma, mb) = (c.hidden.max(2 * c.intermediate), c.hidden.max(c.intermediate));
+            let i2 = 2 * c.intermediate;
+            let dz = if c.fp8_backward.dx() { Some((g.alloc(i2 * kp)?, g.alloc(kp / 128 * i2)?)) } else { None };
             f.wgrad = Some(WgradWork {
                 a: g.alloc(ma * kp)?,
                 a_scales: g.alloc(kp / 128 * ma)?,
                 b: g.alloc(mb * kp)?,
                 b_scales: g.alloc(kp / 128 * (mb / 128))?,
+                dz,
                 kp,
             });
         }
         Ok(f.wgrad.as_ref().expect("allocated above"))
     }
 
+    /// Operand `op`'s codes and scales (addresses) and Kp.
+    fn operand(&mut self, op: Operand) -> Result<(u64, u64, usize)> {
+        let s = self.gpu.stream().clone();
+        let w = self.wgrad_work()?;
+        Ok(match op {
+            Operand::A => (dptr(&w.a, &s), dptr(&w.a_scales, &s), w.kp),
+            Operand::B => (dptr(&w.b, &s), dptr(&w.b_scales, &s), w.kp),
+            Operand::Dz => {
+                let Some((q, sc)) = &w.dz else {
+                    return Err(Error::InvalidArgument("dz's own operand exists only with an FP8 dx".into()));
+                };
+                (dptr(q, &s), dptr(sc, &s), w.kp)
+            }
+        })
+    }
+
+    /// dz's row-wise codes and scales for an FP8 dx (allocated on first use).
+    fn dz8(&mut self) -> Result<(u64, u64)> {
+        let c = self.cfg;
+        let slots_max = c.max_tokens * c.top_k;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        self.alloc_fp8()?;
+        let f = self.fp8.as_mut().expect("allocated above");
+        if f.dz8.is_none() {
+            let i2 = 2 * c.intermediate;
+            f.dz8 = Some((g.alloc((slots_max * i2).max(1))?, g.alloc((slots_max * i2 / 128).max(1))?));
+        }
+        Ok(f.dz8.as_ref().map(|(a, b)| (dptr(a, &s), dptr(b, &s))).expect("allocated above"))
+    }
+
     /// Quantize `cols` columns of the expert-ordered rows at `x` (bf16 [max_tokens k, cols]) into operand `op` of
     /// the FP8 weight gradients, transposed (`block`: 128 x 128 scales, else 1 x 128 along the rows). With
     /// `gather` = (tokens, copy) the rows are gathered from the tokens [T, cols] instead (`x` unused) and, when
-    /// `copy` is non-zero, also stored there in bf16 (the gather's own output).
+    /// `copy` is non-zero, also stored there in bf16 (the gather's own output). With `rows`, the rows are also
+    /// quantized row-wise into dz's row codes (an FP8 dx's A) from the same read.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn quantize_cols_fp8(
         &mut self,
         op: Operand,
@@ -407,16 +446,14 @@ impl MoeLayer {
         cols: usize,
         block: bool,
         gather: Option<(u64, u64)>,
+        rows: bool,
         sv: &Saved,
     ) -> Result<()> {
         let c = self.cfg;
         let g = self.gpu.clone();
         let s = g.stream().clone();
-        let w = self.wgrad_work()?;
-        let (q, scales) = match op {
-            Operand::A => (dptr(&w.a, &s), dptr(&w.a_scales, &s)),
-            Operand::B => (dptr(&w.b, &s), dptr(&w.b_scales, &s)),
-        };
+        let (q, scales, kp) = self.operand(op)?;
+        let (q_rows, s_rows) = if rows { self.dz8()? } else { (0, 0) };
         let (src, row_slot, copy) = match gather {
             Some((tokens, copy)) => (tokens, dptr(&sv.row_slot, &s), copy),
             None => (x, 0, 0),
@@ -429,19 +466,22 @@ impl MoeLayer {
             tile_offsets: dptr(&sv.tile_offsets, &s),
             experts: c.experts as u32,
             cols: cols as u32,
-            kp: w.kp as u32,
+            kp: kp as u32,
             rows_max: (c.max_tokens * c.top_k) as u32,
             block: block as u32,
             top_k: c.top_k as u32,
             row_slot,
             copy,
+            q_rows,
+            s_rows,
             src_rows: sv.tokens as u32,
             pad: 0,
         };
         // SAFETY: x (or copy) holds max_tokens k rows of `cols` (the layer's workspace: dys, dz, sh), the tokens
         // sv.tokens rows of `cols` (checked by the callers), row_slot max_tokens k entries; the operand buffers
-        // hold max(H, 2I) (A) and max(H, I) (B) rows of Kp codes and their scales; Kp covers any routing of
-        // max_tokens tokens; offsets and tile offsets are the route's.
+        // hold max(H, 2I) (A), max(H, I) (B) and 2I (Dz) rows of Kp codes and their scales, dz's row codes
+        // max_tokens k rows of 2I (rows only with dz); Kp covers any routing of max_tokens tokens; offsets and tile
+        // offsets are the route's.
         unsafe { q::quantize_cols_raw(&g, &p) }
     }
 
@@ -450,6 +490,7 @@ impl MoeLayer {
     /// warps run that combine meanwhile (the `_mv` kernels).
     pub(super) fn wgrad_fp8<W: WgradElem>(
         &mut self,
+        a_op: Operand,
         (m, n): (usize, usize),
         c: u64,
         acc: bool,
@@ -459,8 +500,7 @@ impl MoeLayer {
         let e = self.cfg.experts;
         let g = self.gpu.clone();
         let s = g.stream().clone();
-        let w = self.wgrad_work()?;
-        let (a, sa, b, sb, kp) = (dptr(&w.a, &s), dptr(&w.a_scales, &s), dptr(&w.b, &s), dptr(&w.b_scales, &s), w.kp);
+        let ((a, sa, kp), (b, sb, _)) = (self.operand(a_op)?, self.operand(Operand::B)?);
         let p = megamoe_kernels::params::WgradFp8 {
             map_a: self.maps.get_u8(&g, a, m, kp, 128)?,
             map_b: self.maps.get_u8(&g, b, n, kp, 128)?,

@@ -176,6 +176,20 @@ const _: () =
 /// flight to approach the memory's bandwidth.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
+    cols_grouped::<false>(&p);
+}
+
+/// As `quantize_fp8_cols_grouped`, and the rows also quantized row-wise into `q_rows` / `s_rows` from the same read
+/// (the rule of `quantize_fp8_rows`): both operands an FP8 backward needs of dz (dx's A row-wise, dW1's A
+/// column-wise) in one pass. Its own kernel: the row codes need registers that would halve the plain one's blocks
+/// an SM.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped_rows(p: QuantFp8Cols) {
+    cols_grouped::<true>(&p);
+}
+
+#[inline(always)]
+unsafe fn cols_grouped<const ROWS: bool>(p: &QuantFp8Cols) {
     const PITCH: u32 = COLS_PITCH;
     let cbs = p.cols / 128;
     let (kb, cc) = (regs::bid() / cbs, regs::bid() % cbs);
@@ -233,6 +247,25 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
         }
         // the two lanes of a pair store columns 8 apart, which PITCH (68 words) would put in the same banks: odd
         // lanes store their words in the order J + 2, so the pair's columns are 12 apart (16 banks)
+        // with q_rows, the row's 1 x 128 block too: its amax over the lane pair (a uniform shuffle), the scale, and
+        // each chunk's 8 codes stored with the chunk's transposed stores below (nothing held longer than w)
+        let mut rf = 0f32;
+        let rows_out = ROWS && p.q_rows != 0;
+        if rows_out {
+            let mut ra = 0f32;
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                crate::unroll!(J in [0, 1, 2, 3] {
+                    ra = ra.max(amax2(w[I][J]));
+                });
+            });
+            ra = ra.max(f32::from_bits(warp::shfl_xor(ra.to_bits(), 1)));
+            let (rs, f) = scale_and_factor(ra);
+            rf = f;
+            if p1 == 0 && row < r_end {
+                *(p.s_rows as *mut f32).add((row * (p.cols / 128) + cc) as usize) = rs;
+            }
+        }
+        let qr = (p.q_rows as *mut [u32; 2]).add(((row * p.cols + cc * 128) / 8 + p1) as usize);
         crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
             crate::unroll!(J in [0, 1, 2, 3] {
                 let j = (J as u32 + 2 * p1) % 4;
@@ -241,6 +274,9 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
                 smem::st_u16(tile + PITCH * c + 2 * r, v & 0xffff);
                 smem::st_u16(tile + PITCH * (c + 1) + 2 * r, v >> 16);
             });
+            if rows_out && row < r_end {
+                global::st_v2(qr.add(2 * I), [codes(w[I][0], w[I][1], rf), codes(w[I][2], w[I][3], rf)]);
+            }
         });
     }
     sync::block_sync();

@@ -23,6 +23,14 @@ pub unsafe fn st_v4(p: *mut [u32; 4], v: [u32; 4]) {
          b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack));
 }
 
+/// `st.global.v2.u32`. SAFETY: any thread; `p` an 8-byte aligned global address writable for 8 bytes that no other
+/// thread accesses during this kernel unless the caller orders it.
+#[inline(always)]
+pub unsafe fn st_v2(p: *mut [u32; 2], v: [u32; 2]) {
+    asm!("st.global.v2.u32 [{p}], {{{a}, {b}}};", p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1],
+         options(nostack));
+}
+
 /// `ld.global.nc.f32`: a read-only load through the non-coherent path (LDG). SAFETY: any thread; `p` a 4-byte
 /// aligned global address that nothing writes during this kernel.
 #[inline(always)]
