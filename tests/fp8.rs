@@ -97,21 +97,9 @@ gpu_test!(quantize_blocks_t_matches_the_reference_bitwise, {
 });
 
 /// `quantize_cols_grouped` of `v` [rows_max, cols] on the GPU into poisoned outputs (codes 0x7f, scales NaN: what the
-/// quantizer does not write keeps them); `block`: one scale per 128 x 128 block.
-fn quantize_cols_dev(
-    g: &Arc<Gpu>,
-    v: &[bf16],
-    cols: usize,
-    (offsets, tile_offsets): (&CudaSlice<u32>, &CudaSlice<u32>),
-    (rows_max, kp): (usize, usize),
-    block: bool,
-) -> (CudaSlice<u8>, CudaSlice<f32>) {
-    let (q, s, _) = quantize_cols_dev_with(g, v, cols, (offsets, tile_offsets), (rows_max, kp), block, None);
-    (q, s)
-}
-
-/// As `quantize_cols_dev`; with `gather` = (row_slot, top_k, tokens) `v` holds the tokens [tokens, cols] and the
-/// gather is fused, its bf16 copy of the gathered rows returned too (poisoned 0xffff first).
+/// quantizer does not write keeps them); `block`: one scale per 128 x 128 block. With `gather` = (row_slot, top_k,
+/// tokens) `v` holds the tokens [tokens, cols] and the gather is fused, its bf16 copy of the gathered rows returned
+/// too (poisoned 0xffff first).
 #[allow(clippy::type_complexity)]
 fn quantize_cols_dev_with(
     g: &Arc<Gpu>,
@@ -225,7 +213,7 @@ fn quantize_cols_grouped_run(counts: &[u32], cols: usize, block: bool) {
     let tiles = gemm::tile_offsets(counts);
     let kp = fp8::cols_grouped_kp(rows_max, e);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
-    let (q, s) = quantize_cols_dev(&g, &x, cols, (&doff, &dtil), (rows_max, kp), block);
+    let (q, s, _) = quantize_cols_dev_with(&g, &x, cols, (&doff, &dtil), (rows_max, kp), block, None);
     g.sync().unwrap();
     let (q, s) = (g.download(&q).unwrap(), g.download(&s).unwrap());
     let (wq, ws) = if block {
@@ -365,7 +353,10 @@ fn wgrad_fp8_run_with<W: El>(counts: &[u32], m: usize, n: usize, accumulate: boo
     let tiles = gemm::tile_offsets(counts);
     let kp = fp8::cols_grouped_kp(rows_max, e);
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
-    let quant = |v: &[bf16], cols: usize, block| quantize_cols_dev(&g, v, cols, (&doff, &dtil), (rows_max, kp), block);
+    let quant = |v: &[bf16], cols: usize, block| {
+        let (q, s, _) = quantize_cols_dev_with(&g, v, cols, (&doff, &dtil), (rows_max, kp), block, None);
+        (q, s)
+    };
     let ((qa, sa), (qb, sb)) = (quant(&x, m, false), quant(&y, n, b_block));
     // C: poisoned (NaN) when overwritten, random when accumulated
     let c0: Vec<f32> = (0..e * m * n).map(|_| if accumulate { r.sym(1.0) as f32 } else { f32::NAN }).collect();
@@ -819,6 +810,44 @@ gpu_test!(bad_shapes_are_refused_before_anything_runs, {
     assert!(g.download(&c).unwrap().iter().all(|v| v.to_bits() == 0xffff), "a refused call wrote C");
 });
 
+/// The CPU models' inputs for an FP8 layer: the shape, the rank's inputs and the bf16 weights in f64, and the FP8
+/// forward's dequantized x (1 x 128 per row) and W1 (128 x 128 blocks), z's operands (`zf`).
+struct ModelInputs {
+    shape: reference::Shape,
+    ri: reference::RankInput,
+    wr: reference::Weights,
+    xd: Vec<f64>,
+    w1d: Vec<f64>,
+}
+
+impl ModelInputs {
+    #[allow(clippy::type_complexity)]
+    fn new(
+        (x, ids, wts, dy): (&[bf16], &[i32], &[f32], &[bf16]),
+        (w1, w2): (&[bf16], &[bf16]),
+        (tokens, h, i, e, k): (usize, usize, usize, usize, usize),
+    ) -> Self {
+        let (qx, sx) = fp8::quantize_rows_cpu(x, tokens, h);
+        let (q1, s1) = fp8::quantize_blocks_cpu(w1, e * 2 * i, h);
+        ModelInputs {
+            shape: reference::Shape { h, i, e, k },
+            ri: reference::RankInput {
+                x: reference::to_f64(x),
+                topk_ids: ids.to_vec(),
+                topk_w: wts.iter().map(|&v| v as f64).collect(),
+                dy: reference::to_f64(dy),
+            },
+            wr: reference::Weights { w1: reference::to_f64(w1), w2: reference::to_f64(w2) },
+            xd: fp8::dequantize_cpu(&qx, &sx, tokens, h, 1),
+            w1d: fp8::dequantize_cpu(&q1, &s1, e * 2 * i, h, 128),
+        }
+    }
+
+    fn zf(&self) -> reference::ZFrom<'_> {
+        reference::ZFrom { x: std::slice::from_ref(&self.xd), w1: &self.w1d }
+    }
+}
+
 /// The layer's forward in FP8 against a CPU model of it: x, W1, W2 quantized as the kernels do (bitwise: the
 /// quantization tests), z and h in f64 from the dequantized operands, h rounded to bf16 and quantized per row, y
 /// from the dequantized h and W2, out = sum of the weighted rows. Ragged routing with masked slots; out poisoned.
@@ -923,16 +952,9 @@ fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
             panic!("backward_fp8 left {name}[{q}] unwritten");
         }
     }
-    let shape = reference::Shape { h, i, e, k };
-    let ri = reference::RankInput {
-        x: reference::to_f64(&x),
-        topk_ids: ids.clone(),
-        topk_w: wts.iter().map(|&v| v as f64).collect(),
-        dy: reference::to_f64(&dyh),
-    };
-    let wr = reference::Weights { w1: reference::to_f64(&w1), w2: reference::to_f64(&w2) };
-    let zf = reference::ZFrom { x: std::slice::from_ref(&xd), w1: &w1d };
-    let (want, wg) = reference::forward_backward_z_from(&shape, &[ri], &wr, zf).unwrap();
+    let mi = ModelInputs::new((&x, &ids, &wts, &dyh), (&w1, &w2), (tokens, h, i, e, k));
+    let (want, wg) =
+        reference::forward_backward_z_from(&mi.shape, std::slice::from_ref(&mi.ri), &mi.wr, mi.zf()).unwrap();
     let tag = format!("backward_fp8 T {tokens} H {h} I {i} E {e} k {k}");
     let ex = check::close(&format!("{tag} dx"), &got_dx, &want[0].dx, 1e-2).unwrap();
     let et = check::close(&format!("{tag} dtopk"), &got_tk, &want[0].dtopk, 1e-2).unwrap();
@@ -1207,22 +1229,11 @@ fn backward_fp8_mode_run(
         assert!(same(&runs[0].3, &runs[1].3), "dW2 differs between the straight and the {mode:?} backward");
     }
     // the CPU model
-    let (qx, sx) = fp8::quantize_rows_cpu(&x, tokens, h);
-    let xd = fp8::dequantize_cpu(&qx, &sx, tokens, h, 1);
-    let (q1, s1) = fp8::quantize_blocks_cpu(&w1, e * 2 * i, h);
-    let w1d = fp8::dequantize_cpu(&q1, &s1, e * 2 * i, h, 128);
-    let shape = reference::Shape { h, i, e, k };
-    let ri = reference::RankInput {
-        x: reference::to_f64(&x),
-        topk_ids: ids.clone(),
-        topk_w: wts.iter().map(|&v| v as f64).collect(),
-        dy: reference::to_f64(&dyh),
-    };
-    let wr = reference::Weights { w1: reference::to_f64(&w1), w2: reference::to_f64(&w2) };
-    let zf = reference::ZFrom { x: std::slice::from_ref(&xd), w1: &w1d };
+    let mi = ModelInputs::new((&x, &ids, &wts, &dyh), (&w1, &w2), (tokens, h, i, e, k));
     let which = reference::Fp8Grads { dx: mode.dx(), wgrad: mode.wgrad() };
-    let (mo, model) = reference::forward_backward_fp8(&shape, std::slice::from_ref(&ri), &wr, zf, which).unwrap();
-    let (so, straight) = reference::forward_backward_z_from(&shape, &[ri], &wr, zf).unwrap();
+    let ris = std::slice::from_ref(&mi.ri);
+    let (mo, model) = reference::forward_backward_fp8(&mi.shape, ris, &mi.wr, mi.zf(), which).unwrap();
+    let (so, straight) = reference::forward_backward_z_from(&mi.shape, ris, &mi.wr, mi.zf()).unwrap();
     // Tolerance: the GPU's FP8 operands (dz from bf16 z and an f32 dh, s h from bf16 g and u) differ from the model's
     // f64 ones by bf16 rounding, and such a perturbation moves a code across an e4m3 rounding boundary (a whole
     // e4m3 step, 6-12%) often enough to cost ~1e-2 (docs/NOTES.md: 0.84e-2 simulated for A perturbed at bf16's
