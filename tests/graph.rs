@@ -4,7 +4,8 @@
 //! meets a buffer the layer has not seen yet ends in a clear error. The same for the expert-parallel layer
 //! (R = 4 emulated ranks): its call epoch lives on the device (each rank's call counter, advanced by the first
 //! launch of every call), so every replay is a new epoch; `check` after the replays reports no timeout and
-//! reads the device's counter advanced by every replayed call. GPU tests: ignored without a GPU.
+//! reads the device's counter advanced by every replayed call. The FP8 step too (weights quantized, `forward_fp8`,
+//! `backward_fp8` straight and with FP8 dx and weight gradients). GPU tests: ignored without a GPU.
 mod common;
 
 use std::sync::Arc;
@@ -14,7 +15,9 @@ use cudarc::driver::sys;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::ep::{EpLayer, RankGrads, RankInputs};
-use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save, Saved};
+use megamoe::layer::{
+    Fp8Backward, Fp8Inputs, Fp8Weights, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save, Saved,
+};
 use megamoe::reference::{self, RankInput, Shape};
 use megamoe::{check, Error, Gpu};
 
@@ -169,6 +172,83 @@ fn check_graph(s: Shape, tokens: usize, routing: Routing, save: Save) {
         }
     }
 }
+
+/// The FP8 step (the weights quantized, `forward_fp8`, `backward_fp8` in `mode`) captured after one eager step and
+/// replayed on new inputs: every output written, within 0.1 of the f64 bf16 reference (e4m3's error is 3-6e-2),
+/// and bitwise the eager step on the same inputs.
+fn check_graph_fp8(s: Shape, tokens: usize, routing: Routing, mode: Fp8Backward) {
+    let g = gpu();
+    let mut r = rng();
+    let (a, b) = (inputs(&mut r, s, tokens, routing), inputs(&mut r, s, tokens, routing));
+    let tag = format!("FP8 {s:?} T={tokens} {routing:?} {mode:?}");
+    let cfg = LayerConfig { fp8_backward: mode, ..LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens, Save::InputsOnly) };
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut w8 = Fp8Weights::alloc(&layer).unwrap();
+    let mut saved = layer.alloc_saved(tokens).unwrap();
+    let mut bufs = Bufs::new(&g, &a);
+    let step = |bufs: &mut Bufs, layer: &mut MoeLayer, w8: &mut Fp8Weights, saved: &mut Saved| {
+        w8.quantize(&g, &bufs.w1, &bufs.w2, layer)?;
+        let inp8 = Fp8Inputs { tokens, x: &bufs.x, topk_ids: &bufs.ids, topk_weights: &bufs.w, weights: w8 };
+        layer.forward_fp8(&inp8, &mut bufs.out, saved)?;
+        let li =
+            LayerInputs { tokens, x: &bufs.x, topk_ids: &bufs.ids, topk_weights: &bufs.w, w1: &bufs.w1, w2: &bufs.w2 };
+        let grads = Grads {
+            dx: &mut bufs.dx,
+            dw1: &mut bufs.dw1,
+            dw2: &mut bufs.dw2,
+            dtopk: &mut bufs.dtopk,
+            accumulate: false,
+        };
+        layer.backward_fp8(saved, &bufs.dy, &li, w8, grads)
+    };
+    let sane = |bits: &Bits, inp: &Inputs, what: &str| {
+        let (mut outs, grads) = reference::forward_backward(&inp.shape, &[rank_input(inp)], &weights(inp)).unwrap();
+        let want = outs.remove(0);
+        let h16 = |v: &[u16]| v.iter().map(|&x| bf16::from_bits(x).to_f64()).collect::<Vec<_>>();
+        let h32 = |v: &[u32]| v.iter().map(|&x| f32::from_bits(x) as f64).collect::<Vec<_>>();
+        for (name, got, reference) in [
+            ("y", h16(&bits.y), &want.y),
+            ("dx", h16(&bits.dx), &want.dx),
+            ("dtopk", h32(&bits.dtopk), &want.dtopk),
+            ("dW1", h32(&bits.dw1), &grads.dw1),
+            ("dW2", h32(&bits.dw2), &grads.dw2),
+        ] {
+            if let Some(i) = got.iter().position(|v| v.is_nan()) {
+                panic!("{tag} {what}: {name}[{i}] is NaN (not written)");
+            }
+            check::close(&format!("{tag} {what}: {name}"), &got, reference, 0.1).unwrap();
+        }
+    };
+    // eager on A: allocates the FP8 buffers and encodes every tensor map the capture will use
+    bufs.load(&g, &a);
+    step(&mut bufs, &mut layer, &mut w8, &mut saved).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let eager_a = bufs.bits(&g);
+    sane(&eager_a, &a, "eager A");
+    let graph = capture(&g, || step(&mut bufs, &mut layer, &mut w8, &mut saved)).unwrap();
+    for (inp, name) in [(&b, "B"), (&a, "A")] {
+        bufs.load(&g, inp);
+        graph.launch().unwrap();
+        g.sync().unwrap();
+        layer.routing_error().unwrap();
+        let replay = bufs.bits(&g);
+        sane(&replay, inp, &format!("graph {name}"));
+        bufs.load(&g, inp);
+        step(&mut bufs, &mut layer, &mut w8, &mut saved).unwrap();
+        g.sync().unwrap();
+        assert!(replay == bufs.bits(&g), "{tag}: the graph's step on {name} differs from the eager step");
+        if name == "A" {
+            assert!(replay == eager_a, "{tag}: the graph's step on A differs from the first eager step");
+        }
+    }
+}
+
+/// H a multiple of 512 and I of 128 (the FP8 layer's requirements).
+const FP8_SHAPE: Shape = Shape { h: 512, i: 256, e: 8, k: 4 };
+
+gpu_test!(graph_fp8_straight, { check_graph_fp8(FP8_SHAPE, 200, Routing::Uniform, Fp8Backward::Straight) });
+gpu_test!(graph_fp8_dx_wgrad_masked, { check_graph_fp8(FP8_SHAPE, 150, Routing::Masked10, Fp8Backward::DxWgrad) });
 
 gpu_test!(graph_small_saved_z, { check_graph(SMALL, 100, Routing::Uniform, Save::WithZ) });
 gpu_test!(graph_ragged_recompute_masked, { check_graph(RAGGED, 97, Routing::Masked10, Save::InputsOnly) });
