@@ -1282,3 +1282,41 @@ gpu_test!(backward_fp8_dx_wgrad_qwen3_30b_widths, {
     use megamoe::layer::{Fp8Backward, Gather};
     backward_fp8_mode_run((200, 2048, 768, 16, 8), Gather::Overlapped, Fp8Backward::DxWgrad)
 });
+
+gpu_test!(backward_fp8_dx_refuses_weights_without_w1_transpose, {
+    // an FP8 dx needs W1's transposed codes, which `Fp8Weights::alloc` makes only for a layer whose backward uses
+    // them: weights allocated for a straight layer are refused before anything runs (the gradients keep their
+    // poison)
+    use megamoe::layer::{Fp8Backward, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+    let g = gpu();
+    let mut r = fresh_rng();
+    let (t, h, i, e, k) = (100, 512, 256, 8, 4);
+    let x = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
+    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
+    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
+    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
+    let dy = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let base = LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly);
+    let straight = MoeLayer::new(g.clone(), base).unwrap();
+    let mut fw = Fp8Weights::alloc(&straight).unwrap();
+    assert!(fw.w1t.is_none(), "a straight layer's weights carry no W1 transpose");
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig { fp8_backward: Fp8Backward::Dx, ..base }).unwrap();
+    fw.quantize(&g, &w1, &w2, &layer).unwrap();
+    let mut saved = layer.alloc_saved(t).unwrap();
+    let mut out = g.alloc::<bf16>(t * h).unwrap();
+    let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
+    layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+    let (mut dx, mut gw1, mut gw2) =
+        (g.alloc::<bf16>(t * h).unwrap(), g.alloc::<f32>(e * 2 * i * h).unwrap(), g.alloc::<f32>(e * h * i).unwrap());
+    let mut dtopk = g.alloc::<f32>(t * k).unwrap();
+    g.fill_bytes(&mut dx, 0xff).unwrap();
+    g.fill_bytes(&mut gw1, 0xff).unwrap();
+    let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
+    let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
+    let err = layer.backward_fp8(&saved, &dy, &inp16, &fw, grads).unwrap_err();
+    assert!(format!("{err:?}").contains("transpose"), "{err:?}");
+    g.sync().unwrap();
+    assert!(g.download(&dx).unwrap().iter().all(|v| v.to_bits() == 0xffff), "a refused backward wrote dx");
+    assert!(g.download(&gw1).unwrap().iter().all(|v| v.to_bits() == u32::MAX), "a refused backward wrote dW1");
+});

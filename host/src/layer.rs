@@ -888,6 +888,9 @@ impl MoeLayer {
         }
         if let Some(w) = fp8 {
             self.check_fp8_weights(w)?;
+            if c.fp8_backward.dx() {
+                self.check_fp8_w1t(w)?;
+            }
         }
         if saved.tokens != inp.tokens {
             return bad(format!("saved state is of {} tokens, the inputs of {}", saved.tokens, inp.tokens));

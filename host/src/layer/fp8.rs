@@ -244,6 +244,30 @@ impl MoeLayer {
         self.backward_impl(saved, dy, inp, grads, Some(weights))
     }
 
+    /// For an FP8 dx ([`Fp8Backward::Dx`](super::Fp8Backward::Dx)): W1's transposed codes present, of this layer's
+    /// shape and device (the forward does not need them).
+    pub(super) fn check_fp8_w1t(&self, w: &Fp8Weights) -> Result<()> {
+        let c = &self.cfg;
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        let bad = |s: String| Err(Error::InvalidArgument(format!("FP8 weights: {s}")));
+        let me = self.gpu.ordinal();
+        let Some((qt, st)) = &w.w1t else {
+            return bad(
+                "an FP8 dx needs W1's transpose: allocate the weights for this layer (Fp8Weights::alloc)".into()
+            );
+        };
+        let tw = [
+            ("W1^T", qt.len(), e * 2 * i * h, qt.ordinal()),
+            ("W1^T scales", st.len(), e * 2 * i / 128 * (h / 128), st.ordinal()),
+        ];
+        for (name, got, need, o) in tw {
+            if got != need || o != me {
+                return bad(format!("{name}: {got} elements on device {o}, the layer needs {need} on device {me}"));
+            }
+        }
+        Ok(())
+    }
+
     /// W1 and W2 quantized for this layer: their shapes and device.
     pub(super) fn check_fp8_weights(&self, w: &Fp8Weights) -> Result<()> {
         let c = &self.cfg;
@@ -265,22 +289,6 @@ impl MoeLayer {
             }
             if o != me {
                 return bad(format!("{name} lives on device {o}, the layer on device {me}"));
-            }
-        }
-        if c.fp8_backward.dx() {
-            let Some((qt, st)) = &w.w1t else {
-                return bad(
-                    "an FP8 dx needs W1's transpose: allocate the weights for this layer (Fp8Weights::alloc)".into()
-                );
-            };
-            let tw = [
-                ("W1^T", qt.len(), e * 2 * i * h, qt.ordinal()),
-                ("W1^T scales", st.len(), e * 2 * i / 128 * (h / 128), st.ordinal()),
-            ];
-            for (name, got, need, o) in tw {
-                if got != need || o != me {
-                    return bad(format!("{name}: {got} elements on device {o}, the layer needs {need} on device {me}"));
-                }
             }
         }
         Ok(())
@@ -350,7 +358,7 @@ impl MoeLayer {
 impl MoeLayer {
     /// dx's rows = dz W1_e in FP8 into the workspace's ys: dz (the workspace's, `slots` rows) quantized per row in
     /// 1 x 128 blocks, then `grouped_gemm_fp8w` against W1's transposed codes (checked present by
-    /// `check_fp8_weights`).
+    /// `check_fp8_w1t`).
     /// `quantized`: dz's row codes are already there (written by the column quantizer's pass, `rows`).
     pub(super) fn dx_fp8(&mut self, w: &Fp8Weights, slots: usize, sv: &Saved, quantized: bool) -> Result<()> {
         let c = self.cfg;
