@@ -96,6 +96,30 @@ gpu_test!(quantize_blocks_t_matches_the_reference_bitwise, {
     }
 });
 
+/// The column quantizer tests' expert layout of `counts`: E, the rows, room for 37 more, the row and m-tile offsets
+/// (on the host and the device) and Kp.
+struct ExpertRows {
+    e: usize,
+    rows: usize,
+    rows_max: usize,
+    offsets: Vec<u32>,
+    tiles: Vec<u32>,
+    kp: usize,
+    doff: CudaSlice<u32>,
+    dtil: CudaSlice<u32>,
+}
+
+impl ExpertRows {
+    fn new(g: &Gpu, counts: &[u32]) -> Self {
+        let e = counts.len();
+        let rows = counts.iter().sum::<u32>() as usize;
+        let rows_max = rows + 37;
+        let (offsets, tiles) = (row_offsets(counts), gemm::tile_offsets(counts));
+        let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
+        ExpertRows { e, rows, rows_max, kp: fp8::cols_grouped_kp(rows_max, e), offsets, tiles, doff, dtil }
+    }
+}
+
 /// `quantize_cols_grouped` of `v` [rows_max, cols] on the GPU into poisoned outputs (codes 0x7f, scales NaN: what the
 /// quantizer does not write keeps them); `block`: one scale per 128 x 128 block. With `gather` = (row_slot, top_k,
 /// tokens) `v` holds the tokens [tokens, cols] and the gather is fused, its bf16 copy of the gathered rows returned
@@ -148,14 +172,8 @@ fn quantize_cols_dev_with(
 fn quantize_cols_rows_run(counts: &[u32], cols: usize) {
     let g = gpu();
     let mut r = fresh_rng();
-    let e = counts.len();
-    let rows: usize = counts.iter().sum::<u32>() as usize;
-    let rows_max = rows + 37;
+    let ExpertRows { e, rows, rows_max, offsets, tiles, kp, doff, dtil } = ExpertRows::new(&g, counts);
     let x = spread(&mut r, rows_max, cols);
-    let offsets = row_offsets(counts);
-    let tiles = gemm::tile_offsets(counts);
-    let kp = fp8::cols_grouped_kp(rows_max, e);
-    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
     let dv = g.upload(&x).unwrap();
     let (mut q, mut s) = (g.alloc::<u8>(cols * kp).unwrap(), g.alloc::<f32>(cols * (kp / 128)).unwrap());
     let (mut qr, mut sr) = (g.alloc::<u8>(rows_max * cols).unwrap(), g.alloc::<f32>(rows_max * cols / 128).unwrap());
@@ -202,17 +220,11 @@ gpu_test!(quantize_cols_grouped_rows_bitwise, quantize_cols_rows_run(&[0, 1, 300
 fn quantize_cols_grouped_run(counts: &[u32], cols: usize, block: bool) {
     let g = gpu();
     let mut r = fresh_rng();
-    let e = counts.len();
-    let rows: usize = counts.iter().sum::<u32>() as usize;
-    let rows_max = rows + 37;
+    let ExpertRows { e, rows, rows_max, offsets, tiles, kp, doff, dtil } = ExpertRows::new(&g, counts);
     let mut x = r.bf16_vec(rows_max * cols, 1.0);
     for row in (5..rows).step_by(61) {
         x[row * cols..(row + 1) * cols].fill(bf16::from_f32(0.0));
     }
-    let offsets = row_offsets(counts);
-    let tiles = gemm::tile_offsets(counts);
-    let kp = fp8::cols_grouped_kp(rows_max, e);
-    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
     let (q, s, _) = quantize_cols_dev_with(&g, &x, cols, (&doff, &dtil), (rows_max, kp), block, None);
     g.sync().unwrap();
     let (q, s) = (g.download(&q).unwrap(), g.download(&s).unwrap());
@@ -248,10 +260,8 @@ fn quantize_cols_grouped_run(counts: &[u32], cols: usize, block: bool) {
 fn quantize_cols_gathered_run(counts: &[u32], cols: usize, block: bool) {
     let g = gpu();
     let mut r = fresh_rng();
-    let e = counts.len();
+    let ExpertRows { e, rows, rows_max, offsets, tiles, kp, doff, dtil } = ExpertRows::new(&g, counts);
     let (top_k, tokens) = (4usize, 97usize);
-    let rows: usize = counts.iter().sum::<u32>() as usize;
-    let rows_max = rows + 37;
     let x = r.bf16_vec(tokens * cols, 1.0);
     let mut row_slot: Vec<u32> = (0..rows_max).map(|_| r.below(tokens * top_k) as u32).collect();
     if rows > 3 {
@@ -264,10 +274,6 @@ fn quantize_cols_gathered_run(counts: &[u32], cols: usize, block: bool) {
         })
         .map(|(t, c)| if t < tokens { x[t * cols + c] } else { bf16::from_f32(0.0) })
         .collect();
-    let offsets = row_offsets(counts);
-    let tiles = gemm::tile_offsets(counts);
-    let kp = fp8::cols_grouped_kp(rows_max, e);
-    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&tiles).unwrap());
     let (q, s, copy) =
         quantize_cols_dev_with(&g, &x, cols, (&doff, &dtil), (rows_max, kp), block, Some((&row_slot, top_k, tokens)));
     g.sync().unwrap();
@@ -965,6 +971,30 @@ fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
 
 gpu_test!(layer_forward_fp8_matches_the_fp8_model, layer_fp8_run(300, 512, 256, 8, 2));
 
+/// A small layer's random inputs on the GPU for the FP8 layer tests: tokens x [T, H] in (-1, 1), routing (k
+/// experts a token, uniform weights), W1 and W2 in (-0.1, 0.1), dy [T, H]; drawn in that order from `r`.
+struct LayerBufs {
+    x: CudaSlice<bf16>,
+    ids: CudaSlice<i32>,
+    wts: CudaSlice<f32>,
+    w1: CudaSlice<bf16>,
+    w2: CudaSlice<bf16>,
+    dy: CudaSlice<bf16>,
+}
+
+impl LayerBufs {
+    fn new(g: &Gpu, r: &mut Rng, (t, h, i, e, k): (usize, usize, usize, usize, usize)) -> Self {
+        LayerBufs {
+            x: g.upload(&r.bf16_vec(t * h, 1.0)).unwrap(),
+            ids: g.upload(&r.topk_ids(t, k, e)).unwrap(),
+            wts: g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap(),
+            w1: g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap(),
+            w2: g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap(),
+            dy: g.upload(&r.bf16_vec(t * h, 1.0)).unwrap(),
+        }
+    }
+}
+
 gpu_test!(layer_forward_fp8_fused_h_is_bitwise_the_pass, {
     // GEMM1 quantizing h in its epilogue (the default) against h stored and quantized by a pass
     // (MEGAMOE_FP8_HQ=pass, read per call): the same output bit for bit
@@ -972,11 +1002,7 @@ gpu_test!(layer_forward_fp8_fused_h_is_bitwise_the_pass, {
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
     let (t, h, i, e, k) = (300, 512, 256, 8, 4);
-    let x = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
-    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
-    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
-    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
-    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
+    let LayerBufs { x, ids, wts, w1, w2, .. } = LayerBufs::new(&g, &mut r, (t, h, i, e, k));
     let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)).unwrap();
     let mut fw = Fp8Weights::alloc(&layer).unwrap();
     fw.quantize(&g, &w1, &w2, &layer).unwrap();
@@ -1006,12 +1032,7 @@ gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
     let (t, h, i, e, k) = (300, 512, 256, 8, 4);
-    let x = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
-    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
-    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
-    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
-    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
-    let dy = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let LayerBufs { x, ids, wts, w1, w2, dy } = LayerBufs::new(&g, &mut r, (t, h, i, e, k));
     let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)).unwrap();
     let mut fw = Fp8Weights::alloc(&layer).unwrap();
     fw.quantize(&g, &w1, &w2, &layer).unwrap();
@@ -1054,12 +1075,7 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
     let (t, h, i, e, k) = (250, 512, 256, 8, 4);
-    let x = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
-    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
-    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
-    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
-    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
-    let dy = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let LayerBufs { x, ids, wts, w1, w2, dy } = LayerBufs::new(&g, &mut r, (t, h, i, e, k));
     let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
     let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
     let mut outs = Vec::new();
@@ -1291,12 +1307,7 @@ gpu_test!(backward_fp8_dx_refuses_weights_without_w1_transpose, {
     let g = gpu();
     let mut r = fresh_rng();
     let (t, h, i, e, k) = (100, 512, 256, 8, 4);
-    let x = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
-    let ids = g.upload(&r.topk_ids(t, k, e)).unwrap();
-    let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
-    let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
-    let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
-    let dy = g.upload(&r.bf16_vec(t * h, 1.0)).unwrap();
+    let LayerBufs { x, ids, wts, w1, w2, dy } = LayerBufs::new(&g, &mut r, (t, h, i, e, k));
     let base = LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly);
     let straight = MoeLayer::new(g.clone(), base).unwrap();
     let mut fw = Fp8Weights::alloc(&straight).unwrap();

@@ -258,6 +258,7 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
 pub(crate) unsafe fn quantize_cols_raw(gpu: &Gpu, p: &QuantFp8Cols) -> Result<()> {
     let grid = p.kp / 128 * (p.cols / 128);
     let kernel = if p.q_rows != 0 { "quantize_fp8_cols_grouped_rows" } else { "quantize_fp8_cols_grouped" };
+    // SAFETY: the caller's promise above; the grid covers Kp / 128 x C / 128 blocks, the shared memory the kernel's.
     unsafe { gpu.launch(kernel, Launch::new(grid, 256, kh::FP8_COLS_SMEM), p) }
 }
 

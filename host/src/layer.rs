@@ -887,10 +887,7 @@ impl MoeLayer {
             return bad("backward_fp8 takes the saved state of forward_fp8; this one comes from forward".into());
         }
         if let Some(w) = fp8 {
-            self.check_fp8_weights(w)?;
-            if c.fp8_backward.dx() {
-                self.check_fp8_w1t(w)?;
-            }
+            self.check_fp8_weights(w, c.fp8_backward.dx())?;
         }
         if saved.tokens != inp.tokens {
             return bad(format!("saved state is of {} tokens, the inputs of {}", saved.tokens, inp.tokens));

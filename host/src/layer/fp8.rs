@@ -135,7 +135,7 @@ impl MoeLayer {
         let bad = |s: String| Err(Error::InvalidArgument(format!("forward_fp8: {s}")));
         // the weights' shapes, and H a multiple of 512, I of 128
         let w = inp.weights;
-        self.check_fp8_weights(w)?;
+        self.check_fp8_weights(w, false)?;
         let t = inp.tokens;
         if t > c.max_tokens {
             return bad(format!("{t} tokens > the configured maximum {}", c.max_tokens));
@@ -244,32 +244,9 @@ impl MoeLayer {
         self.backward_impl(saved, dy, inp, grads, Some(weights))
     }
 
-    /// For an FP8 dx ([`Fp8Backward::Dx`](super::Fp8Backward::Dx)): W1's transposed codes present, of this layer's
-    /// shape and device (the forward does not need them).
-    pub(super) fn check_fp8_w1t(&self, w: &Fp8Weights) -> Result<()> {
-        let c = &self.cfg;
-        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
-        let bad = |s: String| Err(Error::InvalidArgument(format!("FP8 weights: {s}")));
-        let me = self.gpu.ordinal();
-        let Some((qt, st)) = &w.w1t else {
-            return bad(
-                "an FP8 dx needs W1's transpose: allocate the weights for this layer (Fp8Weights::alloc)".into()
-            );
-        };
-        let tw = [
-            ("W1^T", qt.len(), e * 2 * i * h, qt.ordinal()),
-            ("W1^T scales", st.len(), e * 2 * i / 128 * (h / 128), st.ordinal()),
-        ];
-        for (name, got, need, o) in tw {
-            if got != need || o != me {
-                return bad(format!("{name}: {got} elements on device {o}, the layer needs {need} on device {me}"));
-            }
-        }
-        Ok(())
-    }
-
-    /// W1 and W2 quantized for this layer: their shapes and device.
-    pub(super) fn check_fp8_weights(&self, w: &Fp8Weights) -> Result<()> {
+    /// W1 and W2 quantized for this layer: their shapes and device; with `needs_w1t` (a backward whose dx runs in
+    /// FP8; the forward does not need it) W1's transposed codes too.
+    pub(super) fn check_fp8_weights(&self, w: &Fp8Weights, needs_w1t: bool) -> Result<()> {
         let c = &self.cfg;
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
         let bad = |s: String| Err(Error::InvalidArgument(format!("FP8 weights: {s}")));
@@ -277,12 +254,21 @@ impl MoeLayer {
             return bad(format!("H = {h} must be a multiple of 512 and I = {i} of 128"));
         }
         let me = self.gpu.ordinal();
-        let want = [
+        let mut want = vec![
             ("W1", w.w1.len(), e * 2 * i * h, w.w1.ordinal()),
             ("W1 scales", w.w1_scales.len(), e * 2 * i / 128 * (h / 128), w.w1_scales.ordinal()),
             ("W2", w.w2.len(), e * h * i, w.w2.ordinal()),
             ("W2 scales", w.w2_scales.len(), e * h / 128 * (i / 128), w.w2_scales.ordinal()),
         ];
+        if needs_w1t {
+            let Some((qt, st)) = &w.w1t else {
+                return bad(
+                    "an FP8 dx needs W1's transpose: allocate the weights for this layer (Fp8Weights::alloc)".into()
+                );
+            };
+            want.push(("W1^T", qt.len(), e * 2 * i * h, qt.ordinal()));
+            want.push(("W1^T scales", st.len(), e * 2 * i / 128 * (h / 128), st.ordinal()));
+        }
         for (name, got, need, o) in want {
             if got != need {
                 return bad(format!("{name} has {got} elements, the layer needs {need}"));
@@ -358,7 +344,7 @@ impl MoeLayer {
 impl MoeLayer {
     /// dx's rows = dz W1_e in FP8 into the workspace's ys: dz (the workspace's, `slots` rows) quantized per row in
     /// 1 x 128 blocks, then `grouped_gemm_fp8w` against W1's transposed codes (checked present by
-    /// `check_fp8_w1t`).
+    /// `check_fp8_weights`).
     /// `quantized`: dz's row codes are already there (written by the column quantizer's pass, `rows`).
     pub(super) fn dx_fp8(&mut self, w: &Fp8Weights, slots: usize, sv: &Saved, quantized: bool) -> Result<()> {
         let c = self.cfg;
