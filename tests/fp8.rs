@@ -159,6 +159,7 @@ fn quantize_cols_dev_with(
             top_k,
             tokens,
             copy: copy.as_mut(),
+            weights: None,
         }),
         rows_out: None,
     };

@@ -178,6 +178,9 @@ pub struct ColsGather<'a> {
     pub tokens: usize,
     /// bf16 [rows_max, C]: receives the gathered rows (rows past offsets[E] are not written).
     pub copy: Option<&'a mut CudaSlice<bf16>>,
+    /// f32 [tokens * top_k]: each gathered row is scaled by its slot's weight before it is quantized (not in
+    /// `copy`), the product rounded to bf16.
+    pub weights: Option<&'a CudaSlice<f32>>,
 }
 
 /// Kp of [`QuantizeColsArgs::q`]: room for every expert's rows padded to 128, whatever the routing.
@@ -204,6 +207,9 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
             if let Some(c) = &gt.copy {
                 ck.buf("copy", &**c, a.rows_max * a.cols)?;
             }
+            if let Some(w) = gt.weights {
+                ck.buf("weights", w, gt.tokens * gt.top_k)?;
+            }
         }
     }
     ck.buf("q", a.q, a.cols * kp)?;
@@ -221,9 +227,14 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
         return ck.bad(format!("{} x {kp} codes or {} x {} values: 2^32 or more", a.cols, a.rows_max, a.cols));
     }
     let s = gpu.stream().clone();
-    let (row_slot, top_k, copy) = match &a.gather {
-        None => (0, 1, 0),
-        Some(gt) => (dptr(gt.row_slot, &s), gt.top_k as u32, gt.copy.as_ref().map_or(0, |c| dptr(&**c, &s))),
+    let (row_slot, top_k, copy, w) = match &a.gather {
+        None => (0, 1, 0, 0),
+        Some(gt) => (
+            dptr(gt.row_slot, &s),
+            gt.top_k as u32,
+            gt.copy.as_ref().map_or(0, |c| dptr(&**c, &s)),
+            gt.weights.map_or(0, |w| dptr(w, &s)),
+        ),
     };
     let p = QuantFp8Cols {
         x: dptr(a.x, &s),
@@ -241,6 +252,7 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
         copy,
         q_rows: a.rows_out.as_ref().map_or(0, |(q, _)| dptr(&**q, &s)),
         s_rows: a.rows_out.as_ref().map_or(0, |(_, sc)| dptr(&**sc, &s)),
+        w,
         src_rows: tokens as u32,
         pad: 0,
     };
@@ -704,6 +716,9 @@ impl<'a> Operands<'a> {
             n: n as u32,
             k: k as u32,
             rows_max: rows as u32,
+            ct: 0,
+            kp: 0,
+            pad: 0,
         };
         let cfg = launch_cfg(gpu, kernel, rows, e, n, tile_cols(kernel))?;
         let mut prepared = PreparedFp8::new("grouped_gemm_fp8", gpu, kernel, Some((cfg, p)));

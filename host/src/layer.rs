@@ -94,11 +94,12 @@ pub enum Fp8Backward {
     /// dequantized W1). dx carries e4m3's error; dtopk and the weight gradients are those of `Straight`, bit for
     /// bit.
     Dx,
-    /// The weight gradients in FP8 (`grouped_wgrad_fp8b_*`): dW2 = dy^T (s h) and dW1 = dz^T x with dy and dz
-    /// quantized in 1 x 128 blocks along each expert's rows and s h and x in 128 x 128 blocks (DeepSeek-V3's
-    /// recipe for the backward's activations), transposed per expert. dy's and x's quantization is fused into
-    /// their gathers; dz and s h are quantized by passes (not yet in the dh epilogue). The weight gradients then
-    /// carry e4m3's error (~3-4% of each element against bf16); dx and dtopk are those of `Straight`, bit for bit.
+    /// The weight gradients in FP8 (`grouped_wgrad_fp8b_*`): dW2 = (s dy)^T h and dW1 = dz^T x with s dy and dz
+    /// quantized in 1 x 128 blocks along each expert's rows and h and x in 128 x 128 blocks (DeepSeek-V3's recipe
+    /// for the backward's activations), transposed per expert. dy's and x's quantization is fused into their
+    /// gathers, h's into z's recompute (`grouped_gemm_fp8w_swiglu_zt`: the same z, and h^T's block codes); dz is
+    /// quantized by a pass (not yet in the dh epilogue). The weight gradients then carry e4m3's error (~3-6% of each
+    /// element against bf16); dx and dtopk are those of `Straight`, bit for bit.
     Wgrad,
     /// Both [`Fp8Backward::Dx`] and [`Fp8Backward::Wgrad`].
     DxWgrad,
@@ -927,7 +928,8 @@ impl MoeLayer {
         }
         // the z the dh epilogue reads, and its buffer's rows
         let (z_ptr, z_rows) = match (fp8, &saved.z) {
-            (Some(w), _) => (self.recompute_z_fp8(inp.x, t, w, saved)?, ws_rows),
+            // with FP8 weight gradients the recompute also writes h^T's block codes, dW2's B
+            (Some(w), _) => (self.recompute_z_fp8(inp.x, t, w, saved, wgrad8)?, ws_rows),
             (None, Some(z)) => (dptr(z, &s), z.len() / (2 * i2)),
             (None, None) => {
                 let zp = dptr(&self.work.z, &s);
@@ -944,7 +946,8 @@ impl MoeLayer {
         // and memory traffic already, it measured ~200 us slower at 30B: docs/NOTES.md)
         if wgrad8 {
             // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy
-            let gather = Some((dptr(dy, &s), dptr(&self.work.dys, &s)));
+            // dW2 = (s dy)^T h: the routing weight applied to dy's codes (h^T comes from z's recompute)
+            let gather = Some((dptr(dy, &s), dptr(&self.work.dys, &s), dptr(inp.topk_weights, &s)));
             self.quantize_cols_fp8(Operand::A, 0, h2, false, gather, false, saved)?;
         } else {
             self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
@@ -974,8 +977,9 @@ impl MoeLayer {
             w: dptr(inp.topk_weights, &s),
             row_slot: dptr(&saved.row_slot, &s),
             partial: dptr(&self.work.partial, &s),
-            sh: dptr(&self.work.sh, &s),
-            map_sh,
+            // s h only for the bf16 weight gradients (dW2's FP8 B is h^T from the recompute)
+            sh: if wgrad8 { 0 } else { dptr(&self.work.sh, &s) },
+            map_sh: if wgrad8 { 0 } else { map_sh },
             ..zero_gemm()
         };
         self.mgemm("grouped_gemm_bt_dswiglu", p, saved)?;
@@ -1026,16 +1030,15 @@ impl MoeLayer {
         // overlapped: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest
         let (first, rest) = split_combine(&dx_sum, saved.tokens / 3);
         if wgrad8 {
-            // dW2 = dy^T (s h): s h in 128 x 128 blocks; then dW1 = dz^T x: dz in 1 x 128 blocks, x gathered into
-            // 128 x 128 blocks (each operand's codes overwrite the last GEMM's, on the stream)
-            self.quantize_cols_fp8(Operand::B, dptr(&self.work.sh, &s), i2, true, None, false, saved)?;
+            // dW2 = (s dy)^T h: h^T in 128 x 128 blocks from z's recompute; then dW1 = dz^T x: dz in 1 x 128
+            // blocks, x gathered into 128 x 128 blocks (each operand's codes overwrite the last GEMM's, on the stream)
             self.wgrad_fp8::<W>(Operand::A, (h2, i2), dptr(grads.dw2, &s), acc, saved, overlapped.then_some(first))?;
             // dz^T: quantized before dx with an FP8 dx, else now into A
             let dz_op = if dx8 { Operand::Dz } else { Operand::A };
             if !dx8 {
                 self.quantize_cols_fp8(Operand::A, dptr(&self.work.dz, &s), 2 * i2, false, None, false, saved)?;
             }
-            self.quantize_cols_fp8(Operand::B, 0, h2, true, Some((dptr(inp.x, &s), 0)), false, saved)?;
+            self.quantize_cols_fp8(Operand::B, 0, h2, true, Some((dptr(inp.x, &s), 0, 0)), false, saved)?;
             let (dw1, rest) = (dptr(grads.dw1, &s), overlapped.then_some(rest));
             return self.wgrad_fp8::<W>(dz_op, (2 * i2, h2), dw1, acc, saved, rest);
         }

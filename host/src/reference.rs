@@ -316,11 +316,13 @@ fn expert(
     }
     if fp8.wgrad {
         // the weight gradients from blockwise-FP8 operands, as `MoeLayer::backward_fp8` with
-        // `Fp8Backward::Wgrad` quantizes them: dW2 = dy^T (s act), dW1 = dz^T x, the first operand in 1 x 128
+        // `Fp8Backward::Wgrad` quantizes them: dW2 = (s dy)^T act, dW1 = dz^T x, the first operand in 1 x 128
         // blocks along the rows, the second in 128 x 128 blocks, of the bf16-rounded values
         let b16 = |v: f64| bf16::from_f64(v);
-        let dyb: Vec<bf16> = dy.iter().flat_map(|r| r.iter().map(|&v| b16(v))).collect();
-        let shb: Vec<bf16> = (0..n * i).map(|q| b16(sw[q / i] * act[q])).collect();
+        // dW2 = (s dy)^T h: s dy rounded from bf16 dy (the quantizer scales each gathered row), h from z
+        let dyb: Vec<bf16> =
+            (0..n * h).map(|q| b16(sw[q / h] as f32 as f64 * b16(dy[q / h][q % h]).to_f64())).collect();
+        let shb: Vec<bf16> = act.iter().map(|&v| b16(v)).collect();
         let dzb: Vec<bf16> = dz.iter().map(|&v| b16(v)).collect();
         let xb: Vec<bf16> = x.iter().flat_map(|r| r.iter().map(|&v| b16(v))).collect();
         dw2 = wgrad_fp8_model(&dyb, h, &shb, i, n);
@@ -382,7 +384,7 @@ pub fn forward_backward_z_from(
 pub struct Fp8Grads {
     /// dx = dz W1 from dz's bf16 values quantized per row in 1 x 128 blocks and the dequantized W1 of the `ZFrom`.
     pub dx: bool,
-    /// dW2 = dy^T (s h) and dW1 = dz^T x, dy and dz quantized in 1 x 128 blocks along each expert's rows, s h and x
+    /// dW2 = (s dy)^T h and dW1 = dz^T x, s dy and dz quantized in 1 x 128 blocks along each expert's rows, h and x
     /// in 128 x 128 blocks, each of the bf16-rounded values.
     pub wgrad: bool,
 }

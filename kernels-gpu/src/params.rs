@@ -574,6 +574,9 @@ pub struct QuantFp8Cols {
     pub q_rows: u64,
     /// f32 [rows_max, C / 128]: the row-wise scales (with `q_rows`).
     pub s_rows: u64,
+    /// 0, or (gathering) f32 [tokens * top_k]: each gathered row scaled by its slot's routing weight before it is
+    /// quantized (the copy stays unscaled): (s dy)^T, dW2's A when its B is h.
+    pub w: u64,
     /// Rows x holds when gathering (a token past it reads as zeros).
     pub src_rows: u32,
     /// Unused (the block stays whole 8-byte words).
@@ -651,8 +654,12 @@ pub struct GroupedGemmFp8 {
     /// 64-row groups of one expert through it (`grouped_gemm_fp8`; the others from registers). With h quantized
     /// (`grouped_gemm_fp8_swiglu_q`): C is h's e4m3 codes, u8 [rows_max, N], box 128 x 64 rows.
     pub map_c: u64,
-    /// `grouped_gemm_fp8_swiglu_q`: f32 [rows_max, N / 128], h's 1 x 128 scales; 0 otherwise.
+    /// `grouped_gemm_fp8_swiglu_q`: f32 [rows_max, N / 128], h's 1 x 128 scales; `grouped_gemm_fp8w_swiglu_zt`:
+    /// f32 [Kp / 128, N / 128], h's 128 x 128 block scales; 0 otherwise.
     pub c_scales: u64,
+    /// `grouped_gemm_fp8w_swiglu_zt`: e4m3 [N, Kp], h transposed per expert in 128 x 128 blocks (the weight
+    /// gradient dW2's B operand, as `quantize_fp8_cols_grouped` with `block` writes it); 0 otherwise.
+    pub ct: u64,
     /// Experts.
     pub experts: u32,
     /// Columns N per expert (a multiple of 128).
@@ -661,6 +668,10 @@ pub struct GroupedGemmFp8 {
     pub k: u32,
     /// Rows of A, scales and C (rows at or past it are never read or written).
     pub rows_max: u32,
+    /// `grouped_gemm_fp8w_swiglu_zt`: Kp, `ct`'s columns; 0 otherwise.
+    pub kp: u32,
+    /// Unused (the block stays whole 8-byte words).
+    pub pad: u32,
 }
 
 #[cfg(test)]
@@ -676,9 +687,9 @@ mod tests {
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
-            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 9 * 8 + 8 * 4),
+            ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 10 * 8 + 8 * 4),
             ("WgradFp8", size_of::<WgradFp8>(), 8 * 8 + 6 * 4 + size_of::<Combine>()),
-            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 10 * 8 + 4 * 4),
+            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4 + size_of::<Combine>()),

@@ -315,8 +315,16 @@ impl MoeLayer {
     }
 
     /// z = x W1^T in FP8 for the backward of an FP8 forward (the GEMM1 of the forward without its SwiGLU epilogue:
-    /// the same f32 sums, rounded to bf16), into the workspace's z [max_tokens k, 2I]; its address.
-    pub(super) fn recompute_z_fp8(&mut self, x: &CudaSlice<bf16>, t: usize, w: &Fp8Weights, sv: &Saved) -> Result<u64> {
+    /// the same f32 sums, rounded to bf16), into the workspace's z [max_tokens k, 2I]; its address. With `ht`, by
+    /// `grouped_gemm_fp8w_swiglu_zt`, which stores the same z and h^T's 128 x 128-block codes into operand B (dW2's B).
+    pub(super) fn recompute_z_fp8(
+        &mut self,
+        x: &CudaSlice<bf16>,
+        t: usize,
+        w: &Fp8Weights,
+        sv: &Saved,
+        ht: bool,
+    ) -> Result<u64> {
         let c = self.cfg;
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
         let g = self.gpu.clone();
@@ -330,7 +338,20 @@ impl MoeLayer {
             self.maps.get_u8(&g, dptr(&w.w1, &s), e * 2 * i, h, 128)?,
             self.maps.get(&g, zp, slots_max, 2 * i, 64, 64)?,
         ];
-        let p = fp8_params(&c, &s, sv, xs8s, dptr(&w.w1_scales, &s), zp, (2 * i, h), maps);
+        let w1s = dptr(&w.w1_scales, &s);
+        if ht {
+            let (ct, cts, kp) = self.operand(Operand::B)?;
+            let mut p = fp8_params(&c, &s, sv, xs8s, w1s, zp, (i, h), maps);
+            (p.ct, p.c_scales, p.kp) = (ct, cts, kp as u32);
+            let k1 = "grouped_gemm_fp8w_swiglu_zt";
+            let cfg = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
+            // SAFETY: as the plain launch below (z slots_max rows of 2I), and h^T's codes I rows of Kp with their
+            // [Kp / 128, I / 128] scales in operand B (Kp covers any routing of max_tokens tokens; the K block of a
+            // tile from the route's offsets and tile offsets).
+            unsafe { g.launch(k1, cfg, &p)? };
+            return Ok(zp);
+        }
+        let p = fp8_params(&c, &s, sv, xs8s, w1s, zp, (2 * i, h), maps);
         let k1 = plain_kernel();
         let cfg = q::launch_cfg(&g, k1, slots_max, e, 2 * i, q::tile_cols(k1))?;
         // SAFETY: the codes and scales hold slots_max rows of H, W1 E * 2I rows of H with its block scales, z
@@ -429,8 +450,9 @@ impl MoeLayer {
 
     /// Quantize `cols` columns of the expert-ordered rows at `x` (bf16 [max_tokens k, cols]) into operand `op` of
     /// the FP8 weight gradients, transposed (`block`: 128 x 128 scales, else 1 x 128 along the rows). With
-    /// `gather` = (tokens, copy) the rows are gathered from the tokens [T, cols] instead (`x` unused) and, when
-    /// `copy` is non-zero, also stored there in bf16 (the gather's own output). With `rows`, the rows are also
+    /// `gather` = (tokens, copy, w) the rows are gathered from the tokens [T, cols] instead (`x` unused), when
+    /// `copy` is non-zero also stored there in bf16 (the gather's own output), and when `w` is non-zero (the routing
+    /// weights f32 [T, k]) scaled by their slot's weight before they are quantized. With `rows`, the rows are also
     /// quantized row-wise into dz's row codes (an FP8 dx's A) from the same read.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn quantize_cols_fp8(
@@ -439,7 +461,7 @@ impl MoeLayer {
         x: u64,
         cols: usize,
         block: bool,
-        gather: Option<(u64, u64)>,
+        gather: Option<(u64, u64, u64)>,
         rows: bool,
         sv: &Saved,
     ) -> Result<()> {
@@ -448,9 +470,9 @@ impl MoeLayer {
         let s = g.stream().clone();
         let (q, scales, kp) = self.operand(op)?;
         let (q_rows, s_rows) = if rows { self.dz8()? } else { (0, 0) };
-        let (src, row_slot, copy) = match gather {
-            Some((tokens, copy)) => (tokens, dptr(&sv.row_slot, &s), copy),
-            None => (x, 0, 0),
+        let (src, row_slot, copy, w) = match gather {
+            Some((tokens, copy, w)) => (tokens, dptr(&sv.row_slot, &s), copy, w),
+            None => (x, 0, 0, 0),
         };
         let p = megamoe_kernels::params::QuantFp8Cols {
             x: src,
@@ -468,6 +490,7 @@ impl MoeLayer {
             copy,
             q_rows,
             s_rows,
+            w,
             src_rows: sv.tokens as u32,
             pad: 0,
         };
@@ -566,5 +589,8 @@ fn fp8_params(
         n: n as u32,
         k: k as u32,
         rows_max: (cfg.max_tokens * cfg.top_k) as u32,
+        ct: 0,
+        kp: 0,
+        pad: 0,
     }
 }

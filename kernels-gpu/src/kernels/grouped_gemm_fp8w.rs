@@ -37,8 +37,12 @@ const C_BOX: u32 = crate::kernels::grouped_gemm::C_BOX;
 const SLOTS: u32 = crate::kernels_host::FP8_SLOTS;
 const SLOT_AT: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
 const _: () = assert!(SLOTS > STAGES + 1 && SLOT_AT % 16 == 0, "tile slots");
-const _: () =
-    assert!(SLOT_AT + 16 * SLOTS == crate::kernels_host::FP8W_SMEM, "host and kernel agree on the shared memory");
+/// The zt epilogue's block-amax reduction: [tile parity][warpgroup][warp] f32.
+const RED_AT: u32 = SLOT_AT + 16 * SLOTS;
+const _: () = assert!(
+    RED_AT + crate::kernels_host::FP8W_RED == crate::kernels_host::FP8W_SMEM,
+    "host and kernel agree on the shared memory"
+);
 const _: () = assert!(crate::kernels_host::FP8W_SMEM <= 232448, "sm_90 allows at most 227 KiB of shared memory");
 const _: () = assert!(STAGE_BYTES % 1024 == 0 && STAGING % 1024 == 0, "128-byte swizzle needs 1024-byte alignment");
 
@@ -77,18 +81,26 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 /// 384 threads, FP8W_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
-    body::<false>(&p);
+    body::<false, false>(&p);
+}
+
+/// GEMM1 + SwiGLU for the FP8 backward's z recompute (see `epilogue_swiglu_zt`): B = W1 [E * 2N, K] (N = I),
+/// C = z [rows, 2N] bf16 (`c`, `map_c` in 64 x 64 boxes: the bits `grouped_gemm_fp8w` stores), h's transposed block
+/// codes `ct` [N, Kp] and their scales `c_scales` [Kp / 128, N / 128].
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8) {
+    body::<true, true>(&p);
 }
 
 /// GEMM1 + SwiGLU with h quantized (see the module's documentation): B = W1 [E * 2N, K] (N = I, a multiple of
 /// 128), C = h's codes [rows, N] (`c`, `map_c` in 64 x 128 boxes) and scales [rows, N / 128] (`c_scales`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) {
-    body::<true>(&p);
+    body::<true, false>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const SW: bool>(p: &GroupedGemmFp8) {
+unsafe fn body<const SW: bool, const ZT: bool>(p: &GroupedGemmFp8) {
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
@@ -108,7 +120,7 @@ unsafe fn body<const SW: bool>(p: &GroupedGemmFp8) {
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SW>(p, base, ring, total(), t / 128 - 1);
+        consume::<SW, ZT>(p, base, ring, total(), t / 128 - 1);
     }
 }
 
@@ -165,7 +177,13 @@ fn promote_half<const H: usize>(acc: &mut [f32; 128], part: &[f32; 64], wa: f32,
 }
 
 #[inline(always)]
-unsafe fn consume<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume<const SW: bool, const ZT: bool>(
+    p: &GroupedGemmFp8,
+    base: u32,
+    ring: Ring<STAGES>,
+    total: u32,
+    cw: u32,
+) {
     let t = regs::tid() % 128;
     let lane = t % 32;
     // this thread's fragment rows r, r + 8 of the warpgroup's 64 and its first column (see ptx::wgmma)
@@ -231,7 +249,9 @@ unsafe fn consume<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAG
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;
         let row0w = ti.row0 + cw * 64;
-        if SW {
+        if SW && ZT {
+            epilogue_swiglu_zt(p, &acc, &ti, (r, c0, row0w), (wst, base + RED_AT + 32 * (l % 2)), cw, &mut boxes);
+        } else if SW {
             epilogue_swiglu_q(p, &acc, &ti, (r, c0, row0w), wst, cw);
         } else if row0w + 64 <= ti.row_end {
             // uniform in the warpgroup: four 64 x 64 boxes through the staging and the copy engine
@@ -344,4 +364,106 @@ unsafe fn epilogue_swiglu_q(
             *sc.add((row_b * (p.n / 128) + ti.n_tile) as usize) = sb_;
         }
     }
+}
+
+/// The z recompute's epilogue with dW2's B operand. z: g (accumulator columns 0..128) into z's columns
+/// 128 n_tile .., u (128..256) into N + 128 n_tile .., as bf16, by the plain kernel's path (whole 64-row groups
+/// through the staging boxes and the copy engine, the rest from registers; the same rounding, so the same bits).
+/// h = silu(g) u rounded to bf16 (as `epilogue_swiglu_q`), rows past the expert's end zero; the tile is one
+/// 128 x 128 block of h^T (its 128 rows are the expert's K block kb = tile_offsets[e] + (row0 - offsets[e]) / 128),
+/// so its one scale needs the amax over both warpgroups: each warp's maximum into `red` (this tile's parity half:
+/// a warpgroup cannot reach the next tile but one before the other has left this one, both consuming the same
+/// stages), named barrier 4 (the 256 consumer threads), then every thread folds the 8. The codes go transposed
+/// through the warpgroup's two staging boxes (after the copy engine has read them): column c's 64 codes of the
+/// warpgroup's rows at c * 80 (80-byte pitch: a warp's byte stores, 4 columns x 8 rows, fall in distinct banks),
+/// then each thread stores one column's 64 bytes into ct[128 n_tile + c, 128 kb + 64 cw ..]; thread 0 of
+/// warpgroup 0 writes the scale c_scales[kb, n_tile]. SAFETY: all 256 consumer threads, in uniform control flow.
+#[inline(always)]
+unsafe fn epilogue_swiglu_zt(
+    p: &GroupedGemmFp8,
+    acc: &[f32; 128],
+    ti: &MTile,
+    (r, c0, row0w): (u32, u32, u32),
+    (wst, red): (u32, u32),
+    cw: u32,
+    boxes: &mut u32,
+) {
+    let t = regs::tid() % 128;
+    let lane = t % 32;
+    let (row_a, row_b) = (row0w + r, row0w + r + 8);
+    let ldz = 2 * p.n;
+    // z, as the plain kernel stores it
+    if row0w + 64 <= ti.row_end {
+        crate::unroll!(B in [0, 1, 2, 3] {
+            let col = if B < 2 { ti.n_tile * 128 + 64 * B as u32 } else { p.n + ti.n_tile * 128 + 64 * (B as u32 - 2) };
+            crate::kernels::grouped_gemm::store_box(p.map_c, col, row0w, wst + (*boxes % 2) * C_BOX, cw, |j, h| {
+                math::pack_bf16x2(acc[4 * (8 * B + j) + 2 * h], acc[4 * (8 * B + j) + 2 * h + 1])
+            });
+            *boxes += 1;
+        });
+    } else {
+        let z = p.c as *mut u32;
+        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+            let col = if J < 16 { ti.n_tile * 128 } else { p.n + ti.n_tile * 128 - 128 } + 8 * J as u32 + c0;
+            if row_a < ti.row_end {
+                *z.add(((row_a * ldz + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J], acc[4 * J + 1]);
+            }
+            if row_b < ti.row_end {
+                *z.add(((row_b * ldz + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
+            }
+        });
+    }
+    // h, zero past the expert's end, and this thread's largest magnitude
+    let mut hw = [0u32; 32];
+    let mut m = 0f32;
+    let mag = |w: u32| math::bf16_to_f32(w as u16).abs().max(math::bf16_to_f32((w >> 16) as u16).abs());
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        crate::unroll!(H in [0, 1] {
+            let o = 4 * J + 2 * H;
+            let valid = if H == 0 { row_a < ti.row_end } else { row_b < ti.row_end };
+            let h0 = crate::kernels::grouped_gemm::silu_mul(acc[o], acc[64 + o]);
+            let h1 = crate::kernels::grouped_gemm::silu_mul(acc[o + 1], acc[64 + o + 1]);
+            hw[2 * J + H] = if valid { math::pack_bf16x2(h0, h1) } else { 0 };
+            m = m.max(mag(hw[2 * J + H]));
+        });
+    });
+    crate::unroll!(S in [1, 2, 4, 8, 16] {
+        m = m.max(f32::from_bits(warp::shfl_xor(m.to_bits(), S as u32)));
+    });
+    if lane == 0 {
+        smem::st_u32(red + 4 * (4 * cw + t / 32), m.to_bits());
+    }
+    sync::named_sync(4, 256);
+    crate::unroll!(W in [0, 1, 2, 3, 4, 5, 6, 7] {
+        m = m.max(f32::from_bits(smem::ld_u32(red + 4 * W as u32)));
+    });
+    let (scale, f) = scale_and_factor(m);
+    // the codes transposed through the staging: the copy engine must have read the z boxes
+    let bar = 2 + cw;
+    if t == 0 {
+        tma::wait_group_read::<0>();
+    }
+    sync::named_sync(bar, 128);
+    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+        crate::unroll!(H in [0, 1] {
+            let w = hw[2 * J + H];
+            let c = 8 * J as u32 + c0;
+            let k = r + 8 * H as u32;
+            let v = math::pack_e4m3x2(math::bf16_to_f32(w as u16) * f, math::bf16_to_f32((w >> 16) as u16) * f);
+            smem::st_u8(wst + c * 80 + k, v & 0xff);
+            smem::st_u8(wst + (c + 1) * 80 + k, (v >> 8) & 0xff);
+        });
+    });
+    sync::named_sync(bar, 128);
+    let to = p.tile_offsets as *const u32;
+    let kb = *to.add(ti.e as usize) + (ti.row0 - *(p.offsets as *const u32).add(ti.e as usize)) / 128;
+    let dst = (p.ct as *mut [u32; 4]).add((((ti.n_tile * 128 + t) * p.kp + kb * 128 + 64 * cw) / 16) as usize);
+    crate::unroll!(I in [0, 1, 2, 3] {
+        global::st_v4(dst.add(I), smem::ld_v4(wst + t * 80 + 16 * I as u32));
+    });
+    if cw == 0 && t == 0 {
+        *(p.c_scales as *mut f32).add((kb * (p.n / 128) + ti.n_tile) as usize) = scale;
+    }
+    // every thread's reads of the staging before the next tile's z stores rewrite it
+    sync::named_sync(bar, 128);
 }

@@ -224,12 +224,17 @@ unsafe fn cols_grouped<const ROWS: bool>(p: &QuantFp8Cols) {
         let r = 16 * (t / 32) + lane / 2;
         let row = r0 + r;
         // the row read: row of x, or (gathering) its token's row; None past the expert's rows (zeros)
+        let mut sw = 1f32;
         let src = if row >= r_end {
             None
         } else if p.row_slot == 0 {
             Some(row)
         } else {
-            let token = *(p.row_slot as *const u32).add(row as usize) / p.top_k;
+            let slot = *(p.row_slot as *const u32).add(row as usize);
+            let token = slot / p.top_k;
+            if p.w != 0 && token < p.src_rows {
+                sw = *(p.w as *const f32).add(slot as usize);
+            }
             (token < p.src_rows).then_some(token)
         };
         let mut w = [[0u32; 4]; 8];
@@ -243,6 +248,17 @@ unsafe fn cols_grouped<const ROWS: bool>(p: &QuantFp8Cols) {
             let dst = (p.copy as *mut [u32; 4]).add(((row * p.cols + cc * 128) / 8 + p1) as usize);
             crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
                 global::st_v4(dst.add(2 * I), w[I]);
+            });
+        }
+        if p.w != 0 {
+            // the values quantized: s x, rounded to bf16 (uniform branch)
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                crate::unroll!(J in [0, 1, 2, 3] {
+                    let v = w[I][J];
+                    let lo = math::bf16_to_f32(v as u16) * sw;
+                    let hi = math::bf16_to_f32((v >> 16) as u16) * sw;
+                    w[I][J] = math::pack_bf16x2(lo, hi);
+                });
             });
         }
         // the two lanes of a pair store columns 8 apart, which PITCH (68 words) would put in the same banks: odd

@@ -33,6 +33,12 @@ pub unsafe fn st_u16(addr: u32, v: u32) {
     asm!("st.shared.u16 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
 }
 
+/// `st.shared.u8`: the low 8 bits of `v`. SAFETY: any thread; `addr` inside dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_u8(addr: u32, v: u32) {
+    asm!("st.shared.u8 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
+}
+
 /// `ld.shared.v4.u32` (16 bytes). SAFETY: any thread; `addr` 16-byte aligned inside dynamic shared memory.
 #[inline(always)]
 pub unsafe fn ld_v4(addr: u32) -> [u32; 4] {
