@@ -217,88 +217,85 @@ unsafe fn cols_grouped<const ROWS: bool>(p: &QuantFp8Cols) {
     let slots = halves + 1024; // f32 [8]: the warps' maxima (block scales)
     let stage = slots + 32; // the codes, [128 columns][CODES_PITCH bytes]
     {
-        // the tile transposed into shared memory: column c's 128 rows at tile + PITCH c. Warp w takes rows
-        // 16 w .., lane pair (2 q, 2 q + 1) row 16 w + q: lane parity p reads the 16-byte chunks 2 I + p
-        // (columns 16 I + 8 p ..), so each load (and each store of the gathered copy) covers whole 32-byte sectors
-        let (lane, p1) = (t % 32, t % 2);
-        let r = 16 * (t / 32) + lane / 2;
-        let row = r0 + r;
-        // the row read: row of x, or (gathering) its token's row; None past the expert's rows (zeros)
-        let mut sw = 1f32;
-        let src = if row >= r_end {
-            None
-        } else if p.row_slot == 0 {
-            Some(row)
-        } else {
-            let slot = *(p.row_slot as *const u32).add(row as usize);
-            let token = slot / p.top_k;
-            if p.w != 0 && token < p.src_rows {
-                sw = *(p.w as *const f32).add(slot as usize);
-            }
-            (token < p.src_rows).then_some(token)
-        };
+        // the tile transposed into shared memory, rows swizzled: logical row r of column c at tile + PITCH c +
+        // 2 (r ^ sw(c)), sw(c) = 4 ((c / 8) % 16). Each load instruction reads whole 128-byte lines: warp w, step I
+        // covers rows 16 w + 2 I and + 1 (lane / 16), each row's two lines ((lane / 8) % 2) by 8 lanes of 16 bytes
+        // (lane % 8), so a thread holds the same 8 columns c_t .. of 8 rows. Its transposed stores: 16 lanes
+        // write 16 columns 8 apart (68-word pitch: the same banks unswizzled; the swizzle spreads the 16 over
+        // distinct banks), the two rows of a step share a 4-byte word.
+        let lane = t % 32;
+        let rsub = lane / 16;
+        let c_t = 64 * ((lane / 8) % 2) + 8 * (lane % 8);
+        let sw = 4 * ((c_t / 8) % 16);
+        let rbase = 16 * (t / 32) + rsub;
         let mut w = [[0u32; 4]; 8];
-        if let Some(sr) = src {
-            let at = (p.x as *const [u32; 4]).add(((sr * p.cols + cc * 128) / 8 + p1) as usize);
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                w[I] = global::ld_v4(at.add(2 * I));
-            });
-        }
-        if p.copy != 0 && row < r_end {
-            let dst = (p.copy as *mut [u32; 4]).add(((row * p.cols + cc * 128) / 8 + p1) as usize);
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                global::st_v4(dst.add(2 * I), w[I]);
-            });
-        }
-        if p.w != 0 {
-            // the values quantized: s x, rounded to bf16 (uniform branch)
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+        // each row's routing weight when `w` scales the gathered rows (1 otherwise)
+        let mut sw8 = [1f32; 8];
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let row = r0 + rbase + 2 * I as u32;
+            // the row read: row of x, or (gathering) its token's row; none past the expert's rows (zeros)
+            let src = if row >= r_end {
+                None
+            } else if p.row_slot == 0 {
+                Some(row)
+            } else {
+                let slot = *(p.row_slot as *const u32).add(row as usize);
+                let token = slot / p.top_k;
+                if p.w != 0 && token < p.src_rows {
+                    sw8[I] = *(p.w as *const f32).add(slot as usize);
+                }
+                (token < p.src_rows).then_some(token)
+            };
+            if let Some(sr) = src {
+                w[I] = global::ld_v4((p.x as *const [u32; 4]).add(((sr * p.cols + cc * 128 + c_t) / 8) as usize));
+            }
+        });
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let row = r0 + rbase + 2 * I as u32;
+            if p.copy != 0 && row < r_end {
+                global::st_v4((p.copy as *mut [u32; 4]).add(((row * p.cols + cc * 128 + c_t) / 8) as usize), w[I]);
+            }
+            if p.w != 0 {
+                // the values quantized: s x, rounded to bf16 (the copy above stays unscaled; uniform branch)
                 crate::unroll!(J in [0, 1, 2, 3] {
                     let v = w[I][J];
-                    let lo = math::bf16_to_f32(v as u16) * sw;
-                    let hi = math::bf16_to_f32((v >> 16) as u16) * sw;
+                    let lo = math::bf16_to_f32(v as u16) * sw8[I];
+                    let hi = math::bf16_to_f32((v >> 16) as u16) * sw8[I];
                     w[I][J] = math::pack_bf16x2(lo, hi);
                 });
-            });
-        }
-        // the two lanes of a pair store columns 8 apart, which PITCH (68 words) would put in the same banks: odd
-        // lanes store their words in the order J + 2, so the pair's columns are 12 apart (16 banks)
-        // with q_rows, the row's 1 x 128 block too: its amax over the lane pair (a uniform shuffle), the scale, and
-        // each chunk's 8 codes stored with the chunk's transposed stores below (nothing held longer than w)
-        let mut rf = 0f32;
-        let rows_out = ROWS && p.q_rows != 0;
-        if rows_out {
-            let mut ra = 0f32;
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            }
+            // with q_rows, the row's 1 x 128 block too: its amax over the 16 lanes holding the row (uniform
+            // shuffles), its scale, this lane's 8 codes (a row's 16 lanes store one whole 128-byte line)
+            if ROWS && p.q_rows != 0 {
+                let mut ra = 0f32;
                 crate::unroll!(J in [0, 1, 2, 3] {
                     ra = ra.max(amax2(w[I][J]));
                 });
-            });
-            ra = ra.max(f32::from_bits(warp::shfl_xor(ra.to_bits(), 1)));
-            let (rs, f) = scale_and_factor(ra);
-            rf = f;
-            if p1 == 0 && row < r_end {
-                *(p.s_rows as *mut f32).add((row * (p.cols / 128) + cc) as usize) = rs;
+                crate::unroll!(S in [1, 2, 4, 8] {
+                    ra = ra.max(f32::from_bits(warp::shfl_xor(ra.to_bits(), S as u32)));
+                });
+                if row < r_end {
+                    let (rs, rf) = scale_and_factor(ra);
+                    let at = (row * p.cols + cc * 128 + c_t) / 8;
+                    let v = [codes(w[I][0], w[I][1], rf), codes(w[I][2], w[I][3], rf)];
+                    global::st_v2((p.q_rows as *mut [u32; 2]).add(at as usize), v);
+                    if lane % 16 == 0 {
+                        *(p.s_rows as *mut f32).add((row * (p.cols / 128) + cc) as usize) = rs;
+                    }
+                }
             }
-        }
-        let qr = (p.q_rows as *mut [u32; 2]).add(((row * p.cols + cc * 128) / 8 + p1) as usize);
-        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let r = (rbase + 2 * I as u32) ^ sw;
             crate::unroll!(J in [0, 1, 2, 3] {
-                let j = (J as u32 + 2 * p1) % 4;
-                let v = if p1 == 0 { w[I][J] } else { w[I][(J + 2) % 4] };
-                let c = 16 * I as u32 + 8 * p1 + 2 * j;
-                smem::st_u16(tile + PITCH * c + 2 * r, v & 0xffff);
-                smem::st_u16(tile + PITCH * (c + 1) + 2 * r, v >> 16);
+                let c = c_t + 2 * J as u32;
+                smem::st_u16(tile + PITCH * c + 2 * r, w[I][J] & 0xffff);
+                smem::st_u16(tile + PITCH * (c + 1) + 2 * r, w[I][J] >> 16);
             });
-            if rows_out && row < r_end {
-                global::st_v2(qr.add(2 * I), [codes(w[I][0], w[I][1], rf), codes(w[I][2], w[I][3], rf)]);
-            }
         });
     }
     sync::block_sync();
     let c = t % 128;
     let half = t / 128;
-    // this thread's 64 rows of column c: 128 bytes
+    // this thread's 64 rows of column c: 128 bytes (in a swizzled order that keeps them in this range)
     let src = tile + PITCH * c + 128 * half;
     let mut amax = 0f32;
     crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
@@ -326,11 +323,21 @@ unsafe fn cols_grouped<const ROWS: bool>(p: &QuantFp8Cols) {
     }
     let (scale, f) = scale_and_factor(amax);
     let col = cc * 128 + c;
-    // 64 codes of the values read again, staged (column c's 128 codes at stage + CODES_PITCH c: a quarter-warp's
-    // 16-byte stores, 8 columns 36 words apart, in distinct banks)
+    // 64 codes of the values read again in logical order, staged (column c's 128 codes at stage + CODES_PITCH c: a
+    // quarter-warp's 16-byte stores, 8 columns 36 words apart, in distinct banks). Logical 8-row chunk L of the half
+    // sits at physical chunk L ^ (k / 2), k = (c / 8) % 16, its two 4-row halves swapped when k is odd.
+    let k = (c / 8) % 16;
+    let chunk = |l: u32| {
+        let v = smem::ld_v4(src + 16 * (l ^ (k / 2)));
+        if k % 2 == 1 {
+            [v[2], v[3], v[0], v[1]]
+        } else {
+            v
+        }
+    };
     crate::unroll!(I in [0, 1, 2, 3] {
-        let a = smem::ld_v4(src + 32 * I as u32);
-        let b = smem::ld_v4(src + 32 * I as u32 + 16);
+        let a = chunk(2 * I as u32);
+        let b = chunk(2 * I as u32 + 1);
         smem::st_v4(
             stage + CODES_PITCH * c + 64 * half + 16 * I as u32,
             [codes(a[0], a[1], f), codes(a[2], a[3], f), codes(b[0], b[1], f), codes(b[2], b[3], f)],
