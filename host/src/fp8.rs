@@ -78,7 +78,7 @@ pub(crate) unsafe fn quantize_rows_raw(gpu: &Gpu, x: u64, q: u64, scales: u64, r
         return Ok(());
     }
     let p = QuantFp8 { x, q, scales, rows: rows as u32, cols: cols as u32 };
-    gpu.launch("quantize_fp8_rows", Launch::new(warps.div_ceil(8), 256, 0), &p)
+    gpu.launch("quantize_fp8_rows", Launch::new(warps.div_ceil(8 * kh::FP8_ROWS_UNITS), 256, 0), &p)
 }
 
 /// Quantize 128 x 128 blocks (weights); rows a multiple of 128.

@@ -123,6 +123,8 @@ pub mod kernels_host {
     /// Bytes between two columns of `quantize_fp8_cols_grouped`'s transposed tile in shared memory: 128 rows of
     /// bf16 plus 16 (a warp's 16-byte reads of 16 columns then fall in different banks); the kernel takes 128 of them.
     pub const FP8_COLS_PITCH: u32 = 272;
+    /// (row, 128-column block) units per warp of `quantize_fp8_rows` (its grid: units / (8 FP8_ROWS_UNITS)).
+    pub const FP8_ROWS_UNITS: u32 = 4;
     /// Dynamic shared memory of `quantize_fp8_cols_grouped`: the transposed tile, the half-columns' maxima
     /// (2 x 128 f32), the warps' maxima (8 f32), the codes staged for whole-line stores (128 x 144 bytes).
     pub const FP8_COLS_SMEM: u32 = 128 * FP8_COLS_PITCH + 1024 + 32 + 128 * 144;
