@@ -47,6 +47,7 @@ gpu_test!(tma_row_gather_one_row_boxes_keep_the_swizzle, |g, r| selftest::tma_ro
     eprintln!("TMA row gather cycles: {c:?}");
 }));
 gpu_test!(mbarrier_transaction_counting, |g, r| selftest::mbarrier_tx(g, r));
+gpu_test!(ldmatrix_stmatrix_plain_and_transposed, |g, r| selftest::matrix(g, r));
 gpu_test!(flags_release_acquire_gpu, |g, _r| selftest::flags(g, FlagMode::ChainGpu, false));
 gpu_test!(flags_release_acquire_sys, |g, _r| selftest::flags(g, FlagMode::ChainSys, false));
 gpu_test!(flags_red_release_counter, |g, _r| selftest::flags(g, FlagMode::Counter, false));

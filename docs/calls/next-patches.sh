@@ -2,7 +2,7 @@
 # Prepared in the fifteenth session (2026-12-03) for the next: the three CPU-checked patches of docs/wip in one device
 # call, against main. Build both: in a worktree of main `cargo xtask gpu-bundle` -> copy layer into .dev/bN/base;
 # on main after `git am docs/wip/fp8-dx-default.patch docs/wip/fp8-zt-stmatrix.patch
-# docs/wip/dswiglu-fewer-instructions.patch` -> copy grouped_gemm, ep, fp8, graph, layer_backward, layer into .dev/bN.
+# docs/wip/dswiglu-fewer-instructions.patch` -> copy gpu_primitives, grouped_gemm, ep, fp8, graph, layer_backward, layer into .dev/bN.
 # Carry .dev/bN and this script; two calls: `bash next-patches.sh tests` (~330 s), `bash next-patches.sh perf` (~280 s).
 # Predictions (docs/NOTES.md "Next session" 2-4): the FP8 step's default (Dx) 1.03x the straight one; `_zt`
 # 979 -> 870-920 us at 30B; grouped_gemm_bt_dswiglu -5..-10% (if its epilogue is fetch- or issue-bound: the
@@ -15,7 +15,7 @@ libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirna
 export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 what="${1:-tests}"
-[ "$what" = tests ] && for t in grouped_gemm ep fp8 graph layer_backward; do
+[ "$what" = tests ] && for t in gpu_primitives grouped_gemm ep fp8 graph layer_backward; do
   timeout 150 ./$t --include-ignored --test-threads=1 > $OUT/$t.txt 2>&1; echo "== $t rc $? at $(el) s: $(grep 'test result' $OUT/$t.txt)"
   grep -E "FAILED|panicked" $OUT/$t.txt | cut -c1-300 | head -6
 done

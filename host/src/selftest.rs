@@ -1,7 +1,7 @@
 //! Host drivers of the device self-tests: each runs one primitive of `kernels-gpu/src/ptx` alone on fresh
 //! random data, into poisoned outputs, and checks the result against a host computation. The GPU tests and the
 //! main command's GPU self-check both call these.
-use megamoe_kernels::params::{FlagTest, MbarrierTest, TmaRowsTest, TmaTest, WgmmaTest, STATUS_TIMEOUT};
+use megamoe_kernels::params::{FlagTest, MatrixTest, MbarrierTest, TmaRowsTest, TmaTest, WgmmaTest, STATUS_TIMEOUT};
 use megamoe_kernels::swizzle;
 
 use crate::check;
@@ -221,6 +221,47 @@ pub fn mbarrier_tx(gpu: &Gpu, rng: &mut Rng) -> Result<()> {
     Ok(())
 }
 
+/// ldmatrix.x4 and stmatrix.x4, plain and .trans, against PTX's fragment rule: lane 4 r + c / 2 holds, in register
+/// i, element (r, c) of matrix i (the low half for even c); stored plainly that element lands in row r at position
+/// c, with .trans in row c at position r (and ldmatrix .trans reads it back so).
+pub fn matrix(gpu: &Gpu, rng: &mut Rng) -> Result<()> {
+    let regs: Vec<u32> = (0..128).map(|_| rng.next_u64() as u32).collect();
+    let mem: Vec<u8> = (0..512).map(|_| rng.next_u64() as u8).collect();
+    let (dregs, dmem) = (gpu.upload(&regs)?, gpu.upload(&mem)?);
+    let mut dout = gpu.alloc::<u32>(512)?;
+    gpu.fill_bytes(&mut dout, 0xff)?;
+    let s = gpu.stream();
+    let p = MatrixTest { regs: dptr(&dregs, s), mem: dptr(&dmem, s), out: dptr(&dout, s) };
+    // SAFETY: matches the kernel; regs 128 words, mem 512 bytes, out 512 words.
+    unsafe { gpu.launch("selftest_matrix", Launch::new(1, 32, 1536), &p)? };
+    gpu.sync()?;
+    let out = gpu.download(&dout)?;
+    let half = |w: u32, h: usize| (w >> (16 * h)) as u16;
+    // the fragment's element (matrix i, row r, column c), and the region's u16 at byte offset o
+    let frag = |i: usize, r: usize, c: usize| half(regs[4 * (4 * r + c / 2) + i], c % 2);
+    let region = |k: usize, o: usize| half(out[128 * k + o / 4], (o % 4) / 2);
+    let m = |i: usize, r: usize, c: usize| {
+        u16::from_le_bytes([mem[128 * i + 16 * r + 2 * c], mem[128 * i + 16 * r + 2 * c + 1]])
+    };
+    let loaded = |k: usize, i: usize, r: usize, c: usize| half(out[256 + 128 * k + 4 * (4 * r + c / 2) + i], c % 2);
+    for (i, r, c) in (0..4).flat_map(|i| (0..8).flat_map(move |r| (0..8).map(move |c| (i, r, c)))) {
+        let checks = [
+            ("stmatrix.x4", region(0, 128 * i + 16 * r + 2 * c), frag(i, r, c)),
+            ("stmatrix.x4.trans", region(1, 128 * i + 16 * c + 2 * r), frag(i, r, c)),
+            ("ldmatrix.x4", loaded(0, i, r, c), m(i, r, c)),
+            ("ldmatrix.x4.trans", loaded(1, i, r, c), m(i, c, r)),
+        ];
+        for (what, got, want) in checks {
+            if got != want {
+                return Err(fail(format!(
+                    "selftest_matrix: {what}, matrix {i} element ({r}, {c}): {got:#x}, want {want:#x}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Which flag protocol [`flags`] exercises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlagMode {
@@ -413,6 +454,7 @@ pub fn run_all(gpu: &Gpu, rng: &mut Rng) -> Vec<(String, Result<String>)> {
         }),
     ));
     r.push(("mbarrier tx counting".into(), ok(mbarrier_tx(gpu, rng))));
+    r.push(("ldmatrix / stmatrix x4, plain and .trans".into(), ok(matrix(gpu, rng))));
     for m in [FlagMode::ChainGpu, FlagMode::ChainSys, FlagMode::Counter] {
         r.push((format!("flags {m:?}"), ok(flags(gpu, m, false))));
     }

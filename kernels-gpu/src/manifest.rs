@@ -50,6 +50,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("selftest_bulk_1d", 128, true, false),
     k("selftest_tma_rows", 128, true, false),
     k("selftest_mbarrier_tx", 128, true, false),
+    k("selftest_matrix", 32, true, false),
     k("selftest_flags", 128, true, false),
     k("selftest_setmaxnreg", 384, true, false),
     k("route_count", 256, true, false),

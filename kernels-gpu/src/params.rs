@@ -87,6 +87,19 @@ pub struct FlagTest {
 /// Timeout status code the kernels write when a bounded wait expires.
 pub const STATUS_TIMEOUT: u32 = 1;
 
+/// Arguments of the ldmatrix / stmatrix self-test (`selftest_matrix`, one warp).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct MatrixTest {
+    /// u32 [32 * 4]: lane l's four registers at 4 l (what stmatrix stores).
+    pub regs: u64,
+    /// u8 [512]: four 8 x 8 b16 matrices, row-major, matrix i at byte 128 i (what ldmatrix loads).
+    pub mem: u64,
+    /// u32 [4 * 128]: shared memory after stmatrix.x4 (128 words), after stmatrix.x4.trans (128 words), then
+    /// ldmatrix.x4's and ldmatrix.x4.trans's registers (lane l's at 4 l of each 128).
+    pub out: u64,
+}
+
 /// Arguments of the mbarrier transaction-count self-test (one block of 128 threads).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -684,6 +697,7 @@ mod tests {
         // every block is u64 fields then u32 fields in pairs: no implicit padding, a multiple of 8 bytes
         let sizes = [
             ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
+            ("MatrixTest", size_of::<MatrixTest>(), 3 * 8),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),

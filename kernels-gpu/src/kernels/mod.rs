@@ -14,6 +14,7 @@ pub mod grouped_wgrad;
 pub mod grouped_wgrad_fp8;
 pub mod quant_fp8;
 pub mod route;
+pub mod selftest_matrix;
 pub mod selftest_sync;
 pub mod selftest_tma;
 pub mod selftest_wgmma;
