@@ -143,9 +143,9 @@ fn find_ptxas(root: &Path) -> Option<PathBuf> {
 }
 
 /// Check that the PTX exports exactly the manifest's kernels, and give each with `max_threads > 0` its
-/// `.maxntid` and `.minnctapersm` (`min_blocks`, 1 unless the manifest asks for more; together the register cap at entry that `setmaxnreg` needs; ptxas
-/// ignores setmaxnreg with `.maxntid` alone, warning C7508), and `.reqnctapercluster` when its cluster is
-/// above 1.
+/// `.maxntid` and `.minnctapersm` (`min_blocks`, 1 unless the manifest asks for more; together the register cap
+/// at entry that `setmaxnreg` needs; ptxas ignores setmaxnreg with `.maxntid` alone, warning C7508), and
+/// `.reqnctapercluster` when its cluster is above 1.
 fn apply_manifest(ptx: &str) -> String {
     let mut out = String::with_capacity(ptx.len() + 1024);
     let mut entries = Vec::new();

@@ -46,6 +46,14 @@ struct Bits {
     dw2: Vec<u32>,
 }
 
+/// [`Bufs::io`]: what one step reads and writes.
+struct Io<'a> {
+    li: LayerInputs<'a>,
+    dy: &'a CudaSlice<bf16>,
+    out: &'a mut CudaSlice<bf16>,
+    grads: Grads<'a>,
+}
+
 impl Bufs {
     fn new(g: &Arc<Gpu>, inp: &Inputs) -> Bufs {
         let s = inp.shape;
@@ -80,19 +88,34 @@ impl Bufs {
         g.fill_bytes(&mut self.dw2, 0xff).unwrap();
     }
 
+    /// The step's inputs over `tokens` tokens, dy, the output and the gradients (overwritten), borrowed together.
+    fn io(&mut self, tokens: usize) -> Io<'_> {
+        Io {
+            li: LayerInputs {
+                tokens,
+                x: &self.x,
+                topk_ids: &self.ids,
+                topk_weights: &self.w,
+                w1: &self.w1,
+                w2: &self.w2,
+            },
+            dy: &self.dy,
+            out: &mut self.out,
+            grads: Grads {
+                dx: &mut self.dx,
+                dw1: &mut self.dw1,
+                dw2: &mut self.dw2,
+                dtopk: &mut self.dtopk,
+                accumulate: false,
+            },
+        }
+    }
+
     /// Forward into `saved`, then the backward: the step a graph captures. No allocation, no synchronisation.
     fn step(&mut self, layer: &mut MoeLayer, saved: &mut Saved, tokens: usize) -> megamoe::Result<()> {
-        let li =
-            LayerInputs { tokens, x: &self.x, topk_ids: &self.ids, topk_weights: &self.w, w1: &self.w1, w2: &self.w2 };
-        layer.forward_into(&li, &mut self.out, saved)?;
-        let grads = Grads {
-            dx: &mut self.dx,
-            dw1: &mut self.dw1,
-            dw2: &mut self.dw2,
-            dtopk: &mut self.dtopk,
-            accumulate: false,
-        };
-        layer.backward(saved, &self.dy, &li, grads)
+        let io = self.io(tokens);
+        layer.forward_into(&io.li, io.out, saved)?;
+        layer.backward(saved, io.dy, &io.li, io.grads)
     }
 
     fn bits(&self, g: &Gpu) -> Bits {
@@ -188,18 +211,11 @@ fn check_graph_fp8(s: Shape, tokens: usize, routing: Routing, mode: Fp8Backward)
     let mut bufs = Bufs::new(&g, &a);
     let step = |bufs: &mut Bufs, layer: &mut MoeLayer, w8: &mut Fp8Weights, saved: &mut Saved| {
         w8.quantize(&g, &bufs.w1, &bufs.w2, layer)?;
-        let inp8 = Fp8Inputs { tokens, x: &bufs.x, topk_ids: &bufs.ids, topk_weights: &bufs.w, weights: w8 };
-        layer.forward_fp8(&inp8, &mut bufs.out, saved)?;
-        let li =
-            LayerInputs { tokens, x: &bufs.x, topk_ids: &bufs.ids, topk_weights: &bufs.w, w1: &bufs.w1, w2: &bufs.w2 };
-        let grads = Grads {
-            dx: &mut bufs.dx,
-            dw1: &mut bufs.dw1,
-            dw2: &mut bufs.dw2,
-            dtopk: &mut bufs.dtopk,
-            accumulate: false,
-        };
-        layer.backward_fp8(saved, &bufs.dy, &li, w8, grads)
+        let io = bufs.io(tokens);
+        let (li, w8) = (&io.li, &*w8);
+        let inp8 = Fp8Inputs { tokens, x: li.x, topk_ids: li.topk_ids, topk_weights: li.topk_weights, weights: w8 };
+        layer.forward_fp8(&inp8, io.out, saved)?;
+        layer.backward_fp8(saved, io.dy, li, w8, io.grads)
     };
     // eager on A: allocates the FP8 buffers and encodes every tensor map the capture will use
     bufs.load(&g, &a);

@@ -343,12 +343,7 @@ impl<P: Copy> PreparedFp8Launch<'_, P> {
 impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
     /// Check the arguments and encode the tensor maps.
     pub fn prepare(self, gpu: &Gpu) -> Result<PreparedWgradFp8<'a>> {
-        let kernel = match (W::NAME == "bf16", self.b_block_scales) {
-            (true, false) => "grouped_wgrad_fp8_bf16",
-            (false, false) => "grouped_wgrad_fp8_f32",
-            (true, true) => "grouped_wgrad_fp8b_bf16",
-            (false, true) => "grouped_wgrad_fp8b_f32",
-        };
+        let kernel = if self.b_block_scales { W::FP8B_KERNELS.0 } else { W::FP8_KERNEL };
         self.prepare_kernel(gpu, kernel)
     }
 

@@ -243,6 +243,10 @@ pub trait WgradElem: DeviceRepr + Copy + 'static + sealed::Sealed {
     const KERNEL: &'static str;
     /// The kernel with the combine role.
     const KERNEL_MV: &'static str;
+    /// The blockwise FP8 kernel ([`crate::fp8::grouped_wgrad_fp8`], 1 x 128 scales on both operands).
+    const FP8_KERNEL: &'static str;
+    /// The FP8 kernel with B in 128 x 128 blocks, and that with the combine role.
+    const FP8B_KERNELS: (&'static str, &'static str);
     /// The tensor-map element type.
     const DTYPE: Dtype;
     /// Rows and columns of the epilogue's boxes.
@@ -254,6 +258,8 @@ pub trait WgradElem: DeviceRepr + Copy + 'static + sealed::Sealed {
 impl WgradElem for f32 {
     const KERNEL: &'static str = "grouped_wgrad_f32";
     const KERNEL_MV: &'static str = "grouped_wgrad_f32_mv";
+    const FP8_KERNEL: &'static str = "grouped_wgrad_fp8_f32";
+    const FP8B_KERNELS: (&'static str, &'static str) = ("grouped_wgrad_fp8b_f32", "grouped_wgrad_fp8b_f32_mv");
     const DTYPE: Dtype = Dtype::F32;
     const C_BOX: (u32, u32) = kh::WGRAD_C_BOX;
     const NAME: &'static str = "f32";
@@ -262,6 +268,8 @@ impl WgradElem for f32 {
 impl WgradElem for bf16 {
     const KERNEL: &'static str = "grouped_wgrad_bf16";
     const KERNEL_MV: &'static str = "grouped_wgrad_bf16_mv";
+    const FP8_KERNEL: &'static str = "grouped_wgrad_fp8_bf16";
+    const FP8B_KERNELS: (&'static str, &'static str) = ("grouped_wgrad_fp8b_bf16", "grouped_wgrad_fp8b_bf16_mv");
     const DTYPE: Dtype = Dtype::Bf16;
     const C_BOX: (u32, u32) = kh::WGRAD_C_BOX_BF16;
     const NAME: &'static str = "bf16";

@@ -535,12 +535,7 @@ impl MoeLayer {
             pad: 0,
             combine: combine.unwrap_or(Combine::NONE),
         };
-        let kernel = match (W::NAME == "bf16", combine.is_some()) {
-            (true, false) => "grouped_wgrad_fp8b_bf16",
-            (false, false) => "grouped_wgrad_fp8b_f32",
-            (true, true) => "grouped_wgrad_fp8b_bf16_mv",
-            (false, true) => "grouped_wgrad_fp8b_f32_mv",
-        };
+        let kernel = if combine.is_some() { W::FP8B_KERNELS.1 } else { W::FP8B_KERNELS.0 };
         let grid = g.sm_count().min((e * (m / 128) * (n / 128)) as u32).max(1);
         // SAFETY: A^T and B^T hold M and N rows of Kp codes (M <= max(H, 2I), N <= max(H, I)), their scales Kp / 128
         // rows; C holds E M N elements (the callers' gradients, checked); K blocks clamped to Kp / 128 on the
