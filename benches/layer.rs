@@ -56,7 +56,9 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let mut gw1b = g.alloc::<bf16>(e * 2 * i * h)?;
     let mut gw2b = g.alloc::<bf16>(e * h * i)?;
     let mut gtk = g.alloc::<f32>(tokens * k)?;
-    let cfg = LayerConfig::bf16(h, i, e, k, tokens, Save::InputsOnly);
+    // the straight-through FP8 backward for the FP8 step the modes are timed against (the default runs dx in FP8)
+    let cfg =
+        LayerConfig { fp8_backward: Fp8Backward::Straight, ..LayerConfig::bf16(h, i, e, k, tokens, Save::InputsOnly) };
     let layer = MoeLayer::new(g.clone(), cfg)?;
     let layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
     // the other place to gather x: GEMM1's producer (the default is the gather pass, or the other way round)

@@ -10,6 +10,20 @@ use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, QuantizeT
 use megamoe::rng::Rng;
 use megamoe::{check, gemm, reference, Gpu};
 
+/// A bf16 layer's configuration with the straight-through FP8 backward ([`Fp8Backward::Straight`]: the one these
+/// tests compare with; the default runs dx in FP8).
+fn straight_cfg(
+    h: usize,
+    i: usize,
+    e: usize,
+    k: usize,
+    t: usize,
+    save: megamoe::layer::Save,
+) -> megamoe::layer::LayerConfig {
+    use megamoe::layer::{Fp8Backward, LayerConfig};
+    LayerConfig { fp8_backward: Fp8Backward::Straight, ..LayerConfig::bf16(h, i, e, k, t, save) }
+}
+
 fn gpu() -> Arc<Gpu> {
     megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
 }
@@ -859,7 +873,7 @@ impl ModelInputs {
 /// quantization tests), z and h in f64 from the dequantized operands, h rounded to bf16 and quantized per row, y
 /// from the dequantized h and W2, out = sum of the weighted rows. Ragged routing with masked slots; out poisoned.
 fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
-    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, MoeLayer, Save};
     let g = gpu();
     let mut r = fresh_rng();
     let x = r.bf16_vec(tokens * h, 1.0);
@@ -872,7 +886,7 @@ fn layer_fp8_run(tokens: usize, h: usize, i: usize, e: usize, k: usize) {
     let w2 = r.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
     let (dx, dids, dwts) = (g.upload(&x).unwrap(), g.upload(&ids).unwrap(), g.upload(&wts).unwrap());
     let (dw1, dw2) = (g.upload(&w1).unwrap(), g.upload(&w2).unwrap());
-    let cfg = LayerConfig::bf16(h, i, e, k, tokens + 50, Save::InputsOnly);
+    let cfg = straight_cfg(h, i, e, k, tokens + 50, Save::InputsOnly);
     let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
     let mut fw = Fp8Weights::alloc(&layer).unwrap();
     fw.quantize(&g, &dw1, &dw2, &layer).unwrap();
@@ -999,12 +1013,12 @@ impl LayerBufs {
 gpu_test!(layer_forward_fp8_fused_h_is_bitwise_the_pass, {
     // GEMM1 quantizing h in its epilogue (the default) against h stored and quantized by a pass
     // (MEGAMOE_FP8_HQ=pass, read per call): the same output bit for bit
-    use megamoe::layer::{Fp8Inputs, Fp8Weights, LayerConfig, MoeLayer, Save};
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, MoeLayer, Save};
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
     let (t, h, i, e, k) = (300, 512, 256, 8, 4);
     let LayerBufs { x, ids, wts, w1, w2, .. } = LayerBufs::new(&g, &mut r, (t, h, i, e, k));
-    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)).unwrap();
+    let mut layer = MoeLayer::new(g.clone(), straight_cfg(h, i, e, k, t, Save::InputsOnly)).unwrap();
     let mut fw = Fp8Weights::alloc(&layer).unwrap();
     fw.quantize(&g, &w1, &w2, &layer).unwrap();
     let mut saved = layer.alloc_saved(t).unwrap();
@@ -1029,12 +1043,12 @@ gpu_test!(layer_forward_fp8_qwen3_30b_widths, layer_fp8_run(64, 2048, 768, 16, 8
 gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
     // GEMM1 + SwiGLU, GEMM2 and z's recompute in 128 x 256 tiles (the default) against 128 x 128
     // (MEGAMOE_FP8_TILES=128, read per call): the forward's output and backward_fp8's gradients bit for bit
-    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, MoeLayer, Save};
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
     let (t, h, i, e, k) = (300, 512, 256, 8, 4);
     let LayerBufs { x, ids, wts, w1, w2, dy } = LayerBufs::new(&g, &mut r, (t, h, i, e, k));
-    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)).unwrap();
+    let mut layer = MoeLayer::new(g.clone(), straight_cfg(h, i, e, k, t, Save::InputsOnly)).unwrap();
     let mut fw = Fp8Weights::alloc(&layer).unwrap();
     fw.quantize(&g, &w1, &w2, &layer).unwrap();
     let mut saved = layer.alloc_saved(t).unwrap();
@@ -1072,7 +1086,7 @@ gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
 gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     // the FP8 forward saves no z or x rows: backward_fp8 recomputes them in either mode, bit for bit the same
     // (bf16 weight gradients, accumulated onto random values); backward_fp8 refuses a bf16 forward's state
-    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, MoeLayer, Save};
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
     let (t, h, i, e, k) = (250, 512, 256, 8, 4);
@@ -1081,7 +1095,7 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
     let mut outs = Vec::new();
     for save in [Save::InputsOnly, Save::WithZ] {
-        let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, save)).unwrap();
+        let mut layer = MoeLayer::new(g.clone(), straight_cfg(h, i, e, k, t, save)).unwrap();
         let mut fw = Fp8Weights::alloc(&layer).unwrap();
         fw.quantize(&g, &w1, &w2, &layer).unwrap();
         let mut saved = layer.alloc_saved(t).unwrap();
@@ -1116,7 +1130,7 @@ gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {
     // after one eager call on the same buffers, the FP8 forward captured once and replayed on new contents of x:
     // each replay bitwise the eager call on the same inputs
     use cudarc::driver::sys;
-    use megamoe::layer::{Fp8Inputs, Fp8Weights, LayerConfig, MoeLayer, Save};
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, MoeLayer, Save};
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
     let (t, h, i, e, k) = (200, 512, 256, 8, 4);
@@ -1125,7 +1139,7 @@ gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {
     let wts = g.upload(&(0..t * k).map(|_| r.uniform() as f32).collect::<Vec<_>>()).unwrap();
     let w1 = g.upload(&r.bf16_vec(e * 2 * i * h, 0.1)).unwrap();
     let w2 = g.upload(&r.bf16_vec(e * h * i, 0.1)).unwrap();
-    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)).unwrap();
+    let mut layer = MoeLayer::new(g.clone(), straight_cfg(h, i, e, k, t, Save::InputsOnly)).unwrap();
     let mut fw = Fp8Weights::alloc(&layer).unwrap();
     fw.quantize(&g, &w1, &w2, &layer).unwrap();
     let mut saved = layer.alloc_saved(t).unwrap();
@@ -1196,7 +1210,7 @@ fn backward_fp8_mode_run(
     let mut runs = Vec::new();
     let mut acc16 = None;
     for m in [Fp8Backward::Straight, mode] {
-        let base = LayerConfig::bf16(h, i, e, k, tokens + 50, Save::InputsOnly);
+        let base = straight_cfg(h, i, e, k, tokens + 50, Save::InputsOnly);
         let cfg = LayerConfig { fp8_backward: m, gather, ..base };
         let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
         let mut fw = Fp8Weights::alloc(&layer).unwrap();
@@ -1309,7 +1323,7 @@ gpu_test!(backward_fp8_dx_refuses_weights_without_w1_transpose, {
     let mut r = fresh_rng();
     let (t, h, i, e, k) = (100, 512, 256, 8, 4);
     let LayerBufs { x, ids, wts, w1, w2, dy } = LayerBufs::new(&g, &mut r, (t, h, i, e, k));
-    let base = LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly);
+    let base = straight_cfg(h, i, e, k, t, Save::InputsOnly);
     let straight = MoeLayer::new(g.clone(), base).unwrap();
     let mut fw = Fp8Weights::alloc(&straight).unwrap();
     assert!(fw.w1t.is_none(), "a straight layer's weights carry no W1 transpose");

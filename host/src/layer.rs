@@ -87,12 +87,12 @@ pub enum Forward {
 /// Which GEMMs of [`MoeLayer::backward_fp8`] run in blockwise FP8 (z's recompute always does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fp8Backward {
-    /// The rest in bf16 on the bf16 x, W1 and W2 (the straight-through backward; the default).
+    /// The rest in bf16 on the bf16 x, W1 and W2 (the straight-through backward).
     Straight,
     /// dx = dz W1 in FP8 (`grouped_gemm_fp8w`): dz quantized per row in 1 x 128 blocks (by a pass), W1 read as
     /// [`Fp8Weights`]' transposed codes (`quantize_fp8_blocks_t`: the forward's blocks and scales, so the same
     /// dequantized W1). dx carries e4m3's error; dtopk and the weight gradients are those of `Straight`, bit for
-    /// bit.
+    /// bit. The default: 1.03x the straight FP8 step at both model shapes (docs/RESULTS.md, fifteenth session).
     Dx,
     /// The weight gradients in FP8 (`grouped_wgrad_fp8b_*`): dW2 = (s dy)^T h and dW1 = dz^T x with s dy and dz
     /// quantized in 1 x 128 blocks along each expert's rows and h and x in 128 x 128 blocks (DeepSeek-V3's recipe
@@ -144,7 +144,9 @@ pub struct LayerConfig {
     pub gather: Gather,
     /// How the forward runs its GEMMs ([`Forward::Launches`] from [`LayerConfig::bf16`]).
     pub forward: Forward,
-    /// Which GEMMs of [`MoeLayer::backward_fp8`] run in FP8 ([`Fp8Backward::Straight`] from [`LayerConfig::bf16`]).
+    /// Which GEMMs of [`MoeLayer::backward_fp8`] run in FP8 ([`Fp8Backward::Dx`] from [`LayerConfig::bf16`]: 1.03x the
+    /// straight-through backward at both model shapes; [`Fp8Weights::alloc`] then also holds
+    /// W1's transposed codes).
     pub fp8_backward: Fp8Backward,
 }
 
@@ -161,7 +163,7 @@ fn env_choice<T: Copy>(var: &str, default: T, names: &[(&str, T)]) -> T {
 
 impl LayerConfig {
     /// A bf16 layer. `gather`, `forward` and `fp8_backward` take their defaults ([`Gather::Overlapped`],
-    /// [`Forward::Launches`], [`Fp8Backward::Straight`]) unless `MEGAMOE_GATHER` (pass, overlapped),
+    /// [`Forward::Launches`], [`Fp8Backward::Dx`]) unless `MEGAMOE_GATHER` (pass, overlapped),
     /// `MEGAMOE_FORWARD` (launches, persistent) or `MEGAMOE_FP8_BACKWARD` (straight, dx, wgrad, dx-wgrad) name others.
     pub fn bf16(
         hidden: usize,
@@ -191,7 +193,7 @@ impl LayerConfig {
             ),
             fp8_backward: env_choice(
                 "MEGAMOE_FP8_BACKWARD",
-                Fp8Backward::Straight,
+                Fp8Backward::Dx,
                 &[
                     ("straight", Fp8Backward::Straight),
                     ("dx", Fp8Backward::Dx),
