@@ -438,28 +438,50 @@ unsafe fn epilogue_swiglu_zt(
         m = m.max(f32::from_bits(smem::ld_u32(red + 4 * W as u32)));
     });
     let (scale, f) = scale_and_factor(m);
-    // the codes transposed through the staging: the copy engine must have read the z boxes
+    // h^T's codes transposed through a staging box by stmatrix.trans in 16-bit units (a unit: the codes of columns
+    // c, c + 1 of one row, as the fragment holds them). Unit u = 4 J + q (column group J, q = lane % 4, c = 8 J + 2 q)
+    // is row u of the box (128 bytes: the warpgroup's 64 rows k, two bytes each), its k-block kb8 = k / 8 at 16-byte
+    // chunk kb8 ^ (u % 8) (the 8 rows of a stored matrix and the 8 chunks of a loaded row in distinct banks). The
+    // box: the one the last z store did not use (`wait_group.read 1`, as `store_box`).
+    let tb = wst + (*boxes % 2) * C_BOX;
     let bar = 2 + cw;
     if t == 0 {
-        tma::wait_group_read::<0>();
+        tma::wait_group_read::<1>();
     }
     sync::named_sync(bar, 128);
-    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
-        crate::unroll!(H in [0, 1] {
-            let w = hw[2 * J + H];
-            let c = 8 * J as u32 + c0;
-            let k = r + 8 * H as u32;
-            let v = math::pack_e4m3x2(math::bf16_to_f32(w as u16) * f, math::bf16_to_f32((w >> 16) as u16) * f);
-            smem::st_u8(wst + c * 80 + k, v & 0xff);
-            smem::st_u8(wst + (c + 1) * 80 + k, (v >> 8) & 0xff);
+    // the lane-dependent parts of the addresses from the thread index read here (hoisted out of the tile loop and
+    // held, ptxas spilled them)
+    let tf = regs::tid_fresh() % 128;
+    let (w, l8, li) = (tf / 32, tf % 8, (tf / 8) % 4);
+    // instruction X stores matrices i = 0..3: column groups 4 X + 2 (i / 2) (+1), half H = i % 2; matrix column
+    // 2 q + s is group 4 X + 2 (i / 2) + s's unit q; lane 8 i + b addresses destination row b (unit q = b / 2, s = b % 2)
+    crate::unroll!(X in [0, 1, 2, 3] {
+        let mut v = [0u32; 4];
+        crate::unroll!(I in [0, 1, 2, 3] {
+            let (j, hh) = (4 * X + 2 * (I / 2), I % 2);
+            let unit = |jj: usize| {
+                let wv = hw[2 * jj + hh];
+                math::pack_e4m3x2(math::bf16_to_f32(wv as u16) * f, math::bf16_to_f32((wv >> 16) as u16) * f)
+            };
+            v[I] = unit(j) | (unit(j + 1) << 16);
         });
+        let u = 4 * (4 * X as u32 + 2 * (li / 2) + l8 % 2) + l8 / 2;
+        let kb8 = 2 * w + li % 2;
+        warp::stmatrix_x4_trans(tb + u * 128 + ((kb8 ^ (u % 8)) * 16), v);
     });
     sync::named_sync(bar, 128);
     let to = p.tile_offsets as *const u32;
     let kb = *to.add(ti.e as usize) + (ti.row0 - *(p.offsets as *const u32).add(ti.e as usize)) / 128;
-    let dst = (p.ct as *mut [u32; 4]).add((((ti.n_tile * 128 + t) * p.kp + kb * 128 + 64 * cw) / 16) as usize);
+    // each thread: 8 rows k of one unit per pass (8 lanes a unit: its 128 bytes), split into columns c and c + 1
+    let kb8 = tf % 8;
     crate::unroll!(I in [0, 1, 2, 3] {
-        global::st_v4(dst.add(I), smem::ld_v4(wst + t * 80 + 16 * I as u32));
+        let u = tf / 8 + 16 * I as u32;
+        let q = smem::ld_v4(tb + u * 128 + ((kb8 ^ (u % 8)) * 16));
+        let c = 8 * (u / 4) + 2 * (u % 4);
+        let at = |cc: u32| ((ti.n_tile * 128 + cc) * p.kp + kb * 128 + 64 * cw + 8 * kb8) as usize;
+        let ct = p.ct as *mut u8;
+        global::st_v2(ct.add(at(c)) as *mut [u32; 2], [math::prmt(q[0], q[1], 0x6420), math::prmt(q[2], q[3], 0x6420)]);
+        global::st_v2(ct.add(at(c + 1)) as *mut [u32; 2], [math::prmt(q[0], q[1], 0x7531), math::prmt(q[2], q[3], 0x7531)]);
     });
     if cw == 0 && t == 0 {
         *(p.c_scales as *mut f32).add((kb * (p.n / 128) + ti.n_tile) as usize) = scale;

@@ -74,6 +74,18 @@ pub fn pack_e4m3x2(lo: f32, hi: f32) -> u32 {
     r
 }
 
+/// `prmt.b32 d, a, b, sel`: byte i of the result is byte (sel >> 4 i) & 7 of the pair (a: bytes 0..3, b: 4..7).
+#[inline(always)]
+pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure byte permutation; any thread.
+    unsafe {
+        asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) sel,
+             options(pure, nomem, nostack))
+    };
+    r
+}
+
 /// bf16 bits to f32 (exact).
 #[inline(always)]
 pub fn bf16_to_f32(b: u16) -> f32 {

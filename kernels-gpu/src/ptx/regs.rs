@@ -29,6 +29,16 @@ pub fn nctaid() -> u32 {
     unsafe { core::arch::nvptx::_grid_dim_x() as u32 }
 }
 
+/// Thread index in the block (x), read again where it is called: not a pure value the compiler may hoist out of a
+/// loop and hold (addresses derived from it in a register-bound loop are recomputed instead of spilled).
+#[inline(always)]
+pub fn tid_fresh() -> u32 {
+    let v: u32;
+    // SAFETY: reads a special register; any thread, no memory.
+    unsafe { asm!("mov.u32 {v}, %tid.x;", v = out(reg32) v, options(nomem, nostack)) };
+    v
+}
+
 /// The global nanosecond timer (coarse ticks); used to bound waits.
 #[inline(always)]
 pub fn globaltimer() -> u64 {
