@@ -43,6 +43,8 @@ gpu_test!(tma_2d_swizzle_128b, |g, r| selftest::tma_round_trip(g, r, &[200, 150]
 gpu_test!(tma_2d_full_boxes_sw128, |g, r| selftest::tma_round_trip(g, r, &[256, 128], &[64, 64], Swizzle::B128));
 gpu_test!(tma_3d_no_swizzle, |g, r| selftest::tma_round_trip(g, r, &[96, 40, 3], &[32, 16, 1], Swizzle::None));
 gpu_test!(bulk_copy_1d_with_proxy_fence, |g, r| selftest::bulk_1d(g, r));
+gpu_test!(tma_2d_loaded_per_cta_in_clusters, |g, r| selftest::tma_multicast(g, r, 66, 16, false));
+gpu_test!(tma_2d_multicast_into_both_ctas, |g, r| selftest::tma_multicast(g, r, 66, 16, true));
 gpu_test!(tma_row_gather_one_row_boxes_keep_the_swizzle, |g, r| selftest::tma_rows(g, r).map(|c| {
     eprintln!("TMA row gather cycles: {c:?}");
 }));

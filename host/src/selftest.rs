@@ -1,7 +1,9 @@
 //! Host drivers of the device self-tests: each runs one primitive of `kernels-gpu/src/ptx` alone on fresh
 //! random data, into poisoned outputs, and checks the result against a host computation. The GPU tests and the
 //! main command's GPU self-check both call these.
-use megamoe_kernels::params::{FlagTest, MatrixTest, MbarrierTest, TmaRowsTest, TmaTest, WgmmaTest, STATUS_TIMEOUT};
+use megamoe_kernels::params::{
+    FlagTest, MatrixTest, MbarrierTest, TmaMcTest, TmaRowsTest, TmaTest, WgmmaTest, STATUS_TIMEOUT,
+};
 use megamoe_kernels::swizzle;
 
 use crate::check;
@@ -423,6 +425,45 @@ pub fn tma_rows(gpu: &Gpu, rng: &mut Rng) -> Result<TmaRowsCycles> {
     Ok(TmaRowsCycles { rows_by_128_threads: c[0], rows_by_one_thread: c[1], one_tile_box: c[2] })
 }
 
+/// TMA multicast in 2-CTA clusters (`selftest_tma_mc`, see `TmaMcTest`): `pairs` clusters, `iters` boxes of
+/// 128 x 64 bf16 each, loaded per CTA (`multicast` false) or multicast by CTA 0 into both. Both CTAs of a pair
+/// must see every byte of their boxes: each block's word sum equals the host's. Under ncu the two modes'
+/// `lts__t_sectors_op_read` say whether a multicast is read from L2 once (the launches are otherwise equal).
+pub fn tma_multicast(gpu: &Gpu, rng: &mut Rng, pairs: u32, iters: u32, multicast: bool) -> Result<()> {
+    let rows = (pairs * iters * 128) as usize;
+    let src: Vec<u32> = (0..rows * 32).map(|_| rng.next_u64() as u32).collect();
+    let s = gpu.stream();
+    let dsrc = gpu.upload(&src)?;
+    let map = DeviceTensorMap::new(
+        gpu,
+        TiledDesc::row_major_2d(Dtype::Bf16, dptr(&dsrc, s), rows as u64, 64, 128, 64, Swizzle::B128),
+    )?;
+    let blocks = 2 * pairs;
+    let mut sums = gpu.alloc::<u32>((blocks * 128) as usize)?;
+    gpu.fill_bytes(&mut sums, 0xee)?;
+    let p = TmaMcTest { map_src: map.ptr(gpu), sums: dptr(&sums, s), iters, mode: multicast as u32 };
+    // SAFETY: matches the kernel's parameter block; the source holds pairs * iters boxes, sums one word per
+    // thread; the grid is whole clusters.
+    unsafe { gpu.launch("selftest_tma_mc", Launch::new(blocks, 128, 128 * 128 + 16), &p)? };
+    gpu.sync()?;
+    let got = gpu.download(&sums)?;
+    let box_words = 128 * 32;
+    for b in 0..blocks as usize {
+        let first = (b / 2) * iters as usize * box_words;
+        let want = src[first..first + iters as usize * box_words].iter().fold(0u32, |a, &w| a.wrapping_add(w));
+        let have = got[b * 128..(b + 1) * 128].iter().fold(0u32, |a, &w| a.wrapping_add(w));
+        if have != want {
+            return Err(fail(format!(
+                "selftest_tma_mc (multicast {multicast}): block {b} (rank {} of pair {}) summed {have:#x}, want \
+                 {want:#x}",
+                b % 2,
+                b / 2
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Every self-test once, with one line per test: (name, outcome).
 pub fn run_all(gpu: &Gpu, rng: &mut Rng) -> Vec<(String, Result<String>)> {
     let mut r: Vec<(String, Result<String>)> = Vec::new();
@@ -444,6 +485,10 @@ pub fn run_all(gpu: &Gpu, rng: &mut Rng) -> Vec<(String, Result<String>)> {
     ));
     r.push(("TMA 3D round trip".into(), ok(tma_round_trip(gpu, rng, &[96, 40, 3], &[32, 16, 1], Swizzle::None))));
     r.push(("bulk copy 1D + proxy fence".into(), ok(bulk_1d(gpu, rng))));
+    for mc in [false, true] {
+        let name = format!("TMA 2D in 2-CTA clusters, {}", if mc { "multicast" } else { "per CTA" });
+        r.push((name, ok(tma_multicast(gpu, rng, 66, 16, mc))));
+    }
     r.push((
         "TMA row gather (one-row boxes, 128B swizzle)".into(),
         tma_rows(gpu, rng).map(|c| {

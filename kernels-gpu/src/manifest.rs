@@ -49,6 +49,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("selftest_tma_3d", 128, true, false),
     k("selftest_bulk_1d", 128, true, false),
     k("selftest_tma_rows", 128, true, false),
+    k2("selftest_tma_mc", 128, true, false),
     k("selftest_mbarrier_tx", 128, true, false),
     k("selftest_matrix", 32, true, false),
     k("selftest_flags", 128, true, false),

@@ -63,6 +63,25 @@ pub struct TmaRowsTest {
     pub pad: u32,
 }
 
+/// Arguments of the multicast self-test (`selftest_tma_mc`, 2-CTA clusters): pair j of the grid reads boxes
+/// j * iters .. (j + 1) * iters of `map_src` (128 rows x 64 bf16 each, 128-byte swizzle) into both its CTAs, each
+/// CTA loading its own copy (`mode` 0) or CTA 0 multicasting one copy into both (`mode` 1). Each thread sums the
+/// u32 words it reads (wrapping) into `sums[block * 128 + thread]`; the swizzle permutes 16-byte chunks, so a
+/// block's total is the plain sum of its boxes' words. Under ncu the two modes' L2 read sectors say whether a
+/// multicast is read from L2 once.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct TmaMcTest {
+    /// Tensor map of a bf16 [rows, 64] matrix, box 64 x 128, 128-byte swizzle.
+    pub map_src: u64,
+    /// u32 [grid * 128]: every thread's sum.
+    pub sums: u64,
+    /// Boxes per pair.
+    pub iters: u32,
+    /// 0: each CTA loads its copy; 1: CTA 0 multicasts into both.
+    pub mode: u32,
+}
+
 /// Arguments of the flag-passing self-test: a chain of blocks, each waiting for its predecessor's flag.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -718,6 +737,7 @@ mod tests {
             ),
             ("EpRank", size_of::<EpRank>(), 11 * 8 + 2 * 4),
             ("TmaRowsTest", size_of::<TmaRowsTest>(), 5 * 8 + 2 * 4),
+            ("TmaMcTest", size_of::<TmaMcTest>(), 2 * 8 + 2 * 4),
         ];
         for (name, got, fields) in sizes {
             assert_eq!(got, fields, "{name}: padding between fields");

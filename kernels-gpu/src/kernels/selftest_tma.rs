@@ -1,7 +1,7 @@
 //! Copy-engine self-tests: tensor-map boxes (2D and 3D) and contiguous bulk copies, global -> shared -> global,
 //! with the raw shared-memory tile dumped so the host can check the swizzle.
-use crate::params::{TmaRowsTest, TmaTest};
-use crate::ptx::{fence, mbarrier, regs, smem, sync, tma};
+use crate::params::{TmaMcTest, TmaRowsTest, TmaTest};
+use crate::ptx::{cluster, fence, mbarrier, regs, smem, sync, tma};
 
 /// Shared memory: the box (1024-byte aligned at the base), then the mbarrier.
 #[inline(always)]
@@ -159,4 +159,41 @@ pub unsafe extern "ptx-kernel" fn selftest_tma_rows(p: TmaRowsTest) {
         sync::block_sync();
         phase += 1;
     }
+}
+
+/// Multicast (see [`TmaMcTest`]): launched in clusters of 2 CTAs along x (`.reqnctapercluster 2`), 128 threads;
+/// shared memory one 16 KiB box + 16. Per box: thread 0 of each CTA expects the box's bytes on its own barrier
+/// (the peer's multicast may complete them before: the tx-count goes below zero and the phase waits for the
+/// arrival), the box lands (mode 0: each CTA's own load; mode 1: CTA 0's multicast into both), every thread sums
+/// its words, and a cluster barrier keeps the next load out of a tile the peer may still read.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn selftest_tma_mc(p: TmaMcTest) {
+    const BOX: u32 = 128 * 64 * 2;
+    let (tile, bar) = setup(BOX);
+    // the peer's barrier is initialised before any multicast reaches it
+    cluster::sync();
+    let (b, t) = (regs::bid(), regs::tid());
+    let (rank, pair) = (b % 2, b / 2);
+    let mut sum = 0u32;
+    let mut i = 0;
+    while i < p.iters {
+        let row = ((pair * p.iters + i) * 128) as i32;
+        if t == 0 {
+            mbarrier::arrive_expect_tx(bar, BOX);
+            if p.mode == 0 {
+                tma::load_2d(tile, p.map_src as *const u8, 0, row, bar);
+            } else if rank == 0 {
+                tma::load_2d_mc(tile, p.map_src as *const u8, 0, row, bar, 0b11);
+            }
+        }
+        mbarrier::wait_parity(bar, i & 1);
+        let mut w = t;
+        while w < BOX / 4 {
+            sum = sum.wrapping_add(smem::ld_u32(tile + 4 * w));
+            w += 128;
+        }
+        cluster::sync();
+        i += 1;
+    }
+    *(p.sums as *mut u32).add((b * 128 + t) as usize) = sum;
 }
