@@ -12,7 +12,10 @@
 //! of rows / E rows each (the batch's M for the M-grouped GEMMs, each with its own B_e; its K for the weight
 //! gradients, each with its own [M, N] f32 output), same types and layouts; timed only, not checked.
 //!
-//! Each GEMM: 3 warm-ups, then the median of 20 launches, each bracketed by device events. Inputs random
+//! Each GEMM: 3 warm-ups, then the median of 20 launches, each bracketed by device events. Then every GEMM again,
+//! alternating launch by launch with cuBLAS's dense GEMM of its shape (`RESULT gemm-alternating` lines): under the
+//! 700 W cap a kernel's clock depends on what ran just before it, so the alternating ratio compares both in the
+//! same power state, where the first lines time ours and cuBLAS's in separate blocks. Inputs random
 //! (never zero); outputs poisoned (NaN) before the runs, then checked fully written, and rows of three experts
 //! (the first and last rows of each) checked against an f64 CPU product (relative error <= 1e-2); cuBLAS's
 //! output is checked on a sample too. The routing layout is computed on the host exactly as the layer's
@@ -135,12 +138,19 @@ fn time_prepared(g: &Gpu, p: &Prepared<'_>) -> R<f64> {
 
 /// Two launches timed alternating (A, B, A, B, ...), each its own events: the medians of both.
 fn time_prepared_ab(g: &Gpu, a: &Prepared<'_>, b: &Prepared<'_>) -> R<(f64, f64)> {
+    time_alternating(g, || a.launch(g).s(), || b.launch(g).s())
+}
+
+/// Two operations timed alternating (A, B, A, B, ...), each launch between its own events, so both run in the
+/// same power and clock state (under the 700 W cap a kernel's clock depends on what ran just before it): the
+/// medians of both after the warm-ups.
+fn time_alternating(g: &Gpu, mut fa: impl FnMut() -> R<()>, mut fb: impl FnMut() -> R<()>) -> R<(f64, f64)> {
     g.sync().s()?;
     rest();
     let (mut ta, mut tb) = (Vec::with_capacity(REPS), Vec::with_capacity(REPS));
     for _ in 0..WARM + REPS {
-        ta.push(time_once(g, a)?);
-        tb.push(time_once(g, b)?);
+        ta.push(time_fn(g, &mut fa)?);
+        tb.push(time_fn(g, &mut fb)?);
     }
     let med = |mut t: Vec<f64>| {
         let mut t = t.split_off(WARM);
@@ -150,12 +160,12 @@ fn time_prepared_ab(g: &Gpu, a: &Prepared<'_>, b: &Prepared<'_>) -> R<(f64, f64)
     Ok((med(ta), med(tb)))
 }
 
-/// One launch of `p` between two events, in microseconds.
-fn time_once(g: &Gpu, p: &Prepared<'_>) -> R<f64> {
+/// One operation between two events, in microseconds.
+fn time_fn(g: &Gpu, mut f: impl FnMut() -> R<()>) -> R<f64> {
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let (a, b) = (g.context().new_event(flags).s()?, g.context().new_event(flags).s()?);
     a.record(g.stream()).s()?;
-    p.launch(g).s()?;
+    f()?;
     b.record(g.stream()).s()?;
     b.synchronize().s()?;
     Ok(a.elapsed_ms(&b).s()? as f64 * 1e3)
@@ -412,6 +422,39 @@ impl Line<'_> {
         );
         ok
     }
+}
+
+/// cuBLAS's dense GEMM as `Blas::gemm` takes it: (a_t, b_t, A, B, C, C in f32).
+type DenseCall = (bool, bool, u64, u64, u64, bool);
+
+/// Our launch `p` and cuBLAS's dense GEMM of the same shape `mnk` (its M, N, K; FLOPs 2 M N K) timed alternating
+/// launch by launch, so both run in the same power and clock state: one RESULT line with the ratio and the
+/// issue's target. Timed only: the outputs were checked by the lines before (these launches overwrite them).
+#[allow(clippy::too_many_arguments)]
+fn vs_dense(
+    g: &Gpu,
+    bl: &Blas,
+    shape: &str,
+    what: &str,
+    k_grouped: bool,
+    (m, n, k): (usize, usize, usize),
+    p: Prepared<'_>,
+    (a_t, b_t, a, b, c, c_f32): DenseCall,
+) -> R<()> {
+    let (ours, theirs) = time_alternating(g, || p.launch(g).s(), || bl.gemm(a_t, b_t, m, n, k, a, b, c, c_f32))?;
+    let tf = |us: f64| 2.0 * m as f64 * n as f64 * k as f64 / (us * 1e-6) / 1e12;
+    let target = if k_grouped { 0.8 } else { 0.9 };
+    let ratio = theirs / ours;
+    println!(
+        "RESULT gemm-alternating {shape} {what} ({}) M={m} N={n} K={k}: megamoe {ours:.0} us {:.0} TFLOP/s | cuBLAS \
+         dense {theirs:.0} us {:.0} TFLOP/s | ours/cuBLAS {ratio:.2} (medians of {REPS}, launched alternating; \
+         target >= {target}: {})",
+        if k_grouped { "K-grouped" } else { "M-grouped" },
+        tf(ours),
+        tf(theirs),
+        if ratio >= target { "met" } else { "MISSED" }
+    );
+    Ok(())
 }
 
 /// f64 reference of C[r, c] = sum_q A(r, q) B(q, c) for the listed rows, all columns.
@@ -783,6 +826,86 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
         let (us, err, written) = (us_b, err_b, written_b);
         ok &=
             Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd, batched: &bb }.print();
+    }
+
+    // ---- each GEMM again, alternating launch by launch with cuBLAS's dense GEMM of its shape (the lines above
+    // time ours and cuBLAS's in separate blocks, whose power states differ under the 700 W cap)
+    let Ok(bl) = blas.as_ref() else {
+        return Ok(ok);
+    };
+    let f32p = |b: &CudaSlice<f32>| dptr(b, &st);
+    let (xsp, w1p, w2p, hinp, dyp, dzinp, sdyp) =
+        (ptr(&xs), ptr(&w1), ptr(&w2), ptr(&hin), ptr(&dy), ptr(&dzin), ptr(&sdy));
+    let (zo, yo, dho, dxo, dw2p, dw1p) = (ptr(&z_out), ptr(&y_out), ptr(&dh_out), ptr(&dx_out), f32p(&dw2), f32p(&dw1));
+    // (a macro, not a closure: each call's output borrow ends with its launch)
+    macro_rules! mg {
+        ($a:expr, $b:expr, $layout:expr, $c:expr, ($n:expr, $k:expr)) => {
+            GroupedGemmArgs {
+                a: $a,
+                b: $b,
+                b_layout: $layout,
+                offsets: &offsets,
+                tile_offsets: &tiles,
+                c: $c,
+                experts: e,
+                n: $n,
+                k: $k,
+                rows_max: m,
+            }
+        };
+    }
+    let p = mg!(&xs, &w1, BLayout::NK, &mut z_out, (i2, h)).prepare(g).s()?;
+    vs_dense(g, bl, name, "fwd GEMM1 (plain)", false, (m, i2, h), p, (false, true, xsp, w1p, zo, false))?;
+    let p = SwigluArgs {
+        a: &xs,
+        w1: &w1,
+        offsets: &offsets,
+        tile_offsets: &tiles,
+        h: &mut h_out,
+        z: Some(&mut z_out),
+        experts: e,
+        i,
+        k: h,
+        rows_max: m,
+    }
+    .prepare(g)
+    .s()?;
+    let what = "fwd GEMM1 + SwiGLU (h and z stored)";
+    vs_dense(g, bl, name, what, false, (m, i2, h), p, (false, true, xsp, w1p, zo, false))?;
+    let p = mg!(&hin, &w2, BLayout::NK, &mut y_out, (h, i)).prepare(g).s()?;
+    vs_dense(g, bl, name, "fwd GEMM2", false, (m, h, i), p, (false, true, hinp, w2p, yo, false))?;
+    let p = mg!(&dy, &w2, BLayout::KN, &mut dh_out, (i, h)).prepare(g).s()?;
+    vs_dense(g, bl, name, "bwd dh (plain)", false, (m, i, h), p, (false, false, dyp, w2p, dho, false))?;
+    let p = DswigluArgs {
+        dy: &dy,
+        w2: &w2,
+        z: &zin,
+        weights: &weights,
+        row_slot: &row_slot,
+        offsets: &offsets,
+        tile_offsets: &tiles,
+        dz: &mut dz_out,
+        partial: &mut partial,
+        experts: e,
+        i,
+        k: h,
+        rows_max: m,
+    }
+    .prepare(g)
+    .s()?;
+    let what = "bwd dh + SwiGLU backward (dz, dtopk partials)";
+    vs_dense(g, bl, name, what, false, (m, i, h), p, (false, false, dyp, w2p, dho, false))?;
+    let p = mg!(&dzin, &w1, BLayout::KN, &mut dx_out, (h, i2)).prepare(g).s()?;
+    vs_dense(g, bl, name, "bwd dx", false, (m, h, i2), p, (false, false, dzinp, w1p, dxo, false))?;
+    for (what, a, ap, wm, b, bp, wn, cp) in
+        [("bwd dW2", &sdy, sdyp, h, &hin, hinp, i, dw2p), ("bwd dW1", &dzin, dzinp, i2, &xs, xsp, h, dw1p)]
+    {
+        let d = (true, false, ap, bp, cp, true);
+        let (c, cb) = if what == "bwd dW2" { (&mut dw2, &mut dw2b) } else { (&mut dw1, &mut dw1b) };
+        let wg = WgradArgs { a, b, offsets: &offsets, c, experts: e, m: wm, n: wn, rows_max: m, accumulate: false };
+        vs_dense(g, bl, name, what, true, (wm, wn, m), wg.prepare(g).s()?, d)?;
+        let wg = WgradArgs { a, b, offsets: &offsets, c: cb, experts: e, m: wm, n: wn, rows_max: m, accumulate: false };
+        vs_dense(g, bl, name, &format!("{what} bf16 out"), true, (wm, wn, m), wg.prepare(g).s()?, d)?;
     }
     Ok(ok)
 }
