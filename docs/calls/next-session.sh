@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in the sixteenth session for the next: one device call (~300 s) for both prepared items.
-# Build: on main `cargo xtask gpu-bundle .dev/bundle`, copy gpu_primitives and layer into .dev/bN/base; then
+# Build: on main `cargo xtask gpu-bundle .dev/bundle`, copy gpu_primitives, layer and gemm into .dev/bN/base; then
 # `git apply docs/wip/fp8w-scales-ahead.patch`, bundle again, copy fp8, graph, layer into .dev/bN; strip them all
 # (`strip .dev/bN/* .dev/bN/base/*`: the carry limit is 64 MiB with the tree). Carry .dev/bN and this script.
 # 1. Multicast: does a TMA multicast read L2 once? (docs/NOTES.md "Next session" 1; docs/calls/next-multicast.sh)
@@ -36,4 +36,9 @@ for x in r[1:]: d[x[h.index('Kernel Name')][:40]].append(float(x[h.index('Metric
 for k,v in sorted(d.items()): v=sorted(v); print(f"  {k:40s} n={len(v):2d} " + " ".join(f"{u:.0f}" for u in v))
 PY
 done
+# 3. issue 4's ratios with ours and cuBLAS alternating launch by launch (the gemm bench's new lines), if time is left
+if [ $(el) -lt 380 ]; then
+  MEGAMOE_BENCH_ONLY=30B timeout 150 base/gemm --bench > $OUT/gemm_30B.txt 2>&1; echo "== gemm 30B rc $? at $(el) s"
+  grep "gemm-alternating" $OUT/gemm_30B.txt | sed 's/RESULT gemm-alternating Qwen3-//; s/ M=.*: megamoe/:/; s/(medians.*target/(target/' | cut -c1-170
+fi
 echo "total $(el) s"
