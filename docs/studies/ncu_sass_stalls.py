@@ -3,13 +3,20 @@
 
 Prints the stall reasons over all samples, the samples per 100-instruction bucket (with the most executions of an
 instruction in it, which tells the producer's code from the consumers' main loop and the once-a-tile epilogue), and
-the instructions with the most samples. Usage: ncu_sass_stalls.py FILE [top]
+the instructions with the most samples. Usage: ncu_sass_stalls.py FILE [top] [profile]: a file with several profiled
+launches (one "Kernel Name" header each) is split, and `profile` (0, 1, ..) picks one; the list is printed first.
 """
 import collections, csv, gzip, sys
 
 path = sys.argv[1]
 top = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+pick = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 rows = list(csv.reader((gzip.open if path.endswith(".gz") else open)(path, "rt")))
+starts = [i for i, r in enumerate(rows) if len(r) > 1 and r[0] == "Kernel Name"]
+if len(starts) > 1:
+    print("profiles:", ", ".join(f"{j}: {rows[i][1]}" for j, i in enumerate(starts)))
+ends = starts[1:] + [len(rows)]
+rows = rows[starts[pick]:ends[pick]]
 h = rows[1]
 ix = {k: i for i, k in enumerate(h)}
 data = [r for r in rows[2:] if len(r) >= len(h)]
