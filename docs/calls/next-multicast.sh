@@ -7,7 +7,7 @@
 # (sixteenth session, call D) come from elsewhere (the pair walk); if ~2.16M, the metric counts per destination.
 set -uo pipefail
 cd "$(dirname "$0")/bM"
-./gpu_primitives --include-ignored --test-threads=1 --exact tma_2d_loaded_per_cta_in_clusters tma_2d_multicast_into_both_ctas \
+timeout 60 ./gpu_primitives --include-ignored --test-threads=1 --exact tma_2d_loaded_per_cta_in_clusters tma_2d_multicast_into_both_ctas \
   > $OUT/tests.txt 2>&1; echo "== tests rc $?: $(grep 'test result' $OUT/tests.txt)"; grep -E "FAILED|panicked" $OUT/tests.txt | head -4
 timeout 120 ncu --clock-control none -k regex:selftest_tma_mc --metrics lts__t_sectors_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,gpu__time_duration.sum \
   --csv ./gpu_primitives --include-ignored --test-threads=1 --exact tma_2d_loaded_per_cta_in_clusters tma_2d_multicast_into_both_ctas \

@@ -14,7 +14,7 @@ libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirna
 export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader | tee $OUT/gpu.txt
 mc="tma_2d_loaded_per_cta_in_clusters tma_2d_multicast_into_both_ctas"
-base/gpu_primitives --include-ignored --test-threads=1 --exact $mc > $OUT/mc_tests.txt 2>&1
+timeout 60 base/gpu_primitives --include-ignored --test-threads=1 --exact $mc > $OUT/mc_tests.txt 2>&1
 echo "== multicast tests rc $? at $(el) s: $(grep 'test result' $OUT/mc_tests.txt)"; grep -E "FAILED|panicked" $OUT/mc_tests.txt | head -4
 timeout 120 ncu --clock-control none -k regex:selftest_tma_mc --metrics lts__t_sectors_op_read.sum,gpu__time_duration.sum \
   --csv base/gpu_primitives --include-ignored --test-threads=1 --exact $mc > $OUT/mc_ncu.csv 2> $OUT/mc_ncu.err
