@@ -549,6 +549,74 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let bf = |v: &bf16| v.to_f64();
     let ff = |v: &f32| *v as f64;
     let ptr = |b: &CudaSlice<bf16>| dptr(b, &st);
+    // each launch's arguments, for the checked lines and the alternating ones (macros, not closures: each call's
+    // output borrow ends with its launch)
+    macro_rules! mg {
+        ($a:expr, $b:expr, $layout:expr, $c:expr, ($n:expr, $k:expr)) => {
+            GroupedGemmArgs {
+                a: $a,
+                b: $b,
+                b_layout: $layout,
+                offsets: &offsets,
+                tile_offsets: &tiles,
+                c: $c,
+                experts: e,
+                n: $n,
+                k: $k,
+                rows_max: m,
+            }
+        };
+    }
+    macro_rules! swiglu_args {
+        ($z:expr) => {
+            SwigluArgs {
+                a: &xs,
+                w1: &w1,
+                offsets: &offsets,
+                tile_offsets: &tiles,
+                h: &mut h_out,
+                z: $z,
+                experts: e,
+                i,
+                k: h,
+                rows_max: m,
+            }
+        };
+    }
+    macro_rules! dswiglu_args {
+        () => {
+            DswigluArgs {
+                dy: &dy,
+                w2: &w2,
+                z: &zin,
+                weights: &weights,
+                row_slot: &row_slot,
+                offsets: &offsets,
+                tile_offsets: &tiles,
+                dz: &mut dz_out,
+                partial: &mut partial,
+                experts: e,
+                i,
+                k: h,
+                rows_max: m,
+            }
+        };
+    }
+    macro_rules! wgrad_args {
+        ($a:expr, $b:expr, $c:expr, ($m:expr, $n:expr)) => {
+            WgradArgs {
+                a: $a,
+                b: $b,
+                offsets: &offsets,
+                c: $c,
+                experts: e,
+                m: $m,
+                n: $n,
+                rows_max: m,
+                accumulate: false,
+            }
+        };
+    }
 
     // f64 reference rows of an M-grouped product over the sampled experts: C = A . op(B_e), [rows][n]
     let m_ref = |pa: &Pat, ka: usize, pb: &Pat, n: usize, nk: bool| -> Vec<Vec<f64>> {
@@ -579,20 +647,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
                  want: &[f64]|
      -> R<(f64, f64, bool)> {
         poison(g, c)?;
-        let p = GroupedGemmArgs {
-            a,
-            b,
-            b_layout,
-            offsets: &offsets,
-            tile_offsets: &tiles,
-            c: &mut *c,
-            experts: e,
-            n,
-            k,
-            rows_max: m,
-        }
-        .prepare(g)
-        .s()?;
+        let p = mg!(a, b, b_layout, &mut *c, (n, k)).prepare(g).s()?;
         let us = time_prepared(g, &p)?;
         drop(p);
         Ok((us, check::rel_err(&got_rows(c, n)?, want), all_written(&st, c, bf_nan)?))
@@ -656,20 +711,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     for keep_z in [false, true] {
         poison(g, &mut h_out)?;
         poison(g, &mut z_out)?;
-        let p = SwigluArgs {
-            a: &xs,
-            w1: &w1,
-            offsets: &offsets,
-            tile_offsets: &tiles,
-            h: &mut h_out,
-            z: if keep_z { Some(&mut z_out) } else { None },
-            experts: e,
-            i,
-            k: h,
-            rows_max: m,
-        }
-        .prepare(g)
-        .s()?;
+        let p = swiglu_args!(if keep_z { Some(&mut z_out) } else { None }).prepare(g).s()?;
         let us = time_prepared(g, &p)?;
         drop(p);
         let mut err = check::rel_err(&got_rows(&h_out, i)?, &h_ref);
@@ -707,23 +749,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
 
     poison(g, &mut dz_out)?;
     poison(g, &mut partial)?;
-    let p = DswigluArgs {
-        dy: &dy,
-        w2: &w2,
-        z: &zin,
-        weights: &weights,
-        row_slot: &row_slot,
-        offsets: &offsets,
-        tile_offsets: &tiles,
-        dz: &mut dz_out,
-        partial: &mut partial,
-        experts: e,
-        i,
-        k: h,
-        rows_max: m,
-    }
-    .prepare(g)
-    .s()?;
+    let p = dswiglu_args!().prepare(g).s()?;
     let us = time_prepared(g, &p)?;
     drop(p);
     let (mut want_dz, mut want_part, mut got_part) = (Vec::new(), Vec::new(), Vec::new());
@@ -766,23 +792,8 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     ] {
         poison(g, c)?;
         poison(g, cb)?;
-        let p =
-            WgradArgs { a, b, offsets: &offsets, c: &mut *c, experts: e, m: wm, n: wn, rows_max: m, accumulate: false }
-                .prepare(g)
-                .s()?;
-        let pb16 = WgradArgs {
-            a,
-            b,
-            offsets: &offsets,
-            c: &mut *cb,
-            experts: e,
-            m: wm,
-            n: wn,
-            rows_max: m,
-            accumulate: false,
-        }
-        .prepare(g)
-        .s()?;
+        let p = wgrad_args!(a, b, &mut *c, (wm, wn)).prepare(g).s()?;
+        let pb16 = wgrad_args!(a, b, &mut *cb, (wm, wn)).prepare(g).s()?;
         // MEGAMOE_BENCH_AB=0: each kernel's repetitions back to back (f32, then bf16) instead of alternating
         let (us, us_b) = if std::env::var("MEGAMOE_BENCH_AB").is_ok_and(|v| v == "0") {
             (time_prepared(g, &p)?, time_prepared(g, &pb16)?)
@@ -837,62 +848,16 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let (xsp, w1p, w2p, hinp, dyp, dzinp, sdyp) =
         (ptr(&xs), ptr(&w1), ptr(&w2), ptr(&hin), ptr(&dy), ptr(&dzin), ptr(&sdy));
     let (zo, yo, dho, dxo, dw2p, dw1p) = (ptr(&z_out), ptr(&y_out), ptr(&dh_out), ptr(&dx_out), f32p(&dw2), f32p(&dw1));
-    // (a macro, not a closure: each call's output borrow ends with its launch)
-    macro_rules! mg {
-        ($a:expr, $b:expr, $layout:expr, $c:expr, ($n:expr, $k:expr)) => {
-            GroupedGemmArgs {
-                a: $a,
-                b: $b,
-                b_layout: $layout,
-                offsets: &offsets,
-                tile_offsets: &tiles,
-                c: $c,
-                experts: e,
-                n: $n,
-                k: $k,
-                rows_max: m,
-            }
-        };
-    }
     let p = mg!(&xs, &w1, BLayout::NK, &mut z_out, (i2, h)).prepare(g).s()?;
     vs_dense(g, bl, name, "fwd GEMM1 (plain)", false, (m, i2, h), p, (false, true, xsp, w1p, zo, false))?;
-    let p = SwigluArgs {
-        a: &xs,
-        w1: &w1,
-        offsets: &offsets,
-        tile_offsets: &tiles,
-        h: &mut h_out,
-        z: Some(&mut z_out),
-        experts: e,
-        i,
-        k: h,
-        rows_max: m,
-    }
-    .prepare(g)
-    .s()?;
+    let p = swiglu_args!(Some(&mut z_out)).prepare(g).s()?;
     let what = "fwd GEMM1 + SwiGLU (h and z stored)";
     vs_dense(g, bl, name, what, false, (m, i2, h), p, (false, true, xsp, w1p, zo, false))?;
     let p = mg!(&hin, &w2, BLayout::NK, &mut y_out, (h, i)).prepare(g).s()?;
     vs_dense(g, bl, name, "fwd GEMM2", false, (m, h, i), p, (false, true, hinp, w2p, yo, false))?;
     let p = mg!(&dy, &w2, BLayout::KN, &mut dh_out, (i, h)).prepare(g).s()?;
     vs_dense(g, bl, name, "bwd dh (plain)", false, (m, i, h), p, (false, false, dyp, w2p, dho, false))?;
-    let p = DswigluArgs {
-        dy: &dy,
-        w2: &w2,
-        z: &zin,
-        weights: &weights,
-        row_slot: &row_slot,
-        offsets: &offsets,
-        tile_offsets: &tiles,
-        dz: &mut dz_out,
-        partial: &mut partial,
-        experts: e,
-        i,
-        k: h,
-        rows_max: m,
-    }
-    .prepare(g)
-    .s()?;
+    let p = dswiglu_args!().prepare(g).s()?;
     let what = "bwd dh + SwiGLU backward (dz, dtopk partials)";
     vs_dense(g, bl, name, what, false, (m, i, h), p, (false, false, dyp, w2p, dho, false))?;
     let p = mg!(&dzin, &w1, BLayout::KN, &mut dx_out, (h, i2)).prepare(g).s()?;
@@ -902,10 +867,10 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     {
         let d = (true, false, ap, bp, cp, true);
         let (c, cb) = if what == "bwd dW2" { (&mut dw2, &mut dw2b) } else { (&mut dw1, &mut dw1b) };
-        let wg = WgradArgs { a, b, offsets: &offsets, c, experts: e, m: wm, n: wn, rows_max: m, accumulate: false };
-        vs_dense(g, bl, name, what, true, (wm, wn, m), wg.prepare(g).s()?, d)?;
-        let wg = WgradArgs { a, b, offsets: &offsets, c: cb, experts: e, m: wm, n: wn, rows_max: m, accumulate: false };
-        vs_dense(g, bl, name, &format!("{what} bf16 out"), true, (wm, wn, m), wg.prepare(g).s()?, d)?;
+        let p = wgrad_args!(a, b, c, (wm, wn)).prepare(g).s()?;
+        vs_dense(g, bl, name, what, true, (wm, wn, m), p, d)?;
+        let p = wgrad_args!(a, b, cb, (wm, wn)).prepare(g).s()?;
+        vs_dense(g, bl, name, &format!("{what} bf16 out"), true, (wm, wn, m), p, d)?;
     }
     Ok(ok)
 }
