@@ -762,7 +762,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
             let sg = sigmoid(gv);
             dz[c] = s * dh[c] * uv * sg * (1.0 + gv * (1.0 - sg));
             dz[i + c] = s * dh[c] * gv * sg;
-            part[c / megamoe_kernels::kernels_host::GEMM_DSW_BN as usize] += dh[c] * gv * sg * uv;
+            part[c / gemm::dswiglu_columns()] += dh[c] * gv * sg * uv;
         }
         want_dz.extend(dz);
         want_part.extend(part);

@@ -290,16 +290,44 @@ gpu_test!(dswiglu_ragged_even_column_tiles, {
 // the 2-CTA cluster variant (sharing A over column-tile pairs) gives dz and the partials bit for bit
 gpu_test!(dswiglu_cluster_matches_single_cta, {
     let seed = Rng::fresh_seed();
-    let one = gemm::with_clusters(false, false, || dswiglu(448, seed));
-    let two = gemm::with_clusters(true, false, || dswiglu(448, seed));
+    let pp = |share_a| {
+        gemm::with_dswiglu_epilogue_warps(false, || gemm::with_clusters(share_a, false, || dswiglu(448, seed)))
+    };
+    let (one, two) = (pp(false), pp(true));
     assert!(one == two, "the cluster SwiGLU backward differs from the single-CTA one");
+});
+
+// the epilogue-warps kernel (MEGAMOE_DSW=ew: cooperative 128 x 256 main loop, dh handed to the producer
+// warpgroup's idle warps in bf16): against the f64 reference (inside `dswiglu`) on both column counts, and close to
+// the ping-pong kernel (dh rounded to bf16 first: not bitwise); every row past the end unwritten
+// (the last case: 202 tiles on at most 132 blocks and K = 256, so blocks hand several tiles over and the 3-stage
+// ring wraps)
+gpu_test!(dswiglu_epilogue_warps_matches_the_reference, {
+    let small: &[u32] = &[0, 1, 300, 129, 0, 17];
+    let large: &[u32] = &[1300, 0, 2047, 129, 4000, 1, 2600, 2200];
+    for (counts, i, k) in [(small, 320, 128), (small, 448, 128), (small, 768, 128), (large, 320, 256)] {
+        let seed = Rng::fresh_seed();
+        let (pp, _) = gemm::with_dswiglu_epilogue_warps(false, || dswiglu_with(counts, i, k, seed));
+        let (ew, _) = gemm::with_dswiglu_epilogue_warps(true, || dswiglu_with(counts, i, k, seed));
+        let val = |b: &[u16]| -> Vec<f64> { b.iter().map(|&v| bf16::from_bits(v).to_f64()).collect() };
+        let (pp, ew) = (val(&pp), val(&ew));
+        // rows past the end hold the poison (NaN) in both: compare the written ones
+        let n = pp.iter().take_while(|v| !v.is_nan()).count();
+        assert!(n > 0 && ew[n..].iter().all(|v| v.is_nan()), "I = {i}: rows past the end written");
+        check::close("dswiglu epilogue warps against ping-pong", &ew[..n], &pp[..n], 1e-2).unwrap();
+    }
 });
 
 /// The SwiGLU-backward GEMM on the inputs of `seed`, checked against the f64 reference; returns the bits of dz
 /// and of the partial sums.
 fn dswiglu(i: usize, seed: u64) -> (Vec<u16>, Vec<u32>) {
-    let mut s = setup_seeded(&[0, 1, 300, 129, 0, 17], seed);
-    let (e, k) = (s.counts.len(), 128);
+    dswiglu_with(&[0, 1, 300, 129, 0, 17], i, 128, seed)
+}
+
+/// [`dswiglu`] with the experts' row `counts` and K given.
+fn dswiglu_with(counts: &[u32], i: usize, k: usize, seed: u64) -> (Vec<u16>, Vec<u32>) {
+    let mut s = setup_seeded(counts, seed);
+    let e = s.counts.len();
     let g = s.g.clone();
     let slots = s.rows + 11;
     let dy = s.r.bf16_vec(s.rows_max * k, 1.0);
@@ -343,7 +371,7 @@ fn dswiglu(i: usize, seed: u64) -> (Vec<u16>, Vec<u32>) {
                 let sg = sig(gv);
                 want_dz[row * 2 * i + c] = sw * dh * uv * sg * (1.0 + gv * (1.0 - sg));
                 want_dz[row * 2 * i + i + c] = sw * dh * gv * sg;
-                want_part[row * nt + c / megamoe_kernels::kernels_host::GEMM_DSW_BN as usize] += dh * gv * sg * uv;
+                want_part[row * nt + c / gemm::dswiglu_columns()] += dh * gv * sg * uv;
             }
         }
     }

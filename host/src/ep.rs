@@ -787,7 +787,8 @@ impl EpLayer {
             let ids: Vec<u32> = (0..recv as u32).collect();
             self.ident = Some(g.upload(&ids)?);
         }
-        let n_tiles_i = crate::gemm::dswiglu_partials(c.intermediate);
+        // room for either SwiGLU-backward kernel's partial sums (the launch picks one by the policy of its thread)
+        let n_tiles_i = crate::gemm::dswiglu_partials_max(c.intermediate);
         for w in self.ranks.iter_mut().filter(|w| w.bwd.is_none()) {
             let mut partial = g.alloc::<f32>(recv * n_tiles_i)?;
             g.fill_bytes(&mut partial, 0)?;

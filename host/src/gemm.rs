@@ -284,10 +284,62 @@ pub fn tile_offsets(counts: &[u32]) -> Vec<u32> {
     t
 }
 
-/// Columns of the dtopk partial sums [`grouped_gemm_dswiglu`] writes per row: one per 128-column tile of I
-/// (`kh::GEMM_DSW_BN`).
+/// Columns of the dtopk partial sums [`grouped_gemm_dswiglu`] writes per row: one per column tile of I
+/// ([`dswiglu_columns`] wide).
 pub fn dswiglu_partials(i: usize) -> usize {
+    i.div_ceil(dswiglu_columns())
+}
+
+/// Columns of the partial sums a buffer needs for either SwiGLU-backward kernel (the most: one per 128 columns).
+/// Workspaces allocated once are sized by it: the kernel, and [`dswiglu_partials`], are chosen per launch.
+pub fn dswiglu_partials_max(i: usize) -> usize {
     i.div_ceil(kh::GEMM_DSW_BN as usize)
+}
+
+/// Columns of a tile of the SwiGLU-backward kernel this thread launches: 128 (`grouped_gemm_bt_dswiglu`,
+/// ping-pong) or, with the epilogue-warps kernel on ([`dswiglu_epilogue_warps`]), 256.
+pub fn dswiglu_columns() -> usize {
+    if dswiglu_epilogue_warps().unwrap_or(true) {
+        kh::GEMM_BN as usize
+    } else {
+        kh::GEMM_DSW_BN as usize
+    }
+}
+
+thread_local! {
+    static DSW_EW: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the SwiGLU backward runs as `grouped_gemm_bt_dswiglu_ew` (the producer warpgroup's idle warps run the
+/// epilogue from a bf16 copy of dh beside a cooperative 128 x 256 main loop; dh rounded to bf16 before the
+/// SwiGLU backward) instead of the ping-pong `grouped_gemm_bt_dswiglu`. The default (measured 8% faster at 30B,
+/// docs/RESULTS.md 2026-12-04b); `MEGAMOE_DSW=pp` (read once) selects the ping-pong kernel, `ew` or unset this
+/// one, another value is an `InvalidArgument`; overridden on a thread by [`with_dswiglu_epilogue_warps`].
+pub fn dswiglu_epilogue_warps() -> Result<bool> {
+    static ENV: std::sync::OnceLock<std::result::Result<bool, String>> = std::sync::OnceLock::new();
+    if let Some(on) = DSW_EW.with(|c| c.get()) {
+        return Ok(on);
+    }
+    ENV.get_or_init(|| match std::env::var("MEGAMOE_DSW").unwrap_or_default().as_str() {
+        "pp" => Ok(false),
+        "" | "ew" => Ok(true),
+        v => Err(format!("MEGAMOE_DSW={v}: expected pp or ew")),
+    })
+    .clone()
+    .map_err(Error::InvalidArgument)
+}
+
+/// Run `f` with the epilogue-warps SwiGLU backward on or off for every launch prepared on this thread inside it,
+/// whatever `MEGAMOE_DSW` says (tests compare the kernels this way; the previous policy is restored after).
+pub fn with_dswiglu_epilogue_warps<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DSW_EW.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(DSW_EW.with(|c| c.replace(Some(on))));
+    f()
 }
 
 /// Launch one grouped GEMM on `gpu`'s stream.
@@ -665,14 +717,6 @@ pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Resu
     };
     let n = p.n;
     let problem = tiles::Problem { epilogue: c.epilogue, a: c.a, b: c.b, n };
-    if problem.n_tiles(c) != p.n_tiles {
-        return Err(Error::InvalidArgument(format!(
-            "{base}: {} column tiles for {n} columns of {} (the parameter block says {})",
-            problem.n_tiles(c),
-            c.bn,
-            p.n_tiles
-        )));
-    }
     let (share_a, share_b) = match CLUSTERS.with(|c| c.get()) {
         Some(policy) => policy,
         None => MC
@@ -686,11 +730,25 @@ pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Resu
             .clone()
             .map_err(Error::InvalidArgument)?,
     };
-    let choice = tiles::choose(&problem, &tiles::Limits { smem_optin: gpu.smem_optin(), share_a, share_b })?;
+    // read only for the SwiGLU backward (a bad MEGAMOE_DSW fails those launches, not every GEMM)
+    let epilogue_warps = c.epilogue == tiles::Epilogue::SwigluBackward && dswiglu_epilogue_warps()?;
+    let limits = tiles::Limits { smem_optin: gpu.smem_optin(), share_a, share_b, epilogue_warps };
+    let choice = tiles::choose(&problem, &limits)?;
     if crate::runtime::debug_enabled() {
         eprintln!("[megamoe] {base} over {n} columns: {choice}");
     }
-    Ok(choice.config.kernel)
+    // the chosen kernel's tile width (the caller sized its column tiles, and the partial sums, by the same policy)
+    let c = &choice.config;
+    if problem.n_tiles(c) != p.n_tiles {
+        return Err(Error::InvalidArgument(format!(
+            "{}: {} column tiles for {n} columns of {} (the parameter block says {})",
+            c.kernel,
+            problem.n_tiles(c),
+            c.bn,
+            p.n_tiles
+        )));
+    }
+    Ok(c.kernel)
 }
 
 /// The launch of the M-grouped kernel `kernel` over at most `rows_max` expert-ordered rows of `experts` experts:
@@ -814,10 +872,14 @@ mod tests {
     }
 
     #[test]
-    fn dswiglu_partials_are_per_128_columns() {
-        assert_eq!(super::dswiglu_partials(768), 6);
-        assert_eq!(super::dswiglu_partials(1536), 12);
-        assert_eq!(super::dswiglu_partials(192), 2);
-        assert_eq!(super::dswiglu_partials(64), 1);
+    fn dswiglu_partials_are_per_128_columns_or_256_with_the_epilogue_warps() {
+        assert_eq!(super::with_dswiglu_epilogue_warps(true, || super::dswiglu_partials(768)), 3);
+        assert_eq!(super::with_dswiglu_epilogue_warps(true, || super::dswiglu_partials(320)), 2);
+        super::with_dswiglu_epilogue_warps(false, || {
+            assert_eq!(super::dswiglu_partials(768), 6);
+            assert_eq!(super::dswiglu_partials(1536), 12);
+            assert_eq!(super::dswiglu_partials(192), 2);
+            assert_eq!(super::dswiglu_partials(64), 1);
+        });
     }
 }

@@ -413,7 +413,8 @@ impl MoeLayer {
         cfg.validate()?;
         let slots = cfg.max_tokens * cfg.top_k;
         let (h, i) = (cfg.hidden, cfg.intermediate);
-        let n_tiles_i = crate::gemm::dswiglu_partials(i);
+        // room for either SwiGLU-backward kernel's partial sums (the launch picks one by the policy of its thread)
+        let n_tiles_i = crate::gemm::dswiglu_partials_max(i);
         let work = Work {
             xs: gpu.alloc(slots * h)?,
             h: gpu.alloc(slots * i)?,

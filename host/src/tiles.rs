@@ -42,6 +42,9 @@ pub enum Schedule {
     Cooperative,
     /// Each runs every other tile (all 128 rows), so one's epilogue runs under the other's main loop.
     PingPong,
+    /// Cooperative main loop; the producer warpgroup's three idle warps run the epilogue from a bf16 copy of the
+    /// tile in shared memory while the consumers go on to the next tile (`grouped_gemm_bt_dswiglu_ew`).
+    EpilogueWarps,
 }
 
 /// The operand the two CTAs of a cluster share.
@@ -120,6 +123,19 @@ pub const CONFIGS: &[TileConfig] = &[
     cfg("grouped_gemm_swiglu_mc", Swiglu, Tma, NK, Some(Share::A)),
     cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, None),
     cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, None),
+    TileConfig {
+        kernel: "grouped_gemm_bt_dswiglu_ew",
+        epilogue: SwigluBackward,
+        a: Tma,
+        b: KN,
+        bm: kh::GEMM_BM,
+        bn: kh::GEMM_BN,
+        stages: kh::GEMM_EW_STAGES,
+        schedule: Schedule::EpilogueWarps,
+        cluster: 1,
+        share: None,
+        smem: kh::GEMM_SMEM,
+    },
     cfg("grouped_gemm_bt_dswiglu_mc", SwigluBackward, Tma, KN, Some(Share::A)),
     cfg("grouped_gemm_bt_dswiglu", SwigluBackward, Tma, KN, None),
 ];
@@ -154,6 +170,8 @@ pub struct Limits {
     pub share_a: bool,
     /// Whether those sharing B may (`MEGAMOE_MC` containing `b`).
     pub share_b: bool,
+    /// Whether the epilogue-warps SwiGLU backward may be chosen (the default; `MEGAMOE_DSW=pp` turns it off).
+    pub epilogue_warps: bool,
 }
 
 /// Why a configuration was not chosen.
@@ -171,6 +189,8 @@ pub enum Rejection {
     OddColumnTiles { n_tiles: u32 },
     /// Cluster variants sharing this operand are off (`Limits::share_a`, `share_b`).
     ClustersOff { share: Share },
+    /// The epilogue-warps kernel is off (`Limits::epilogue_warps`).
+    EpilogueWarpsOff,
     /// It qualifies, but `chosen` comes first in [`CONFIGS`].
     Ranked { chosen: &'static str },
 }
@@ -190,6 +210,7 @@ impl fmt::Display for Rejection {
             Rejection::ClustersOff { share } => {
                 write!(f, "cluster variants sharing {share:?} are off (MEGAMOE_MC=a, b or ab turns them on)")
             }
+            Rejection::EpilogueWarpsOff => write!(f, "the epilogue-warps kernel is off (MEGAMOE_DSW=pp)"),
             Rejection::Ranked { chosen } => write!(f, "it qualifies but {chosen} ranks first"),
         }
     }
@@ -227,6 +248,9 @@ pub fn check(c: &TileConfig, p: &Problem, l: &Limits) -> Option<Rejection> {
     }
     if c.smem > l.smem_optin {
         return Some(Rejection::SharedMemory { needs: c.smem, device: l.smem_optin });
+    }
+    if c.schedule == Schedule::EpilogueWarps && !l.epilogue_warps {
+        return Some(Rejection::EpilogueWarpsOff);
     }
     match c.share {
         Some(share @ Share::A) if !l.share_a => return Some(Rejection::ClustersOff { share }),
@@ -267,7 +291,7 @@ pub fn config(kernel: &str) -> Option<&'static TileConfig> {
 mod tests {
     use super::*;
 
-    const H200: Limits = Limits { smem_optin: 232448, share_a: false, share_b: false };
+    const H200: Limits = Limits { smem_optin: 232448, share_a: false, share_b: false, epilogue_warps: false };
 
     fn p(epilogue: Epilogue, a: ALoad, b: BLayout, n: u32) -> Problem {
         Problem { epilogue, a, b, n }
@@ -326,6 +350,22 @@ mod tests {
     }
 
     #[test]
+    fn the_epilogue_warps_kernel_only_when_asked_and_with_its_own_column_tiles() {
+        let dsw = p(SwigluBackward, Tma, KN, 768);
+        let ch = choose(&dsw, &H200).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_bt_dswiglu");
+        let ew = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_bt_dswiglu_ew").unwrap();
+        assert_eq!(ew.1, Rejection::EpilogueWarpsOff);
+        let on = Limits { epilogue_warps: true, ..H200 };
+        let ch = choose(&dsw, &on).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_bt_dswiglu_ew");
+        // 30B: I = 768 is 3 tiles of 256 (the partial sums' columns), 6 of 128 for the ping-pong kernel
+        assert_eq!((dsw.n_tiles(&ch.config), dsw.n_tiles(config("grouped_gemm_bt_dswiglu").unwrap())), (3, 6));
+        // other epilogues never pick it
+        assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on).unwrap().config.kernel, "grouped_gemm_bt_bf16");
+    }
+
+    #[test]
     fn the_gathering_producer_has_no_cluster_variant() {
         let on = Limits { share_a: true, share_b: true, ..H200 };
         let ch = choose(&p(Swiglu, Gather, NK, 768), &on).unwrap();
@@ -336,7 +376,7 @@ mod tests {
 
     #[test]
     fn no_qualifying_kernel_is_an_error_with_every_reason() {
-        let small = Limits { smem_optin: 100 * 1024, share_a: false, share_b: false };
+        let small = Limits { smem_optin: 100 * 1024, ..H200 };
         let e = choose(&p(Bf16, Tma, NK, 2048), &small).unwrap_err().to_string();
         assert!(e.contains("grouped_gemm_bf16: it needs 232"), "{e}");
         assert!(e.contains("the device allows 102400"), "{e}");

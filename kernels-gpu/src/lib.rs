@@ -93,6 +93,9 @@ pub mod kernels_host {
         + GEMM_ORDER_BARS
         + 4 * 8
         + GEMM_SCHED;
+    /// Ring stages of `grouped_gemm_bt_dswiglu_ew` (the cooperative 48 KiB stages; the fourth's room holds the
+    /// bf16 dh tile the consumers hand to the epilogue warpgroup).
+    pub const GEMM_EW_STAGES: u32 = 3;
     /// Pipeline stages of the weight-gradient GEMM.
     pub const WGRAD_STAGES: u32 = 4;
     /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.

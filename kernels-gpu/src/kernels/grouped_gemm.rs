@@ -274,7 +274,7 @@ unsafe fn grouped_gemm<
 /// pairs of n-tiles of one m-tile, sharing A; n_tiles even: the host's condition). MC 2: 2-CTA clusters on
 /// pairs of m-tiles (2i, 2i + 1) of one n-tile, sharing B ([`crate::scheduler::pair_units`]).
 #[inline(always)]
-unsafe fn walk<const MC: u32>(p: &GroupedGemm, total: u32) -> (u32, u32, u32) {
+pub(crate) unsafe fn walk<const MC: u32>(p: &GroupedGemm, total: u32) -> (u32, u32, u32) {
     if MC == 2 {
         let m_total = *(p.tile_offsets as *const u32).add(p.experts as usize);
         (regs::bid() / 2, regs::nctaid() / 2, crate::scheduler::pair_units(m_total, p.n_tiles))
@@ -286,7 +286,7 @@ unsafe fn walk<const MC: u32>(p: &GroupedGemm, total: u32) -> (u32, u32, u32) {
 /// This block's tile of walk index `q` and whether it is a ghost (MC 2 only: the pair's second m-tile past the
 /// last one; the ghost runs its peer's tile so the two rings stay in step, and stores nothing).
 #[inline(always)]
-unsafe fn walk_tile<const MC: u32>(p: &GroupedGemm, q: u32) -> (u32, bool) {
+pub(crate) unsafe fn walk_tile<const MC: u32>(p: &GroupedGemm, q: u32) -> (u32, bool) {
     if MC == 2 {
         let m_total = *(p.tile_offsets as *const u32).add(p.experts as usize);
         let (m, n, ghost) = crate::scheduler::pair_unit(q, p.n_tiles, m_total, regs::bid() % 2);
@@ -370,7 +370,14 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 }
 
 #[inline(always)]
-unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32, const MC: u32, const MV: bool>(
+pub(crate) unsafe fn produce<
+    const SWIGLU: bool,
+    const BT: bool,
+    const DSW: bool,
+    const S: u32,
+    const MC: u32,
+    const MV: bool,
+>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S>,
@@ -550,13 +557,13 @@ pub(crate) unsafe fn load_stage<const SWIGLU: bool, const BT: bool, const DSW: b
 }
 
 /// The main loop of one consumer warpgroup of the cooperative kernels over one tile: `kt_n` stages from ring
-/// iteration `*it` on (advanced past them), warpgroup `cw`'s 64 rows of the stage's A (128 x 64) times its B
+/// iteration `*it` on (advanced past them) of an `S`-stage ring, warpgroup `cw`'s 64 rows of the stage's A (128 x 64) times its B
 /// (256 x 64, or BT: 64 K x 256 N) into the returned m64n256 accumulator; every stage given back (the last after
 /// the final `wait_group 0`). SAFETY: all 128 threads of a consumer warpgroup, in ring order.
 #[inline(always)]
-pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC: u32>(
+pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC: u32, const S: u32>(
     base: u32,
-    ring: &Ring<STAGES>,
+    ring: &Ring<S>,
     it: &mut u32,
     kt_n: u32,
     cw: u32,
@@ -565,7 +572,7 @@ pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC:
     let mut acc = [0f32; 128];
     let mut kt = 0;
     while kt < kt_n {
-        let s = Ring::<STAGES>::stage(*it);
+        let s = Ring::<S>::stage(*it);
         ring.wait_full(*it);
         if GATHER {
             // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
@@ -589,13 +596,13 @@ pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC:
         }
         wgmma::commit_group();
         wgmma::wait_group::<1>();
-        release::<MC, STAGES>(ring, *it, lane, kt > 0);
+        release::<MC, S>(ring, *it, lane, kt > 0);
         *it += 1;
         kt += 1;
     }
     wgmma::wait_group::<0>();
     wgmma::fence_operand_128(&mut acc);
-    release::<MC, STAGES>(ring, *it, lane, true);
+    release::<MC, S>(ring, *it, lane, true);
     acc
 }
 
@@ -624,7 +631,7 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
     while q < count {
         let (tile, ghost) = walk_tile::<MC>(p, q);
         let ti = tile_info::<false>(p, tile);
-        let acc = mainloop_coop::<BT, GATHER, MC>(base, &ring, &mut it, kt_n, cw, lane);
+        let acc = mainloop_coop::<BT, GATHER, MC, STAGES>(base, &ring, &mut it, kt_n, cw, lane);
         if ghost {
             // MC 2: the peer's tile, run only to keep the rings in step
         } else if SWIGLU {
@@ -757,7 +764,7 @@ pub(crate) fn t_lane() -> u32 {
 
 /// (first row, second row, first column) of this thread's fragment inside a 64 x N wgmma half.
 #[inline(always)]
-fn frag() -> (u32, u32, u32) {
+pub(crate) fn frag() -> (u32, u32, u32) {
     let t = regs::tid() % 128;
     let r = 16 * (t / 32) + (t % 32) / 4;
     (r, r + 8, 2 * (t % 4))
@@ -945,7 +952,7 @@ pub(crate) unsafe fn store_swiglu(
 /// few instructions (the epilogue is straight-line code executed once a tile: 22 instructions an element before,
 /// 12 FMUL and 4 FADD unfused): h and s dh once, 1 + g (1 - sg) and the partial as fmas.
 #[inline(always)]
-fn dswiglu_elem(g: f32, u: f32, dh: f32, s: f32, part: &mut f32) -> (f32, f32, f32) {
+pub(crate) fn dswiglu_elem(g: f32, u: f32, dh: f32, s: f32, part: &mut f32) -> (f32, f32, f32) {
     let sg = math::sigmoid(g);
     let silu = g * sg;
     let (sdh, h) = (s * dh, silu * u);

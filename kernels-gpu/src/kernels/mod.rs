@@ -8,6 +8,7 @@ pub mod ep_epoch;
 pub mod ffn_fused;
 pub mod gather;
 pub mod grouped_gemm;
+pub mod grouped_gemm_dswiglu_ew;
 pub mod grouped_gemm_fp8;
 pub mod grouped_gemm_fp8w;
 pub mod grouped_wgrad;
