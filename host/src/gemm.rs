@@ -8,7 +8,8 @@
 //!   names, optionally scaled by that row's factor (`grouped_gemm_bf16_scatter`);
 //! - [`grouped_gemm_swiglu`]: the forward's GEMM1 with the SwiGLU epilogue (`grouped_gemm_swiglu`);
 //! - [`grouped_gemm_dswiglu`]: the backward's dh GEMM with the SwiGLU-backward epilogue
-//!   (`grouped_gemm_bt_dswiglu`);
+//!   (`grouped_gemm_bt_dswiglu_ew` by default, `grouped_gemm_bt_dswiglu` with `MEGAMOE_DSW=pp`:
+//!   [`dswiglu_epilogue_warps`]);
 //! - [`grouped_wgrad`]: the K-grouped weight gradient, f32 or bf16 output ([`WgradElem`]: `grouped_wgrad_f32`,
 //!   `grouped_wgrad_bf16`).
 //!
