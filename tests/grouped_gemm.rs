@@ -297,7 +297,7 @@ gpu_test!(dswiglu_cluster_matches_single_cta, {
     assert!(one == two, "the cluster SwiGLU backward differs from the single-CTA one");
 });
 
-// the epilogue-warps kernel (MEGAMOE_DSW=ew: cooperative 128 x 256 main loop, dh handed to the producer
+// the epilogue-warps kernel (the default; cooperative 128 x 256 main loop, dh handed to the producer
 // warpgroup's idle warps in bf16): against the f64 reference (inside `dswiglu`) on both column counts, and close to
 // the ping-pong kernel (dh rounded to bf16 first: not bitwise); every row past the end unwritten
 // (the last case: 202 tiles on at most 132 blocks and K = 256, so blocks hand several tiles over and the 3-stage

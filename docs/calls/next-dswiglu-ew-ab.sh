@@ -2,9 +2,11 @@
 # Prepared in the eighteenth session (not run): two changes to the `_ew` dh + SwiGLU backward, alone and together.
 #   A = docs/wip/dswiglu-ew-l2-evict-first.patch: the epilogue's z loads and dz / s h stores with an L2 evict-first
 #       policy, so the ring's operands (reused across tiles) stay in L2 (the consumers wait on the ring ~32% of their
-#       samples, eighteenth session call 3). Predicted 767-770 -> ~700-740 us under ncu at 30B, DRAM below 54%.
+#       samples, eighteenth session call 3). Predicted 767-770 -> ~700-740 us under ncu at 30B, DRAM below 54%;
+#       but the kernel's DRAM traffic is already about its compulsory bytes (~2 GB), and the policy costs the
+#       epilogue's step 935 -> 975 SASS instructions (its address descriptors per access): expect little.
 #   B = docs/wip/dswiglu-ew-elem.patch: the SwiGLU backward per element with one multiply fewer (dg = (s dh u)
-#       (sg + silu (1 - sg))): the epilogue's step 975 -> 900 SASS instructions (its warps are ~98% busy, so
+#       (sg + silu (1 - sg))): the epilogue's step 935 -> 900 SASS instructions (its warps are ~98% busy, so
 #       predicted a few % on the kernel). Values change by rounding only.
 # Built already (eighteenth session, on this machine, from main 24cbc79 + the patches): .dev/b9/{base,A,B,AB}, each
 # binary stripped and gzipped (7.7 MB -> 1.5 MB: the carry limit is 64 MiB), and .dev/call-next.sh = this file

@@ -157,6 +157,8 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
         let weight = |i: u32| {
             let row = ti.row0 + w + EW * i;
             if i < EW_ROWS && w + EW * i < crate::kernels_host::GEMM_BM && row < ti.row_end {
+                // SAFETY: row < offsets[E] <= rows_max (row_slot's length); row_slot[row] < slots, w's length (the
+                // caller's promise, as for the ping-pong kernel)
                 *(p.w as *const f32).add(*(p.row_slot as *const u32).add(row as usize) as usize)
             } else {
                 0.0
@@ -178,6 +180,7 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
             crate::unroll!(B in [0, 1, 2, 3] {
                 let (r, in_rows) = tile_row(l + B as u32);
                 if live && in_rows && l + (B as u32) < EW_ROWS {
+                    // SAFETY: a row of the expert (< offsets[E]) and 8 columns below n: inside z [rows_max, 2 n]
                     let zr = z.add((((ti.row0 + r) * 2 * n + col) / 8) as usize);
                     g[B] = global::ld_v4(zr);
                     u[B] = global::ld_v4(zr.add((n / 8) as usize));
@@ -222,6 +225,7 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
                     hs[J] = math::pack_bf16x2(o[2][0], o[2][1]);
                 });
                 if live && tile_row(i).1 && i < EW_ROWS {
+                    // SAFETY: as z's loads: inside dz [rows_max, 2 n] and sh [rows_max, n]; each element has one writer
                     let at = ((row * 2 * n + col) / 8) as usize;
                     global::st_v4(dz.add(at), dg);
                     global::st_v4(dz.add(at + (n / 8) as usize), du);
@@ -253,6 +257,7 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
                 let i = l + lane / 8;
                 let (r, in_rows) = tile_row(i);
                 if in_rows && i < EW_ROWS {
+                    // SAFETY: row < offsets[E], n_tile < n_tiles: inside partial [rows_max, n_tiles]
                     *(p.partial as *mut f32).add(((ti.row0 + r) * p.n_tiles + ti.n_tile) as usize) = sum;
                 }
             }
