@@ -7,9 +7,9 @@
 # held-stage epilogue removed most of those waits for 0.99x; the ring's lead halves, 3 x 32 rows against 3 x 64).
 # C is bitwise the two-box kernel's (same wgmma order).
 # Binaries (built in the nineteenth session on this machine): .dev/b13/st = main 996a3ff + the patch (layer, gemm
-# benches; grouped_gemm, layer_backward tests), .dev/b11/base = main (layer, gemm). If they are gone: `git apply
+# benches; grouped_gemm, layer_backward, ep tests), .dev/b11/base = main (layer, gemm). If they are gone: `git apply
 # docs/wip/wgrad-f32-staged.patch`, then BDIR=.dev/b13 bash docs/calls/2026-12-04c-build.sh st grouped_gemm
-# layer_backward (and `git checkout .` after); base: the same script on main with `base` and no tests.
+# layer_backward ep (and `git checkout .` after); base: the same script on main with `base` and no tests.
 # Also the `_ew` probe of docs/wip/probe-ew-no-wgmma.patch (.dev/b13/probe/layer; rebuild: apply the patch, `cargo
 # bench --bench layer --no-run`, strip, gzip).
 # Call: command `bash docs/calls/next-wgrad-staged.sh`, carry [".dev/b13", ".dev/b11/base"] (~7 min).
@@ -46,6 +46,9 @@ for round in 1 2; do
     grep -E "RESULT gemm-alternating .*bwd dW[12] \(K-grouped\)" $OUT/r/gemm_${v}_$round.txt | sed -E "s/.*bwd (dW[12]).*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2 \3 \4/"
   done
 done
+MEGAMOE_WGRAD=staged timeout 90 b13/st/ep --include-ignored --test-threads=1 > $OUT/r/ep_staged.txt 2>&1
+echo "== ep (MEGAMOE_WGRAD=staged: the EP layer's weight gradients) rc $? at $(el) s: $(grep 'test result' $OUT/r/ep_staged.txt)"
+grep -E "FAILED|panicked" $OUT/r/ep_staged.txt | cut -c1-300 | head -6
 MEGAMOE_WGRAD=staged timeout 220 b13/st/layer_backward --include-ignored --test-threads=1 > $OUT/r/layer_backward_staged.txt 2>&1
 echo "== layer_backward (MEGAMOE_WGRAD=staged) rc $? at $(el) s: $(grep 'test result' $OUT/r/layer_backward_staged.txt)"
 grep -E "FAILED|panicked" $OUT/r/layer_backward_staged.txt | cut -c1-300 | head -6
