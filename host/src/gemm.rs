@@ -333,13 +333,23 @@ pub fn dswiglu_epilogue_warps() -> Result<bool> {
 /// Run `f` with the epilogue-warps SwiGLU backward on or off for every launch prepared on this thread inside it,
 /// whatever `MEGAMOE_DSW` says (tests compare the kernels this way; the previous policy is restored after).
 pub fn with_dswiglu_epilogue_warps<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<bool>);
-    impl Drop for Restore {
+    with_override(&DSW_EW, on, f)
+}
+
+/// Run `f` with the thread's policy override `key` set to `v`, the previous override restored after (on unwinding
+/// too): the `with_*` functions of the kernel choices.
+fn with_override<T: Copy + 'static, R>(
+    key: &'static std::thread::LocalKey<std::cell::Cell<Option<T>>>,
+    v: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<std::cell::Cell<Option<T>>>, Option<T>);
+    impl<T: Copy + 'static> Drop for Restore<T> {
         fn drop(&mut self) {
-            DSW_EW.with(|c| c.set(self.0));
+            self.0.with(|c| c.set(self.1));
         }
     }
-    let _restore = Restore(DSW_EW.with(|c| c.replace(Some(on))));
+    let _restore = Restore(key, key.with(|c| c.replace(Some(v))));
     f()
 }
 
@@ -695,14 +705,7 @@ thread_local! {
 /// GEMM launched or prepared on this thread inside it, whatever `MEGAMOE_MC` says (tests compare the variants
 /// this way; the previous policy is restored after).
 pub fn with_clusters<R>(share_a: bool, share_b: bool, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<(bool, bool)>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CLUSTERS.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(CLUSTERS.with(|c| c.replace(Some((share_a, share_b)))));
-    f()
+    with_override(&CLUSTERS, (share_a, share_b), f)
 }
 
 /// The kernel to launch where a call site names `base` (the single-CTA kernel of its epilogue, A load and B

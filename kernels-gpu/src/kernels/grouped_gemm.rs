@@ -556,10 +556,10 @@ pub(crate) unsafe fn load_stage<const SWIGLU: bool, const BT: bool, const DSW: b
     }
 }
 
-/// The main loop of one consumer warpgroup of the cooperative kernels over one tile: `kt_n` stages from ring
-/// iteration `*it` on (advanced past them) of an `S`-stage ring, warpgroup `cw`'s 64 rows of the stage's A (128 x 64) times its B
-/// (256 x 64, or BT: 64 K x 256 N) into the returned m64n256 accumulator; every stage given back (the last after
-/// the final `wait_group 0`). SAFETY: all 128 threads of a consumer warpgroup, in ring order.
+/// The main loop of one consumer warpgroup of the cooperative kernels over one tile: `kt_n` stages of an `S`-stage
+/// ring from iteration `*it` on (advanced past them), warpgroup `cw`'s 64 rows of the stage's A (128 x 64) times
+/// its B (256 x 64, or BT: 64 K x 256 N) into the returned m64n256 accumulator; every stage given back (the last
+/// after the final `wait_group 0`). SAFETY: all 128 threads of a consumer warpgroup, in ring order.
 #[inline(always)]
 pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC: u32, const S: u32>(
     base: u32,
