@@ -40,6 +40,34 @@ pub fn close(what: &str, out: &[f64], reference: &[f64], tol: f64) -> Result<f64
     Err(format!("{what}: relative error {e:.3e} > {tol:.1e}{w}"))
 }
 
+/// `||out - reference|| / ||scale||` within `tol`, for values whose rounding error follows a scale of their own
+/// rather than their size: a dot product's error is that of its terms (`scale`, e.g. the 2-norm of the terms), and
+/// terms of both signs can cancel to a value far smaller. Where no cancellation happens `||scale||` is about
+/// `||reference||`, so a wrong value fails as it would under [`close`]. NaN never passes.
+pub fn close_scaled(what: &str, out: &[f64], reference: &[f64], scale: &[f64], tol: f64) -> Result<f64, String> {
+    assert_eq!(reference.len(), scale.len(), "close_scaled: reference and scale of different lengths");
+    assert_eq!(out.len(), reference.len(), "close_scaled: out and reference of different lengths");
+    let num: f64 = out.iter().zip(reference).map(|(o, r)| (o - r) * (o - r)).sum();
+    let den: f64 = scale.iter().map(|v| v * v).sum();
+    // NaN where out is not finite (a NaN or infinite difference), exact zero only for an exact match
+    let e = if out.iter().any(|v| !v.is_finite()) {
+        f64::NAN
+    } else if den == 0.0 {
+        if num == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        (num / den).sqrt()
+    };
+    if e <= tol {
+        return Ok(e);
+    }
+    let w = worst(out, reference).map(|(i, o, r)| format!("; worst at [{i}]: got {o}, want {r}")).unwrap_or_default();
+    Err(format!("{what}: error {e:.3e} of the terms' scale > {tol:.1e}{w}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +79,17 @@ mod tests {
         assert!(rel_err(&[f64::NAN, 0.0], &[1.0, 0.0]).is_nan());
         assert!(close("x", &[f64::NAN], &[1.0], 1.0).is_err());
         assert!(close("x", &[1.0, 5.0], &[1.0, 2.0], 0.1).unwrap_err().contains("[1]"));
+    }
+
+    #[test]
+    fn close_scaled_basics() {
+        // a value cancelled to 0.01 from terms of size 1: an error of 0.005 is small against the terms
+        assert!(close_scaled("x", &[0.015], &[0.01], &[1.0], 1e-2).is_ok());
+        assert!(close("x", &[0.015], &[0.01], 1e-2).is_err());
+        // a wrong value of the terms' size fails, as does NaN or infinity
+        assert!(close_scaled("x", &[1.0, 0.0], &[0.0, 1.0], &[1.0, 1.0], 1e-2).unwrap_err().contains("[0]"));
+        assert!(close_scaled("x", &[f64::NAN], &[1.0], &[1.0], 1.0).is_err());
+        assert!(close_scaled("x", &[f64::INFINITY], &[1.0], &[1.0], 1.0).is_err());
+        assert_eq!(close_scaled("x", &[0.0], &[0.0], &[0.0], 1e-2), Ok(0.0));
     }
 }

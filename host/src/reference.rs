@@ -77,6 +77,10 @@ pub struct RankOutput {
     pub dx: Vec<f64>,
     /// `[T, k]` (0 for masked slots).
     pub dtopk: Vec<f64>,
+    /// `[T, k]`: the 2-norm of each dtopk's terms, `sqrt(sum_c (dh_c act_c)^2)`, the scale of its rounding error
+    /// (see [`crate::check::close_scaled`]): a dot product of terms of both signs can be much smaller than its
+    /// terms, and its error stays the terms' size.
+    pub dtopk_scale: Vec<f64>,
 }
 
 /// Weight gradients of all experts.
@@ -193,6 +197,7 @@ struct ExpertOut {
     y: Vec<f64>,
     dx: Vec<f64>,
     dtopk: Vec<f64>,
+    dtopk_scale: Vec<f64>,
     dw1: Vec<f64>,
     dw2: Vec<f64>,
 }
@@ -275,13 +280,16 @@ fn expert(
         }
     }
     let mut dtopk = vec![0.0; n];
+    let mut dtopk_scale = vec![0.0; n];
     if !backward {
-        return ExpertOut { rows, y, dx: vec![0.0; n * h], dtopk, dw1: vec![0.0; 2 * i * h], dw2 };
+        return ExpertOut { rows, y, dx: vec![0.0; n * h], dtopk, dtopk_scale, dw1: vec![0.0; 2 * i * h], dw2 };
     }
     // dtopk = <dh, act>; SwiGLU backward with s = w_tj
     let mut dz = vec![0.0; n * 2 * i];
     for row in 0..n {
-        dtopk[row] = dot(&dh[row * i..(row + 1) * i], &act[row * i..(row + 1) * i]);
+        let (dhr, ar) = (&dh[row * i..(row + 1) * i], &act[row * i..(row + 1) * i]);
+        dtopk[row] = dot(dhr, ar);
+        dtopk_scale[row] = dhr.iter().zip(ar).map(|(a, b)| (a * b) * (a * b)).sum::<f64>().sqrt();
         for c in 0..i {
             let (g, u) = (z[row * 2 * i + c], z[row * 2 * i + i + c]);
             let sg = sigmoid(g);
@@ -328,7 +336,7 @@ fn expert(
         dw2 = wgrad_fp8_model(&dyb, h, &shb, i, n);
         dw1 = wgrad_fp8_model(&dzb, 2 * i, &xb, h, n);
     }
-    ExpertOut { rows, y, dx, dtopk, dw1, dw2 }
+    ExpertOut { rows, y, dx, dtopk, dtopk_scale, dw1, dw2 }
 }
 
 /// A^T B [ca, cb] over `n` rows of one expert from A [n, ca] quantized in 1 x 128 blocks along the rows and B
@@ -470,7 +478,12 @@ fn run(
         .iter()
         .map(|ri| {
             let t = ri.tokens(s);
-            RankOutput { y: vec![0.0; t * s.h], dx: vec![0.0; t * s.h], dtopk: vec![0.0; t * s.k] }
+            RankOutput {
+                y: vec![0.0; t * s.h],
+                dx: vec![0.0; t * s.h],
+                dtopk: vec![0.0; t * s.k],
+                dtopk_scale: vec![0.0; t * s.k],
+            }
         })
         .collect();
     let mut grads = Grads { dw1: vec![0.0; s.e * 2 * s.i * s.h], dw2: vec![0.0; s.e * s.h * s.i] };
@@ -483,6 +496,7 @@ fn run(
         for (row, &(r, t, j)) in eo.rows.iter().enumerate() {
             slot_y[r][t * s.k + j] = Some((*n, row));
             outs[r].dtopk[t * s.k + j] = eo.dtopk[row];
+            outs[r].dtopk_scale[t * s.k + j] = eo.dtopk_scale[row];
         }
     }
     for (r, ri) in ranks.iter().enumerate() {
