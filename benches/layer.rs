@@ -25,7 +25,7 @@ use megamoe::layer::{
 };
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
-use megamoe::{check, Gpu};
+use megamoe::{check, gemm, Gpu};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -102,6 +102,12 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     passes.extend((0..2 * variants.len()).map(|j| (3 + j, j % 2 == 1, 2, false)));
     let bf16_passes = (passes.len(), passes.len() + 1);
     passes.extend([(1, true, 1, true), (1, true, 2, true)]);
+    // the same z-saved, bf16-gradient step with the other epilogue-warps SwiGLU backward (`_ew` or `_ew7`, whichever
+    // is not the default), alternating with the default's (phase 2)
+    let dsw = gemm::dswiglu_kernel()?;
+    let other_dsw = if dsw == gemm::Dsw::Ew7 { gemm::Dsw::Ew } else { gemm::Dsw::Ew7 };
+    let dsw_pass = passes.len();
+    passes.push((1, true, 2, true));
     let mut times = vec![Vec::new(); passes.len()];
     let mut checked = Vec::new();
     let reps = timed_reps();
@@ -115,7 +121,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             let sv = layer.forward(&inp, &mut out)?;
             if with_bwd && bf16_grads {
                 let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-                layer.backward(&sv, &ddy, &inp, gr)?;
+                if pass == dsw_pass {
+                    gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                } else {
+                    layer.backward(&sv, &ddy, &inp, gr)?;
+                }
             } else if with_bwd {
                 let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
                 layer.backward(&sv, &ddy, &inp, gr)?;
@@ -247,6 +257,14 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         fbz_b2 * 1e3,
         ab_fbz * 1e3,
         ab_fbz / fbz_b2
+    );
+    let ms_dsw = ms[dsw_pass];
+    println!(
+        "RESULT megamoe forward+backward (z saved, bf16 weight gradients), SwiGLU backward {other_dsw:?} {name} \
+         T={tokens}: {:.0} us (median of {reps}, alternating with the default {dsw:?}'s {:.0} us: {:.3}x)",
+        ms_dsw * 1e3,
+        fbz_b2 * 1e3,
+        fbz_b2 / ms_dsw
     );
     for (mode, ms) in [("z recomputed", ms_fb), ("z saved", ms_fbz)] {
         println!(

@@ -291,30 +291,33 @@ gpu_test!(dswiglu_ragged_even_column_tiles, {
 gpu_test!(dswiglu_cluster_matches_single_cta, {
     let seed = Rng::fresh_seed();
     let pp = |share_a| {
-        gemm::with_dswiglu_epilogue_warps(false, || gemm::with_clusters(share_a, false, || dswiglu(448, seed)))
+        gemm::with_dswiglu(gemm::Dsw::PingPong, || gemm::with_clusters(share_a, false, || dswiglu(448, seed)))
     };
     let (one, two) = (pp(false), pp(true));
     assert!(one == two, "the cluster SwiGLU backward differs from the single-CTA one");
 });
 
-// the epilogue-warps kernel (the default; cooperative 128 x 256 main loop, dh handed to the producer
-// warpgroup's idle warps in bf16): against the f64 reference (inside `dswiglu`) on both column counts, and close to
-// the ping-pong kernel (dh rounded to bf16 first: not bitwise); every row past the end unwritten
-// (the last case: 202 tiles on at most 132 blocks and K = 256, so blocks hand several tiles over and the 3-stage
-// ring wraps)
+// the epilogue-warps kernels (`_ew`, the default: cooperative 128 x 256 main loop, dh handed to the producer
+// warpgroup's idle warps in bf16; `_ew7`: 128 x 192 tiles, seven epilogue warps): against the f64 reference (inside
+// `dswiglu`) on every column count, and close to the ping-pong kernel (dh rounded to bf16 first: not bitwise);
+// every row past the end unwritten (the last case: 202 tiles on at most 132 blocks and K = 256, so blocks hand
+// several tiles over and the rings wrap). I = 320 and 448 end in a partial 192-column tile.
 gpu_test!(dswiglu_epilogue_warps_matches_the_reference, {
     let small: &[u32] = &[0, 1, 300, 129, 0, 17];
     let large: &[u32] = &[1300, 0, 2047, 129, 4000, 1, 2600, 2200];
     for (counts, i, k) in [(small, 320, 128), (small, 448, 128), (small, 768, 128), (large, 320, 256)] {
         let seed = Rng::fresh_seed();
-        let (pp, _) = gemm::with_dswiglu_epilogue_warps(false, || dswiglu_with(counts, i, k, seed));
-        let (ew, _) = gemm::with_dswiglu_epilogue_warps(true, || dswiglu_with(counts, i, k, seed));
+        let (pp, _) = gemm::with_dswiglu(gemm::Dsw::PingPong, || dswiglu_with(counts, i, k, seed));
         let val = |b: &[u16]| -> Vec<f64> { b.iter().map(|&v| bf16::from_bits(v).to_f64()).collect() };
-        let (pp, ew) = (val(&pp), val(&ew));
-        // rows past the end hold the poison (NaN) in both: compare the written ones
+        let pp = val(&pp);
+        // rows past the end hold the poison (NaN): compare the written ones
         let n = pp.iter().take_while(|v| !v.is_nan()).count();
-        assert!(n > 0 && ew[n..].iter().all(|v| v.is_nan()), "I = {i}: rows past the end written");
-        check::close("dswiglu epilogue warps against ping-pong", &ew[..n], &pp[..n], 1e-2).unwrap();
+        for d in [gemm::Dsw::Ew, gemm::Dsw::Ew7] {
+            let (ew, _) = gemm::with_dswiglu(d, || dswiglu_with(counts, i, k, seed));
+            let ew = val(&ew);
+            assert!(n > 0 && ew[n..].iter().all(|v| v.is_nan()), "{d:?} I = {i}: rows past the end written");
+            check::close(&format!("dswiglu {d:?} against ping-pong"), &ew[..n], &pp[..n], 1e-2).unwrap();
+        }
     }
 });
 

@@ -8,8 +8,8 @@
 //!   names, optionally scaled by that row's factor (`grouped_gemm_bf16_scatter`);
 //! - [`grouped_gemm_swiglu`]: the forward's GEMM1 with the SwiGLU epilogue (`grouped_gemm_swiglu`);
 //! - [`grouped_gemm_dswiglu`]: the backward's dh GEMM with the SwiGLU-backward epilogue
-//!   (`grouped_gemm_bt_dswiglu_ew` by default, `grouped_gemm_bt_dswiglu` with `MEGAMOE_DSW=pp`:
-//!   [`dswiglu_epilogue_warps`]);
+//!   (`grouped_gemm_bt_dswiglu_ew7` by default, `_ew` or the ping-pong `grouped_gemm_bt_dswiglu` by
+//!   `MEGAMOE_DSW`: [`dswiglu_kernel`]);
 //! - [`grouped_wgrad`]: the K-grouped weight gradient, f32 or bf16 output ([`WgradElem`]: `grouped_wgrad_f32`,
 //!   `grouped_wgrad_bf16`).
 //!
@@ -32,6 +32,7 @@ use crate::error::{Context, Error, Result};
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 use crate::tiles;
+pub use crate::tiles::Dsw;
 
 /// How each expert's B is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -297,43 +298,46 @@ pub fn dswiglu_partials_max(i: usize) -> usize {
     i.div_ceil(kh::GEMM_DSW_BN as usize)
 }
 
-/// Columns of a tile of the SwiGLU-backward kernel this thread launches: 128 (`grouped_gemm_bt_dswiglu`,
-/// ping-pong) or, with the epilogue-warps kernel on ([`dswiglu_epilogue_warps`]), 256.
+/// Columns of a tile of the SwiGLU-backward kernel this thread launches ([`dswiglu_kernel`]): 128 (ping-pong),
+/// 256 (`_ew`) or 192 (`_ew7`).
 pub fn dswiglu_columns() -> usize {
-    if dswiglu_epilogue_warps().unwrap_or(true) {
-        kh::GEMM_BN as usize
-    } else {
-        kh::GEMM_DSW_BN as usize
-    }
+    (match dswiglu_kernel().unwrap_or(Dsw::Ew7) {
+        Dsw::PingPong => kh::GEMM_DSW_BN,
+        Dsw::Ew => kh::GEMM_BN,
+        Dsw::Ew7 => kh::GEMM_EW7_BN,
+    }) as usize
 }
 
 thread_local! {
-    static DSW_EW: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    static DSW: std::cell::Cell<Option<Dsw>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether the SwiGLU backward runs as `grouped_gemm_bt_dswiglu_ew` (the producer warpgroup's idle warps run the
-/// epilogue from a bf16 copy of dh beside a cooperative 128 x 256 main loop; dh rounded to bf16 before the
-/// SwiGLU backward) instead of the ping-pong `grouped_gemm_bt_dswiglu`. The default (measured 8% faster at 30B,
-/// docs/RESULTS.md 2026-12-04b); `MEGAMOE_DSW=pp` (read once) selects the ping-pong kernel, `ew` or unset this
-/// one, another value is an `InvalidArgument`; overridden on a thread by [`with_dswiglu_epilogue_warps`].
-pub fn dswiglu_epilogue_warps() -> Result<bool> {
-    static ENV: std::sync::OnceLock<std::result::Result<bool, String>> = std::sync::OnceLock::new();
-    if let Some(on) = DSW_EW.with(|c| c.get()) {
-        return Ok(on);
+/// The SwiGLU-backward kernel this thread launches: `grouped_gemm_bt_dswiglu_ew7` ([`Dsw::Ew7`], the default:
+/// 4 warpgroups, 128 x 192 tiles, seven epilogue warps computing the SwiGLU backward from a bf16 copy of dh beside
+/// the consumers' next main loop; measured 1.021x / 1.005x the `_ew` kernel in the layer's forward + backward at
+/// 30B / 235B, docs/RESULTS.md 2026-12-04d), `grouped_gemm_bt_dswiglu_ew` ([`Dsw::Ew`]: the same with 128 x 256
+/// tiles and three epilogue warps) or the ping-pong `grouped_gemm_bt_dswiglu` ([`Dsw::PingPong`]; dh not rounded
+/// to bf16 before the SwiGLU backward). `MEGAMOE_DSW` (read once) = `ew7` (or unset), `ew`, `pp`; another value
+/// is an `InvalidArgument`; overridden on a thread by [`with_dswiglu`].
+pub fn dswiglu_kernel() -> Result<Dsw> {
+    static ENV: std::sync::OnceLock<std::result::Result<Dsw, String>> = std::sync::OnceLock::new();
+    if let Some(k) = DSW.with(|c| c.get()) {
+        return Ok(k);
     }
     ENV.get_or_init(|| match std::env::var("MEGAMOE_DSW").unwrap_or_default().as_str() {
-        "pp" => Ok(false),
-        "" | "ew" => Ok(true),
-        v => Err(format!("MEGAMOE_DSW={v}: expected pp or ew")),
+        "pp" => Ok(Dsw::PingPong),
+        "ew" => Ok(Dsw::Ew),
+        "" | "ew7" => Ok(Dsw::Ew7),
+        v => Err(format!("MEGAMOE_DSW={v}: expected ew7, ew or pp")),
     })
     .clone()
     .map_err(Error::InvalidArgument)
 }
 
-/// Run `f` with the epilogue-warps SwiGLU backward on or off for every launch prepared on this thread inside it,
-/// whatever `MEGAMOE_DSW` says (tests compare the kernels this way; the previous policy is restored after).
-pub fn with_dswiglu_epilogue_warps<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    with_override(&DSW_EW, on, f)
+/// Run `f` with the SwiGLU-backward kernel `k` for every launch prepared on this thread inside it, whatever
+/// `MEGAMOE_DSW` says (tests compare the kernels this way; the previous policy is restored after).
+pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
+    with_override(&DSW, k, f)
 }
 
 /// Run `f` with the thread's policy override `key` set to `v`, the previous override restored after (on unwinding
@@ -735,8 +739,8 @@ pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Resu
             .map_err(Error::InvalidArgument)?,
     };
     // read only for the SwiGLU backward (a bad MEGAMOE_DSW fails those launches, not every GEMM)
-    let epilogue_warps = c.epilogue == tiles::Epilogue::SwigluBackward && dswiglu_epilogue_warps()?;
-    let limits = tiles::Limits { smem_optin: gpu.smem_optin(), share_a, share_b, epilogue_warps };
+    let dsw = if c.epilogue == tiles::Epilogue::SwigluBackward { dswiglu_kernel()? } else { Dsw::PingPong };
+    let limits = tiles::Limits { smem_optin: gpu.smem_optin(), share_a, share_b, dsw };
     let choice = tiles::choose(&problem, &limits)?;
     if crate::runtime::debug_enabled() {
         eprintln!("[megamoe] {base} over {n} columns: {choice}");
@@ -776,13 +780,16 @@ pub(crate) fn m_grouped_launch(
 ) -> Result<Launch> {
     let m_tiles_max = m_tiles_max(rows_max, experts) as u32;
     let smem = kh::m_grouped_smem(kernel);
-    let c = megamoe_kernels::manifest::find(kernel).map_or(1, |k| k.cluster.max(1));
+    let spec = megamoe_kernels::manifest::find(kernel);
+    let c = spec.map_or(1, |k| k.cluster.max(1));
+    // the kernel's block (384 threads but for the 4-warpgroup `_ew7`)
+    let threads = spec.map_or(kh::GEMM_THREADS, |k| k.max_threads);
     let mut grid = gpu.sm_count().min(m_tiles_max * n_tiles);
     if c > 1 {
-        let fit = gpu.max_active_clusters(kernel, Launch::new(c * (gpu.sm_count() / c), kh::GEMM_THREADS, smem))?;
+        let fit = gpu.max_active_clusters(kernel, Launch::new(c * (gpu.sm_count() / c), threads, smem))?;
         grid = grid.min(c * fit.max(1)) / c * c;
     }
-    Ok(Launch::new(grid.max(c), kh::GEMM_THREADS, smem))
+    Ok(Launch::new(grid.max(c), threads, smem))
 }
 
 /// The parameter block and launch of `grouped_wgrad_f32` / `_bf16` (tiles of 128 x 256 of each expert's M x N, one block
@@ -862,6 +869,8 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
 
 #[cfg(test)]
 mod tests {
+    use super::Dsw;
+
     #[test]
     fn tile_offsets_count_partial_tiles_and_skip_empty_experts() {
         assert_eq!(super::tile_offsets(&[0, 1, 128, 129, 0, 256]), vec![0, 0, 1, 2, 4, 4, 6]);
@@ -876,10 +885,13 @@ mod tests {
     }
 
     #[test]
-    fn dswiglu_partials_are_per_128_columns_or_256_with_the_epilogue_warps() {
-        assert_eq!(super::with_dswiglu_epilogue_warps(true, || super::dswiglu_partials(768)), 3);
-        assert_eq!(super::with_dswiglu_epilogue_warps(true, || super::dswiglu_partials(320)), 2);
-        super::with_dswiglu_epilogue_warps(false, || {
+    fn dswiglu_partials_are_per_tile_of_the_kernels_columns() {
+        assert_eq!(super::with_dswiglu(Dsw::Ew, || super::dswiglu_partials(768)), 3);
+        assert_eq!(super::with_dswiglu(Dsw::Ew, || super::dswiglu_partials(320)), 2);
+        assert_eq!(super::with_dswiglu(Dsw::Ew7, || super::dswiglu_partials(768)), 4);
+        assert_eq!(super::with_dswiglu(Dsw::Ew7, || super::dswiglu_partials(1536)), 8);
+        assert_eq!(super::with_dswiglu(Dsw::Ew7, || super::dswiglu_partials(320)), 2);
+        super::with_dswiglu(Dsw::PingPong, || {
             assert_eq!(super::dswiglu_partials(768), 6);
             assert_eq!(super::dswiglu_partials(1536), 12);
             assert_eq!(super::dswiglu_partials(192), 2);

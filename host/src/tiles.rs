@@ -42,9 +42,21 @@ pub enum Schedule {
     Cooperative,
     /// Each runs every other tile (all 128 rows), so one's epilogue runs under the other's main loop.
     PingPong,
-    /// Cooperative main loop; the producer warpgroup's three idle warps run the epilogue from a bf16 copy of the
-    /// tile in shared memory while the consumers go on to the next tile (`grouped_gemm_bt_dswiglu_ew`).
+    /// Cooperative main loop; idle warps (the producer warpgroup's three, or those and a fourth warpgroup) run
+    /// the epilogue from a bf16 copy of the tile in shared memory while the consumers go on to the next tile
+    /// (`grouped_gemm_bt_dswiglu_ew`, `_ew7`).
     EpilogueWarps,
+}
+
+/// Which SwiGLU-backward kernel the policy (`MEGAMOE_DSW`) runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dsw {
+    /// The ping-pong kernel (`grouped_gemm_bt_dswiglu`, 128 x 128 tiles, `pp`).
+    PingPong,
+    /// The epilogue-warps kernel with three epilogue warps (`grouped_gemm_bt_dswiglu_ew`, 128 x 256, `ew`).
+    Ew,
+    /// The epilogue-warps kernel with seven (`grouped_gemm_bt_dswiglu_ew7`, 4 warpgroups, 128 x 192, `ew7`).
+    Ew7,
 }
 
 /// The operand the two CTAs of a cluster share.
@@ -124,6 +136,19 @@ pub const CONFIGS: &[TileConfig] = &[
     cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, None),
     cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, None),
     TileConfig {
+        kernel: "grouped_gemm_bt_dswiglu_ew7",
+        epilogue: SwigluBackward,
+        a: Tma,
+        b: KN,
+        bm: kh::GEMM_BM,
+        bn: kh::GEMM_EW7_BN,
+        stages: kh::GEMM_EW7_STAGES,
+        schedule: Schedule::EpilogueWarps,
+        cluster: 1,
+        share: None,
+        smem: kh::GEMM_SMEM,
+    },
+    TileConfig {
         kernel: "grouped_gemm_bt_dswiglu_ew",
         epilogue: SwigluBackward,
         a: Tma,
@@ -170,8 +195,9 @@ pub struct Limits {
     pub share_a: bool,
     /// Whether those sharing B may (`MEGAMOE_MC` containing `b`).
     pub share_b: bool,
-    /// Whether the epilogue-warps SwiGLU backward may be chosen (the default; `MEGAMOE_DSW=pp` turns it off).
-    pub epilogue_warps: bool,
+    /// The SwiGLU-backward kernel the policy runs (`MEGAMOE_DSW`): the epilogue-warps configurations other than
+    /// its own are rejected; the ping-pong ones stay, ranked after it.
+    pub dsw: Dsw,
 }
 
 /// Why a configuration was not chosen.
@@ -189,8 +215,8 @@ pub enum Rejection {
     OddColumnTiles { n_tiles: u32 },
     /// Cluster variants sharing this operand are off (`Limits::share_a`, `share_b`).
     ClustersOff { share: Share },
-    /// The epilogue-warps kernel is off (`Limits::epilogue_warps`).
-    EpilogueWarpsOff,
+    /// An epilogue-warps kernel the policy does not run (`Limits::dsw`).
+    DswPolicy { is: Dsw, policy: Dsw },
     /// It qualifies, but `chosen` comes first in [`CONFIGS`].
     Ranked { chosen: &'static str },
 }
@@ -210,7 +236,9 @@ impl fmt::Display for Rejection {
             Rejection::ClustersOff { share } => {
                 write!(f, "cluster variants sharing {share:?} are off (MEGAMOE_MC=a, b or ab turns them on)")
             }
-            Rejection::EpilogueWarpsOff => write!(f, "the epilogue-warps kernel is off (MEGAMOE_DSW=pp)"),
+            Rejection::DswPolicy { is, policy } => {
+                write!(f, "it is the {is:?} SwiGLU backward and the policy (MEGAMOE_DSW) runs {policy:?}")
+            }
             Rejection::Ranked { chosen } => write!(f, "it qualifies but {chosen} ranks first"),
         }
     }
@@ -249,8 +277,11 @@ pub fn check(c: &TileConfig, p: &Problem, l: &Limits) -> Option<Rejection> {
     if c.smem > l.smem_optin {
         return Some(Rejection::SharedMemory { needs: c.smem, device: l.smem_optin });
     }
-    if c.schedule == Schedule::EpilogueWarps && !l.epilogue_warps {
-        return Some(Rejection::EpilogueWarpsOff);
+    if c.schedule == Schedule::EpilogueWarps {
+        let is = if c.bn == kh::GEMM_EW7_BN { Dsw::Ew7 } else { Dsw::Ew };
+        if is != l.dsw {
+            return Some(Rejection::DswPolicy { is, policy: l.dsw });
+        }
     }
     match c.share {
         Some(share @ Share::A) if !l.share_a => return Some(Rejection::ClustersOff { share }),
@@ -291,7 +322,7 @@ pub fn config(kernel: &str) -> Option<&'static TileConfig> {
 mod tests {
     use super::*;
 
-    const H200: Limits = Limits { smem_optin: 232448, share_a: false, share_b: false, epilogue_warps: false };
+    const H200: Limits = Limits { smem_optin: 232448, share_a: false, share_b: false, dsw: Dsw::PingPong };
 
     fn p(epilogue: Epilogue, a: ALoad, b: BLayout, n: u32) -> Problem {
         Problem { epilogue, a, b, n }
@@ -355,14 +386,21 @@ mod tests {
         let ch = choose(&dsw, &H200).unwrap();
         assert_eq!(ch.config.kernel, "grouped_gemm_bt_dswiglu");
         let ew = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_bt_dswiglu_ew").unwrap();
-        assert_eq!(ew.1, Rejection::EpilogueWarpsOff);
-        let on = Limits { epilogue_warps: true, ..H200 };
+        assert_eq!(ew.1, Rejection::DswPolicy { is: Dsw::Ew, policy: Dsw::PingPong });
+        let on = Limits { dsw: Dsw::Ew, ..H200 };
         let ch = choose(&dsw, &on).unwrap();
         assert_eq!(ch.config.kernel, "grouped_gemm_bt_dswiglu_ew");
+        let ew7 = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_bt_dswiglu_ew7").unwrap();
+        assert_eq!(ew7.1, Rejection::DswPolicy { is: Dsw::Ew7, policy: Dsw::Ew });
         // 30B: I = 768 is 3 tiles of 256 (the partial sums' columns), 6 of 128 for the ping-pong kernel
         assert_eq!((dsw.n_tiles(&ch.config), dsw.n_tiles(config("grouped_gemm_bt_dswiglu").unwrap())), (3, 6));
-        // other epilogues never pick it
+        // the seven-warp kernel: 4 tiles of 192
+        let on7 = Limits { dsw: Dsw::Ew7, ..H200 };
+        let ch = choose(&dsw, &on7).unwrap();
+        assert_eq!((ch.config.kernel, dsw.n_tiles(&ch.config)), ("grouped_gemm_bt_dswiglu_ew7", 4));
+        // other epilogues never pick them
         assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on).unwrap().config.kernel, "grouped_gemm_bt_bf16");
+        assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on7).unwrap().config.kernel, "grouped_gemm_bt_bf16");
     }
 
     #[test]

@@ -96,6 +96,11 @@ pub mod kernels_host {
     /// Ring stages of `grouped_gemm_bt_dswiglu_ew` (the cooperative 48 KiB stages; the fourth's room holds the
     /// bf16 dh tile the consumers hand to the epilogue warpgroup).
     pub const GEMM_EW_STAGES: u32 = 3;
+    /// Columns of a tile of `grouped_gemm_bt_dswiglu_ew7` (4 warpgroups, seven epilogue warps: 512 threads cap the
+    /// registers at 128, room for the m64n192 accumulators).
+    pub const GEMM_EW7_BN: u32 = 192;
+    /// Ring stages of `grouped_gemm_bt_dswiglu_ew7` (40 KiB stages; then its 48 KiB dh tile).
+    pub const GEMM_EW7_STAGES: u32 = 4;
     /// Pipeline stages of the weight-gradient GEMM.
     pub const WGRAD_STAGES: u32 = 4;
     /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.

@@ -181,7 +181,7 @@ unsafe fn consume(p: &FusedFfn, base: u32, ring: Ring<STAGES>, staging: u32, cw:
         let g2 = w.kind == FusedKind::Gemm2;
         // read before the main loop: the offsets' latency hides under it
         let (ti, kt_n) = if g2 { (tile(&p.g2, w.m, w.n), p.g2.k / BK) } else { (tile(&p.g1, w.m, w.n), p.g1.k / BK) };
-        let acc = mainloop_coop::<false, false, 0, STAGES>(base, &ring, &mut it, kt_n, cw, lane);
+        let acc: [f32; 128] = mainloop_coop::<false, false, 0, STAGES, _>(base, &ring, &mut it, kt_n, cw, lane);
         // the previous GEMM1 tile's stores have completed under this main loop: counting them now costs no wait
         if pending != u32::MAX {
             count_h(p, pending, leader);

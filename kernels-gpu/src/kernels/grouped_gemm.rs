@@ -556,20 +556,65 @@ pub(crate) unsafe fn load_stage<const SWIGLU: bool, const BT: bool, const DSW: b
     }
 }
 
+/// The accumulator of a consumer warpgroup's 64 x `N` part of a cooperative tile (wgmma m64nNk16, f32): the
+/// m64n256 one of the 128 x 256 tiles, or the m64n192 one of `grouped_gemm_bt_dswiglu_ew7`.
+pub(crate) trait Acc {
+    /// Columns.
+    const N: u32;
+    fn zero() -> Self;
+    /// One wgmma with B K-major (`BT` false) or N-major (true). SAFETY: as the wgmma.
+    unsafe fn mma<const BT: bool>(&mut self, da: u64, db: u64, scale_d: u32);
+    /// SAFETY: as `wgmma::fence_operand_*`.
+    unsafe fn fence(&mut self);
+    fn at(&self, i: usize) -> f32;
+}
+
+macro_rules! acc_impl {
+    ($n:literal, $cols:literal, $k:ident, $kt:ident, $fence:ident) => {
+        impl Acc for [f32; $n] {
+            const N: u32 = $cols;
+            #[inline(always)]
+            fn zero() -> Self {
+                [0.0; $n]
+            }
+            #[inline(always)]
+            unsafe fn mma<const BT: bool>(&mut self, da: u64, db: u64, scale_d: u32) {
+                if BT {
+                    wgmma::$kt(self, da, db, scale_d);
+                } else {
+                    wgmma::$k(self, da, db, scale_d);
+                }
+            }
+            #[inline(always)]
+            unsafe fn fence(&mut self) {
+                wgmma::$fence(self);
+            }
+            #[inline(always)]
+            fn at(&self, i: usize) -> f32 {
+                self[i]
+            }
+        }
+    };
+}
+acc_impl!(128, 256, m64n256k16_f32_bf16_ss, m64n256k16_f32_bf16_ss_bt, fence_operand_128);
+acc_impl!(96, 192, m64n192k16_f32_bf16_ss, m64n192k16_f32_bf16_ss_bt, fence_operand_96);
+
 /// The main loop of one consumer warpgroup of the cooperative kernels over one tile: `kt_n` stages of an `S`-stage
 /// ring from iteration `*it` on (advanced past them), warpgroup `cw`'s 64 rows of the stage's A (128 x 64) times
-/// its B (256 x 64, or BT: 64 K x 256 N) into the returned m64n256 accumulator; every stage given back (the last
-/// after the final `wait_group 0`). SAFETY: all 128 threads of a consumer warpgroup, in ring order.
+/// its B (`A::N` x 64, or BT: 64 K x `A::N` N; stages of A 128 x 64 then B) into the returned m64n`A::N`
+/// accumulator; every stage given back (the last after the final `wait_group 0`). SAFETY: all 128 threads of a
+/// consumer warpgroup, in ring order.
 #[inline(always)]
-pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC: u32, const S: u32>(
+pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC: u32, const S: u32, A: Acc>(
     base: u32,
     ring: &Ring<S>,
     it: &mut u32,
     kt_n: u32,
     cw: u32,
     lane: u32,
-) -> [f32; 128] {
-    let mut acc = [0f32; 128];
+) -> A {
+    let stage = A_BYTES + A::N * BK * 2;
+    let mut acc = A::zero();
     let mut kt = 0;
     while kt < kt_n {
         let s = Ring::<S>::stage(*it);
@@ -578,8 +623,8 @@ pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC:
             // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
             fence::proxy_async_shared_cta();
         }
-        let a_s = base + s * STAGE_BYTES + cw * (A_BYTES / 2);
-        let b_s = base + s * STAGE_BYTES + A_BYTES;
+        let a_s = base + s * stage + cw * (A_BYTES / 2);
+        let b_s = base + s * stage + A_BYTES;
         wgmma::fence();
         let da = SmemDesc::k_major_sw128(a_s);
         let db = SmemDesc::k_major_sw128(b_s);
@@ -588,9 +633,9 @@ pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC:
             let scale_d = (kt > 0 || ks > 0) as u32;
             if BT {
                 let dbt = SmemDesc::new(b_s + ks * 2048, 64 * BK * 2, 1024, Layout::Swizzle128B);
-                wgmma::m64n256k16_f32_bf16_ss_bt(&mut acc, da.advance(32 * ks).0, dbt.0, scale_d);
+                acc.mma::<true>(da.advance(32 * ks).0, dbt.0, scale_d);
             } else {
-                wgmma::m64n256k16_f32_bf16_ss(&mut acc, da.advance(32 * ks).0, db.advance(32 * ks).0, scale_d);
+                acc.mma::<false>(da.advance(32 * ks).0, db.advance(32 * ks).0, scale_d);
             }
             ks += 1;
         }
@@ -601,7 +646,7 @@ pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC:
         kt += 1;
     }
     wgmma::wait_group::<0>();
-    wgmma::fence_operand_128(&mut acc);
+    acc.fence();
     release::<MC, S>(ring, *it, lane, true);
     acc
 }
@@ -631,7 +676,7 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
     while q < count {
         let (tile, ghost) = walk_tile::<MC>(p, q);
         let ti = tile_info::<false>(p, tile);
-        let acc = mainloop_coop::<BT, GATHER, MC, STAGES>(base, &ring, &mut it, kt_n, cw, lane);
+        let acc: [f32; 128] = mainloop_coop::<BT, GATHER, MC, STAGES, _>(base, &ring, &mut it, kt_n, cw, lane);
         if ghost {
             // MC 2: the peer's tile, run only to keep the rings in step
         } else if SWIGLU {

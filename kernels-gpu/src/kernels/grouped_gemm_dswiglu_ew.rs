@@ -1,63 +1,84 @@
-//! The backward's dh GEMM with the SwiGLU backward, its epilogue in a warpgroup of its own
-//! (`grouped_gemm_bt_dswiglu_ew`): the same outputs as `grouped_gemm_bt_dswiglu` (dz = [dg | du], s h, the dtopk
-//! partial sums), computed from dh rounded to bf16.
+//! The backward's dh GEMM with the SwiGLU backward, its epilogue in warps of its own (`grouped_gemm_bt_dswiglu_ew7`,
+//! the default, and `grouped_gemm_bt_dswiglu_ew`): the same outputs as `grouped_gemm_bt_dswiglu` (dz = [dg | du],
+//! s h, the dtopk partial sums), computed from dh rounded to bf16.
 //!
 //! Why: the ping-pong kernel hides its epilogue under the other warpgroup's main loop, but its 128 x 128 tiles read
 //! a third more operand bytes per FLOP from L2 than the cooperative 128 x 256 tile, and L2 bounds it (~76% busy,
-//! docs/NOTES.md). Here the main loop is the plain dh GEMM's (cooperative 128 x 256, B N-major) and the epilogue
-//! runs beside it: at a tile's end the consumers write dh into a bf16 tile in shared memory and go on to the next
-//! tile at once; the epilogue warpgroup computes the SwiGLU backward of that tile from it while they run.
+//! docs/NOTES.md). Here the main loop is a plain cooperative dh GEMM's (B N-major) and the epilogue runs beside it:
+//! at a tile's end the consumers write dh into a bf16 tile in shared memory and go on to the next tile at once;
+//! the epilogue warps compute the SwiGLU backward of that tile from it while they run.
 //!
-//! Block: 3 warpgroups. 0: thread 0 is the producer (the TMA loads of a 3-stage ring of A 128 x 64 and B 64 K x
+//! `_ew`: 3 warpgroups. 0: thread 0 is the producer (the TMA loads of a 3-stage ring of A 128 x 64 and B 64 K x
 //! 256 N, as `grouped_gemm_bt_bf16`), warps 1..3 the epilogue; 1 and 2: the consumers (wgmma m64n256k16, 64 rows
-//! each). (A fourth warpgroup for the epilogue does not compile: 512 threads cap ptxas at 128 registers for the
-//! whole kernel, setmaxnreg regions included, and a wgmma m64n256 needs more.)
-//! Shared memory: the ring (3 x 48 KiB), the dh tile (128 x 256 bf16, 64 KiB; 16-byte chunk j of row r at chunk
-//! j ^ (r % 8), so the consumers' fragment stores and the epilogue's row reads are free of bank conflicts), the
-//! ring's mbarriers, the dh tile's `full` (256 arrivals: every consumer thread after its stores) and `empty` (96:
-//! every epilogue thread after its reads) mbarriers; the scheduler's offsets where the cooperative kernels keep
-//! them (the launch has their shared memory, `SMEM_BYTES`). Registers (setmaxnreg): warpgroup 0 152 (at 88 ptxas
-//! spilled the epilogue; 152 holds the next step's z beside this step's), the consumers 176 (128 x 152 + 256 x 176
-//! = 384 x 168, what the launch allocates; ptxas compiles the consumers within the launch's 168 anyway).
+//! each). Registers (setmaxnreg): warpgroup 0 152 (at 88 ptxas spilled the epilogue; 152 holds the next step's z
+//! beside this step's), the consumers 176 (128 x 152 + 256 x 176 = 384 x 168, what the launch allocates; ptxas
+//! compiles the consumers within the launch's 168 anyway). Shared memory: the ring (3 x 48 KiB), the dh tile (128 x
+//! 256 bf16, 64 KiB).
+//! `_ew7`: 4 warpgroups, tiles of 128 x 192. Warpgroup 3 is four more epilogue warps (seven in all); the consumers
+//! issue wgmma m64n192k16. 512 threads cap every thread at 128 registers (ptxas compiles each role within the
+//! launch's count whatever setmaxnreg asks: no setmaxnreg), which the m64n192 accumulators (96) fit and m64n256
+//! ones (128) do not. A 4-stage ring of 40 KiB stages and a 48 KiB dh tile. Lanes 24..31 of an epilogue warp hold
+//! no columns (24 chunks of 8 a row).
+//! Both: 16-byte chunk j of dh tile row r at chunk j ^ (r % 8), so the consumers' fragment stores and the
+//! epilogue's row reads are free of bank conflicts; then the ring's mbarriers, the dh tile's `full` (256 arrivals:
+//! every consumer thread after its stores) and `empty` (32 per epilogue warp, after its reads) mbarriers; the
+//! scheduler's offsets where the cooperative kernels keep them (the launch has their shared memory, `SMEM_BYTES`).
 //!
-//! The epilogue warps: warp w (0..3) takes rows w, w + 3, .. of the tile, four rows a step; lane l its columns
-//! n_tile * 256 + 8 l .. + 8: 16-byte loads of g, u (z = [g | u], bf16 [rows, 2 n]) issued a step ahead (the first
+//! The epilogue warps: warp w (0..EW) takes rows w, w + EW, .. of the tile, four rows a step; lane l its columns
+//! n_tile * BN + 8 l .. + 8: 16-byte loads of g, u (z = [g | u], bf16 [rows, 2 n]) issued a step ahead (the first
 //! step's before the wait for dh: z does not depend on it), 16-byte loads of dh, [`dswiglu_elem`] per element,
 //! 16-byte stores of dg, du (into dz, bf16 [rows, 2 n]) and of s h (into `sh`, bf16 [rows, n], when set), and the
 //! rows' partial sums of dh h over the tile's columns (each lane's eight in order, then the four rows over the warp
 //! in six shuffles, the order of a butterfly 16, 8, 4, 2, 1: the same for a row wherever it falls in a tile) into
 //! partial[row, n_tile]. Rows past the expert's end and columns past n are neither read nor written.
-//! Measured (docs/RESULTS.md 2026-12-04b, 30B under ncu): 768 us against the ping-pong kernel's 836; the
-//! consumers' largest wait is now the ring's (3 stages: the dh tile takes the fourth's shared memory).
+//! Measured (docs/RESULTS.md, 30B under ncu): `_ew` 758-768 us against the ping-pong kernel's 836 (2026-12-04b);
+//! `_ew7` 757-762 alone, but 1.021x `_ew` in the 30B layer's forward + backward and 0.77 of cuBLAS alternating
+//! against 0.74 (2026-12-04d). Its main loop alone runs in 558 us (the epilogue skipped) and its epilogue warps
+//! with the loads alone in 596 (no wgmma); together 760: the epilogue's 1 GB of z / dz / s h traffic and the main
+//! loop each need about the whole time.
 use crate::kernels::grouped_gemm::{
-    dswiglu_elem, frag, mainloop_coop, produce, sched_copy, t_lane, tile_info, walk, walk_tile, BK, SMEM_BYTES,
-    STAGE_BYTES,
+    dswiglu_elem, frag, mainloop_coop, sched_copy, t_lane, tile_info, walk, walk_tile, Acc, BK, SMEM_BYTES, STAGE_BYTES,
 };
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
-use crate::ptx::{global, math, mbarrier, regs, smem, sync, warp};
+use crate::ptx::{global, math, mbarrier, regs, smem, sync, tma, warp};
 
 /// Ring stages.
 const S: u32 = crate::kernels_host::GEMM_EW_STAGES;
 /// Columns of a tile.
 const BN: u32 = crate::kernels_host::GEMM_BN;
-/// Bytes of a row of the dh tile.
-const DH_ROW: u32 = BN * 2;
-/// Shared-memory offset of the dh tile (after the ring).
-const DH_AT: u32 = S * STAGE_BYTES;
+/// Shared-memory offset of the dh tile (after a ring of `stages` stages of A 128 x 64 and B 64 K x `bn` N).
+const fn dh_at(stages: u32, bn: u32) -> u32 {
+    stages * (crate::kernels_host::GEMM_BM + bn) * BK * 2
+}
 /// Shared-memory offset of the mbarriers: the ring's, then the dh tile's full and empty.
-const BARS_AT: u32 = DH_AT + crate::kernels_host::GEMM_BM * DH_ROW;
-const END: u32 = BARS_AT + Ring::<S>::BYTES + 16;
+const fn bars_at(stages: u32, bn: u32) -> u32 {
+    dh_at(stages, bn) + crate::kernels_host::GEMM_BM * bn * 2
+}
+const fn end(stages: u32, bn: u32) -> u32 {
+    bars_at(stages, bn) + 16 * stages + 16
+}
+const _: () = assert!(dh_at(S, BN) == S * STAGE_BYTES, "the 256-column ring is the shared engine's");
 const _: () =
-    assert!(END <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED, "the layout overlaps the scheduler's offsets");
-const _: () = assert!(DH_AT % 1024 == 0, "the ring's stages keep their 1024-byte alignment");
+    assert!(end(S, BN) <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED, "the layout overlaps the scheduler's offsets");
+const _: () = assert!(dh_at(S, BN) % 1024 == 0, "the ring's stages keep their 1024-byte alignment");
 /// Registers of warpgroup 0 (the producer thread and the epilogue warps) and of each consumer thread.
 const PRODUCER_REGS: u32 = 152;
 const CONSUMER_REGS: u32 = 176;
 const _: () = assert!(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= 384 * 168, "setmaxnreg.inc would wait forever");
-/// Epilogue warps (warps 1..3 of warpgroup 0) and the rows each takes at most.
+/// Epilogue warps (warps 1..3 of warpgroup 0).
 const EW: u32 = 3;
-const EW_ROWS: u32 = crate::kernels_host::GEMM_BM.div_ceil(EW);
+/// The 192-column variant (`grouped_gemm_bt_dswiglu_ew7`): its ring stages, columns and epilogue warps (warps 1..3
+/// of warpgroup 0 and the four of warpgroup 3).
+const S7: u32 = crate::kernels_host::GEMM_EW7_STAGES;
+const BN7: u32 = crate::kernels_host::GEMM_EW7_BN;
+const EW7: u32 = 7;
+const _: () = assert!(
+    end(S7, BN7) <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED,
+    "the layout overlaps the scheduler's offsets"
+);
+const _: () = assert!(dh_at(S7, BN7) % 1024 == 0 && (A_BYTES + BN7 * BK * 2) % 1024 == 0, "1024-byte alignment");
+const A_BYTES: u32 = crate::kernels_host::GEMM_BM * BK * 2;
 
 /// The dh GEMM (A = dy rows, B_e = W2_e stored [K, N]) with the SwiGLU backward by an epilogue warpgroup (see the
 /// module). 384 threads, `SMEM_BYTES` of dynamic shared memory, grid <= the SM count; `n_tiles` = n / 256 rounded
@@ -65,45 +86,116 @@ const EW_ROWS: u32 = crate::kernels_host::GEMM_BM.div_ceil(EW);
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
     let base = smem::base();
-    let ring = Ring::<S>::at(base + BARS_AT);
-    let dh = base + DH_AT;
-    let full = base + BARS_AT + Ring::<S>::BYTES;
-    let empty = full + 8;
+    let (ring, dh, (full, empty)) = setup::<S, BN, EW>(&p, base);
     let t = regs::tid();
     let wg = t / 128;
-    if t == 0 {
-        mbarrier::init(full, 256);
-        mbarrier::init(empty, 32 * EW);
-        // both consumer warpgroups' 8 warps give a stage back (init's fence publishes the dh barriers too)
-        ring.init(8);
-    }
-    sched_copy::<false>(&p);
-    sync::block_sync();
     // read by each role after its register reallocation (a value live across it may be spilled)
     let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
         regs::setmaxnreg_dec::<PRODUCER_REGS>();
         if t == 0 {
-            produce::<false, true, false, S, 0, false>(&p, base, ring, total(), kt_n);
+            produce_bt::<BN, S>(&p, base, ring, total(), kt_n);
         } else if t >= 32 {
-            epilogue(&p, dh, (full, empty), total());
+            epilogue::<BN, EW>(&p, dh, (full, empty), total(), t / 32 - 1);
         }
     } else {
         regs::setmaxnreg_inc::<CONSUMER_REGS>();
-        consume(&p, base, ring, dh, (full, empty), total(), kt_n, wg - 1);
+        consume::<S, [f32; 128]>(&p, base, ring, dh, (full, empty), total(), kt_n, wg - 1);
+    }
+}
+
+/// The dh GEMM with the SwiGLU backward as [`grouped_gemm_bt_dswiglu_ew`], in tiles of 128 x 192 and 4 warpgroups:
+/// seven epilogue warps (warps 1..3 of warpgroup 0 and warpgroup 3) against its three. 512 threads cap every
+/// thread at 128 registers (ptxas compiles all roles within the launch's count, whatever setmaxnreg says), which
+/// the m64n192 accumulators (96) fit and the m64n256 ones (128) do not. `n_tiles` = n / 192 rounded up.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
+    let base = smem::base();
+    let (ring, dh, (full, empty)) = setup::<S7, BN7, EW7>(&p, base);
+    let t = regs::tid();
+    let wg = t / 128;
+    let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
+    let kt_n = p.k / BK;
+    if t == 0 {
+        produce_bt::<BN7, S7>(&p, base, ring, total, kt_n);
+    } else if wg == 0 || wg == 3 {
+        // one call site for both groups of epilogue warps: warps 1..3 are w 0..2, warps 12..15 w 3..6
+        if t >= 32 {
+            epilogue::<BN7, EW7>(&p, dh, (full, empty), total, if wg == 0 { t / 32 - 1 } else { t / 32 - 9 });
+        }
+    } else {
+        consume::<S7, [f32; 96]>(&p, base, ring, dh, (full, empty), total, kt_n, wg - 1);
+    }
+}
+
+/// Every thread, at entry: the ring (`S_` stages of A 128 x 64 and B 64 K x `BN_` N), the dh tile's address and its
+/// `full` / `empty` mbarriers (initialised for the two consumer warpgroups and `EW_` epilogue warps), the scheduler's
+/// offsets copied, then one block barrier.
+#[inline(always)]
+unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32>(
+    p: &GroupedGemm,
+    base: u32,
+) -> (Ring<S_>, u32, (u32, u32)) {
+    let ring = Ring::<S_>::at(base + bars_at(S_, BN_));
+    let full = base + bars_at(S_, BN_) + Ring::<S_>::BYTES;
+    if regs::tid() == 0 {
+        mbarrier::init(full, 256);
+        mbarrier::init(full + 8, 32 * EW_);
+        // both consumer warpgroups' 8 warps give a stage back (init's fence publishes the dh barriers too)
+        ring.init(8);
+    }
+    sched_copy::<false>(p);
+    sync::block_sync();
+    (ring, base + dh_at(S_, BN_), (full, full + 8))
+}
+
+/// The producer thread: per k-step A 128 x 64 and `BN_ / 64` boxes of B 64 K x 64 N (B_e stored [K, N], as
+/// `grouped_gemm_bt_bf16` loads it), into stages of `S_`.
+#[inline(always)]
+unsafe fn produce_bt<const BN_: u32, const S_: u32>(p: &GroupedGemm, base: u32, ring: Ring<S_>, total: u32, kt_n: u32) {
+    tma::prefetch_tensormap(p.map_a as *const u8);
+    tma::prefetch_tensormap(p.map_b as *const u8);
+    const { assert!(BN_ % 64 == 0) };
+    let stage = A_BYTES + BN_ * BK * 2;
+    let mut it = 0u32;
+    let (q0, step, count) = walk::<0>(p, total);
+    let mut q = q0;
+    while q < count {
+        let ti = tile_info::<false>(p, walk_tile::<0>(p, q).0);
+        let mut kt = 0;
+        while kt < kt_n {
+            let a_s = base + Ring::<S_>::stage(it) * stage;
+            let fb = ring.produce(it, stage);
+            tma::load_2d(a_s, p.map_a as *const u8, (kt * BK) as i32, ti.row0 as i32, fb);
+            let mut h = 0;
+            while h < BN_ / 64 {
+                let col = (ti.n_tile * BN_ + 64 * h) as i32;
+                tma::load_2d(
+                    a_s + A_BYTES + h * (64 * BK * 2),
+                    p.map_b as *const u8,
+                    col,
+                    (ti.e * p.k + kt * BK) as i32,
+                    fb,
+                );
+                h += 1;
+            }
+            it += 1;
+            kt += 1;
+        }
+        q += step;
     }
 }
 
 /// A consumer warpgroup: every tile of the block's walk, its rows 64 cw .. 64 cw + 64 (the plain dh main loop),
-/// then dh into the tile in shared memory once the epilogue warpgroup has read the previous one (`empty`), and an
+/// then dh into the tile in shared memory once the epilogue warps have read the previous one (`empty`), and an
 /// arrival on `full`. SAFETY: the 128 threads of consumer warpgroup `cw`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume(
+unsafe fn consume<const S_: u32, A: Acc>(
     p: &GroupedGemm,
     base: u32,
-    ring: Ring<S>,
+    ring: Ring<S_>,
     dh: u32,
     (full, empty): (u32, u32),
     total: u32,
@@ -117,15 +209,26 @@ unsafe fn consume(
     let (q0, step, count) = walk::<0>(p, total);
     let mut q = q0;
     while q < count {
-        let acc = mainloop_coop::<true, false, 0, S>(base, &ring, &mut it, kt_n, cw, lane);
-        // the epilogue warpgroup is done with the previous tile's dh (the first wait returns at once)
+        let acc = mainloop_coop::<true, false, 0, S_, A>(base, &ring, &mut it, kt_n, cw, lane);
+        // the epilogue warps are done with the previous tile's dh (the first wait returns at once)
         mbarrier::wait_parity(empty, (handed & 1) ^ 1);
+        // 0 at run time, opaque to the compiler: the store addresses are computed here, per tile, instead of held
+        // (A::N / 8 registers a row) across the main loop, where the 192-column kernel's 128 registers cannot hold
+        // them
+        let salt = regs::opaque(handed).wrapping_sub(handed);
         crate::unroll!(H in [0, 1] {
             let r = 64 * cw + if H == 0 { r0 } else { r1 };
-            let row = dh + r * DH_ROW + 2 * c0;
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
-                let v = math::pack_bf16x2(acc[4 * J + 2 * H], acc[4 * J + 2 * H + 1]);
-                smem::st_u32(row + ((J as u32 ^ (r % 8)) * 16), v);
+            let row = dh + r * (2 * A::N) + 2 * c0 + salt;
+            // chunk J at J ^ (r % 8): the eight chunks of J % 8, each + 128 bytes per 8 of J (an immediate offset)
+            crate::unroll!(J8 in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let at = row + ((J8 as u32 ^ (r % 8)) * 16);
+                crate::unroll!(G in [0, 1, 2, 3] {
+                    let j = 8 * G + J8;
+                    if (j as u32) < A::N / 8 {
+                        let v = math::pack_bf16x2(acc.at(4 * j + 2 * H), acc.at(4 * j + 2 * H + 1));
+                        smem::st_u32(at + 128 * G as u32, v);
+                    }
+                });
             });
         });
         // this thread's stores before its arrival (release); the epilogue's wait acquires them
@@ -135,12 +238,22 @@ unsafe fn consume(
     }
 }
 
-/// The epilogue warps (see the module). SAFETY: threads 32..128 of warpgroup 0, in uniform control flow per warp.
+/// The epilogue warps (see the module), `EW_` of them, this one `w`, over tiles of `BN_` columns (lanes past
+/// `BN_ / 8` hold no columns). SAFETY: the `EW_` epilogue warps, in uniform control flow per warp.
 #[inline(always)]
-unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u32) {
-    let t = regs::tid();
-    let (w, lane) = (t / 32 - 1, t % 32);
+unsafe fn epilogue<const BN_: u32, const EW_: u32>(
+    p: &GroupedGemm,
+    dh: u32,
+    (full, empty): (u32, u32),
+    total: u32,
+    w: u32,
+) {
+    let lane = regs::tid() % 32;
     let n = p.n;
+    let ew_rows = crate::kernels_host::GEMM_BM.div_ceil(EW_);
+    let dh_row = 2 * BN_;
+    // lanes past the tile's columns read chunk 0 of a row (never used)
+    let lc = if lane < BN_ / 8 { lane } else { 0 };
     // 16-byte chunks: z and dz rows hold 2 n / 8, sh rows n / 8
     let z = p.z as *const [u32; 4];
     let dz = p.c as *mut [u32; 4];
@@ -150,13 +263,13 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
     let mut q = q0;
     while q < count {
         let ti = tile_info::<false>(p, walk_tile::<0>(p, q).0);
-        let col = ti.n_tile * BN + 8 * lane;
-        let live = col < n;
-        // lane l reads the routing weights of the warp's rows l and 32 + l (tile rows w + 3 l, w + 3 (32 + l)) now:
+        let col = ti.n_tile * BN_ + 8 * lane;
+        let live = col < n && lane < BN_ / 8;
+        // lane l reads the routing weights of the warp's rows l and 32 + l (tile rows w + EW_ l, w + EW_ (32 + l)) now:
         // their latency hides under the wait; row i's step takes its weight by a shuffle
         let weight = |i: u32| {
-            let row = ti.row0 + w + EW * i;
-            if i < EW_ROWS && w + EW * i < crate::kernels_host::GEMM_BM && row < ti.row_end {
+            let row = ti.row0 + w + EW_ * i;
+            if i < ew_rows && w + EW_ * i < crate::kernels_host::GEMM_BM && row < ti.row_end {
                 // SAFETY: row < offsets[E] <= rows_max (row_slot's length); row_slot[row] < slots, w's length (the
                 // caller's promise, as for the ping-pong kernel)
                 *(p.w as *const f32).add(*(p.row_slot as *const u32).add(row as usize) as usize)
@@ -167,7 +280,7 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
         // the tile row of the warp's step i (rows past the tile read row 0's dh and store nothing) and whether it
         // is stored
         let tile_row = |i: u32| {
-            let r = w + EW * i;
+            let r = w + EW_ * i;
             (
                 if r < crate::kernels_host::GEMM_BM { r } else { 0 },
                 r < crate::kernels_host::GEMM_BM && ti.row0 + r < ti.row_end,
@@ -179,7 +292,7 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
             let mut u = [[0u32; 4]; 4];
             crate::unroll!(B in [0, 1, 2, 3] {
                 let (r, in_rows) = tile_row(l + B as u32);
-                if live && in_rows && l + (B as u32) < EW_ROWS {
+                if live && in_rows && l + (B as u32) < ew_rows {
                     // SAFETY: a row of the expert (< offsets[E]) and 8 columns below n: inside z [rows_max, 2 n]
                     let zr = z.add((((ti.row0 + r) * 2 * n + col) / 8) as usize);
                     g[B] = global::ld_v4(zr);
@@ -193,11 +306,11 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
         let (mut g, mut u) = load_z(0);
         mbarrier::wait_parity(full, taken & 1);
         let mut l = 0u32;
-        while l < EW_ROWS {
+        while l < ew_rows {
             let mut d = [[0u32; 4]; 4];
             crate::unroll!(B in [0, 1, 2, 3] {
                 let r = tile_row(l + B as u32).0;
-                d[B] = smem::ld_v4(dh + r * DH_ROW + ((lane ^ (r % 8)) * 16));
+                d[B] = smem::ld_v4(dh + r * dh_row + ((lc ^ (r % 8)) * 16));
             });
             // the next step's z in flight while this one computes (software pipelining: its latency was the
             // epilogue's largest stall)
@@ -224,7 +337,7 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
                     du[J] = math::pack_bf16x2(o[1][0], o[1][1]);
                     hs[J] = math::pack_bf16x2(o[2][0], o[2][1]);
                 });
-                if live && tile_row(i).1 && i < EW_ROWS {
+                if live && tile_row(i).1 && i < ew_rows {
                     // SAFETY: as z's loads: inside dz [rows_max, 2 n] and sh [rows_max, n]; each element has one writer
                     let at = ((row * 2 * n + col) / 8) as usize;
                     global::st_v4(dz.add(at), dg);
@@ -256,7 +369,7 @@ unsafe fn epilogue(p: &GroupedGemm, dh: u32, (full, empty): (u32, u32), total: u
             if lane % 8 == 0 {
                 let i = l + lane / 8;
                 let (r, in_rows) = tile_row(i);
-                if in_rows && i < EW_ROWS {
+                if in_rows && i < ew_rows {
                     // SAFETY: row < offsets[E], n_tile < n_tiles: inside partial [rows_max, n_tiles]
                     *(p.partial as *mut f32).add(((ti.row0 + r) * p.n_tiles + ti.n_tile) as usize) = sum;
                 }
