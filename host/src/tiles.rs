@@ -329,11 +329,16 @@ mod tests {
     }
 
     #[test]
-    fn every_config_is_in_the_manifest_with_its_cluster_and_shared_memory() {
+    fn every_config_is_in_the_manifest_with_its_cluster_block_and_shared_memory() {
         for c in CONFIGS {
             let spec = megamoe_kernels::manifest::find(c.kernel).unwrap_or_else(|| panic!("{} not exported", c.kernel));
             assert_eq!(spec.cluster, c.cluster, "{}", c.kernel);
             assert_eq!(kh::m_grouped_smem(c.kernel), c.smem, "{}", c.kernel);
+            // the launch takes its threads from the manifest: a 4-warpgroup kernel (the `_ew7` ones) run with 384
+            // would wait forever for its fourth warpgroup's epilogue warps
+            let four = c.schedule == Schedule::EpilogueWarps && c.kernel.contains("_ew7");
+            assert_eq!(spec.max_threads, if four { 512 } else { kh::GEMM_THREADS }, "{}", c.kernel);
+            assert!(spec.spill_free && spec.mma, "{}", c.kernel);
         }
     }
 
