@@ -35,7 +35,7 @@ pub const BK: u32 = 64;
 pub const STAGES: u32 = crate::kernels_host::GEMM_STAGES;
 /// Pipeline depth of `grouped_gemm_bt_dswiglu`.
 pub const DSW_STAGES: u32 = crate::kernels_host::GEMM_DSW_STAGES;
-const A_BYTES: u32 = BM * BK * 2;
+pub(crate) const A_BYTES: u32 = BM * BK * 2;
 const B_BYTES: u32 = BN * BK * 2;
 pub(crate) const STAGE_BYTES: u32 = A_BYTES + B_BYTES;
 const DSW_STAGE_BYTES: u32 = A_BYTES + DSW_BN * BK * 2;
@@ -370,14 +370,7 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 }
 
 #[inline(always)]
-pub(crate) unsafe fn produce<
-    const SWIGLU: bool,
-    const BT: bool,
-    const DSW: bool,
-    const S: u32,
-    const MC: u32,
-    const MV: bool,
->(
+unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32, const MC: u32, const MV: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S>,

@@ -37,7 +37,8 @@
 //! with the loads alone in 596 (no wgmma); together 760: the epilogue's 1 GB of z / dz / s h traffic and the main
 //! loop each need about the whole time.
 use crate::kernels::grouped_gemm::{
-    dswiglu_elem, frag, mainloop_coop, sched_copy, t_lane, tile_info, walk, walk_tile, Acc, BK, SMEM_BYTES, STAGE_BYTES,
+    dswiglu_elem, frag, mainloop_coop, sched_copy, t_lane, tile_info, walk, walk_tile, Acc, A_BYTES, BK, SMEM_BYTES,
+    STAGE_BYTES,
 };
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
@@ -47,9 +48,13 @@ use crate::ptx::{global, math, mbarrier, regs, smem, sync, tma, warp};
 const S: u32 = crate::kernels_host::GEMM_EW_STAGES;
 /// Columns of a tile.
 const BN: u32 = crate::kernels_host::GEMM_BN;
-/// Shared-memory offset of the dh tile (after a ring of `stages` stages of A 128 x 64 and B 64 K x `bn` N).
+/// Bytes of a ring stage: A 128 x 64, then B 64 K x `bn` N (as `mainloop_coop` reads it).
+const fn stage_bytes(bn: u32) -> u32 {
+    A_BYTES + bn * BK * 2
+}
+/// Shared-memory offset of the dh tile (after a ring of `stages` stages).
 const fn dh_at(stages: u32, bn: u32) -> u32 {
-    stages * (crate::kernels_host::GEMM_BM + bn) * BK * 2
+    stages * stage_bytes(bn)
 }
 /// Shared-memory offset of the mbarriers: the ring's, then the dh tile's full and empty.
 const fn bars_at(stages: u32, bn: u32) -> u32 {
@@ -77,8 +82,7 @@ const _: () = assert!(
     end(S7, BN7) <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED,
     "the layout overlaps the scheduler's offsets"
 );
-const _: () = assert!(dh_at(S7, BN7) % 1024 == 0 && (A_BYTES + BN7 * BK * 2) % 1024 == 0, "1024-byte alignment");
-const A_BYTES: u32 = crate::kernels_host::GEMM_BM * BK * 2;
+const _: () = assert!(dh_at(S7, BN7) % 1024 == 0 && stage_bytes(BN7) % 1024 == 0, "1024-byte alignment");
 
 /// The dh GEMM (A = dy rows, B_e = W2_e stored [K, N]) with the SwiGLU backward by an epilogue warpgroup (see the
 /// module). 384 threads, `SMEM_BYTES` of dynamic shared memory, grid <= the SM count; `n_tiles` = n / 256 rounded
@@ -157,7 +161,7 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32>(p: &GroupedGemm, base: u32, 
     tma::prefetch_tensormap(p.map_a as *const u8);
     tma::prefetch_tensormap(p.map_b as *const u8);
     const { assert!(BN_ % 64 == 0) };
-    let stage = A_BYTES + BN_ * BK * 2;
+    let stage = stage_bytes(BN_);
     let mut it = 0u32;
     let (q0, step, count) = walk::<0>(p, total);
     let mut q = q0;
