@@ -8,7 +8,7 @@
 # loop at 558 us where the plain dh GEMM takes 604; GEMM1's epilogue traffic, 600 MB, is light beside its 1.1 ms
 # main loop); doubt: 192-column tiles read ~11% more operand bytes per FLOP and GEMM1 is tensor-bound (88%).
 # Also measures the cost of `swiglu_h` in the cooperative kernels (sw coop against base).
-# Binaries (built in the twentieth session): .dev/b23/sw = main 7295afe + the patch (layer, gemm; grouped_gemm,
+# Binaries (built in the twentieth session): .dev/b23/sw = main 7295afe + the patch (since regenerated onto 628d815: imports only) (layer, gemm; grouped_gemm,
 # layer_forward, layer_backward, ep, graph), .dev/b23/base = main 7295afe (layer, gemm). If gone: `git apply
 # docs/wip/swiglu-ew7.patch`, BDIR=.dev/b23 bash docs/calls/2026-12-04c-build.sh sw grouped_gemm layer_forward
 # layer_backward ep graph, `git checkout .` (and remove the new kernel file), then the same with `base` and no tests.
