@@ -238,8 +238,14 @@ fn z_ref(s: &Setup, a: &[bf16], w1: &[bf16], i: usize, k: usize) -> Vec<f64> {
 }
 
 fn swiglu(keep_z: bool) {
-    let mut s = setup(&[0, 1, 300, 129, 0, 17]);
-    let (e, i, k) = (s.counts.len(), 192, 128);
+    swiglu_with(keep_z, 192, Rng::fresh_seed());
+}
+
+/// GEMM1 + SwiGLU over I = `i` against the f64 reference (h, and z when `keep_z`), rows past the end unwritten;
+/// returns the bits of h and z.
+fn swiglu_with(keep_z: bool, i: usize, seed: u64) -> (Vec<u16>, Vec<u16>) {
+    let mut s = setup_seeded(&[0, 1, 300, 129, 0, 17], seed);
+    let (e, k) = (s.counts.len(), 128);
     let g = s.g.clone();
     let a = s.r.bf16_vec(s.rows_max * k, 1.0);
     let w1 = s.r.bf16_vec(e * 2 * i * k, 1.7 / (k as f64).sqrt());
@@ -274,10 +280,26 @@ fn swiglu(keep_z: bool) {
     } else {
         assert!(z.iter().all(|v| v.to_bits() == 0xffff), "z written though not asked for");
     }
+    let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    (bits(&h), bits(&z))
 }
 
 gpu_test!(swiglu_ragged_h_only, swiglu(false));
 gpu_test!(swiglu_ragged_h_and_z, swiglu(true));
+// the epilogue-warps kernel (`MEGAMOE_SWIGLU=ew7`: 96 columns of h a tile, z and h stored by other warps from a
+// bf16 copy of the tile): against the reference inside `swiglu_with`, on I = 192 (two whole tiles) and 320 (the last
+// tile a third full), with and without z; whether it matches the cooperative kernel bit for bit is printed (the
+// same k16 wgmma sequence and the same h arithmetic, but a different wgmma width)
+gpu_test!(swiglu_epilogue_warps_matches_the_reference, {
+    for i in [192, 320] {
+        for keep_z in [false, true] {
+            let seed = Rng::fresh_seed();
+            let ew = gemm::with_swiglu_epilogue_warps(true, || swiglu_with(keep_z, i, seed));
+            let coop = gemm::with_swiglu_epilogue_warps(false, || swiglu_with(keep_z, i, seed));
+            eprintln!("swiglu ew7 I = {i} z {keep_z}: bitwise the cooperative kernel's: {}", ew == coop);
+        }
+    }
+});
 
 // I = 320: 3 column tiles (odd: the unclustered kernel); 448: 4, the last partial (with MEGAMOE_MC=1 the
 // 2-CTA cluster kernel)

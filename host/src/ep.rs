@@ -606,8 +606,9 @@ impl EpLayer {
         let lay = self.group.layout;
         let recv = lay.max_recv as usize;
         let map_a = self.maps.get(&g, self.group.peer(r) + lay.recv, recv, c.hidden, kh::GEMM_BM, 64)?;
-        let map_b =
-            self.maps.get(&g, dptr(inp.w1, g.stream()), per * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
+        // gate rows then up rows of W1 per tile: the columns of h a tile covers (`gemm::swiglu_columns`)
+        let cols = crate::gemm::swiglu_columns();
+        let map_b = self.maps.get(&g, dptr(inp.w1, g.stream()), per * 2 * c.intermediate, c.hidden, cols as u32, 64)?;
         // whole 64-row groups of an expert leave through the copy engine: h [recv, I], z [recv, 2I]
         let (bx, by) = kh::GEMM_C_BOX;
         let map_c = if h != 0 { self.maps.get(&g, h, recv, c.intermediate, bx, by)? } else { 0 };
@@ -623,7 +624,7 @@ impl EpLayer {
             k: c.hidden as u32,
             n_b: 2 * c.intermediate as u32,
             ldc: c.intermediate as u32,
-            n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
+            n_tiles: c.intermediate.div_ceil(cols) as u32,
             ..self.local_gemm(r)
         };
         if pull {
@@ -644,8 +645,14 @@ impl EpLayer {
             // SAFETY: as `mgemm`; the movers copy rows r < the local offsets' end (<= max_recv) from the rank and
             // slot recv_meta[r] names (written by this call's dispatch for every such row), x of that rank
             // holding its tokens' rows.
-            let launch = m_grouped_launch(&self.gpu, "grouped_gemm_swiglu_mv", recv, per, p.n_tiles)?;
-            return unsafe { self.gpu.launch("grouped_gemm_swiglu_mv", launch, &p) };
+            let kernel = crate::gemm::kernel_for(&self.gpu, "grouped_gemm_swiglu", &p)?;
+            let kernel = if kernel == "grouped_gemm_swiglu_ew7" {
+                "grouped_gemm_swiglu_ew7_mv"
+            } else {
+                "grouped_gemm_swiglu_mv"
+            };
+            let launch = m_grouped_launch(&self.gpu, kernel, recv, per, p.n_tiles)?;
+            return unsafe { self.gpu.launch(kernel, launch, &p) };
         }
         self.mgemm("grouped_gemm_swiglu", p)
     }

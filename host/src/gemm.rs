@@ -147,7 +147,8 @@ impl<'a> ScatterArgs<'a> {
 
 /// GEMM1 of the forward with the SwiGLU epilogue: for every expert e and its rows, z = A . W1_e^T
 /// ([rows, 2I]: the gate g in columns 0..I, the up projection u in I..2I, from W1_e's rows in that order),
-/// h = silu(g) * u, computed from the f32 accumulators; z is stored (rounded to bf16) only when given.
+/// h = silu(g) * u, computed from g and u rounded to bf16 (as z holds them, and as the backward recomputes h from
+/// z); z is stored only when given.
 pub struct SwigluArgs<'a> {
     /// bf16 [rows_max, K] (the gathered x: K = H); the rows of expert e at offsets[e]..offsets[e + 1].
     pub a: &'a CudaSlice<bf16>,
@@ -310,6 +311,44 @@ pub fn dswiglu_columns() -> usize {
 
 thread_local! {
     static DSW: std::cell::Cell<Option<Dsw>> = const { std::cell::Cell::new(None) };
+    static SWIGLU_EW: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether GEMM1 + SwiGLU over expert-ordered rows runs as `grouped_gemm_swiglu_ew7` (4 warpgroups, 128 x 192 tiles
+/// of z: the epilogue warps store z and h from a bf16 copy of the tile while the consumers run the next; the
+/// default since the twenty-first session: 0.95 of cuBLAS alternating at 30B and 235B against the cooperative
+/// kernel's 0.89-0.91, and the same time in the layer, docs/RESULTS.md 2026-12-04e). `MEGAMOE_SWIGLU` (read once) =
+/// `ew7` or unset on, `coop` off (the cooperative `grouped_gemm_swiglu`, 128 x 256 tiles); another value is an
+/// `InvalidArgument`; overridden on a thread by [`with_swiglu_epilogue_warps`]. The persistent forward
+/// (`ffn_fused_fwd`) always runs GEMM1 in the cooperative kernel's tiles.
+pub fn swiglu_epilogue_warps() -> Result<bool> {
+    static ENV: std::sync::OnceLock<std::result::Result<bool, String>> = std::sync::OnceLock::new();
+    if let Some(on) = SWIGLU_EW.with(|c| c.get()) {
+        return Ok(on);
+    }
+    ENV.get_or_init(|| match std::env::var("MEGAMOE_SWIGLU").unwrap_or_default().as_str() {
+        "" | "ew7" => Ok(true),
+        "coop" => Ok(false),
+        v => Err(format!("MEGAMOE_SWIGLU={v}: expected coop or ew7")),
+    })
+    .clone()
+    .map_err(Error::InvalidArgument)
+}
+
+/// Run `f` with the epilogue-warps GEMM1 + SwiGLU on or off for every launch prepared on this thread inside it.
+pub fn with_swiglu_epilogue_warps<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    with_override(&SWIGLU_EW, on, f)
+}
+
+/// Columns of h a GEMM1 + SwiGLU tile covers over expert-ordered rows (TMA-loaded A) on this thread: 96
+/// (`grouped_gemm_swiglu_ew7`, [`swiglu_epilogue_warps`]) or 128; also the rows of W1's tensor-map box (the gate
+/// rows of a tile, and the up rows). The gathering producer's kernel always takes 128.
+pub fn swiglu_columns() -> usize {
+    if swiglu_epilogue_warps().unwrap_or(false) {
+        kh::GEMM_EW7_BN as usize / 2
+    } else {
+        kh::GEMM_BN as usize / 2
+    }
 }
 
 /// The SwiGLU-backward kernel this thread launches: `grouped_gemm_bt_dswiglu_ew7` ([`Dsw::Ew7`], the default:
@@ -576,8 +615,9 @@ impl<'a> SwigluArgs<'a> {
         }
         let s = gpu.stream().clone();
         let map_a = map(gpu, dptr(self.a, &s), rows, k, kh::GEMM_BM, 64)?;
-        // 128 gate rows and the 128 matching up rows per tile
-        let map_b = map(gpu, dptr(self.w1, &s), e * 2 * i, k, kh::GEMM_BN / 2, 64)?;
+        // 128 (or 96) gate rows and the matching up rows per tile
+        let cols = swiglu_columns();
+        let map_b = map(gpu, dptr(self.w1, &s), e * 2 * i, k, cols as u32, 64)?;
         let p = GroupedGemm {
             offsets: dptr(self.offsets, &s),
             tile_offsets: dptr(self.tile_offsets, &s),
@@ -588,7 +628,7 @@ impl<'a> SwigluArgs<'a> {
             k: k as u32,
             n_b: 2 * i as u32,
             ldc: i as u32,
-            n_tiles: (i as u32).div_ceil(kh::GEMM_BN / 2),
+            n_tiles: i.div_ceil(cols) as u32,
             ..zero_gemm()
         };
         // whole 64-row groups of an expert leave through the copy engine: h [rows_max, I], z [rows_max, 2I]
@@ -740,7 +780,8 @@ pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Resu
     };
     // read only for the SwiGLU backward (a bad MEGAMOE_DSW fails those launches, not every GEMM)
     let dsw = if c.epilogue == tiles::Epilogue::SwigluBackward { dswiglu_kernel()? } else { Dsw::PingPong };
-    let limits = tiles::Limits { smem_optin: gpu.smem_optin(), share_a, share_b, dsw };
+    let swiglu_ew7 = c.epilogue == tiles::Epilogue::Swiglu && swiglu_epilogue_warps()?;
+    let limits = tiles::Limits { smem_optin: gpu.smem_optin(), share_a, share_b, dsw, swiglu_ew7 };
     let choice = tiles::choose(&problem, &limits)?;
     if crate::runtime::debug_enabled() {
         eprintln!("[megamoe] {base} over {n} columns: {choice}");

@@ -527,6 +527,7 @@ impl MoeLayer {
             (true, "grouped_gemm_swiglu" | "grouped_gemm_swiglu_mc" | "grouped_gemm_swiglu_mcb") => {
                 "grouped_gemm_swiglu_mv"
             }
+            (true, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_mv",
             (true, k) => return Err(Error::InvalidArgument(format!("{k}: no variant with the overlapped gather"))),
         };
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
@@ -572,7 +573,13 @@ impl MoeLayer {
             }
             Gemm1A::Tokens(x) => (0, x, "grouped_gemm_swiglu_gather"),
         };
-        let map_b = self.maps.get(&g, dptr(w1, &s), c.experts * 2 * c.intermediate, c.hidden, kh::GEMM_BN / 2, 64)?;
+        // h columns of a tile, the rows of W1's box (gate rows, then up rows): the policy's over expert-ordered rows
+        // (`gemm::swiglu_columns`), 128 for the gathering producer
+        let cols = match x {
+            Gemm1A::Rows(..) => crate::gemm::swiglu_columns(),
+            Gemm1A::Tokens(_) => kh::GEMM_BN as usize / 2,
+        };
+        let map_b = self.maps.get(&g, dptr(w1, &s), c.experts * 2 * c.intermediate, c.hidden, cols as u32, 64)?;
         // whole 64-row groups of an expert leave through the copy engine: h [slots, I] and z [slots, 2I]
         let (bx, by) = kh::GEMM_C_BOX;
         let map_c = if h != 0 { self.maps.get(&g, h, slots, c.intermediate, bx, by)? } else { 0 };
@@ -589,7 +596,7 @@ impl MoeLayer {
             k: c.hidden as u32,
             n_b: 2 * c.intermediate as u32,
             ldc: c.intermediate as u32,
-            n_tiles: (c.intermediate as u32).div_ceil(kh::GEMM_BN / 2),
+            n_tiles: c.intermediate.div_ceil(cols) as u32,
             row_slot: dptr(&sv.row_slot, &s),
             a_rows,
             top_k: c.top_k as u32,
@@ -608,8 +615,9 @@ impl MoeLayer {
             p.tile_offsets = dptr(&sv.tile_offsets, s);
             p.experts = self.cfg.experts as u32;
         }
-        // the engine's checks of each GEMM's tile configuration (column tiles against the kernel's)
-        crate::gemm::kernel_for(&g, "grouped_gemm_swiglu", &g1)?;
+        // the engine's checks of each GEMM's tile configuration (column tiles against the kernel's; GEMM1 is the
+        // cooperative kernel's, as the forward built it)
+        crate::gemm::with_swiglu_epilogue_warps(false, || crate::gemm::kernel_for(&g, "grouped_gemm_swiglu", &g1))?;
         crate::gemm::kernel_for(&g, "grouped_gemm_bf16", &g2)?;
         let slots = sv.tokens * self.cfg.top_k;
         let kernel = if g1.a_copy != 0 { "ffn_fused_fwd_mv" } else { "ffn_fused_fwd" };
@@ -717,7 +725,15 @@ impl MoeLayer {
         let p1 = match c.gather {
             Gather::Pass | Gather::Overlapped => {
                 let xs = self.xs_of(sv);
-                let mut p1 = self.gemm1_params(sv, Gemm1A::Rows(xs.0, xs.1), inp.w1, h_ptr, z_ptr)?;
+                // the persistent forward runs GEMM1 in the cooperative kernel's tiles
+                let rows = Gemm1A::Rows(xs.0, xs.1);
+                let mut p1 = if fused {
+                    crate::gemm::with_swiglu_epilogue_warps(false, || {
+                        self.gemm1_params(sv, rows, inp.w1, h_ptr, z_ptr)
+                    })?
+                } else {
+                    self.gemm1_params(sv, rows, inp.w1, h_ptr, z_ptr)?
+                };
                 if c.gather == Gather::Pass {
                     self.gather(dptr(inp.x, &s), xs.0, sv)?;
                 } else {

@@ -131,6 +131,19 @@ pub const CONFIGS: &[TileConfig] = &[
     cfg("grouped_gemm_bt_bf16_mcb", Bf16, Tma, KN, Some(Share::B)),
     cfg("grouped_gemm_bt_bf16_mc", Bf16, Tma, KN, Some(Share::A)),
     cfg("grouped_gemm_bt_bf16", Bf16, Tma, KN, None),
+    TileConfig {
+        kernel: "grouped_gemm_swiglu_ew7",
+        epilogue: Swiglu,
+        a: Tma,
+        b: NK,
+        bm: kh::GEMM_BM,
+        bn: kh::GEMM_EW7_BN / 2,
+        stages: kh::GEMM_EW7_STAGES,
+        schedule: Schedule::EpilogueWarps,
+        cluster: 1,
+        share: None,
+        smem: kh::GEMM_SMEM,
+    },
     cfg("grouped_gemm_swiglu_mcb", Swiglu, Tma, NK, Some(Share::B)),
     cfg("grouped_gemm_swiglu_mc", Swiglu, Tma, NK, Some(Share::A)),
     cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, None),
@@ -198,6 +211,8 @@ pub struct Limits {
     /// The SwiGLU-backward kernel the policy runs (`MEGAMOE_DSW`): the epilogue-warps configurations other than
     /// its own are rejected; the ping-pong ones stay, ranked after it.
     pub dsw: Dsw,
+    /// Whether GEMM1 + SwiGLU may run as the epilogue-warps kernel (`MEGAMOE_SWIGLU`: unset or `ew7` on, `coop` off).
+    pub swiglu_ew7: bool,
 }
 
 /// Why a configuration was not chosen.
@@ -217,6 +232,8 @@ pub enum Rejection {
     ClustersOff { share: Share },
     /// An epilogue-warps kernel the policy does not run (`Limits::dsw`).
     DswPolicy { is: Dsw, policy: Dsw },
+    /// The epilogue-warps GEMM1 + SwiGLU is off (`Limits::swiglu_ew7`).
+    SwigluEw7Off,
     /// It qualifies, but `chosen` comes first in [`CONFIGS`].
     Ranked { chosen: &'static str },
 }
@@ -235,6 +252,9 @@ impl fmt::Display for Rejection {
             }
             Rejection::ClustersOff { share } => {
                 write!(f, "cluster variants sharing {share:?} are off (MEGAMOE_MC=a, b or ab turns them on)")
+            }
+            Rejection::SwigluEw7Off => {
+                write!(f, "the epilogue-warps GEMM1 + SwiGLU is off (MEGAMOE_SWIGLU=coop)")
             }
             Rejection::DswPolicy { is, policy } => {
                 write!(f, "it is the {is:?} SwiGLU backward and the policy (MEGAMOE_DSW) runs {policy:?}")
@@ -277,7 +297,10 @@ pub fn check(c: &TileConfig, p: &Problem, l: &Limits) -> Option<Rejection> {
     if c.smem > l.smem_optin {
         return Some(Rejection::SharedMemory { needs: c.smem, device: l.smem_optin });
     }
-    if c.schedule == Schedule::EpilogueWarps {
+    if c.schedule == Schedule::EpilogueWarps && c.epilogue == Swiglu && !l.swiglu_ew7 {
+        return Some(Rejection::SwigluEw7Off);
+    }
+    if c.schedule == Schedule::EpilogueWarps && c.epilogue == SwigluBackward {
         let is = if c.bn == kh::GEMM_EW7_BN { Dsw::Ew7 } else { Dsw::Ew };
         if is != l.dsw {
             return Some(Rejection::DswPolicy { is, policy: l.dsw });
@@ -322,7 +345,8 @@ pub fn config(kernel: &str) -> Option<&'static TileConfig> {
 mod tests {
     use super::*;
 
-    const H200: Limits = Limits { smem_optin: 232448, share_a: false, share_b: false, dsw: Dsw::PingPong };
+    const H200: Limits =
+        Limits { smem_optin: 232448, share_a: false, share_b: false, dsw: Dsw::PingPong, swiglu_ew7: false };
 
     fn p(epilogue: Epilogue, a: ALoad, b: BLayout, n: u32) -> Problem {
         Problem { epilogue, a, b, n }
@@ -406,6 +430,24 @@ mod tests {
         // other epilogues never pick them
         assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on).unwrap().config.kernel, "grouped_gemm_bt_bf16");
         assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on7).unwrap().config.kernel, "grouped_gemm_bt_bf16");
+    }
+
+    #[test]
+    fn the_epilogue_warps_gemm1_only_when_asked_and_never_for_the_gathering_producer() {
+        let sw = p(Swiglu, Tma, NK, 768);
+        let ch = choose(&sw, &H200).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_swiglu");
+        let ew = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_swiglu_ew7").unwrap();
+        assert_eq!(ew.1, Rejection::SwigluEw7Off);
+        let on = Limits { swiglu_ew7: true, ..H200 };
+        let ch = choose(&sw, &on).unwrap();
+        // 30B: I = 768 is 8 tiles of 96 columns of h (192 of z), 6 of 128 for the cooperative kernel
+        assert_eq!((ch.config.kernel, sw.n_tiles(&ch.config)), ("grouped_gemm_swiglu_ew7", 8));
+        assert_eq!(sw.n_tiles(config("grouped_gemm_swiglu").unwrap()), 6);
+        assert_eq!(choose(&p(Swiglu, Gather, NK, 768), &on).unwrap().config.kernel, "grouped_gemm_swiglu_gather");
+        // the SwiGLU backward's policy does not reach it
+        let both = Limits { dsw: Dsw::Ew7, ..on };
+        assert_eq!(choose(&sw, &both).unwrap().config.kernel, "grouped_gemm_swiglu_ew7");
     }
 
     #[test]

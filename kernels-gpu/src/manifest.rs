@@ -75,6 +75,8 @@ pub const KERNELS: &[KernelSpec] = &[
     k2("grouped_gemm_bt_dswiglu_mc", 384, true, true),
     k("grouped_gemm_bt_dswiglu_ew", 384, true, true),
     k("grouped_gemm_bt_dswiglu_ew7", 512, true, true),
+    k("grouped_gemm_swiglu_ew7", 512, true, true),
+    k("grouped_gemm_swiglu_ew7_mv", 512, true, true),
     k("ffn_fused_fwd", 384, true, true),
     k("ffn_fused_fwd_mv", 384, true, true),
     k("grouped_wgrad_f32", 384, true, true),

@@ -910,10 +910,21 @@ unsafe fn store_scatter(p: &GroupedGemm, acc: &[f32; 128], ti: &Tile, cw: u32) {
     });
 }
 
-/// silu(g) u in f32 (the SwiGLU epilogues' arithmetic, shared so every GEMM1 computes h alike).
+/// silu(g) u in f32.
 #[inline(always)]
 pub(crate) fn silu_mul(g: f32, u: f32) -> f32 {
     g * math::sigmoid(g) * u
+}
+
+/// h = silu(g) u of two columns from g and u in bf16 (packed pairs, as z stores them): the bf16 SwiGLU epilogues'
+/// arithmetic, shared so every bf16 GEMM1 computes h alike (the epilogue-warps kernel reads z in bf16) and as the
+/// backward recomputes it from z. (The FP8 GEMM1 epilogues compute h from the f32 accumulators; they are never
+/// compared bit for bit with the bf16 ones.)
+#[inline(always)]
+pub(crate) fn swiglu_h(g: u32, u: u32) -> u32 {
+    let lo = |x: u32| f32::from_bits(x << 16);
+    let hi = |x: u32| f32::from_bits(x & 0xffff_0000);
+    math::pack_bf16x2(silu_mul(lo(g), lo(u)), silu_mul(hi(g), hi(u)))
 }
 
 /// The SwiGLU epilogue: h = silu(g) u into `c` (when non-zero) and z = [g | u] into `z` (when non-zero). A
@@ -939,9 +950,9 @@ pub(crate) unsafe fn store_swiglu(
                 let (g, u) = (8 * B, 8 * B + 16);
                 if p.c != 0 {
                     store_box(p.map_c, col_b, row0w, staging + (*k % 2) * C_BOX, cw, |j, h| {
-                        let (g0, g1) = (acc[4 * (g + j) + 2 * h], acc[4 * (g + j) + 2 * h + 1]);
-                        let (u0, u1) = (acc[4 * (u + j) + 2 * h], acc[4 * (u + j) + 2 * h + 1]);
-                        math::pack_bf16x2(silu_mul(g0, u0), silu_mul(g1, u1))
+                        let gz = math::pack_bf16x2(acc[4 * (g + j) + 2 * h], acc[4 * (g + j) + 2 * h + 1]);
+                        let uz = math::pack_bf16x2(acc[4 * (u + j) + 2 * h], acc[4 * (u + j) + 2 * h + 1]);
+                        swiglu_h(gz, uz)
                     });
                     *k += 1;
                 }
@@ -967,15 +978,15 @@ pub(crate) unsafe fn store_swiglu(
         crate::unroll!(H in [0, 1] {
             let row = rows[H];
             if col < p.n && row < ti.row_end {
-                let (g0, g1) = (acc[4 * J + 2 * H], acc[4 * J + 2 * H + 1]);
-                let (u0, u1) = (acc[4 * (J + 16) + 2 * H], acc[4 * (J + 16) + 2 * H + 1]);
+                let gz = math::pack_bf16x2(acc[4 * J + 2 * H], acc[4 * J + 2 * H + 1]);
+                let uz = math::pack_bf16x2(acc[4 * (J + 16) + 2 * H], acc[4 * (J + 16) + 2 * H + 1]);
                 if p.c != 0 {
-                    *c.add(((row * p.ldc + col) / 2) as usize) = math::pack_bf16x2(silu_mul(g0, u0), silu_mul(g1, u1));
+                    *c.add(((row * p.ldc + col) / 2) as usize) = swiglu_h(gz, uz);
                 }
                 if p.z != 0 {
                     let zrow = row * 2 * p.n;
-                    *z.add(((zrow + col) / 2) as usize) = math::pack_bf16x2(g0, g1);
-                    *z.add(((zrow + p.n + col) / 2) as usize) = math::pack_bf16x2(u0, u1);
+                    *z.add(((zrow + col) / 2) as usize) = gz;
+                    *z.add(((zrow + p.n + col) / 2) as usize) = uz;
                 }
             }
         });

@@ -49,7 +49,7 @@ const S: u32 = crate::kernels_host::GEMM_EW_STAGES;
 /// Columns of a tile.
 const BN: u32 = crate::kernels_host::GEMM_BN;
 /// Bytes of a ring stage: A 128 x 64, then B 64 K x `bn` N (as `mainloop_coop` reads it).
-const fn stage_bytes(bn: u32) -> u32 {
+pub(crate) const fn stage_bytes(bn: u32) -> u32 {
     A_BYTES + bn * BK * 2
 }
 /// Shared-memory offset of the dh tile (after a ring of `stages` stages).
@@ -105,7 +105,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
         }
     } else {
         regs::setmaxnreg_inc::<CONSUMER_REGS>();
-        consume::<S, [f32; 128]>(&p, base, ring, dh, (full, empty), total(), kt_n, wg - 1);
+        consume::<S, [f32; 128], true>(&p, base, ring, dh, (full, empty), total(), kt_n, wg - 1);
     }
 }
 
@@ -129,7 +129,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
             epilogue::<BN7, EW7>(&p, dh, (full, empty), total, if wg == 0 { t / 32 - 1 } else { t / 32 - 9 });
         }
     } else {
-        consume::<S7, [f32; 96]>(&p, base, ring, dh, (full, empty), total, kt_n, wg - 1);
+        consume::<S7, [f32; 96], true>(&p, base, ring, dh, (full, empty), total, kt_n, wg - 1);
     }
 }
 
@@ -137,7 +137,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
 /// `full` / `empty` mbarriers (initialised for the two consumer warpgroups and `EW_` epilogue warps), the scheduler's
 /// offsets copied, then one block barrier.
 #[inline(always)]
-unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32>(
+pub(crate) unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32>(
     p: &GroupedGemm,
     base: u32,
 ) -> (Ring<S_>, u32, (u32, u32)) {
@@ -191,12 +191,13 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32>(p: &GroupedGemm, base: u32, 
     }
 }
 
-/// A consumer warpgroup: every tile of the block's walk, its rows 64 cw .. 64 cw + 64 (the plain dh main loop),
-/// then dh into the tile in shared memory once the epilogue warps have read the previous one (`empty`), and an
-/// arrival on `full`. SAFETY: the 128 threads of consumer warpgroup `cw`.
+/// A consumer warpgroup: every tile of the block's walk, its rows 64 cw .. 64 cw + 64 (a plain main loop, B N-major
+/// when `BT`), then the accumulators in bf16 into the tile in shared memory (`A::N` columns, 16-byte chunk j of
+/// row r at chunk j ^ (r % 8)) once the epilogue warps have read the previous one (`empty`), and an arrival on
+/// `full`. SAFETY: the 128 threads of consumer warpgroup `cw`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume<const S_: u32, A: Acc>(
+pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S_>,
@@ -213,7 +214,7 @@ unsafe fn consume<const S_: u32, A: Acc>(
     let (q0, step, count) = walk::<0>(p, total);
     let mut q = q0;
     while q < count {
-        let acc = mainloop_coop::<true, false, 0, S_, A>(base, &ring, &mut it, kt_n, cw, lane);
+        let acc = mainloop_coop::<BT, false, 0, S_, A>(base, &ring, &mut it, kt_n, cw, lane);
         // the epilogue warps are done with the previous tile's dh (the first wait returns at once)
         mbarrier::wait_parity(empty, (handed & 1) ^ 1);
         // 0 at run time, opaque to the compiler: the store addresses are computed here, per tile, instead of held

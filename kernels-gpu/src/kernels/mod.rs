@@ -11,6 +11,7 @@ pub mod grouped_gemm;
 pub mod grouped_gemm_dswiglu_ew;
 pub mod grouped_gemm_fp8;
 pub mod grouped_gemm_fp8w;
+pub mod grouped_gemm_swiglu_ew;
 pub mod grouped_wgrad;
 pub mod grouped_wgrad_fp8;
 pub mod quant_fp8;

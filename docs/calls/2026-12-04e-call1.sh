@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Run as call 1 of the twenty-first session (2026-12-04e): results in docs/RESULTS.md, raw docs/bench-2026-12-04e-call1-*.
 # Prepared in the twentieth session (not run): docs/wip/swiglu-ew7.patch, GEMM1 + SwiGLU by epilogue warps
 # (`grouped_gemm_swiglu_ew7`, `_ew7_mv`; `MEGAMOE_SWIGLU=ew7`): 4 warpgroups, 128 x 192 tiles of z (96 gate + 96 up
 # columns, 96 of h), the consumers hand the bf16 z tile to seven (or, with the overlapped gather, four) epilogue
