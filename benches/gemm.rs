@@ -25,7 +25,8 @@
 //! long before each timed block; `MEGAMOE_BENCH_AB=0` times the f32 and bf16 weight gradients each back to back
 //! instead of alternating.
 //! `MEGAMOE_BENCH_ROUTING=balanced` gives every expert exactly T k / E rows (no partial m-tiles): what the ragged
-//! experts of random routing cost.
+//! experts of random routing cost; `zipf:S` skews it (expert popularity 1 / rank^S; each shape prints its busiest
+//! and idlest expert's rows).
 //!
 //! `cargo bench --bench gemm`; on the GPU machine `bash gemm_h200.sh OUT` (it finds libcublas in PyTorch's
 //! pip packages and runs `benches/torch_gemm.py` beside it). With `MEGAMOE_GEMM_COUNTS_DIR` set, the
@@ -41,6 +42,9 @@ use megamoe::gemm::{self, BLayout, DswigluArgs, GroupedGemmArgs, Prepared, Swigl
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
+
+#[path = "common/routing_env.rs"]
+mod routing_env;
 
 const WARM: usize = 3;
 const REPS: usize = 20;
@@ -212,23 +216,8 @@ struct Routing {
     weights: Vec<f32>,
 }
 
-/// `MEGAMOE_BENCH_ROUTING=balanced`: every expert gets exactly tokens * k / E rows (token t's j-th expert is
-/// (t k + j) % E: k distinct experts when k <= E), so no m-tile is partial when that count is a multiple of 128;
-/// otherwise (default, `random`) k distinct random experts per token.
-fn balanced_routing() -> bool {
-    match std::env::var("MEGAMOE_BENCH_ROUTING").unwrap_or_default().as_str() {
-        "" | "random" => false,
-        "balanced" => true,
-        v => panic!("MEGAMOE_BENCH_ROUTING={v}: expected random or balanced"),
-    }
-}
-
 fn routing(rng: &mut Rng, tokens: usize, e: usize, k: usize) -> Routing {
-    let mut ids: Vec<usize> = rng.topk_ids(tokens, k, e).into_iter().map(|id| id as usize).collect();
-    if balanced_routing() {
-        assert!(k <= e && (tokens * k) % e == 0, "balanced routing needs k <= E and E | T k");
-        ids = (0..tokens * k).map(|i| i % e).collect();
-    }
+    let ids: Vec<usize> = routing_env::ids(rng, tokens, k, e).into_iter().map(|id| id as usize).collect();
     let mut counts = vec![0u32; e];
     for &id in &ids {
         counts[id] += 1;
@@ -499,8 +488,12 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
             println!("could not write {}: {err}", path.display());
         }
     }
-    // experts sampled by the checks, and their first and last four rows
-    let sample_e = [0, e / 2, e - 1];
+    // experts sampled by the checks (of those with 8 rows or more: first, middle, last), their first and last four rows
+    let big: Vec<usize> = (0..e).filter(|&x| rt.counts[x] >= 8).collect();
+    assert!(!big.is_empty(), "no expert with 8 rows to check");
+    let sample_e = [big[0], big[big.len() / 2], big[big.len() - 1]];
+    let (busiest, idlest) = (rt.counts.iter().max().unwrap(), rt.counts.iter().min().unwrap());
+    println!("{name}: rows per expert: mean {}, busiest {busiest}, idlest {idlest}", m / e);
     let mut sample_rows = Vec::new();
     for &x in &sample_e {
         let (r0, r1) = (rt.offsets[x] as usize, rt.offsets[x + 1] as usize);
@@ -886,9 +879,9 @@ fn main() {
     let seed = Rng::fresh_seed();
     let mut rng = Rng::new(seed);
     println!(
-        "GEMM benchmark on {} (seed {seed}): T={TOKENS}, top-8 of 128 experts ({} routing), {WARM} warm-ups, median of {REPS}",
+        "GEMM benchmark on {} (seed {seed}): T={TOKENS}, top-8 of 128 experts ({:?} routing), {WARM} warm-ups, median of {REPS}",
         g.name(),
-        if balanced_routing() { "balanced" } else { "random" }
+        routing_env::kind()
     );
     let blas = open_cublas(&g);
     match &blas {

@@ -10,6 +10,8 @@
 //! the forward in blockwise FP8 (`MoeLayer::forward_fp8`, weights quantized beforehand) alternating with the bf16
 //! forward (its output fully written and within 0.1 of the bf16 output: the format's error is ~6e-2).
 //!
+//! `MEGAMOE_BENCH_ROUTING=zipf:S` (or `balanced`) routes the tokens with skewed (or equal) expert loads instead of
+//! uniformly at random (benches/common/routing_env.rs; benches/torch_layer.py does not follow it).
 //! `MEGAMOE_BENCH_PHASES=1`: then one more forward + backward of each save mode with device events around every
 //! launch (`Gpu::profile_start`), printed as `PHASE` lines: each kernel's time in place and the idle time before it.
 //!
@@ -27,6 +29,9 @@ use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::{check, gemm, Gpu};
 
+#[path = "common/routing_env.rs"]
+mod routing_env;
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -41,7 +46,17 @@ fn timed_reps() -> usize {
 fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng) -> megamoe::Result<()> {
     let (h, i, e, k) = (s.h, s.i, s.e, s.k);
     let x = rng.bf16_vec(tokens * h, 1.0);
-    let ids = rng.topk_ids(tokens, k, e);
+    let ids = routing_env::ids(rng, tokens, k, e);
+    {
+        let mut counts = vec![0usize; e];
+        ids.iter().for_each(|&id| counts[id as usize] += 1);
+        let (max, min) = (counts.iter().max().unwrap(), counts.iter().min().unwrap());
+        println!(
+            "{name}: {:?} routing, rows per expert: mean {}, busiest {max}, idlest {min}",
+            routing_env::kind(),
+            tokens * k / e
+        );
+    }
     let w: Vec<f32> = (0..tokens * k).map(|_| rng.uniform() as f32).collect();
     let w1 = rng.bf16_vec(e * 2 * i * h, 1.7 / (h as f64).sqrt());
     let w2 = rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());

@@ -856,7 +856,7 @@ impl MoeLayer {
         let e = self.cfg.experts;
         let map_c = self.maps.get_wgrad_c::<W>(&g, dptr(c, &s), e * m, n)?;
         let (offsets, error) = (dptr(&sv.offsets, &s), dptr(sv.error.as_ref(), &s));
-        let (mut p, launch) = wgrad_launch(&g, [map_a, map_b, map_c], offsets, dptr(c, &s), error, e, m, n, acc);
+        let (mut p, launch) = wgrad_launch(&g, [map_a, map_b, map_c], offsets, dptr(c, &s), error, e, m, n, acc)?;
         let kernel = match combine {
             Some(cb) => {
                 p.combine = cb;

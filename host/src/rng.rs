@@ -65,6 +65,37 @@ impl Rng {
         ids
     }
 
+    /// Skewed routing: for each of `tokens` tokens, `k` distinct expert ids in 0..e (k <= e), each draw picking
+    /// the expert of popularity rank r (0-based) with probability proportional to 1 / (r + 1)^s (Zipf; s = 0 is
+    /// uniform), the ranks dealt to the expert ids by a random permutation (the hot experts are not the first
+    /// ids). Repeats within a token are drawn again. Row-major [tokens, k].
+    pub fn topk_ids_zipf(&mut self, tokens: usize, k: usize, e: usize, s: f64) -> Vec<i32> {
+        assert!(k <= e, "top-{k} of {e} experts");
+        assert!(s.is_finite() && s >= 0.0, "Zipf exponent {s}");
+        let mut cdf: Vec<f64> = (0..e).map(|r| 1.0 / ((r + 1) as f64).powf(s)).collect();
+        for r in 1..e {
+            cdf[r] += cdf[r - 1];
+        }
+        let total = cdf[e - 1];
+        let mut perm: Vec<i32> = (0..e as i32).collect();
+        for i in (1..e).rev() {
+            perm.swap(i, self.below(i + 1));
+        }
+        let mut ids = Vec::with_capacity(tokens * k);
+        for _ in 0..tokens {
+            let first = ids.len();
+            while ids.len() < first + k {
+                let u = self.uniform() * total;
+                let r = cdf.partition_point(|&c| c <= u).min(e - 1);
+                let id = perm[r];
+                if !ids[first..].contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids
+    }
+
     /// `n` bf16 values uniform in [-a, a).
     pub fn bf16_vec(&mut self, n: usize, a: f64) -> Vec<bf16> {
         (0..n).map(|_| bf16::from_f64(self.sym(a))).collect()
@@ -98,5 +129,34 @@ mod tests {
             assert_eq!(s.len(), 8, "{row:?}");
         }
         assert_eq!(r.topk_ids(3, 4, 4).len(), 12);
+    }
+
+    #[test]
+    fn zipf_ids_are_distinct_in_range_and_skewed() {
+        let mut r = Rng::new(12);
+        let (t, k, e) = (4000, 8, 64);
+        let ids = r.topk_ids_zipf(t, k, e, 1.0);
+        assert_eq!(ids.len(), t * k);
+        let mut counts = vec![0usize; e];
+        for row in ids.chunks(k) {
+            assert!(row.iter().all(|&i| (0..e as i32).contains(&i)));
+            let mut s = row.to_vec();
+            s.sort_unstable();
+            s.dedup();
+            assert_eq!(s.len(), k, "{row:?}");
+            for &i in row {
+                counts[i as usize] += 1;
+            }
+        }
+        let (max, min) = (*counts.iter().max().unwrap(), *counts.iter().min().unwrap());
+        // popularity 1 against 1 / 64 per draw: the hottest expert in most tokens, the coldest in few
+        assert!(max > 5 * t * k / e && min < t * k / (3 * e), "max {max} min {min}");
+        // s = 0 is uniform: no expert far from t k / e
+        let flat = r.topk_ids_zipf(t, k, e, 0.0);
+        let mut c0 = vec![0usize; e];
+        for &i in &flat {
+            c0[i as usize] += 1;
+        }
+        assert!(c0.iter().all(|&c| c > t * k / e / 2 && c < 2 * t * k / e), "{c0:?}");
     }
 }

@@ -91,6 +91,9 @@ pub struct Gpu {
     prof: Mutex<Option<Vec<Marked>>>,
     /// Whether `prof` is recording (read on every launch without taking its lock).
     profiling: AtomicBool,
+    /// u32 [2], zeroed at open: the tile counters of the kernels scheduled at run time (the weight gradients'),
+    /// left zero by each launch; every launch is on this device's one stream, so none overlap.
+    tile_counters: CudaSlice<u32>,
 }
 
 /// A profiled launch: the kernel and device events recorded before and after it.
@@ -184,6 +187,8 @@ impl Gpu {
         keep_pool_memory(&ctx)?;
         // a stream of its own, not the legacy default stream: that one cannot be captured into a CUDA graph
         let stream = ctx.new_stream().ctx(|| "creating the device's stream".into())?;
+        let tile_counters = stream.alloc_zeros::<u32>(2).ctx(|| "allocating the tile counters".into())?;
+        stream.synchronize().ctx(|| "zeroing the tile counters".into())?;
         let g = Arc::new(Gpu {
             ordinal,
             ctx,
@@ -196,6 +201,7 @@ impl Gpu {
             funcs: Mutex::new(HashMap::new()),
             prof: Mutex::new(None),
             profiling: AtomicBool::new(false),
+            tile_counters,
         });
         c.insert(ordinal, g.clone());
         Ok(g)
@@ -219,6 +225,11 @@ impl Gpu {
     /// Device name as the driver reports it.
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// Device address of the tile counters (u32 [2], zero between launches) of a kernel whose blocks take their
+    /// tiles at run time (`WgradGemm::sched`).
+    pub(crate) fn tile_counters(&self) -> u64 {
+        dptr(&self.tile_counters, &self.stream)
     }
     /// Number of streaming multiprocessors.
     pub fn sm_count(&self) -> u32 {

@@ -106,8 +106,11 @@ pub mod kernels_host {
     /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.
     pub const WGRAD_RING: u32 = WGRAD_STAGES * (128 + 256) * 64 * 2;
     /// Dynamic shared memory of the weight-gradient GEMM: its ring, its staging (two boxes of
-    /// [`WGRAD_C_BOX`] f32 per consumer warp) and the ring's mbarriers.
-    pub const WGRAD_SMEM: u32 = WGRAD_RING + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4 + 16 * WGRAD_STAGES;
+    /// [`WGRAD_C_BOX`] f32 per consumer warp), the ring's mbarriers and the tile queue.
+    pub const WGRAD_SMEM: u32 =
+        WGRAD_RING + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4 + 16 * WGRAD_STAGES + 20 * WGRAD_QUEUE;
+    /// Slots of the weight-gradient GEMM's tile queue (from its producer to its consumers).
+    pub const WGRAD_QUEUE: u32 = 4;
     /// Dynamic shared memory the M-grouped kernel `kernel` is launched with.
     pub fn m_grouped_smem(kernel: &str) -> u32 {
         // a 2-CTA cluster variant (`_mc`) and the overlapped gather's (`_mv`) have their kernel's layout

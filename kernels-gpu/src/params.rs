@@ -369,6 +369,9 @@ pub struct WgradGemm {
     pub n_tiles: u32,
     /// 1: add into C; 0: overwrite.
     pub accumulate: u32,
+    /// u32 [2], zero at launch (and left zero): the tile scheduler's counters (a block that finishes early takes
+    /// the next tile); 0: every block takes every grid-th tile. Launches sharing them must not overlap.
+    pub sched: u64,
     /// `grouped_wgrad_f32_mv`: a combine (as `combine_rows`) the producer warpgroup's three idle warps run while
     /// the GEMM does (the backward's sum of dx rows over each token's slots); `tokens` 0: none.
     pub combine: Combine,
@@ -725,7 +728,7 @@ mod tests {
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
-            ("WgradGemm", size_of::<WgradGemm>(), 6 * 8 + 6 * 4 + size_of::<Combine>()),
+            ("WgradGemm", size_of::<WgradGemm>(), 7 * 8 + 6 * 4 + size_of::<Combine>()),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
             ("EpEpoch", size_of::<EpEpoch>(), MAX_RANKS * 8 + 2 * 4),

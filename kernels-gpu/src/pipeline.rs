@@ -94,3 +94,64 @@ impl<const S: u32> Ring<S> {
         mbarrier::arrive(self.empty + 8 * ((it + S - 1) % S));
     }
 }
+
+/// The order of a persistent kernel's tiles, from its scheduling thread (the producer) to its consumer warps: `Q`
+/// slots of one u32 tile index, each with a `full` mbarrier (one arrival: the producer's, releasing its store
+/// of the index) and an `empty` one (one arrival per consumer warp). The producer pushes the j-th tile it will
+/// load, then that tile's stages; the consumers pop the j-th index before the tile's first stage. An index the
+/// kernel does not have (>= its tile count) ends the sequence. Lets the producer pick tiles at run time (a
+/// global counter: blocks that finish early take more) while the consumers follow it.
+#[derive(Clone, Copy)]
+pub struct TileQueue<const Q: u32> {
+    full: u32,
+    empty: u32,
+    slots: u32,
+}
+
+impl<const Q: u32> TileQueue<Q> {
+    /// Shared-memory bytes: the barriers (16 a slot), then the slots (4 each).
+    pub const BYTES: u32 = 20 * Q;
+
+    /// The queue whose barriers start at shared address `at` (8-byte aligned).
+    #[inline(always)]
+    pub const fn at(at: u32) -> Self {
+        TileQueue { full: at, empty: at + 8 * Q, slots: at + 16 * Q }
+    }
+
+    /// Initialise every barrier. SAFETY: one thread, before the block barrier that publishes the queue (and
+    /// before a `fence::mbarrier_init`, as [`Ring::init`] issues).
+    #[inline(always)]
+    pub unsafe fn init(&self, consumer_warps: u32) {
+        let mut s = 0;
+        while s < Q {
+            mbarrier::init(self.full + 8 * s, 1);
+            mbarrier::init(self.empty + 8 * s, consumer_warps);
+            s += 1;
+        }
+    }
+
+    /// Producer thread: publish `tile` as the `j`-th (j = 0, 1, ...), once its slot's previous index has been
+    /// read by every consumer warp. SAFETY: the one producer thread, in order of `j`.
+    #[inline(always)]
+    pub unsafe fn push(&self, j: u32, tile: u32) {
+        let s = j % Q;
+        mbarrier::wait_parity(self.empty + 8 * s, ((j / Q) & 1) ^ 1);
+        crate::ptx::smem::st_u32(self.slots + 4 * s, tile);
+        // release (the default semantics of `mbarrier.arrive`): the store above is seen by the waiters
+        mbarrier::arrive(self.full + 8 * s);
+    }
+
+    /// Consumer warp (every lane): the `j`-th tile index; lane 0 gives the slot back once the warp has read it.
+    /// SAFETY: every lane of each consumer warp, in order of `j`.
+    #[inline(always)]
+    pub unsafe fn pop(&self, j: u32) -> u32 {
+        let s = j % Q;
+        mbarrier::wait_parity(self.full + 8 * s, (j / Q) & 1);
+        let tile = crate::ptx::smem::ld_u32(self.slots + 4 * s);
+        crate::ptx::sync::warp_sync();
+        if crate::ptx::regs::tid() % 32 == 0 {
+            mbarrier::arrive(self.empty + 8 * s);
+        }
+        tile
+    }
+}

@@ -6,8 +6,10 @@
 //! operands are MN-major (imm-trans-a = imm-trans-b = 1; descriptors LBO = 8192 B between 64-wide atoms,
 //! SBO = 1024 B between 8-row K groups). In an expert's last, partial k-tile the consumers zero the rows past
 //! the expert's end (they belong to the next expert) before the wgmma, so neither its values nor a NaN in them
-//! reach this expert's gradient. Tiles: (expert, m-tile, n-tile), persistent over the grid, identical order
-//! for producer and consumers. Epilogue: f32 (`grouped_wgrad_f32*`) or bf16 (`grouped_wgrad_bf16*`, half the
+//! reach this expert's gradient. Tiles: (expert, m-tile, n-tile), persistent over the grid, in the order the
+//! producer picks (a static round robin, or a grid-wide counter with `p.sched`: the tiles of an expert cost its
+//! rows, so skewed routing leaves a static schedule unbalanced) and hands the consumers through a tile queue
+//! in shared memory. Epilogue: f32 (`grouped_wgrad_f32*`) or bf16 (`grouped_wgrad_bf16*`, half the
 //! bytes: the output PyTorch's layer gives bf16 weights) through shared memory and the copy engine (TMA stores,
 //! or TMA reduce-adds for gradient accumulation), overlapping the next tile's main loop; one owner per element.
 //! When the routing error word is set the kernel returns at entry: C is neither overwritten nor added to.
@@ -16,7 +18,7 @@ use crate::kernels::combine::token_chunk;
 use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
-use crate::pipeline::Ring;
+use crate::pipeline::{Ring, TileQueue};
 use crate::ptx::{fence, global, math, regs, smem, sync, tma, wgmma};
 
 /// Pipeline depth.
@@ -32,8 +34,12 @@ const _: () = assert!(STAGING == crate::kernels_host::WGRAD_RING, "host and kern
 /// The ring's barriers, after the 16 staging boxes (the one name the layout check and the kernel share: until
 /// 2026-12-03 the kernel put them at STAGING + 4 C_BOX, inside consumer warp 6's first box).
 const RING_AT: u32 = STAGING + 16 * C_BOX;
+/// Slots of the tile queue (the producer runs at most a ring's depth of non-empty tiles ahead).
+const QUEUE: u32 = crate::kernels_host::WGRAD_QUEUE;
+/// The tile queue's barriers and slots, after the ring's barriers.
+const QUEUE_AT: u32 = RING_AT + Ring::<STAGES>::BYTES;
 const _: () = assert!(
-    RING_AT + Ring::<STAGES>::BYTES == crate::kernels_host::WGRAD_SMEM,
+    QUEUE_AT + TileQueue::<QUEUE>::BYTES == crate::kernels_host::WGRAD_SMEM,
     "host and kernel agree on the shared memory"
 );
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
@@ -94,9 +100,11 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
     }
     let base = smem::base();
     let ring = Ring::<STAGES>::at(base + RING_AT);
+    let queue = TileQueue::<QUEUE>::at(base + QUEUE_AT);
     let t = regs::tid();
     if t == 0 {
-        ring.init(8); // one arrival per consumer warp
+        queue.init(8);
+        ring.init(8); // one arrival per consumer warp (and the mbarrier-init fence for both)
     }
     sync::block_sync();
     // read by each role after its register reallocation (a value live across it may be spilled)
@@ -104,13 +112,13 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(p, base, ring, total());
+            produce(p, base, ring, queue, total());
         } else if MV && t >= 32 {
             combine(&p.combine, t / 32 - 1, t % 32);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF>(p, base, ring, total(), t / 128 - 1);
+        consume::<BF>(p, base, ring, queue, total(), t / 128 - 1);
     }
 }
 
@@ -130,13 +138,30 @@ pub(crate) unsafe fn combine(c: &Combine, w: u32, lane: u32) {
     }
 }
 
+/// The producer thread: pushes each tile's index on the queue, then loads its stages; then an index past the
+/// last (the consumers' end). Tiles: block b takes tile b first, then, with `p.sched` = 0, every grid-th one
+/// (a static round robin); with a scheduler (`p.sched`: two u32 counters, zero at launch) the next index of a
+/// grid-wide counter (grid + 0, 1, ...), asked for before the current tile's loads, so a block whose tiles are
+/// short (an expert with few rows) takes more of them. Each block takes one index past the last and no more;
+/// the last block to count itself out on the second counter resets both to zero for the next launch (on the
+/// stream after this one: launches sharing the counters must not overlap). The weight gradients are the same
+/// bits either way (each tile is one block's, its rows in order).
 #[inline(always)]
-unsafe fn produce(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32) {
+unsafe fn produce(p: &WgradGemm, base: u32, ring: Ring<STAGES>, queue: TileQueue<QUEUE>, total: u32) {
     tma::prefetch_tensormap(p.map_a as *const u8);
     tma::prefetch_tensormap(p.map_b as *const u8);
+    let sched = p.sched as *mut u32;
+    let grid = regs::nctaid();
     let mut it = 0u32;
+    let mut j = 0u32;
     let mut tile = regs::bid();
-    while tile < total {
+    loop {
+        queue.push(j, if tile < total { tile } else { total });
+        j += 1;
+        if tile >= total {
+            break;
+        }
+        let next = if sched.is_null() { tile + grid } else { grid + sync::atom_add_acq_rel_gpu(sched, 1) };
         let ti = tile_info(p, tile);
         let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
         let mut kt = 0;
@@ -154,7 +179,12 @@ unsafe fn produce(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32) {
             it += 1;
             kt += 1;
         }
-        tile += regs::nctaid();
+        tile = next;
+    }
+    if !sched.is_null() && sync::atom_add_acq_rel_gpu(sched.add(1), 1) == grid - 1 {
+        // every block has taken its last index (its count-out above follows it, acq_rel): none reads again
+        sync::st_release_gpu(sched, 0);
+        sync::st_release_gpu(sched.add(1), 0);
     }
 }
 
@@ -176,11 +206,23 @@ unsafe fn zero_tail(st: u32, cw: u32, valid: u32) {
 }
 
 #[inline(always)]
-unsafe fn consume<const BF: bool>(p: &WgradGemm, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
+unsafe fn consume<const BF: bool>(
+    p: &WgradGemm,
+    base: u32,
+    ring: Ring<STAGES>,
+    queue: TileQueue<QUEUE>,
+    total: u32,
+    cw: u32,
+) {
     let lane = regs::tid() % 32;
     let mut it = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
+    let mut j = 0u32;
+    loop {
+        let tile = queue.pop(j);
+        j += 1;
+        if tile >= total {
+            break;
+        }
         let ti = tile_info(p, tile);
         let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
         let mut acc = [0f32; 128];
@@ -229,7 +271,6 @@ unsafe fn consume<const BF: bool>(p: &WgradGemm, base: u32, ring: Ring<STAGES>, 
                 store(&out, &acc, y, ti.nt * 256, staging);
             }
         }
-        tile += regs::nctaid();
     }
     // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0
     // issued stores
