@@ -713,6 +713,8 @@ impl EpLayer {
         let r_n = self.world();
         let per = c.experts / r_n;
         let bad = |s: String| Err(Error::InvalidArgument(s));
+        // the weight gradients' schedule policy (read at their launch): an unknown value fails before any launch
+        crate::gemm::wgrad_sched()?;
         if saved.call != self.fwd_call {
             return bad(
                 "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()

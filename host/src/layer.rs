@@ -898,6 +898,8 @@ impl MoeLayer {
         fp8: Option<&Fp8Weights>,
     ) -> Result<()> {
         self.check_inputs(inp, dy.len())?;
+        // the kernel policies read at launch, checked before the first one (an unknown value fails the call whole)
+        crate::gemm::wgrad_sched()?;
         let c = self.cfg;
         let bad = |s: String| Err(Error::InvalidArgument(s));
         if saved.fp8 && fp8.is_none() {

@@ -43,6 +43,7 @@ const _: () = assert!(
     "host and kernel agree on the shared memory"
 );
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
+const _: () = assert!(crate::kernels_host::WGRAD_SMEM <= 232448, "sm_90: at most 227 KiB of shared memory");
 const _: () = assert!(
     C_BOX == crate::kernels_host::WGRAD_C_BOX_BF16.0 * crate::kernels_host::WGRAD_C_BOX_BF16.1 * 2,
     "the bf16 epilogue's boxes fill the same staging"
