@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Prepared in the twenty-first session (not run): docs/wip/wgrad-busiest-first.patch, the weight gradients' run-time
-# schedule taking the experts busiest first (warp 0 of the producer warpgroup ranks the experts by rows into shared
-# memory, up to 256; the counter's index i is tile i % per of the expert ranked i / per). Also the first full GPU
-# test run of the run-time schedule itself (landed in 1092134 with grouped_gemm and six layer_backward cases only):
-# grouped_gemm (incl. a 300-expert case past the ranking's 256), fp8, ep, graph, layer_backward, all with the patch.
-# Predicted: 30B Zipf 1.0 dW2 914 -> ~850 us (the host model: busiest-first ~0.1% over ideal, in expert order 1-4%),
-# dW1 unchanged (~1600), uniform routing unchanged (+-1%).
+# schedule (a) taking the experts busiest first (every thread of the block ranks one expert by rows into shared
+# memory, up to 256 experts; the counter's index i is tile i % per of the expert ranked i / per) and (b) with a
+# helper review's fixes: the counter zeroed by the host before each launch (`gemm::launch_wgrad`, a memset node
+# under capture) instead of reset by the last block (no launch depends on the one before), the next index asked
+# for (relaxed) once the current tile's loads are issued, not before; a test accumulating three launches onto
+# finite C (a tile taken twice would show). Also the first full GPU test run of the run-time schedule itself (landed
+# in 1092134 with grouped_gemm and six layer_backward cases only): grouped_gemm (incl. a 300-expert case past the
+# ranking's 256), fp8, ep, graph, layer_backward, all with the patch.
+# Predicted: 30B Zipf 1.0 dW2 914 -> ~850 us (the host model: busiest-first ~0.1-0.4% over ideal, in expert order
+# 1-5%), dW1 unchanged (~1600), uniform routing unchanged (+-1%).
 # Binaries (built in the twenty-first session; if gone: `git apply docs/wip/wgrad-busiest-first.patch`,
 # BDIR=.dev/b27 bash docs/calls/2026-12-04c-build.sh lpt grouped_gemm layer_backward ep graph fp8, `git checkout
-# host kernels-gpu tests`, then BDIR=.dev/b27 bash docs/calls/2026-12-04c-build.sh base, and remove
-# .dev/b27/base/layer.gz): .dev/b27/lpt = main 066cc89 + the patch, .dev/b27/base = main 066cc89 (gemm).
+# README.md host kernels-gpu tests`, then BDIR=.dev/b27 bash docs/calls/2026-12-04c-build.sh base, and remove
+# .dev/b27/base/layer.gz): .dev/b27/lpt = main cb537e5 + the patch, .dev/b27/base = main cb537e5 (gemm).
 # Command `bash docs/calls/next-wgrad-busiest-first.sh`, carry [".dev/b27"] (~8 min).
 set -uo pipefail
 cd "$(dirname "$0")/../../.dev"
