@@ -11,7 +11,7 @@
 //! forward (its output fully written and within 0.1 of the bf16 output: the format's error is ~6e-2).
 //!
 //! `MEGAMOE_BENCH_ROUTING=zipf:S` (or `balanced`) routes the tokens with skewed (or equal) expert loads instead of
-//! uniformly at random (benches/common/routing_env.rs; benches/torch_layer.py does not follow it).
+//! uniformly at random (benches/common/routing_env.rs; benches/torch_layer.py draws the same distribution).
 //! `MEGAMOE_BENCH_PHASES=1`: then one more forward + backward of each save mode with device events around every
 //! launch (`Gpu::profile_start`), printed as `PHASE` lines: each kernel's time in place and the idle time before it.
 //!

@@ -5,6 +5,9 @@ and the per-expert loop; forward and forward+backward by autograd. Also the dens
 shape (T*k x H x 2I) as the ceiling. bf16, T = 16384, E = 128, top-8, random routing. Warm-up 3, median of
 10 (fwd+bwd of the loop: median of 3), CUDA events. MEGAMOE_BENCH_ONLY=30B (a substring of the shape name)
 runs one shape, as the layer benchmark does; MEGAMOE_TORCH_LOOP=0 leaves out the per-expert loop.
+MEGAMOE_BENCH_ROUTING=zipf:S routes as the layer benchmark's option does (k distinct experts per token drawn with
+popularity 1 / rank^S, the ranks dealt to random expert ids; the same distribution, another draw); `random` (the
+default) k distinct uniform experts.
 """
 import os
 
@@ -61,6 +64,21 @@ def loop(x, ids, w, W1, W2):
     return out
 
 
+def route(T, E, k):
+    """[T, k] distinct expert ids per token, by MEGAMOE_BENCH_ROUTING (random or zipf:S)."""
+    v = os.environ.get("MEGAMOE_BENCH_ROUTING", "") or "random"
+    if v == "random":
+        return torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)])
+    if not v.startswith("zipf:"):
+        raise SystemExit(f"MEGAMOE_BENCH_ROUTING={v}: expected random or zipf:S")
+    s = float(v[5:])
+    if not s >= 0:
+        raise SystemExit(f"MEGAMOE_BENCH_ROUTING={v}: S must be >= 0")
+    p = 1.0 / torch.arange(1, E + 1, device=dev, dtype=torch.float64) ** s
+    ranks = torch.multinomial((p / p.sum()).float().expand(T, E).contiguous(), k, replacement=False)
+    return torch.randperm(E, device=dev)[ranks]
+
+
 only = os.environ.get("MEGAMOE_BENCH_ONLY", "")
 layers = [("torch._grouped_mm", grouped, 10)]
 if os.environ.get("MEGAMOE_TORCH_LOOP", "1") != "0":
@@ -70,7 +88,10 @@ for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)
         continue
     T, E, k = 16384, 128, 8
     x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)])
+    ids = route(T, E, k)
+    busy = torch.bincount(ids.flatten(), minlength=E)
+    print(f"{name}: routing {os.environ.get('MEGAMOE_BENCH_ROUTING', '') or 'random'}, rows per expert: mean "
+          f"{T * k // E}, busiest {busy.max().item()}, idlest {busy.min().item()}")
     w = torch.rand(T, k, device=dev)
     W1 = (torch.randn(E, 2 * I, H, device=dev) * (1.7 / H ** 0.5)).to(torch.bfloat16)
     W2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)
