@@ -6,8 +6,8 @@ shape (T*k x H x 2I) as the ceiling. bf16, T = 16384, E = 128, top-8, random rou
 10 (fwd+bwd of the loop: median of 3), CUDA events. MEGAMOE_BENCH_ONLY=30B (a substring of the shape name)
 runs one shape, as the layer benchmark does; MEGAMOE_TORCH_LOOP=0 leaves out the per-expert loop.
 MEGAMOE_BENCH_ROUTING=zipf:S routes as the layer benchmark's option does (k distinct experts per token drawn with
-popularity 1 / rank^S, the ranks dealt to random expert ids; the same distribution, another draw); `random` (the
-default) k distinct uniform experts.
+popularity 1 / rank^S, the ranks dealt to random expert ids; the same distribution, another draw); `balanced` as
+its; `random` (the default) k distinct uniform experts.
 """
 import os
 
@@ -65,12 +65,15 @@ def loop(x, ids, w, W1, W2):
 
 
 def route(T, E, k):
-    """[T, k] distinct expert ids per token, by MEGAMOE_BENCH_ROUTING (random or zipf:S)."""
+    """[T, k] distinct expert ids per token, by MEGAMOE_BENCH_ROUTING (random, balanced or zipf:S)."""
     v = os.environ.get("MEGAMOE_BENCH_ROUTING", "") or "random"
     if v == "random":
         return torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)])
+    if v == "balanced":
+        # token t's j-th expert is (t k + j) % E, as the layer benchmark's
+        return (torch.arange(T * k, device=dev) % E).view(T, k)
     if not v.startswith("zipf:"):
-        raise SystemExit(f"MEGAMOE_BENCH_ROUTING={v}: expected random or zipf:S")
+        raise SystemExit(f"MEGAMOE_BENCH_ROUTING={v}: expected random, balanced or zipf:S")
     s = float(v[5:])
     if not s >= 0:
         raise SystemExit(f"MEGAMOE_BENCH_ROUTING={v}: S must be >= 0")
