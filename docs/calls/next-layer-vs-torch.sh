@@ -3,7 +3,7 @@
 # call (issue 4's layer targets: forward >= 2.5x, forward + backward >= 2x), with uniform routing and with Zipf 1.0
 # (users' ask 7: hot experts; benches/torch_layer.py draws the same distribution, never run before: no torch on
 # the build machine). Our layer: .dev/b27/lpt/layer (main + docs/wip/wgrad-busiest-first.patch; run after
-# next-wgrad-busiest-first.sh, and rebuild with main's tree if that patch did not land). Each pair alternates ours
+# next-wgrad-busiest-first-a.sh and -b.sh, and rebuild with main's tree if that patch did not land). Each pair alternates ours
 # and PyTorch's processes twice for the uniform case (the spread between processes is a few %).
 # Command `bash docs/calls/next-layer-vs-torch.sh`, carry [".dev/b27"] (~6 min).
 set -uo pipefail

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepared in the twenty-first session (not run). Call A of docs/wip/wgrad-busiest-first.patch: the GPU tests.
+# The patch: the weight gradients' run-time schedule (a) over the experts busiest first (every thread of the block
+# ranks one expert by its work into shared memory, up to 256 experts; the counter's index i is tile i % per of the
+# expert ranked i / per), (b) with a helper review's fixes (the counter zeroed by the host before each launch, not
+# reset by the last block; the next index asked for, relaxed, once the current tile's loads are issued), (c) the
+# same run-time schedule in the FP8 weight gradients (`grouped_wgrad_fp8*`: tile queue, counter, busiest first by K
+# blocks). Tests: grouped_gemm (incl. 300 experts past the ranking, three accumulating launches against static),
+# fp8 (every FP8 wgrad case now also compares run-time against static bit for bit; a skewed 240-tile case), ep,
+# graph, layer_backward: the first full GPU run of the run-time schedule (landed in 1092134 with grouped_gemm and
+# six layer_backward cases only).
+# Binaries (built in the twenty-first session; if gone: `git apply docs/wip/wgrad-busiest-first.patch`,
+# BDIR=.dev/b27 bash docs/calls/2026-12-04c-build.sh lpt grouped_gemm layer_backward ep graph fp8, the fp8 bench
+# into .dev/b27/lpt/fp8_bench.gz (cargo bench --bench fp8 --no-run; strip; gzip), `git checkout README.md benches
+# host kernels-gpu tests`, then BDIR=.dev/b27 bash docs/calls/2026-12-04c-build.sh base and remove
+# .dev/b27/base/layer.gz): .dev/b27/lpt = main 84a649f + the patch, .dev/b27/base = main cb537e5 (gemm; the same
+# kernels as 84a649f). Command `bash docs/calls/next-wgrad-busiest-first-a.sh`, carry [".dev/b27"] (~7 min).
+set -uo pipefail
+cd "$(dirname "$0")/../../.dev"
+s=$(date +%s); el() { echo $(( $(date +%s) - s )); }
+libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirname(p) for r in site.getsitepackages() for p in glob.glob(os.path.join(r,"nvidia","*","lib","libcublas.so*"))})))')"
+export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+mkdir -p $OUT/r
+for f in b27/*/*.gz; do [ -f $f ] && gunzip -f $f && chmod +x ${f%.gz}; done
+for t in grouped_gemm fp8 ep graph layer_backward; do
+  timeout 175 b27/lpt/$t --include-ignored --test-threads=1 > $OUT/r/$t.txt 2>&1
+  echo "== $t rc $? at $(el) s: $(grep 'test result' $OUT/r/$t.txt)"
+  grep -E "FAILED|panicked" $OUT/r/$t.txt | cut -c1-300 | head -6
+done
+echo "total $(el) s"
