@@ -3,10 +3,12 @@
 # The patch: the weight gradients' run-time schedule (a) over the experts busiest first (every thread of the block
 # ranks one expert by its work into shared memory, up to 256 experts; the counter's index i is tile i % per of the
 # expert ranked i / per), (b) with a helper review's fixes (the counter zeroed by the host before each launch, not
-# reset by the last block; the next index asked for, relaxed, once the current tile's loads are issued), (c) the
+# reset by the last block, zero and launch enqueued under a per-device lock; the next index asked for, relaxed,
+# once the current tile's loads are issued), (c) the
 # same run-time schedule in the FP8 weight gradients (`grouped_wgrad_fp8*`: tile queue, counter, busiest first by K
 # blocks). Tests: grouped_gemm (incl. 300 experts past the ranking, three accumulating launches against static),
-# fp8 (every FP8 wgrad case now also compares run-time against static bit for bit; a skewed 240-tile case), ep,
+# fp8 (every FP8 wgrad case now also runs three run-time launches against static bit for bit; skewed 240-tile
+# cases; 300 experts), ep,
 # graph, layer_backward: the first full GPU run of the run-time schedule (landed in 1092134 with grouped_gemm and
 # six layer_backward cases only).
 # Binaries (built in the twenty-first session; if gone: `git apply docs/wip/wgrad-busiest-first.patch`,
