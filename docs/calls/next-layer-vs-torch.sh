@@ -6,11 +6,7 @@
 # next-wgrad-busiest-first-a.sh and -b.sh, and rebuild with main's tree if that patch did not land). Each pair alternates ours
 # and PyTorch's processes twice for the uniform case (the spread between processes is a few %).
 # Command `bash docs/calls/next-layer-vs-torch.sh`, carry [".dev/b27"] (~6 min).
-set -uo pipefail
-cd "$(dirname "$0")/../../.dev"
-s=$(date +%s); el() { echo $(( $(date +%s) - s )); }
-mkdir -p $OUT/r
-for f in b27/*/*.gz; do [ -f $f ] && gunzip -f $f && chmod +x ${f%.gz}; done
+. "$(dirname "$0")/prelude.sh" b27
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv > $OUT/r/gpu.txt
 for v in random:1 random:2 zipf:1.0:1; do
   rt=${v%:*}; n=${v##*:}; tag=${rt/:/}_$n

@@ -17,13 +17,7 @@
 # host kernels-gpu tests`, then BDIR=.dev/b27 bash docs/calls/2026-12-04c-build.sh base and remove
 # .dev/b27/base/layer.gz): .dev/b27/lpt = main 84a649f + the patch, .dev/b27/base = main cb537e5 (gemm; the same
 # kernels as 84a649f). Command `bash docs/calls/next-wgrad-busiest-first-a.sh`, carry [".dev/b27"] (~7 min).
-set -uo pipefail
-cd "$(dirname "$0")/../../.dev"
-s=$(date +%s); el() { echo $(( $(date +%s) - s )); }
-libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirname(p) for r in site.getsitepackages() for p in glob.glob(os.path.join(r,"nvidia","*","lib","libcublas.so*"))})))')"
-export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-mkdir -p $OUT/r
-for f in b27/*/*.gz; do [ -f $f ] && gunzip -f $f && chmod +x ${f%.gz}; done
+. "$(dirname "$0")/prelude.sh" b27
 for t in grouped_gemm fp8 ep graph layer_backward; do
   timeout 175 b27/lpt/$t --include-ignored --test-threads=1 > $OUT/r/$t.txt 2>&1
   echo "== $t rc $? at $(el) s: $(grep 'test result' $OUT/r/$t.txt)"

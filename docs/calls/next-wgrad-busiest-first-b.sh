@@ -7,13 +7,7 @@
 # 1-5%), dW1 unchanged (~1600); uniform routing unchanged (+-1%); FP8 weight gradients at Zipf 1.0 6-9% faster
 # run-time than static (as the bf16 kernel's were).
 # Command `bash docs/calls/next-wgrad-busiest-first-b.sh`, carry [".dev/b27"] (~5 min). Binaries: call A's header.
-set -uo pipefail
-cd "$(dirname "$0")/../../.dev"
-s=$(date +%s); el() { echo $(( $(date +%s) - s )); }
-libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirname(p) for r in site.getsitepackages() for p in glob.glob(os.path.join(r,"nvidia","*","lib","libcublas.so*"))})))')"
-export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-mkdir -p $OUT/r
-for f in b27/*/*.gz; do [ -f $f ] && gunzip -f $f && chmod +x ${f%.gz}; done
+. "$(dirname "$0")/prelude.sh" b27
 for v in lpt:zipf:1.0 base:zipf:1.0 lpt:random base:random; do
   b=${v%%:*}; rt=${v#*:}
   MEGAMOE_BENCH_ROUTING=$rt MEGAMOE_BENCH_ONLY=30B timeout 40 b27/$b/gemm --bench > $OUT/r/gemm_30B_${rt/:/}_$b.txt 2>&1

@@ -322,17 +322,8 @@ thread_local! {
 /// `InvalidArgument`; overridden on a thread by [`with_swiglu_epilogue_warps`]. The persistent forward
 /// (`ffn_fused_fwd`) always runs GEMM1 in the cooperative kernel's tiles.
 pub fn swiglu_epilogue_warps() -> Result<bool> {
-    static ENV: std::sync::OnceLock<std::result::Result<bool, String>> = std::sync::OnceLock::new();
-    if let Some(on) = SWIGLU_EW.with(|c| c.get()) {
-        return Ok(on);
-    }
-    ENV.get_or_init(|| match std::env::var("MEGAMOE_SWIGLU").unwrap_or_default().as_str() {
-        "" | "ew7" => Ok(true),
-        "coop" => Ok(false),
-        v => Err(format!("MEGAMOE_SWIGLU={v}: expected coop or ew7")),
-    })
-    .clone()
-    .map_err(Error::InvalidArgument)
+    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
+    policy(&SWIGLU_EW, &ENV, "MEGAMOE_SWIGLU", &[("coop", false), ("ew7", true), ("", true)])
 }
 
 /// Run `f` with the epilogue-warps GEMM1 + SwiGLU on or off for every launch prepared on this thread inside it.
@@ -359,18 +350,8 @@ pub fn swiglu_columns() -> usize {
 /// to bf16 before the SwiGLU backward). `MEGAMOE_DSW` (read once) = `ew7` (or unset), `ew`, `pp`; another value
 /// is an `InvalidArgument`; overridden on a thread by [`with_dswiglu`].
 pub fn dswiglu_kernel() -> Result<Dsw> {
-    static ENV: std::sync::OnceLock<std::result::Result<Dsw, String>> = std::sync::OnceLock::new();
-    if let Some(k) = DSW.with(|c| c.get()) {
-        return Ok(k);
-    }
-    ENV.get_or_init(|| match std::env::var("MEGAMOE_DSW").unwrap_or_default().as_str() {
-        "pp" => Ok(Dsw::PingPong),
-        "ew" => Ok(Dsw::Ew),
-        "" | "ew7" => Ok(Dsw::Ew7),
-        v => Err(format!("MEGAMOE_DSW={v}: expected ew7, ew or pp")),
-    })
-    .clone()
-    .map_err(Error::InvalidArgument)
+    static ENV: EnvPolicy<Dsw> = std::sync::OnceLock::new();
+    policy(&DSW, &ENV, "MEGAMOE_DSW", &[("ew7", Dsw::Ew7), ("ew", Dsw::Ew), ("pp", Dsw::PingPong), ("", Dsw::Ew7)])
 }
 
 /// Run `f` with the SwiGLU-backward kernel `k` for every launch prepared on this thread inside it, whatever
@@ -397,22 +378,42 @@ thread_local! {
 
 /// The weight gradients' tile schedule on this thread ([`WgradSched`]).
 pub fn wgrad_sched() -> Result<WgradSched> {
-    static ENV: std::sync::OnceLock<std::result::Result<WgradSched, String>> = std::sync::OnceLock::new();
-    if let Some(k) = WGRAD_SCHED.with(|c| c.get()) {
-        return Ok(k);
-    }
-    ENV.get_or_init(|| match std::env::var("MEGAMOE_WGRAD_SCHED").unwrap_or_default().as_str() {
-        "" | "dynamic" => Ok(WgradSched::Dynamic),
-        "static" => Ok(WgradSched::Static),
-        v => Err(format!("MEGAMOE_WGRAD_SCHED={v}: expected dynamic or static")),
-    })
-    .clone()
-    .map_err(Error::InvalidArgument)
+    static ENV: EnvPolicy<WgradSched> = std::sync::OnceLock::new();
+    let table = [("dynamic", WgradSched::Dynamic), ("static", WgradSched::Static), ("", WgradSched::Dynamic)];
+    policy(&WGRAD_SCHED, &ENV, "MEGAMOE_WGRAD_SCHED", &table)
 }
 
 /// Run `f` with the weight gradients' tile schedule `k` for every launch prepared on this thread inside it.
 pub fn with_wgrad_sched<R>(k: WgradSched, f: impl FnOnce() -> R) -> R {
     with_override(&WGRAD_SCHED, k, f)
+}
+
+/// A kernel choice read once from its environment variable (or the message naming a value it does not know).
+type EnvPolicy<T> = std::sync::OnceLock<std::result::Result<T, String>>;
+
+/// A kernel choice: the thread's override `key` if one is set (the `with_*` functions), else environment variable
+/// `var` looked up in `table` (name, choice; "" is the unset variable's) once per process and kept in `env`;
+/// another value is an `InvalidArgument` naming the table's names.
+fn policy<T: Copy + Send + Sync + 'static>(
+    key: &'static std::thread::LocalKey<std::cell::Cell<Option<T>>>,
+    env: &'static EnvPolicy<T>,
+    var: &str,
+    table: &[(&str, T)],
+) -> Result<T> {
+    if let Some(v) = key.with(|c| c.get()) {
+        return Ok(v);
+    }
+    env.get_or_init(|| {
+        let v = std::env::var(var).unwrap_or_default();
+        table.iter().find(|(name, _)| *name == v).map(|&(_, t)| t).ok_or_else(|| {
+            let names: Vec<&str> = table.iter().map(|&(name, _)| name).filter(|n| !n.is_empty()).collect();
+            let (last, rest) = names.split_last().expect("a policy names its values");
+            let expected = if rest.is_empty() { last.to_string() } else { format!("{} or {last}", rest.join(", ")) };
+            format!("{var}={v}: expected {expected}")
+        })
+    })
+    .clone()
+    .map_err(Error::InvalidArgument)
 }
 
 /// Run `f` with the thread's policy override `key` set to `v`, the previous override restored after (on unwinding
@@ -953,6 +954,28 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
 #[cfg(test)]
 mod tests {
     use super::Dsw;
+
+    #[test]
+    fn a_policy_reads_its_variable_once_and_names_its_choices() {
+        thread_local! {
+            static KEY: std::cell::Cell<Option<u8>> = const { std::cell::Cell::new(None) };
+        }
+        static UNSET: super::EnvPolicy<u8> = std::sync::OnceLock::new();
+        static BAD: super::EnvPolicy<u8> = std::sync::OnceLock::new();
+        let table = [("a", 1), ("b", 2), ("c", 3), ("", 2)];
+        // a variable no one sets: the "" entry
+        assert_eq!(super::policy(&KEY, &UNSET, "MEGAMOE_TEST_POLICY_UNSET", &table).unwrap(), 2);
+        std::env::set_var("MEGAMOE_TEST_POLICY_BAD", "d");
+        let err = super::policy(&KEY, &BAD, "MEGAMOE_TEST_POLICY_BAD", &table).unwrap_err().to_string();
+        assert!(err.contains("MEGAMOE_TEST_POLICY_BAD=d: expected a, b or c"), "{err}");
+        // the thread's override wins, and the value read first is kept
+        assert_eq!(
+            super::with_override(&KEY, 3, || super::policy(&KEY, &BAD, "MEGAMOE_TEST_POLICY_BAD", &table)).unwrap(),
+            3
+        );
+        std::env::set_var("MEGAMOE_TEST_POLICY_UNSET", "a");
+        assert_eq!(super::policy(&KEY, &UNSET, "MEGAMOE_TEST_POLICY_UNSET", &table).unwrap(), 2);
+    }
 
     #[test]
     fn tile_offsets_count_partial_tiles_and_skip_empty_experts() {

@@ -1,0 +1,11 @@
+# Sourced by the device-call scripts written from the twenty-first session on: `. "$(dirname "$0")/prelude.sh" DIR`
+# (DIR: the prebuilt binaries' folder under .dev, carried with the call). Moves to .dev, defines `el` (seconds since
+# the start), puts PyTorch's pip libcublas on LD_LIBRARY_PATH (for cudarc's cuBLAS), makes $OUT/r and unpacks
+# DIR/*/*.gz. The scripts of earlier sessions spell the same lines out.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.dev"
+s=$(date +%s); el() { echo $(( $(date +%s) - s )); }
+libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirname(p) for r in site.getsitepackages() for p in glob.glob(os.path.join(r,"nvidia","*","lib","libcublas.so*"))})))')"
+export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+mkdir -p "$OUT/r"
+for f in "$1"/*/*.gz; do [ -f "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
