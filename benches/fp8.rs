@@ -13,7 +13,8 @@
 //! of the same shapes, the ceiling. Last, per shape, the whole layer forward in FP8 (`MoeLayer::forward_fp8`) against the bf16 forward, alternating.
 //!
 //! `MEGAMOE_BENCH_FP8_WGRAD=1` (or `only`: nothing else) adds the weight gradients in FP8 (`quantize_cols_grouped` + `grouped_wgrad_fp8`)
-//! against the bf16 `grouped_wgrad`.
+//! against the bf16 `grouped_wgrad`, under the routing `MEGAMOE_BENCH_ROUTING` asks for (random, balanced or
+//! zipf:S; benches/common/routing_env.rs).
 //!
 //! `cargo bench --bench fp8`; in the GPU bundle `./fp8_bench --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape.
 use std::sync::Arc;
@@ -26,6 +27,9 @@ use megamoe::gemm::{self, BLayout, GroupedGemmArgs, SwigluArgs, WgradArgs};
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
+
+#[path = "common/routing_env.rs"]
+mod routing_env;
 
 const WARM: usize = 3;
 const REPS: usize = 20;
@@ -355,7 +359,7 @@ fn bench_layer(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
 /// data path's ceiling.
 fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
     let (h, i, e, k) = (sh.h, sh.i, sh.e, sh.k);
-    let ids = rng.topk_ids(TOKENS, k, e);
+    let ids = routing_env::ids(rng, TOKENS, k, e);
     let mut counts = vec![0u32; e];
     for &id in &ids {
         counts[id as usize] += 1;

@@ -383,23 +383,39 @@ fn wgrad_fp8_run_with<W: El>(counts: &[u32], m: usize, n: usize, accumulate: boo
     let c0: Vec<f32> = (0..e * m * n).map(|_| if accumulate { r.sym(1.0) as f32 } else { f32::NAN }).collect();
     let bf = W::NAME == "bf16";
     let c0: Vec<W> = c0.iter().map(|&v| W::of(v)).collect();
-    let mut dc = g.upload(&c0).unwrap();
-    let args = fp8::WgradFp8Args {
-        a_t: &qa,
-        a_scales: &sa,
-        b_t: &qb,
-        b_scales: &sb,
-        tile_offsets: &dtil,
-        c: &mut dc,
-        experts: e,
-        m,
-        n,
-        kp,
-        accumulate,
-        b_block_scales: b_block,
+    // the run-time tile schedule (the default) and the static one: the same bits
+    let run = |sched: gemm::WgradSched| -> Vec<f32> {
+        let mut dc = g.upload(&c0).unwrap();
+        let args = fp8::WgradFp8Args {
+            a_t: &qa,
+            a_scales: &sa,
+            b_t: &qb,
+            b_scales: &sb,
+            tile_offsets: &dtil,
+            c: &mut dc,
+            experts: e,
+            m,
+            n,
+            kp,
+            accumulate,
+            b_block_scales: b_block,
+        };
+        gemm::with_wgrad_sched(sched, || fp8::grouped_wgrad_fp8(&g, args)).unwrap();
+        g.download(&dc).unwrap().iter().map(|&v| v.f()).collect()
     };
-    fp8::grouped_wgrad_fp8(&g, args).unwrap();
-    let got: Vec<f64> = g.download(&dc).unwrap().iter().map(|&v| v.f() as f64).collect();
+    // three run-time launches in a row (each must start its counter from zero), each the static one's bits
+    let fixed = run(gemm::WgradSched::Static);
+    let mut dynamic = Vec::new();
+    for launch in 0..3 {
+        dynamic = run(gemm::WgradSched::Dynamic);
+        if let Some(q) = (0..dynamic.len()).find(|&q| dynamic[q].to_bits() != fixed[q].to_bits()) {
+            panic!(
+                "launch {launch}: C[{q}] = {} with the run-time schedule, {} with the static one",
+                dynamic[q], fixed[q]
+            );
+        }
+    }
+    let got: Vec<f64> = dynamic.iter().map(|&v| v as f64).collect();
     if let Some(q) = got.iter().position(|v| v.is_nan()) {
         panic!("C[{q}] not written");
     }
@@ -444,6 +460,29 @@ gpu_test!(wgrad_fp8_bf16_accumulates, wgrad_fp8_run::<bf16>(&[5, 0, 700, 129], 3
 gpu_test!(wgrad_fp8_b_block_scales, wgrad_fp8_run_with::<f32>(&[0, 1, 300, 129, 0, 64, 17], 256, 384, false, true));
 gpu_test!(wgrad_fp8_b_block_scales_bf16_accumulates, {
     wgrad_fp8_run_with::<bf16>(&[5, 0, 700, 129], 384, 256, true, true)
+});
+// skewed: one busy expert among 40, most with a few rows or none; 240 tiles over at most 132 blocks, so the run-time
+// schedule hands out tiles past the first wave (busiest first)
+fn skewed_counts() -> Vec<u32> {
+    (0..40u32)
+        .map(|i| {
+            if i == 9 {
+                1400
+            } else if i % 6 == 0 {
+                0
+            } else {
+                1 + (29 * i) % 150
+            }
+        })
+        .collect()
+}
+gpu_test!(wgrad_fp8_skewed_many_tiles, wgrad_fp8_run_with::<f32>(&skewed_counts(), 256, 384, true, true));
+// the per-row scales of B, bf16 C, overwritten (NaN poison: a skipped tile of an expert without rows shows)
+gpu_test!(wgrad_fp8_bf16_skewed_many_tiles, wgrad_fp8_run_with::<bf16>(&skewed_counts(), 256, 384, false, false));
+// more experts than the ranking's 256: tiles in expert order
+gpu_test!(wgrad_fp8_300_experts, {
+    let counts: Vec<u32> = (0..300u32).map(|i| if i % 37 == 5 { 300 + i } else { (7 * i) % 40 }).collect();
+    wgrad_fp8_run_with::<f32>(&counts, 128, 256, false, false)
 });
 
 gpu_test!(quantize_rows_matches_the_reference_bitwise, quantize_matches(37, 768, false));

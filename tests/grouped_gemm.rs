@@ -529,8 +529,9 @@ gpu_test!(wgrad_bf16_many_tiles_per_block_accumulate, wgrad_many_tiles::<bf16>(t
 
 /// Skewed routing (one expert with 40% of the rows, a few busy ones, most with a handful or none) over many
 /// tiles: the weight gradients with the run-time tile schedule (three launches in a row, each into C poisoned
-/// with NaN: the counters must come back to zero after each) are the static schedule's bit for bit, every
-/// element written, and within 1e-2 of the f64 reference.
+/// with NaN, then three accumulating onto finite values: each launch's counter must start from zero, no tile
+/// skipped or taken twice) are the static schedule's bit for bit, every element written, and within 1e-2 of the
+/// f64 reference.
 fn wgrad_schedules_agree<W: El>() {
     let counts: Vec<u32> = (0..40u32)
         .map(|i| match i {
@@ -540,14 +541,23 @@ fn wgrad_schedules_agree<W: El>() {
             _ => 1 + (13 * i) % 60,
         })
         .collect();
-    let mut s = setup(&counts);
-    let (e, m, n) = (s.counts.len(), 256, 768);
+    schedules_agree::<W>(&counts, 256, 768, false);
+    schedules_agree::<W>(&counts, 256, 768, true);
+}
+
+/// As `wgrad_schedules_agree` for `counts` and C_e of m x n.
+fn schedules_agree<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
+    let mut s = setup(counts);
+    let e = s.counts.len();
     let g = s.g.clone();
     let a = s.r.bf16_vec(s.rows_max * m, 1.0);
     let b = s.r.bf16_vec(s.rows_max * n, 1.0);
+    // overwritten: C poisoned with NaN (every element must be written); accumulated: onto finite values (a tile
+    // taken twice would add twice)
+    let c0: Vec<W> = (0..e * m * n).map(|_| W::of(if accumulate { s.r.sym(1.0) as f32 } else { f32::NAN })).collect();
     let (da, db, doff) = (g.upload(&a).unwrap(), g.upload(&b).unwrap(), g.upload(&s.offsets).unwrap());
     let run = |sched: gemm::WgradSched| -> Vec<f32> {
-        let mut dc = g.upload(&vec![W::of(f32::NAN); e * m * n]).unwrap();
+        let mut dc = g.upload(&c0).unwrap();
         let args = WgradArgs {
             a: &da,
             b: &db,
@@ -557,13 +567,13 @@ fn wgrad_schedules_agree<W: El>() {
             m,
             n,
             rows_max: s.rows_max,
-            accumulate: false,
+            accumulate,
         };
         gemm::with_wgrad_sched(sched, || gemm::grouped_wgrad(&g, args)).unwrap();
         g.download(&dc).unwrap().iter().map(|v| v.f()).collect()
     };
     let st = run(gemm::WgradSched::Static);
-    let tag = format!("wgrad {} skewed", W::NAME);
+    let tag = format!("wgrad {} skewed, accumulate {accumulate}", W::NAME);
     for launch in 0..3 {
         let dy = run(gemm::WgradSched::Dynamic);
         if let Some(i) = (0..dy.len()).find(|&i| dy[i].to_bits() != st[i].to_bits()) {
@@ -573,12 +583,19 @@ fn wgrad_schedules_agree<W: El>() {
             );
         }
     }
-    let want = wgrad_ref(&s, &a, &b, m, n, vec![0.0; e * m * n]);
+    let init = if accumulate { c0.iter().map(|v| v.f() as f64).collect() } else { vec![0.0; e * m * n] };
+    let want = wgrad_ref(&s, &a, &b, m, n, init);
     let got: Vec<f64> = st.iter().map(|&v| v as f64).collect();
     check::close(&tag, &got, &want, 1e-2).unwrap();
 }
 gpu_test!(wgrad_schedules_agree_skewed, wgrad_schedules_agree::<f32>());
 gpu_test!(wgrad_bf16_schedules_agree_skewed, wgrad_schedules_agree::<bf16>());
+// more experts than the run-time schedule ranks in shared memory (256): their tiles in expert order; 300 one-tile
+// experts, a few busy
+gpu_test!(wgrad_schedules_agree_300_experts, {
+    let counts: Vec<u32> = (0..300u32).map(|i| if i % 37 == 5 { 400 + i } else { (7 * i) % 50 }).collect();
+    schedules_agree::<f32>(&counts, 64, 128, false);
+});
 
 gpu_test!(bad_arguments_are_rejected_before_launch, {
     let g = gpu();

@@ -912,7 +912,7 @@ impl EpLayer {
         let maps = [map_a, map_b, map_c];
         let (p, launch) = wgrad_launch(&g, maps, offsets, dptr(&*c, g.stream()), 0, per as usize, a.1, b.1, acc)?;
         // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
-        unsafe { g.launch("grouped_wgrad_f32", launch, &p) }
+        unsafe { crate::gemm::launch_wgrad(&g, "grouped_wgrad_f32", launch, &p) }
     }
 
     /// The call counter the device holds (the epoch of its latest call; every rank's, equal), as the last

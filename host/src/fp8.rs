@@ -314,6 +314,8 @@ pub struct PreparedFp8Launch<'a, P> {
     ordinal: usize,
     kernel: &'static str,
     launch: Option<(Launch, P)>,
+    /// The run-time tile counter the kernel takes its tiles from (zeroed before each launch; 0: none).
+    tile_counter: u64,
     _maps: Vec<DeviceTensorMap>,
     _bufs: std::marker::PhantomData<&'a mut ()>,
 }
@@ -321,7 +323,15 @@ pub struct PreparedFp8Launch<'a, P> {
 impl<P: Copy> PreparedFp8Launch<'_, P> {
     /// Only the `prepare` functions of this module build one, after checking every buffer against the shapes.
     fn new(what: &'static str, gpu: &Gpu, kernel: &'static str, launch: Option<(Launch, P)>) -> Self {
-        Self { what, ordinal: gpu.ordinal(), kernel, launch, _maps: Vec::new(), _bufs: std::marker::PhantomData }
+        Self {
+            what,
+            ordinal: gpu.ordinal(),
+            kernel,
+            launch,
+            tile_counter: 0,
+            _maps: Vec::new(),
+            _bufs: std::marker::PhantomData,
+        }
     }
 
     /// Enqueue it on `gpu`'s stream (the GPU it was prepared on).
@@ -335,7 +345,7 @@ impl<P: Copy> PreparedFp8Launch<'_, P> {
             // SAFETY: the `prepare` that built it checked the block's buffers against the shapes (rows bounded by
             // the device offsets, K blocks clamped on the device, one owner per output element), and they stay
             // borrowed while `self` lives; the tensor maps live in `self`.
-            Some((cfg, p)) => unsafe { gpu.launch(self.kernel, *cfg, p) },
+            Some((cfg, p)) => unsafe { gpu.launch_counted(self.tile_counter, self.kernel, *cfg, p) },
         }
     }
 }
@@ -398,10 +408,12 @@ impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
             accumulate: self.accumulate as u32,
             kblocks: (kp / 128) as u32,
             pad: 0,
+            sched: crate::gemm::wgrad_sched_counter(gpu)?,
             combine: megamoe_kernels::params::Combine::NONE,
         };
         let grid = gpu.sm_count().min((e * (m / 128) * (n / 128)) as u32).max(1);
         prepared.launch = Some((Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_FP8_SMEM), p));
+        prepared.tile_counter = p.sched;
         prepared._maps = vec![map_a, map_b, map_c];
         Ok(prepared)
     }

@@ -361,8 +361,9 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
 }
 
 /// How the weight gradients' blocks take their tiles: [`WgradSched::Dynamic`] (the default) the next tile of a
-/// grid-wide counter whenever a block is done with one, so the tiles of busy experts (a tile costs its expert's
-/// rows) spread over the blocks; [`WgradSched::Static`] every grid-th tile (the schedule before the twenty-first
+/// grid-wide counter whenever a block is done with one, the experts busiest first (up to 256 experts; more in
+/// expert order), so the tiles of busy experts (a tile costs its expert's rows) spread over the blocks and the
+/// last tiles taken are short; [`WgradSched::Static`] every grid-th tile (the schedule before the twenty-first
 /// session: with skewed routing, Zipf 1.0 over 128 experts, dW2 16% and dW1 10% slower than with uniform
 /// routing). The same bits either way. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset) or `static`;
 /// another value is an `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
@@ -505,9 +506,24 @@ impl Prepared<'_> {
             // (offsets[E] <= rows_max is the caller's promise, as in the layer); the tensor maps live in
             // `self` and are freed in stream order after the last launch.
             Block::M(kernel, cfg, p) => unsafe { gpu.launch(kernel, *cfg, p) },
-            Block::K(kernel, cfg, p) => unsafe { gpu.launch(kernel, *cfg, p) },
+            Block::K(kernel, cfg, p) => unsafe { launch_wgrad(gpu, kernel, *cfg, p) },
         }
     }
+}
+
+/// Launch a weight-gradient kernel: its run-time tile counter (`p.sched`, the device's) zeroed first in stream
+/// order (a memset node under capture; `Gpu::launch_counted`), so each launch starts from zero whatever came before.
+/// SAFETY: as `Gpu::launch` for `kernel` and `p`.
+pub(crate) unsafe fn launch_wgrad(gpu: &Gpu, kernel: &'static str, cfg: Launch, p: &WgradGemm) -> Result<()> {
+    gpu.launch_counted(p.sched, kernel, cfg, p)
+}
+
+/// The tile counter a weight-gradient launch on `gpu` uses under this thread's [`wgrad_sched`] (0: static).
+pub(crate) fn wgrad_sched_counter(gpu: &Gpu) -> Result<u64> {
+    Ok(match wgrad_sched()? {
+        WgradSched::Dynamic => gpu.tile_counters(),
+        WgradSched::Static => 0,
+    })
 }
 
 /// Argument checks shared by the calls: a message naming the call and the first problem.
@@ -886,10 +902,7 @@ pub(crate) fn wgrad_launch(
     n: usize,
     accumulate: bool,
 ) -> Result<(WgradGemm, Launch)> {
-    let sched = match wgrad_sched()? {
-        WgradSched::Dynamic => gpu.tile_counters(),
-        WgradSched::Static => 0,
-    };
+    let sched = wgrad_sched_counter(gpu)?;
     let p = WgradGemm {
         map_a: maps[0],
         map_b: maps[1],

@@ -867,7 +867,7 @@ impl MoeLayer {
         // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
         // entry when the forward's error word is set (C neither written nor added to, the combine not run). The
         // combine as `combine_rows`: y holds the rows slot_row points at, out T rows.
-        unsafe { g.launch(kernel, launch, &p) }
+        unsafe { crate::gemm::launch_wgrad(&g, kernel, launch, &p) }
     }
 
     /// Backward of the forward that returned `saved`, on the same inputs: dx, dtopk, and dW1, dW2 (written, or

@@ -91,9 +91,12 @@ pub struct Gpu {
     prof: Mutex<Option<Vec<Marked>>>,
     /// Whether `prof` is recording (read on every launch without taking its lock).
     profiling: AtomicBool,
-    /// u32 [2], zeroed at open: the tile counters of the kernels scheduled at run time (the weight gradients'),
-    /// left zero by each launch; every launch is on this device's one stream, so none overlap.
+    /// u32 [1]: the tile counter of the kernels scheduled at run time (the weight gradients'), zeroed before each
+    /// such launch ([`Gpu::launch_counted`]); every launch is on this device's one stream, so none overlap.
     tile_counters: CudaSlice<u32>,
+    /// Held while a counter's zeroing and its kernel are enqueued, so that host threads sharing this device do
+    /// not interleave them (zero, zero, kernel, kernel would start the second kernel from the first's count).
+    counted: Mutex<()>,
 }
 
 /// A profiled launch: the kernel and device events recorded before and after it.
@@ -187,7 +190,7 @@ impl Gpu {
         keep_pool_memory(&ctx)?;
         // a stream of its own, not the legacy default stream: that one cannot be captured into a CUDA graph
         let stream = ctx.new_stream().ctx(|| "creating the device's stream".into())?;
-        let tile_counters = stream.alloc_zeros::<u32>(2).ctx(|| "allocating the tile counters".into())?;
+        let tile_counters = stream.alloc_zeros::<u32>(1).ctx(|| "allocating the tile counter".into())?;
         stream.synchronize().ctx(|| "zeroing the tile counters".into())?;
         let g = Arc::new(Gpu {
             ordinal,
@@ -202,6 +205,7 @@ impl Gpu {
             prof: Mutex::new(None),
             profiling: AtomicBool::new(false),
             tile_counters,
+            counted: Mutex::new(()),
         });
         c.insert(ordinal, g.clone());
         Ok(g)
@@ -226,8 +230,8 @@ impl Gpu {
     pub fn name(&self) -> &str {
         &self.name
     }
-    /// Device address of the tile counters (u32 [2], zero between launches) of a kernel whose blocks take their
-    /// tiles at run time (`WgradGemm::sched`).
+    /// Device address of the tile counter of a kernel whose blocks take their tiles at run time
+    /// (`WgradGemm::sched`; zeroed before each launch by `gemm::launch_wgrad`).
     pub(crate) fn tile_counters(&self) -> u64 {
         dptr(&self.tile_counters, &self.stream)
     }
@@ -347,6 +351,24 @@ impl Gpu {
             l.clusters = Some((cfg.smem, n));
         }
         Ok(n)
+    }
+
+    /// [`Gpu::launch`], with the run-time tile counter at `counter` (this device's [`Gpu::tile_counters`], or 0:
+    /// none) zeroed just before it in stream order; the pair is enqueued under a lock, whole, whatever other host
+    /// threads enqueue on this device meanwhile. SAFETY: as [`Gpu::launch`].
+    pub(crate) unsafe fn launch_counted<P: Copy>(
+        &self,
+        counter: u64,
+        kernel: &'static str,
+        cfg: Launch,
+        params: &P,
+    ) -> Result<()> {
+        if counter == 0 {
+            return self.launch(kernel, cfg, params);
+        }
+        let _pair = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        self.zero_words(counter, 1)?;
+        self.launch(kernel, cfg, params)
     }
 
     /// Launch `kernel` with its one argument `params` (a `#[repr(C)]` block or a single pointer) on this

@@ -106,11 +106,16 @@ pub mod kernels_host {
     /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.
     pub const WGRAD_RING: u32 = WGRAD_STAGES * (128 + 256) * 64 * 2;
     /// Dynamic shared memory of the weight-gradient GEMM: its ring, its staging (two boxes of
-    /// [`WGRAD_C_BOX`] f32 per consumer warp), the ring's mbarriers and the tile queue.
-    pub const WGRAD_SMEM: u32 =
-        WGRAD_RING + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4 + 16 * WGRAD_STAGES + 20 * WGRAD_QUEUE;
+    /// [`WGRAD_C_BOX`] f32 per consumer warp), the ring's mbarriers, the tile queue and the experts' ranking.
+    pub const WGRAD_SMEM: u32 = WGRAD_RING
+        + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4
+        + 16 * WGRAD_STAGES
+        + 20 * WGRAD_QUEUE
+        + 8 * WGRAD_SORT_MAX;
     /// Slots of the weight-gradient GEMM's tile queue (from its producer to its consumers).
     pub const WGRAD_QUEUE: u32 = 4;
+    /// Experts the weight-gradient GEMM's run-time schedule ranks busiest first in shared memory (more: in order).
+    pub const WGRAD_SORT_MAX: u32 = 256;
     /// Dynamic shared memory the M-grouped kernel `kernel` is launched with.
     pub fn m_grouped_smem(kernel: &str) -> u32 {
         // a 2-CTA cluster variant (`_mc`) and the overlapped gather's (`_mv`) have their kernel's layout
@@ -142,9 +147,12 @@ pub mod kernels_host {
     /// Pipeline stages of `grouped_wgrad_fp8_*` (A^T 128 x 128 bytes, B^T 128 x 128, their 128 + 128 scales).
     pub const WGRAD_FP8_STAGES: u32 = 5;
     /// Shared memory of `grouped_wgrad_fp8_*`: the ring (33 KiB a stage), the epilogue's staging (two 2 KiB boxes
-    /// per consumer warp, as `grouped_wgrad_*`) and the ring's barriers.
-    pub const WGRAD_FP8_SMEM: u32 =
-        WGRAD_FP8_STAGES * (2 * 128 * 128 + 1024) + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4 + 16 * WGRAD_FP8_STAGES;
+    /// per consumer warp, as `grouped_wgrad_*`), the ring's barriers, the tile queue and the experts' ranking.
+    pub const WGRAD_FP8_SMEM: u32 = WGRAD_FP8_STAGES * (2 * 128 * 128 + 1024)
+        + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4
+        + 16 * WGRAD_FP8_STAGES
+        + 20 * WGRAD_QUEUE
+        + 8 * WGRAD_SORT_MAX;
     /// Columns per tile of `grouped_gemm_fp8w` (each warpgroup's 64 x 256 f32 accumulator in 128 registers, one
     /// 64 x 128 partial product: the tile's two column halves run one after the other).
     pub const FP8W_BN: u32 = 256;

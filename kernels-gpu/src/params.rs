@@ -369,8 +369,8 @@ pub struct WgradGemm {
     pub n_tiles: u32,
     /// 1: add into C; 0: overwrite.
     pub accumulate: u32,
-    /// u32 [2], zero at launch (and left zero): the tile scheduler's counters (a block that finishes early takes
-    /// the next tile); 0: every block takes every grid-th tile. Launches sharing them must not overlap.
+    /// u32 [1], zeroed by the host before the launch: the tile scheduler's counter (a block that finishes early
+    /// takes the next tile); 0: every block takes every grid-th tile. Launches sharing it must not overlap.
     pub sched: u64,
     /// `grouped_wgrad_f32_mv`: a combine (as `combine_rows`) the producer warpgroup's three idle warps run while
     /// the GEMM does (the backward's sum of dx rows over each token's slots); `tokens` 0: none.
@@ -655,6 +655,9 @@ pub struct WgradFp8 {
     pub kblocks: u32,
     /// Unused (the block stays whole 8-byte words).
     pub pad: u32,
+    /// u32 [1], zeroed by the host before the launch: the run-time tile counter (as `WgradGemm::sched`); 0: every
+    /// block takes every grid-th tile.
+    pub sched: u64,
     /// The `_mv` kernels: a combine (as `combine_rows`) the producer warpgroup's three idle warps run meanwhile
     /// (as `grouped_wgrad_f32_mv`'s); unused by the others.
     pub combine: Combine,
@@ -724,7 +727,7 @@ mod tests {
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 10 * 8 + 8 * 4),
-            ("WgradFp8", size_of::<WgradFp8>(), 8 * 8 + 6 * 4 + size_of::<Combine>()),
+            ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),

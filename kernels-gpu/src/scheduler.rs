@@ -183,6 +183,30 @@ pub const fn fused_gemm1_item(m: u32, m_total: u32, n1: u32, n2: u32, lag: u32) 
     }
 }
 
+/// The rank of expert `e` among `n` experts by row count (`count(f)`), busiest first, ties by lower id: the
+/// number of experts that come before it. Over e = 0..n the ranks are a permutation of 0..n (a strict total
+/// order). The weight gradients' run-time schedule hands out the tiles of the expert ranked r as indices
+/// r per .. (r + 1) per ([`busiest_first_tile`]).
+#[inline(always)]
+pub fn busiest_rank(e: u32, n: u32, count: impl Fn(u32) -> u32) -> u32 {
+    let c = count(e);
+    let mut rank = 0;
+    let mut f = 0;
+    while f < n {
+        let cf = count(f);
+        rank += (cf > c || (cf == c && f < e)) as u32;
+        f += 1;
+    }
+    rank
+}
+
+/// The tile of schedule index `i` (< experts * per) when the experts go busiest first: tile i % per of the expert
+/// ranked i / per (`expert_at(rank)`: the inverse of [`busiest_rank`]), tiles numbered expert * per + its own.
+#[inline(always)]
+pub fn busiest_first_tile(i: u32, per: u32, expert_at: impl Fn(u32) -> u32) -> u32 {
+    expert_at(i / per) * per + i % per
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,5 +482,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn busiest_first_order_is_a_permutation_by_rows() {
+        let counts: Vec<u32> = (0..97u32)
+            .map(|e| match e % 7 {
+                0 => 0,
+                3 => 1500 - e,
+                _ => (e * 37) % 50,
+            })
+            .collect();
+        let n = counts.len() as u32;
+        let mut order = std::vec![u32::MAX; counts.len()];
+        for e in 0..n {
+            let r = busiest_rank(e, n, |f| counts[f as usize]) as usize;
+            assert_eq!(order[r], u32::MAX, "rank {r} given twice");
+            order[r] = e;
+        }
+        for w in order.windows(2) {
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            assert!(counts[a] > counts[b] || (counts[a] == counts[b] && a < b), "{a} before {b}");
+        }
+        // every tile of every expert exactly once, an expert's tiles adjacent
+        let per = 6;
+        let mut seen = std::vec![false; counts.len() * per as usize];
+        for i in 0..n * per {
+            let t = busiest_first_tile(i, per, |r| order[r as usize]);
+            assert!(!seen[t as usize], "tile {t} twice");
+            seen[t as usize] = true;
+            assert_eq!(t / per, order[(i / per) as usize]);
+        }
+        assert!(seen.iter().all(|&s| s));
     }
 }

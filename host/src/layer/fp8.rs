@@ -533,6 +533,7 @@ impl MoeLayer {
             accumulate: acc as u32,
             kblocks: (kp / 128) as u32,
             pad: 0,
+            sched: crate::gemm::wgrad_sched_counter(&g)?,
             combine: combine.unwrap_or(Combine::NONE),
         };
         let kernel = if combine.is_some() { W::FP8B_KERNELS.1 } else { W::FP8B_KERNELS.0 };
@@ -541,7 +542,14 @@ impl MoeLayer {
         // rows; C holds E M N elements (the callers' gradients, checked); K blocks clamped to Kp / 128 on the
         // device; nothing written when the forward's routing failed (nor the combine run). The combine as
         // `combine_rows`: y holds the rows slot_row points at, out T rows.
-        unsafe { g.launch(kernel, crate::runtime::Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_FP8_SMEM), &p) }
+        unsafe {
+            g.launch_counted(
+                p.sched,
+                kernel,
+                crate::runtime::Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_FP8_SMEM),
+                &p,
+            )
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
 use crate::pipeline::{Ring, TileQueue};
 use crate::ptx::{fence, global, math, regs, smem, sync, tma, wgmma};
+use crate::scheduler::{busiest_first_tile, busiest_rank};
 
 /// Pipeline depth.
 const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
@@ -38,10 +39,14 @@ const RING_AT: u32 = STAGING + 16 * C_BOX;
 const QUEUE: u32 = crate::kernels_host::WGRAD_QUEUE;
 /// The tile queue's barriers and slots, after the ring's barriers.
 const QUEUE_AT: u32 = RING_AT + Ring::<STAGES>::BYTES;
-const _: () = assert!(
-    QUEUE_AT + TileQueue::<QUEUE>::BYTES == crate::kernels_host::WGRAD_SMEM,
-    "host and kernel agree on the shared memory"
-);
+/// Experts the run-time schedule takes busiest first (more: in expert order).
+pub(crate) const SORT_MAX: u32 = crate::kernels_host::WGRAD_SORT_MAX;
+const _: () = assert!(SORT_MAX <= crate::kernels_host::GEMM_THREADS, "one thread an expert ranks them");
+const _: () = assert!(QUEUE_AT % 8 == 0, "mbarriers are 8-byte aligned");
+/// The experts busiest first (u32 [SORT_MAX]), then their row counts (u32 [SORT_MAX]), after the queue.
+const ORDER_AT: u32 = QUEUE_AT + TileQueue::<QUEUE>::BYTES;
+const _: () =
+    assert!(ORDER_AT + 8 * SORT_MAX == crate::kernels_host::WGRAD_SMEM, "host and kernel agree on the shared memory");
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
 const _: () = assert!(crate::kernels_host::WGRAD_SMEM <= 232448, "sm_90: at most 227 KiB of shared memory");
 const _: () = assert!(
@@ -103,6 +108,12 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
     let ring = Ring::<STAGES>::at(base + RING_AT);
     let queue = TileQueue::<QUEUE>::at(base + QUEUE_AT);
     let t = regs::tid();
+    // the run-time schedule hands out the experts' tiles busiest first (the last tiles taken are short); the
+    // ranking by every thread, between two block barriers (uniform: kernel parameters only)
+    let busiest_first = p.sched != 0 && p.experts <= SORT_MAX;
+    if busiest_first {
+        rank_experts(p.experts, p.offsets as *const u32, base + ORDER_AT, t);
+    }
     if t == 0 {
         queue.init(8);
         ring.init(8); // one arrival per consumer warp (and the mbarrier-init fence for both)
@@ -113,7 +124,7 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(p, base, ring, queue, total());
+            produce(p, base, ring, queue, total(), p.sched != 0 && p.experts <= SORT_MAX);
         } else if MV && t >= 32 {
             combine(&p.combine, t / 32 - 1, t % 32);
         }
@@ -140,29 +151,42 @@ pub(crate) unsafe fn combine(c: &Combine, w: u32, lane: u32) {
 }
 
 /// The producer thread: pushes each tile's index on the queue, then loads its stages; then an index past the
-/// last (the consumers' end). Tiles: block b takes tile b first, then, with `p.sched` = 0, every grid-th one
-/// (a static round robin); with a scheduler (`p.sched`: two u32 counters, zero at launch) the next index of a
-/// grid-wide counter (grid + 0, 1, ...), asked for before the current tile's loads, so a block whose tiles are
-/// short (an expert with few rows) takes more of them. Each block takes one index past the last and no more;
-/// the last block to count itself out on the second counter resets both to zero for the next launch (on the
-/// stream after this one: launches sharing the counters must not overlap). The weight gradients are the same
-/// bits either way (each tile is one block's, its rows in order).
+/// last (the consumers' end). Tiles: block b takes index b first, then, with `p.sched` = 0, every grid-th one
+/// (a static round robin); with a scheduler (`p.sched`: a u32 counter the host zeroes before the launch) the
+/// next index of a grid-wide counter (grid + 0, 1, ...), asked for once the current tile's loads are issued, so
+/// a block whose tiles are short (an expert with few rows) takes more of them. With `busiest_first`
+/// (`rank_experts` has run) index i is tile i % per of the expert ranked i / per (per = an expert's tiles), else
+/// tile i. The weight gradients are the same bits either way (each tile is one block's, its rows in order).
 #[inline(always)]
-unsafe fn produce(p: &WgradGemm, base: u32, ring: Ring<STAGES>, queue: TileQueue<QUEUE>, total: u32) {
+unsafe fn produce(
+    p: &WgradGemm,
+    base: u32,
+    ring: Ring<STAGES>,
+    queue: TileQueue<QUEUE>,
+    total: u32,
+    busiest_first: bool,
+) {
     tma::prefetch_tensormap(p.map_a as *const u8);
     tma::prefetch_tensormap(p.map_b as *const u8);
     let sched = p.sched as *mut u32;
     let grid = regs::nctaid();
+    let per = p.m_tiles * p.n_tiles;
     let mut it = 0u32;
     let mut j = 0u32;
-    let mut tile = regs::bid();
+    let mut index = regs::bid();
     loop {
-        queue.push(j, if tile < total { tile } else { total });
+        let tile = if index >= total {
+            total
+        } else if busiest_first {
+            busiest_first_tile(index, per, |r| smem::ld_u32(base + ORDER_AT + 4 * r))
+        } else {
+            index
+        };
+        queue.push(j, tile);
         j += 1;
         if tile >= total {
             break;
         }
-        let next = if sched.is_null() { tile + grid } else { grid + sync::atom_add_acq_rel_gpu(sched, 1) };
         let ti = tile_info(p, tile);
         let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
         let mut kt = 0;
@@ -180,12 +204,26 @@ unsafe fn produce(p: &WgradGemm, base: u32, ring: Ring<STAGES>, queue: TileQueue
             it += 1;
             kt += 1;
         }
-        tile = next;
+        // nothing is published through the counter: relaxed (its latency hides behind the ring's stages in flight)
+        index = if sched.is_null() { index + grid } else { grid + sync::atom_add_relaxed_gpu(sched, 1) };
     }
-    if !sched.is_null() && sync::atom_add_acq_rel_gpu(sched.add(1), 1) == grid - 1 {
-        // every block has taken its last index (its count-out above follows it, acq_rel): none reads again
-        sync::st_release_gpu(sched, 0);
-        sync::st_release_gpu(sched.add(1), 0);
+}
+
+/// Every thread of the block: the `experts` experts ranked by their work (`off[e + 1] - off[e]`: rows, or K
+/// blocks), most first (ties: lower id first), into `order` (u32 [SORT_MAX]: order[rank] = expert), their counts
+/// staged after it; thread e ranks expert e. One block barrier; the caller's next one publishes `order`.
+/// SAFETY: every thread of the block (a uniform call), experts <= SORT_MAX <= the block's threads, `off` valid
+/// (the routing error word was read clear).
+#[inline(always)]
+pub(crate) unsafe fn rank_experts(experts: u32, off: *const u32, order: u32, t: u32) {
+    let counts = order + 4 * SORT_MAX;
+    if t < experts {
+        smem::st_u32(counts + 4 * t, *off.add(t as usize + 1) - *off.add(t as usize));
+    }
+    sync::block_sync();
+    if t < experts {
+        let rank = busiest_rank(t, experts, |f| smem::ld_u32(counts + 4 * f));
+        smem::st_u32(order + 4 * rank, t);
     }
 }
 

@@ -3,7 +3,8 @@
 //! inside one expert, each expert's segment zero-padded to a whole block, so no block needs masking).
 //!
 //! The block of the FP8 M-grouped kernel (one TMA producer thread, two consumer warpgroups), tiles of 128 x 128
-//! of one expert's C, persistent over (expert, m-tile, n-tile); a 5-stage ring of 33 KiB: A^T's 128 rows x 128 K,
+//! of one expert's C, persistent over (expert, m-tile, n-tile) in the order the producer hands the consumers through
+//! a tile queue (static, or at run time busiest first, as the bf16 kernel's); a 5-stage ring of 33 KiB: A^T's 128 rows x 128 K,
 //! B^T's 128 rows x 128 K, and the K block's 128 scales of each (1D bulk copies; the `fp8b` kernels, whose B has one
 //! scale per 128 x 128 block, read that scale from global memory instead). Per K block a warpgroup issues
 //! four wgmma m64n128k32 into one of two partial products and, while they run, promotes the previous block's
@@ -13,10 +14,11 @@
 //! through per-warp staging boxes and the copy engine (TMA stores, or reduce-adds with `accumulate`), overlapping
 //! the next tile's main loop; each element one owner: deterministic. An expert without rows gets zeros (or nothing
 //! added).
-use crate::kernels::grouped_wgrad::{store, store_bf16, COut, C_BOX};
+use crate::kernels::grouped_wgrad::{rank_experts, store, store_bf16, COut, C_BOX, SORT_MAX};
 use crate::params::WgradFp8;
-use crate::pipeline::Ring;
+use crate::pipeline::{Ring, TileQueue};
 use crate::ptx::{global, math, regs, smem, sync, tma, wgmma};
+use crate::scheduler::busiest_first_tile;
 
 const STAGES: u32 = crate::kernels_host::WGRAD_FP8_STAGES;
 const TILE: u32 = 128 * 128;
@@ -27,8 +29,14 @@ const STAGE_BYTES: u32 = 2 * TILE + 1024;
 const STAGING: u32 = STAGES * STAGE_BYTES;
 const RING_AT: u32 = STAGING + 16 * C_BOX;
 const _: () = assert!(STAGE_BYTES % 1024 == 0, "128-byte swizzle needs 1024-byte aligned tiles");
+/// The tile queue (from the producer to the consumers), after the ring's barriers; then the experts busiest first
+/// and their K-block counts (as the bf16 kernel's).
+const QUEUE: u32 = crate::kernels_host::WGRAD_QUEUE;
+const QUEUE_AT: u32 = RING_AT + Ring::<STAGES>::BYTES;
+const ORDER_AT: u32 = QUEUE_AT + TileQueue::<QUEUE>::BYTES;
+const _: () = assert!(QUEUE_AT % 8 == 0, "mbarriers are 8-byte aligned");
 const _: () = assert!(
-    RING_AT + Ring::<STAGES>::BYTES == crate::kernels_host::WGRAD_FP8_SMEM,
+    ORDER_AT + 8 * SORT_MAX == crate::kernels_host::WGRAD_FP8_SMEM,
     "host and kernel agree on the shared memory"
 );
 const _: () = assert!(crate::kernels_host::WGRAD_FP8_SMEM <= 232448, "sm_90: at most 227 KiB of shared memory");
@@ -107,9 +115,15 @@ unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool, const MV: boo
     }
     let base = smem::base();
     let ring = Ring::<STAGES>::at(base + RING_AT);
+    let queue = TileQueue::<QUEUE>::at(base + QUEUE_AT);
     let t = regs::tid();
+    // the run-time schedule hands out the experts' tiles busiest first (by K blocks), as the bf16 kernel's
+    if p.sched != 0 && p.experts <= SORT_MAX {
+        rank_experts(p.experts, p.tile_offsets as *const u32, base + ORDER_AT, t);
+    }
     if t == 0 {
-        ring.init(8); // one arrival per consumer warp
+        queue.init(8);
+        ring.init(8); // one arrival per consumer warp (and the mbarrier-init fence for both)
     }
     sync::block_sync();
     // read by each role after its register reallocation (a value live across it may be spilled)
@@ -117,24 +131,44 @@ unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool, const MV: boo
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if regs::tid() == 0 {
-            produce::<BLK>(p, base, ring, total());
+            produce::<BLK>(p, base, ring, queue, total());
         } else if MV && regs::tid() >= 32 {
             crate::kernels::grouped_wgrad::combine(&p.combine, regs::tid() / 32 - 1, regs::tid() % 32);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF, PROBE, BLK>(p, base, ring, total(), regs::tid() / 128 - 1);
+        consume::<BF, PROBE, BLK>(p, base, ring, queue, total(), regs::tid() / 128 - 1);
     }
 }
 
+/// The producer thread, as the bf16 kernel's (`grouped_wgrad::produce`): each tile's index on the queue, then its
+/// stages; then an index past the last. Static round robin, or with `p.sched` the next index of the host-zeroed
+/// counter once a tile's loads are issued, the experts busiest first (up to SORT_MAX).
 #[inline(always)]
-unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, queue: TileQueue<QUEUE>, total: u32) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
+    let sched = p.sched as *mut u32;
+    let busiest_first = !sched.is_null() && p.experts <= SORT_MAX;
+    let grid = regs::nctaid();
+    let per = (p.m / 128) * (p.n / 128);
     let mut it = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
+    let mut j = 0u32;
+    let mut index = regs::bid();
+    loop {
+        let tile = if index >= total {
+            total
+        } else if busiest_first {
+            busiest_first_tile(index, per, |r| smem::ld_u32(base + ORDER_AT + 4 * r))
+        } else {
+            index
+        };
+        queue.push(j, tile);
+        j += 1;
+        if tile >= total {
+            break;
+        }
         let ti = tile_info(p, tile);
         let mut kb = ti.k0;
         while kb < ti.k1 {
@@ -152,7 +186,7 @@ unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, 
             it += 1;
             kb += 1;
         }
-        tile += regs::nctaid();
+        index = if sched.is_null() { index + grid } else { grid + sync::atom_add_relaxed_gpu(sched, 1) };
     }
 }
 
@@ -214,12 +248,18 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
     p: &WgradFp8,
     base: u32,
     ring: Ring<STAGES>,
+    queue: TileQueue<QUEUE>,
     total: u32,
     cw: u32,
 ) {
     let mut it = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
+    let mut q = 0u32;
+    loop {
+        let tile = queue.pop(q);
+        q += 1;
+        if tile >= total {
+            break;
+        }
         // the tile's K blocks and, for BLK, where B's scales of its blocks start ([Kp / 128, N / 128])
         let (nk, sb0) = {
             let ti = tile_info(p, tile);
@@ -301,7 +341,6 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
         } else {
             store(&out, &acc, y, ti.nt * 128, staging);
         }
-        tile += regs::nctaid();
     }
     // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0 issued
     // stores; the other lanes have no bulk groups and pass at once (no lane test: its value spilled across the loop)

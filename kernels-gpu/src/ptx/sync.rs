@@ -89,6 +89,16 @@ macro_rules! flag_ops {
 flag_ops!("gpu", ld_acquire_gpu, st_release_gpu, red_release_gpu, atom_add_acq_rel_gpu);
 flag_ops!("sys", ld_acquire_sys, st_release_sys, red_release_sys, atom_add_acq_rel_sys);
 
+/// `atom.relaxed.gpu.global.add.u32`: add and return the old value, ordering nothing else (a work counter).
+/// SAFETY: any thread; `p` 4-byte aligned global memory.
+#[inline(always)]
+pub unsafe fn atom_add_relaxed_gpu(p: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    asm!("atom.relaxed.gpu.global.add.u32 {o}, [{p}], {v};", o = out(reg32) old, p = in(reg64) p, v = in(reg32) v,
+         options(nostack));
+    old
+}
+
 /// `ld.relaxed.gpu.global.u32`. SAFETY: any thread; `p` 4-byte aligned global memory.
 #[inline(always)]
 pub unsafe fn ld_relaxed_gpu(p: *const u32) -> u32 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-first session (not run). Call A of docs/wip/wgrad-busiest-first.patch: the GPU tests.
+# Call 1 of 2026-12-04f (prepared in the twenty-first session as next-wgrad-busiest-first-a.sh). Call A of docs/wip/wgrad-busiest-first.patch (landed after it): the GPU tests.
 # The patch: the weight gradients' run-time schedule (a) over the experts busiest first (every thread of the block
 # ranks one expert by its work into shared memory, up to 256 experts; the counter's index i is tile i % per of the
 # expert ranked i / per), (b) with a helper review's fixes (the counter zeroed by the host before each launch, not

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-first session (not run). Call B of docs/wip/wgrad-busiest-first.patch (see call A's
-# header): the timings. gemm bench at 30B, Zipf 1.0 and uniform routing, the patch (busiest first) against main's
+# Call 2 of 2026-12-04f (prepared in the twenty-first session as next-wgrad-busiest-first-b.sh). Call B of docs/wip/wgrad-busiest-first.patch (see call 1's header): the
+# timings. gemm bench at 30B, Zipf 1.0 and uniform routing, the patch (busiest first) against main's
 # run-time schedule (expert order); the FP8 weight gradients at Zipf 1.0 run-time against static (same binary); the
 # layer at 30B under Zipf 1.0.
 # Predicted: bf16/f32 dW2 at Zipf 1.0 914 -> ~850 us (host model: busiest first ~0.1-0.4% over ideal, expert order
