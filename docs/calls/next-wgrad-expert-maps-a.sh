@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Prepared in the twenty-second session (not run). Call A of docs/wip/wgrad-expert-maps.patch: the GPU tests.
+# The patch: the K-grouped weight gradients load A and B through tensor maps of each expert's own rows
+# (`wgrad_expert_maps`, a small kernel launched just before each `grouped_wgrad_*`, under the device's lock with
+# the tile counter's zeroing: copies the whole-buffer map, `tensormap.replace` of its address and row extent,
+# `fence.proxy.tensormap::generic.release`; the producer acquires each expert's maps before its loads), so the copy
+# engine fills the rows past an expert's end with zeros: the consumers' zeroing of those rows and the barrier
+# between the two consumer warpgroups are gone (the probe without them, 2026-12-04f call 10: 1.5-4.7% faster).
+# PTX ISA 8.3 for the whole module (tools/llbc-link +ptx83; SASS unchanged but register names in 9 non-default or
+# FP8 kernels: grouped_gemm_fp8*, _swiglu_mv, _bt_dswiglu(_mc), _bf16_mcb). New tests: rows past an expert's end
+# (the next experts' rows NaN, rows past the last NaN) never reach a gradient (f32, f32 accumulating, bf16).
+# Binaries .dev/b29/maps (built in the twenty-second session from main a395c4b + the patch; if gone: `git apply
+# docs/wip/wgrad-expert-maps.patch`, BDIR=.dev/b29 bash docs/calls/2026-12-04c-build.sh maps grouped_gemm
+# layer_backward layer_forward ep graph fp8, then `git checkout .`). Command `bash docs/calls/next-wgrad-expert-maps-a.sh`,
+# carry [".dev/b29"] (~8 min).
+. "$(dirname "$0")/prelude.sh" b29
+for t in grouped_gemm fp8 ep graph layer_backward layer_forward; do
+  timeout 175 b29/maps/$t --include-ignored --test-threads=1 > $OUT/r/$t.txt 2>&1
+  echo "== $t rc $? at $(el) s: $(grep 'test result' $OUT/r/$t.txt)"
+  grep -E "FAILED|panicked" $OUT/r/$t.txt | cut -c1-300 | head -6
+done
+echo "total $(el) s"
