@@ -8,7 +8,11 @@
 # between the two consumer warpgroups are gone (the probe without them, 2026-12-04f call 10: 1.5-4.7% faster).
 # PTX ISA 8.3 for the whole module (tools/llbc-link +ptx83; SASS unchanged but register names in 9 non-default or
 # FP8 kernels: grouped_gemm_fp8*, _swiglu_mv, _bt_dswiglu(_mc), _bf16_mcb). New tests: rows past an expert's end
-# (the next experts' rows NaN, rows past the last NaN) never reach a gradient (f32, f32 accumulating, bf16).
+# (the next experts' rows NaN, rows past the last NaN) never reach a gradient (f32, f32 accumulating, bf16); two
+# weight gradients back to back on different buffers and permuted row counts each read their own maps (a stale map
+# would read the other buffers or NaN rows). A helper reviewed the patch (no blocking bug; its points applied: the
+# maps acquired once per expert in a block, not per tile, then prefetched; the back-to-back test; the 4096-expert
+# limit one constant).
 # Binaries .dev/b29/maps (built in the twenty-second session from main a395c4b + the patch; if gone: `git apply
 # docs/wip/wgrad-expert-maps.patch`, BDIR=.dev/b29 bash docs/calls/2026-12-04c-build.sh maps grouped_gemm
 # layer_backward layer_forward ep graph fp8, then `git checkout .`). Command `bash docs/calls/next-wgrad-expert-maps-a.sh`,
