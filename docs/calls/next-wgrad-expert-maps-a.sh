@@ -25,4 +25,8 @@ for v in maps/grouped_gemm maps/fp8 maps/ep maps/graph maps/layer_backward maps/
   echo "== $v rc $? at $(el) s: $(grep 'test result' $OUT/r/$t.txt)"
   grep -E "FAILED|panicked" $OUT/r/$t.txt | cut -c1-300 | head -6
 done
+# the layer with the weight gradients in clusters (`_mc`, `_mv_mc`) against the default, bit for bit
+timeout 120 b29/mc/layer_backward clustered --include-ignored --test-threads=1 > $OUT/r/mc_layer_backward.txt 2>&1
+echo "== mc/layer_backward clustered rc $? at $(el) s: $(grep 'test result' $OUT/r/mc_layer_backward.txt)"
+grep -E "FAILED|panicked" $OUT/r/mc_layer_backward.txt | cut -c1-300 | head -6
 echo "total $(el) s"
