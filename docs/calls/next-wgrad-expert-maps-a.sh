@@ -12,21 +12,17 @@
 # weight gradients back to back on different buffers and permuted row counts each read their own maps (a stale map
 # would read the other buffers or NaN rows). A helper reviewed the patch (no blocking bug; its points applied: the
 # maps acquired once per expert in a block, not per tile, then prefetched; the back-to-back test; the 4096-expert
-# limit one constant). Also .dev/b29/mc/grouped_gemm: docs/wip/wgrad-clusters.patch on top (the weight gradients in
-# 2-CTA clusters sharing B, MEGAMOE_WGRAD_SCHED=clusters; its tests compare it with the static schedule bit for bit).
+# limit one constant). The clusters and k16 patches on top: call A2 (next-wgrad-expert-maps-a2.sh).
 # Binaries .dev/b29/maps (built in the twenty-second session from main a395c4b + the patch; if gone: `git apply
 # docs/wip/wgrad-expert-maps.patch`, BDIR=.dev/b29 bash docs/calls/2026-12-04c-build.sh maps grouped_gemm
 # layer_backward layer_forward ep graph fp8, then `git checkout .`). Command `bash docs/calls/next-wgrad-expert-maps-a.sh`,
-# carry [".dev/b29"] (~8-9 min).
+# carry [".dev/b29"] (~7.5 min).
 . "$(dirname "$0")/prelude.sh" b29
-for v in maps/grouped_gemm maps/fp8 maps/ep maps/graph maps/layer_backward maps/layer_forward mc/grouped_gemm; do
+for v in maps/grouped_gemm maps/fp8 maps/ep maps/graph maps/layer_backward maps/layer_forward; do
   t=${v/\//_}
   timeout 175 b29/$v --include-ignored --test-threads=1 > $OUT/r/$t.txt 2>&1
   echo "== $v rc $? at $(el) s: $(grep 'test result' $OUT/r/$t.txt)"
   grep -E "FAILED|panicked" $OUT/r/$t.txt | cut -c1-300 | head -6
 done
-# the layer with the weight gradients in clusters (`_mc`, `_mv_mc`) against the default, bit for bit
-timeout 120 b29/mc/layer_backward clustered --include-ignored --test-threads=1 > $OUT/r/mc_layer_backward.txt 2>&1
-echo "== mc/layer_backward clustered rc $? at $(el) s: $(grep 'test result' $OUT/r/mc_layer_backward.txt)"
-grep -E "FAILED|panicked" $OUT/r/mc_layer_backward.txt | cut -c1-300 | head -6
+
 echo "total $(el) s"
