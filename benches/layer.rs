@@ -14,6 +14,8 @@
 //! uniformly at random (benches/common/routing_env.rs; benches/torch_layer.py draws the same distribution).
 //! `MEGAMOE_BENCH_PHASES=1`: then one more forward + backward of each save mode with device events around every
 //! launch (`Gpu::profile_start`), printed as `PHASE` lines: each kernel's time in place and the idle time before it.
+//! `MEGAMOE_SOAK=S`: S seconds of z-saved forward + backward steps back to back per weight-gradient type (`SOAK`
+//! lines with wall-clock bounds, for power and clock samples taken beside the run).
 //!
 //! `cargo bench --bench layer` (on the GPU machine: the binary from `cargo xtask gpu-bundle`, with `--bench`).
 //! `benches/h200.sh` runs it beside the PyTorch layers (`benches/torch_layer.py`) in one call.
@@ -41,6 +43,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// kernels of one warm iteration are launches 4 * 7 + 17 .. of each shape's forward + backward pass).
 fn timed_reps() -> usize {
     std::env::var("MEGAMOE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(20)
+}
+
+/// `MEGAMOE_SOAK=S`: after the timed passes, S seconds of z-saved forward + backward steps back to back (each
+/// weight-gradient type), printed as `SOAK` lines with their wall-clock bounds.
+fn soak_seconds() -> Option<f64> {
+    std::env::var("MEGAMOE_SOAK").ok().and_then(|v| v.parse().ok()).filter(|&s: &f64| s > 0.0)
+}
+
+/// Seconds since the Unix epoch (the clock nvidia-smi's samples are matched against).
+fn unix_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng) -> megamoe::Result<()> {
@@ -167,6 +180,51 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     }
     let ms: Vec<f64> = times.into_iter().map(median).collect();
     let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[3]);
+    if let Some(secs) = soak_seconds() {
+        // steps back to back for `secs` seconds each (the z-saved forward + backward, f32 then bf16 weight
+        // gradients; a device wait every 10 steps only), with wall-clock bounds to match the GPU's power and clock
+        // samples taken beside the run (docs/calls: nvidia-smi every 100 ms): the sustained rate a training loop
+        // sees, and the energy a step takes
+        for (label, bf16_grads) in [("f32", false), ("bf16", true)] {
+            let layer = &mut all[1];
+            let t0 = unix_s();
+            let (mut steps, mut ms) = (0usize, 0.0);
+            while unix_s() - t0 < secs {
+                ms += g.timed(|| {
+                    for _ in 0..10 {
+                        let sv = layer.forward(&inp, &mut out)?;
+                        if bf16_grads {
+                            let gr = Grads {
+                                dx: &mut gdx,
+                                dw1: &mut gw1b,
+                                dw2: &mut gw2b,
+                                dtopk: &mut gtk,
+                                accumulate: false,
+                            };
+                            layer.backward(&sv, &ddy, &inp, gr)?;
+                        } else {
+                            let gr = Grads {
+                                dx: &mut gdx,
+                                dw1: &mut gw1,
+                                dw2: &mut gw2,
+                                dtopk: &mut gtk,
+                                accumulate: false,
+                            };
+                            layer.backward(&sv, &ddy, &inp, gr)?;
+                        }
+                    }
+                    Ok(())
+                })?;
+                steps += 10;
+            }
+            let t1 = unix_s();
+            println!(
+                "SOAK megamoe forward+backward (z saved, {label} weight gradients) {name}: {steps} steps, {:.1} us a \
+                 step (device events), from {t0:.3} to {t1:.3} (unix s)",
+                ms * 1e3 / steps as f64
+            );
+        }
+    }
     if std::env::var("MEGAMOE_BENCH_PHASES").is_ok_and(|v| v == "1") {
         // one more forward + backward of each save mode with a device event around every launch: each kernel's
         // time where it runs (back to back, not replayed alone as under a profiler) and the idle time before it

@@ -7,9 +7,12 @@ shape (T*k x H x 2I) as the ceiling. bf16, T = 16384, E = 128, top-8, random rou
 runs one shape, as the layer benchmark does; MEGAMOE_TORCH_LOOP=0 leaves out the per-expert loop.
 MEGAMOE_BENCH_ROUTING=zipf:S routes as the layer benchmark's option does (k distinct experts per token drawn with
 popularity 1 / rank^S, the ranks dealt to random expert ids; the same distribution, another draw); `balanced` as
-its; `random` (the default) k distinct uniform experts.
+its; `random` (the default) k distinct uniform experts. MEGAMOE_SOAK=S: after the timings, S seconds of the
+torch._grouped_mm layer's forward + backward back to back (`SOAK` lines with wall-clock bounds, as the layer
+benchmark's, for power and clock samples taken beside the run).
 """
 import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -112,6 +115,22 @@ for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)
         ms = timeit(fb, reps=reps if lname != "expert loop" else 3, warm=2)
         print(f"RESULT pytorch {lname} forward+backward {name} T={T}: {ms * 1e3:.0f} us, "
               f"{3 * flops / ms / 1e9:.0f} TFLOP/s")
+        soak = float(os.environ.get("MEGAMOE_SOAK", "0") or 0)
+        if soak > 0 and lname == "torch._grouped_mm":
+            torch.cuda.synchronize()
+            t0, steps, dev_ms = time.time(), 0, 0.0
+            while time.time() - t0 < soak:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(10):
+                    fb()
+                b.record()
+                b.synchronize()
+                dev_ms += a.elapsed_time(b)
+                steps += 10
+            t1 = time.time()
+            print(f"SOAK pytorch {lname} forward+backward {name}: {steps} steps, {dev_ms * 1e3 / steps:.1f} us a step "
+                  f"(device events), from {t0:.3f} to {t1:.3f} (unix s)")
         del xr, W1r, W2r, wr
     a = torch.randn(T * k, H, device=dev, dtype=torch.bfloat16)
     b = torch.randn(H, 2 * I, device=dev, dtype=torch.bfloat16)
