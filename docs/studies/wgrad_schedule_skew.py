@@ -5,7 +5,7 @@ dealt to random expert ids. A K-grouped tile (128 x 256 of an expert's M x N gra
 (rows / 64, rounded up) plus a fixed 2 (the epilogue, the pipeline's fill). Prints the makespan over G blocks
 divided by the ideal (total cost / G) for the static round robin (block b takes tiles b, b + G, ...), the run-time
 schedule (the next tile to the first free block, tiles in expert order) and the run-time schedule over the experts
-busiest first (LPT). Measured at s = 1.0 (docs/RESULTS.md 2026-12-04e, calls 4-5): static dW2 +16%, dW1 +10% over
+busiest first (LPT), and the 2-CTA cluster form's static walk over pairs of tiles, busiest first. Measured at s = 1.0 (docs/RESULTS.md 2026-12-04e, calls 4-5): static dW2 +16%, dW1 +10% over
 uniform routing; run-time dW2 +9%, dW1 -1%.
 """
 import heapq
@@ -28,10 +28,10 @@ def tiles(rows, m, n, order, over=2.0):
     return [(-(-rows[e] // 64)) + over for e in order for _ in range(per)]
 
 
-def static(costs):
-    load = np.zeros(G)
+def static(costs, g=G):
+    load = np.zeros(g)
     for i, c in enumerate(costs):
-        load[i % G] += c
+        load[i % g] += c
     return load.max()
 
 
@@ -52,8 +52,11 @@ def main():
             nat = tiles(rows, m, n, range(E))
             lpt = tiles(rows, m, n, sorted(range(E), key=lambda e: -rows[e]))
             ideal = sum(nat) / G
+            # 2-CTA clusters (docs/wip/wgrad-clusters.patch): G / 2 pairs walk the pair units (half the tiles, the
+            # same cost each) statically, busiest expert first
+            pairs = lpt[::2]
             out.append(f"{name} static {static(nat) / ideal:.3f} run-time {dynamic(nat) / ideal:.3f} "
-                       f"busiest-first {dynamic(lpt) / ideal:.3f}")
+                       f"busiest-first {dynamic(lpt) / ideal:.3f} clusters {static(pairs, G // 2) / ideal:.3f}")
         print(f"s = {s}: busiest / mean rows {rows.max() / rows.mean():.1f}; " + "; ".join(out))
 
 
