@@ -155,3 +155,51 @@ impl<const Q: u32> TileQueue<Q> {
         tile
     }
 }
+
+/// The order in which a persistent producer takes its tiles (the weight gradients' schedules): index i starts at
+/// this block's id; the next is the block's own grid-th (static round robin) or, with a run-time counter, the grid
+/// plus the counter's next value (the counter zeroed by the host before the launch: blocks that finish early take
+/// more). With `order` (shared memory, u32 [experts]: the experts busiest first, `order[rank] = expert`) index i
+/// is tile i % per of the expert ranked i / per, else tile i; past `total` it is `total` (the end).
+#[derive(Clone, Copy)]
+pub struct TileWalk {
+    index: u32,
+    total: u32,
+    per: u32,
+    order: Option<u32>,
+    sched: *mut u32,
+}
+
+impl TileWalk {
+    /// This block's walk over `total` tiles of `per` an expert; `sched` the counter (0: static); `order` as above.
+    /// SAFETY: the one producer thread of each block; `sched` 0 or a u32 zeroed before the launch; `order` written
+    /// and published by a block barrier before.
+    #[inline(always)]
+    pub unsafe fn new(total: u32, per: u32, sched: u64, order: Option<u32>) -> Self {
+        TileWalk { index: crate::ptx::regs::bid(), total, per, order, sched: sched as *mut u32 }
+    }
+
+    /// The current index's tile (`total`: none left).
+    #[inline(always)]
+    pub unsafe fn tile(&self) -> u32 {
+        match self.order {
+            _ if self.index >= self.total => self.total,
+            Some(order) => {
+                crate::scheduler::busiest_first_tile(self.index, self.per, |r| crate::ptx::smem::ld_u32(order + 4 * r))
+            }
+            None => self.index,
+        }
+    }
+
+    /// On to the next index. With the counter, call it once the current tile's loads are issued: nothing is
+    /// published through it (relaxed; its latency hides behind the ring's stages in flight).
+    #[inline(always)]
+    pub unsafe fn advance(&mut self) {
+        let grid = crate::ptx::regs::nctaid();
+        self.index = if self.sched.is_null() {
+            self.index + grid
+        } else {
+            grid + crate::ptx::sync::atom_add_relaxed_gpu(self.sched, 1)
+        };
+    }
+}

@@ -18,9 +18,9 @@ use crate::kernels::combine::token_chunk;
 use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
-use crate::pipeline::{Ring, TileQueue};
+use crate::pipeline::{Ring, TileQueue, TileWalk};
 use crate::ptx::{fence, global, math, regs, smem, sync, tma, wgmma};
-use crate::scheduler::{busiest_first_tile, busiest_rank};
+use crate::scheduler::busiest_rank;
 
 /// Pipeline depth.
 const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
@@ -168,20 +168,12 @@ unsafe fn produce(
 ) {
     tma::prefetch_tensormap(p.map_a as *const u8);
     tma::prefetch_tensormap(p.map_b as *const u8);
-    let sched = p.sched as *mut u32;
-    let grid = regs::nctaid();
-    let per = p.m_tiles * p.n_tiles;
+    let order = if busiest_first { Some(base + ORDER_AT) } else { None };
+    let mut walk = TileWalk::new(total, p.m_tiles * p.n_tiles, p.sched, order);
     let mut it = 0u32;
     let mut j = 0u32;
-    let mut index = regs::bid();
     loop {
-        let tile = if index >= total {
-            total
-        } else if busiest_first {
-            busiest_first_tile(index, per, |r| smem::ld_u32(base + ORDER_AT + 4 * r))
-        } else {
-            index
-        };
+        let tile = walk.tile();
         queue.push(j, tile);
         j += 1;
         if tile >= total {
@@ -204,8 +196,7 @@ unsafe fn produce(
             it += 1;
             kt += 1;
         }
-        // nothing is published through the counter: relaxed (its latency hides behind the ring's stages in flight)
-        index = if sched.is_null() { index + grid } else { grid + sync::atom_add_relaxed_gpu(sched, 1) };
+        walk.advance();
     }
 }
 

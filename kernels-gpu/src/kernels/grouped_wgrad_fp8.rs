@@ -16,9 +16,8 @@
 //! added).
 use crate::kernels::grouped_wgrad::{rank_experts, store, store_bf16, COut, C_BOX, SORT_MAX};
 use crate::params::WgradFp8;
-use crate::pipeline::{Ring, TileQueue};
+use crate::pipeline::{Ring, TileQueue, TileWalk};
 use crate::ptx::{global, math, regs, smem, sync, tma, wgmma};
-use crate::scheduler::busiest_first_tile;
 
 const STAGES: u32 = crate::kernels_host::WGRAD_FP8_STAGES;
 const TILE: u32 = 128 * 128;
@@ -149,21 +148,12 @@ unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, 
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
-    let sched = p.sched as *mut u32;
-    let busiest_first = !sched.is_null() && p.experts <= SORT_MAX;
-    let grid = regs::nctaid();
-    let per = (p.m / 128) * (p.n / 128);
+    let order = if p.sched != 0 && p.experts <= SORT_MAX { Some(base + ORDER_AT) } else { None };
+    let mut walk = TileWalk::new(total, (p.m / 128) * (p.n / 128), p.sched, order);
     let mut it = 0u32;
     let mut j = 0u32;
-    let mut index = regs::bid();
     loop {
-        let tile = if index >= total {
-            total
-        } else if busiest_first {
-            busiest_first_tile(index, per, |r| smem::ld_u32(base + ORDER_AT + 4 * r))
-        } else {
-            index
-        };
+        let tile = walk.tile();
         queue.push(j, tile);
         j += 1;
         if tile >= total {
@@ -186,7 +176,7 @@ unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, 
             it += 1;
             kb += 1;
         }
-        index = if sched.is_null() { index + grid } else { grid + sync::atom_add_relaxed_gpu(sched, 1) };
+        walk.advance();
     }
 }
 
