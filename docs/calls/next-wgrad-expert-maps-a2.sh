@@ -4,8 +4,8 @@
 # sharing B, opt-in MEGAMOE_WGRAD_SCHED=clusters; tests: bit for bit the static schedule, 300 experts, which kernel
 # runs, the layer's _mc / _mv_mc against the default) and docs/wip/wgrad-skip-empty-k16.patch (the k16 steps of an
 # expert's last k-tile holding none of its rows not issued: one k-step helper per count, no wgmma under a branch;
-# every weight-gradient test covers partial k-tiles). Binaries: .dev/b29/mc = main a395c4b + maps + clusters,
-# .dev/b29/k16 = the same + k16 (rebuild: apply the patches in that order, BDIR=.dev/b29 bash
+# every weight-gradient test covers partial k-tiles). Binaries: .dev/b29/mc = main 8c8f692 + maps + clusters,
+# .dev/b29/k16 = the same + k16 (rebuild: `git am` the patches in that order, BDIR=.dev/b29 bash
 # docs/calls/2026-12-04c-build.sh mc grouped_gemm layer_backward; then k16 likewise). Command
 # `bash docs/calls/next-wgrad-expert-maps-a2.sh`, carry [".dev/b29"] (~5 min).
 . "$(dirname "$0")/prelude.sh" b29

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in the twenty-second session (not run). Call B of docs/wip/wgrad-expert-maps.patch (see call A's header):
-# the timings, against main (.dev/b28/main = 0e67e45, the same wgrad kernels as main today but the zeroing). gemm
+# the timings, against main (.dev/b28/main = 0e67e45: the weight-gradient kernels of main 8c8f692, SASS for SASS). gemm
 # bench at 30B alternating with cuBLAS, random routing, main and maps twice in rotation, then Zipf 1.0 with one seed
 # for both; the layer at 30B, main and maps. Predicted: dW2 / dW1 2-4% faster with f32 output, 3-5% with bf16 (the
 # probe without the zeroing: -1.5..-4.7% / -4%); M-grouped unchanged; the layer's fwd + bwd -40..-80 us (two builder
