@@ -179,7 +179,7 @@ impl TileWalk {
         TileWalk { index: crate::ptx::regs::bid(), total, per, order, sched: sched as *mut u32 }
     }
 
-    /// The current index's tile (`total`: none left).
+    /// The current index's tile (`total`: none left). SAFETY: the thread that made the walk.
     #[inline(always)]
     pub unsafe fn tile(&self) -> u32 {
         match self.order {
@@ -192,7 +192,8 @@ impl TileWalk {
     }
 
     /// On to the next index. With the counter, call it once the current tile's loads are issued: nothing is
-    /// published through it (relaxed; its latency hides behind the ring's stages in flight).
+    /// published through it (relaxed; its latency hides behind the ring's stages in flight). SAFETY: the thread
+    /// that made the walk, once per tile it took.
     #[inline(always)]
     pub unsafe fn advance(&mut self) {
         let grid = crate::ptx::regs::nctaid();
