@@ -13,7 +13,7 @@
 # would read the other buffers or NaN rows). A helper reviewed the patch (no blocking bug; its points applied: the
 # maps acquired once per expert in a block, not per tile, then prefetched; the back-to-back test; the 4096-expert
 # limit one constant). The clusters and k16 patches on top: call A2 (next-wgrad-expert-maps-a2.sh).
-# Binaries .dev/b29/maps (built in the twenty-second session from main 8c8f692 + the patch; if gone: `git am
+# Binaries .dev/b29/maps (built in the twenty-second session from main 8c8f692 + the patch, the same code as 25b4c93 + it; if gone: `git am
 # docs/wip/wgrad-expert-maps.patch`, BDIR=.dev/b29 bash docs/calls/2026-12-04c-build.sh maps grouped_gemm
 # layer_backward layer_forward ep graph fp8, then `git reset --hard` back to main). Command `bash docs/calls/next-wgrad-expert-maps-a.sh`,
 # carry [".dev/b29"] (~7.5 min).
