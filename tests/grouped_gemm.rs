@@ -597,6 +597,90 @@ gpu_test!(wgrad_schedules_agree_300_experts, {
     schedules_agree::<f32>(&counts, 64, 128, false);
 });
 
+/// The rows past an expert's end are never part of its gradient: the rows of two experts that follow partial last
+/// k-steps hold NaN in A and B, as do the rows past the last expert (to rows_max); every other expert's gradient
+/// is written, finite and within 1e-2 of the f64 reference (NaN poisoned C first).
+fn wgrad_rows_past_the_end<W: El>(accumulate: bool) {
+    // expert 0's second k-step holds 6 of its rows, then expert 1's (NaN) and expert 2's; expert 2's third holds
+    // 2, then expert 3's (NaN); expert 6, the last, is followed by NaN rows to rows_max
+    let counts = [70u32, 3, 130, 1, 64, 0, 45];
+    let mut s = setup(&counts);
+    let (e, m, n) = (counts.len(), 128, 256);
+    let g = s.g.clone();
+    let mut a = s.r.bf16_vec(s.rows_max * m, 1.0);
+    let mut b = s.r.bf16_vec(s.rows_max * n, 1.0);
+    let nan_rows =
+        (s.offsets[1]..s.offsets[2]).chain(s.offsets[3]..s.offsets[4]).chain(s.rows as u32..s.rows_max as u32);
+    for r in nan_rows.map(|r| r as usize) {
+        a[r * m..(r + 1) * m].fill(bf16::NAN);
+        b[r * n..(r + 1) * n].fill(bf16::NAN);
+    }
+    let c0: Vec<W> = (0..e * m * n).map(|_| W::of(if accumulate { s.r.sym(1.0) as f32 } else { f32::NAN })).collect();
+    let (da, db, doff) = (g.upload(&a).unwrap(), g.upload(&b).unwrap(), g.upload(&s.offsets).unwrap());
+    let mut dc = g.upload(&c0).unwrap();
+    let args =
+        WgradArgs { a: &da, b: &db, offsets: &doff, c: &mut dc, experts: e, m, n, rows_max: s.rows_max, accumulate };
+    gemm::grouped_wgrad(&g, args).unwrap();
+    let c: Vec<f64> = g.download(&dc).unwrap().iter().map(|v| v.f() as f64).collect();
+    let init = if accumulate { c0.iter().map(|v| v.f() as f64).collect() } else { vec![0.0; e * m * n] };
+    let want = wgrad_ref(&s, &a, &b, m, n, init);
+    let (mut got_k, mut want_k) = (Vec::new(), Vec::new());
+    for x in [0, 2, 4, 5, 6] {
+        got_k.extend_from_slice(&c[x * m * n..(x + 1) * m * n]);
+        want_k.extend_from_slice(&want[x * m * n..(x + 1) * m * n]);
+    }
+    let tag = format!("wgrad {} beside NaN rows, accumulate {accumulate}", W::NAME);
+    assert!(got_k.iter().all(|v| v.is_finite()), "{tag}: a NaN reached a gradient (or an element was not written)");
+    check::close(&tag, &got_k, &want_k, 1e-2).unwrap();
+}
+gpu_test!(wgrad_rows_past_the_end_unread, wgrad_rows_past_the_end::<f32>(false));
+gpu_test!(wgrad_rows_past_the_end_unread_accumulate, wgrad_rows_past_the_end::<f32>(true));
+gpu_test!(wgrad_bf16_rows_past_the_end_unread, wgrad_rows_past_the_end::<bf16>(false));
+
+/// Two weight gradients back to back on the stream (no synchronisation between them), on different buffers and
+/// different row counts (the second's experts permuted): each launch reads the per-expert tensor maps written just
+/// before it, not the earlier launch's (a stale map would read the other buffers or past an expert's end, where
+/// NaN rows lie). Both against the f64 reference, every element written (NaN poisoned C).
+fn wgrad_back_to_back<W: El>() {
+    let (m, n) = (128, 256);
+    let runs: [&[u32]; 2] = [&[70, 3, 130, 1, 64, 0, 45], &[3, 70, 1, 130, 0, 64, 45]];
+    let mut pending = Vec::new();
+    for counts in runs {
+        let mut s = setup(counts);
+        let e = counts.len();
+        let g = s.g.clone();
+        let mut a = s.r.bf16_vec(s.rows_max * m, 1.0);
+        let mut b = s.r.bf16_vec(s.rows_max * n, 1.0);
+        a[s.rows * m..].fill(bf16::NAN);
+        b[s.rows * n..].fill(bf16::NAN);
+        let (da, db, doff) = (g.upload(&a).unwrap(), g.upload(&b).unwrap(), g.upload(&s.offsets).unwrap());
+        let mut dc = g.upload(&vec![W::of(f32::NAN); e * m * n]).unwrap();
+        let args = WgradArgs {
+            a: &da,
+            b: &db,
+            offsets: &doff,
+            c: &mut dc,
+            experts: e,
+            m,
+            n,
+            rows_max: s.rows_max,
+            accumulate: false,
+        };
+        gemm::grouped_wgrad(&g, args).unwrap();
+        pending.push((s, a, b, da, db, doff, dc));
+    }
+    for (i, (s, a, b, _da, _db, _doff, dc)) in pending.into_iter().enumerate() {
+        let e = s.counts.len();
+        let c: Vec<f64> = s.g.download(&dc).unwrap().iter().map(|v| v.f() as f64).collect();
+        let want = wgrad_ref(&s, &a, &b, m, n, vec![0.0; e * m * n]);
+        let tag = format!("wgrad {} launch {i} of two back to back", W::NAME);
+        assert!(c.iter().all(|v| v.is_finite()), "{tag}: a NaN in C (read past an expert's end, or not written)");
+        check::close(&tag, &c, &want, 1e-2).unwrap();
+    }
+}
+gpu_test!(wgrad_back_to_back_reads_its_own_maps, wgrad_back_to_back::<f32>());
+gpu_test!(wgrad_bf16_back_to_back_reads_its_own_maps, wgrad_back_to_back::<bf16>());
+
 gpu_test!(bad_arguments_are_rejected_before_launch, {
     let g = gpu();
     // B sized for three experts, the call names two

@@ -910,7 +910,8 @@ impl EpLayer {
         let map_c = self.maps.get_wgrad_c::<f32>(&g, dptr(&*c, g.stream()), per as usize * a.1, b.1)?;
         let offsets = self.group.peer(r) + self.group.layout.local_offsets;
         let maps = [map_a, map_b, map_c];
-        let (p, launch) = wgrad_launch(&g, maps, offsets, dptr(&*c, g.stream()), 0, per as usize, a.1, b.1, acc)?;
+        let c_ptr = dptr(&*c, g.stream());
+        let (p, launch) = wgrad_launch(&g, maps, [a.0, b.0], offsets, c_ptr, 0, per as usize, a.1, b.1, acc)?;
         // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
         unsafe { crate::gemm::launch_wgrad(&g, "grouped_wgrad_f32", launch, &p) }
     }

@@ -26,7 +26,7 @@ use std::marker::PhantomData;
 use cudarc::driver::{CudaSlice, DeviceRepr};
 use half::bf16;
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{GroupedGemm, WgradGemm};
+use megamoe_kernels::params::{GroupedGemm, WgradGemm, WgradMaps};
 
 use crate::error::{Context, Error, Result};
 use crate::runtime::{dptr, Gpu, Launch};
@@ -511,11 +511,25 @@ impl Prepared<'_> {
     }
 }
 
-/// Launch a weight-gradient kernel: its run-time tile counter (`p.sched`, the device's) zeroed first in stream
-/// order (a memset node under capture; `Gpu::launch_counted`), so each launch starts from zero whatever came before.
-/// SAFETY: as `Gpu::launch` for `kernel` and `p`.
+/// Launch a weight-gradient kernel after `wgrad_expert_maps` (its per-expert tensor maps, `p.expert_maps`), its
+/// run-time tile counter (`p.sched`, the device's) zeroed in between in stream order (a memset node under capture;
+/// `Gpu::launch_counted`), so each launch starts from zero whatever came before and reads its own maps.
+/// SAFETY: as `Gpu::launch` for `kernel` and `p`; `p.map_a` / `p.map_b` are whole-buffer maps of the buffers at
+/// `p.a_base` / `p.b_base` (rows of 2 M and 2 N bytes).
 pub(crate) unsafe fn launch_wgrad(gpu: &Gpu, kernel: &'static str, cfg: Launch, p: &WgradGemm) -> Result<()> {
-    gpu.launch_counted(p.sched, kernel, cfg, p)
+    let maps = WgradMaps {
+        template: [p.map_a, p.map_b],
+        base: [p.a_base, p.b_base],
+        offsets: p.offsets,
+        out: p.expert_maps,
+        error: p.error,
+        row_bytes: [2 * p.m, 2 * p.n],
+        experts: p.experts,
+        pad: 0,
+    };
+    let t = kh::WGRAD_MAPS_THREADS;
+    let build = Launch::new((2 * p.experts).div_ceil(t).max(1), t, 0);
+    gpu.launch_counted_after(("wgrad_expert_maps", build, &maps), p.sched, kernel, cfg, p)
 }
 
 /// The tile counter a weight-gradient launch on `gpu` uses under this thread's [`wgrad_sched`] (0: static).
@@ -784,7 +798,8 @@ impl<'a, W: WgradElem> WgradArgs<'a, W> {
         let map_c = DeviceTensorMap::new(gpu, wgrad_c_desc::<W>(dptr(self.c, &s), e * m, n))?;
         let maps = [map_a.ptr(gpu), map_b.ptr(gpu), map_c.ptr(gpu)];
         let (offsets, c) = (dptr(self.offsets, &s), dptr(self.c, &s));
-        let (p, launch) = wgrad_launch(gpu, maps, offsets, c, 0, e, m, n, self.accumulate)?;
+        let bases = [dptr(self.a, &s), dptr(self.b, &s)];
+        let (p, launch) = wgrad_launch(gpu, maps, bases, offsets, c, 0, e, m, n, self.accumulate)?;
         Ok(Prepared {
             ordinal: gpu.ordinal(),
             block: Block::K(W::KERNEL, launch, p),
@@ -894,6 +909,7 @@ pub(crate) fn m_grouped_launch(
 pub(crate) fn wgrad_launch(
     gpu: &Gpu,
     maps: [u64; 3],
+    bases: [u64; 2],
     offsets: u64,
     c: u64,
     error: u64,
@@ -918,6 +934,9 @@ pub(crate) fn wgrad_launch(
         accumulate: accumulate as u32,
         combine: megamoe_kernels::params::Combine::default(),
         sched,
+        expert_maps: gpu.expert_maps(experts)?,
+        a_base: bases[0],
+        b_base: bases[1],
     };
     let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
     Ok((p, Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM)))

@@ -213,8 +213,8 @@ impl LayerConfig {
         if self.intermediate == 0 || self.intermediate % 64 != 0 {
             return bad(format!("intermediate size {} is not a positive multiple of 64", self.intermediate));
         }
-        if self.experts == 0 || self.experts > 4096 {
-            return bad(format!("{} experts (1..=4096 supported)", self.experts));
+        if self.experts == 0 || self.experts > crate::route::MAX_EXPERTS {
+            return bad(format!("{} experts (1..={} supported)", self.experts, crate::route::MAX_EXPERTS));
         }
         if self.top_k == 0 || self.top_k > self.experts {
             return bad(format!("top-k {} outside 1..={} (the expert count)", self.top_k, self.experts));
@@ -856,7 +856,8 @@ impl MoeLayer {
         let e = self.cfg.experts;
         let map_c = self.maps.get_wgrad_c::<W>(&g, dptr(c, &s), e * m, n)?;
         let (offsets, error) = (dptr(&sv.offsets, &s), dptr(sv.error.as_ref(), &s));
-        let (mut p, launch) = wgrad_launch(&g, [map_a, map_b, map_c], offsets, dptr(c, &s), error, e, m, n, acc)?;
+        let maps = [map_a, map_b, map_c];
+        let (mut p, launch) = wgrad_launch(&g, maps, [a_ptr, b_ptr], offsets, dptr(c, &s), error, e, m, n, acc)?;
         let kernel = match combine {
             Some(cb) => {
                 p.combine = cb;

@@ -8,6 +8,9 @@ use megamoe_kernels::route::{self as rt, SCAN_THREADS, THREADS};
 use crate::error::{Error, Result};
 use crate::runtime::{dptr, Gpu, Launch};
 
+/// The most experts the routing (and so the layer and the weight gradients) supports.
+pub const MAX_EXPERTS: usize = 4096;
+
 /// u32 words of the chunk-count workspace (`Route::chunk_counts`) for calls of at most `max_slots` slots.
 pub fn workspace_words(max_slots: usize, experts: usize) -> usize {
     rt::max_chunks(max_slots.min(u32::MAX as usize) as u32) as usize * experts
@@ -20,8 +23,8 @@ pub fn workspace_words(max_slots: usize, experts: usize) -> usize {
 /// Every pointer of `p` must hold what [`Route`] documents; `p.chunk_counts` at least
 /// [`workspace_words`]`(p.slots, p.experts)` words; the error word zero before the call.
 pub unsafe fn launch_timed(g: &Gpu, p: &Route, timed: bool) -> Result<[f64; 3]> {
-    if p.experts == 0 || p.experts > 4096 {
-        return Err(Error::InvalidArgument(format!("{} experts (1..=4096 supported)", p.experts)));
+    if p.experts == 0 || p.experts as usize > MAX_EXPERTS {
+        return Err(Error::InvalidArgument(format!("{} experts (1..={MAX_EXPERTS} supported)", p.experts)));
     }
     let p = Route { chunk: rt::chunk_slots(p.slots), ..*p };
     let grid = rt::grid(p.slots, p.chunk);

@@ -97,7 +97,14 @@ pub struct Gpu {
     /// Held while a counter's zeroing and its kernel are enqueued, so that host threads sharing this device do
     /// not interleave them (zero, zero, kernel, kernel would start the second kernel from the first's count).
     counted: Mutex<()>,
+    /// The weight gradients' per-expert tensor maps ([`WGRAD_MAPS_EXPERTS`] x 2 x 128 bytes), written by
+    /// `wgrad_expert_maps` just before each weight-gradient kernel under `counted` (`gemm::launch_wgrad`).
+    expert_maps: CudaSlice<u8>,
 }
+
+/// The most experts of one weight-gradient launch (its per-expert tensor maps live in one buffer per device): the
+/// routing's limit.
+pub const WGRAD_MAPS_EXPERTS: usize = crate::route::MAX_EXPERTS;
 
 /// A profiled launch: the kernel and device events recorded before and after it.
 type Marked = (&'static str, CudaEvent, CudaEvent);
@@ -191,6 +198,9 @@ impl Gpu {
         // a stream of its own, not the legacy default stream: that one cannot be captured into a CUDA graph
         let stream = ctx.new_stream().ctx(|| "creating the device's stream".into())?;
         let tile_counters = stream.alloc_zeros::<u32>(1).ctx(|| "allocating the tile counter".into())?;
+        let expert_maps = stream
+            .alloc_zeros::<u8>(WGRAD_MAPS_EXPERTS * 256)
+            .ctx(|| "allocating the per-expert tensor maps".into())?;
         stream.synchronize().ctx(|| "zeroing the tile counters".into())?;
         let g = Arc::new(Gpu {
             ordinal,
@@ -206,6 +216,7 @@ impl Gpu {
             profiling: AtomicBool::new(false),
             tile_counters,
             counted: Mutex::new(()),
+            expert_maps,
         });
         c.insert(ordinal, g.clone());
         Ok(g)
@@ -234,6 +245,16 @@ impl Gpu {
     /// (`WgradGemm::sched`; zeroed before each launch by `gemm::launch_wgrad`).
     pub(crate) fn tile_counters(&self) -> u64 {
         dptr(&self.tile_counters, &self.stream)
+    }
+    /// Device address of the weight gradients' per-expert tensor maps for `experts` experts (an
+    /// `InvalidArgument` past [`WGRAD_MAPS_EXPERTS`]).
+    pub(crate) fn expert_maps(&self, experts: usize) -> Result<u64> {
+        if experts > WGRAD_MAPS_EXPERTS {
+            return Err(Error::InvalidArgument(format!(
+                "weight gradients of {experts} experts: at most {WGRAD_MAPS_EXPERTS} in one launch"
+            )));
+        }
+        Ok(dptr(&self.expert_maps, &self.stream))
     }
     /// Number of streaming multiprocessors.
     pub fn sm_count(&self) -> u32 {
@@ -368,6 +389,28 @@ impl Gpu {
         }
         let _pair = self.counted.lock().unwrap_or_else(|p| p.into_inner());
         self.zero_words(counter, 1)?;
+        self.launch(kernel, cfg, params)
+    }
+
+    /// [`Gpu::launch_counted`] after `before` (a launch that prepares what the kernel reads: the weight gradients'
+    /// per-expert tensor maps), all of it enqueued under the same lock, whole (the prepared data, like the
+    /// counter, is one per device). Stream order is what keeps `before` from rewriting data an earlier kernel
+    /// still reads: no launch here may use programmatic dependent launch (a `before` overlapping the previous
+    /// grid would then have to wait for it, `griddepcontrol.wait`), and a CUDA graph holding such a triple must
+    /// not be replayed beside other work on this device. SAFETY: as [`Gpu::launch`], for both launches.
+    pub(crate) unsafe fn launch_counted_after<P: Copy, Q: Copy>(
+        &self,
+        before: (&'static str, Launch, &Q),
+        counter: u64,
+        kernel: &'static str,
+        cfg: Launch,
+        params: &P,
+    ) -> Result<()> {
+        let _whole = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        self.launch(before.0, before.1, before.2)?;
+        if counter != 0 {
+            self.zero_words(counter, 1)?;
+        }
         self.launch(kernel, cfg, params)
     }
 

@@ -116,6 +116,8 @@ pub mod kernels_host {
     pub const WGRAD_QUEUE: u32 = 4;
     /// Experts the weight-gradient GEMM's run-time schedule ranks busiest first in shared memory (more: in order).
     pub const WGRAD_SORT_MAX: u32 = 256;
+    /// Threads per block of `wgrad_expert_maps` (one per tensor map: two an expert).
+    pub const WGRAD_MAPS_THREADS: u32 = 128;
     /// Dynamic shared memory the M-grouped kernel `kernel` is launched with.
     pub fn m_grouped_smem(kernel: &str) -> u32 {
         // a 2-CTA cluster variant (`_mc`) and the overlapped gather's (`_mv`) have their kernel's layout

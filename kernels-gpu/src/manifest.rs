@@ -79,6 +79,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_swiglu_ew7_mv", 512, true, true),
     k("ffn_fused_fwd", 384, true, true),
     k("ffn_fused_fwd_mv", 384, true, true),
+    k("wgrad_expert_maps", 128, true, false),
     k("grouped_wgrad_f32", 384, true, true),
     k("grouped_wgrad_f32_mv", 384, true, true),
     k("grouped_wgrad_bf16", 384, true, true),

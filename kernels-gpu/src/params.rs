@@ -339,7 +339,8 @@ pub const FUSED_TIMEOUT: u32 = 0x7f00_0001;
 
 /// K-grouped weight-gradient GEMM (kernel `grouped_wgrad_f32`): for each expert e,
 /// C_e[M, N] (+)= A[rows_e, M]^T . B[rows_e, N], contracting over the expert's rows offsets[e]..offsets[e + 1]
-/// (both operands MN-major, loaded in 64 x 64 boxes; rows past the expert's end are zeroed in shared memory).
+/// (both operands MN-major, loaded in 64 x 64 boxes through per-expert tensor maps that end at the expert's last
+/// row, so the copy engine fills the rows past it with zeros and the next expert's rows are never read).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct WgradGemm {
@@ -375,6 +376,36 @@ pub struct WgradGemm {
     /// `grouped_wgrad_f32_mv`: a combine (as `combine_rows`) the producer warpgroup's three idle warps run while
     /// the GEMM does (the backward's sum of dx rows over each token's slots); `tokens` 0: none.
     pub combine: Combine,
+    /// 128-byte tensor maps [E][2] (A's, then B's) in global memory, written by `wgrad_expert_maps` just before
+    /// (kernel [`WgradMaps`]): expert e's map starts at its first row and ends at its last.
+    pub expert_maps: u64,
+    /// A's and B's first row (global addresses; rows of 2 M and 2 N bytes): what `wgrad_expert_maps` offsets.
+    pub a_base: u64,
+    pub b_base: u64,
+}
+
+/// The per-expert tensor maps of a weight gradient (kernel `wgrad_expert_maps`, launched just before the
+/// `grouped_wgrad_*` that reads them): map [e][o] = template o (A's or B's whole-buffer map) pointed at
+/// base[o] + offsets[e] * row_bytes[o] with max(rows_e, 1) rows.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct WgradMaps {
+    /// The whole-buffer tensor maps of A and B (global memory).
+    pub template: [u64; 2],
+    /// A's and B's first row.
+    pub base: [u64; 2],
+    /// u32 [E + 1] row offsets.
+    pub offsets: u64,
+    /// The output: 128-byte tensor maps [E][2], 128-byte aligned.
+    pub out: u64,
+    /// u32 [1]: the routing error word (as the weight gradient's: when set nothing is written); 0: none.
+    pub error: u64,
+    /// Bytes per row of A and B.
+    pub row_bytes: [u32; 2],
+    /// Experts.
+    pub experts: u32,
+    /// Zero (the block is whole 8-byte words).
+    pub pad: u32,
 }
 
 /// dtopk from the SwiGLU-backward partial sums (kernel `dtopk_reduce`): dtopk[slot] = sum over n-tiles of
@@ -731,7 +762,8 @@ mod tests {
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
-            ("WgradGemm", size_of::<WgradGemm>(), 7 * 8 + 6 * 4 + size_of::<Combine>()),
+            ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 6 * 4 + size_of::<Combine>()),
+            ("WgradMaps", size_of::<WgradMaps>(), 7 * 8 + 4 * 4),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),
             ("EpEpoch", size_of::<EpEpoch>(), MAX_RANKS * 8 + 2 * 4),

@@ -4,9 +4,10 @@
 //! Same block as the M-grouped engine (1 producer + 2 consumer warpgroups, 4-stage TMA ring of 48 KiB): a
 //! stage holds 64 rows (K) of A (two 64 x 64 boxes, M-major: 128 M) and of B (four boxes: 256 N). Both
 //! operands are MN-major (imm-trans-a = imm-trans-b = 1; descriptors LBO = 8192 B between 64-wide atoms,
-//! SBO = 1024 B between 8-row K groups). In an expert's last, partial k-tile the consumers zero the rows past
-//! the expert's end (they belong to the next expert) before the wgmma, so neither its values nor a NaN in them
-//! reach this expert's gradient. Tiles: (expert, m-tile, n-tile), persistent over the grid, in the order the
+//! SBO = 1024 B between 8-row K groups). Both are loaded through tensor maps of the expert's own rows
+//! (`wgrad_expert_maps`, launched just before): in an expert's last, partial k-tile the copy engine fills the rows
+//! past its end with zeros, so the next expert's rows (values or NaN) are never read and nothing is cleared in
+//! shared memory. Tiles: (expert, m-tile, n-tile), persistent over the grid, in the order the
 //! producer picks (a static round robin, or a grid-wide counter with `p.sched`: the tiles of an expert cost its
 //! rows, so skewed routing leaves a static schedule unbalanced) and hands the consumers through a tile queue
 //! in shared memory. Epilogue: f32 (`grouped_wgrad_f32*`) or bf16 (`grouped_wgrad_bf16*`, half the
@@ -166,12 +167,13 @@ unsafe fn produce(
     total: u32,
     busiest_first: bool,
 ) {
-    tma::prefetch_tensormap(p.map_a as *const u8);
-    tma::prefetch_tensormap(p.map_b as *const u8);
     let order = if busiest_first { Some(base + ORDER_AT) } else { None };
     let mut walk = TileWalk::new(total, p.m_tiles * p.n_tiles, p.sched, order);
     let mut it = 0u32;
     let mut j = 0u32;
+    // the expert whose maps this thread acquired last (an acquire makes the copy engine fetch the map afresh:
+    // once per expert, not per tile)
+    let mut acquired = u32::MAX;
     loop {
         let tile = walk.tile();
         queue.push(j, tile);
@@ -181,16 +183,27 @@ unsafe fn produce(
         }
         let ti = tile_info(p, tile);
         let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
+        // the expert's own maps (rows 0..rows_e from its first row; zeros past its last), as
+        // `wgrad_expert_maps` wrote them just before this launch: acquired, not a cached earlier content
+        let map_a = (p.expert_maps + ti.e as u64 * 256) as *const u8;
+        let map_b = map_a.add(128);
+        if kt_n > 0 && ti.e != acquired {
+            tma::tensormap_acquire(map_a);
+            tma::tensormap_acquire(map_b);
+            tma::prefetch_tensormap(map_a);
+            tma::prefetch_tensormap(map_b);
+            acquired = ti.e;
+        }
         let mut kt = 0;
         while kt < kt_n {
             let fb = ring.produce(it, STAGE_BYTES);
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            let row = (ti.r0 + kt * BK) as i32;
-            tma::load_2d(st, p.map_a as *const u8, (ti.mt * 128) as i32, row, fb);
-            tma::load_2d(st + BOX, p.map_a as *const u8, (ti.mt * 128 + 64) as i32, row, fb);
+            let row = (kt * BK) as i32;
+            tma::load_2d(st, map_a, (ti.mt * 128) as i32, row, fb);
+            tma::load_2d(st + BOX, map_a, (ti.mt * 128 + 64) as i32, row, fb);
             let mut q = 0;
             while q < 4 {
-                tma::load_2d(st + A_BYTES + q * BOX, p.map_b as *const u8, (ti.nt * 256 + 64 * q) as i32, row, fb);
+                tma::load_2d(st + A_BYTES + q * BOX, map_b, (ti.nt * 256 + 64 * q) as i32, row, fb);
                 q += 1;
             }
             it += 1;
@@ -218,23 +231,6 @@ pub(crate) unsafe fn rank_experts(experts: u32, off: *const u32, order: u32, t: 
     }
 }
 
-/// Zero rows `valid..64` of the 64-row boxes this warpgroup owns: its A box and B boxes 2cw, 2cw + 1.
-#[inline(always)]
-unsafe fn zero_tail(st: u32, cw: u32, valid: u32) {
-    let rows = 64 - valid;
-    let per_box = rows * 8; // 16-byte chunks
-    let mut i = regs::tid() % 128;
-    while i < 3 * per_box {
-        let b = i / per_box;
-        let chunk = i % per_box;
-        let boxa = if b == 0 { st + cw * BOX } else { st + A_BYTES + (2 * cw + b - 1) * BOX };
-        // a whole 128-byte row stays a whole row under the 128-byte swizzle
-        smem::st_v4(boxa + valid * 128 + chunk * 16, [0; 4]);
-        i += 128;
-    }
-    fence::proxy_async_shared_cta();
-}
-
 #[inline(always)]
 unsafe fn consume<const BF: bool>(
     p: &WgradGemm,
@@ -260,12 +256,7 @@ unsafe fn consume<const BF: bool>(
         while kt < kt_n {
             ring.wait_full(it);
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            let valid = ti.r1 - (ti.r0 + kt * BK);
-            if valid < BK {
-                // both consumer warpgroups take this branch for the same tile: the barrier is uniform
-                zero_tail(st, cw, valid);
-                sync::named_sync(1, 256);
-            }
+            // rows past the expert's end arrive as zeros (its maps end there): nothing to clear
             wgmma::fence();
             let mut ks = 0;
             while ks < BK / 16 {

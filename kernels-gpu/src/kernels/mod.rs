@@ -20,6 +20,7 @@ pub mod selftest_matrix;
 pub mod selftest_sync;
 pub mod selftest_tma;
 pub mod selftest_wgmma;
+pub mod wgrad_maps;
 
 /// Whether the routing error word at `word` (a u32 written by `route_count`; 0 = no word) is set. Every
 /// thread reads it once at kernel entry, before any barrier: one address written by an earlier launch, so

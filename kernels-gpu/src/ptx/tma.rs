@@ -12,6 +12,42 @@ pub unsafe fn prefetch_tensormap(map: *const u8) {
     asm!("prefetch.tensormap [{m}];", m = in(reg64) map, options(nostack));
 }
 
+/// `tensormap.replace.tile.global_address.global.b1024.b64 [map], addr`: point the tensor map `map` (128 bytes
+/// in global memory, written by this thread before; a generic address, converted) at `addr`.
+/// SAFETY: one thread; `map` 128-byte aligned global memory holding a valid tensor map that no copy reads until
+/// [`tensormap_release`] here and [`tensormap_acquire`] there; `addr` meets the map's alignment (16 bytes).
+#[inline(always)]
+pub unsafe fn tensormap_set_address(map: *mut u8, addr: u64) {
+    asm!("{{ .reg .b64 g; cvta.to.global.u64 g, {m}; tensormap.replace.tile.global_address.global.b1024.b64 [g], {a}; }}",
+         m = in(reg64) map, a = in(reg64) addr, options(nostack));
+}
+
+/// `tensormap.replace.tile.global_dim.global.b1024.b32 [map], 1, rows`: set the extent of dimension 1 (the rows of
+/// a 2D map, innermost dimension 0) to `rows`: boxes reaching past it read zeros there.
+/// SAFETY: as [`tensormap_set_address`]; `rows` >= 1.
+#[inline(always)]
+pub unsafe fn tensormap_set_rows(map: *mut u8, rows: u32) {
+    asm!("{{ .reg .b64 g; cvta.to.global.u64 g, {m}; tensormap.replace.tile.global_dim.global.b1024.b32 [g], 1, {r}; }}",
+         m = in(reg64) map, r = in(reg32) rows, options(nostack));
+}
+
+/// `fence.proxy.tensormap::generic.release.gpu`: this thread's writes of tensor maps (generic stores and
+/// `tensormap.replace`) ordered before what it does next, for copies that acquire them ([`tensormap_acquire`]).
+/// SAFETY: any thread.
+#[inline(always)]
+pub unsafe fn tensormap_release() {
+    asm!("fence.proxy.tensormap::generic.release.gpu;", options(nostack));
+}
+
+/// `fence.proxy.tensormap::generic.acquire.gpu [map], 128`: the copy engine reads the tensor map at `map` as the
+/// generic proxy last wrote it (not a cached copy of an earlier content), for this thread's later copies.
+/// SAFETY: any thread; `map` a 128-byte tensor map in global memory, written and released before (an earlier
+/// kernel, or [`tensormap_release`] with a synchronisation this thread has acquired).
+#[inline(always)]
+pub unsafe fn tensormap_acquire(map: *const u8) {
+    asm!("fence.proxy.tensormap::generic.acquire.gpu [{m}], 128;", m = in(reg64) map, options(nostack));
+}
+
 /// `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`: copy `bytes` contiguous bytes from
 /// global `src` to shared `dst`, completing `bytes` of transaction on `bar`.
 /// SAFETY: one thread; `dst` and `src` 16-byte aligned, `bytes` a multiple of 16; the caller has announced the
