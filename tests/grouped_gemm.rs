@@ -547,6 +547,11 @@ fn wgrad_schedules_agree<W: El>() {
 
 /// As `wgrad_schedules_agree` for `counts` and C_e of m x n.
 fn schedules_agree<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) {
+    schedule_agrees::<W>(gemm::WgradSched::Dynamic, counts, m, n, accumulate);
+}
+
+/// Three launches under schedule `other`, each bit for bit the static schedule's, which is within 1e-2 of f64.
+fn schedule_agrees<W: El>(other: gemm::WgradSched, counts: &[u32], m: usize, n: usize, accumulate: bool) {
     let mut s = setup(counts);
     let e = s.counts.len();
     let g = s.g.clone();
@@ -573,12 +578,12 @@ fn schedules_agree<W: El>(counts: &[u32], m: usize, n: usize, accumulate: bool) 
         g.download(&dc).unwrap().iter().map(|v| v.f()).collect()
     };
     let st = run(gemm::WgradSched::Static);
-    let tag = format!("wgrad {} skewed, accumulate {accumulate}", W::NAME);
+    let tag = format!("wgrad {} skewed, accumulate {accumulate}, M {m}", W::NAME);
     for launch in 0..3 {
-        let dy = run(gemm::WgradSched::Dynamic);
+        let dy = run(other);
         if let Some(i) = (0..dy.len()).find(|&i| dy[i].to_bits() != st[i].to_bits()) {
             panic!(
-                "{tag}, run-time schedule, launch {launch}: C[{i}] = {} against the static schedule's {}",
+                "{tag}, {other:?} schedule, launch {launch}: C[{i}] = {} against the static schedule's {}",
                 dy[i], st[i]
             );
         }
@@ -680,6 +685,26 @@ fn wgrad_back_to_back<W: El>() {
 }
 gpu_test!(wgrad_back_to_back_reads_its_own_maps, wgrad_back_to_back::<f32>());
 gpu_test!(wgrad_bf16_back_to_back_reads_its_own_maps, wgrad_back_to_back::<bf16>());
+
+/// The 2-CTA cluster form (`WgradSched::Clusters`: pairs of m-tiles sharing B by multicast, a static walk over the
+/// pairs busiest first) against the static single-CTA schedule, bit for bit, on the skewed counts of
+/// `wgrad_schedules_agree`: M = 256 and 512 (2 and 4 m-tiles), overwriting NaN-poisoned C and accumulating; M = 320
+/// (3 m-tiles: the single-CTA kernel runs instead).
+fn wgrad_clusters_agree<W: El>() {
+    let counts: Vec<u32> = (0..40u32)
+        .map(|i| match i {
+            7 => 1500,
+            3 | 21 | 30 => 300 + 17 * i,
+            _ if i % 5 == 0 => 0,
+            _ => 1 + (13 * i) % 60,
+        })
+        .collect();
+    for (m, n, accumulate) in [(256, 768, false), (256, 768, true), (512, 200, false), (320, 256, false)] {
+        schedule_agrees::<W>(gemm::WgradSched::Clusters, &counts, m, n, accumulate);
+    }
+}
+gpu_test!(wgrad_clusters_agree_with_single_cta, wgrad_clusters_agree::<f32>());
+gpu_test!(wgrad_bf16_clusters_agree_with_single_cta, wgrad_clusters_agree::<bf16>());
 
 gpu_test!(bad_arguments_are_rejected_before_launch, {
     let g = gpu();

@@ -365,12 +365,15 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
 /// expert order), so the tiles of busy experts (a tile costs its expert's rows) spread over the blocks and the
 /// last tiles taken are short; [`WgradSched::Static`] every grid-th tile (the schedule before the twenty-first
 /// session: with skewed routing, Zipf 1.0 over 128 experts, dW2 16% and dW1 10% slower than with uniform
-/// routing). The same bits either way. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset) or `static`;
-/// another value is an `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
+/// routing). [`WgradSched::Clusters`] (experimental): static pairs of m-tiles (one expert, one n-tile) in 2-CTA
+/// clusters sharing B by multicast, busiest expert first, where M is a multiple of 256 (else as `Static`). The same
+/// bits in every form. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset), `static` or `clusters`; another
+/// value is an `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WgradSched {
     Dynamic,
     Static,
+    Clusters,
 }
 
 thread_local! {
@@ -380,7 +383,12 @@ thread_local! {
 /// The weight gradients' tile schedule on this thread ([`WgradSched`]).
 pub fn wgrad_sched() -> Result<WgradSched> {
     static ENV: EnvPolicy<WgradSched> = std::sync::OnceLock::new();
-    let table = [("dynamic", WgradSched::Dynamic), ("static", WgradSched::Static), ("", WgradSched::Dynamic)];
+    let table = [
+        ("dynamic", WgradSched::Dynamic),
+        ("static", WgradSched::Static),
+        ("clusters", WgradSched::Clusters),
+        ("", WgradSched::Dynamic),
+    ];
     policy(&WGRAD_SCHED, &ENV, "MEGAMOE_WGRAD_SCHED", &table)
 }
 
@@ -529,14 +537,26 @@ pub(crate) unsafe fn launch_wgrad(gpu: &Gpu, kernel: &'static str, cfg: Launch, 
     };
     let t = kh::WGRAD_MAPS_THREADS;
     let build = Launch::new((2 * p.experts).div_ceil(t).max(1), t, 0);
+    let kernel = if p.clusters != 0 { wgrad_cluster_kernel(kernel)? } else { kernel };
     gpu.launch_counted_after(("wgrad_expert_maps", build, &maps), p.sched, kernel, cfg, p)
+}
+
+/// The 2-CTA cluster form of weight-gradient kernel `kernel` ([`WgradSched::Clusters`]).
+fn wgrad_cluster_kernel(kernel: &'static str) -> Result<&'static str> {
+    Ok(match kernel {
+        "grouped_wgrad_f32" => "grouped_wgrad_f32_mc",
+        "grouped_wgrad_f32_mv" => "grouped_wgrad_f32_mv_mc",
+        "grouped_wgrad_bf16" => "grouped_wgrad_bf16_mc",
+        "grouped_wgrad_bf16_mv" => "grouped_wgrad_bf16_mv_mc",
+        k => return Err(Error::InvalidArgument(format!("{k} has no 2-CTA cluster form"))),
+    })
 }
 
 /// The tile counter a weight-gradient launch on `gpu` uses under this thread's [`wgrad_sched`] (0: static).
 pub(crate) fn wgrad_sched_counter(gpu: &Gpu) -> Result<u64> {
     Ok(match wgrad_sched()? {
         WgradSched::Dynamic => gpu.tile_counters(),
-        WgradSched::Static => 0,
+        WgradSched::Static | WgradSched::Clusters => 0,
     })
 }
 
@@ -919,6 +939,8 @@ pub(crate) fn wgrad_launch(
     accumulate: bool,
 ) -> Result<(WgradGemm, Launch)> {
     let sched = wgrad_sched_counter(gpu)?;
+    let m_tiles = (m as u32).div_ceil(128);
+    let clusters = wgrad_sched()? == WgradSched::Clusters && m_tiles % 2 == 0;
     let p = WgradGemm {
         map_a: maps[0],
         map_b: maps[1],
@@ -929,7 +951,7 @@ pub(crate) fn wgrad_launch(
         experts: experts as u32,
         m: m as u32,
         n: n as u32,
-        m_tiles: (m as u32).div_ceil(128),
+        m_tiles,
         n_tiles: (n as u32).div_ceil(256),
         accumulate: accumulate as u32,
         combine: megamoe_kernels::params::Combine::default(),
@@ -937,8 +959,12 @@ pub(crate) fn wgrad_launch(
         expert_maps: gpu.expert_maps(experts)?,
         a_base: bases[0],
         b_base: bases[1],
+        clusters: clusters as u32,
+        pad: 0,
     };
-    let grid = gpu.sm_count().min(p.experts * p.m_tiles * p.n_tiles);
+    let tiles = p.experts * p.m_tiles * p.n_tiles;
+    // clusters: an even grid (whole clusters; on the H200 all 66 fit at once)
+    let grid = if clusters { (gpu.sm_count() / 2 * 2).min(tiles) } else { gpu.sm_count().min(tiles) };
     Ok((p, Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM)))
 }
 

@@ -382,6 +382,11 @@ pub struct WgradGemm {
     /// A's and B's first row (global addresses; rows of 2 M and 2 N bytes): what `wgrad_expert_maps` offsets.
     pub a_base: u64,
     pub b_base: u64,
+    /// 1: launched as the 2-CTA cluster form (`grouped_wgrad_*_mc`: static pairs of m-tiles sharing B; m_tiles
+    /// even); 0: single CTAs.
+    pub clusters: u32,
+    /// Zero (the block is whole 8-byte words).
+    pub pad: u32,
 }
 
 /// The per-expert tensor maps of a weight gradient (kernel `wgrad_expert_maps`, launched just before the
@@ -762,7 +767,7 @@ mod tests {
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
-            ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 6 * 4 + size_of::<Combine>()),
+            ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),
             ("WgradMaps", size_of::<WgradMaps>(), 7 * 8 + 4 * 4),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),

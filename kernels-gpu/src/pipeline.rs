@@ -160,34 +160,52 @@ impl<const Q: u32> TileQueue<Q> {
 /// this block's id; the next is the block's own grid-th (static round robin) or, with a run-time counter, the grid
 /// plus the counter's next value (the counter zeroed by the host before the launch: blocks that finish early take
 /// more). With `order` (shared memory, u32 [experts]: the experts busiest first, `order[rank] = expert`) index i
-/// is tile i % per of the expert ranked i / per, else tile i; past `total` it is `total` (the end).
+/// is tile i % per of the expert ranked i / per, else tile i; past `total` it is `total` (the end). `PAIRS`: 2-CTA
+/// clusters walking pairs of m-tiles (one expert, one n-tile) statically, index i the cluster's (this block's id / 2,
+/// the cluster count the grid) and the block's tile m-tile 2 m-pair + its rank in the cluster.
 #[derive(Clone, Copy)]
-pub struct TileWalk {
+pub struct TileWalk<const PAIRS: bool> {
     index: u32,
     total: u32,
     per: u32,
+    n_tiles: u32,
     order: Option<u32>,
     sched: *mut u32,
 }
 
-impl TileWalk {
-    /// This block's walk over `total` tiles of `per` an expert; `sched` the counter (0: static); `order` as above.
+impl<const PAIRS: bool> TileWalk<PAIRS> {
+    /// Tiles in a pair unit (`PAIRS`) or in a walk index.
+    const DIV: u32 = if PAIRS { 2 } else { 1 };
+
+    /// This block's walk over `total` tiles, `per` an expert (`n_tiles` of them in a row of m-tiles); `sched` the
+    /// counter (0: static; `PAIRS` walks statically); `order` as above.
     /// SAFETY: the one producer thread of each block; `sched` 0 or a u32 zeroed before the launch; `order` written
-    /// and published by a block barrier before.
+    /// and published by a block barrier before; with `PAIRS` an even number of m-tiles and a cluster launch.
     #[inline(always)]
-    pub unsafe fn new(total: u32, per: u32, sched: u64, order: Option<u32>) -> Self {
-        TileWalk { index: crate::ptx::regs::bid(), total, per, order, sched: sched as *mut u32 }
+    pub unsafe fn new(total: u32, per: u32, n_tiles: u32, sched: u64, order: Option<u32>) -> Self {
+        let index = crate::ptx::regs::bid() / Self::DIV;
+        TileWalk { index, total, per, n_tiles, order, sched: sched as *mut u32 }
     }
 
     /// The current index's tile (`total`: none left). SAFETY: the thread that made the walk.
     #[inline(always)]
     pub unsafe fn tile(&self) -> u32 {
-        match self.order {
-            _ if self.index >= self.total => self.total,
+        let units = self.per / Self::DIV;
+        if self.index >= self.total / Self::DIV {
+            return self.total;
+        }
+        let unit = match self.order {
             Some(order) => {
-                crate::scheduler::busiest_first_tile(self.index, self.per, |r| crate::ptx::smem::ld_u32(order + 4 * r))
+                crate::scheduler::busiest_first_tile(self.index, units, |r| crate::ptx::smem::ld_u32(order + 4 * r))
             }
             None => self.index,
+        };
+        if PAIRS {
+            // pair unit (expert, m-pair, n-tile) -> this block's tile (m-tile 2 m-pair + its rank)
+            let (e, local, rank) = (unit / units, unit % units, crate::ptx::regs::bid() % 2);
+            e * self.per + (2 * (local / self.n_tiles) + rank) * self.n_tiles + local % self.n_tiles
+        } else {
+            unit
         }
     }
 
@@ -196,8 +214,8 @@ impl TileWalk {
     /// that made the walk, once per tile it took.
     #[inline(always)]
     pub unsafe fn advance(&mut self) {
-        let grid = crate::ptx::regs::nctaid();
-        self.index = if self.sched.is_null() {
+        let grid = crate::ptx::regs::nctaid() / Self::DIV;
+        self.index = if PAIRS || self.sched.is_null() {
             self.index + grid
         } else {
             grid + crate::ptx::sync::atom_add_relaxed_gpu(self.sched, 1)

@@ -20,7 +20,7 @@ use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
 use crate::pipeline::{Ring, TileQueue, TileWalk};
-use crate::ptx::{fence, global, math, regs, smem, sync, tma, wgmma};
+use crate::ptx::{cluster, fence, global, math, regs, smem, sync, tma, wgmma};
 use crate::scheduler::busiest_rank;
 
 /// Pipeline depth.
@@ -76,30 +76,56 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
 /// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
-    grouped_wgrad::<false, false>(&p);
+    grouped_wgrad::<false, false, false>(&p);
 }
 
 /// As `grouped_wgrad_f32`, and the producer warpgroup's warps 1..3 run `p.combine` meanwhile ([`combine`]).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv(p: WgradGemm) {
-    grouped_wgrad::<true, false>(&p);
+    grouped_wgrad::<true, false, false>(&p);
 }
 
 /// As `grouped_wgrad_f32` with C in bf16 (each element rounded once from the f32 accumulator; with
 /// `accumulate`, the copy engine's bf16 add into C).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16(p: WgradGemm) {
-    grouped_wgrad::<false, true>(&p);
+    grouped_wgrad::<false, true, false>(&p);
 }
 
 /// As `grouped_wgrad_bf16`, with the combine of `grouped_wgrad_f32_mv`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv(p: WgradGemm) {
-    grouped_wgrad::<true, true>(&p);
+    grouped_wgrad::<true, true, false>(&p);
+}
+
+/// As `grouped_wgrad_f32` in 2-CTA clusters (`p.clusters`): the two CTAs of a cluster take m-tiles 2i and 2i + 1
+/// of one expert and n-tile, each loading its own A and half of the shared B into both (TMA multicast); a static
+/// schedule over the pairs, busiest expert first. M a multiple of 256 (an even number of m-tiles).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mc(p: WgradGemm) {
+    grouped_wgrad::<false, false, true>(&p);
+}
+
+/// `grouped_wgrad_f32_mv` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv_mc(p: WgradGemm) {
+    grouped_wgrad::<true, false, true>(&p);
+}
+
+/// `grouped_wgrad_bf16` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mc(p: WgradGemm) {
+    grouped_wgrad::<false, true, true>(&p);
+}
+
+/// `grouped_wgrad_bf16_mv` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv_mc(p: WgradGemm) {
+    grouped_wgrad::<true, true, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
+unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
     // (the combine then writes nothing either, as `combine_rows` would not)
     if routing_failed(p.error) {
@@ -111,27 +137,39 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool>(p: &WgradGemm) {
     let t = regs::tid();
     // the run-time schedule hands out the experts' tiles busiest first (the last tiles taken are short); the
     // ranking by every thread, between two block barriers (uniform: kernel parameters only)
-    let busiest_first = p.sched != 0 && p.experts <= SORT_MAX;
+    // (the clusters' static pairs too: both CTAs of a cluster rank alike, from the same offsets)
+    let busiest_first = (p.sched != 0 || MC) && p.experts <= SORT_MAX;
     if busiest_first {
         rank_experts(p.experts, p.offsets as *const u32, base + ORDER_AT, t);
     }
     if t == 0 {
         queue.init(8);
-        ring.init(8); // one arrival per consumer warp (and the mbarrier-init fence for both)
+        // one arrival per consumer warp (and the mbarrier-init fence for both); in a cluster both CTAs' warps
+        // release each stage (half of B came from the peer, which must not overwrite it before this CTA is done)
+        ring.init(if MC { 16 } else { 8 });
     }
-    sync::block_sync();
+    if MC {
+        // the peer's barriers are initialised before any multicast or remote arrival reaches them
+        cluster::sync();
+    } else {
+        sync::block_sync();
+    }
     // read by each role after its register reallocation (a value live across it may be spilled)
     let total = || p.experts * p.m_tiles * p.n_tiles;
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce(p, base, ring, queue, total(), p.sched != 0 && p.experts <= SORT_MAX);
+            produce::<MC>(p, base, ring, queue, total(), (p.sched != 0 || MC) && p.experts <= SORT_MAX);
         } else if MV && t >= 32 {
             combine(&p.combine, t / 32 - 1, t % 32);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF>(p, base, ring, queue, total(), t / 128 - 1);
+        consume::<BF, MC>(p, base, ring, queue, total(), t / 128 - 1);
+    }
+    if MC {
+        // no CTA leaves while its peer may still multicast into it or arrive on its empty barriers (every thread)
+        cluster::sync();
     }
 }
 
@@ -159,7 +197,7 @@ pub(crate) unsafe fn combine(c: &Combine, w: u32, lane: u32) {
 /// (`rank_experts` has run) index i is tile i % per of the expert ranked i / per (per = an expert's tiles), else
 /// tile i. The weight gradients are the same bits either way (each tile is one block's, its rows in order).
 #[inline(always)]
-unsafe fn produce(
+unsafe fn produce<const MC: bool>(
     p: &WgradGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -168,7 +206,10 @@ unsafe fn produce(
     busiest_first: bool,
 ) {
     let order = if busiest_first { Some(base + ORDER_AT) } else { None };
-    let mut walk = TileWalk::new(total, p.m_tiles * p.n_tiles, p.sched, order);
+    // MC: the walk is over pairs of m-tiles (the cluster's index, its rank the m-tile of the pair), statically
+    let mut walk = TileWalk::<MC>::new(total, p.m_tiles * p.n_tiles, p.n_tiles, if MC { 0 } else { p.sched }, order);
+    // MC: this CTA's half of each stage's B goes to both CTAs of the cluster
+    let rank = regs::bid() % 2;
     let mut it = 0u32;
     let mut j = 0u32;
     // the expert whose maps this thread acquired last (an acquire makes the copy engine fetch the map afresh:
@@ -203,7 +244,13 @@ unsafe fn produce(
             tma::load_2d(st + BOX, map_a, (ti.mt * 128 + 64) as i32, row, fb);
             let mut q = 0;
             while q < 4 {
-                tma::load_2d(st + A_BYTES + q * BOX, map_b, (ti.nt * 256 + 64 * q) as i32, row, fb);
+                let (dst, c0) = (st + A_BYTES + q * BOX, (ti.nt * 256 + 64 * q) as i32);
+                if !MC {
+                    tma::load_2d(dst, map_b, c0, row, fb);
+                } else if q / 2 == rank {
+                    // this CTA's half of the pair's B, into both CTAs (the same offsets, each CTA's full barrier)
+                    tma::load_2d_mc(dst, map_b, c0, row, fb, 0b11);
+                }
                 q += 1;
             }
             it += 1;
@@ -231,8 +278,20 @@ pub(crate) unsafe fn rank_experts(experts: u32, off: *const u32, order: u32, t: 
     }
 }
 
+/// Consumer warp: give back the stage of iteration `it - 1` (in a cluster to both CTAs: lanes 0 and 1).
 #[inline(always)]
-unsafe fn consume<const BF: bool>(
+unsafe fn release<const MC: bool>(ring: &Ring<STAGES>, it: u32, lane: u32) {
+    if MC {
+        if lane < 2 {
+            ring.release_prev_cluster(it, lane);
+        }
+    } else if lane == 0 {
+        ring.release_prev(it);
+    }
+}
+
+#[inline(always)]
+unsafe fn consume<const BF: bool, const MC: bool>(
     p: &WgradGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -267,8 +326,8 @@ unsafe fn consume<const BF: bool>(
             }
             wgmma::commit_group();
             wgmma::wait_group::<1>();
-            if kt > 0 && lane == 0 {
-                ring.release_prev(it);
+            if kt > 0 {
+                release::<MC>(&ring, it, lane);
             }
             it += 1;
             kt += 1;
@@ -277,8 +336,8 @@ unsafe fn consume<const BF: bool>(
         // in the others and serialise every wgmma of the kernel (C7518)
         wgmma::wait_group::<0>();
         wgmma::fence_operand_128(&mut acc);
-        if kt_n > 0 && lane == 0 {
-            ring.release_prev(it);
+        if kt_n > 0 {
+            release::<MC>(&ring, it, lane);
         }
         let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
         let row0 = ti.mt * 128 + cw * 64;

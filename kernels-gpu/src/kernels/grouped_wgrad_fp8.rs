@@ -149,7 +149,7 @@ unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, 
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
     let order = if p.sched != 0 && p.experts <= SORT_MAX { Some(base + ORDER_AT) } else { None };
-    let mut walk = TileWalk::new(total, (p.m / 128) * (p.n / 128), p.sched, order);
+    let mut walk = TileWalk::<false>::new(total, (p.m / 128) * (p.n / 128), p.n / 128, p.sched, order);
     let mut it = 0u32;
     let mut j = 0u32;
     loop {
