@@ -702,6 +702,33 @@ fn wgrad_clusters_agree<W: El>() {
     for (m, n, accumulate) in [(256, 768, false), (256, 768, true), (512, 200, false), (320, 256, false)] {
         schedule_agrees::<W>(gemm::WgradSched::Clusters, &counts, m, n, accumulate);
     }
+    // more experts than the ranking holds (the pairs in expert order)
+    let many: Vec<u32> = (0..300u32).map(|i| if i % 37 == 5 { 400 + i } else { (7 * i) % 50 }).collect();
+    schedule_agrees::<W>(gemm::WgradSched::Clusters, &many, 256, 128, false);
+    // the cluster form is what runs (M = 256), the single-CTA one at M = 320
+    let s = setup(&[5, 70]);
+    let g = s.g.clone();
+    let (a, b, off) = (
+        g.alloc::<bf16>(s.rows_max * 320).unwrap(),
+        g.alloc::<bf16>(s.rows_max * 128).unwrap(),
+        g.upload(&s.offsets).unwrap(),
+    );
+    for (m, want) in [(256, true), (320, false)] {
+        let mut c = g.alloc::<W>(2 * m * 128).unwrap();
+        let args = WgradArgs {
+            a: &a,
+            b: &b,
+            offsets: &off,
+            c: &mut c,
+            experts: 2,
+            m,
+            n: 128,
+            rows_max: s.rows_max,
+            accumulate: false,
+        };
+        let k = gemm::with_wgrad_sched(gemm::WgradSched::Clusters, || args.prepare(&g).unwrap().kernel()).unwrap();
+        assert_eq!(k.ends_with("_mc"), want, "M = {m}: {k}");
+    }
 }
 gpu_test!(wgrad_clusters_agree_with_single_cta, wgrad_clusters_agree::<f32>());
 gpu_test!(wgrad_bf16_clusters_agree_with_single_cta, wgrad_clusters_agree::<bf16>());

@@ -365,9 +365,9 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
 /// expert order), so the tiles of busy experts (a tile costs its expert's rows) spread over the blocks and the
 /// last tiles taken are short; [`WgradSched::Static`] every grid-th tile (the schedule before the twenty-first
 /// session: with skewed routing, Zipf 1.0 over 128 experts, dW2 16% and dW1 10% slower than with uniform
-/// routing). [`WgradSched::Clusters`] (experimental): static pairs of m-tiles (one expert, one n-tile) in 2-CTA
-/// clusters sharing B by multicast, busiest expert first, where M is a multiple of 256 (else as `Static`). The same
-/// bits in every form. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset), `static` or `clusters`; another
+/// routing). [`WgradSched::Clusters`] (experimental, bf16 weight gradients only; the FP8 ones run `Static` under
+/// it): static pairs of m-tiles (one expert, one n-tile) in 2-CTA clusters sharing B by multicast, busiest expert
+/// first, where the m-tiles (of 128 rows of C_e) are even in number (else as `Static`). The same bits in every form. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset), `static` or `clusters`; another
 /// value is an `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WgradSched {
@@ -537,17 +537,23 @@ pub(crate) unsafe fn launch_wgrad(gpu: &Gpu, kernel: &'static str, cfg: Launch, 
     };
     let t = kh::WGRAD_MAPS_THREADS;
     let build = Launch::new((2 * p.experts).div_ceil(t).max(1), t, 0);
-    let kernel = if p.clusters != 0 { wgrad_cluster_kernel(kernel)? } else { kernel };
+    let (kernel, mut cfg) = (if p.clusters != 0 { wgrad_cluster_kernel(kernel)? } else { kernel }, cfg);
+    if p.clusters != 0 {
+        // whole clusters, all resident at once (the static walk over the pairs takes any even grid)
+        let fit = gpu.max_active_clusters(kernel, cfg)?;
+        cfg = Launch::new(cfg.grid.0.min(2 * fit), cfg.block, cfg.smem);
+    }
     gpu.launch_counted_after(("wgrad_expert_maps", build, &maps), p.sched, kernel, cfg, p)
 }
 
-/// The 2-CTA cluster form of weight-gradient kernel `kernel` ([`WgradSched::Clusters`]).
+/// The 2-CTA cluster form of weight-gradient kernel `kernel` ([`WgradSched::Clusters`]; a cluster form maps to
+/// itself).
 fn wgrad_cluster_kernel(kernel: &'static str) -> Result<&'static str> {
     Ok(match kernel {
-        "grouped_wgrad_f32" => "grouped_wgrad_f32_mc",
-        "grouped_wgrad_f32_mv" => "grouped_wgrad_f32_mv_mc",
-        "grouped_wgrad_bf16" => "grouped_wgrad_bf16_mc",
-        "grouped_wgrad_bf16_mv" => "grouped_wgrad_bf16_mv_mc",
+        "grouped_wgrad_f32" | "grouped_wgrad_f32_mc" => "grouped_wgrad_f32_mc",
+        "grouped_wgrad_f32_mv" | "grouped_wgrad_f32_mv_mc" => "grouped_wgrad_f32_mv_mc",
+        "grouped_wgrad_bf16" | "grouped_wgrad_bf16_mc" => "grouped_wgrad_bf16_mc",
+        "grouped_wgrad_bf16_mv" | "grouped_wgrad_bf16_mv_mc" => "grouped_wgrad_bf16_mv_mc",
         k => return Err(Error::InvalidArgument(format!("{k} has no 2-CTA cluster form"))),
     })
 }
@@ -820,9 +826,11 @@ impl<'a, W: WgradElem> WgradArgs<'a, W> {
         let (offsets, c) = (dptr(self.offsets, &s), dptr(self.c, &s));
         let bases = [dptr(self.a, &s), dptr(self.b, &s)];
         let (p, launch) = wgrad_launch(gpu, maps, bases, offsets, c, 0, e, m, n, self.accumulate)?;
+        // the kernel that runs (the 2-CTA cluster form under `WgradSched::Clusters`), as `kernel()` reports it
+        let kernel = if p.clusters != 0 { wgrad_cluster_kernel(W::KERNEL)? } else { W::KERNEL };
         Ok(Prepared {
             ordinal: gpu.ordinal(),
-            block: Block::K(W::KERNEL, launch, p),
+            block: Block::K(kernel, launch, p),
             _maps: vec![map_a, map_b, map_c],
             _bufs: PhantomData,
         })

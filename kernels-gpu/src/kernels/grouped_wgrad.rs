@@ -100,7 +100,7 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv(p: WgradGemm) {
 
 /// As `grouped_wgrad_f32` in 2-CTA clusters (`p.clusters`): the two CTAs of a cluster take m-tiles 2i and 2i + 1
 /// of one expert and n-tile, each loading its own A and half of the shared B into both (TMA multicast); a static
-/// schedule over the pairs, busiest expert first. M a multiple of 256 (an even number of m-tiles).
+/// schedule over the pairs, busiest expert first. An even number of m-tiles (`p.clusters`: the host's check).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mc(p: WgradGemm) {
     grouped_wgrad::<false, false, true>(&p);
@@ -127,7 +127,8 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv_mc(p: WgradGemm) {
 #[inline(always)]
 unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
-    // (the combine then writes nothing either, as `combine_rows` would not)
+    // (the combine then writes nothing either, as `combine_rows` would not); in a cluster both CTAs read the same
+    // word, settled by an earlier kernel, so both return or neither (one alone would leave its peer waiting)
     if routing_failed(p.error) {
         return;
     }
