@@ -279,6 +279,37 @@ pub(crate) unsafe fn rank_experts(experts: u32, off: *const u32, order: u32, t: 
     }
 }
 
+/// One k-tile (ring iteration `it`, the tile's k-tile `kt`) of a consumer warpgroup: wait for the stage, `KS` of its
+/// four k16 wgmma (the rows past an expert's end are zeros: the steps holding only those add nothing), commit,
+/// wait for the previous k-tile's, give its stage back.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kstep<const KS: u32, const MC: bool>(
+    ring: &Ring<STAGES>,
+    base: u32,
+    acc: &mut [f32; 128],
+    it: u32,
+    kt: u32,
+    cw: u32,
+    lane: u32,
+) {
+    ring.wait_full(it);
+    let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+    wgmma::fence();
+    let mut ks = 0;
+    while ks < KS {
+        let da = SmemDesc::new(st + cw * BOX + ks * 2048, BOX, 1024, Layout::Swizzle128B);
+        let db = SmemDesc::new(st + A_BYTES + ks * 2048, BOX, 1024, Layout::Swizzle128B);
+        wgmma::m64n256k16_f32_bf16_ss_tt(acc, da.0, db.0, (kt > 0 || ks > 0) as u32);
+        ks += 1;
+    }
+    wgmma::commit_group();
+    wgmma::wait_group::<1>();
+    if kt > 0 {
+        release::<MC>(ring, it, lane);
+    }
+}
+
 /// Consumer warp: give back the stage of iteration `it - 1` (in a cluster to both CTAs: lanes 0 and 1).
 #[inline(always)]
 unsafe fn release<const MC: bool>(ring: &Ring<STAGES>, it: u32, lane: u32) {
@@ -314,21 +345,14 @@ unsafe fn consume<const BF: bool, const MC: bool>(
         let mut acc = [0f32; 128];
         let mut kt = 0;
         while kt < kt_n {
-            ring.wait_full(it);
-            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            // rows past the expert's end arrive as zeros (its maps end there): nothing to clear
-            wgmma::fence();
-            let mut ks = 0;
-            while ks < BK / 16 {
-                let da = SmemDesc::new(st + cw * BOX + ks * 2048, BOX, 1024, Layout::Swizzle128B);
-                let db = SmemDesc::new(st + A_BYTES + ks * 2048, BOX, 1024, Layout::Swizzle128B);
-                wgmma::m64n256k16_f32_bf16_ss_tt(&mut acc, da.0, db.0, (kt > 0 || ks > 0) as u32);
-                ks += 1;
-            }
-            wgmma::commit_group();
-            wgmma::wait_group::<1>();
-            if kt > 0 {
-                release::<MC>(&ring, it, lane);
+            // rows past the expert's end arrive as zeros (its maps end there): nothing to clear, and the k16 steps
+            // holding none of its rows (in its last, partial k-tile) add nothing, so they are not issued: one
+            // whole k-step per count (a wgmma under a branch inside a k-step makes ptxas serialise them all, C7520)
+            match (ti.r1 - ti.r0 - kt * BK).min(BK).div_ceil(16) {
+                1 => kstep::<1, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                2 => kstep::<2, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                3 => kstep::<3, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                _ => kstep::<4, MC>(&ring, base, &mut acc, it, kt, cw, lane),
             }
             it += 1;
             kt += 1;
