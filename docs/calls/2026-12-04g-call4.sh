@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-second session (not run). Energy per step, ours against PyTorch's: the 30B forward +
+# Prepared in the twenty-second session as next-*.sh; run unchanged as 2026-12-04g call 4 (twenty-third session, docs/RESULTS.md). Energy per step, ours against PyTorch's: the 30B forward +
 # backward (z saved) back to back for 6 s each (MEGAMOE_SOAK: f32 and bf16 weight gradients; PyTorch's
 # torch._grouped_mm layer, bf16), nvidia-smi sampling power and SM clock every 100 ms beside the runs; each SOAK
 # window's mean power and clock, and joules per step = mean power x time per step. The sustained step is
 # power-bound (2026-12-04f call 4: one pass 6.6 ms, sustained 7.4-7.9): this says how much of the 2x against
 # PyTorch is energy. Binary .dev/b30/main/layer (main with the soak option; rebuild: BDIR=.dev/b30 bash
-# docs/calls/2026-12-04c-build.sh main). Command `bash docs/calls/next-energy.sh`, carry [".dev/b30"] (~2.5 min).
+# docs/calls/2026-12-04c-build.sh main). Command `bash docs/calls/2026-12-04g-call4.sh`, carry [".dev/b30"] (~2.5 min).
 . "$(dirname "$0")/prelude.sh" b30
 python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &

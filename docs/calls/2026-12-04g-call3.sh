@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-second session (not run). Call B of docs/wip/wgrad-expert-maps.patch (see call A's header):
+# Prepared in the twenty-second session as next-*.sh; run unchanged as 2026-12-04g call 3 (twenty-third session, docs/RESULTS.md). Call B of docs/wip/wgrad-expert-maps.patch (see call A's header):
 # the timings, against main (.dev/b28/main = 0e67e45: the weight-gradient kernels of main 8c8f692, SASS for SASS). gemm
 # bench at 30B alternating with cuBLAS, random routing, main and maps twice in rotation, then Zipf 1.0 with one seed
 # for both; the layer at 30B, main and maps. Predicted: dW2 / dW1 2-4% faster with f32 output, 3-5% with bf16 (the
@@ -10,7 +10,7 @@
 # "k16" (.dev/b29/k16: maps + clusters + docs/wip/wgrad-skip-empty-k16.patch, default schedule): the empty k16
 # steps of each expert's last k-tile not issued (~0.375 of a k-tile's MMA a tile of ~16.5): predict 1-2% on dW1 /
 # dW2 over maps.
-# Command `bash docs/calls/next-wgrad-expert-maps-b.sh`, carry [".dev/b28", ".dev/b29"] (~6 min).
+# Command `bash docs/calls/2026-12-04g-call3.sh`, carry [".dev/b28", ".dev/b29"] (~6 min).
 . "$(dirname "$0")/prelude.sh" b29
 for f in b28/*/*.gz; do [ -f "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
 for v in b28/main b29/maps b29/k16 b29/mc:clusters b28/main b29/maps b29/k16 b29/mc:clusters b28/main:zipf b29/k16:zipf; do
