@@ -28,6 +28,11 @@
 //! experts of random routing cost; `zipf:S` skews it (expert popularity 1 / rank^S; each shape prints its busiest
 //! and idlest expert's rows).
 //!
+//! `MEGAMOE_SOAK=S`: after each alternating line, S seconds of our launch back to back, then S seconds of cuBLAS's
+//! (`SOAK` lines with wall-clock bounds, for nvidia-smi's power and clock samples beside the run: the sustained
+//! time and the energy of a launch under the 700 W cap); `MEGAMOE_SOAK_ONLY=dW` soaks only the GEMMs whose name
+//! contains it.
+//!
 //! `cargo bench --bench gemm`; on the GPU machine `bash gemm_h200.sh OUT` (it finds libcublas in PyTorch's
 //! pip packages and runs `benches/torch_gemm.py` beside it). With `MEGAMOE_GEMM_COUNTS_DIR` set, the
 //! per-expert row counts are written there for the PyTorch partner (`gemm_counts_<shape>.txt`).
@@ -45,6 +50,8 @@ use megamoe::{check, Gpu};
 
 #[path = "common/routing_env.rs"]
 mod routing_env;
+#[path = "common/soak.rs"]
+mod soak;
 
 const WARM: usize = 3;
 const REPS: usize = 20;
@@ -433,6 +440,23 @@ fn vs_dense(
     let (ours, theirs) = time_alternating(g, || p.launch(g).s(), || bl.gemm(a_t, b_t, m, n, k, a, b, c, c_f32))?;
     let tf = |us: f64| 2.0 * m as f64 * n as f64 * k as f64 / (us * 1e-6) / 1e12;
     let target = if k_grouped { 0.8 } else { 0.9 };
+    let soak_only = std::env::var("MEGAMOE_SOAK_ONLY").unwrap_or_default();
+    if let Some(secs) = soak::seconds().filter(|_| what.contains(soak_only.as_str())) {
+        // ours, then cuBLAS's, each back to back for `secs` seconds, a device wait every 10 launches
+        let chunk = |f: &mut dyn FnMut() -> R<()>| {
+            time_fn(g, || (0..10).try_for_each(|_| f())).map(|us| us * 1e-3)
+        };
+        let mut ours_f = || p.launch(g).s();
+        let mut theirs_f = || bl.gemm(a_t, b_t, m, n, k, a, b, c, c_f32);
+        for (who, f) in [("megamoe", &mut ours_f as &mut dyn FnMut() -> R<()>), ("cuBLAS dense", &mut theirs_f)] {
+            let (n_l, us, t0, t1) = soak::run(secs, 10, || chunk(&mut *f))?;
+            println!(
+                "SOAK gemm {shape} {what} {who}: {n_l} launches, {us:.1} us a launch (device events), {:.0} TFLOP/s, \
+                 from {t0:.3} to {t1:.3} (unix s)",
+                tf(us)
+            );
+        }
+    }
     let ratio = theirs / ours;
     println!(
         "RESULT gemm-alternating {shape} {what} ({}) M={m} N={n} K={k}: megamoe {ours:.0} us {:.0} TFLOP/s | cuBLAS \

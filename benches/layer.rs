@@ -33,6 +33,8 @@ use megamoe::{check, gemm, Gpu};
 
 #[path = "common/routing_env.rs"]
 mod routing_env;
+#[path = "common/soak.rs"]
+mod soak;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -43,17 +45,6 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// kernels of one warm iteration are launches 4 * 7 + 17 .. of each shape's forward + backward pass).
 fn timed_reps() -> usize {
     std::env::var("MEGAMOE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(20)
-}
-
-/// `MEGAMOE_SOAK=S`: after the timed passes, S seconds of z-saved forward + backward steps back to back (each
-/// weight-gradient type), printed as `SOAK` lines with their wall-clock bounds.
-fn soak_seconds() -> Option<f64> {
-    std::env::var("MEGAMOE_SOAK").ok().and_then(|v| v.parse().ok()).filter(|&s: &f64| s > 0.0)
-}
-
-/// Seconds since the Unix epoch (the clock nvidia-smi's samples are matched against).
-fn unix_s() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng) -> megamoe::Result<()> {
@@ -180,17 +171,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     }
     let ms: Vec<f64> = times.into_iter().map(median).collect();
     let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[3]);
-    if let Some(secs) = soak_seconds() {
+    if let Some(secs) = soak::seconds() {
         // steps back to back for `secs` seconds each (the z-saved forward + backward, f32 then bf16 weight
         // gradients; a device wait every 10 steps only), with wall-clock bounds to match the GPU's power and clock
         // samples taken beside the run (docs/calls: nvidia-smi every 100 ms): the sustained rate a training loop
         // sees, and the energy a step takes
         for (label, bf16_grads) in [("f32", false), ("bf16", true)] {
             let layer = &mut all[1];
-            let t0 = unix_s();
-            let (mut steps, mut ms) = (0usize, 0.0);
-            while unix_s() - t0 < secs {
-                ms += g.timed(|| {
+            let (steps, us, t0, t1) = soak::run(secs, 10, || {
+                g.timed(|| {
                     for _ in 0..10 {
                         let sv = layer.forward(&inp, &mut out)?;
                         if bf16_grads {
@@ -214,14 +203,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
                         }
                     }
                     Ok(())
-                })?;
-                steps += 10;
-            }
-            let t1 = unix_s();
+                })
+            })?;
             println!(
-                "SOAK megamoe forward+backward (z saved, {label} weight gradients) {name}: {steps} steps, {:.1} us a \
-                 step (device events), from {t0:.3} to {t1:.3} (unix s)",
-                ms * 1e3 / steps as f64
+                "SOAK megamoe forward+backward (z saved, {label} weight gradients) {name}: {steps} steps, {us:.1} us a \
+                 step (device events), from {t0:.3} to {t1:.3} (unix s)"
             );
         }
     }
