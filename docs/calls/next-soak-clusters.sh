@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Prepared in the twenty-third session (not run). Energy per launch under sustained load, each GEMM of the 30B layer
+# against cuBLAS's dense GEMM, single-CTA kernels against the 2-CTA cluster forms, and the layer likewise.
+# Why: 2026-12-04g call 4 found the sustained 30B step power-bound (692 W, SM clock ~1440 MHz of 1980): its time
+# is its energy. cuBLAS's kernels are 2-CTA clusters (2026-12-04f call 7); every cluster form of ours lost 2-3% in
+# short alternating runs (at whatever clock those ran), but a cluster sharing an operand by multicast reads ~25%
+# fewer L2 -> SM bytes per FLOP, which costs energy, not only time. So: under a soak, do the cluster forms take
+# less energy per launch, and so less time, than the single-CTA ones?
+# Predicted: (1) every soak window at the cap (>= 680 W) but perhaps the weight gradients' f32 epilogue phases;
+# (2) ours / cuBLAS in sustained time within +-3% of the alternating ratio; (3) the clusters (`MEGAMOE_MC=ab`:
+# A shared for GEMM1, GEMM2 and dx, B for dh + SwiGLU backward; `MEGAMOE_WGRAD_SCHED=clusters` for dW1 / dW2)
+# take 2-5% fewer joules per launch than single-CTA, which under the cap makes them 0-3% faster sustained even
+# where they were 2-3% slower alternating; the layer's sustained step 1-3% faster with them. If (3) holds, make
+# the cluster forms the default (the weight gradients' then need a run-time pair schedule for skewed routing).
+# Binaries .dev/b32/main (main 98bb172: `BDIR=.dev/b32 bash docs/calls/2026-12-04c-build.sh main`).
+# Command `bash docs/calls/next-soak-clusters.sh`, carry [".dev/b32"] (~5 min).
+. "$(dirname "$0")/prelude.sh" b32
+python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
+smi=$!
+MEGAMOE_SOAK=3 MEGAMOE_BENCH_ONLY=30B timeout 150 b32/main/gemm --bench > $OUT/r/gemm.txt 2>&1
+echo "== gemm single-CTA rc $? at $(el) s"
+MEGAMOE_SOAK=3 MEGAMOE_MC=ab MEGAMOE_WGRAD_SCHED=clusters MEGAMOE_BENCH_ONLY=30B timeout 150 b32/main/gemm --bench > $OUT/r/gemm_mc.txt 2>&1
+echo "== gemm clusters rc $? at $(el) s"
+MEGAMOE_SOAK=6 MEGAMOE_BENCH_ONLY=30B timeout 120 b32/main/layer --bench > $OUT/r/layer.txt 2>&1
+echo "== layer single-CTA rc $? at $(el) s"
+MEGAMOE_SOAK=6 MEGAMOE_MC=ab MEGAMOE_WGRAD_SCHED=clusters MEGAMOE_BENCH_ONLY=30B timeout 120 b32/main/layer --bench > $OUT/r/layer_mc.txt 2>&1
+echo "== layer clusters rc $? at $(el) s"
+kill $smi
+for f in gemm gemm_mc; do
+  echo "-- $f"
+  grep -E "RESULT gemm-alternating" $OUT/r/$f.txt | sed -E "s/.*(fwd|bwd) ([^(]*(\([^)]*\))?) \((K|M)-grouped.*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2: \5 \6 \7/"
+  grep -E "FAILED|rel err [0-9.e+-]+ .*all written: false" $OUT/r/$f.txt | cut -c1-200 | head -4
+done
+grep -h "^RESULT megamoe forward+backward (z saved" $OUT/r/layer.txt $OUT/r/layer_mc.txt | cut -c1-200
+python3 ../benches/energy.py $OUT/r gemm.txt gemm_mc.txt layer.txt layer_mc.txt | sed -E 's/Qwen3-30B-A3B //'
+echo "total $(el) s"
