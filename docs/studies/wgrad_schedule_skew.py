@@ -52,7 +52,7 @@ def main():
             nat = tiles(rows, m, n, range(E))
             lpt = tiles(rows, m, n, sorted(range(E), key=lambda e: -rows[e]))
             ideal = sum(nat) / G
-            # 2-CTA clusters (docs/wip/wgrad-clusters.patch): G / 2 pairs walk the pair units (half the tiles, the
+            # 2-CTA clusters (landed as `MEGAMOE_WGRAD_SCHED=clusters`, 2026-12-04g): G / 2 pairs walk the pair units (half the tiles, the
             # same cost each) statically, busiest expert first
             pairs = lpt[::2]
             out.append(f"{name} static {static(nat) / ideal:.3f} run-time {dynamic(nat) / ideal:.3f} "
