@@ -443,9 +443,7 @@ fn vs_dense(
     let soak_only = std::env::var("MEGAMOE_SOAK_ONLY").unwrap_or_default();
     if let Some(secs) = soak::seconds().filter(|_| what.contains(soak_only.as_str())) {
         // ours, then cuBLAS's, each back to back for `secs` seconds, a device wait every 10 launches
-        let chunk = |f: &mut dyn FnMut() -> R<()>| {
-            time_fn(g, || (0..10).try_for_each(|_| f())).map(|us| us * 1e-3)
-        };
+        let chunk = |f: &mut dyn FnMut() -> R<()>| time_fn(g, || (0..10).try_for_each(|_| f())).map(|us| us * 1e-3);
         let mut ours_f = || p.launch(g).s();
         let mut theirs_f = || bl.gemm(a_t, b_t, m, n, k, a, b, c, c_f32);
         for (who, f) in [("megamoe", &mut ours_f as &mut dyn FnMut() -> R<()>), ("cuBLAS dense", &mut theirs_f)] {
