@@ -10,11 +10,11 @@
 # Predicted: tests pass (a wrong hand-over shows as a hang, cut by the timeout, or as tiles missing or doubled:
 # NaN or a bit difference); random routing: clusters 1-3% faster on dW1 / dW2 than the default, as the static
 # pairs were in 2026-12-04g call 3; Zipf 1.0: the same 1-3% (the static pairs' walk models 6-13% over ideal there).
-# Binaries .dev/b33/pairs (branch wgrad-pairs, dc7b435: `git checkout wgrad-pairs && BDIR=.dev/b33 bash
+# Binaries .dev/b33/pairs (branch wgrad-pairs, f836776: `git checkout wgrad-pairs && BDIR=.dev/b33 bash
 # docs/calls/2026-12-04c-build.sh pairs grouped_gemm layer_backward`). Command `bash docs/calls/next-wgrad-pairs.sh`,
 # carry [".dev/b33"] (~3.5 min).
 . "$(dirname "$0")/prelude.sh" b33
-timeout 150 b33/pairs/grouped_gemm --include-ignored --test-threads=1 > $OUT/r/grouped_gemm.txt 2>&1
+timeout 240 b33/pairs/grouped_gemm --include-ignored --test-threads=1 > $OUT/r/grouped_gemm.txt 2>&1
 echo "== grouped_gemm rc $? at $(el) s: $(grep 'test result' $OUT/r/grouped_gemm.txt)"
 grep -E "FAILED|panicked|\.\.\. $" $OUT/r/grouped_gemm.txt | cut -c1-300 | head -6
 timeout 60 b33/pairs/layer_backward clustered --include-ignored --test-threads=1 > $OUT/r/layer_backward.txt 2>&1
