@@ -12,8 +12,11 @@
 # take 2-5% fewer joules per launch than single-CTA, which under the cap makes them 0-3% faster sustained even
 # where they were 2-3% slower alternating; the layer's sustained step 1-3% faster with them. If (3) holds, make
 # the cluster forms the default (the weight gradients' then need a run-time pair schedule for skewed routing).
+# Also the forward GEMMs soaked with balanced routing (every expert 1024 rows: no partial m-tiles): predicted 4-6%
+# fewer joules a launch than random routing (the padding rows' MMAs, ~6% of the M-grouped tensor work, on real
+# data); if so, zeroing or skipping them (per-expert A maps, as the weight gradients have) is worth building.
 # Binaries .dev/b32/main (main 98bb172: `BDIR=.dev/b32 bash docs/calls/2026-12-04c-build.sh main`).
-# Command `bash docs/calls/next-soak-clusters.sh`, carry [".dev/b32"] (~5 min).
+# Command `bash docs/calls/next-soak-clusters.sh`, carry [".dev/b32"] (~6 min).
 . "$(dirname "$0")/prelude.sh" b32
 python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
@@ -22,16 +25,18 @@ MEGAMOE_SOAK=3 MEGAMOE_BENCH_ONLY=30B timeout 150 b32/main/gemm --bench > $OUT/r
 echo "== gemm single-CTA rc $? at $(el) s"
 MEGAMOE_SOAK=3 MEGAMOE_MC=ab MEGAMOE_WGRAD_SCHED=clusters MEGAMOE_BENCH_ONLY=30B timeout 150 b32/main/gemm --bench > $OUT/r/gemm_mc.txt 2>&1
 echo "== gemm clusters rc $? at $(el) s"
+MEGAMOE_SOAK=3 MEGAMOE_SOAK_ONLY=GEMM MEGAMOE_BENCH_ROUTING=balanced MEGAMOE_BENCH_ONLY=30B timeout 90 b32/main/gemm --bench > $OUT/r/gemm_balanced.txt 2>&1
+echo "== gemm balanced rc $? at $(el) s"
 MEGAMOE_SOAK=6 MEGAMOE_BENCH_ONLY=30B timeout 120 b32/main/layer --bench > $OUT/r/layer.txt 2>&1
 echo "== layer single-CTA rc $? at $(el) s"
 MEGAMOE_SOAK=6 MEGAMOE_MC=ab MEGAMOE_WGRAD_SCHED=clusters MEGAMOE_BENCH_ONLY=30B timeout 120 b32/main/layer --bench > $OUT/r/layer_mc.txt 2>&1
 echo "== layer clusters rc $? at $(el) s"
 kill $smi
-for f in gemm gemm_mc; do
+for f in gemm gemm_mc gemm_balanced; do
   echo "-- $f"
   grep -E "RESULT gemm-alternating" $OUT/r/$f.txt | sed -E "s/.*(fwd|bwd) ([^(]*(\([^)]*\))?) \((K|M)-grouped.*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2: \5 \6 \7/"
   grep -E "FAILED|rel err [0-9.e+-]+ .*all written: false" $OUT/r/$f.txt | cut -c1-200 | head -4
 done
 grep -h "^RESULT megamoe forward+backward (z saved" $OUT/r/layer.txt $OUT/r/layer_mc.txt | cut -c1-200
-python3 ../benches/energy.py $OUT/r gemm.txt gemm_mc.txt layer.txt layer_mc.txt | sed -E 's/Qwen3-30B-A3B //'
+python3 ../benches/energy.py $OUT/r gemm.txt gemm_mc.txt gemm_balanced.txt layer.txt layer_mc.txt | sed -E 's/Qwen3-30B-A3B //'
 echo "total $(el) s"
