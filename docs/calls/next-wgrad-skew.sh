@@ -13,15 +13,15 @@
 # that; lead 3 no better than 2 (one stage of latency cover left). The M-grouped GEMMs unchanged (not touched).
 # Layer fwd + bwd (f32 weight gradients) -60..-150 us with lead 2. A hang (cut by the timeouts) or a bit difference
 # in the tests means the hand-over is wrong.
-# Binaries .dev/b34/skew (branch wgrad-skew, b25ee0e: `git checkout wgrad-skew && BDIR=.dev/b34 bash
+# Binaries .dev/b34/skew (branch wgrad-skew, ce1740e: `git checkout wgrad-skew && BDIR=.dev/b34 bash
 # docs/calls/2026-12-04c-build.sh skew grouped_gemm layer_backward`). Command `bash docs/calls/next-wgrad-skew.sh`,
 # carry [".dev/b34"] (~7 min).
 . "$(dirname "$0")/prelude.sh" b34
 timeout 200 b34/skew/grouped_gemm --include-ignored --test-threads=1 > $OUT/r/grouped_gemm.txt 2>&1
 echo "== grouped_gemm rc $? at $(el) s: $(grep 'test result' $OUT/r/grouped_gemm.txt)"
 grep -E "FAILED|panicked|\.\.\. $" $OUT/r/grouped_gemm.txt | cut -c1-300 | head -6
-MEGAMOE_WGRAD_SKEW=2 timeout 150 b34/skew/layer_backward small ragged bf16 one_token --include-ignored --test-threads=1 > $OUT/r/layer_backward.txt 2>&1
-echo "== layer_backward (lead 2, small cases) rc $? at $(el) s: $(grep 'test result' $OUT/r/layer_backward.txt)"
+MEGAMOE_WGRAD_SKEW=2 timeout 150 b34/skew/layer_backward small ragged bf16 one_token clustered --include-ignored --test-threads=1 > $OUT/r/layer_backward.txt 2>&1
+echo "== layer_backward (lead 2: small cases, bf16, clustered) rc $? at $(el) s: $(grep 'test result' $OUT/r/layer_backward.txt)"
 grep -E "FAILED|panicked|\.\.\. $" $OUT/r/layer_backward.txt | cut -c1-300 | head -6
 for v in 0 1 2 3 0 1 2 3; do
   f=$OUT/r/gemm_skew${v}_$(el).txt
