@@ -21,7 +21,7 @@ grep -E "FAILED|panicked|\.\.\. $" $OUT/r/grouped_gemm.txt | cut -c1-300 | head 
 MEGAMOE_GEMM_SKEW=t2 timeout 90 b35/mskew/layer_forward small ragged one_token overlapped_gather_ragged persistent_forward_ragged --include-ignored --test-threads=1 > $OUT/r/layer_forward.txt 2>&1
 echo "== layer_forward (lead t2, small cases) rc $? at $(el) s: $(grep 'test result' $OUT/r/layer_forward.txt)"
 grep -E "FAILED|panicked|\.\.\. $" $OUT/r/layer_forward.txt | cut -c1-300 | head -6
-MEGAMOE_GEMM_SKEW=2 timeout 90 b35/mskew/layer_backward small ragged one_token half --include-ignored --test-threads=1 > $OUT/r/layer_backward.txt 2>&1
+MEGAMOE_GEMM_SKEW=2 timeout 90 b35/mskew/layer_backward small ragged one_token half_the_experts --include-ignored --test-threads=1 > $OUT/r/layer_backward.txt 2>&1
 echo "== layer_backward (lead 2, small cases) rc $? at $(el) s: $(grep 'test result' $OUT/r/layer_backward.txt)"
 grep -E "FAILED|panicked|\.\.\. $" $OUT/r/layer_backward.txt | cut -c1-300 | head -6
 for v in 0 2 t2 0 2 t2; do
