@@ -137,6 +137,16 @@ fn setup(s: Shape, tokens: usize, routing: Routing, save: Save) -> (Arc<Gpu>, In
     (g, inp, layer)
 }
 
+/// The bits of each element (bitwise comparisons).
+fn bits16(v: &[bf16]) -> Vec<u16> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The bits of each element (bitwise comparisons).
+fn bits32(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
     let (g, inp, mut layer) = setup(s, tokens, routing, save);
     let o = run::<f32>(&g, &mut layer, &inp);
@@ -144,8 +154,6 @@ fn check_backward(s: Shape, tokens: usize, routing: Routing, save: Save) {
     compare(&inp, &o, &tag);
     // repeat: bitwise equal
     let o2 = run(&g, &mut layer, &inp);
-    let bits16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert!(bits16(&o.y) == bits16(&o2.y) && bits16(&o.dx) == bits16(&o2.dx), "{tag}: y or dx differ between runs");
     assert!(bits32(&o.dtopk) == bits32(&o2.dtopk), "{tag}: dtopk differs between runs");
     assert!(bits32(&o.dw1) == bits32(&o2.dw1) && bits32(&o.dw2) == bits32(&o2.dw2), "{tag}: dW differs between runs");
@@ -176,8 +184,6 @@ fn check_bf16_grads(s: Shape, tokens: usize, routing: Routing, save: Save) {
     let o = run::<f32>(&g, &mut layer, &inp);
     let tag = format!("{s:?} T={tokens} {routing:?} {save:?} bf16 dW");
     let ob = run::<bf16>(&g, &mut layer, &inp);
-    let bits16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert!(
         bits16(&ob.y) == bits16(&o.y) && bits16(&ob.dx) == bits16(&o.dx),
         "{tag}: y or dx differ from the f32 call's"
@@ -209,8 +215,6 @@ gpu_test!(clustered_weight_gradients_match_the_default_qwen3_30b_a3b_t1024, {
     let (g, inp, mut layer) = setup(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ);
     let o = run::<f32>(&g, &mut layer, &inp);
     let oc = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Clusters, || run::<f32>(&g, &mut layer, &inp));
-    let bits16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert!(bits16(&o.dx) == bits16(&oc.dx) && bits32(&o.dtopk) == bits32(&oc.dtopk), "clusters: dx or dtopk differ");
     for (what, a, b) in [("dW1", &o.dw1, &oc.dw1), ("dW2", &o.dw2, &oc.dw2), ("dW1 acc", &o.dw1_acc, &oc.dw1_acc)] {
         assert!(bits32(a) == bits32(b), "clusters: {what} differs from the default schedule's");

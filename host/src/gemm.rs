@@ -367,8 +367,9 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
 /// session: with skewed routing, Zipf 1.0 over 128 experts, dW2 16% and dW1 10% slower than with uniform
 /// routing). [`WgradSched::Clusters`] (experimental, bf16 weight gradients only; the FP8 ones run `Static` under
 /// it): static pairs of m-tiles (one expert, one n-tile) in 2-CTA clusters sharing B by multicast, busiest expert
-/// first, where the m-tiles (of 128 rows of C_e) are even in number (else as `Static`). The same bits in every form. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset), `static` or `clusters`; another
-/// value is an `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
+/// first, where the m-tiles (of 128 rows of C_e) are even in number (else as `Static`). The same bits in every
+/// form. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset), `static` or `clusters`; another value is an
+/// `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WgradSched {
     Dynamic,

@@ -388,8 +388,7 @@ impl Gpu {
             return self.launch(kernel, cfg, params);
         }
         let _pair = self.counted.lock().unwrap_or_else(|p| p.into_inner());
-        self.zero_words(counter, 1)?;
-        self.launch(kernel, cfg, params)
+        self.zero_and_launch(counter, kernel, cfg, params)
     }
 
     /// [`Gpu::launch_counted`] after `before` (a launch that prepares what the kernel reads: the weight gradients'
@@ -408,6 +407,18 @@ impl Gpu {
     ) -> Result<()> {
         let _whole = self.counted.lock().unwrap_or_else(|p| p.into_inner());
         self.launch(before.0, before.1, before.2)?;
+        self.zero_and_launch(counter, kernel, cfg, params)
+    }
+
+    /// The counter at `counter` (0: none) zeroed, then `kernel`, in stream order. SAFETY: as [`Gpu::launch`]; the
+    /// caller holds `counted`.
+    unsafe fn zero_and_launch<P: Copy>(
+        &self,
+        counter: u64,
+        kernel: &'static str,
+        cfg: Launch,
+        params: &P,
+    ) -> Result<()> {
         if counter != 0 {
             self.zero_words(counter, 1)?;
         }

@@ -139,8 +139,9 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
     // the run-time schedule hands out the experts' tiles busiest first (the last tiles taken are short); the
     // ranking by every thread, between two block barriers (uniform: kernel parameters only)
     // (the clusters' static pairs too: both CTAs of a cluster rank alike, from the same offsets)
-    let busiest_first = (p.sched != 0 || MC) && p.experts <= SORT_MAX;
-    if busiest_first {
+    // (a closure, as `total` below: read again by the producer after its register reallocation)
+    let busiest_first = || (p.sched != 0 || MC) && p.experts <= SORT_MAX;
+    if busiest_first() {
         rank_experts(p.experts, p.offsets as *const u32, base + ORDER_AT, t);
     }
     if t == 0 {
@@ -160,7 +161,7 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce::<MC>(p, base, ring, queue, total(), (p.sched != 0 || MC) && p.experts <= SORT_MAX);
+            produce::<MC>(p, base, ring, queue, total(), busiest_first());
         } else if MV && t >= 32 {
             combine(&p.combine, t / 32 - 1, t % 32);
         }
