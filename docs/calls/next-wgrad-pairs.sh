@@ -10,7 +10,7 @@
 # Predicted: tests pass (a wrong hand-over shows as a hang, cut by the timeout, or as tiles missing or doubled:
 # NaN or a bit difference); random routing: clusters 1-3% faster on dW1 / dW2 than the default, as the static
 # pairs were in 2026-12-04g call 3; Zipf 1.0: the same 1-3% (the static pairs' walk models 6-13% over ideal there).
-# Binaries .dev/b33/pairs (branch wgrad-pairs, f836776: `git checkout wgrad-pairs && BDIR=.dev/b33 bash
+# Binaries .dev/b33/pairs (branch wgrad-pairs, 23e613a: `git checkout wgrad-pairs && BDIR=.dev/b33 bash
 # docs/calls/2026-12-04c-build.sh pairs grouped_gemm layer_backward`). Command `bash docs/calls/next-wgrad-pairs.sh`,
 # carry [".dev/b33"] (~3.5 min).
 . "$(dirname "$0")/prelude.sh" b33
