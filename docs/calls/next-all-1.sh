@@ -16,7 +16,7 @@
 # lead 3 no better than 2, lead 1 about half of 2; clusters (run-time pairs) 1-3% faster than the single-CTA
 # default on the weight gradients at random and at Zipf 1.0 routing; clusters with lead 2: the two gains add.
 # dh + SwiGLU backward and GEMM1 + SwiGLU `_ew7` unchanged (they ignore the leads).
-# Binaries .dev/b36/all (branch next-all 793b4d5: `git checkout next-all && BDIR=.dev/b36 bash
+# Binaries .dev/b36/all (branch next-all b11dc51: `git checkout next-all && BDIR=.dev/b36 bash
 # docs/calls/2026-12-04c-build.sh all grouped_gemm layer_backward layer_forward`). Command
 # `bash docs/calls/next-all-1.sh`, carry [".dev/b36"] (~8 min: expected ~470 s, the timeouts' sum ~690).
 . "$(dirname "$0")/prelude.sh" b36
