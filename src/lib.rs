@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 pub use megamoe_host::runtime::{Gpu, Image, Launch, LaunchTime};
 pub use megamoe_host::{
-    check, ep, fp8, gemm, layer, reference, rng, route, selftest, tensor_map, tiles, Error, Result,
+    check, ep, fp8, gemm, layer, matmul64, reference, rng, route, selftest, tensor_map, tiles, Error, Result,
 };
 /// The expert-parallel layout math shared with the kernels (owners, receive rows, the symmetric workspace, phases).
 pub use megamoe_kernels::ep as ep_layout;

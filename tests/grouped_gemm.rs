@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use half::bf16;
 use megamoe::gemm::{self, BLayout, DswigluArgs, GroupedGemmArgs, ScatterArgs, SwigluArgs, WgradArgs, WgradElem};
+use megamoe::matmul64::{matmul, Strided};
 use megamoe::rng::Rng;
 use megamoe::{check, Gpu};
 
@@ -49,22 +50,7 @@ fn run_seeded(counts: &[u32], n: usize, k: usize, layout: BLayout, seed: u64) ->
     gemm::grouped_gemm(&g, args).unwrap();
     g.sync().unwrap();
     let c = g.download(&dc).unwrap();
-    let mut want = vec![0.0f64; rows * n];
-    for ex in 0..e {
-        for row in offsets[ex] as usize..offsets[ex + 1] as usize {
-            for col in 0..n {
-                let mut s = 0.0;
-                for q in 0..k {
-                    let bv = match layout {
-                        BLayout::NK => b[(ex * n + col) * k + q],
-                        BLayout::KN => b[(ex * k + q) * n + col],
-                    };
-                    s += a[row * k + q].to_f64() * bv.to_f64();
-                }
-                want[row * n + col] = s;
-            }
-        }
-    }
+    let want = grouped_ref(&offsets, &a, &b, layout, n, k);
     let got: Vec<f64> = c[..rows * n].iter().map(|v| v.to_f64()).collect();
     if let Some(i) = got.iter().position(|v| v.is_nan()) {
         panic!("C[{}, {}] not written", i / n, i % n);
@@ -74,6 +60,76 @@ fn run_seeded(counts: &[u32], n: usize, k: usize, layout: BLayout, seed: u64) ->
     eprintln!("rel err {err:.3e}");
     assert!(c[rows * n..].iter().all(|v| v.to_bits() == 0xffff), "rows past the experts' end were written");
     c.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Per expert e, its rows `offsets[e]..offsets[e + 1]` of A (row-major, K columns) times B_e, in f64
+/// (`megamoe::matmul64`): C [rows, n]. B_e's element (q, col) at `b[(e n + col) k + q]` (NK) or `b[(e k + q) n +
+/// col]` (KN).
+fn grouped_ref(offsets: &[u32], a: &[bf16], b: &[bf16], layout: BLayout, n: usize, k: usize) -> Vec<f64> {
+    let (af, bf) = (f(a), f(b));
+    let rows = *offsets.last().unwrap() as usize;
+    let mut c = vec![0.0; rows * n];
+    for e in 0..offsets.len() - 1 {
+        let (r0, r1) = (offsets[e] as usize, offsets[e + 1] as usize);
+        let be = &bf[e * n * k..(e + 1) * n * k];
+        let bs = match layout {
+            BLayout::NK => Strided::transposed(be, k),
+            BLayout::KN => Strided::rows(be, n),
+        };
+        matmul(r1 - r0, n, k, Strided::rows(&af[r0 * k..r1 * k], k), bs, &mut c[r0 * n..r1 * n], false);
+    }
+    c
+}
+
+/// The f64 references the GPU tests compare with (`grouped_ref`, `wgrad_ref`: packed products) against plain loops,
+/// on ragged experts with empty ones (runs without a GPU).
+#[test]
+fn references_are_the_plain_products() {
+    let mut r = Rng::new(Rng::fresh_seed());
+    let counts = [0u32, 1, 70, 0, 33];
+    let mut offsets = vec![0u32];
+    for c in counts {
+        offsets.push(offsets.last().unwrap() + c);
+    }
+    let (rows, e, n, k) = (104, counts.len(), 40, 24);
+    let a = r.bf16_vec((rows + 3) * k, 1.0);
+    let b = r.bf16_vec(e * n * k, 1.0);
+    for layout in [BLayout::NK, BLayout::KN] {
+        let got = grouped_ref(&offsets, &a, &b, layout, n, k);
+        for ex in 0..e {
+            for row in offsets[ex] as usize..offsets[ex + 1] as usize {
+                for col in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|q| {
+                            let bv = match layout {
+                                BLayout::NK => b[(ex * n + col) * k + q],
+                                BLayout::KN => b[(ex * k + q) * n + col],
+                            };
+                            a[row * k + q].to_f64() * bv.to_f64()
+                        })
+                        .sum();
+                    let g = got[row * n + col];
+                    assert!((g - want).abs() <= 1e-12 * (1.0 + want.abs()), "{layout:?} [{row}, {col}]: {g} vs {want}");
+                }
+            }
+        }
+    }
+    // the weight gradients: C_e [m, n] + sum over the expert's rows of A^T B, from given values of C
+    let (m, wn) = (12, 20);
+    let (wa, wb) = (r.bf16_vec(rows * m, 1.0), r.bf16_vec(rows * wn, 1.0));
+    let c0: Vec<f64> = (0..e * m * wn).map(|_| r.sym(1.0)).collect();
+    let got = wgrad_ref(&offsets, &wa, &wb, m, wn, c0.clone());
+    for ex in 0..e {
+        for i in 0..m {
+            for j in 0..wn {
+                let rs = offsets[ex] as usize..offsets[ex + 1] as usize;
+                let want = c0[(ex * m + i) * wn + j]
+                    + rs.map(|q| wa[q * m + i].to_f64() * wb[q * wn + j].to_f64()).sum::<f64>();
+                let g = got[(ex * m + i) * wn + j];
+                assert!((g - want).abs() <= 1e-12 * (1.0 + want.abs()), "wgrad [{ex}, {i}, {j}]: {g} vs {want}");
+            }
+        }
+    }
 }
 
 macro_rules! gpu_test {
@@ -157,6 +213,7 @@ fn scatter(counts: &[u32], n: usize, k: usize, scaled: bool) {
     gemm::grouped_gemm_scatter(&g, args).unwrap();
     g.sync().unwrap();
     let c = g.download(&dc).unwrap();
+    let full = grouped_ref(&offsets, &a, &b, BLayout::NK, n, k);
     let (mut got, mut want) = (Vec::new(), Vec::new());
     let mut named = vec![false; c_rows];
     for ex in 0..e {
@@ -168,8 +225,7 @@ fn scatter(counts: &[u32], n: usize, k: usize, scaled: bool) {
             named[d] = true;
             let f = if scaled { scale[d] as f64 } else { 1.0 };
             for col in 0..n {
-                let s: f64 = (0..k).map(|q| a[row * k + q].to_f64() * b[(ex * n + col) * k + q].to_f64()).sum();
-                want.push(f * s);
+                want.push(f * full[row * n + col]);
                 got.push(c[d * n + col].to_f64());
             }
         }
@@ -225,16 +281,7 @@ fn sig(x: f64) -> f64 {
 
 /// z = A . W1_e^T ([rows, 2I]) in f64 for every expert's rows.
 fn z_ref(s: &Setup, a: &[bf16], w1: &[bf16], i: usize, k: usize) -> Vec<f64> {
-    let mut z = vec![0.0; s.rows * 2 * i];
-    for e in 0..s.counts.len() {
-        for row in s.offsets[e] as usize..s.offsets[e + 1] as usize {
-            for c in 0..2 * i {
-                z[row * 2 * i + c] =
-                    (0..k).map(|q| a[row * k + q].to_f64() * w1[(e * 2 * i + c) * k + q].to_f64()).sum();
-            }
-        }
-    }
-    z
+    grouped_ref(&s.offsets, a, w1, BLayout::NK, 2 * i, k)
 }
 
 fn swiglu(keep_z: bool) {
@@ -387,11 +434,12 @@ fn dswiglu_with(counts: &[u32], i: usize, k: usize, seed: u64) -> (Vec<u16>, Vec
     gemm::grouped_gemm_dswiglu(&g, args).unwrap();
     let (dz, part) = (g.download(&ddz).unwrap(), g.download(&dpart).unwrap());
     let (mut want_dz, mut want_part) = (vec![0.0; s.rows * 2 * i], vec![0.0; s.rows * nt]);
+    let dh_ref = grouped_ref(&s.offsets, &dy, &w2, BLayout::KN, i, k);
     for ex in 0..e {
         for row in s.offsets[ex] as usize..s.offsets[ex + 1] as usize {
             let sw = w[row_slot[row] as usize] as f64;
             for c in 0..i {
-                let dh: f64 = (0..k).map(|q| dy[row * k + q].to_f64() * w2[(ex * k + q) * i + c].to_f64()).sum();
+                let dh = dh_ref[row * i + c];
                 let (gv, uv) = (z[row * 2 * i + c].to_f64(), z[row * 2 * i + i + c].to_f64());
                 let sg = sig(gv);
                 want_dz[row * 2 * i + c] = sw * dh * uv * sg * (1.0 + gv * (1.0 - sg));
@@ -434,16 +482,12 @@ impl El for bf16 {
 }
 
 /// C_e (+)= A_e^T B_e in f64 over each expert's rows (A [rows, M], B [rows, N]), onto `c` ([E, M, N]).
-fn wgrad_ref(s: &Setup, a: &[bf16], b: &[bf16], m: usize, n: usize, mut c: Vec<f64>) -> Vec<f64> {
-    for ex in 0..s.counts.len() {
-        for row in s.offsets[ex] as usize..s.offsets[ex + 1] as usize {
-            for i in 0..m {
-                let av = a[row * m + i].to_f64();
-                for j in 0..n {
-                    c[(ex * m + i) * n + j] += av * b[row * n + j].to_f64();
-                }
-            }
-        }
+fn wgrad_ref(offsets: &[u32], a: &[bf16], b: &[bf16], m: usize, n: usize, mut c: Vec<f64>) -> Vec<f64> {
+    let (af, bf) = (f(a), f(b));
+    for ex in 0..offsets.len() - 1 {
+        let (r0, r1) = (offsets[ex] as usize, offsets[ex + 1] as usize);
+        let (at, bt) = (Strided::transposed(&af[r0 * m..r1 * m], m), Strided::rows(&bf[r0 * n..r1 * n], n));
+        matmul(m, n, r1 - r0, at, bt, &mut c[ex * m * n..(ex + 1) * m * n], true);
     }
     c
 }
@@ -467,7 +511,7 @@ fn wgrad_mn<W: El>(counts: &[u32], accumulate: bool, m: usize, n: usize) {
     gemm::grouped_wgrad(&g, args).unwrap();
     let c = g.download(&dc).unwrap();
     let want = wgrad_ref(
-        &s,
+        &s.offsets,
         &a,
         &b,
         m,
@@ -589,7 +633,7 @@ fn schedule_agrees<W: El>(other: gemm::WgradSched, counts: &[u32], m: usize, n: 
         }
     }
     let init = if accumulate { c0.iter().map(|v| v.f() as f64).collect() } else { vec![0.0; e * m * n] };
-    let want = wgrad_ref(&s, &a, &b, m, n, init);
+    let want = wgrad_ref(&s.offsets, &a, &b, m, n, init);
     let got: Vec<f64> = st.iter().map(|&v| v as f64).collect();
     check::close(&tag, &got, &want, 1e-2).unwrap();
 }
@@ -628,7 +672,7 @@ fn wgrad_rows_past_the_end<W: El>(accumulate: bool) {
     gemm::grouped_wgrad(&g, args).unwrap();
     let c: Vec<f64> = g.download(&dc).unwrap().iter().map(|v| v.f() as f64).collect();
     let init = if accumulate { c0.iter().map(|v| v.f() as f64).collect() } else { vec![0.0; e * m * n] };
-    let want = wgrad_ref(&s, &a, &b, m, n, init);
+    let want = wgrad_ref(&s.offsets, &a, &b, m, n, init);
     let (mut got_k, mut want_k) = (Vec::new(), Vec::new());
     for x in [0, 2, 4, 5, 6] {
         got_k.extend_from_slice(&c[x * m * n..(x + 1) * m * n]);
@@ -677,7 +721,7 @@ fn wgrad_back_to_back<W: El>() {
     for (i, (s, a, b, _da, _db, _doff, dc)) in pending.into_iter().enumerate() {
         let e = s.counts.len();
         let c: Vec<f64> = s.g.download(&dc).unwrap().iter().map(|v| v.f() as f64).collect();
-        let want = wgrad_ref(&s, &a, &b, m, n, vec![0.0; e * m * n]);
+        let want = wgrad_ref(&s.offsets, &a, &b, m, n, vec![0.0; e * m * n]);
         let tag = format!("wgrad {} launch {i} of two back to back", W::NAME);
         assert!(c.iter().all(|v| v.is_finite()), "{tag}: a NaN in C (read past an expert's end, or not written)");
         check::close(&tag, &c, &want, 1e-2).unwrap();

@@ -12,6 +12,7 @@
 //!
 //! Inputs are f64 so that finite differences can check the gradients; convert bf16 inputs with
 //! [`to_f64`].
+use crate::matmul64::{matmul, Strided};
 use half::bf16;
 
 /// Layer dimensions.
@@ -186,9 +187,6 @@ pub fn validate(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(), Strin
     Ok(())
 }
 
-/// Rows per cache block of the reference's loops.
-const RB: usize = 16;
-
 /// A routed row: (rank, token, slot j).
 type Row = (usize, usize, usize);
 
@@ -213,8 +211,8 @@ pub struct ZFrom<'a> {
     pub w1: &'a [f64],
 }
 
-/// One expert's rows, weight-row outer: each weight row is streamed once per phase while the expert's rows
-/// stay in cache. `fp8`: dx and / or the weight gradients from blockwise-FP8 operands ([`forward_backward_fp8`]).
+/// One expert's rows: each product of the layer as one packed matrix product ([`crate::matmul64`]) over the
+/// expert's rows gathered into contiguous operands. `fp8`: dx and / or the weight gradients from blockwise-FP8 operands ([`forward_backward_fp8`]).
 #[allow(clippy::too_many_arguments)]
 fn expert(
     s: &Shape,
@@ -225,6 +223,7 @@ fn expert(
     backward: bool,
     zf: Option<ZFrom<'_>>,
     fp8: Fp8Grads,
+    dw: Option<(&mut [f64], &mut [f64])>,
 ) -> ExpertOut {
     let (h, i) = (s.h, s.i);
     let w1 = &w.w1[e * 2 * i * h..(e + 1) * 2 * i * h];
@@ -239,20 +238,14 @@ fn expert(
         ),
         None => (x.clone(), w1),
     };
-    let dy: Vec<&[f64]> = rows.iter().map(|&(r, t, _)| &ranks[r].dy[t * h..(t + 1) * h]).collect();
     let sw: Vec<f64> = rows.iter().map(|&(r, t, j)| ranks[r].topk_w[t * s.k + j]).collect();
-    // forward: z = x W1^T, act = silu(g) * u, y = act W2^T
+    // the rows gathered into contiguous [n, H] operands
+    let gather = |v: &[&[f64]]| -> Vec<f64> { v.concat() };
+    let zxs = gather(&zx);
+    // forward: z = x W1^T, act = silu(g) * u, y = act W2^T (each element one ordered fma chain: crate::matmul64)
     let mut z = vec![0.0; n * 2 * i];
-    // rows in blocks of RB: a block's rows stay in cache while the weight rows stream past (the sums per element
-    // keep their order, so the results are those of the unblocked loops)
-    for r0 in (0..n).step_by(RB) {
-        for c in 0..2 * i {
-            let wr = &zw1[c * h..(c + 1) * h];
-            for row in r0..(r0 + RB).min(n) {
-                z[row * 2 * i + c] = dot(zx[row], wr);
-            }
-        }
-    }
+    matmul(n, 2 * i, h, Strided::rows(&zxs, h), Strided::transposed(zw1, h), &mut z, false);
+    drop(zxs);
     let mut act = vec![0.0; n * i];
     for row in 0..n {
         for c in 0..i {
@@ -261,29 +254,32 @@ fn expert(
         }
     }
     let mut y = vec![0.0; n * h];
-    let mut dh = vec![0.0; n * i];
-    let mut dw2 = vec![0.0; h * i];
-    for r0 in (0..n).step_by(RB) {
-        for hh in 0..h {
-            let wr = &w2[hh * i..(hh + 1) * i];
-            let dwr = &mut dw2[hh * i..(hh + 1) * i];
-            for row in r0..(r0 + RB).min(n) {
-                let a = &act[row * i..(row + 1) * i];
-                y[row * h + hh] = dot(a, wr);
-                if !backward {
-                    continue;
-                }
-                // backward: dh = dy W2, dW2 = sum (s dy)^T act
-                axpy(&mut dh[row * i..(row + 1) * i], dy[row][hh], wr);
-                axpy(dwr, sw[row] * dy[row][hh], a);
-            }
+    matmul(n, h, i, Strided::rows(&act, i), Strided::transposed(w2, i), &mut y, false);
+    if !backward {
+        let (dtopk, dtopk_scale) = (vec![0.0; n], vec![0.0; n]);
+        return ExpertOut { rows, y, dx: vec![0.0; n * h], dtopk, dtopk_scale, dw1: Vec::new(), dw2: Vec::new() };
+    }
+    // the weight gradients' destination: `dw` (written over), else vectors of their own, returned
+    let (mut own1, mut own2) = (Vec::new(), Vec::new());
+    let (dw1, dw2): (&mut [f64], &mut [f64]) = match dw {
+        Some((a, b)) => (a, b),
+        None => {
+            own1 = vec![0.0; 2 * i * h];
+            own2 = vec![0.0; h * i];
+            (&mut own1, &mut own2)
         }
+    };
+    // backward: dh = dy W2, dW2 = sum (s dy)^T act
+    let dy: Vec<&[f64]> = rows.iter().map(|&(r, t, _)| &ranks[r].dy[t * h..(t + 1) * h]).collect();
+    let dys = gather(&dy);
+    let mut dh = vec![0.0; n * i];
+    matmul(n, i, h, Strided::rows(&dys, h), Strided::rows(w2, i), &mut dh, false);
+    if !fp8.wgrad {
+        let sdy: Vec<f64> = dys.iter().enumerate().map(|(q, &v)| sw[q / h] * v).collect();
+        matmul(h, i, n, Strided::transposed(&sdy, h), Strided::rows(&act, i), dw2, false);
     }
     let mut dtopk = vec![0.0; n];
     let mut dtopk_scale = vec![0.0; n];
-    if !backward {
-        return ExpertOut { rows, y, dx: vec![0.0; n * h], dtopk, dtopk_scale, dw1: vec![0.0; 2 * i * h], dw2 };
-    }
     // dtopk = <dh, act>; SwiGLU backward with s = w_tj
     let mut dz = vec![0.0; n * 2 * i];
     for row in 0..n {
@@ -310,19 +306,11 @@ fn expert(
         (&dz, w1)
     };
     let mut dx = vec![0.0; n * h];
-    let mut dw1 = vec![0.0; 2 * i * h];
-    for r0 in (0..n).step_by(RB) {
-        for c in 0..2 * i {
-            let wx = &w1_dx[c * h..(c + 1) * h];
-            let dwr = &mut dw1[c * h..(c + 1) * h];
-            for row in r0..(r0 + RB).min(n) {
-                let d = dz[row * 2 * i + c];
-                axpy(&mut dx[row * h..(row + 1) * h], dz_dx[row * 2 * i + c], wx);
-                axpy(dwr, d, x[row]);
-            }
-        }
-    }
-    if fp8.wgrad {
+    matmul(n, h, 2 * i, Strided::rows(dz_dx, 2 * i), Strided::rows(w1_dx, h), &mut dx, false);
+    if !fp8.wgrad {
+        let xs = gather(&x);
+        matmul(2 * i, h, n, Strided::transposed(&dz, 2 * i), Strided::rows(&xs, h), dw1, false);
+    } else {
         // the weight gradients from blockwise-FP8 operands, as `MoeLayer::backward_fp8` with
         // `Fp8Backward::Wgrad` quantizes them: dW2 = (s dy)^T act, dW1 = dz^T x, the first operand in 1 x 128
         // blocks along the rows, the second in 128 x 128 blocks, of the bf16-rounded values
@@ -333,10 +321,10 @@ fn expert(
         let shb: Vec<bf16> = act.iter().map(|&v| b16(v)).collect();
         let dzb: Vec<bf16> = dz.iter().map(|&v| b16(v)).collect();
         let xb: Vec<bf16> = x.iter().flat_map(|r| r.iter().map(|&v| b16(v))).collect();
-        dw2 = wgrad_fp8_model(&dyb, h, &shb, i, n);
-        dw1 = wgrad_fp8_model(&dzb, 2 * i, &xb, h, n);
+        dw2.copy_from_slice(&wgrad_fp8_model(&dyb, h, &shb, i, n));
+        dw1.copy_from_slice(&wgrad_fp8_model(&dzb, 2 * i, &xb, h, n));
     }
-    ExpertOut { rows, y, dx, dtopk, dtopk_scale, dw1, dw2 }
+    ExpertOut { rows, y, dx, dtopk, dtopk_scale, dw1: own1, dw2: own2 }
 }
 
 /// A^T B [ca, cb] over `n` rows of one expert from A [n, ca] quantized in 1 x 128 blocks along the rows and B
@@ -356,11 +344,7 @@ fn wgrad_fp8_model(a: &[bf16], ca: usize, b: &[bf16], cb: usize, n: usize) -> Ve
     };
     let (da, db) = (deq(&qa, &sa, ca, ca, 1), deq(&qb, &sb, cb, cb / 128, 128));
     let mut out = vec![0.0; ca * cb];
-    for r in 0..ca {
-        for c in 0..cb {
-            out[r * cb + c] = dot(&da[r * kp..(r + 1) * kp], &db[c * kp..(c + 1) * kp]);
-        }
-    }
+    matmul(ca, cb, kp, Strided::rows(&da, kp), Strided::transposed(&db, kp), &mut out, false);
     out
 }
 
@@ -444,14 +428,22 @@ fn run(
     let total: usize = by_expert.iter().map(Vec::len).sum();
     // (whole 128-row blocks, so that a chunk's weight-gradient blocks are its expert's)
     let chunk = total.div_ceil(threads).max(128).next_multiple_of(128);
-    let mut items: Vec<(usize, Vec<Row>)> = Vec::new();
+    // (experts without rows have no item: their gradients stay zero)
+    let mut items: Vec<(usize, bool, Vec<Row>)> = Vec::new();
     for (e, rows) in by_expert.into_iter().enumerate() {
-        if rows.len() <= chunk {
-            items.push((e, rows));
-        } else {
-            items.extend(rows.chunks(chunk).map(|c| (e, c.to_vec())));
-        }
+        items.extend(rows.chunks(chunk).enumerate().map(|(q, c)| (e, q == 0, c.to_vec())));
     }
+    // an expert's first chunk writes its weight gradients in place; later chunks' are added in chunk order after
+    // (0 + a + b .. as before: the first addition onto zero is exact)
+    let (sz1, sz2) = (2 * s.i * s.h, s.h * s.i);
+    let mut grads = Grads { dw1: vec![0.0; s.e * sz1], dw2: vec![0.0; s.e * sz2] };
+    type Dest<'a> = std::sync::Mutex<Option<(&'a mut [f64], &'a mut [f64])>>;
+    let dest: Vec<Dest<'_>> = grads
+        .dw1
+        .chunks_mut(sz1.max(1))
+        .zip(grads.dw2.chunks_mut(sz2.max(1)))
+        .map(|d| std::sync::Mutex::new(Some(d)))
+        .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut done: Vec<(usize, usize, ExpertOut)> = Vec::with_capacity(items.len());
     std::thread::scope(|sc| {
@@ -461,8 +453,14 @@ fn run(
                     let mut mine = Vec::new();
                     loop {
                         let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((e, rows)) = items.get(n) else { break };
-                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward, zf, fp8)));
+                        let Some((e, first, rows)) = items.get(n) else { break };
+                        // the expert's first chunk, and only it, takes its destination
+                        let dw = if *first {
+                            dest.get(*e).and_then(|d| d.lock().unwrap_or_else(|p| p.into_inner()).take())
+                        } else {
+                            None
+                        };
+                        mine.push((n, *e, expert(s, *e, rows.clone(), ranks, w, backward, zf, fp8, dw)));
                     }
                     mine
                 })
@@ -473,6 +471,7 @@ fn run(
         }
     });
     done.sort_by_key(|(n, _, _)| *n);
+    drop(dest);
 
     let mut outs: Vec<RankOutput> = ranks
         .iter()
@@ -486,13 +485,14 @@ fn run(
             }
         })
         .collect();
-    let mut grads = Grads { dw1: vec![0.0; s.e * 2 * s.i * s.h], dw2: vec![0.0; s.e * s.h * s.i] };
     // per-slot results, then sums over j in a fixed order
     let mut slot_y: Vec<Vec<Option<(usize, usize)>>> = ranks.iter().map(|ri| vec![None; ri.topk_ids.len()]).collect();
     for (n, e, eo) in &done {
-        let sz1 = 2 * s.i * s.h;
-        axpy(&mut grads.dw1[e * sz1..(e + 1) * sz1], 1.0, &eo.dw1);
-        axpy(&mut grads.dw2[e * s.h * s.i..(e + 1) * s.h * s.i], 1.0, &eo.dw2);
+        // a later chunk's weight gradients (the first chunk's are in place already)
+        if !eo.dw1.is_empty() {
+            axpy(&mut grads.dw1[e * sz1..(e + 1) * sz1], 1.0, &eo.dw1);
+            axpy(&mut grads.dw2[e * sz2..(e + 1) * sz2], 1.0, &eo.dw2);
+        }
         for (row, &(r, t, j)) in eo.rows.iter().enumerate() {
             slot_y[r][t * s.k + j] = Some((*n, row));
             outs[r].dtopk[t * s.k + j] = eo.dtopk[row];
