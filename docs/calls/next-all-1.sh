@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in the twenty-fourth session (not run; no device was lent). The three prepared patches in one binary
-# (branch next-all = main 4ca64b0 + wgrad-pairs + wgrad-skew + mgemm-skew, the shared SKEW_EVERY_TILE kept once,
+# (branch next-all = main 1addf1a + wgrad-pairs + wgrad-skew + mgemm-skew, the shared SKEW_EVERY_TILE kept once,
 # the two skew knobs sharing one table): docs/wip/wgrad-cluster-pairs-runtime.patch (`MEGAMOE_WGRAD_SCHED=clusters`
 # takes its pairs at run time), docs/wip/wgrad-consumer-skew.patch (`MEGAMOE_WGRAD_SKEW`), docs/wip/mgemm-consumer-
 # skew.patch (`MEGAMOE_GEMM_SKEW`). Each knob left at its default gives main's kernels, so one binary times all of
@@ -10,14 +10,16 @@
 # pairs against single-CTA incl. one hot expert among 199 mostly empty, the cooperative M-grouped kernels under a
 # lead; layer_forward with the cooperative SwiGLU and lead t2; layer_backward small cases with both leads at 2;
 # the layer's cluster test with the run-time pairs), then the gemm bench at 30B in rotation (random routing; Zipf 1.0 in call 2).
+# The tests' f64 references are the packed ones since main 1addf1a (5-16x faster on the CPU; never yet run on the
+# GPU machine): a failure against the reference with every bitwise comparison passing would point at them.
 # Predicted: tests pass (a wrong hand-over shows as a hang, cut by the timeouts, or as a bit difference);
 # lead 2 (or t2) against 0: dW1 / dW2 f32 3-8% faster (0.75 -> 0.78-0.81 of cuBLAS), bf16 2-5%; GEMM2 3-6%, dx 2-4%,
 # plain GEMM1 / dh 1-3%; the cooperative GEMM1 + SwiGLU 3-6% faster than itself at lead 0, about level with `_ew7`;
 # lead 3 no better than 2, lead 1 about half of 2; clusters (run-time pairs) 1-3% faster than the single-CTA
 # default on the weight gradients at random and at Zipf 1.0 routing; clusters with lead 2: the two gains add.
 # dh + SwiGLU backward and GEMM1 + SwiGLU `_ew7` unchanged (they ignore the leads).
-# Binaries .dev/b36/all (branch next-all b11dc51: `git checkout next-all && BDIR=.dev/b36 bash
-# docs/calls/2026-12-04c-build.sh all grouped_gemm layer_backward layer_forward`). Command
+# Binaries .dev/b36/all (branch next-all 5e4571e: `git checkout next-all && BDIR=.dev/b36 bash
+# docs/calls/2026-12-04c-build.sh all grouped_gemm layer_backward layer_forward fp8 ep`). Command
 # `bash docs/calls/next-all-1.sh`, carry [".dev/b36"] (~8 min: expected ~470 s, the timeouts' sum ~690).
 . "$(dirname "$0")/prelude.sh" b36
 timeout 240 b36/all/grouped_gemm --include-ignored --test-threads=1 > $OUT/r/grouped_gemm.txt 2>&1
