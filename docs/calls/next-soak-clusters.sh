@@ -8,7 +8,9 @@
 # less energy per launch, and so less time, than the single-CTA ones?
 # Predicted: (1) every soak window at the cap (>= 680 W) but perhaps the weight gradients' f32 epilogue phases;
 # (2) ours / cuBLAS in sustained time within +-3% of the alternating ratio; (3) the clusters (`MEGAMOE_MC=ab`:
-# A shared for GEMM1, GEMM2 and dx, B for dh + SwiGLU backward; `MEGAMOE_WGRAD_SCHED=clusters` for dW1 / dW2)
+# `tiles::choose` ranks B sharing first, so the plain GEMM1, GEMM2, dh and dx run `_mcb`; GEMM1 + SwiGLU and dh +
+# SwiGLU backward stay the single-CTA `_ew7` kernels, which have no cluster form (checked on the CPU, twenty-fourth
+# session); `MEGAMOE_WGRAD_SCHED=clusters` for dW1 / dW2)
 # take 2-5% fewer joules per launch than single-CTA, which under the cap makes them 0-3% faster sustained even
 # where they were 2-3% slower alternating; the layer's sustained step 1-3% faster with them. If (3) holds, make
 # the cluster forms the default (the weight gradients' then need a run-time pair schedule for skewed routing).
