@@ -47,4 +47,5 @@ for v in 0:0:dynamic:ew7:random 2:2:dynamic:ew7:random t2:t2:dynamic:ew7:random 
   grep -E "^RESULT gemm " $f | grep -oE "rel err [0-9A-Za-z.+-]+|all written: [a-z]+" | awk '/rel err/ { n++; if ($3 + 0 > m || $3 !~ /^[0-9]/) m = $3 } /written: false/ { u++ } END { print "  " n " checks, max rel err " m ", not all written " u + 0 }'
   grep -E "RESULT gemm-alternating" $f | sed -E "s/.*(fwd|bwd) ([^(]*(\([^)]*\))?) \((K|M)-grouped.*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2: \5 \6 \7/" | paste -sd'|' | sed 's/  */ /g'
 done
+python3 ../benches/rotation.py $OUT/r
 echo "total $(el) s"

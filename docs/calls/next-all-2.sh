@@ -37,4 +37,5 @@ for t in fp8 ep; do
   echo "== $t rc $? at $(el) s: $(grep 'test result' $OUT/r/$t.txt)"
   grep -E "FAILED|panicked|\.\.\. $" $OUT/r/$t.txt | cut -c1-300 | head -6
 done
+python3 ../benches/rotation.py $OUT/r
 echo "total $(el) s"
