@@ -4,7 +4,7 @@
 //!
 //! This crate is the public API. Today it offers the foundation the layer is built on:
 //! - [`gpu`]: open a Hopper GPU with megamoe's kernels (a typed [`Error`], never a panic, without one);
-//! - [`reference`]: the f64 CPU reference of the whole MoE layer, forward and backward, for R ranks;
+//! - [`reference`](mod@reference): the f64 CPU reference of the whole MoE layer, forward and backward, for R ranks;
 //! - [`selftest`]: each Hopper primitive of the kernels crate run alone and checked;
 //! - [`kernels::IMAGE`]: the embedded PTX, cubin and ptxas report, built by `build.rs` from `kernels-gpu/`.
 //!

@@ -7,7 +7,7 @@
 //!
 //! - [`quantize_rows`] / [`quantize_blocks`]: bf16 [rows, cols] into codes [rows, cols] and scales
 //!   ([rows, cols / 128] or [rows / 128, cols / 128]); cols a multiple of 128 (and rows, for blocks).
-//! - [`grouped_gemm_fp8`]: for each expert e and its rows offsets[e]..offsets[e + 1],
+//! - [`grouped_gemm_fp8`]: for each expert e and its rows offsets\[e\]..offsets[e + 1],
 //!   C[r, n] = sum_kb sa[r, kb] sb[e, n / 128, kb] (A[r, kb] . B_e[n, kb]) in f32, stored as bf16; A's rows
 //!   quantized by [`quantize_rows`], B = [E * N, K] (each expert's [N, K], K-major, as the forward reads W1 and W2)
 //!   by [`quantize_blocks`]. The routing layout is the bf16 engine's (`offsets`, `tile_offsets` of 128-row tiles:
@@ -137,21 +137,21 @@ pub fn quantize_blocks_t(gpu: &Gpu, a: QuantizeTArgs<'_>) -> Result<()> {
 /// The expert-ordered rows of an activation and where their column-wise quantized form goes, for the K-grouped
 /// FP8 weight gradients ([`quantize_cols_grouped`]).
 pub struct QuantizeColsArgs<'a> {
-    /// bf16 [rows_max, C]: expert e's rows at offsets[e]..offsets[e + 1].
+    /// bf16 [rows_max, C]: expert e's rows at offsets\[e\]..offsets[e + 1].
     pub x: &'a CudaSlice<bf16>,
     /// u32 [E + 1] row offsets (device).
     pub offsets: &'a CudaSlice<u32>,
     /// u32 [E + 1] m-tile offsets (device; tiles of 128 rows, as `route` computes them).
     pub tile_offsets: &'a CudaSlice<u32>,
     /// e4m3 [C, Kp] (Kp = [`cols_grouped_kp`]): column c of x along the rows, expert e's segment from column
-    /// 128 tile_offsets[e], its last 128-block zero-padded; columns past 128 tile_offsets[E] are not written.
+    /// 128 tile_offsets\[e\], its last 128-block zero-padded; columns past 128 tile_offsets\[E\] are not written.
     pub q: &'a mut CudaSlice<u8>,
     /// f32 [Kp / 128, C]: one scale per 128-row block of one expert and column; with `block_scales`
     /// [Kp / 128, C / 128]: one per 128 x 128 block.
     pub scales: &'a mut CudaSlice<f32>,
     /// Experts E.
     pub experts: usize,
-    /// Rows x has room for (>= offsets[E]).
+    /// Rows x has room for (>= offsets\[E\]).
     pub rows_max: usize,
     /// Columns C (a multiple of 128).
     pub cols: usize,
@@ -162,21 +162,21 @@ pub struct QuantizeColsArgs<'a> {
     /// into the quantization (see [`ColsGather`]).
     pub gather: Option<ColsGather<'a>>,
     /// Some((codes e4m3 [rows_max, C], scales f32 [rows_max, C / 128])): the expert-ordered rows (those below
-    /// offsets[E]) also quantized row-wise in 1 x 128 blocks from the same read, bitwise [`quantize_rows`] of them.
+    /// offsets\[E\]) also quantized row-wise in 1 x 128 blocks from the same read, bitwise [`quantize_rows`] of them.
     pub rows_out: Option<(&'a mut CudaSlice<u8>, &'a mut CudaSlice<f32>)>,
 }
 
-/// The gather fused into [`quantize_cols_grouped`]: expert-ordered row r is the token row_slot[r] / top_k of
+/// The gather fused into [`quantize_cols_grouped`]: expert-ordered row r is the token row_slot\[r\] / top_k of
 /// `x` (bf16 [tokens, C]), the routing's layout as `route` writes it; optionally also stored, in bf16, as row r of
 /// `copy` (so one pass over the tokens gives both the bf16 gathered rows and their transposed codes).
 pub struct ColsGather<'a> {
-    /// u32 [>= offsets[E]]: each expert-ordered row's slot (token * top_k + j).
+    /// u32 [>= offsets\[E\]]: each expert-ordered row's slot (token * top_k + j).
     pub row_slot: &'a CudaSlice<u32>,
     /// Slots per token.
     pub top_k: usize,
     /// Tokens `x` holds (a slot of a token past them reads as zeros).
     pub tokens: usize,
-    /// bf16 [rows_max, C]: receives the gathered rows (rows past offsets[E] are not written).
+    /// bf16 [rows_max, C]: receives the gathered rows (rows past offsets\[E\] are not written).
     pub copy: Option<&'a mut CudaSlice<bf16>>,
     /// f32 [tokens * top_k]: each gathered row is scaled by its slot's weight before it is quantized (not in
     /// `copy`), the product rounded to bf16.
@@ -426,7 +426,7 @@ pub fn grouped_wgrad_fp8<W: WgradElem>(gpu: &Gpu, a: WgradFp8Args<'_, W>) -> Res
 
 /// One blockwise-FP8 grouped GEMM (see the module's documentation).
 pub struct GroupedGemmFp8Args<'a> {
-    /// e4m3 [rows_max, K]; the rows of expert e at offsets[e]..offsets[e + 1].
+    /// e4m3 [rows_max, K]; the rows of expert e at offsets\[e\]..offsets[e + 1].
     pub a: &'a CudaSlice<u8>,
     /// f32 [rows_max, K / 128].
     pub a_scales: &'a CudaSlice<f32>,
@@ -438,7 +438,7 @@ pub struct GroupedGemmFp8Args<'a> {
     pub offsets: &'a CudaSlice<u32>,
     /// u32 [E + 1] m-tile offsets in tiles of 128 rows (device).
     pub tile_offsets: &'a CudaSlice<u32>,
-    /// bf16 [rows_max, N]; rows past offsets[E] are not written.
+    /// bf16 [rows_max, N]; rows past offsets\[E\] are not written.
     pub c: &'a mut CudaSlice<bf16>,
     /// Experts.
     pub experts: usize,
@@ -446,7 +446,7 @@ pub struct GroupedGemmFp8Args<'a> {
     pub n: usize,
     /// Contraction K (a multiple of 128).
     pub k: usize,
-    /// Rows A, its scales and C have room for (>= offsets[E], the caller's promise).
+    /// Rows A, its scales and C have room for (>= offsets\[E\], the caller's promise).
     pub rows_max: usize,
 }
 
@@ -514,7 +514,7 @@ impl<'a> GroupedGemmFp8Args<'a> {
 /// order, as the bf16 layer's W1), promoted in f32 as [`grouped_gemm_fp8`] does; h = silu(g) u stored in bf16
 /// (z itself is not stored).
 pub struct SwigluFp8Args<'a> {
-    /// e4m3 [rows_max, H]; the rows of expert e at offsets[e]..offsets[e + 1].
+    /// e4m3 [rows_max, H]; the rows of expert e at offsets\[e\]..offsets[e + 1].
     pub a: &'a CudaSlice<u8>,
     /// f32 [rows_max, H / 128].
     pub a_scales: &'a CudaSlice<f32>,
@@ -526,7 +526,7 @@ pub struct SwigluFp8Args<'a> {
     pub offsets: &'a CudaSlice<u32>,
     /// u32 [E + 1] m-tile offsets in tiles of 128 rows (device).
     pub tile_offsets: &'a CudaSlice<u32>,
-    /// bf16 [rows_max, I]; rows past offsets[E] are not written.
+    /// bf16 [rows_max, I]; rows past offsets\[E\] are not written.
     pub h: &'a mut CudaSlice<bf16>,
     /// Experts.
     pub experts: usize,
@@ -534,7 +534,7 @@ pub struct SwigluFp8Args<'a> {
     pub i: usize,
     /// H, the contraction (a multiple of 128).
     pub k: usize,
-    /// Rows A, its scales and h have room for (>= offsets[E], the caller's promise).
+    /// Rows A, its scales and h have room for (>= offsets\[E\], the caller's promise).
     pub rows_max: usize,
 }
 
@@ -575,7 +575,7 @@ pub struct SwigluFp8QArgs<'a> {
     pub offsets: &'a CudaSlice<u32>,
     /// u32 [E + 1] m-tile offsets (device).
     pub tile_offsets: &'a CudaSlice<u32>,
-    /// e4m3 [rows_max, I]: h's codes; rows past offsets[E] are not written.
+    /// e4m3 [rows_max, I]: h's codes; rows past offsets\[E\] are not written.
     pub h8: &'a mut CudaSlice<u8>,
     /// f32 [rows_max, I / 128]: h's scales.
     pub h8_scales: &'a mut CudaSlice<f32>,
@@ -585,7 +585,7 @@ pub struct SwigluFp8QArgs<'a> {
     pub i: usize,
     /// H, the contraction (a multiple of 128).
     pub k: usize,
-    /// Rows the buffers have room for (>= offsets[E]).
+    /// Rows the buffers have room for (>= offsets\[E\]).
     pub rows_max: usize,
 }
 
@@ -888,8 +888,8 @@ pub fn dequantize_cpu(q: &[u8], scales: &[f32], rows: usize, cols: usize, block_
         .collect()
 }
 
-/// f64 CPU reference of [`grouped_gemm_fp8`] from the dequantized operands: C [offsets[E], N] with
-/// C[r] = A[r] . B_e^T for the rows r of expert e (`a` [rows, K], `b` [E * N, K], both dequantized).
+/// f64 CPU reference of [`grouped_gemm_fp8`] from the dequantized operands: C [offsets\[E\], N] with
+/// C\[r\] = A\[r\] . B_e^T for the rows r of expert e (`a` [rows, K], `b` [E * N, K], both dequantized).
 pub fn grouped_gemm_fp8_cpu(a: &[f64], b: &[f64], offsets: &[u32], n: usize, k: usize) -> Vec<f64> {
     let rows = *offsets.last().unwrap_or(&0) as usize;
     let mut c = vec![0f64; rows * n];

@@ -45,7 +45,7 @@ pub enum BLayout {
 
 /// One grouped GEMM.
 pub struct GroupedGemmArgs<'a> {
-    /// bf16 [rows_max, K]; the rows of expert e at offsets[e]..offsets[e + 1].
+    /// bf16 [rows_max, K]; the rows of expert e at offsets\[e\]..offsets[e + 1].
     pub a: &'a CudaSlice<bf16>,
     /// bf16 [E, N, K] or [E, K, N].
     pub b: &'a CudaSlice<bf16>,
@@ -55,7 +55,7 @@ pub struct GroupedGemmArgs<'a> {
     pub offsets: &'a CudaSlice<u32>,
     /// u32 [E + 1], m-tile offsets in tiles of 128 rows (device).
     pub tile_offsets: &'a CudaSlice<u32>,
-    /// bf16 [rows_max, N]; rows past offsets[E] are not written.
+    /// bf16 [rows_max, N]; rows past offsets\[E\] are not written.
     pub c: &'a mut CudaSlice<bf16>,
     /// Experts.
     pub experts: usize,
@@ -63,13 +63,13 @@ pub struct GroupedGemmArgs<'a> {
     pub n: usize,
     /// Contraction K (a multiple of 64).
     pub k: usize,
-    /// Rows A and C have room for (>= offsets[E]).
+    /// Rows A and C have room for (>= offsets\[E\]).
     pub rows_max: usize,
 }
 
 /// One grouped GEMM (B K-major) with the row-scattered epilogue: row r of the expert-ordered batch (expert e's
-/// rows at offsets[e]..offsets[e + 1]) goes to row dst_row[r] of C, times scale[dst_row[r]] when a scale is
-/// given: C[dst_row[r]] = scale[dst_row[r]] * (A_r . B_e^T). With dst_row the rows' routing slots and scale the
+/// rows at offsets\[e\]..offsets[e + 1]) goes to row dst_row\[r\] of C, times scale[dst_row\[r\]] when a scale is
+/// given: C[dst_row\[r\]] = scale[dst_row\[r\]] * (A_r . B_e^T). With dst_row the rows' routing slots and scale the
 /// top-k weights, this is the forward's GEMM2 writing weighted rows in slot order (the combine then sums k
 /// consecutive rows). Rows whose destination is at or past `c_rows` are not written; nor is any row of C that
 /// no source row names. Destinations should be distinct (two rows on one destination: one of them lands).
@@ -82,9 +82,9 @@ pub struct ScatterArgs<'a> {
     pub offsets: &'a CudaSlice<u32>,
     /// u32 [E + 1], m-tile offsets in tiles of 128 rows (device).
     pub tile_offsets: &'a CudaSlice<u32>,
-    /// u32 [rows_max]: the row of C each row goes to (device).
+    /// u32 \[rows_max\]: the row of C each row goes to (device).
     pub dst_row: &'a CudaSlice<u32>,
-    /// f32 [c_rows]: the factor of each row of C, or `None` (1).
+    /// f32 \[c_rows\]: the factor of each row of C, or `None` (1).
     pub scale: Option<&'a CudaSlice<f32>>,
     /// bf16 [c_rows, N].
     pub c: &'a mut CudaSlice<bf16>,
@@ -96,7 +96,7 @@ pub struct ScatterArgs<'a> {
     pub n: usize,
     /// Contraction K (a multiple of 64).
     pub k: usize,
-    /// Rows A has room for (>= offsets[E]).
+    /// Rows A has room for (>= offsets\[E\]).
     pub rows_max: usize,
 }
 
@@ -150,7 +150,7 @@ impl<'a> ScatterArgs<'a> {
 /// h = silu(g) * u, computed from g and u rounded to bf16 (as z holds them, and as the backward recomputes h from
 /// z); z is stored only when given.
 pub struct SwigluArgs<'a> {
-    /// bf16 [rows_max, K] (the gathered x: K = H); the rows of expert e at offsets[e]..offsets[e + 1].
+    /// bf16 [rows_max, K] (the gathered x: K = H); the rows of expert e at offsets\[e\]..offsets[e + 1].
     pub a: &'a CudaSlice<bf16>,
     /// bf16 [E, 2I, K] (gate rows, then up rows).
     pub w1: &'a CudaSlice<bf16>,
@@ -158,7 +158,7 @@ pub struct SwigluArgs<'a> {
     pub offsets: &'a CudaSlice<u32>,
     /// u32 [E + 1], m-tile offsets in tiles of 128 rows (device).
     pub tile_offsets: &'a CudaSlice<u32>,
-    /// bf16 [rows_max, I]; rows past offsets[E] are not written.
+    /// bf16 [rows_max, I]; rows past offsets\[E\] are not written.
     pub h: &'a mut CudaSlice<bf16>,
     /// bf16 [rows_max, 2I], or `None` not to keep z.
     pub z: Option<&'a mut CudaSlice<bf16>>,
@@ -168,7 +168,7 @@ pub struct SwigluArgs<'a> {
     pub i: usize,
     /// Contraction K = H (a multiple of 64).
     pub k: usize,
-    /// Rows A, h and z have room for (>= offsets[E]).
+    /// Rows A, h and z have room for (>= offsets\[E\]).
     pub rows_max: usize,
 }
 
@@ -184,17 +184,17 @@ pub struct DswigluArgs<'a> {
     pub w2: &'a CudaSlice<bf16>,
     /// bf16 [rows_max, 2I]: z = [g | u] of the forward.
     pub z: &'a CudaSlice<bf16>,
-    /// f32 [slots]: the routing weight of each slot.
+    /// f32 \[slots\]: the routing weight of each slot.
     pub weights: &'a CudaSlice<f32>,
-    /// u32 [rows_max]: the slot of each row (< slots: the caller's promise, read on the device).
+    /// u32 \[rows_max\]: the slot of each row (< slots: the caller's promise, read on the device).
     pub row_slot: &'a CudaSlice<u32>,
     /// u32 [E + 1], row offsets (device).
     pub offsets: &'a CudaSlice<u32>,
     /// u32 [E + 1], m-tile offsets in tiles of 128 rows (device).
     pub tile_offsets: &'a CudaSlice<u32>,
-    /// bf16 [rows_max, 2I]; rows past offsets[E] are not written.
+    /// bf16 [rows_max, 2I]; rows past offsets\[E\] are not written.
     pub dz: &'a mut CudaSlice<bf16>,
-    /// f32 [rows_max, dswiglu_partials(I)]; rows past offsets[E] are not written.
+    /// f32 [rows_max, dswiglu_partials(I)]; rows past offsets\[E\] are not written.
     pub partial: &'a mut CudaSlice<f32>,
     /// Experts.
     pub experts: usize,
@@ -202,12 +202,12 @@ pub struct DswigluArgs<'a> {
     pub i: usize,
     /// Contraction K = H (a multiple of 64).
     pub k: usize,
-    /// Rows dy, z, row_slot, dz and partial have room for (>= offsets[E]).
+    /// Rows dy, z, row_slot, dz and partial have room for (>= offsets\[E\]).
     pub rows_max: usize,
 }
 
 /// The K-grouped weight gradient: for every expert e, C_e[M, N] = A[rows_e, M]^T . B[rows_e, N] in f32
-/// (or added to C_e with `accumulate`), contracting over the expert's rows offsets[e]..offsets[e + 1]; an
+/// (or added to C_e with `accumulate`), contracting over the expert's rows offsets\[e\]..offsets[e + 1]; an
 /// expert without rows gets zeros (or nothing added). dW2 = (s dy)^T h: A = s dy rows (M = H), B = h rows
 /// (N = I); dW1 = dz^T x: A = dz rows (M = 2I), B = x rows (N = H).
 pub struct WgradArgs<'a, W: WgradElem = f32> {
@@ -225,7 +225,7 @@ pub struct WgradArgs<'a, W: WgradElem = f32> {
     pub m: usize,
     /// N (a multiple of 8).
     pub n: usize,
-    /// Rows A and B have room for (>= offsets[E]).
+    /// Rows A and B have room for (>= offsets\[E\]).
     pub rows_max: usize,
     /// Add into C instead of overwriting it.
     pub accumulate: bool,

@@ -646,7 +646,7 @@ impl MoeLayer {
         unsafe { g.launch(kernel, launch, &p) }
     }
 
-    /// Forward: out[t] = sum over j of topk_weights[t, j] * SwiGLU-expert(topk_ids[t, j])(x[t]), asynchronous on
+    /// Forward: out\[t\] = sum over j of topk_weights[t, j] * SwiGLU-expert(topk_ids[t, j])(x\[t\]), asynchronous on
     /// the layer's stream, no host synchronisation. Returns what the backward needs.
     ///
     /// An expert id outside -1..E in `topk_ids` is found on the device, so the call still returns `Ok`: it sets

@@ -3,7 +3,7 @@
 //! - [`runtime`]: GPU detection (a typed error, never a panic, without a GPU or a driver), the per-device
 //!   module cache, the launch helper (dynamic shared memory above 48 KB, checked launches), the debug switch.
 //! - [`tensor_map`]: `cuTensorMapEncodeTiled`, with the map placed in device memory.
-//! - [`reference`]: the f64 CPU reference of the whole MoE layer (forward and backward) for R ranks.
+//! - [`reference`](mod@reference): the f64 CPU reference of the whole MoE layer (forward and backward) for R ranks.
 //! - [`matmul64`]: the packed f64 matrix product the references use.
 //! - [`rng`], [`check`]: fresh random inputs and the relative-error checks every test uses.
 pub mod check;

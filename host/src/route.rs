@@ -60,15 +60,15 @@ pub unsafe fn launch(g: &Gpu, p: &Route) -> Result<()> {
 pub struct HostLayout {
     /// The error word.
     pub error: u32,
-    /// u32 [E].
+    /// u32 \[E\].
     pub counts: Vec<u32>,
     /// u32 [E + 1].
     pub offsets: Vec<u32>,
     /// u32 [E + 1].
     pub tile_offsets: Vec<u32>,
-    /// u32 [slots] (entries past `offsets[E]` keep `poison`).
+    /// u32 \[slots\] (entries past `offsets[E]` keep `poison`).
     pub row_slot: Vec<u32>,
-    /// i32 [slots].
+    /// i32 \[slots\].
     pub slot_row: Vec<i32>,
 }
 

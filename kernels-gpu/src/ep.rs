@@ -105,13 +105,13 @@ pub fn local_layout(
 pub struct Workspace {
     /// u32 [world, experts]: the all-gathered counts (each source writes its row).
     pub counts: u64,
-    /// u32 [world]: count flags (epoch numbers; source s releases flag s after writing its counts row).
+    /// u32 \[world\]: count flags (epoch numbers; source s releases flag s after writing its counts row).
     pub count_flags: u64,
     /// bf16 [max_recv, hidden]: dispatched x rows (kept from the forward for the backward).
     pub recv: u64,
     /// bf16 [max_recv, hidden]: dispatched dy rows (backward).
     pub recv_dy: u64,
-    /// f32 [max_recv]: the routing weight of each received row (the backward's s).
+    /// f32 \[max_recv\]: the routing weight of each received row (the backward's s).
     pub recv_w: u64,
     /// u32 [max_recv, 2]: (source rank, source slot `t * k + j`) of each received row: where its result goes.
     pub recv_meta: u64,
@@ -119,7 +119,7 @@ pub struct Workspace {
     pub data_flags: u64,
     /// bf16 [max_slots, hidden]: rows returned to this rank, at slot `t * k + j` (y forward, dx backward).
     pub back: u64,
-    /// f32 [max_slots]: values returned to this rank at slot `t * k + j` (the backward's dtopk).
+    /// f32 \[max_slots\]: values returned to this rank at slot `t * k + j` (the backward's dtopk).
     pub back_w: u64,
     /// u32 [world, blocks]: combine flags (block b of owner r releases flag `r * blocks + b` after its rows
     /// landed here).
@@ -129,21 +129,21 @@ pub struct Workspace {
     pub local_offsets: u64,
     /// u32 [experts + 1]: this rank's local experts' first m-tiles; local.
     pub local_tiles: u64,
-    /// u32 [4]: the error record of a bounded wait that expired (phase, rank waited for, epoch, 1 = set).
+    /// u32 \[4\]: the error record of a bounded wait that expired (phase, rank waited for, epoch, 1 = set).
     pub error: u64,
-    /// u32 [1]: the rank's call counter, the epoch of its current call (0 before the first). `ep_epoch_next`, the
+    /// u32 \[1\]: the rank's call counter, the epoch of its current call (0 before the first). `ep_epoch_next`, the
     /// first launch of every call, adds 1; the call's dispatch and combine kernels read it at their start, so the
     /// epoch lives on the device and a CUDA graph replays new epochs. Every rank advances its own counter once
     /// per call and reads only its own, so ranks that make the same calls agree on every call's epoch.
     /// `u32::MAX` means exhausted: the kernels then do nothing (the host refuses calls before).
     pub epoch: u64,
-    /// u64 [8]: each source rank's x address (pull dispatch: written by the source, read by this rank's GEMM1).
+    /// u64 \[8\]: each source rank's x address (pull dispatch: written by the source, read by this rank's GEMM1).
     pub src_x: u64,
-    /// u64 [8]: each rank's `back` region as this rank addresses it (written by this rank's `ep_dispatch`,
+    /// u64 \[8\]: each rank's `back` region as this rank addresses it (written by this rank's `ep_dispatch`,
     /// read by its GEMM2 when it scatters its rows straight to their sources).
     pub back_ptrs: u64,
     /// u32 [recv m-tiles]: rows of each local m-tile copied by this rank's GEMM1 (pull dispatch; zeroed by
-    /// this rank's `ep_dispatch`); then u32 [1]: that GEMM's error word (`params::FUSED_TIMEOUT` when a wait for
+    /// this rank's `ep_dispatch`); then u32 \[1\]: that GEMM's error word (`params::FUSED_TIMEOUT` when a wait for
     /// an m-tile's rows expired).
     pub arrive: u64,
     /// Total bytes.

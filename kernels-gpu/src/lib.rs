@@ -4,7 +4,7 @@
 //! pure logic (descriptor bit fields, swizzle and layout math, routing math, the kernel manifest, the
 //! `#[repr(C)]` parameter blocks shared with the host) is unit-tested on the CPU.
 //!
-//! Layers, bottom up: [`ptx`] (the only module with `asm!`; device only), [`desc`] and [`swizzle`] (pure),
+//! Layers, bottom up: `ptx` (the only module with `asm!`; device only), [`desc`] and [`swizzle`] (pure),
 //! [`manifest`] (what each kernel promises), then one kernel per file in `kernels/` (device only).
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]

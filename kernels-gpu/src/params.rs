@@ -50,12 +50,12 @@ pub struct TmaRowsTest {
     pub map_row: u64,
     /// The same matrix, box 64 x 128, 128-byte swizzle.
     pub map_tile: u64,
-    /// u32 [128]: the source row of each tile row.
+    /// u32 \[128\]: the source row of each tile row.
     pub rows: u64,
     /// u8 [3, 16384]: the raw tile after each phase (one-row boxes by 128 threads, by one thread; one 128-row
     /// box of rows 0..128).
     pub smem_dump: u64,
-    /// u64 [3]: cycles from the first issue to the completed wait, per phase (thread 0's `%clock64`).
+    /// u64 \[3\]: cycles from the first issue to the completed wait, per phase (thread 0's `%clock64`).
     pub cycles: u64,
     /// First column (elements) of the segment loaded, a multiple of 64.
     pub col0: u32,
@@ -86,11 +86,11 @@ pub struct TmaMcTest {
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct FlagTest {
-    /// u32 [blocks]: flags, zero before the launch.
+    /// u32 \[blocks\]: flags, zero before the launch.
     pub flags: u64,
     /// u32 [blocks, words]: data block b writes after reading block b - 1's.
     pub data: u64,
-    /// u32 [blocks]: 0 = ok, 1 = timed out waiting.
+    /// u32 \[blocks\]: 0 = ok, 1 = timed out waiting.
     pub status: u64,
     /// u32 counter for the `red.release` mode, zero before the launch.
     pub counter: u64,
@@ -112,7 +112,7 @@ pub const STATUS_TIMEOUT: u32 = 1;
 pub struct MatrixTest {
     /// u32 [32 * 4]: lane l's four registers at 4 l (what stmatrix stores).
     pub regs: u64,
-    /// u8 [512]: four 8 x 8 b16 matrices, row-major, matrix i at byte 128 i (what ldmatrix loads).
+    /// u8 \[512\]: four 8 x 8 b16 matrices, row-major, matrix i at byte 128 i (what ldmatrix loads).
     pub mem: u64,
     /// u32 [4 * 128]: shared memory after stmatrix.x4 (128 words), after stmatrix.x4.trans (128 words), then
     /// ldmatrix.x4's and ldmatrix.x4.trans's registers (lane l's at 4 l of each 128).
@@ -127,7 +127,7 @@ pub struct MbarrierTest {
     pub src: u64,
     /// Destination, [2 * bytes]: what shared memory held after each phase.
     pub out: u64,
-    /// u32 [8]: try_wait answers observed around each phase (see the kernel).
+    /// u32 \[8\]: try_wait answers observed around each phase (see the kernel).
     pub status: u64,
     /// Bytes per phase, a multiple of 32, at most 64 KiB.
     pub bytes: u32,
@@ -141,19 +141,19 @@ pub struct MbarrierTest {
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct Route {
-    /// i32 [slots]: expert ids (-1 = masked).
+    /// i32 \[slots\]: expert ids (-1 = masked).
     pub topk_ids: u64,
-    /// u32 [E]: rows per expert (written by `route_scan`).
+    /// u32 \[E\]: rows per expert (written by `route_scan`).
     pub counts: u64,
     /// u32 [E + 1]: first row of each expert (written by `route_scan`).
     pub offsets: u64,
     /// u32 [E + 1]: first m-tile of each expert, tiles of `tile_m` rows (written by `route_scan`).
     pub tile_offsets: u64,
-    /// u32 [slots]: the slot of each row, rows 0..offsets[E] (written by `route_place`).
+    /// u32 \[slots\]: the slot of each row, rows 0..offsets\[E\] (written by `route_place`).
     pub row_slot: u64,
-    /// i32 [slots]: the row of each slot, -1 for a masked slot (written by `route_place`).
+    /// i32 \[slots\]: the row of each slot, -1 for a masked slot (written by `route_place`).
     pub slot_row: u64,
-    /// u32 [1], the call's routing error word, zero before `route_count`: set to 1 there when an id is outside
+    /// u32 \[1\], the call's routing error word, zero before `route_count`: set to 1 there when an id is outside
     /// -1..E. When set, `route_scan` writes all-zero offsets and tile offsets and `route_place` writes nothing.
     pub error: u64,
     /// u32 [chunks, E], workspace (`route::max_chunks(max slots)` rows): each chunk's rows per expert
@@ -170,7 +170,7 @@ pub struct Route {
     pub chunk: u32,
 }
 
-/// Row gather (kernel `gather_rows`): dst[r] = src[row_slot[r] / k] for r < offsets[E], rows of `cols` bf16.
+/// Row gather (kernel `gather_rows`): dst\[r\] = src[row_slot\[r\] / k] for r < offsets\[E\], rows of `cols` bf16.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct Gather {
@@ -178,9 +178,9 @@ pub struct Gather {
     pub src: u64,
     /// bf16 [rows, cols].
     pub dst: u64,
-    /// u32 [rows].
+    /// u32 \[rows\].
     pub row_slot: u64,
-    /// u32 [E + 1]; offsets[E] is the row count.
+    /// u32 [E + 1]; offsets\[E\] is the row count.
     pub offsets: u64,
     /// Columns (a multiple of 8).
     pub cols: u32,
@@ -192,7 +192,7 @@ pub struct Gather {
     pub pad: u32,
 }
 
-/// Combine (kernel `combine_rows`): out[t] = sum over j of w[t, j] * y[slot_row[t * k + j]] in f32, j in order,
+/// Combine (kernel `combine_rows`): out\[t\] = sum over j of w[t, j] * y[slot_row[t * k + j]] in f32, j in order,
 /// masked slots skipped; out in bf16. With `w` = 0 every weight is 1 (the backward's dx).
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
@@ -205,7 +205,7 @@ pub struct Combine {
     pub slot_row: u64,
     /// bf16 [tokens, cols].
     pub out: u64,
-    /// u32 [1]: the routing error word of the forward (`Route::error`); when set the kernel writes nothing.
+    /// u32 \[1\]: the routing error word of the forward (`Route::error`); when set the kernel writes nothing.
     /// 0: no word.
     pub error: u64,
     /// Tokens.
@@ -223,7 +223,7 @@ impl Combine {
     pub const NONE: Combine = Combine { y: 0, w: 0, slot_row: 0, out: 0, error: 0, tokens: 0, cols: 0, k: 0, pad: 0 };
 }
 
-/// Grouped GEMM over experts (M-grouped): for each expert e and its rows offsets[e]..offsets[e + 1] of A,
+/// Grouped GEMM over experts (M-grouped): for each expert e and its rows offsets\[e\]..offsets[e + 1] of A,
 /// C[rows, N] = A[rows, K] . B_e[N, K]^T, with the epilogue of the kernel.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -254,10 +254,10 @@ pub struct GroupedGemm {
     pub ldc: u32,
     /// Output tiles along N.
     pub n_tiles: u32,
-    /// SwiGLU-backward epilogue: f32 [slots] routing weights (s of each row's slot). Row-scattered epilogue:
-    /// f32 [c_rows] the factor of each destination row, 0 for none.
+    /// SwiGLU-backward epilogue: f32 \[slots\] routing weights (s of each row's slot). Row-scattered epilogue:
+    /// f32 \[c_rows\] the factor of each destination row, 0 for none.
     pub w: u64,
-    /// SwiGLU-backward epilogue: u32 [rows] slot of each row. Row-scattered epilogue: u32 [rows] the row of C
+    /// SwiGLU-backward epilogue: u32 \[rows\] slot of each row. Row-scattered epilogue: u32 \[rows\] the row of C
     /// each row goes to.
     pub row_slot: u64,
     /// SwiGLU-backward epilogue: f32 [rows, n_tiles] partial sums of dh * h (dtopk).
@@ -276,7 +276,7 @@ pub struct GroupedGemm {
     /// groups store s * h through it); 0: s * h from registers.
     pub map_sh: u64,
     /// Gathered A (`grouped_gemm_swiglu_gather`): bf16 [T, K], the tokens; row r of the expert-ordered batch is
-    /// token row_slot[r] / top_k (`row_slot` above), copied row by row, so the gathered copy of A need not
+    /// token row_slot\[r\] / top_k (`row_slot` above), copied row by row, so the gathered copy of A need not
     /// exist. 0 otherwise (A through `map_a`).
     pub a_rows: u64,
     /// Slots per token (the gathered A).
@@ -286,7 +286,7 @@ pub struct GroupedGemm {
     pub c_rows: u32,
     /// The gather overlapped with the GEMM (kernels built on `grouped_gemm::produce` and `ffn_fused_fwd`):
     /// bf16 [rows, K], the expert-ordered rows that `map_a` covers. When non-zero, the producer warpgroup's three
-    /// idle warps copy row r from token row_slot[r] / top_k of `a_rows` into it while the GEMM runs, and the
+    /// idle warps copy row r from token row_slot\[r\] / top_k of `a_rows` into it while the GEMM runs, and the
     /// TMA thread loads an m-tile's A only once its rows are counted on `arrive`. 0: A is already there.
     pub a_copy: u64,
     /// With `a_copy`: u32 [m-tiles] rows copied per m-tile (zero at launch).
@@ -296,12 +296,12 @@ pub struct GroupedGemm {
     pub error: u64,
     /// With `a_copy`: bound of each wait, in nanoseconds of `%globaltimer`.
     pub timeout_ns: u64,
-    /// With `a_copy`, expert-parallel pull (docs/FUSED.md step 2): 0, or the address of u64 [world] row bases
+    /// With `a_copy`, expert-parallel pull (docs/FUSED.md step 2): 0, or the address of u64 \[world\] row bases
     /// (each source rank's x, published by `ep_dispatch` in the owner's workspace); then `row_slot` holds the
     /// (source rank, source slot) pair of each row (the workspace's `recv_meta`) and row r is copied from token
     /// slot / top_k of that rank's x.
     pub a_src_ranks: u64,
-    /// `grouped_gemm_bf16_scatter`, expert-parallel: 0, or the address of u64 [world] destination bases (each
+    /// `grouped_gemm_bf16_scatter`, expert-parallel: 0, or the address of u64 \[world\] destination bases (each
     /// source rank's `back` region, from the owner's workspace `back_ptrs`); then `row_slot` holds the (source
     /// rank, source slot) pair of each row (`recv_meta`) and row r goes to row slot of that rank's base
     /// (`c_rows` bounds the slot).
@@ -338,7 +338,7 @@ pub struct FusedFfn {
 pub const FUSED_TIMEOUT: u32 = 0x7f00_0001;
 
 /// K-grouped weight-gradient GEMM (kernel `grouped_wgrad_f32`): for each expert e,
-/// C_e[M, N] (+)= A[rows_e, M]^T . B[rows_e, N], contracting over the expert's rows offsets[e]..offsets[e + 1]
+/// C_e[M, N] (+)= A[rows_e, M]^T . B[rows_e, N], contracting over the expert's rows offsets\[e\]..offsets[e + 1]
 /// (both operands MN-major, loaded in 64 x 64 boxes through per-expert tensor maps that end at the expert's last
 /// row, so the copy engine fills the rows past it with zeros and the next expert's rows are never read).
 #[derive(Clone, Copy, Debug)]
@@ -355,7 +355,7 @@ pub struct WgradGemm {
     /// Tensor map of C as f32 [E * M, N], box 64 rows x 32 columns, 128-byte swizzle (the epilogue stores, or
     /// adds, through it).
     pub map_c: u64,
-    /// u32 [1]: the routing error word of the forward (`Route::error`); when set the kernel returns at entry and
+    /// u32 \[1\]: the routing error word of the forward (`Route::error`); when set the kernel returns at entry and
     /// C is neither overwritten nor added to. 0: no word.
     pub error: u64,
     /// Experts.
@@ -370,13 +370,13 @@ pub struct WgradGemm {
     pub n_tiles: u32,
     /// 1: add into C; 0: overwrite.
     pub accumulate: u32,
-    /// u32 [1], zeroed by the host before the launch: the tile scheduler's counter (a block that finishes early
+    /// u32 \[1\], zeroed by the host before the launch: the tile scheduler's counter (a block that finishes early
     /// takes the next tile); 0: every block takes every grid-th tile. Launches sharing it must not overlap.
     pub sched: u64,
     /// `grouped_wgrad_f32_mv`: a combine (as `combine_rows`) the producer warpgroup's three idle warps run while
     /// the GEMM does (the backward's sum of dx rows over each token's slots); `tokens` 0: none.
     pub combine: Combine,
-    /// 128-byte tensor maps [E][2] (A's, then B's) in global memory, written by `wgrad_expert_maps` just before
+    /// 128-byte tensor maps \[E\]\[2\] (A's, then B's) in global memory, written by `wgrad_expert_maps` just before
     /// (kernel [`WgradMaps`]): expert e's map starts at its first row and ends at its last.
     pub expert_maps: u64,
     /// A's and B's first row (global addresses; rows of 2 M and 2 N bytes): what `wgrad_expert_maps` offsets.
@@ -390,8 +390,8 @@ pub struct WgradGemm {
 }
 
 /// The per-expert tensor maps of a weight gradient (kernel `wgrad_expert_maps`, launched just before the
-/// `grouped_wgrad_*` that reads them): map [e][o] = template o (A's or B's whole-buffer map) pointed at
-/// base[o] + offsets[e] * row_bytes[o] with max(rows_e, 1) rows.
+/// `grouped_wgrad_*` that reads them): map \[e\]\[o\] = template o (A's or B's whole-buffer map) pointed at
+/// base\[o\] + offsets\[e\] * row_bytes\[o\] with max(rows_e, 1) rows.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct WgradMaps {
@@ -401,9 +401,9 @@ pub struct WgradMaps {
     pub base: [u64; 2],
     /// u32 [E + 1] row offsets.
     pub offsets: u64,
-    /// The output: 128-byte tensor maps [E][2], 128-byte aligned.
+    /// The output: 128-byte tensor maps \[E\]\[2\], 128-byte aligned.
     pub out: u64,
-    /// u32 [1]: the routing error word (as the weight gradient's: when set nothing is written); 0: none.
+    /// u32 \[1\]: the routing error word (as the weight gradient's: when set nothing is written); 0: none.
     pub error: u64,
     /// Bytes per row of A and B.
     pub row_bytes: [u32; 2],
@@ -413,18 +413,18 @@ pub struct WgradMaps {
     pub pad: u32,
 }
 
-/// dtopk from the SwiGLU-backward partial sums (kernel `dtopk_reduce`): dtopk[slot] = sum over n-tiles of
-/// partial[slot_row[slot]], 0 for masked slots.
+/// dtopk from the SwiGLU-backward partial sums (kernel `dtopk_reduce`): dtopk\[slot\] = sum over n-tiles of
+/// partial[slot_row\[slot\]], 0 for masked slots.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct DtopkReduce {
     /// f32 [rows, n_tiles].
     pub partial: u64,
-    /// i32 [slots].
+    /// i32 \[slots\].
     pub slot_row: u64,
-    /// f32 [slots].
+    /// f32 \[slots\].
     pub dtopk: u64,
-    /// u32 [1]: the routing error word of the forward (`Route::error`); when set the kernel writes nothing.
+    /// u32 \[1\]: the routing error word of the forward (`Route::error`); when set the kernel writes nothing.
     /// 0: no word.
     pub error: u64,
     /// Slots.
@@ -507,7 +507,7 @@ pub struct EpRank {
     pub topk_ids: u64,
     /// f32 [tokens * k]: routing weights.
     pub w: u64,
-    /// u32 [experts]: rows per global expert of this rank's slots (`route_scan`).
+    /// u32 \[experts\]: rows per global expert of this rank's slots (`route_scan`).
     pub counts: u64,
     /// u32 [experts + 1]: this rank's expert-ordered rows per expert (`route_scan`).
     pub offsets: u64,
@@ -518,7 +518,7 @@ pub struct EpRank {
     /// bf16 [max_recv, hidden]: the rank's expert outputs over its receive buffer (combine reads them; the
     /// backward: dx rows).
     pub y: u64,
-    /// Backward: f32 [max_recv], dtopk of each received row (travels back with the row).
+    /// Backward: f32 \[max_recv\], dtopk of each received row (travels back with the row).
     pub row_w: u64,
     /// bf16 [tokens, hidden]: the combined output (forward: out; backward: dx).
     pub out: u64,
@@ -606,9 +606,9 @@ pub struct QuantFp8T {
 /// Transposing quantization for the K-grouped FP8 weight gradients (kernel `quantize_fp8_cols_grouped`): the
 /// expert-ordered rows x [rows, C] become codes [C, Kp] K-major (row c of q: column c of x along the rows) in
 /// 1 x 128 blocks along the rows that never span two experts: expert e's segment starts at column 128
-/// tile_offsets[e] of q (its m-tile offsets) and its last block is zero-padded. Scales [Kp / 128, C] (a K block's
+/// tile_offsets\[e\] of q (its m-tile offsets) and its last block is zero-padded. Scales [Kp / 128, C] (a K block's
 /// scales of a tile's columns contiguous, for the GEMM to stage them per stage). Blocks
-/// past tile_offsets[E] are not written.
+/// past tile_offsets\[E\] are not written.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct QuantFp8Cols {
@@ -626,7 +626,7 @@ pub struct QuantFp8Cols {
     pub experts: u32,
     /// C (a multiple of 128).
     pub cols: u32,
-    /// Kp: q's columns (a multiple of 128, at least 128 tile_offsets[E]).
+    /// Kp: q's columns (a multiple of 128, at least 128 tile_offsets\[E\]).
     pub kp: u32,
     /// Rows x has room for.
     pub rows_max: u32,
@@ -635,7 +635,7 @@ pub struct QuantFp8Cols {
     pub block: u32,
     /// Slots per token (top-k) when gathering (`row_slot` non-zero).
     pub top_k: u32,
-    /// 0: row r of the expert order is row r of x. Otherwise u32 [rows_max]: row r is x's row row_slot[r] / top_k
+    /// 0: row r of the expert order is row r of x. Otherwise u32 \[rows_max\]: row r is x's row row_slot\[r\] / top_k
     /// (x then holds the tokens [src_rows, C]: the gather of the expert order fused into the quantization).
     pub row_slot: u64,
     /// 0, or bf16 [rows_max, C]: each expert-ordered row read is also stored here (the gathered bf16 copy).
@@ -655,7 +655,7 @@ pub struct QuantFp8Cols {
 }
 
 /// K-grouped weight gradient in blockwise FP8 (kernels `grouped_wgrad_fp8_f32` / `_bf16`): for each expert e,
-/// C_e[M, N] (+)= sum over its K blocks kb (tile_offsets[e] .. tile_offsets[e + 1]) of sa[kb, m] sb[kb, n]
+/// C_e[M, N] (+)= sum over its K blocks kb (tile_offsets\[e\] .. tile_offsets[e + 1]) of sa[kb, m] sb[kb, n]
 /// (A^T[m, kb] . B^T[n, kb]), with A^T e4m3 [M, Kp] and B^T e4m3 [N, Kp] as `quantize_fp8_cols_grouped` writes
 /// them (K-major, each expert's rows zero-padded to 128) and their scales [Kp / 128, M] and [Kp / 128, N].
 #[derive(Clone, Copy, Debug)]
@@ -691,7 +691,7 @@ pub struct WgradFp8 {
     pub kblocks: u32,
     /// Unused (the block stays whole 8-byte words).
     pub pad: u32,
-    /// u32 [1], zeroed by the host before the launch: the run-time tile counter (as `WgradGemm::sched`); 0: every
+    /// u32 \[1\], zeroed by the host before the launch: the run-time tile counter (as `WgradGemm::sched`); 0: every
     /// block takes every grid-th tile.
     pub sched: u64,
     /// The `_mv` kernels: a combine (as `combine_rows`) the producer warpgroup's three idle warps run meanwhile
@@ -700,7 +700,7 @@ pub struct WgradFp8 {
 }
 
 /// M-grouped GEMM in blockwise FP8 (kernel `grouped_gemm_fp8`): for each expert e and its rows
-/// offsets[e]..offsets[e + 1], C[r, n] = sum over 128-blocks kb of K of sa[r, kb] * sb[e, n / 128, kb] *
+/// offsets\[e\]..offsets[e + 1], C[r, n] = sum over 128-blocks kb of K of sa[r, kb] * sb[e, n / 128, kb] *
 /// (A[r, kb] . B_e[n, kb]) in f32, stored as bf16: A e4m3 [rows, K] with 1 x 128 scales, B e4m3 [E * N, K]
 /// (K-major) with 128 x 128 scales. Tiles of 128 rows x 128 columns; each 128-deep block's product is
 /// promoted into the f32 accumulator with its two scales (the tensor cores' accumulation never spans more).
