@@ -14,6 +14,7 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::ep::{EpLayer, RankGrads, RankInputs};
 use megamoe::ep_layout::Phase;
+use megamoe::gemm::WgradElem;
 use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
@@ -294,7 +295,36 @@ gpu_test!(bad_arguments_are_rejected, {
     assert!(matches!(run_ep(&g, &mut layer, &mut r), Err(Error::InvalidArgument(_))));
 });
 
-/// The EP = 1 forward + backward (z recomputed) on all tokens: dx, dtopk, dW1, dW2 as raw bits.
+/// A weight-gradient element type of the tests: its raw bits (widened), the bits of a 0xff-filled element, its
+/// value.
+trait Wg: WgradElem + Copy + Default {
+    const POISON: u32;
+    fn bits(v: Self) -> u32;
+    fn value(bits: u32) -> f64;
+}
+
+impl Wg for f32 {
+    const POISON: u32 = 0xffff_ffff;
+    fn bits(v: f32) -> u32 {
+        v.to_bits()
+    }
+    fn value(bits: u32) -> f64 {
+        f32::from_bits(bits) as f64
+    }
+}
+
+impl Wg for bf16 {
+    const POISON: u32 = 0xffff;
+    fn bits(v: bf16) -> u32 {
+        v.to_bits() as u32
+    }
+    fn value(bits: u32) -> f64 {
+        bf16::from_bits(bits as u16).to_f64()
+    }
+}
+
+/// The EP = 1 forward + backward (z recomputed) on all tokens: dx, dtopk, dW1, dW2 as raw bits (the weight
+/// gradients in `W`).
 struct Ep1Grads {
     dx: Vec<u16>,
     dtopk: Vec<u32>,
@@ -302,7 +332,7 @@ struct Ep1Grads {
     dw2: Vec<u32>,
 }
 
-fn ep1_backward(g: &Arc<Gpu>, inp: &Inputs) -> Ep1Grads {
+fn ep1_backward<W: Wg>(g: &Arc<Gpu>, inp: &Inputs) -> Ep1Grads {
     let s = inp.shape;
     let t = inp.tokens;
     let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, t, Save::InputsOnly)).unwrap();
@@ -314,8 +344,8 @@ fn ep1_backward(g: &Arc<Gpu>, inp: &Inputs) -> Ep1Grads {
     let mut out = g.alloc::<bf16>(t * s.h).unwrap();
     let mut dx = g.alloc::<bf16>(t * s.h).unwrap();
     let mut dtopk = g.alloc::<f32>(t * s.k).unwrap();
-    let mut dw1 = g.alloc::<f32>(s.e * 2 * s.i * s.h).unwrap();
-    let mut dw2 = g.alloc::<f32>(s.e * s.h * s.i).unwrap();
+    let mut dw1 = g.alloc::<W>(s.e * 2 * s.i * s.h).unwrap();
+    let mut dw2 = g.alloc::<W>(s.e * s.h * s.i).unwrap();
     let saved = layer.forward(&li, &mut out).unwrap();
     let gr = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
     layer.backward(&saved, &dy, &li, gr).unwrap();
@@ -323,8 +353,8 @@ fn ep1_backward(g: &Arc<Gpu>, inp: &Inputs) -> Ep1Grads {
     Ep1Grads {
         dx: g.download(&dx).unwrap().iter().map(|v| v.to_bits()).collect(),
         dtopk: g.download(&dtopk).unwrap().iter().map(|v| v.to_bits()).collect(),
-        dw1: g.download(&dw1).unwrap().iter().map(|v| v.to_bits()).collect(),
-        dw2: g.download(&dw2).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dw1: g.download(&dw1).unwrap().into_iter().map(W::bits).collect(),
+        dw2: g.download(&dw2).unwrap().into_iter().map(W::bits).collect(),
     }
 }
 
@@ -340,16 +370,17 @@ fn same_bits<T: PartialEq + Copy + std::fmt::LowerHex>(what: &str, got: &[T], wa
 }
 
 fn check_ep_backward(s: Shape, tokens: &[usize], routing: EpRouting) {
-    check_ep_backward_mode(s, tokens, routing, Mode::PUSH);
+    check_ep_backward_mode::<f32>(s, tokens, routing, Mode::PUSH);
 }
 
-/// `check_ep_backward` with the forward in a given [`Mode`] (the backward always pushes and copies).
-fn check_ep_backward_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: Mode) {
+/// `check_ep_backward` with the forward in a given [`Mode`] (the backward always pushes and copies) and the
+/// weight gradients in `W` (the EP = 1 layer's `Grads<W>` the bits to equal).
+fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting, mode: Mode) {
     let g = gpu();
     let mut rng = rng();
     let inp = ep_inputs(&mut rng, s, tokens, routing);
     let want_y = ep1_bits(&g, &inp);
-    let want = ep1_backward(&g, &inp);
+    let want = ep1_backward::<W>(&g, &inp);
     let world = tokens.len();
     let per = s.e / world;
     let max_t = tokens.iter().copied().max().unwrap().max(1);
@@ -369,13 +400,16 @@ fn check_ep_backward_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: 
     let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
     let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(pad(t * s.h)).unwrap()).collect();
     let mut dtopk: Vec<CudaSlice<f32>> = tokens.iter().map(|&t| g.alloc(pad(t * s.k)).unwrap()).collect();
-    let mut dw1: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n1).unwrap()).collect();
-    let mut dw2: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n2).unwrap()).collect();
+    let mut dw1: Vec<CudaSlice<W>> = (0..world).map(|_| g.alloc(n1).unwrap()).collect();
+    let mut dw2: Vec<CudaSlice<W>> = (0..world).map(|_| g.alloc(n2).unwrap()).collect();
     for rep in 0..2 {
         for b in dx.iter_mut() {
             g.fill_bytes(b, 0xff).unwrap();
         }
-        for b in dtopk.iter_mut().chain(dw1.iter_mut()).chain(dw2.iter_mut()) {
+        for b in dtopk.iter_mut() {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+        for b in dw1.iter_mut().chain(dw2.iter_mut()) {
             g.fill_bytes(b, 0xff).unwrap();
         }
         for o in r.out.iter_mut() {
@@ -394,7 +428,7 @@ fn check_ep_backward_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: 
         let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
         let saved = layer.forward(&li, &mut outs).unwrap();
         let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
-        let mut grads: Vec<RankGrads> = dx
+        let mut grads: Vec<RankGrads<W>> = dx
             .iter_mut()
             .zip(dtopk.iter_mut())
             .zip(dw1.iter_mut().zip(dw2.iter_mut()))
@@ -421,10 +455,10 @@ fn check_ep_backward_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: 
                 all_dx.extend(gx.iter().map(|&b| bf16::from_bits(b).to_f64()));
                 all_tk.extend(gt.iter().map(|&b| f32::from_bits(b) as f64));
             }
-            let g1: Vec<u32> = g.download(&dw1[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
-            let g2: Vec<u32> = g.download(&dw2[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
-            same_bits(&format!("rank {rank} dW1"), &g1, &want.dw1[rank * n1..(rank + 1) * n1], 0xffff_ffff);
-            same_bits(&format!("rank {rank} dW2"), &g2, &want.dw2[rank * n2..(rank + 1) * n2], 0xffff_ffff);
+            let g1: Vec<u32> = g.download(&dw1[rank]).unwrap().into_iter().map(W::bits).collect();
+            let g2: Vec<u32> = g.download(&dw2[rank]).unwrap().into_iter().map(W::bits).collect();
+            same_bits(&format!("rank {rank} dW1 ({})", W::NAME), &g1, &want.dw1[rank * n1..(rank + 1) * n1], W::POISON);
+            same_bits(&format!("rank {rank} dW2 ({})", W::NAME), &g2, &want.dw2[rank * n2..(rank + 1) * n2], W::POISON);
             t0 += t;
         }
         if rep == 0 {
@@ -444,7 +478,7 @@ fn check_ep_backward_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: 
             let (outs, grads) = reference::forward_backward(&s, &ranks, &w).unwrap();
             let dx_ref: Vec<f64> = outs.iter().flat_map(|o| o.dx.iter().copied()).collect();
             let tk_ref: Vec<f64> = outs.iter().flat_map(|o| o.dtopk.iter().copied()).collect();
-            let f = |v: &[u32]| v.iter().map(|&b| f32::from_bits(b) as f64).collect::<Vec<f64>>();
+            let f = |v: &[u32]| v.iter().map(|&b| W::value(b)).collect::<Vec<f64>>();
             let tag = format!("EP = {world} {s:?} {tokens:?} {routing:?}");
             for (what, got, reference) in [
                 ("dx", all_dx.clone(), dx_ref),
@@ -466,6 +500,13 @@ gpu_test!(ep8_backward_every_row_to_one_rank, {
     check_ep_backward(MEDIUM, &[40, 0, 90, 17, 5, 128, 66, 9], EpRouting::AllOnRank(2))
 });
 gpu_test!(ep2_backward_small, { check_ep_backward(SMALL, &[0, 61], EpRouting::Layer(Routing::Uniform)) });
+// the weight gradients in bf16 (`RankGrads<bf16>`): bitwise the EP = 1 layer's `Grads<bf16>`
+gpu_test!(ep4_backward_bf16_weight_gradients, {
+    check_ep_backward_mode::<bf16>(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10), Mode::PUSH)
+});
+gpu_test!(ep8_backward_bf16_weight_gradients_every_row_to_one_rank, {
+    check_ep_backward_mode::<bf16>(MEDIUM, &[40, 0, 90, 17, 5, 128, 66, 9], EpRouting::AllOnRank(2), Mode::PUSH)
+});
 
 gpu_test!(backward_needs_the_latest_forward, {
     let g = gpu();
@@ -530,8 +571,8 @@ gpu_test!(pull_scatter_ep8_qwen3_30b_a3b_shape, {
     )
 });
 gpu_test!(pull_scatter_ep4_backward_uneven_one_rank_empty, {
-    check_ep_backward_mode(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10), Mode::BOTH)
+    check_ep_backward_mode::<f32>(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10), Mode::BOTH)
 });
 gpu_test!(scatter_ep2_backward_small, {
-    check_ep_backward_mode(SMALL, &[0, 61], EpRouting::Layer(Routing::Uniform), Mode::SCATTER)
+    check_ep_backward_mode::<f32>(SMALL, &[0, 61], EpRouting::Layer(Routing::Uniform), Mode::SCATTER)
 });

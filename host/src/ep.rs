@@ -28,7 +28,7 @@ use megamoe_kernels::kernels_host as kh;
 use megamoe_kernels::params::{self, DtopkReduce, EpParams, EpRank, GroupedGemm, Route, MAX_RANKS};
 
 use crate::error::{Context, Error, Result};
-use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm};
+use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm, WgradElem};
 use crate::layer::{LayerConfig, MapCache};
 use crate::runtime::{dptr, Gpu, Launch};
 
@@ -202,14 +202,15 @@ pub struct EpSaved {
     tokens: Vec<usize>,
 }
 
-/// One rank's gradients of a backward call.
-pub struct RankGrads<'a> {
+/// One rank's gradients of a backward call. The weight gradients in f32 (`RankGrads<f32>`, the default) or bf16
+/// (`RankGrads<bf16>`: each element the f32 gradient rounded once, as the single-GPU layer's `Grads<bf16>`).
+pub struct RankGrads<'a, W: WgradElem = f32> {
     /// bf16 [T_r, H] (at least).
     pub dx: &'a mut CudaSlice<bf16>,
-    /// f32 [E / R, 2I, H]: this rank's experts.
-    pub dw1: &'a mut CudaSlice<f32>,
-    /// f32 [E / R, H, I].
-    pub dw2: &'a mut CudaSlice<f32>,
+    /// [E / R, 2I, H]: this rank's experts.
+    pub dw1: &'a mut CudaSlice<W>,
+    /// [E / R, H, I].
+    pub dw2: &'a mut CudaSlice<W>,
     /// f32 [T_r, k] (at least); 0 for masked slots.
     pub dtopk: &'a mut CudaSlice<f32>,
 }
@@ -697,16 +698,16 @@ impl EpLayer {
     }
 
     /// Backward of the forward that returned `saved` (which must be this layer's latest forward), on the same
-    /// inputs, with `dy[r]` bf16 [T_r, H] per rank: every rank's dx and dtopk, and its experts' dW1 and dW2
-    /// (written, or added to with `accumulate`), bitwise the EP = 1 backward (z recomputed) on the concatenated
-    /// tokens. dy travels to the experts like x; dx rows and each row's dtopk travel back; weight gradients stay
+    /// inputs, with `dy[r]` bf16 [T_r, H] per rank: every rank's dx and dtopk, and its experts' dW1 and dW2 in
+    /// `W` (f32 or bf16; written, or added to with `accumulate`), bitwise the EP = 1 backward (z recomputed, the
+    /// same `W`) on the concatenated tokens. dy travels to the experts like x; dx rows and each row's dtopk travel back; weight gradients stay
     /// local. Asynchronous, no host synchronisation; [`EpLayer::check`] reports a device timeout.
-    pub fn backward(
+    pub fn backward<W: WgradElem>(
         &mut self,
         saved: &EpSaved,
         dy: &[&CudaSlice<bf16>],
         inp: &[RankInputs<'_>],
-        grads: &mut [RankGrads<'_>],
+        grads: &mut [RankGrads<'_, W>],
         accumulate: bool,
     ) -> Result<()> {
         let c = self.cfg;
@@ -815,11 +816,11 @@ impl EpLayer {
     /// Rank r's experts, backward, over its received x and dy rows (the EP = 1 kernels, the row's own index
     /// standing for its slot): z again, dh with the SwiGLU backward (dz, s * h and the dtopk partial sums), each
     /// row's dtopk, dx rows, dW2 = dy^T (s h) and dW1 = dz^T x, as the EP = 1 backward.
-    fn experts_backward(
+    fn experts_backward<W: WgradElem>(
         &mut self,
         r: usize,
         inp: &RankInputs<'_>,
-        gr: &mut RankGrads<'_>,
+        gr: &mut RankGrads<'_, W>,
         accumulate: bool,
     ) -> Result<()> {
         let g = self.gpu.clone();
@@ -901,19 +902,26 @@ impl EpLayer {
 
     /// dW = A^T B over each of rank r's local experts' rows; `a` and `b` are (address, columns) of buffers of
     /// max_recv rows.
-    fn wgrad(&mut self, r: usize, a: (u64, usize), b: (u64, usize), c: &mut CudaSlice<f32>, acc: bool) -> Result<()> {
+    fn wgrad<W: WgradElem>(
+        &mut self,
+        r: usize,
+        a: (u64, usize),
+        b: (u64, usize),
+        c: &mut CudaSlice<W>,
+        acc: bool,
+    ) -> Result<()> {
         let g = self.gpu.clone();
         let recv = self.group.layout.max_recv as usize;
         let per = (self.cfg.experts / self.world()) as u32;
         let map_a = self.maps.get(&g, a.0, recv, a.1, 64, 64)?;
         let map_b = self.maps.get(&g, b.0, recv, b.1, 64, 64)?;
-        let map_c = self.maps.get_wgrad_c::<f32>(&g, dptr(&*c, g.stream()), per as usize * a.1, b.1)?;
+        let map_c = self.maps.get_wgrad_c::<W>(&g, dptr(&*c, g.stream()), per as usize * a.1, b.1)?;
         let offsets = self.group.peer(r) + self.group.layout.local_offsets;
         let maps = [map_a, map_b, map_c];
         let c_ptr = dptr(&*c, g.stream());
         let (p, launch) = wgrad_launch(&g, maps, [a.0, b.0], offsets, c_ptr, 0, per as usize, a.1, b.1, acc)?;
         // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
-        unsafe { crate::gemm::launch_wgrad(&g, "grouped_wgrad_f32", launch, &p) }
+        unsafe { crate::gemm::launch_wgrad(&g, W::KERNEL, launch, &p) }
     }
 
     /// The call counter the device holds (the epoch of its latest call; every rank's, equal), as the last
