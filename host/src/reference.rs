@@ -12,7 +12,7 @@
 //!
 //! Inputs are f64 so that finite differences can check the gradients; convert bf16 inputs with
 //! [`to_f64`].
-use crate::matmul64::{matmul, Strided};
+use crate::matmul64::{axpy, dot, matmul, Strided};
 use half::bf16;
 
 /// Layer dimensions.
@@ -100,70 +100,6 @@ pub fn to_f64(v: &[bf16]) -> Vec<f64> {
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
-}
-
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above).
-        return unsafe { dot_avx2(a, b) };
-    }
-    dot_impl::<false>(a, b)
-}
-
-fn axpy(y: &mut [f64], a: f64, x: &[f64]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has AVX2 and FMA (checked just above).
-        return unsafe { axpy_avx2(y, a, x) };
-    }
-    axpy_impl::<false>(y, a, x)
-}
-
-/// `a * b + c`, fused where the CPU has FMA (a software fma elsewhere would be slow).
-#[inline(always)]
-fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
-    }
-}
-
-#[inline(always)]
-fn dot_impl<const FMA: bool>(a: &[f64], b: &[f64]) -> f64 {
-    // eight partial sums: lets the compiler vectorise without reassociating one chain
-    let mut s = [0.0f64; 8];
-    let n8 = a.len() / 8 * 8;
-    for c in (0..n8).step_by(8) {
-        for l in 0..8 {
-            s[l] = madd::<FMA>(a[c + l], b[c + l], s[l]);
-        }
-    }
-    let mut t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    for c in n8..a.len() {
-        t = madd::<FMA>(a[c], b[c], t);
-    }
-    t
-}
-
-#[inline(always)]
-fn axpy_impl<const FMA: bool>(y: &mut [f64], a: f64, x: &[f64]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y = madd::<FMA>(a, *x, *y);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f64], b: &[f64]) -> f64 {
-    dot_impl::<true>(a, b)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn axpy_avx2(y: &mut [f64], a: f64, x: &[f64]) {
-    axpy_impl::<true>(y, a, x)
 }
 
 /// Check the inputs' shapes and ids; a message on the first problem.
