@@ -1,22 +1,26 @@
 //! M-grouped bf16 GEMM over experts, warp-specialised: C[rows_e, N] = A[rows_e, K] . B_e[N, K]^T for every
 //! expert e, the rows of each expert contiguous in A at `offsets[e]..offsets[e + 1]` (read on the device).
 //!
-//! Block: 3 warpgroups. Warpgroup 0 is the producer (one thread issues TMA loads into a 6-stage ring of
-//! A 128 x 64 and B 128 x 64, registers given back with setmaxnreg); warpgroups 1 and 2 are consumers in
-//! ping-pong: each takes every other tile of the block, a whole 128 x 128 tile as two wgmma m64n128k16 halves, so
-//! one warpgroup's epilogue runs while the other's main loop keeps the tensor cores busy (order barriers
-//! alternate the main loops; see `consume`). Persistent: block b takes tiles b, b + grid, ... of (expert m-tile,
-//! n-tile), m-tiles numbered by `tile_offsets`; the producer walks the block's whole sequence, each consumer its
-//! half, counting the ring's iterations of the other's tiles too, so the ring cannot deadlock.
+//! Block: 3 warpgroups. Warpgroup 0 is the producer (one thread issues TMA loads into a 4-stage ring of A 128 x 64
+//! and B 256 x 64, registers given back with setmaxnreg; in the `_mv` forms its other warps move rows, see
+//! `move_rows`); warpgroups 1 and 2 are cooperative consumers: each computes 64 rows of the block's 128 x 256 tile
+//! (wgmma m64n256k16) and stores them in its own epilogue (`consume_coop`). Only the dh + SwiGLU backward's older
+//! kernel (`grouped_gemm_bt_dswiglu`, `consume_pp`) runs its consumers in ping-pong: each takes every other 128 x
+//! 128 tile of the block, so one warpgroup's epilogue runs while the other's main loop keeps the tensor cores busy
+//! (order barriers alternate the main loops). Persistent: block b takes tiles b, b + grid, ... of (expert m-tile,
+//! n-tile), m-tiles numbered by `tile_offsets`; the producer and the consumers walk the same sequence, counting the
+//! same ring iterations, so the ring cannot deadlock. The 2-CTA cluster forms (`_mc`: A shared by an n-tile pair,
+//! `_mcb`: B by an m-tile pair, multicast) release each stage from both CTAs' consumer warps.
 //! Rows past the expert's end and columns past N are computed but never stored (no padding in any output).
 //!
 //! Epilogues: `grouped_gemm_bf16` stores C in bf16; `grouped_gemm_swiglu` takes B tiles of 128 gate rows and
-//! the 64 matching up rows, stores h = silu(g) * u (bf16, 64 columns per tile) and optionally z = [g | u].
+//! the 128 matching up rows, stores h = silu(g) * u (bf16, 128 columns per tile) and optionally z = [g | u].
 //! `grouped_gemm_bt_bf16` takes B_e stored [K, N] (N-major, as the backward's dgrad reads W2_e and W1_e):
 //! two TMA boxes of 64 N x 64 K per stage, wgmma with imm-trans-b = 1 and MN-major descriptors
 //! (LBO = 8192 B between the 64-wide N atoms, SBO = 1024 B between 8-row K groups; measured, docs/NOTES.md).
-//! `grouped_gemm_bt_dswiglu` (the backward's dh with the SwiGLU backward) runs a 4-stage ring: the room of two
-//! more holds its epilogue's z staging (see `store_dswiglu`).
+//! `grouped_gemm_bt_dswiglu` (the backward's dh with the SwiGLU backward, ping-pong) runs its own 4-stage ring with
+//! its epilogue's z staging beside it (see `store_dswiglu`); the default SwiGLU-backward and SwiGLU kernels with
+//! their epilogues in warps of their own are in grouped_gemm_dswiglu_ew.rs and grouped_gemm_swiglu_ew.rs.
 use crate::desc::{Layout, SmemDesc};
 use crate::params::{GroupedGemm, FUSED_TIMEOUT};
 use crate::pipeline::Ring;
