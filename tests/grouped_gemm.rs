@@ -571,20 +571,25 @@ gpu_test!(wgrad_many_tiles_per_block_accumulate, wgrad_many_tiles::<f32>(true));
 gpu_test!(wgrad_bf16_many_tiles_per_block, wgrad_many_tiles::<bf16>(false));
 gpu_test!(wgrad_bf16_many_tiles_per_block_accumulate, wgrad_many_tiles::<bf16>(true));
 
-/// Skewed routing (one expert with 40% of the rows, a few busy ones, most with a handful or none) over many
-/// tiles: the weight gradients with the run-time tile schedule (three launches in a row, each into C poisoned
-/// with NaN, then three accumulating onto finite values: each launch's counter must start from zero, no tile
-/// skipped or taken twice) are the static schedule's bit for bit, every element written, and within 1e-2 of the
-/// f64 reference.
-fn wgrad_schedules_agree<W: El>() {
-    let counts: Vec<u32> = (0..40u32)
+/// 40 experts: one with 1500 rows, three with ~350-800, 8 empty, the rest 1-60 (skewed routing).
+fn skewed_counts() -> Vec<u32> {
+    (0..40u32)
         .map(|i| match i {
             7 => 1500,
             3 | 21 | 30 => 300 + 17 * i,
             _ if i % 5 == 0 => 0,
             _ => 1 + (13 * i) % 60,
         })
-        .collect();
+        .collect()
+}
+
+/// Skewed routing (one expert with 40% of the rows, a few busy ones, most with a handful or none) over many
+/// tiles: the weight gradients with the run-time tile schedule (three launches in a row, each into C poisoned
+/// with NaN, then three accumulating onto finite values: each launch's counter must start from zero, no tile
+/// skipped or taken twice) are the static schedule's bit for bit, every element written, and within 1e-2 of the
+/// f64 reference.
+fn wgrad_schedules_agree<W: El>() {
+    let counts = skewed_counts();
     schedules_agree::<W>(&counts, 256, 768, false);
     schedules_agree::<W>(&counts, 256, 768, true);
 }
@@ -735,14 +740,7 @@ gpu_test!(wgrad_bf16_back_to_back_reads_its_own_maps, wgrad_back_to_back::<bf16>
 /// `wgrad_schedules_agree`: M = 256 and 512 (2 and 4 m-tiles), overwriting NaN-poisoned C and accumulating; M = 320
 /// (3 m-tiles: the single-CTA kernel runs instead).
 fn wgrad_clusters_agree<W: El>() {
-    let counts: Vec<u32> = (0..40u32)
-        .map(|i| match i {
-            7 => 1500,
-            3 | 21 | 30 => 300 + 17 * i,
-            _ if i % 5 == 0 => 0,
-            _ => 1 + (13 * i) % 60,
-        })
-        .collect();
+    let counts = skewed_counts();
     for (m, n, accumulate) in [(256, 768, false), (256, 768, true), (512, 200, false), (320, 256, false)] {
         schedule_agrees::<W>(gemm::WgradSched::Clusters, &counts, m, n, accumulate);
     }
