@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SUPERSEDED (twenty-fourth session): run docs/calls/next-all-1.sh and next-all-2.sh instead (the same patch, merged
+# with the other two into branch next-all, reviewed again, binaries .dev/b36); this script is kept for its reasoning.
 # Prepared in the twenty-third session (not run). docs/wip/mgemm-consumer-skew.patch (branch mgemm-skew): the
 # M-grouped cooperative kernels' two consumer warpgroups skewed by `MEGAMOE_GEMM_SKEW` = 1..3 ring iterations of
 # a tile (t1..t3: handed over at every tile), as docs/wip/wgrad-consumer-skew.patch does for the weight gradients:

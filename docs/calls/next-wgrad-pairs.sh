@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SUPERSEDED (twenty-fourth session): run docs/calls/next-all-1.sh and next-all-2.sh instead (the same patch, merged
+# with the other two into branch next-all, reviewed again, binaries .dev/b36); this script is kept for its reasoning.
 # Prepared in the twenty-third session (not run). docs/wip/wgrad-cluster-pairs-runtime.patch (branch wgrad-pairs):
 # the weight gradients' 2-CTA cluster form takes its pairs of m-tiles at run time, the cluster's leader taking each
 # index from the device's tile counter and handing it to its peer through a two-slot channel in shared memory

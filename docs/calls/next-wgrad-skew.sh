@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SUPERSEDED (twenty-fourth session): run docs/calls/next-all-1.sh and next-all-2.sh instead (the same patch, merged
+# with the other two into branch next-all, reviewed again, binaries .dev/b36); this script is kept for its reasoning.
 # Prepared in the twenty-third session (not run). docs/wip/wgrad-consumer-skew.patch (branch wgrad-skew): the
 # weight gradients' two consumer warpgroups skewed by `MEGAMOE_WGRAD_SKEW` = 1..3 ring iterations of a tile,
 # handed over at the first tile with rows (1, 2, 3: the dynamics keep it) or at every one (t1, t2, t3) (default 0:
