@@ -80,10 +80,8 @@ fn main() {
     let report_path = out.join("ptxas.txt");
     match find_ptxas(&root) {
         Some(ptxas) => {
-            let o = Command::new(&ptxas)
-                .args(["-arch=sm_90a", "-v", "-o"])
-                .arg(&cubin_path)
-                .arg(&ptx_path)
+            let o = reproducible(&ptxas, &out)
+                .args(["-arch=sm_90a", "-v", "-o", "megamoe.cubin", "megamoe.ptx"])
                 .output()
                 .unwrap_or_else(|e| panic!("megamoe: cannot run {}: {e}", ptxas.display()));
             let report = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -125,6 +123,32 @@ fn copy_dir(from: &Path, to: &Path) {
 
 fn tool(var: &str, default: &str) -> PathBuf {
     PathBuf::from(env::var(var).unwrap_or_else(|_| default.into()))
+}
+
+/// ptxas at `ptxas`, run in `dir`, set up so that the same PTX gives the same cubin on every build: its code
+/// depends on where its heap lies (measured: the same PTX assembled twice gave other register numbers and
+/// instruction orders in 8-10 kernels; with address randomisation off, still others whenever the lengths of the
+/// paths it was given changed). So: address randomisation off (`setarch <arch> -R`, where it works), ptxas
+/// named `ptxas` through PATH, and file names relative to `dir`. Without setarch, plain ptxas (a working cubin,
+/// not reproducible).
+fn reproducible(ptxas: &Path, dir: &Path) -> Command {
+    let bin_dir = ptxas.parent().unwrap_or(Path::new("."));
+    let path = env::join_paths(
+        std::iter::once(bin_dir.to_path_buf()).chain(env::split_paths(&env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("megamoe: the PATH to ptxas");
+    let arch = env::consts::ARCH;
+    let norand = Command::new("setarch").args([arch, "-R", "true"]).status().is_ok_and(|s| s.success());
+    let named_ptxas = ptxas.file_name().is_some_and(|n| n == "ptxas");
+    let mut cmd = if norand && named_ptxas {
+        let mut c = Command::new("setarch");
+        c.args([arch, "-R", "ptxas"]);
+        c
+    } else {
+        Command::new(ptxas)
+    };
+    cmd.current_dir(dir).env("PATH", path);
+    cmd
 }
 
 fn find_ptxas(root: &Path) -> Option<PathBuf> {
