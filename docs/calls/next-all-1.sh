@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in the twenty-fourth session (not run; no device was lent). The three prepared patches in one binary
-# (branch next-all = main 2faf135 + wgrad-pairs + wgrad-skew + mgemm-skew, the shared SKEW_EVERY_TILE kept once,
+# (branch next-all = main bc49e65 + wgrad-pairs + wgrad-skew + mgemm-skew, the shared SKEW_EVERY_TILE kept once,
 # the two skew knobs sharing one table): docs/wip/wgrad-cluster-pairs-runtime.patch (`MEGAMOE_WGRAD_SCHED=clusters`
 # takes its pairs at run time), docs/wip/wgrad-consumer-skew.patch (`MEGAMOE_WGRAD_SKEW`), docs/wip/mgemm-consumer-
 # skew.patch (`MEGAMOE_GEMM_SKEW`). Each knob left at its default gives main's kernels, so one binary times all of
@@ -18,7 +18,7 @@
 # lead 3 no better than 2, lead 1 about half of 2; clusters (run-time pairs) 1-3% faster than the single-CTA
 # default on the weight gradients at random and at Zipf 1.0 routing; clusters with lead 2: the two gains add.
 # dh + SwiGLU backward and GEMM1 + SwiGLU `_ew7` unchanged (they ignore the leads).
-# Binaries .dev/b36/all (branch next-all 92f59bb: `git checkout next-all && BDIR=.dev/b36 bash
+# Binaries .dev/b36/all (branch next-all 7b8641a: `git checkout next-all && BDIR=.dev/b36 bash
 # docs/calls/2026-12-04c-build.sh all grouped_gemm layer_backward layer_forward fp8 ep`). Command
 # `bash docs/calls/next-all-1.sh`, carry [".dev/b36"] (~8 min: expected ~470 s, the timeouts' sum ~690).
 . "$(dirname "$0")/prelude.sh" b36
