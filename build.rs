@@ -133,21 +133,21 @@ fn tool(var: &str, default: &str) -> PathBuf {
 /// not reproducible).
 fn reproducible(ptxas: &Path, dir: &Path) -> Command {
     let bin_dir = ptxas.parent().unwrap_or(Path::new("."));
-    let path = env::join_paths(
-        std::iter::once(bin_dir.to_path_buf()).chain(env::split_paths(&env::var_os("PATH").unwrap_or_default())),
-    )
-    .expect("megamoe: the PATH to ptxas");
+    let old_path = env::var_os("PATH").unwrap_or_default();
+    // (a directory whose name holds the separator cannot go into PATH: then plain ptxas)
+    let path = env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(env::split_paths(&old_path))).ok();
     let arch = env::consts::ARCH;
     let norand = Command::new("setarch").args([arch, "-R", "true"]).status().is_ok_and(|s| s.success());
     let named_ptxas = ptxas.file_name().is_some_and(|n| n == "ptxas");
-    let mut cmd = if norand && named_ptxas {
-        let mut c = Command::new("setarch");
-        c.args([arch, "-R", "ptxas"]);
-        c
-    } else {
-        Command::new(ptxas)
+    let mut cmd = match path {
+        Some(path) if norand && named_ptxas => {
+            let mut c = Command::new("setarch");
+            c.args([arch, "-R", "ptxas"]).env("PATH", path);
+            c
+        }
+        _ => Command::new(ptxas),
     };
-    cmd.current_dir(dir).env("PATH", path);
+    cmd.current_dir(dir);
     cmd
 }
 
