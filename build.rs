@@ -85,6 +85,9 @@ fn main() {
                 .output()
                 .unwrap_or_else(|e| panic!("megamoe: cannot run {}: {e}", ptxas.display()));
             let report = String::from_utf8_lossy(&o.stderr).into_owned();
+            if !o.status.success() && report.starts_with("setarch:") {
+                panic!("megamoe: setarch could not run ptxas ({}):\n{report}", ptxas.display());
+            }
             if !o.status.success() {
                 panic!("megamoe: ptxas rejected the kernels:\n{report}");
             }
@@ -128,27 +131,45 @@ fn tool(var: &str, default: &str) -> PathBuf {
 /// ptxas at `ptxas`, run in `dir`, set up so that the same PTX gives the same cubin on every build: its code
 /// depends on where its heap lies (measured: the same PTX assembled twice gave other register numbers and
 /// instruction orders in 8-10 kernels; with address randomisation off, still others whenever the lengths of the
-/// paths it was given changed). So: address randomisation off (`setarch <arch> -R`, where it works), ptxas
-/// named `ptxas` through PATH, and file names relative to `dir`. Without setarch, plain ptxas (a working cubin,
-/// not reproducible).
+/// paths it was given changed). So: address randomisation off (`setarch <arch> -R`), ptxas run as `ptxas` through
+/// a link in `dir/bin` first in PATH (whatever its own name and place), file names relative to `dir`. Where
+/// setarch does not work, plain ptxas with a warning (a working cubin, not reproducible).
 fn reproducible(ptxas: &Path, dir: &Path) -> Command {
-    let bin_dir = ptxas.parent().unwrap_or(Path::new("."));
-    let old_path = env::var_os("PATH").unwrap_or_default();
-    // (a directory whose name holds the separator cannot go into PATH: then plain ptxas)
-    let path = env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(env::split_paths(&old_path))).ok();
+    // a relative path meant from the crate root (the build script's directory), not from `dir`
+    let ptxas = std::path::absolute(ptxas).unwrap_or_else(|_| ptxas.to_path_buf());
     let arch = env::consts::ARCH;
     let norand = Command::new("setarch").args([arch, "-R", "true"]).status().is_ok_and(|s| s.success());
-    let named_ptxas = ptxas.file_name().is_some_and(|n| n == "ptxas");
+    let bin = dir.join("bin");
+    let linked = norand && {
+        let _ = fs::remove_dir_all(&bin);
+        fs::create_dir_all(&bin).is_ok() && link(&ptxas, &bin.join("ptxas"))
+    };
+    let old_path = env::var_os("PATH").unwrap_or_default();
+    let path = env::join_paths(std::iter::once(bin).chain(env::split_paths(&old_path))).ok();
     let mut cmd = match path {
-        Some(path) if norand && named_ptxas => {
+        Some(path) if linked => {
             let mut c = Command::new("setarch");
             c.args([arch, "-R", "ptxas"]).env("PATH", path);
             c
         }
-        _ => Command::new(ptxas),
+        _ => {
+            println!(
+                "cargo:warning=megamoe: ptxas runs without `setarch {arch} -R`: the cubin may differ from build to \
+                 build (ptxas's code depends on its heap addresses)"
+            );
+            Command::new(&ptxas)
+        }
     };
     cmd.current_dir(dir);
     cmd
+}
+
+/// `at` a symbolic link to `target` (false where that cannot be made).
+fn link(target: &Path, at: &Path) -> bool {
+    #[cfg(unix)]
+    return std::os::unix::fs::symlink(target, at).is_ok();
+    #[cfg(not(unix))]
+    return false;
 }
 
 fn find_ptxas(root: &Path) -> Option<PathBuf> {

@@ -37,12 +37,13 @@ def collect(dirs):
     table = defaultdict(lambda: OrderedDict())
     configs = OrderedDict()
     files = []
-    for d in dirs:
+    # run order: the folders as given (one a call), then the elapsed seconds in the names
+    for n, d in enumerate(dirs):
         for f in os.listdir(d):
             m = re.search(r"_(\d+)\.txt$", f)
             if f.endswith(".txt") and (f.startswith("gemm_") or f.startswith("layer_")) and m:
-                files.append((int(m.group(1)), d, f))
-    for _, d, f in sorted(files):
+                files.append((n, int(m.group(1)), d, f))
+    for _, _, d, f in sorted(files):
         kind, cfg = config_of(f)
         configs.setdefault((kind, cfg), None)
         for line in open(os.path.join(d, f), errors="replace"):

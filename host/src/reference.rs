@@ -349,6 +349,21 @@ fn run(
     zf: Option<ZFrom<'_>>,
     fp8: Fp8Grads,
 ) -> Result<(Vec<RankOutput>, Grads), String> {
+    run_chunked(s, ranks, w, backward, zf, fp8, None)
+}
+
+/// [`run`] with an expert's rows split into work items of `chunk_rows` (a multiple of 128; tests) instead of the
+/// size that spreads the rows over the cores.
+#[allow(clippy::too_many_arguments)]
+fn run_chunked(
+    s: &Shape,
+    ranks: &[RankInput],
+    w: &Weights,
+    backward: bool,
+    zf: Option<ZFrom<'_>>,
+    fp8: Fp8Grads,
+    chunk_rows: Option<usize>,
+) -> Result<(Vec<RankOutput>, Grads), String> {
     validate(s, ranks, w)?;
     let mut by_expert: Vec<Vec<Row>> = vec![Vec::new(); s.e];
     for (r, ri) in ranks.iter().enumerate() {
@@ -363,14 +378,14 @@ fn run(
     // skewed routing still uses every core; chunks' weight gradients are summed in chunk order afterwards
     let total: usize = by_expert.iter().map(Vec::len).sum();
     // (whole 128-row blocks, so that a chunk's weight-gradient blocks are its expert's)
-    let chunk = total.div_ceil(threads).max(128).next_multiple_of(128);
+    let chunk = chunk_rows.unwrap_or(total.div_ceil(threads).max(128).next_multiple_of(128));
     // (experts without rows have no item: their gradients stay zero)
     let mut items: Vec<(usize, bool, Vec<Row>)> = Vec::new();
     for (e, rows) in by_expert.into_iter().enumerate() {
         items.extend(rows.chunks(chunk).enumerate().map(|(q, c)| (e, q == 0, c.to_vec())));
     }
     // an expert's first chunk writes its weight gradients in place; later chunks' are added in chunk order after
-    // (0 + a + b .. as before: the first addition onto zero is exact)
+    // (0 + a + b .. as before: the first addition onto zero is exact, but for the sign of a zero)
     let (sz1, sz2) = (2 * s.i * s.h, s.h * s.i);
     let mut grads = Grads { dw1: vec![0.0; s.e * sz1], dw2: vec![0.0; s.e * sz2] };
     type Dest<'a> = std::sync::Mutex<Option<(&'a mut [f64], &'a mut [f64])>>;
@@ -588,6 +603,49 @@ mod tests {
             let b = o1[0].y[q] + o2[0].y[q];
             assert!((o[0].y[q] - b).abs() <= 1e-12 * (1.0 + b.abs()));
         }
+    }
+
+    #[test]
+    fn chunks_sum_in_order_whatever_the_threads() {
+        // 300 tokens x 2 slots, expert 1 takes 300 rows: in work items of 128 rows, 128 + 128 + 44
+        let mut rng = Rng::new(Rng::fresh_seed());
+        let (mut ranks, w) = inputs(&mut rng, &[300]);
+        for (n, id) in ranks[0].topk_ids.iter_mut().enumerate() {
+            *id = if n % 2 == 0 { 1 } else { 3 };
+        }
+        let go = |r: &[RankInput]| run_chunked(&S, r, &w, true, None, Fp8Grads::default(), Some(128)).unwrap();
+        let (_, g) = go(&ranks);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for _ in 0..5 {
+            let (_, again) = go(&ranks);
+            assert!(bits(&again.dw1) == bits(&g.dw1) && bits(&again.dw2) == bits(&g.dw2), "a repeat run differs");
+        }
+        // by hand: expert 1's rows (slots 0, 2, 4, .. in order) in chunks of 128 tokens' slots, each chunk alone,
+        // summed in chunk order from the first
+        let slots: Vec<usize> = (0..600).filter(|n| n % 2 == 0).collect();
+        let mut sum: Option<Grads> = None;
+        for c in slots.chunks(128) {
+            let mut r = ranks.clone();
+            r[0].topk_ids.iter_mut().enumerate().for_each(|(n, id)| {
+                if !c.contains(&n) {
+                    *id = -1
+                }
+            });
+            let (_, gc) = go(&r);
+            sum = Some(match sum {
+                None => gc,
+                Some(mut acc) => {
+                    acc.dw1.iter_mut().zip(&gc.dw1).for_each(|(a, b)| *a += b);
+                    acc.dw2.iter_mut().zip(&gc.dw2).for_each(|(a, b)| *a += b);
+                    acc
+                }
+            });
+        }
+        let sum = sum.unwrap();
+        let (sz1, sz2) = (2 * S.i * S.h, S.h * S.i);
+        let e1 = |v: &[f64], sz: usize| bits(&v[sz..2 * sz]);
+        assert!(e1(&g.dw1, sz1) == e1(&sum.dw1, sz1), "dW1 of the split expert: not the chunks summed in order");
+        assert!(e1(&g.dw2, sz2) == e1(&sum.dw2, sz2), "dW2 of the split expert: not the chunks summed in order");
     }
 
     #[test]
