@@ -148,7 +148,8 @@ pub struct ZFrom<'a> {
 }
 
 /// One expert's rows: each product of the layer as one packed matrix product ([`crate::matmul64`]) over the
-/// expert's rows gathered into contiguous operands. `fp8`: dx and / or the weight gradients from blockwise-FP8 operands ([`forward_backward_fp8`]).
+/// expert's rows gathered into contiguous operands. `fp8`: dx and / or the weight gradients from blockwise-FP8
+/// operands ([`forward_backward_fp8`]). `dw`: where its weight gradients go (written over), else returned.
 #[allow(clippy::too_many_arguments)]
 fn expert(
     s: &Shape,
@@ -176,8 +177,7 @@ fn expert(
     };
     let sw: Vec<f64> = rows.iter().map(|&(r, t, j)| ranks[r].topk_w[t * s.k + j]).collect();
     // the rows gathered into contiguous [n, H] operands
-    let gather = |v: &[&[f64]]| -> Vec<f64> { v.concat() };
-    let zxs = gather(&zx);
+    let zxs = zx.concat();
     // forward: z = x W1^T, act = silu(g) * u, y = act W2^T (each element one ordered fma chain: crate::matmul64)
     let mut z = vec![0.0; n * 2 * i];
     matmul(n, 2 * i, h, Strided::rows(&zxs, h), Strided::transposed(zw1, h), &mut z, false);
@@ -207,7 +207,7 @@ fn expert(
     };
     // backward: dh = dy W2, dW2 = sum (s dy)^T act
     let dy: Vec<&[f64]> = rows.iter().map(|&(r, t, _)| &ranks[r].dy[t * h..(t + 1) * h]).collect();
-    let dys = gather(&dy);
+    let dys = dy.concat();
     let mut dh = vec![0.0; n * i];
     matmul(n, i, h, Strided::rows(&dys, h), Strided::rows(w2, i), &mut dh, false);
     if !fp8.wgrad {
@@ -244,7 +244,7 @@ fn expert(
     let mut dx = vec![0.0; n * h];
     matmul(n, h, 2 * i, Strided::rows(dz_dx, 2 * i), Strided::rows(w1_dx, h), &mut dx, false);
     if !fp8.wgrad {
-        let xs = gather(&x);
+        let xs = x.concat();
         matmul(2 * i, h, n, Strided::transposed(&dz, 2 * i), Strided::rows(&xs, h), dw1, false);
     } else {
         // the weight gradients from blockwise-FP8 operands, as `MoeLayer::backward_fp8` with
