@@ -374,3 +374,35 @@ gpu_test!(invalid_id_e_backward_writes_nothing, {
     invalid_id_backward_writes_nothing(SMALL.e as i32, Save::InputsOnly)
 });
 gpu_test!(invalid_id_minus_two_backward_writes_nothing, { invalid_id_backward_writes_nothing(-2, Save::WithZ) });
+
+// A saved state is its own layer's, and only once a forward into it ran: a backward with another layer's (the
+// same configuration), or with one no forward completed, is an error that writes nothing; so is a forward into
+// another layer's.
+gpu_test!(saved_state_of_another_layer_or_of_no_forward_is_refused, {
+    let g = gpu();
+    let s = SMALL;
+    let tokens = 32;
+    let inp = inputs(&mut rng(), s, tokens, Routing::Uniform);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens, Save::WithZ);
+    let (mut a, mut b) = (MoeLayer::new(g.clone(), cfg).unwrap(), MoeLayer::new(g.clone(), cfg).unwrap());
+    let Dev { x, w1, w2, dy, ids, w, mut out, mut dx, mut dtopk, mut dw1, mut dw2 } = device::<f32>(&g, &inp);
+    let li = LayerInputs { tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let saved_a = a.forward(&li, &mut out).unwrap();
+    let never = b.alloc_saved(tokens).unwrap();
+    for (what, saved) in [("another layer's", &saved_a), ("a never forwarded", &never)] {
+        let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+        let e = b.backward(saved, &dy, &li, grads).err().unwrap_or_else(|| panic!("{what} saved state accepted"));
+        assert!(matches!(e, megamoe::Error::InvalidArgument(_)), "{what}: {e}");
+    }
+    let mut sa = a.alloc_saved(tokens).unwrap();
+    assert!(b.forward_into(&li, &mut out, &mut sa).is_err(), "a forward into another layer's saved state");
+    g.sync().unwrap();
+    untouched16("dx", &g.download(&dx).unwrap());
+    untouched32("dtopk", &g.download(&dtopk).unwrap());
+    untouched32("dW1", &g.download(&dw1).unwrap());
+    untouched32("dW2", &g.download(&dw2).unwrap());
+    // the owner's backward still takes it
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    a.backward(&saved_a, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+});

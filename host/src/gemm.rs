@@ -801,10 +801,11 @@ impl<'a, W: WgradElem> WgradArgs<'a, W> {
         let (e, m, n, rows) = (self.experts, self.m, self.n, self.rows_max);
         ck.buf("A", self.a, rows * m)?;
         ck.buf("B", self.b, rows * n)?;
-        // C is indexed per expert in 32 bits (m * n < 2^31), across experts in 64
-        if self.c.len() != e * m * n || m * n >= 1 << 31 || self.c.ordinal() != gpu.ordinal() {
+        // C is indexed per expert in 32 bits (m * n < 2^31), across experts in 64; its tensor map's row
+        // coordinate e M + row is an i32 (E M < 2^31)
+        if self.c.len() != e * m * n || m * n >= 1 << 31 || e * m >= 1 << 31 || self.c.ordinal() != gpu.ordinal() {
             return ck.bad(format!(
-                "C must be {} [E, M, N] = {e} x {m} x {n} (each expert's M x N below 2^31) on device {}; it has \
+                "C must be {} [E, M, N] = {e} x {m} x {n} (each expert's M x N and E x M below 2^31) on device {}; it has \
                  {} elements on device {}",
                 W::NAME,
                 gpu.ordinal(),
@@ -856,25 +857,12 @@ pub fn with_clusters<R>(share_a: bool, share_b: bool, f: impl FnOnce() -> R) -> 
 /// they are measured faster; another value is an `InvalidArgument`); [`with_clusters`] overrides it on a
 /// thread. `MEGAMOE_DEBUG` prints each choice with its rejections.
 pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Result<&'static str> {
-    static MC: std::sync::OnceLock<std::result::Result<(bool, bool), String>> = std::sync::OnceLock::new();
     let Some(c) = tiles::config(base) else {
         return Ok(base);
     };
     let n = p.n;
     let problem = tiles::Problem { epilogue: c.epilogue, a: c.a, b: c.b, n };
-    let (share_a, share_b) = match CLUSTERS.with(|c| c.get()) {
-        Some(policy) => policy,
-        None => MC
-            .get_or_init(|| match std::env::var("MEGAMOE_MC").unwrap_or_default().as_str() {
-                "" | "0" => Ok((false, false)),
-                "1" | "a" => Ok((true, false)),
-                "b" => Ok((false, true)),
-                "ab" | "ba" => Ok((true, true)),
-                v => Err(format!("MEGAMOE_MC={v}: expected 0, a, b or ab (1 = a)")),
-            })
-            .clone()
-            .map_err(Error::InvalidArgument)?,
-    };
+    let (share_a, share_b) = cluster_policy()?;
     // read only for the SwiGLU backward (a bad MEGAMOE_DSW fails those launches, not every GEMM)
     let dsw = if c.epilogue == tiles::Epilogue::SwigluBackward { dswiglu_kernel()? } else { Dsw::PingPong };
     let swiglu_ew7 = c.epilogue == tiles::Epilogue::Swiglu && swiglu_epilogue_warps()?;
@@ -895,6 +883,35 @@ pub(crate) fn kernel_for(gpu: &Gpu, base: &'static str, p: &GroupedGemm) -> Resu
         )));
     }
     Ok(c.kernel)
+}
+
+/// The M-grouped GEMMs' 2-CTA cluster forms on this thread ([`kernel_for`]): (share A, share B).
+fn cluster_policy() -> Result<(bool, bool)> {
+    static MC: std::sync::OnceLock<std::result::Result<(bool, bool), String>> = std::sync::OnceLock::new();
+    match CLUSTERS.with(|c| c.get()) {
+        Some(policy) => Ok(policy),
+        None => MC
+            .get_or_init(|| match std::env::var("MEGAMOE_MC").unwrap_or_default().as_str() {
+                "" | "0" => Ok((false, false)),
+                "1" | "a" => Ok((true, false)),
+                "b" => Ok((false, true)),
+                "ab" | "ba" => Ok((true, true)),
+                v => Err(format!("MEGAMOE_MC={v}: expected 0, a, b or ab (1 = a)")),
+            })
+            .clone()
+            .map_err(Error::InvalidArgument),
+    }
+}
+
+/// Every kernel policy a layer call reads at its launches (`MEGAMOE_MC`, `MEGAMOE_SWIGLU`, `MEGAMOE_DSW`,
+/// `MEGAMOE_WGRAD_SCHED`, or this thread's overrides), checked before the call's first launch: an unknown value
+/// then fails the call whole instead of after some of its kernels ran.
+pub(crate) fn check_policies() -> Result<()> {
+    cluster_policy()?;
+    swiglu_epilogue_warps()?;
+    dswiglu_kernel()?;
+    wgrad_sched()?;
+    Ok(())
 }
 
 /// The launch of the M-grouped kernel `kernel` over at most `rows_max` expert-ordered rows of `experts` experts:

@@ -219,9 +219,25 @@ impl LayerConfig {
         if self.top_k == 0 || self.top_k > self.experts {
             return bad(format!("top-k {} outside 1..={} (the expert count)", self.top_k, self.experts));
         }
-        if self.max_tokens == 0 || (self.max_tokens * self.top_k) >= (1 << 31) / self.hidden.max(2 * self.intermediate)
-        {
-            return bad(format!("max_tokens {} is zero or too large for 32-bit element offsets", self.max_tokens));
+        // checked: a product that wraps would size the workspace for a few rows and pass (release builds)
+        let width = self.intermediate.checked_mul(2).map(|w| w.max(self.hidden));
+        let slots = self.max_tokens.checked_mul(self.top_k);
+        let fits = matches!((width, slots), (Some(w), Some(s)) if w < 1 << 31 && s < (1 << 31) / w);
+        if self.max_tokens == 0 || !fits {
+            return bad(format!(
+                "max_tokens {} (x top-k {}, x max(H, 2I)) is zero or too large for 32-bit element offsets",
+                self.max_tokens, self.top_k
+            ));
+        }
+        // the weights' element counts (checked once here, used unchecked by every call's length checks)
+        let weights = self.experts.checked_mul(2 * self.intermediate).and_then(|n| n.checked_mul(self.hidden));
+        if weights.is_none() {
+            return bad(format!(
+                "{} experts of 2I x H = {} x {} weights overflow the address space",
+                self.experts,
+                2 * self.intermediate,
+                self.hidden
+            ));
         }
         if self.forward == Forward::Persistent && self.gather == Gather::InProducer {
             return bad("Forward::Persistent runs GEMM1 on the gathered copy of x: not with Gather::InProducer".into());
@@ -233,6 +249,12 @@ impl LayerConfig {
 /// What the forward leaves for the backward: the routing layout of the call, its routing error word, and z
 /// (and the expert-ordered x) in `Save::WithZ`.
 pub struct Saved {
+    /// The layer whose [`MoeLayer::alloc_saved`] made it ([`MoeLayer`]'s `id`): a backward or forward of another
+    /// layer refuses it (its buffers are sized and its layout made for this one).
+    layer: u64,
+    /// Whether its last forward ran to the end: false from the routing of a forward that then returned an error
+    /// (its layout may be new and its z not), and before the first forward; a backward refuses it then.
+    complete: bool,
     tokens: usize,
     experts: usize,
     /// u32 [1]: set on the device when the call's topk_ids hold an id outside -1..E (one word per call, shared
@@ -405,7 +427,12 @@ pub struct MoeLayer {
     last_error: Option<Arc<CudaSlice<u32>>>,
     /// The FP8 forward's buffers, allocated by its first call.
     fp8: Option<fp8::Fp8Work>,
+    /// Unique in the process: the [`Saved`] states it makes carry it.
+    id: u64,
 }
+
+/// The next [`MoeLayer`]'s id.
+static LAYER_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl MoeLayer {
     /// Validate `cfg` and allocate the workspace for `cfg.max_tokens` tokens.
@@ -428,7 +455,8 @@ impl MoeLayer {
             ready: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
             arrive: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
         };
-        Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None, fp8: None })
+        let id = LAYER_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None, fp8: None, id })
     }
 
     /// The configuration.
@@ -436,7 +464,9 @@ impl MoeLayer {
         &self.cfg
     }
 
-    fn check_inputs(&self, inp: &Inputs<'_>, out_len: usize) -> Result<()> {
+    /// The inputs' lengths and devices, and those of `out` (name, length, device: the forward's out or the
+    /// backward's dy).
+    fn check_inputs(&self, inp: &Inputs<'_>, out: (&str, usize, usize)) -> Result<()> {
         let c = &self.cfg;
         let bad = |s: String| Err(Error::InvalidArgument(s));
         let t = inp.tokens;
@@ -449,7 +479,7 @@ impl MoeLayer {
             ("topk_weights", inp.topk_weights.len(), t * c.top_k),
             ("W1", inp.w1.len(), c.experts * 2 * c.intermediate * c.hidden),
             ("W2", inp.w2.len(), c.experts * c.hidden * c.intermediate),
-            ("out", out_len, t * c.hidden),
+            (out.0, out.1, t * c.hidden),
         ];
         for (name, got, need) in want {
             if got != need {
@@ -463,6 +493,7 @@ impl MoeLayer {
             ("topk_weights", inp.topk_weights.ordinal()),
             ("W1", inp.w1.ordinal()),
             ("W2", inp.w2.ordinal()),
+            (out.0, out.2),
         ];
         for (name, o) in ords {
             if o != me {
@@ -654,7 +685,7 @@ impl MoeLayer {
     /// returned [`Saved`] writes nothing either). Read the word with [`MoeLayer::routing_error`] (the last
     /// forward) or [`Saved::check`] (that call); both synchronise and return [`Error::InvalidArgument`].
     pub fn forward(&mut self, inp: &Inputs<'_>, out: &mut CudaSlice<bf16>) -> Result<Saved> {
-        self.check_inputs(inp, out.len())?;
+        self.check_inputs(inp, ("out", out.len(), out.ordinal()))?;
         let mut sv = self.alloc_saved(inp.tokens)?;
         self.forward_into(inp, out, &mut sv)?;
         Ok(sv)
@@ -672,6 +703,8 @@ impl MoeLayer {
         let (slots, e) = (tokens * c.top_k, c.experts);
         let with_z = c.save == Save::WithZ;
         Ok(Saved {
+            layer: self.id,
+            complete: false,
             tokens: 0,
             experts: e,
             error: Arc::new(g.alloc::<u32>(1)?),
@@ -693,7 +726,10 @@ impl MoeLayer {
     /// cannot do: that gives [`Error::InvalidArgument`]), the forward and backward can be captured in a CUDA
     /// graph and replayed on new contents of the same buffers.
     pub fn forward_into(&mut self, inp: &Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
-        self.check_inputs(inp, out.len())?;
+        self.check_inputs(inp, ("out", out.len(), out.ordinal()))?;
+        // the kernel policies read at launch, checked before the first one (an unknown value fails the call whole)
+        crate::gemm::check_policies()?;
+        self.check_saved_owner(saved)?;
         let c = self.cfg;
         let slots = inp.tokens * c.top_k;
         let with_z = c.save == Save::WithZ;
@@ -712,6 +748,26 @@ impl MoeLayer {
                 inp.tokens
             )));
         }
+        // from here `saved` changes: it is complete again only once every launch of the call was issued
+        saved.complete = false;
+        let r = self.forward_launches(inp, out, saved);
+        saved.complete = r.is_ok();
+        r
+    }
+
+    /// `saved` made by this layer's [`MoeLayer::alloc_saved`] (an `InvalidArgument` saying so otherwise).
+    fn check_saved_owner(&self, saved: &Saved) -> Result<()> {
+        if saved.layer != self.id {
+            return Err(Error::InvalidArgument(
+                "saved state made by another layer's alloc_saved or forward: each layer takes its own".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`MoeLayer::forward_into`]'s launches, its arguments checked.
+    fn forward_launches(&mut self, inp: &Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
+        let c = self.cfg;
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let e = c.experts;
@@ -898,11 +954,15 @@ impl MoeLayer {
         grads: Grads<'_, W>,
         fp8: Option<&Fp8Weights>,
     ) -> Result<()> {
-        self.check_inputs(inp, dy.len())?;
+        self.check_inputs(inp, ("dy", dy.len(), dy.ordinal()))?;
         // the kernel policies read at launch, checked before the first one (an unknown value fails the call whole)
-        crate::gemm::wgrad_sched()?;
+        crate::gemm::check_policies()?;
+        self.check_saved_owner(saved)?;
         let c = self.cfg;
         let bad = |s: String| Err(Error::InvalidArgument(s));
+        if !saved.complete {
+            return bad("the saved state's forward did not complete (it returned an error, or none ran)".into());
+        }
         if saved.fp8 && fp8.is_none() {
             return bad("the saved state comes from forward_fp8: its backward is backward_fp8".into());
         }
@@ -911,6 +971,16 @@ impl MoeLayer {
         }
         if let Some(w) = fp8 {
             self.check_fp8_weights(w, c.fp8_backward.dx())?;
+            // the FP8 weight gradients' column quantizer indexes its codes in 32 bits (the public
+            // quantize_cols_grouped checks the same; the layer calls the kernel directly)
+            let kp = crate::fp8::cols_grouped_kp(c.max_tokens * c.top_k, c.experts);
+            let cols = c.hidden.max(2 * c.intermediate);
+            if c.fp8_backward.wgrad() && cols.checked_mul(kp).is_none_or(|n| n >= 1 << 32) {
+                return bad(format!(
+                    "FP8 weight gradients: {cols} columns x {kp} padded rows of codes exceed 32-bit offsets (fewer \
+                     max_tokens or Fp8Backward::Dx)"
+                ));
+            }
         }
         if saved.tokens != inp.tokens {
             return bad(format!("saved state is of {} tokens, the inputs of {}", saved.tokens, inp.tokens));
@@ -925,6 +995,18 @@ impl MoeLayer {
         for (name, got, need) in want {
             if got != need {
                 return bad(format!("{name} has {got} elements, the layer needs {need}"));
+            }
+        }
+        let me = self.gpu.ordinal();
+        let ords = [
+            ("dx", grads.dx.ordinal()),
+            ("dW1", grads.dw1.ordinal()),
+            ("dW2", grads.dw2.ordinal()),
+            ("dtopk", grads.dtopk.ordinal()),
+        ];
+        for (name, o) in ords {
+            if o != me {
+                return bad(format!("{name} lives on device {o}, the layer on device {me}"));
             }
         }
         let g = self.gpu.clone();
@@ -1138,6 +1220,30 @@ impl Saved {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validate_refuses_sizes_whose_products_wrap() {
+        let ok = LayerConfig::bf16(2048, 768, 128, 8, 16384, Save::InputsOnly);
+        ok.validate().unwrap();
+        // max_tokens x top-k wraps to 2 in 64 bits: before, a release build sized the workspace for 2 rows
+        let wraps = LayerConfig { top_k: 3, max_tokens: 6_148_914_691_236_517_206, ..ok };
+        let m = wraps.validate().unwrap_err().to_string();
+        assert!(m.contains("max_tokens 6148914691236517206") && m.contains("top-k 3"), "{m}");
+        // 2I wraps
+        let m = LayerConfig { intermediate: usize::MAX / 2 + 33, ..ok }.validate().unwrap_err().to_string();
+        assert!(m.contains("multiple of 64") || m.contains("too large"), "{m}");
+        let m = LayerConfig { intermediate: (usize::MAX / 2 + 1) & !63, ..ok }.validate().unwrap_err().to_string();
+        assert!(m.contains("too large"), "{m}");
+        // the largest max_tokens that fits, and one more
+        let w = 2048;
+        let top = (1usize << 31) / w / 8;
+        LayerConfig { max_tokens: top - 1, ..ok }.validate().unwrap();
+        assert!(LayerConfig { max_tokens: top, ..ok }.validate().is_err());
+        // E x 2I x H overflows although every activation size fits (one token)
+        let huge = LayerConfig { hidden: 1 << 30, intermediate: 1 << 29, experts: 4096, top_k: 1, max_tokens: 1, ..ok };
+        let m = huge.validate().unwrap_err().to_string();
+        assert!(m.contains("overflow the address space"), "{m}");
+    }
 
     #[test]
     fn a_split_combine_covers_every_token_once() {

@@ -83,6 +83,11 @@ pub fn layout(
     timed: bool,
 ) -> Result<(HostLayout, [f64; 3])> {
     let slots = ids.len();
+    if tile_m == 0 || experts == 0 || experts > MAX_EXPERTS || slots >= 1 << 31 {
+        return Err(crate::Error::InvalidArgument(format!(
+            "route::layout: tile_m {tile_m} (> 0), {experts} experts (1..={MAX_EXPERTS}), {slots} slots (< 2^31)"
+        )));
+    }
     let d_ids: CudaSlice<i32> = if slots == 0 { g.alloc(1)? } else { g.upload(ids)? };
     let mut error = g.alloc::<u32>(1)?;
     g.fill_bytes(&mut error, 0)?;

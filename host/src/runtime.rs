@@ -77,6 +77,11 @@ struct Loaded {
 }
 
 /// One GPU: its primary context, a stream, the lazily loaded module, and its functions.
+///
+/// Every megamoe call runs on [`Gpu::stream`], and cudarc's per-buffer event tracking is off on this context: a
+/// buffer that another stream writes, reads or frees must be ordered with this stream by the caller (an event
+/// recorded on one and waited on by the other, or a synchronisation), or the kernels may read stale data or
+/// memory already freed.
 pub struct Gpu {
     ordinal: usize,
     ctx: Arc<CudaContext>,

@@ -55,6 +55,29 @@ impl Fp8Weights {
     pub fn quantize(&mut self, gpu: &Gpu, w1: &CudaSlice<bf16>, w2: &CudaSlice<bf16>, layer: &MoeLayer) -> Result<()> {
         let c = &layer.cfg;
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        // both weights checked before the first launch: a bad W2 must not leave W1's codes updated alone
+        for (name, got, need, dev) in
+            [("W1", w1.len(), e * 2 * i * h, w1.ordinal()), ("W2", w2.len(), e * h * i, w2.ordinal())]
+        {
+            if got != need || dev != gpu.ordinal() {
+                return Err(Error::InvalidArgument(format!(
+                    "Fp8Weights::quantize: {name} has {got} elements on device {dev}, the layer needs {need} on device {}",
+                    gpu.ordinal()
+                )));
+            }
+        }
+        if gpu.ordinal() != layer.gpu.ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "Fp8Weights::quantize: called on device {}, the layer is on device {}",
+                gpu.ordinal(),
+                layer.gpu.ordinal()
+            )));
+        }
+        if self.w1.len() != e * 2 * i * h || self.w2.len() != e * h * i {
+            return Err(Error::InvalidArgument(
+                "Fp8Weights::quantize: these buffers were allocated for another layer".into(),
+            ));
+        }
         q::quantize_blocks(
             gpu,
             QuantizeArgs { x: w1, q: &mut self.w1, scales: &mut self.w1_scales, rows: e * 2 * i, cols: h },
@@ -131,11 +154,13 @@ impl MoeLayer {
     /// captured in a CUDA graph (as [`MoeLayer::forward_into`]).
     pub fn forward_fp8(&mut self, inp: &Fp8Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
         let c = self.cfg;
-        let (e, h, i, k) = (c.experts, c.hidden, c.intermediate, c.top_k);
+        let (e, h, k) = (c.experts, c.hidden, c.top_k);
         let bad = |s: String| Err(Error::InvalidArgument(format!("forward_fp8: {s}")));
         // the weights' shapes, and H a multiple of 512, I of 128
         let w = inp.weights;
         self.check_fp8_weights(w, false)?;
+        crate::gemm::check_policies()?;
+        self.check_saved_owner(saved)?;
         let t = inp.tokens;
         if t > c.max_tokens {
             return bad(format!("{t} tokens > the configured maximum {}", c.max_tokens));
@@ -168,6 +193,23 @@ impl MoeLayer {
             }
         }
         self.alloc_fp8()?;
+        // from here `saved` changes: it is complete again only once every launch of the call was issued
+        saved.complete = false;
+        let r = self.forward_fp8_launches(inp, out, saved);
+        saved.complete = r.is_ok();
+        r
+    }
+
+    /// [`MoeLayer::forward_fp8`]'s launches, its arguments checked and its buffers allocated.
+    fn forward_fp8_launches(
+        &mut self,
+        inp: &Fp8Inputs<'_>,
+        out: &mut CudaSlice<bf16>,
+        saved: &mut Saved,
+    ) -> Result<()> {
+        let c = self.cfg;
+        let (e, h, i, k) = (c.experts, c.hidden, c.intermediate, c.top_k);
+        let (t, w, g) = (inp.tokens, inp.weights, self.gpu.clone());
         let routed = self.route_call(inp.topk_ids, t, saved)?;
         // its z / xs (if any) are not this call's: a backward must refuse it
         saved.fp8 = true;
