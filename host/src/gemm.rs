@@ -20,7 +20,11 @@
 //! The routing layout is the caller's: `offsets` (u32 [E + 1], nondecreasing, `offsets[0] = 0`,
 //! `offsets[E] <= rows_max`) and, for the M-grouped kernels, `tile_offsets` (u32 [E + 1], as
 //! [`tile_offsets`] computes them from the counts). They live on the device and cannot be checked without a
-//! synchronisation: they are the caller's promise, as in the layer, which computes them on the device.
+//! synchronisation: they are the caller's promise, as in the layer, which computes them on the device. These
+//! bf16 kernels trust them (the FP8 ones clamp rows to `rows_max`): offsets past `rows_max` make the M-grouped
+//! kernels' register-path stores (and `grouped_wgrad`'s per-expert tensor maps) reach past C, z, dz, s h or the
+//! partial sums; decreasing offsets or a huge `tile_offsets[E]` make a launch run for an unbounded time. Pass
+//! only offsets made by [`tile_offsets`] from the counts, or by the layer's routing kernels.
 use std::marker::PhantomData;
 
 use cudarc::driver::{CudaSlice, DeviceRepr};
