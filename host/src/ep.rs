@@ -63,7 +63,10 @@ impl RankGroup {
     /// `r * layout.bytes`.
     pub fn emulated(gpu: &Gpu, world: usize, layout: Workspace) -> Result<Self> {
         Self::check_world(world, &layout)?;
-        let mut mem = gpu.alloc::<u32>(world * layout.bytes as usize / 4)?;
+        let Some(bytes) = (layout.bytes as usize).checked_mul(world) else {
+            return Err(Error::InvalidArgument(format!("{world} workspaces of {} bytes overflow", layout.bytes)));
+        };
+        let mut mem = gpu.alloc::<u32>(bytes / 4)?;
         gpu.fill_bytes(&mut mem, 0)?;
         let base = dptr(&mem, gpu.stream());
         let mut peers = [0u64; MAX_RANKS];
@@ -284,26 +287,21 @@ impl EpLayer {
     /// `world` ranks emulated on `gpu`; `cfg.experts` is the global E (a multiple of `world`), `cfg.max_tokens`
     /// the most tokens of one rank.
     pub fn new(gpu: Arc<Gpu>, cfg: LayerConfig, world: usize) -> Result<Self> {
-        cfg.validate()?;
-        if world == 0 || world > MAX_RANKS || cfg.experts % world != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{world} ranks for {} experts (1..={MAX_RANKS} ranks, dividing the experts)",
-                cfg.experts
-            )));
-        }
+        Self::check_config(&cfg, world)?;
         // every block of the emulated ranks resident at once: R * B <= SMs
         let blocks = (gpu.sm_count() as usize / world).min(MAX_BLOCKS_PER_RANK);
         if blocks == 0 {
             return Err(Error::InvalidArgument(format!("{world} ranks > {} SMs", gpu.sm_count())));
         }
         let (t, k, h) = (cfg.max_tokens as u64, cfg.top_k as u64, cfg.hidden as u64);
-        let layout = Workspace::new(t, k, h, cfg.experts as u64, world as u64, blocks as u64);
-        if layout.max_recv * cfg.hidden.max(2 * cfg.intermediate) as u64 >= 1 << 31 {
-            return Err(Error::InvalidArgument(format!(
-                "{world} ranks x {} tokens x top-{} rows exceed 32-bit element offsets",
-                cfg.max_tokens, cfg.top_k
-            )));
-        }
+        let layout = Workspace::new(t, k, h, cfg.experts as u64, world as u64, blocks as u64).ok_or_else(|| {
+            // not met after `check_config`'s bounds; kept so that no size can wrap
+            Error::InvalidArgument(format!(
+                "the workspace of {world} ranks x max_tokens {t} x top-k {k}, hidden {h}, {} experts overflows \
+                 64-bit offsets",
+                cfg.experts
+            ))
+        })?;
         let group = RankGroup::emulated(&gpu, world, layout)?;
         let (slots, recv) = (layout.max_slots as usize, layout.max_recv as usize);
         let mut ranks = Vec::with_capacity(world);
@@ -338,6 +336,48 @@ impl EpLayer {
             pull: std::env::var("MEGAMOE_EP_PULL").is_ok_and(|v| v == "1"),
             scatter: std::env::var("MEGAMOE_EP_SCATTER").is_ok_and(|v| v == "1"),
         })
+    }
+
+    /// The configuration's checks for `world` ranks. Every size the layer derives from it (the receive rows
+    /// `world * max_tokens * k`, their elements, the weights' elements) in checked arithmetic, before
+    /// [`LayerConfig::validate`] so that none can wrap whatever it does: a wrapped size would allocate buffers
+    /// for a few rows, which a normal call then writes past on the device. Once these hold, the unchecked
+    /// products of the calls (`tokens * hidden`, the weights' lengths, the buffers of the receive rows) fit.
+    fn check_config(cfg: &LayerConfig, world: usize) -> Result<()> {
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if world == 0 || world > MAX_RANKS || cfg.experts % world != 0 {
+            return bad(format!(
+                "{world} ranks for {} experts (1..={MAX_RANKS} ranks, dividing the experts)",
+                cfg.experts
+            ));
+        }
+        let (t, k) = (cfg.max_tokens, cfg.top_k);
+        let Some(slots) = t.checked_mul(k) else {
+            return bad(format!("max_tokens {t} x top-k {k} overflows"));
+        };
+        let Some(recv) = slots.checked_mul(world) else {
+            return bad(format!("{world} ranks x max_tokens {t} x top-k {k} overflows"));
+        };
+        let Some(widest) = cfg.intermediate.checked_mul(2).map(|i2| i2.max(cfg.hidden)) else {
+            return bad(format!("intermediate size {} x 2 overflows", cfg.intermediate));
+        };
+        // the kernels' element offsets into the receive rows (h: I, z and dz: 2I, x, y and dy: H columns) are
+        // 32-bit
+        if recv.checked_mul(widest).is_none_or(|n| n >= 1 << 31) {
+            return bad(format!(
+                "{world} ranks x max_tokens {t} x top-k {k} rows of {widest} elements exceed 32-bit element offsets"
+            ));
+        }
+        // W1 [E / R, 2I, H] and its f32 gradient, the largest of the weights' buffers (2I fits: checked above)
+        let per = cfg.experts / world;
+        let (i2, h) = (2 * cfg.intermediate, cfg.hidden);
+        if per.checked_mul(i2).and_then(|n| n.checked_mul(h)).and_then(|n| n.checked_mul(4)).is_none() {
+            return bad(format!(
+                "{per} experts per rank x 2 x intermediate {} x hidden {h}: W1's size overflows",
+                cfg.intermediate
+            ));
+        }
+        cfg.validate()
     }
 
     /// Dispatch by pull (docs/FUSED.md step 2): the sources push only each row's weight and (rank, slot) and
@@ -1017,7 +1057,7 @@ mod tests {
 
     #[test]
     fn device_group_carries_the_layout_and_the_peers() {
-        let layout = Workspace::new(100, 2, 256, 8, 4, 3);
+        let layout = Workspace::new(100, 2, 256, 8, 4, 3).unwrap();
         let mut peers = [0u64; MAX_RANKS];
         for (r, p) in peers.iter_mut().enumerate().take(4) {
             *p = 0x1000_0000 + r as u64 * layout.bytes;
@@ -1037,6 +1077,45 @@ mod tests {
         assert!(RankGroup::check_world(0, &layout).is_err());
         assert!(RankGroup::check_world(9, &layout).is_err());
         assert!(RankGroup::check_world(8, &layout).is_ok());
+    }
+
+    /// The message of `EpLayer::check_config`'s error for `cfg` over `world` ranks.
+    fn config_error(cfg: LayerConfig, world: usize) -> String {
+        match EpLayer::check_config(&cfg, world) {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("{cfg:?} over {world} ranks: expected an InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn configurations_whose_sizes_overflow_are_refused_naming_the_values() {
+        use crate::layer::Save;
+        let cfg = |h, i, e, k, t| LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly);
+        // the sizes of a usual layer (Qwen3-30B-A3B, 4096 tokens per rank, 8 ranks) pass
+        EpLayer::check_config(&cfg(2048, 768, 128, 8, 4096), 8).unwrap();
+        // max_tokens * k wraps to 2 (in a release build: buffers for 2 rows, which a call then writes past)
+        let e = config_error(cfg(256, 128, 8, 3, 6148914691236517206), 2);
+        assert!(e.contains("max_tokens 6148914691236517206 x top-k 3 overflows"), "{e}");
+        // world * max_tokens * k
+        let e = config_error(cfg(256, 128, 8, 2, usize::MAX / 4), 4);
+        assert!(e.contains(&format!("4 ranks x max_tokens {} x top-k 2 overflows", usize::MAX / 4)), "{e}");
+        // 2I (a multiple of 64)
+        let e = config_error(cfg(256, 1 << 63, 8, 2, 16), 2);
+        assert!(e.contains(&format!("intermediate size {} x 2 overflows", 1usize << 63)), "{e}");
+        // the receive rows' elements past 2^31, wrapping or not
+        let e = config_error(cfg(1 << 30, 64, 8, 1, 1 << 40), 1);
+        assert!(e.contains("exceed 32-bit element offsets"), "{e}");
+        let e = config_error(cfg(2048, 768, 128, 8, 1 << 16), 8);
+        assert!(e.contains("8 ranks x max_tokens 65536 x top-k 8 rows of 2048 elements"), "{e}");
+        // W1 [E / R, 2I, H] with one row received: 16 x 2^30 x 2^30 elements
+        let e = config_error(cfg(1 << 30, 1 << 29, 16, 1, 1), 1);
+        assert!(e.contains("W1's size overflows"), "{e}");
+        // the ranks, then the configuration's own checks
+        assert!(config_error(cfg(256, 128, 8, 2, 16), 3).contains("3 ranks for 8 experts"));
+        assert!(config_error(cfg(256, 128, 8, 2, 16), 0).contains("0 ranks"));
+        assert!(config_error(cfg(256, 128, 8, 2, 16), 9).contains("9 ranks"));
+        assert!(config_error(cfg(100, 128, 8, 2, 16), 2).contains("hidden size 100"));
+        assert!(config_error(cfg(256, 128, 8, 2, 0), 2).contains("max_tokens 0"));
     }
 
     #[test]

@@ -156,42 +156,70 @@ pub struct Workspace {
     pub blocks: u64,
 }
 
-const fn align(x: u64) -> u64 {
-    (x + 255) & !255
+/// `x` rounded up to 256 bytes, None past `u64::MAX`.
+const fn align(x: u64) -> Option<u64> {
+    match x.checked_add(255) {
+        Some(v) => Some(v & !255),
+        None => None,
+    }
+}
+
+/// The value of an `Option` in a `const fn` (where `?` is not allowed), or return None.
+macro_rules! some {
+    ($e:expr) => {
+        match $e {
+            Some(v) => v,
+            None => return None,
+        }
+    };
+}
+
+/// `a * b + c` (`c` a byte offset, `a * b` a region's size), None on overflow.
+const fn after(c: u64, a: u64, b: u64) -> Option<u64> {
+    match a.checked_mul(b) {
+        Some(n) => c.checked_add(n),
+        None => None,
+    }
 }
 
 impl Workspace {
     /// Words of the `arrive` region: one per possible local m-tile of 128 rows (each local expert adds at most
-    /// one partial m-tile), then the error word.
+    /// one partial m-tile), then the error word. Callers pass the bounds of a layout [`Workspace::new`] accepted.
     pub const fn arrive_words(max_recv: u64, experts: u64) -> u64 {
         max_recv.div_ceil(128) + experts + 1
     }
 
     /// The layout for `max_tokens` tokens per rank with `k` slots, rows of `hidden` bf16, `experts` experts over
     /// `world` ranks, `blocks` blocks per rank in the dispatch and combine kernels. A rank receives at most
-    /// `world * max_tokens * k` rows (every slot of every rank).
-    pub const fn new(max_tokens: u64, k: u64, hidden: u64, experts: u64, world: u64, blocks: u64) -> Self {
-        let max_slots = max_tokens * k;
-        let max_recv = world * max_slots;
+    /// `world * max_tokens * k` rows (every slot of every rank). None when a size or an offset does not fit in
+    /// a u64 (arithmetic that wrapped would size the regions for a few rows, which a normal call then writes
+    /// past); callers also bound the row counts for the kernels' 32-bit element offsets.
+    pub const fn new(max_tokens: u64, k: u64, hidden: u64, experts: u64, world: u64, blocks: u64) -> Option<Self> {
+        let max_slots = some!(max_tokens.checked_mul(k));
+        let max_recv = some!(world.checked_mul(max_slots));
+        let row = some!(hidden.checked_mul(2)); // bytes of a bf16 row
+        let (flag_words, count_words) = (some!(world.checked_mul(blocks)), some!(world.checked_mul(experts)));
+        let expert_words = some!(experts.checked_add(1));
+        let arrive_words = some!(some!(max_recv.div_ceil(128).checked_add(experts)).checked_add(1));
         let counts = 0;
-        let count_flags = align(counts + 4 * world * experts);
-        let recv = align(count_flags + 4 * world);
-        let recv_dy = align(recv + 2 * max_recv * hidden);
-        let recv_w = align(recv_dy + 2 * max_recv * hidden);
-        let recv_meta = align(recv_w + 4 * max_recv);
-        let data_flags = align(recv_meta + 8 * max_recv);
-        let back = align(data_flags + 4 * world * blocks);
-        let back_w = align(back + 2 * max_slots * hidden);
-        let back_flags = align(back_w + 4 * max_slots);
-        let local_offsets = align(back_flags + 4 * world * blocks);
-        let local_tiles = align(local_offsets + 4 * (experts + 1));
-        let error = align(local_tiles + 4 * (experts + 1));
-        let epoch = align(error + 16);
-        let src_x = align(epoch + 4);
-        let back_ptrs = align(src_x + 8 * 8);
-        let arrive = align(back_ptrs + 8 * 8);
-        let bytes = align(arrive + 4 * (Self::arrive_words(max_recv, experts)));
-        Workspace {
+        let count_flags = some!(align(some!(after(counts, 4, count_words))));
+        let recv = some!(align(some!(after(count_flags, 4, world))));
+        let recv_dy = some!(align(some!(after(recv, row, max_recv))));
+        let recv_w = some!(align(some!(after(recv_dy, row, max_recv))));
+        let recv_meta = some!(align(some!(after(recv_w, 4, max_recv))));
+        let data_flags = some!(align(some!(after(recv_meta, 8, max_recv))));
+        let back = some!(align(some!(after(data_flags, 4, flag_words))));
+        let back_w = some!(align(some!(after(back, row, max_slots))));
+        let back_flags = some!(align(some!(after(back_w, 4, max_slots))));
+        let local_offsets = some!(align(some!(after(back_flags, 4, flag_words))));
+        let local_tiles = some!(align(some!(after(local_offsets, 4, expert_words))));
+        let error = some!(align(some!(after(local_tiles, 4, expert_words))));
+        let epoch = some!(align(some!(after(error, 4, 4))));
+        let src_x = some!(align(some!(after(epoch, 4, 1))));
+        let back_ptrs = some!(align(some!(after(src_x, 8, 8))));
+        let arrive = some!(align(some!(after(back_ptrs, 8, 8))));
+        let bytes = some!(align(some!(after(arrive, 4, arrive_words))));
+        Some(Workspace {
             counts,
             count_flags,
             recv,
@@ -213,7 +241,7 @@ impl Workspace {
             max_recv,
             max_slots,
             blocks,
-        }
+        })
     }
 }
 
@@ -331,7 +359,7 @@ mod tests {
 
     #[test]
     fn workspace_regions_are_aligned_and_disjoint() {
-        let w = Workspace::new(2048, 8, 2048, 128, 8, 16);
+        let w = Workspace::new(2048, 8, 2048, 128, 8, 16).unwrap();
         let regions = [
             w.counts,
             w.count_flags,
@@ -365,6 +393,22 @@ mod tests {
         assert!(w.back_ptrs - w.src_x >= 8 * 8 && w.arrive - w.back_ptrs >= 8 * 8);
         // an m-tile counter per 128 received rows, one more per local expert, and the error word
         assert!(w.bytes - w.arrive >= 4 * (8 * 2048 * 8 / 128 + 128 + 1));
+    }
+
+    #[test]
+    fn workspace_sizes_that_overflow_are_refused() {
+        // max_tokens * k, world * max_slots, the rows' bytes, the regions' sum, the last alignment: each wrapping
+        // would size the regions for a few rows
+        assert_eq!(Workspace::new(6148914691236517206, 3, 64, 8, 1, 1), None);
+        assert_eq!(Workspace::new(u64::MAX / 4, 2, 64, 8, 4, 1), None);
+        assert_eq!(Workspace::new(1, 1, 1 << 63, 8, 1, 1), None);
+        assert_eq!(Workspace::new(1 << 20, 8, 1 << 40, 8, 8, 1), None);
+        assert_eq!(Workspace::new(1, 1, (u64::MAX - 1024) / 4, 8, 1, 1), None);
+        assert_eq!(Workspace::new(1, 1, 64, u64::MAX / 2, 1, 1), None);
+        assert_eq!(Workspace::new(1, 1, 64, 8, 1, u64::MAX), None);
+        // the largest sizes of the layer still fit
+        let w = Workspace::new(1 << 20, 8, 8192, 4096, 8, 16).unwrap();
+        assert_eq!(w.max_recv, 8 << 23);
     }
 
     #[test]
