@@ -137,17 +137,32 @@ impl RankGroup {
     pub fn layout(&self) -> &Workspace {
         &self.layout
     }
-    /// Device address of rank r's workspace.
-    pub fn peer(&self, r: usize) -> u64 {
+    /// Device address of rank r's workspace (an `InvalidArgument` for a rank outside the group).
+    pub fn peer(&self, r: usize) -> Result<u64> {
+        if r >= self.world {
+            return Err(Error::InvalidArgument(format!("rank {r}: the group has {} ranks", self.world)));
+        }
+        Ok(self.ws(r))
+    }
+    /// Device address of rank r's workspace, for the layer's own loops over its ranks (r < world by
+    /// construction, unchecked beyond the array's bound).
+    fn ws(&self, r: usize) -> u64 {
         self.peers[r]
     }
-    /// The parameters of `ep_epoch_next` over ranks `first..first + n`: their call counters (`Workspace::epoch`).
-    pub fn epoch_next(&self, first: usize, n: usize) -> params::EpEpoch {
+    /// The parameters of `ep_epoch_next` over ranks `first..first + n`: their call counters (`Workspace::epoch`);
+    /// an `InvalidArgument` for ranks outside the group.
+    pub fn epoch_next(&self, first: usize, n: usize) -> Result<params::EpEpoch> {
+        if first.checked_add(n).is_none_or(|end| end > self.world) {
+            return Err(Error::InvalidArgument(format!(
+                "{n} ranks from rank {first}: the group has {} ranks",
+                self.world
+            )));
+        }
         let mut counter = [0u64; MAX_RANKS];
         for (i, c) in counter.iter_mut().enumerate().take(n) {
             *c = self.peers[first + i] + self.layout.epoch;
         }
-        params::EpEpoch { counter, ranks: n as u32, pad: 0 }
+        Ok(params::EpEpoch { counter, ranks: n as u32, pad: 0 })
     }
     /// Device bytes held (all ranks).
     pub fn bytes(&self) -> usize {
@@ -499,7 +514,7 @@ impl EpLayer {
         if self.calls >= u32::MAX - 1 {
             return Err(Error::InvalidArgument("2^32 - 2 calls on one workspace: make a new layer".into()));
         }
-        let p = self.group.epoch_next(0, self.world());
+        let p = self.group.epoch_next(0, self.world())?;
         // SAFETY: the counters are words of the rank group's workspaces; one block, the kernel's 32 threads.
         unsafe { self.gpu.launch("ep_epoch_next", Launch::new(1, 32, 0), &p)? };
         self.calls += 1;
@@ -618,7 +633,7 @@ impl EpLayer {
 
     /// A grouped-GEMM parameter block over rank r's local layout (read on the device).
     fn local_gemm(&self, r: usize) -> GroupedGemm {
-        let ws = self.group.peer(r);
+        let ws = self.group.ws(r);
         let lay = &self.group.layout;
         GroupedGemm {
             offsets: ws + lay.local_offsets,
@@ -646,7 +661,7 @@ impl EpLayer {
         let per = c.experts / self.world();
         let lay = self.group.layout;
         let recv = lay.max_recv as usize;
-        let map_a = self.maps.get(&g, self.group.peer(r) + lay.recv, recv, c.hidden, kh::GEMM_BM, 64)?;
+        let map_a = self.maps.get(&g, self.group.ws(r) + lay.recv, recv, c.hidden, kh::GEMM_BM, 64)?;
         // gate rows then up rows of W1 per tile: the columns of h a tile covers (`gemm::swiglu_columns`)
         let cols = crate::gemm::swiglu_columns();
         let map_b = self.maps.get(&g, dptr(inp.w1, g.stream()), per * 2 * c.intermediate, c.hidden, cols as u32, 64)?;
@@ -671,7 +686,7 @@ impl EpLayer {
         if pull {
             // the forward's rows come from the sources' x through the workspace's recv_meta and src_x (the
             // backward's recompute of z reads the rows this copy left in recv)
-            let ws = self.group.peer(r);
+            let ws = self.group.ws(r);
             let words = Workspace::arrive_words(lay.max_recv, c.experts as u64);
             let p = GroupedGemm {
                 a_copy: ws + lay.recv,
@@ -722,7 +737,7 @@ impl EpLayer {
         if self.scatter {
             // every row to its source's back slot (recv_meta's pair, the owner's back_ptrs table), unweighted:
             // the sources weight and sum as before, so the bits stay EP = 1's
-            let ws = self.group.peer(r);
+            let ws = self.group.ws(r);
             let lay = self.group.layout;
             let p = GroupedGemm {
                 c: 0,
@@ -868,7 +883,7 @@ impl EpLayer {
         let c = self.cfg;
         let per = c.experts / self.world();
         let lay = self.group.layout;
-        let ws = self.group.peer(r);
+        let ws = self.group.ws(r);
         let recv = lay.max_recv as usize;
         let (h2, i2) = (c.hidden, c.intermediate);
         let ident = dptr(self.ident.as_ref().expect("allocated"), &s);
@@ -956,7 +971,7 @@ impl EpLayer {
         let map_a = self.maps.get(&g, a.0, recv, a.1, 64, 64)?;
         let map_b = self.maps.get(&g, b.0, recv, b.1, 64, 64)?;
         let map_c = self.maps.get_wgrad_c::<W>(&g, dptr(&*c, g.stream()), per as usize * a.1, b.1)?;
-        let offsets = self.group.peer(r) + self.group.layout.local_offsets;
+        let offsets = self.group.ws(r) + self.group.layout.local_offsets;
         let maps = [map_a, map_b, map_c];
         let c_ptr = dptr(&*c, g.stream());
         let (p, launch) = wgrad_launch(&g, maps, [a.0, b.0], offsets, c_ptr, 0, per as usize, a.1, b.1, acc)?;
@@ -1068,12 +1083,21 @@ mod tests {
         assert_eq!(d.peer[3], 0x1000_0000 + 3 * layout.bytes);
         assert_eq!(d.peer[4], 0);
         // the call counters ep_epoch_next advances: one per rank, in each rank's workspace
-        let e = g.epoch_next(1, 3);
+        let e = g.epoch_next(1, 3).unwrap();
         assert_eq!(e.ranks, 3);
         for i in 0..3 {
             assert_eq!(e.counter[i], 0x1000_0000 + (1 + i as u64) * layout.bytes + layout.epoch);
         }
         assert_eq!(e.counter[3], 0);
+        // ranks outside the group: an error, not a panic (or a counter of address 0)
+        assert_eq!(g.peer(3).unwrap(), d.peer[3]);
+        for (first, n) in [(2, 3), (4, 1), (8, 1), (usize::MAX, 2)] {
+            let e = g.epoch_next(first, n).unwrap_err().to_string();
+            assert!(e.contains(&format!("{n} ranks from rank {first}: the group has 4 ranks")), "{e}");
+        }
+        for r in [4, 8, usize::MAX] {
+            assert!(g.peer(r).unwrap_err().to_string().contains(&format!("rank {r}: the group has 4 ranks")));
+        }
         assert!(RankGroup::check_world(0, &layout).is_err());
         assert!(RankGroup::check_world(9, &layout).is_err());
         assert!(RankGroup::check_world(8, &layout).is_ok());
