@@ -18,6 +18,7 @@
 //! So a forward (and backward) captured in a CUDA graph replays with a new epoch each time: after one eager
 //! call with the same buffers (tensor maps are encoded, the backward's buffers allocated, on first use), the
 //! calls allocate nothing and never synchronise (tests/graph.rs, run on the H200).
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUresult;
@@ -211,13 +212,50 @@ pub struct StageTimes {
     pub combine_ms: f64,
 }
 
-/// What a forward leaves for its backward: its call number (the host's count of calls issued) and token counts.
-/// The routed x rows, the gathered counts and every rank's local layout stay in the workspace, so the backward
-/// must come before the next forward (checked: [`EpLayer::backward`] refuses an older forward's state).
+/// What a forward leaves for its backward: the layer that ran it, its call number (the host's count of calls
+/// issued) and token counts. The routed x rows, the gathered counts and every rank's local layout stay in the
+/// workspace, so the backward must come before the next forward, on the same layer (checked:
+/// [`EpLayer::backward`] refuses an older forward's state and another layer's).
 #[derive(Clone, Debug)]
 pub struct EpSaved {
+    /// The layer's id ([`EpLayer`]'s `id`): call numbers count per layer, so another layer's state can carry
+    /// the same number.
+    layer: u64,
     call: u32,
     tokens: Vec<usize>,
+}
+
+impl EpSaved {
+    /// Whether this is the state of forward `call` of layer `layer` over `world` ranks: a message naming what
+    /// differs.
+    fn check(&self, layer: u64, call: u32, world: usize) -> Result<()> {
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if self.layer != layer {
+            return bad(format!(
+                "the saved state is of another EP layer (layer {}, this is layer {layer}): a backward runs on the \
+                 workspace its forward left, in the layer that ran it",
+                self.layer
+            ));
+        }
+        if self.tokens.len() != world {
+            return bad(format!(
+                "the saved state holds {} ranks' token counts, the layer has {world} ranks",
+                self.tokens.len()
+            ));
+        }
+        if self.call != call {
+            return bad(
+                "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A new [`EpLayer`]'s id, unique in the process (the identity an [`EpSaved`] carries).
+fn next_layer_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// One rank's gradients of a backward call. The weight gradients in f32 (`RankGrads<f32>`, the default) or bf16
@@ -276,6 +314,8 @@ struct RankWork {
 
 /// The MoE layer at EP = R, R ranks emulated on one GPU (forward).
 pub struct EpLayer {
+    /// Unique in the process: the saved states of its forwards carry it ([`EpSaved`]).
+    id: u64,
     gpu: Arc<Gpu>,
     cfg: LayerConfig,
     group: RankGroup,
@@ -337,6 +377,7 @@ impl EpLayer {
             });
         }
         Ok(EpLayer {
+            id: next_layer_id(),
             gpu,
             cfg,
             group,
@@ -574,7 +615,7 @@ impl EpLayer {
         };
         let gemm_ms = if timed { g.timed(gemms)? } else { gemms().map(|_| 0.0)? };
         let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
-        let saved = EpSaved { call, tokens: inp.iter().map(|i| i.tokens).collect() };
+        let saved = EpSaved { layer: self.id, call, tokens: inp.iter().map(|i| i.tokens).collect() };
         Ok((saved, StageTimes { dispatch_ms, gemm_ms, combine_ms }))
     }
 
@@ -771,11 +812,7 @@ impl EpLayer {
         let bad = |s: String| Err(Error::InvalidArgument(s));
         // the weight gradients' schedule policy (read at their launch): an unknown value fails before any launch
         crate::gemm::wgrad_sched()?;
-        if saved.call != self.fwd_call {
-            return bad(
-                "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()
-            );
-        }
+        saved.check(self.id, self.fwd_call, r_n)?;
         if dy.len() != r_n || grads.len() != r_n || inp.len() != r_n {
             return bad(format!("{} dy, {} grads and {} inputs for {r_n} ranks", dy.len(), grads.len(), inp.len()));
         }
@@ -1140,6 +1177,22 @@ mod tests {
         assert!(config_error(cfg(256, 128, 8, 2, 16), 9).contains("9 ranks"));
         assert!(config_error(cfg(100, 128, 8, 2, 16), 2).contains("hidden size 100"));
         assert!(config_error(cfg(256, 128, 8, 2, 0), 2).contains("max_tokens 0"));
+    }
+
+    #[test]
+    fn a_saved_state_is_taken_only_by_its_layer_and_latest_forward() {
+        let saved = EpSaved { layer: 7, call: 3, tokens: vec![5, 0] };
+        saved.check(7, 3, 2).unwrap();
+        let e = saved.check(8, 3, 2).unwrap_err().to_string();
+        assert!(e.contains("another EP layer (layer 7, this is layer 8)"), "{e}");
+        let e = saved.check(7, 5, 2).unwrap_err().to_string();
+        assert!(e.contains("not of this layer's latest forward"), "{e}");
+        // a state over fewer ranks than the layer has (its token counts were indexed by rank: a panic)
+        let e = saved.check(7, 3, 4).unwrap_err().to_string();
+        assert!(e.contains("2 ranks' token counts, the layer has 4 ranks"), "{e}");
+        // every layer its own id
+        let (a, b) = (next_layer_id(), next_layer_id());
+        assert!(a != b && a != 0 && b != 0);
     }
 
     #[test]
