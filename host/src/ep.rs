@@ -473,28 +473,35 @@ impl EpLayer {
         self.withhold = w;
     }
 
-    fn check_inputs(&self, inp: &[RankInputs<'_>], outs: &[&mut CudaSlice<bf16>]) -> Result<()> {
+    /// Every rank's inputs, and with `outs` (the forward) its output: counts, lengths, devices. The backward runs
+    /// them too (no outputs): its weights' tensor maps are encoded from the configuration's sizes and its dispatch
+    /// reads topk_ids and topk_weights for every slot, so a short buffer would be read past its end.
+    fn check_inputs(&self, inp: &[RankInputs<'_>], outs: Option<&[&mut CudaSlice<bf16>]>) -> Result<()> {
         let c = &self.cfg;
         let r_n = self.world();
         let bad = |s: String| Err(Error::InvalidArgument(s));
-        if inp.len() != r_n || outs.len() != r_n {
-            return bad(format!("{} inputs and {} outputs for {r_n} ranks", inp.len(), outs.len()));
+        if inp.len() != r_n {
+            return bad(format!("{} inputs for {r_n} ranks", inp.len()));
+        }
+        if let Some(o) = outs.filter(|o| o.len() != r_n) {
+            return bad(format!("{} outputs for {r_n} ranks", o.len()));
         }
         let per = c.experts / r_n;
         let me = self.gpu.ordinal();
-        for (r, (i, o)) in inp.iter().zip(outs).enumerate() {
+        for (r, i) in inp.iter().enumerate() {
             let t = i.tokens;
             if t > c.max_tokens {
                 return bad(format!("rank {r}: {t} tokens > the configured maximum {}", c.max_tokens));
             }
+            let out = outs.map(|o| &*o[r]);
             let at_least = [
-                ("x", i.x.len(), t * c.hidden),
-                ("topk_ids", i.topk_ids.len(), t * c.top_k),
-                ("topk_weights", i.topk_weights.len(), t * c.top_k),
-                ("out", o.len(), t * c.hidden),
+                ("x", Some(i.x.len()), t * c.hidden),
+                ("topk_ids", Some(i.topk_ids.len()), t * c.top_k),
+                ("topk_weights", Some(i.topk_weights.len()), t * c.top_k),
+                ("out", out.map(|o| o.len()), t * c.hidden),
             ];
             for (name, got, need) in at_least {
-                if got < need {
+                if let Some(got) = got.filter(|&got| got < need) {
                     return bad(format!("rank {r}: {name} has {got} elements, the layer needs {need}"));
                 }
             }
@@ -508,15 +515,15 @@ impl EpLayer {
                 }
             }
             let ords = [
-                ("x", i.x.ordinal()),
-                ("topk_ids", i.topk_ids.ordinal()),
-                ("topk_weights", i.topk_weights.ordinal()),
-                ("W1", i.w1.ordinal()),
-                ("W2", i.w2.ordinal()),
-                ("out", o.ordinal()),
+                ("x", Some(i.x.ordinal())),
+                ("topk_ids", Some(i.topk_ids.ordinal())),
+                ("topk_weights", Some(i.topk_weights.ordinal())),
+                ("W1", Some(i.w1.ordinal())),
+                ("W2", Some(i.w2.ordinal())),
+                ("out", out.map(|o| o.ordinal())),
             ];
             for (name, d) in ords {
-                if d != me {
+                if let Some(d) = d.filter(|&d| d != me) {
                     return bad(format!("rank {r}: {name} lives on device {d}, the layer on device {me}"));
                 }
             }
@@ -568,7 +575,7 @@ impl EpLayer {
         outs: &mut [&mut CudaSlice<bf16>],
         timed: bool,
     ) -> Result<(EpSaved, StageTimes)> {
-        self.check_inputs(inp, outs)?;
+        self.check_inputs(inp, Some(&*outs))?;
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let c = self.cfg;
@@ -816,6 +823,8 @@ impl EpLayer {
         if dy.len() != r_n || grads.len() != r_n || inp.len() != r_n {
             return bad(format!("{} dy, {} grads and {} inputs for {r_n} ranks", dy.len(), grads.len(), inp.len()));
         }
+        // the forward's checks of the inputs: the backward reads W1, W2, topk_ids and topk_weights too
+        self.check_inputs(inp, None)?;
         let me = self.gpu.ordinal();
         for r in 0..r_n {
             let t = inp[r].tokens;
