@@ -297,6 +297,17 @@ const NO_RANK: EpRank = EpRank {
     pad: 0,
 };
 
+/// Whether a step of a call launches its kernels or only prepares them. Every call runs its GEMMs' steps once
+/// with [`Pass::Prepare`] before its first launch: what can fail (tensor maps encoded and cached, the kernel
+/// and schedule choices of the environment's policies, launch shapes) fails there, so a call that returns an
+/// error has launched nothing; the [`Pass::Launch`] that follows repeats the same steps (every map found in
+/// the cache) and launches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Prepare,
+    Launch,
+}
+
 /// One rank's own buffers (on the one GPU of the emulated form).
 struct RankWork {
     route_error: CudaSlice<u32>,
@@ -580,6 +591,14 @@ impl EpLayer {
         let s = g.stream().clone();
         let c = self.cfg;
         let e = c.experts;
+        // every step of the GEMMs that can fail (their tensor maps, kernel choices), before the call's first
+        // launch: a call that fails has launched nothing and left the workspace, and the saved state of the
+        // previous forward, as they were
+        for (r, i) in inp.iter().enumerate() {
+            let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
+            self.gemm1(r, i, h, 0, self.pull, Pass::Prepare)?;
+            self.gemm2(r, i, h, y, Pass::Prepare)?;
+        }
         let call = self.begin_call()?;
         // from here the workspace holds this call's state (or a failed call's): older forwards' saved states
         // are refused by the backward
@@ -615,8 +634,8 @@ impl EpLayer {
         let mut gemms = || -> Result<()> {
             for (r, i) in inp.iter().enumerate() {
                 let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
-                self.gemm1(r, i, h, 0, self.pull)?;
-                self.gemm2(r, i, h, y)?;
+                self.gemm1(r, i, h, 0, self.pull, Pass::Launch)?;
+                self.gemm2(r, i, h, y, Pass::Launch)?;
             }
             Ok(())
         };
@@ -691,19 +710,23 @@ impl EpLayer {
         }
     }
 
-    /// One M-grouped GEMM launch over rank r's receive rows.
-    fn mgemm(&self, kernel: &'static str, p: GroupedGemm) -> Result<()> {
+    /// One M-grouped GEMM launch over rank r's receive rows (with [`Pass::Prepare`], its kernel and launch
+    /// chosen, not launched).
+    fn mgemm(&self, kernel: &'static str, p: GroupedGemm, pass: Pass) -> Result<()> {
         let recv = self.group.layout.max_recv as u32;
         let per = (self.cfg.experts / self.world()) as u32;
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
         let launch = m_grouped_launch(&self.gpu, kernel, recv as usize, per as usize, p.n_tiles)?;
+        if pass == Pass::Prepare {
+            return Ok(());
+        }
         // SAFETY: A holds max_recv rows, C max_recv rows of ldc; the local offsets the kernels read are clamped to
         // max_recv on the device; B holds the rank's experts.
         unsafe { self.gpu.launch(kernel, launch, &p) }
     }
 
     /// Rank r's GEMM1 + SwiGLU over its received x rows: h, and z when `z` is non-zero.
-    fn gemm1(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, z: u64, pull: bool) -> Result<()> {
+    fn gemm1(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, z: u64, pull: bool, pass: Pass) -> Result<()> {
         let g = self.gpu.clone();
         let c = self.cfg;
         let per = c.experts / self.world();
@@ -756,13 +779,16 @@ impl EpLayer {
                 "grouped_gemm_swiglu_mv"
             };
             let launch = m_grouped_launch(&self.gpu, kernel, recv, per, p.n_tiles)?;
+            if pass == Pass::Prepare {
+                return Ok(());
+            }
             return unsafe { self.gpu.launch(kernel, launch, &p) };
         }
-        self.mgemm("grouped_gemm_swiglu", p)
+        self.mgemm("grouped_gemm_swiglu", p, pass)
     }
 
     /// Rank r's GEMM2: y rows from h rows.
-    fn gemm2(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, y: u64) -> Result<()> {
+    fn gemm2(&mut self, r: usize, inp: &RankInputs<'_>, h: u64, y: u64, pass: Pass) -> Result<()> {
         let g = self.gpu.clone();
         let c = self.cfg;
         let per = c.experts / self.world();
@@ -795,9 +821,9 @@ impl EpLayer {
                 c_rows: lay.max_slots as u32,
                 ..p
             };
-            return self.mgemm("grouped_gemm_bf16_scatter", p);
+            return self.mgemm("grouped_gemm_bf16_scatter", p, pass);
         }
-        self.mgemm("grouped_gemm_bf16", p)
+        self.mgemm("grouped_gemm_bf16", p, pass)
     }
 
     /// Backward of the forward that returned `saved` (which must be this layer's latest forward), on the same
@@ -817,8 +843,6 @@ impl EpLayer {
         let r_n = self.world();
         let per = c.experts / r_n;
         let bad = |s: String| Err(Error::InvalidArgument(s));
-        // the weight gradients' schedule policy (read at their launch): an unknown value fails before any launch
-        crate::gemm::wgrad_sched()?;
         saved.check(self.id, self.fwd_call, r_n)?;
         if dy.len() != r_n || grads.len() != r_n || inp.len() != r_n {
             return bad(format!("{} dy, {} grads and {} inputs for {r_n} ranks", dy.len(), grads.len(), inp.len()));
@@ -865,6 +889,11 @@ impl EpLayer {
                 .into());
         }
         self.alloc_backward()?;
+        // every step of every rank's GEMMs that can fail (tensor maps, kernel and schedule policies), before the
+        // call's first launch: a backward that fails has written no rank's gradients
+        for r in 0..r_n {
+            self.experts_backward(r, &inp[r], &mut grads[r], accumulate, Pass::Prepare)?;
+        }
         let g = self.gpu.clone();
         let s = g.stream().clone();
         self.begin_call()?;
@@ -884,7 +913,7 @@ impl EpLayer {
         let p = self.params(ranks, true);
         self.launch_ep("ep_dispatch", &p, false)?;
         for r in 0..r_n {
-            self.experts_backward(r, &inp[r], &mut grads[r], accumulate)?;
+            self.experts_backward(r, &inp[r], &mut grads[r], accumulate, Pass::Launch)?;
         }
         self.launch_ep("ep_combine", &p, false)?;
         Ok(())
@@ -923,6 +952,7 @@ impl EpLayer {
         inp: &RankInputs<'_>,
         gr: &mut RankGrads<'_, W>,
         accumulate: bool,
+        pass: Pass,
     ) -> Result<()> {
         let g = self.gpu.clone();
         let s = g.stream().clone();
@@ -939,7 +969,7 @@ impl EpLayer {
             (dptr(&b.z, &s), dptr(&b.dz, &s), dptr(&b.sh, &s), dptr(&b.partial, &s), dptr(&b.row_dtopk, &s))
         };
         // z again from the x rows the forward left in recv (h is recomputed from z in the dh epilogue)
-        self.gemm1(r, inp, 0, z, false)?;
+        self.gemm1(r, inp, 0, z, false, pass)?;
         // dh = dy W2_e with the SwiGLU backward: dz, s * h and the dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
         let map_dy = self.maps.get(&g, ws + lay.recv_dy, recv, h2, kh::GEMM_BM, 64)?;
@@ -967,7 +997,7 @@ impl EpLayer {
             map_sh,
             ..self.local_gemm(r)
         };
-        self.mgemm("grouped_gemm_bt_dswiglu", p)?;
+        self.mgemm("grouped_gemm_bt_dswiglu", p, pass)?;
         let red = DtopkReduce {
             partial,
             slot_row: ident,
@@ -976,8 +1006,10 @@ impl EpLayer {
             slots: recv as u32,
             n_tiles: n_tiles_i,
         };
-        // SAFETY: partial holds n_tiles sums for every row < max_recv; row_dtopk holds max_recv values.
-        unsafe { g.launch("dtopk_reduce", Launch::new((recv as u32).div_ceil(256), 256, 0), &red)? };
+        if pass == Pass::Launch {
+            // SAFETY: partial holds n_tiles sums for every row < max_recv; row_dtopk holds max_recv values.
+            unsafe { g.launch("dtopk_reduce", Launch::new((recv as u32).div_ceil(256), 256, 0), &red)? };
+        }
         // dx rows = dz W1_e
         let map_dz = self.maps.get(&g, dz, recv, 2 * i2, kh::GEMM_BM, 64)?;
         let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), per * 2 * i2, h2, 64, 64)?;
@@ -994,10 +1026,10 @@ impl EpLayer {
             n_tiles: (h2 as u32).div_ceil(kh::GEMM_BN),
             ..self.local_gemm(r)
         };
-        self.mgemm("grouped_gemm_bt_bf16", p)?;
+        self.mgemm("grouped_gemm_bt_bf16", p, pass)?;
         // weight gradients, before the combine releases this rank's rows (recv is not read after it)
-        self.wgrad(r, (ws + lay.recv_dy, h2), (sh, i2), gr.dw2, accumulate)?;
-        self.wgrad(r, (dz, 2 * i2), (ws + lay.recv, h2), gr.dw1, accumulate)?;
+        self.wgrad(r, (ws + lay.recv_dy, h2), (sh, i2), gr.dw2, accumulate, pass)?;
+        self.wgrad(r, (dz, 2 * i2), (ws + lay.recv, h2), gr.dw1, accumulate, pass)?;
         Ok(())
     }
 
@@ -1010,6 +1042,7 @@ impl EpLayer {
         b: (u64, usize),
         c: &mut CudaSlice<W>,
         acc: bool,
+        pass: Pass,
     ) -> Result<()> {
         let g = self.gpu.clone();
         let recv = self.group.layout.max_recv as usize;
@@ -1021,6 +1054,9 @@ impl EpLayer {
         let maps = [map_a, map_b, map_c];
         let c_ptr = dptr(&*c, g.stream());
         let (p, launch) = wgrad_launch(&g, maps, [a.0, b.0], offsets, c_ptr, 0, per as usize, a.1, b.1, acc)?;
+        if pass == Pass::Prepare {
+            return Ok(());
+        }
         // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
         unsafe { crate::gemm::launch_wgrad(&g, W::KERNEL, launch, &p) }
     }
