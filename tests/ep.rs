@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{f64s, gpu, inputs, rng, Inputs, Routing, SMALL};
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, RankGrads, RankInputs};
+use megamoe::ep::{EpLayer, EpSaved, RankGrads, RankInputs};
 use megamoe::ep_layout::Phase;
 use megamoe::gemm::WgradElem;
 use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
@@ -575,4 +575,242 @@ gpu_test!(pull_scatter_ep4_backward_uneven_one_rank_empty, {
 });
 gpu_test!(scatter_ep2_backward_small, {
     check_ep_backward_mode::<f32>(SMALL, &[0, 61], EpRouting::Layer(Routing::Uniform), Mode::SCATTER)
+});
+
+/// The forward on `r`'s inputs into its outputs (checked); its saved state.
+fn forward_saved(layer: &mut EpLayer, r: &mut Ranks) -> EpSaved {
+    let li: Vec<RankInputs> = (0..r.tokens.len())
+        .map(|i| RankInputs {
+            tokens: r.tokens[i],
+            x: &r.x[i],
+            topk_ids: &r.ids[i],
+            topk_weights: &r.w[i],
+            w1: &r.w1[i],
+            w2: &r.w2[i],
+        })
+        .collect();
+    let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+    let saved = layer.forward(&li, &mut outs).unwrap();
+    layer.check().unwrap();
+    saved
+}
+
+/// Every rank's inputs of `r` as the layer takes them.
+fn rank_inputs(r: &Ranks) -> Vec<RankInputs<'_>> {
+    (0..r.tokens.len())
+        .map(|i| RankInputs {
+            tokens: r.tokens[i],
+            x: &r.x[i],
+            topk_ids: &r.ids[i],
+            topk_weights: &r.w[i],
+            w1: &r.w1[i],
+            w2: &r.w2[i],
+        })
+        .collect()
+}
+
+/// Every rank's dy and gradient buffers (f32 weight gradients), for the checks of refused backwards.
+struct RankBufs {
+    dy: Vec<CudaSlice<bf16>>,
+    dx: Vec<CudaSlice<bf16>>,
+    dtopk: Vec<CudaSlice<f32>>,
+    dw1: Vec<CudaSlice<f32>>,
+    dw2: Vec<CudaSlice<f32>>,
+    tokens: Vec<usize>,
+}
+
+impl RankBufs {
+    fn new(g: &Arc<Gpu>, inp: &Inputs, tokens: &[usize]) -> RankBufs {
+        let s = inp.shape;
+        let per = s.e / tokens.len();
+        let pad = |n: usize| n.max(1);
+        let mut b =
+            RankBufs { dy: vec![], dx: vec![], dtopk: vec![], dw1: vec![], dw2: vec![], tokens: tokens.to_vec() };
+        let mut t0 = 0;
+        for &t in tokens {
+            let mut dy = inp.dy[t0 * s.h..(t0 + t) * s.h].to_vec();
+            dy.resize(pad(t * s.h), bf16::ZERO);
+            b.dy.push(g.upload(&dy).unwrap());
+            b.dx.push(g.alloc(pad(t * s.h)).unwrap());
+            b.dtopk.push(g.alloc(pad(t * s.k)).unwrap());
+            b.dw1.push(g.alloc(per * 2 * s.i * s.h).unwrap());
+            b.dw2.push(g.alloc(per * s.h * s.i).unwrap());
+            t0 += t;
+        }
+        b
+    }
+
+    /// Every gradient buffer filled with 0xff bytes.
+    fn poison(&mut self, g: &Gpu) {
+        for b in self.dx.iter_mut() {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+        for b in self.dtopk.iter_mut().chain(self.dw1.iter_mut()).chain(self.dw2.iter_mut()) {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+    }
+
+    /// The backward of `saved` on `li` into these buffers.
+    fn backward(&mut self, layer: &mut EpLayer, saved: &EpSaved, li: &[RankInputs<'_>]) -> Result<(), Error> {
+        let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
+        let mut grads: Vec<RankGrads> = self
+            .dx
+            .iter_mut()
+            .zip(self.dtopk.iter_mut())
+            .zip(self.dw1.iter_mut().zip(self.dw2.iter_mut()))
+            .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+            .collect();
+        layer.backward(saved, &dys, li, &mut grads, false)
+    }
+
+    /// Whether every element of every rank's gradients still holds the poison (`untouched`) or, for a backward
+    /// that ran, none does (the dx and dtopk of a rank without tokens excepted).
+    fn assert_poison(&self, g: &Gpu, untouched: bool, what: &str) {
+        g.sync().unwrap();
+        for (r, &t) in self.tokens.iter().enumerate() {
+            let b16: Vec<u32> = g.download(&self.dx[r]).unwrap().iter().map(|v| v.to_bits() as u32).collect();
+            let b32 = |v: &CudaSlice<f32>| -> Vec<u32> { g.download(v).unwrap().iter().map(|v| v.to_bits()).collect() };
+            let bufs = [
+                ("dx", b16, 0xffff, t > 0),
+                ("dtopk", b32(&self.dtopk[r]), 0xffff_ffff, t > 0),
+                ("dW1", b32(&self.dw1[r]), 0xffff_ffff, true),
+                ("dW2", b32(&self.dw2[r]), 0xffff_ffff, true),
+            ];
+            for (name, v, poison, written) in bufs {
+                if untouched {
+                    if let Some(i) = v.iter().position(|&x| x != poison) {
+                        panic!("{what}: rank {r} {name}[{i}] = {:#x} was written by a refused backward", v[i]);
+                    }
+                } else if written {
+                    if let Some(i) = v.iter().position(|&x| x == poison) {
+                        panic!("{what}: rank {r} {name}[{i}] still holds the poison (not written)");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `res` is an `Error::InvalidArgument` whose message holds `needs`.
+fn refused(res: Result<(), Error>, needs: &str, what: &str) {
+    match res {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains(needs), "{what}: the message {m:?} does not say {needs:?}");
+            eprintln!("{what}: refused: {m}");
+        }
+        other => panic!("{what}: expected an InvalidArgument saying {needs:?}, got {other:?}"),
+    }
+}
+
+// A backward's inputs are checked as the forward's, every rank's before any launch: a short W1, W2 or topk_ids
+// of rank 1 (read past their ends by TMA and by the dispatch) is an `InvalidArgument`, and no rank's gradients
+// are written (rank 0's included); the failed calls (and a refused forward) began nothing, so the same saved state
+// then runs.
+gpu_test!(backward_with_short_inputs_is_refused_and_writes_nothing, {
+    let g = gpu();
+    let s = SMALL;
+    let tokens = [9usize, 14];
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, &tokens, EpRouting::Layer(Routing::Uniform));
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, 14, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, 2).unwrap();
+    let mut r = upload_ranks(&g, &inp, &tokens);
+    let mut b = RankBufs::new(&g, &inp, &tokens);
+    let saved = forward_saved(&mut layer, &mut r);
+    let per = s.e / 2;
+    let short_w1 = g.upload(&inp.w1[..per * 2 * s.i * s.h - 64]).unwrap();
+    let short_w2 = g.upload(&inp.w2[..per * s.h * s.i / 2]).unwrap();
+    let short_ids = g.upload(&inp.ids[..tokens[1] * s.k - 1]).unwrap();
+    let short_w = g.upload(&inp.w[..1]).unwrap();
+    for (case, needs) in [
+        ("W1", "rank 1: W1 has"),
+        ("W2", "rank 1: W2 has"),
+        ("topk_ids", "rank 1: topk_ids has"),
+        ("topk_weights", "rank 1: topk_weights has"),
+    ] {
+        let mut li = rank_inputs(&r);
+        match case {
+            "W1" => li[1].w1 = &short_w1,
+            "W2" => li[1].w2 = &short_w2,
+            "topk_ids" => li[1].topk_ids = &short_ids,
+            _ => li[1].topk_weights = &short_w,
+        }
+        b.poison(&g);
+        refused(b.backward(&mut layer, &saved, &li), needs, &format!("a short {case}"));
+        b.assert_poison(&g, true, &format!("a short {case}"));
+    }
+    // a short dy of rank 1 too
+    let dy1 = std::mem::replace(&mut b.dy[1], g.alloc(tokens[1] * s.h - 1).unwrap());
+    b.poison(&g);
+    refused(b.backward(&mut layer, &saved, &rank_inputs(&r)), "rank 1: dy has", "a short dy");
+    b.assert_poison(&g, true, "a short dy");
+    b.dy[1] = dy1;
+    // a refused forward begins no call either (its outputs untouched): the saved state stays the latest
+    for o in r.out.iter_mut() {
+        g.fill_bytes(o, 0xff).unwrap();
+    }
+    let li: Vec<RankInputs> = (0..2)
+        .map(|i| RankInputs {
+            tokens: r.tokens[i],
+            x: &r.x[i],
+            topk_ids: &r.ids[i],
+            topk_weights: &r.w[i],
+            w1: if i == 1 { &short_w1 } else { &r.w1[i] },
+            w2: &r.w2[i],
+        })
+        .collect();
+    let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+    refused(layer.forward(&li, &mut outs).map(|_| ()), "rank 1: W1 has", "a forward with a short W1");
+    g.sync().unwrap();
+    for (rank, o) in r.out.iter().enumerate() {
+        let bits: Vec<u16> = g.download(o).unwrap().iter().map(|v| v.to_bits()).collect();
+        assert!(bits.iter().all(|&v| v == 0xffff), "a refused forward wrote rank {rank}'s output");
+    }
+    layer.check().unwrap();
+    b.poison(&g);
+    b.backward(&mut layer, &saved, &rank_inputs(&r)).unwrap();
+    layer.check().unwrap();
+    b.assert_poison(&g, false, "the backward after the refused ones");
+});
+
+// A saved state is taken only by the layer whose forward made it: another layer's (with the same call number)
+// is an `InvalidArgument` and writes nothing, with the same number of ranks (the workspace is another
+// forward's) or another (its token counts were indexed by this layer's ranks: a panic); each layer's own state
+// then runs.
+gpu_test!(backward_refuses_another_layers_saved_state, {
+    let g = gpu();
+    let s = SMALL;
+    let mut rng = rng();
+    let two = [9usize, 14];
+    let four = [5usize, 0, 12, 7];
+    let inp2 = ep_inputs(&mut rng, s, &two, EpRouting::Layer(Routing::Uniform));
+    let inp4 = ep_inputs(&mut rng, s, &four, EpRouting::Layer(Routing::Uniform));
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, 14, Save::InputsOnly);
+    // layers a and b over 2 ranks, c over 4
+    let mut layers: Vec<EpLayer> = [2, 2, 4].iter().map(|&w| EpLayer::new(g.clone(), cfg, w).unwrap()).collect();
+    let mut r2 = upload_ranks(&g, &inp2, &two);
+    let mut r4 = upload_ranks(&g, &inp4, &four);
+    // one forward each: every saved state carries call number 1
+    let saved = [
+        forward_saved(&mut layers[0], &mut r2),
+        forward_saved(&mut layers[1], &mut r2),
+        forward_saved(&mut layers[2], &mut r4),
+    ];
+    let mut b2 = RankBufs::new(&g, &inp2, &two);
+    let mut b4 = RankBufs::new(&g, &inp4, &four);
+    let name = ["a", "b", "c"];
+    // (layer, saved state): another layer's state, then each layer's own
+    for (l, st) in [(1, 0), (2, 0), (0, 2), (0, 0), (1, 1), (2, 2)] {
+        let what = format!("layer {} ({} ranks), layer {}'s state", name[l], layers[l].world(), name[st]);
+        let (bufs, r) = if layers[l].world() == 2 { (&mut b2, &r2) } else { (&mut b4, &r4) };
+        bufs.poison(&g);
+        let res = bufs.backward(&mut layers[l], &saved[st], &rank_inputs(r));
+        if l == st {
+            res.unwrap();
+        } else {
+            refused(res, "another EP layer", &what);
+        }
+        layers[l].check().unwrap();
+        bufs.assert_poison(&g, l != st, &what);
+    }
 });
