@@ -368,6 +368,16 @@ enum TiledDescKind {
 }
 
 impl MapCache {
+    /// At the start of a call, before its first lookup: forget the maps of old calls once there are many (the
+    /// buffers of calls long gone; the kernels that used them are ordered before any reuse of their memory),
+    /// never once a capture pinned them. Never inside a call: a map fetched earlier in it would be freed, and its
+    /// address reused by the next map, before the launch that reads it.
+    pub(crate) fn trim(&mut self) {
+        if self.maps.len() > 256 && !self.pinned {
+            self.maps.clear();
+        }
+    }
+
     pub(crate) fn get(
         &mut self,
         g: &Gpu,
@@ -407,9 +417,6 @@ impl MapCache {
                      outside the capture first, with the same buffers (forward_into with a Saved from alloc_saved)",
                     d.addr, d.dims[1], d.dims[0]
                 )));
-            }
-            if self.maps.len() > 256 && !self.pinned {
-                self.maps.clear(); // buffers of old calls; kernels that used them are ordered before any reuse
             }
             self.maps.insert(key, DeviceTensorMap::new(g, d)?);
         }
@@ -750,6 +757,7 @@ impl MoeLayer {
         }
         // from here `saved` changes: it is complete again only once every launch of the call was issued
         saved.complete = false;
+        self.maps.trim();
         let r = self.forward_launches(inp, out, saved);
         saved.complete = r.is_ok();
         r
@@ -1009,6 +1017,7 @@ impl MoeLayer {
                 return bad(format!("{name} lives on device {o}, the layer on device {me}"));
             }
         }
+        self.maps.trim();
         let g = self.gpu.clone();
         let s = g.stream().clone();
         if t == 0 {

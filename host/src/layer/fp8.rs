@@ -195,6 +195,7 @@ impl MoeLayer {
         self.alloc_fp8()?;
         // from here `saved` changes: it is complete again only once every launch of the call was issued
         saved.complete = false;
+        self.maps.trim();
         let r = self.forward_fp8_launches(inp, out, saved);
         saved.complete = r.is_ok();
         r
