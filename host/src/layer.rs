@@ -18,6 +18,7 @@
 //! variants) return at once, in the forward and in every backward of that [`Saved`]: y, dx, dtopk, dW1 and
 //! dW2 keep their previous contents. [`MoeLayer::routing_error`] and [`Saved::check`] read the word (they
 //! synchronise).
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -409,18 +410,22 @@ impl MapCache {
         // map is ever freed
         let capturing = g.capturing()?;
         self.pinned |= capturing;
-        if !self.maps.contains_key(&key) {
-            if capturing {
-                return Err(Error::InvalidArgument(format!(
-                    "a buffer at {:#x} ({} x {}) is new to this layer during a CUDA graph capture: its TMA tensor map \
-                     is encoded and uploaded on first use, which a capture cannot record. Run the same call once \
-                     outside the capture first, with the same buffers (forward_into with a Saved from alloc_saved)",
-                    d.addr, d.dims[1], d.dims[0]
-                )));
+        let map = match self.maps.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                if capturing {
+                    return Err(Error::InvalidArgument(format!(
+                        "a buffer at {:#x} ({} x {}) is new to this layer during a CUDA graph capture: its TMA tensor \
+                         map is encoded and uploaded on first use, which a capture cannot record. Run the same call \
+                         once outside the capture first, with the same buffers (forward_into with a Saved from \
+                         alloc_saved)",
+                        d.addr, d.dims[1], d.dims[0]
+                    )));
+                }
+                e.insert(DeviceTensorMap::new(g, d)?)
             }
-            self.maps.insert(key, DeviceTensorMap::new(g, d)?);
-        }
-        Ok(self.maps[&key].ptr(g))
+        };
+        Ok(map.ptr(g))
     }
 }
 
