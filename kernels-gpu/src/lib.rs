@@ -32,6 +32,8 @@ pub mod manifest;
 pub mod params;
 #[cfg(target_arch = "nvptx64")]
 pub mod pipeline;
+#[cfg(test)]
+mod protocol;
 pub mod route;
 pub mod scheduler;
 pub mod swizzle;

@@ -1,0 +1,89 @@
+//! pipeline.rs's ring and grouped_gemm.rs's cooperative main loop as generators of the models' ops.
+use super::{Mask, Model, Op};
+use std::format;
+use std::vec::Vec;
+
+/// pipeline.rs's `Ring<S>` in a model: per stage a `full` mbarrier (`producer_arrivals`), an `empty` one
+/// (`consumer_warps`), and the stage's region; the ops of its methods for iteration `it`.
+pub struct Ring {
+    pub s: u32,
+    pub full: Vec<u8>,
+    pub empty: Vec<u8>,
+    pub stage: Vec<Mask>,
+}
+
+impl Ring {
+    /// pipeline.rs `Ring::init_with`.
+    pub fn new(m: &mut Model, s: u32, producer_arrivals: u32, consumer_warps: u32) -> Self {
+        let stage = (0..s).map(|i| m.region(&format!("stage{i}"), false)).collect();
+        Self::with_stages(m, s, producer_arrivals, consumer_warps, stage)
+    }
+    /// The same with the stages' regions given (a stage of several regions).
+    pub fn with_stages(m: &mut Model, s: u32, producer_arrivals: u32, consumer_warps: u32, stage: Vec<Mask>) -> Self {
+        let full = (0..s).map(|i| m.mbar(&format!("full[{i}]"), producer_arrivals)).collect();
+        let empty = (0..s).map(|i| m.mbar(&format!("empty[{i}]"), consumer_warps)).collect();
+        Ring { s, full, empty, stage }
+    }
+    fn st(&self, it: u32) -> usize {
+        (it % self.s) as usize
+    }
+    /// pipeline.rs `Ring::wait_empty`: wait_parity(empty[it % S], ((it / S) & 1) ^ 1), meaning the consumers'
+    /// phase it / S - 1 of the stage (their release of iteration it - S) has completed.
+    pub fn wait_empty(&self, it: u32) -> Op {
+        Op::Wait {
+            bar: self.empty[self.st(it)],
+            parity: (((it / self.s) & 1) ^ 1) as u8,
+            phase: (it / self.s) as i64 - 1,
+        }
+    }
+    /// pipeline.rs `Ring::produce(it, bytes)`: `wait_empty`, then arrive.expect_tx(bytes) on full[it % S]; then
+    /// the loads of the stage (one copy event of `bytes`, completing on that barrier).
+    pub fn produce(&self, it: u32, bytes: i64) -> [Op; 3] {
+        let (st, ph) = (self.st(it), (it / self.s) as i64);
+        [
+            self.wait_empty(it),
+            Op::ArriveTx { bar: self.full[st], bytes, phase: ph },
+            Op::Load { bar: self.full[st], bytes, write: self.stage[st], phase: ph },
+        ]
+    }
+    /// pipeline.rs `Ring::wait_full`: wait_parity(full[it % S], (it / S) & 1), phase it / S.
+    pub fn wait_full(&self, it: u32) -> Op {
+        Op::Wait { bar: self.full[self.st(it)], parity: ((it / self.s) & 1) as u8, phase: (it / self.s) as i64 }
+    }
+    /// pipeline.rs `Ring::release_prev(it)` (lane 0 of a consumer warp): arrive on empty[(it + S - 1) % S], the
+    /// stage of iteration it - 1, in its phase (it - 1) / S.
+    pub fn release_prev(&self, it: u32, warps: u32) -> Op {
+        let (bar, phase) =
+            (self.empty[((it + self.s - 1) % self.s) as usize], (it as i64 - 1).div_euclid(self.s as i64));
+        Op::Arrive { bar, count: warps, phase }
+    }
+    /// The region of the stage of iteration `it`.
+    pub fn region(&self, it: u32) -> Mask {
+        self.stage[self.st(it)]
+    }
+}
+
+/// grouped_gemm.rs `mainloop_coop` (one consumer warp of a cooperative warpgroup) over the `kt_n` stages from
+/// iteration `*it`: wait_full, the wgmma's reads of the stage from their issue, `wgmma.wait_group 1` (the previous
+/// k-step's wgmma complete: its reads end) and `release(ring, it, lane, kt > 0)`; after the loop `wait_group 0`
+/// and `release(ring, it, lane, true)`. `warps`: the consumer warps this actor stands for (1, or a whole
+/// warpgroup's 4 in lock step: each of its releases is their 4 arrivals).
+pub fn mainloop_coop(ring: &Ring, it: &mut u32, kt_n: u32, warps: u32, ops: &mut Vec<Op>) {
+    let mut kt = 0;
+    while kt < kt_n {
+        ops.push(ring.wait_full(*it));
+        ops.push(Op::BeginRead(ring.region(*it)));
+        // commit_group; wait_group<1>: the wgmma of iteration it - 1 have read their stage
+        if kt > 0 {
+            ops.push(Op::EndRead(ring.region(*it - 1)));
+            ops.push(ring.release_prev(*it, warps));
+        }
+        *it += 1;
+        kt += 1;
+    }
+    // wait_group<0>, release(.., true)
+    if *it > 0 {
+        ops.push(Op::EndRead(ring.region(*it - 1)));
+    }
+    ops.push(ring.release_prev(*it, warps));
+}
