@@ -485,32 +485,26 @@ impl MoeLayer {
         if t > c.max_tokens {
             return bad(format!("{t} tokens > the configured maximum {}", c.max_tokens));
         }
-        let want = [
-            ("x", inp.x.len(), t * c.hidden),
-            ("topk_ids", inp.topk_ids.len(), t * c.top_k),
-            ("topk_weights", inp.topk_weights.len(), t * c.top_k),
-            ("W1", inp.w1.len(), c.experts * 2 * c.intermediate * c.hidden),
-            ("W2", inp.w2.len(), c.experts * c.hidden * c.intermediate),
-            (out.0, out.1, t * c.hidden),
-        ];
-        for (name, got, need) in want {
-            if got != need {
-                return bad(format!("{name} has {got} elements, the layer needs {need}"));
-            }
+        self.check_buffers(&[
+            ("x", inp.x.len(), t * c.hidden, inp.x.ordinal()),
+            ("topk_ids", inp.topk_ids.len(), t * c.top_k, inp.topk_ids.ordinal()),
+            ("topk_weights", inp.topk_weights.len(), t * c.top_k, inp.topk_weights.ordinal()),
+            ("W1", inp.w1.len(), c.experts * 2 * c.intermediate * c.hidden, inp.w1.ordinal()),
+            ("W2", inp.w2.len(), c.experts * c.hidden * c.intermediate, inp.w2.ordinal()),
+            (out.0, out.1, t * c.hidden, out.2),
+        ])
+    }
+
+    /// Each buffer (name, elements, elements the layer needs, device) of the right length, then each on the
+    /// layer's device: an `InvalidArgument` naming the first that is not.
+    fn check_buffers(&self, bufs: &[(&str, usize, usize, usize)]) -> Result<()> {
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if let Some((name, got, need, _)) = bufs.iter().find(|b| b.1 != b.2) {
+            return bad(format!("{name} has {got} elements, the layer needs {need}"));
         }
         let me = self.gpu.ordinal();
-        let ords = [
-            ("x", inp.x.ordinal()),
-            ("topk_ids", inp.topk_ids.ordinal()),
-            ("topk_weights", inp.topk_weights.ordinal()),
-            ("W1", inp.w1.ordinal()),
-            ("W2", inp.w2.ordinal()),
-            (out.0, out.2),
-        ];
-        for (name, o) in ords {
-            if o != me {
-                return bad(format!("{name} lives on device {o}, the layer on device {me}"));
-            }
+        if let Some((name, _, _, o)) = bufs.iter().find(|b| b.3 != me) {
+            return bad(format!("{name} lives on device {o}, the layer on device {me}"));
         }
         Ok(())
     }
@@ -999,29 +993,12 @@ impl MoeLayer {
             return bad(format!("saved state is of {} tokens, the inputs of {}", saved.tokens, inp.tokens));
         }
         let t = inp.tokens;
-        let want = [
-            ("dx", grads.dx.len(), t * c.hidden),
-            ("dW1", grads.dw1.len(), c.experts * 2 * c.intermediate * c.hidden),
-            ("dW2", grads.dw2.len(), c.experts * c.hidden * c.intermediate),
-            ("dtopk", grads.dtopk.len(), t * c.top_k),
-        ];
-        for (name, got, need) in want {
-            if got != need {
-                return bad(format!("{name} has {got} elements, the layer needs {need}"));
-            }
-        }
-        let me = self.gpu.ordinal();
-        let ords = [
-            ("dx", grads.dx.ordinal()),
-            ("dW1", grads.dw1.ordinal()),
-            ("dW2", grads.dw2.ordinal()),
-            ("dtopk", grads.dtopk.ordinal()),
-        ];
-        for (name, o) in ords {
-            if o != me {
-                return bad(format!("{name} lives on device {o}, the layer on device {me}"));
-            }
-        }
+        self.check_buffers(&[
+            ("dx", grads.dx.len(), t * c.hidden, grads.dx.ordinal()),
+            ("dW1", grads.dw1.len(), c.experts * 2 * c.intermediate * c.hidden, grads.dw1.ordinal()),
+            ("dW2", grads.dw2.len(), c.experts * c.hidden * c.intermediate, grads.dw2.ordinal()),
+            ("dtopk", grads.dtopk.len(), t * c.top_k, grads.dtopk.ordinal()),
+        ])?;
         self.maps.trim();
         let g = self.gpu.clone();
         let s = g.stream().clone();
