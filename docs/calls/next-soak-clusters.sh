@@ -17,25 +17,25 @@
 # Also the forward GEMMs soaked with balanced routing (every expert 1024 rows: no partial m-tiles): predicted 4-6%
 # fewer joules a launch than random routing (the padding rows' MMAs, ~6% of the M-grouped tensor work, on real
 # data); if so, zeroing or skipping them (per-expert A maps, as the weight gradients have) is worth building.
-# Binaries: .dev/b37/all (branch next-all-dy, whose kernels at the knobs' defaults are main's; twenty-fifth session:
+# Binaries: .dev/b38/all (branch next-all-dy-g, whose kernels at the knobs' defaults are main's with the guards; twenty-fifth session:
 # so that the leads next-all-1.sh finds best can be soaked too, set in KNOBS, e.g.
 # `KNOBS="MEGAMOE_WGRAD_SKEW=t2 MEGAMOE_GEMM_SKEW=t2" bash docs/calls/next-soak-clusters.sh`; empty: main's kernels).
-# Rebuild as next-all-1.sh's header says. Command `bash docs/calls/next-soak-clusters.sh`, carry [".dev/b37"] (~6 min).
-. "$(dirname "$0")/prelude.sh" b37
+# Rebuild as next-all-1.sh's header says. Command `bash docs/calls/next-soak-clusters.sh`, carry [".dev/b38"] (~6 min).
+. "$(dirname "$0")/prelude.sh" b38
 export ${KNOBS:-MEGAMOE_KNOBS_NONE=1}
 echo "knobs: ${KNOBS:-none}"
 python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
 smi=$!
-MEGAMOE_SOAK=3 MEGAMOE_BENCH_ONLY=30B timeout 150 b37/all/gemm --bench > $OUT/r/gemm.txt 2>&1
+MEGAMOE_SOAK=3 MEGAMOE_BENCH_ONLY=30B timeout 150 b38/all/gemm --bench > $OUT/r/gemm.txt 2>&1
 echo "== gemm single-CTA rc $? at $(el) s"
-MEGAMOE_SOAK=3 MEGAMOE_MC=ab MEGAMOE_WGRAD_SCHED=clusters MEGAMOE_BENCH_ONLY=30B timeout 150 b37/all/gemm --bench > $OUT/r/gemm_mc.txt 2>&1
+MEGAMOE_SOAK=3 MEGAMOE_MC=ab MEGAMOE_WGRAD_SCHED=clusters MEGAMOE_BENCH_ONLY=30B timeout 150 b38/all/gemm --bench > $OUT/r/gemm_mc.txt 2>&1
 echo "== gemm clusters rc $? at $(el) s"
-MEGAMOE_SOAK=3 MEGAMOE_SOAK_ONLY=GEMM MEGAMOE_BENCH_ROUTING=balanced MEGAMOE_BENCH_ONLY=30B timeout 90 b37/all/gemm --bench > $OUT/r/gemm_balanced.txt 2>&1
+MEGAMOE_SOAK=3 MEGAMOE_SOAK_ONLY=GEMM MEGAMOE_BENCH_ROUTING=balanced MEGAMOE_BENCH_ONLY=30B timeout 90 b38/all/gemm --bench > $OUT/r/gemm_balanced.txt 2>&1
 echo "== gemm balanced rc $? at $(el) s"
-MEGAMOE_SOAK=6 MEGAMOE_BENCH_ONLY=30B timeout 120 b37/all/layer --bench > $OUT/r/layer.txt 2>&1
+MEGAMOE_SOAK=6 MEGAMOE_BENCH_ONLY=30B timeout 120 b38/all/layer --bench > $OUT/r/layer.txt 2>&1
 echo "== layer single-CTA rc $? at $(el) s"
-MEGAMOE_SOAK=6 MEGAMOE_MC=ab MEGAMOE_WGRAD_SCHED=clusters MEGAMOE_BENCH_ONLY=30B timeout 120 b37/all/layer --bench > $OUT/r/layer_mc.txt 2>&1
+MEGAMOE_SOAK=6 MEGAMOE_MC=ab MEGAMOE_WGRAD_SCHED=clusters MEGAMOE_BENCH_ONLY=30B timeout 120 b38/all/layer --bench > $OUT/r/layer_mc.txt 2>&1
 echo "== layer clusters rc $? at $(el) s"
 kill $smi
 for f in gemm gemm_mc gemm_balanced; do
