@@ -27,7 +27,7 @@
 # inputs in call 2). Knobs at their defaults: main's kernels plus the guards (+5..+35 PTX instructions a kernel,
 # none in a k-loop; registers unchanged).
 # Binaries .dev/b38/all (branch next-all-dy-g 558e40a: `git checkout next-all-dy-g && BDIR=.dev/b38 bash
-# docs/calls/2026-12-04c-build.sh all grouped_gemm layer_backward layer_forward fp8 ep`). Command
+# docs/calls/2026-12-04c-build.sh all grouped_gemm layer_backward layer_forward fp8 ep graph`). Command
 # `bash docs/calls/next-all-1.sh`, carry [".dev/b38"] (~8 min: expected ~470 s, the timeouts' sum ~690).
 . "$(dirname "$0")/prelude.sh" b38
 timeout 240 b38/all/grouped_gemm --include-ignored --test-threads=1 > $OUT/r/grouped_gemm.txt 2>&1

@@ -20,7 +20,7 @@
 # Binaries: .dev/b38/all (branch next-all-dy-g, whose kernels at the knobs' defaults are main's with the guards; twenty-fifth session:
 # so that the leads next-all-1.sh finds best can be soaked too, set in KNOBS, e.g.
 # `KNOBS="MEGAMOE_WGRAD_SKEW=t2 MEGAMOE_GEMM_SKEW=t2" bash docs/calls/next-soak-clusters.sh`; empty: main's kernels).
-# Rebuild as next-all-1.sh's header says. Command `bash docs/calls/next-soak-clusters.sh`, carry [".dev/b38"] (~6 min).
+# Rebuild as next-all-1.sh's header says. Command `bash docs/calls/next-soak-clusters.sh`, carry [".dev/b38"] (~7 min with the graph tests at the end).
 . "$(dirname "$0")/prelude.sh" b38
 export ${KNOBS:-MEGAMOE_KNOBS_NONE=1}
 echo "knobs: ${KNOBS:-none}"
@@ -45,4 +45,10 @@ for f in gemm gemm_mc gemm_balanced; do
 done
 grep -h "^RESULT megamoe forward+backward (z saved" $OUT/r/layer.txt $OUT/r/layer_mc.txt | cut -c1-200
 python3 ../benches/energy.py $OUT/r gemm.txt gemm_mc.txt gemm_balanced.txt layer.txt layer_mc.txt | sed -E 's/Qwen3-30B-A3B //'
+# last (twenty-fifth session; a hang here costs no measurement): the CUDA-graph tests whole, not run since main
+# gained the layer's policy pre-check, Saved's owner / completeness flags, the map cache's trim at a call's start
+# and the EP layer's prepare pass (every tensor map of a call encoded before its first launch)
+timeout 100 b38/all/graph --include-ignored --test-threads=1 > $OUT/r/graph.txt 2>&1
+echo "== graph rc $? at $(el) s: $(grep 'test result' $OUT/r/graph.txt)"
+grep -E "FAILED|panicked|\.\.\. $" $OUT/r/graph.txt | cut -c1-300 | head -6
 echo "total $(el) s"
