@@ -98,17 +98,7 @@ fn run_ep(g: &Arc<Gpu>, layer: &mut EpLayer, r: &mut Ranks) -> Result<(), Error>
     for o in r.out.iter_mut() {
         g.fill_bytes(o, 0xff).unwrap();
     }
-    let inp: Vec<RankInputs> = (0..r.tokens.len())
-        .map(|i| RankInputs {
-            tokens: r.tokens[i],
-            x: &r.x[i],
-            topk_ids: &r.ids[i],
-            topk_weights: &r.w[i],
-            w1: &r.w1[i],
-            w2: &r.w2[i],
-        })
-        .collect();
-    let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+    let (inp, mut outs) = io(r);
     layer.forward(&inp, &mut outs)?;
     layer.check()
 }
@@ -415,17 +405,7 @@ fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting,
         for o in r.out.iter_mut() {
             g.fill_bytes(o, 0xff).unwrap();
         }
-        let li: Vec<RankInputs> = (0..world)
-            .map(|i| RankInputs {
-                tokens: r.tokens[i],
-                x: &r.x[i],
-                topk_ids: &r.ids[i],
-                topk_weights: &r.w[i],
-                w1: &r.w1[i],
-                w2: &r.w2[i],
-            })
-            .collect();
-        let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+        let (li, mut outs) = io(&mut r);
         let saved = layer.forward(&li, &mut outs).unwrap();
         let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
         let mut grads: Vec<RankGrads<W>> = dx
@@ -517,17 +497,7 @@ gpu_test!(backward_needs_the_latest_forward, {
     let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, 9, Save::InputsOnly);
     let mut layer = EpLayer::new(g.clone(), cfg, 2).unwrap();
     let mut r = upload_ranks(&g, &inp, &tokens);
-    let li: Vec<RankInputs> = (0..2)
-        .map(|i| RankInputs {
-            tokens: r.tokens[i],
-            x: &r.x[i],
-            topk_ids: &r.ids[i],
-            topk_weights: &r.w[i],
-            w1: &r.w1[i],
-            w2: &r.w2[i],
-        })
-        .collect();
-    let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+    let (li, mut outs) = io(&mut r);
     let old = layer.forward(&li, &mut outs).unwrap();
     let _new = layer.forward(&li, &mut outs).unwrap();
     let dy: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(t * s.h).unwrap()).collect();
@@ -579,20 +549,26 @@ gpu_test!(scatter_ep2_backward_small, {
 
 /// The forward on `r`'s inputs into its outputs (checked); its saved state.
 fn forward_saved(layer: &mut EpLayer, r: &mut Ranks) -> EpSaved {
-    let li: Vec<RankInputs> = (0..r.tokens.len())
-        .map(|i| RankInputs {
-            tokens: r.tokens[i],
-            x: &r.x[i],
-            topk_ids: &r.ids[i],
-            topk_weights: &r.w[i],
-            w1: &r.w1[i],
-            w2: &r.w2[i],
-        })
-        .collect();
-    let mut outs: Vec<&mut CudaSlice<bf16>> = r.out.iter_mut().collect();
+    let (li, mut outs) = io(r);
     let saved = layer.forward(&li, &mut outs).unwrap();
     layer.check().unwrap();
     saved
+}
+
+/// Every rank's inputs of `r` as the layer takes them, and its outputs (disjoint borrows of `r`'s fields).
+fn io(r: &mut Ranks) -> (Vec<RankInputs<'_>>, Vec<&mut CudaSlice<bf16>>) {
+    let Ranks { x, ids, w, w1, w2, out, tokens } = r;
+    let li = (0..tokens.len())
+        .map(|i| RankInputs {
+            tokens: tokens[i],
+            x: &x[i],
+            topk_ids: &ids[i],
+            topk_weights: &w[i],
+            w1: &w1[i],
+            w2: &w2[i],
+        })
+        .collect();
+    (li, out.iter_mut().collect())
 }
 
 /// Every rank's inputs of `r` as the layer takes them.
