@@ -735,10 +735,12 @@ fn wgrad_back_to_back<W: El>() {
 gpu_test!(wgrad_back_to_back_reads_its_own_maps, wgrad_back_to_back::<f32>());
 gpu_test!(wgrad_bf16_back_to_back_reads_its_own_maps, wgrad_back_to_back::<bf16>());
 
-/// The 2-CTA cluster form (`WgradSched::Clusters`: pairs of m-tiles sharing B by multicast, a static walk over the
-/// pairs busiest first) against the static single-CTA schedule, bit for bit, on the skewed counts of
-/// `wgrad_schedules_agree`: M = 256 and 512 (2 and 4 m-tiles), overwriting NaN-poisoned C and accumulating; M = 320
-/// (3 m-tiles: the single-CTA kernel runs instead).
+/// The 2-CTA cluster form (`WgradSched::Clusters`: pairs of m-tiles sharing B by multicast, taken at run time, the
+/// cluster's leader handing each index to its peer, busiest first) against the static single-CTA schedule, bit for
+/// bit, three launches each, on the skewed counts of `wgrad_schedules_agree`: M = 256 and 512 (2 and 4 m-tiles),
+/// overwriting NaN-poisoned C and accumulating; M = 320 (3 m-tiles: the single-CTA kernel runs instead); 300
+/// experts (past the ranking); and one hot expert among 199 mostly empty ones (the leaders run through long
+/// stretches of empty tiles, each index still handed over: the channel's slots wrap many times).
 fn wgrad_clusters_agree<W: El>() {
     let counts = skewed_counts();
     for (m, n, accumulate) in [(256, 768, false), (256, 768, true), (512, 200, false), (320, 256, false)] {
@@ -747,6 +749,18 @@ fn wgrad_clusters_agree<W: El>() {
     // more experts than the ranking holds (the pairs in expert order)
     let many: Vec<u32> = (0..300u32).map(|i| if i % 37 == 5 { 400 + i } else { (7 * i) % 50 }).collect();
     schedule_agrees::<W>(gemm::WgradSched::Clusters, &many, 256, 128, false);
+    let sparse: Vec<u32> = (0..200u32)
+        .map(|i| {
+            if i == 150 {
+                900
+            } else if i % 50 == 7 {
+                3
+            } else {
+                0
+            }
+        })
+        .collect();
+    schedule_agrees::<W>(gemm::WgradSched::Clusters, &sparse, 256, 256, false);
     // the cluster form is what runs (M = 256), the single-CTA one at M = 320
     let s = setup(&[5, 70]);
     let g = s.g.clone();

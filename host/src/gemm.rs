@@ -369,11 +369,12 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
 /// expert order), so the tiles of busy experts (a tile costs its expert's rows) spread over the blocks and the
 /// last tiles taken are short; [`WgradSched::Static`] every grid-th tile (the schedule before the twenty-first
 /// session: with skewed routing, Zipf 1.0 over 128 experts, dW2 16% and dW1 10% slower than with uniform
-/// routing). [`WgradSched::Clusters`] (experimental, bf16 weight gradients only; the FP8 ones run `Static` under
-/// it): static pairs of m-tiles (one expert, one n-tile) in 2-CTA clusters sharing B by multicast, busiest expert
-/// first, where the m-tiles (of 128 rows of C_e) are even in number (else as `Static`). The same bits in every
-/// form. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset), `static` or `clusters`; another value is an
-/// `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
+/// routing). [`WgradSched::Clusters`] (experimental, bf16 weight gradients only; the FP8 ones run `Dynamic` under
+/// it): pairs of m-tiles (one expert, one n-tile) in 2-CTA clusters sharing B by multicast, taken at run time as
+/// `Dynamic` takes tiles (the cluster's leader takes each index from the counter and hands it to its peer), busiest
+/// expert first, where the m-tiles (of 128 rows of C_e) are even in number (else as `Dynamic`). The same bits in
+/// every form. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset), `static` or `clusters`; another value is
+/// an `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WgradSched {
     Dynamic,
@@ -544,7 +545,7 @@ pub(crate) unsafe fn launch_wgrad(gpu: &Gpu, kernel: &'static str, cfg: Launch, 
     let build = Launch::new((2 * p.experts).div_ceil(t).max(1), t, 0);
     let (kernel, mut cfg) = (if p.clusters != 0 { wgrad_cluster_kernel(kernel)? } else { kernel }, cfg);
     if p.clusters != 0 {
-        // whole clusters, all resident at once (the static walk over the pairs takes any even grid)
+        // whole clusters, as many as fit at once (any even grid: the pairs are taken at run time)
         let fit = gpu.max_active_clusters(kernel, cfg)?;
         cfg = Launch::new(cfg.grid.0.min(2 * fit), cfg.block, cfg.smem);
     }
@@ -566,8 +567,8 @@ fn wgrad_cluster_kernel(kernel: &'static str) -> Result<&'static str> {
 /// The tile counter a weight-gradient launch on `gpu` uses under this thread's [`wgrad_sched`] (0: static).
 pub(crate) fn wgrad_sched_counter(gpu: &Gpu) -> Result<u64> {
     Ok(match wgrad_sched()? {
-        WgradSched::Dynamic => gpu.tile_counters(),
-        WgradSched::Static | WgradSched::Clusters => 0,
+        WgradSched::Dynamic | WgradSched::Clusters => gpu.tile_counters(),
+        WgradSched::Static => 0,
     })
 }
 

@@ -108,12 +108,14 @@ pub mod kernels_host {
     /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.
     pub const WGRAD_RING: u32 = WGRAD_STAGES * (128 + 256) * 64 * 2;
     /// Dynamic shared memory of the weight-gradient GEMM: its ring, its staging (two boxes of
-    /// [`WGRAD_C_BOX`] f32 per consumer warp), the ring's mbarriers, the tile queue and the experts' ranking.
+    /// [`WGRAD_C_BOX`] f32 per consumer warp), the ring's mbarriers, the tile queue, the experts' ranking and the
+    /// cluster forms' channel of tile indices (two slots).
     pub const WGRAD_SMEM: u32 = WGRAD_RING
         + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4
         + 16 * WGRAD_STAGES
         + 20 * WGRAD_QUEUE
-        + 8 * WGRAD_SORT_MAX;
+        + 8 * WGRAD_SORT_MAX
+        + 20 * 2;
     /// Slots of the weight-gradient GEMM's tile queue (from its producer to its consumers).
     pub const WGRAD_QUEUE: u32 = 4;
     /// Experts the weight-gradient GEMM's run-time schedule ranks busiest first in shared memory (more: in order).

@@ -156,13 +156,73 @@ impl<const Q: u32> TileQueue<Q> {
     }
 }
 
+/// A cluster's run-time tile index, from the leader CTA's producer thread (rank 0, which takes it from the grid-wide
+/// counter) to its peer's (rank 1), `Q` indices in flight: slots of one u32 in the peer's shared memory, each with
+/// a `full` mbarrier in the peer (one arrival, the peer's own, expecting the 4 bytes that the leader's `st.async`
+/// completes) and an `empty` one in the leader (one arrival: the peer's, remote, once it has read the slot: the
+/// same write-after-read hand-off as the ring's stages between the CTAs of a cluster). Both CTAs lay it out alike.
+#[derive(Clone, Copy)]
+pub struct PairChannel<const Q: u32> {
+    full: u32,
+    empty: u32,
+    slots: u32,
+}
+
+impl<const Q: u32> PairChannel<Q> {
+    /// Shared-memory bytes: the barriers (16 a slot), then the slots (4 each).
+    pub const BYTES: u32 = 20 * Q;
+
+    /// The channel whose barriers start at shared address `at` (8-byte aligned).
+    #[inline(always)]
+    pub const fn at(at: u32) -> Self {
+        PairChannel { full: at, empty: at + 8 * Q, slots: at + 16 * Q }
+    }
+
+    /// Initialise every barrier. SAFETY: one thread of each CTA, before the cluster barrier that publishes them
+    /// (and a `fence::mbarrier_init`, as [`Ring::init`] issues).
+    #[inline(always)]
+    pub unsafe fn init(&self) {
+        let mut s = 0;
+        while s < Q {
+            mbarrier::init(self.full + 8 * s, 1);
+            mbarrier::init(self.empty + 8 * s, 1);
+            s += 1;
+        }
+    }
+
+    /// The leader's producer thread: send `v` as the `j`-th index (j = 0, 1, ...) into the peer's slot, once the
+    /// peer has read the slot's previous index. SAFETY: the producer thread of the cluster's rank 0, in order of `j`.
+    #[inline(always)]
+    pub unsafe fn send(&self, j: u32, v: u32) {
+        let s = j % Q;
+        mbarrier::wait_parity(self.empty + 8 * s, ((j / Q) & 1) ^ 1);
+        cluster::st_async_u32(cluster::map_shared(self.slots + 4 * s, 1), v, cluster::map_shared(self.full + 8 * s, 1));
+    }
+
+    /// The peer's producer thread: the `j`-th index; the slot goes back to the leader once read. SAFETY: the
+    /// producer thread of the cluster's rank 1, in order of `j`, as often as the leader sends.
+    #[inline(always)]
+    pub unsafe fn recv(&self, j: u32) -> u32 {
+        let s = j % Q;
+        mbarrier::arrive_expect_tx(self.full + 8 * s, 4);
+        mbarrier::wait_parity(self.full + 8 * s, (j / Q) & 1);
+        let v = crate::ptx::smem::ld_u32(self.slots + 4 * s);
+        mbarrier::arrive_cluster(cluster::map_shared(self.empty + 8 * s, 0));
+        v
+    }
+}
+
+/// Indices a cluster's leader may run ahead of its peer ([`PairChannel`]).
+pub const PAIR_Q: u32 = 2;
+
 /// The order in which a persistent producer takes its tiles (the weight gradients' schedules): index i starts at
 /// this block's id; the next is the block's own grid-th (static round robin) or, with a run-time counter, the grid
 /// plus the counter's next value (the counter zeroed by the host before the launch: blocks that finish early take
 /// more). With `order` (shared memory, u32 [experts]: the experts busiest first, `order[rank] = expert`) index i
 /// is tile i % per of the expert ranked i / per, else tile i; past `total` it is `total` (the end). `PAIRS`: 2-CTA
-/// clusters walking pairs of m-tiles (one expert, one n-tile) statically, index i the cluster's (this block's id / 2,
-/// the cluster count the grid) and the block's tile m-tile 2 m-pair + its rank in the cluster.
+/// clusters walking pairs of m-tiles (one expert, one n-tile), index i the cluster's (this block's id / 2, the
+/// cluster count the grid) and the block's tile m-tile 2 m-pair + its rank in the cluster; with the counter the
+/// leader (rank 0) takes each next index and hands it to its peer through a [`PairChannel`].
 #[derive(Clone, Copy)]
 pub struct TileWalk<const PAIRS: bool> {
     index: u32,
@@ -171,6 +231,8 @@ pub struct TileWalk<const PAIRS: bool> {
     n_tiles: u32,
     order: Option<u32>,
     sched: *mut u32,
+    chan: PairChannel<PAIR_Q>,
+    j: u32,
 }
 
 impl<const PAIRS: bool> TileWalk<PAIRS> {
@@ -178,13 +240,21 @@ impl<const PAIRS: bool> TileWalk<PAIRS> {
     const DIV: u32 = if PAIRS { 2 } else { 1 };
 
     /// This block's walk over `total` tiles, `per` an expert (`n_tiles` of them in a row of m-tiles); `sched` the
-    /// counter (0: static; `PAIRS` walks statically); `order` as above.
+    /// counter (0: static); `order` as above; `chan` the cluster's channel (`PAIRS` with the counter).
     /// SAFETY: the one producer thread of each block; `sched` 0 or a u32 zeroed before the launch; `order` written
-    /// and published by a block barrier before; with `PAIRS` an even number of m-tiles and a cluster launch.
+    /// and published by a block barrier before; with `PAIRS` an even number of m-tiles and a cluster launch, and
+    /// with the counter `chan` initialised in both CTAs and published by a cluster barrier before.
     #[inline(always)]
-    pub unsafe fn new(total: u32, per: u32, n_tiles: u32, sched: u64, order: Option<u32>) -> Self {
+    pub unsafe fn new(
+        total: u32,
+        per: u32,
+        n_tiles: u32,
+        sched: u64,
+        order: Option<u32>,
+        chan: PairChannel<PAIR_Q>,
+    ) -> Self {
         let index = crate::ptx::regs::bid() / Self::DIV;
-        TileWalk { index, total, per, n_tiles, order, sched: sched as *mut u32 }
+        TileWalk { index, total, per, n_tiles, order, sched: sched as *mut u32, chan, j: 0 }
     }
 
     /// The current index's tile (`total`: none left). SAFETY: the thread that made the walk.
@@ -211,14 +281,25 @@ impl<const PAIRS: bool> TileWalk<PAIRS> {
 
     /// On to the next index. With the counter, call it once the current tile's loads are issued: nothing is
     /// published through it (relaxed; its latency hides behind the ring's stages in flight). SAFETY: the thread
-    /// that made the walk, once per tile it took.
+    /// that made the walk, once per tile it took; with `PAIRS` and the counter, both CTAs of the cluster alike
+    /// (the peer waits for the leader's index).
     #[inline(always)]
     pub unsafe fn advance(&mut self) {
         let grid = crate::ptx::regs::nctaid() / Self::DIV;
-        self.index = if PAIRS || self.sched.is_null() {
+        self.index = if self.sched.is_null() {
             self.index + grid
-        } else {
+        } else if !PAIRS {
             grid + crate::ptx::sync::atom_add_relaxed_gpu(self.sched, 1)
+        } else {
+            let j = self.j;
+            self.j += 1;
+            if crate::ptx::regs::bid() % 2 == 0 {
+                let v = grid + crate::ptx::sync::atom_add_relaxed_gpu(self.sched, 1);
+                self.chan.send(j, v);
+                v
+            } else {
+                self.chan.recv(j)
+            }
         };
     }
 }

@@ -19,7 +19,7 @@ use crate::kernels::combine::token_chunk;
 use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
-use crate::pipeline::{Ring, TileQueue, TileWalk};
+use crate::pipeline::{PairChannel, Ring, TileQueue, TileWalk, PAIR_Q};
 use crate::ptx::{cluster, fence, global, math, regs, smem, sync, tma, wgmma};
 use crate::scheduler::busiest_rank;
 
@@ -46,8 +46,13 @@ const _: () = assert!(SORT_MAX <= crate::kernels_host::GEMM_THREADS, "one thread
 const _: () = assert!(QUEUE_AT % 8 == 0, "mbarriers are 8-byte aligned");
 /// The experts busiest first (u32 [SORT_MAX]), then their row counts (u32 [SORT_MAX]), after the queue.
 const ORDER_AT: u32 = QUEUE_AT + TileQueue::<QUEUE>::BYTES;
-const _: () =
-    assert!(ORDER_AT + 8 * SORT_MAX == crate::kernels_host::WGRAD_SMEM, "host and kernel agree on the shared memory");
+/// The cluster forms' channel of run-time tile indices (leader to peer), after the ranking.
+const CHAN_AT: u32 = ORDER_AT + 8 * SORT_MAX;
+const _: () = assert!(CHAN_AT % 8 == 0, "mbarriers are 8-byte aligned");
+const _: () = assert!(
+    CHAN_AT + PairChannel::<PAIR_Q>::BYTES == crate::kernels_host::WGRAD_SMEM,
+    "host and kernel agree on the shared memory"
+);
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
 const _: () = assert!(crate::kernels_host::WGRAD_SMEM <= 232448, "sm_90: at most 227 KiB of shared memory");
 const _: () = assert!(
@@ -99,8 +104,9 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv(p: WgradGemm) {
 }
 
 /// As `grouped_wgrad_f32` in 2-CTA clusters (`p.clusters`): the two CTAs of a cluster take m-tiles 2i and 2i + 1
-/// of one expert and n-tile, each loading its own A and half of the shared B into both (TMA multicast); a static
-/// schedule over the pairs, busiest expert first. An even number of m-tiles (`p.clusters`: the host's check).
+/// of one expert and n-tile, each loading its own A and half of the shared B into both (TMA multicast); the pairs
+/// busiest expert first, statically or (`p.sched`) at run time: the leader takes the counter's next index and
+/// hands it to its peer. An even number of m-tiles (`p.clusters`: the host's check).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mc(p: WgradGemm) {
     grouped_wgrad::<false, false, true>(&p);
@@ -146,12 +152,16 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
     }
     if t == 0 {
         queue.init(8);
+        if MC {
+            PairChannel::<PAIR_Q>::at(base + CHAN_AT).init();
+        }
         // one arrival per consumer warp (and the mbarrier-init fence for both); in a cluster both CTAs' warps
         // release each stage (half of B came from the peer, which must not overwrite it before this CTA is done)
         ring.init(if MC { 16 } else { 8 });
     }
     if MC {
-        // the peer's barriers are initialised before any multicast or remote arrival reaches them
+        // the peer's barriers (ring, channel) are initialised before any multicast, remote arrival or
+        // `st.async` reaches them
         cluster::sync();
     } else {
         sync::block_sync();
@@ -208,8 +218,10 @@ unsafe fn produce<const MC: bool>(
     busiest_first: bool,
 ) {
     let order = if busiest_first { Some(base + ORDER_AT) } else { None };
-    // MC: the walk is over pairs of m-tiles (the cluster's index, its rank the m-tile of the pair), statically
-    let mut walk = TileWalk::<MC>::new(total, p.m_tiles * p.n_tiles, p.n_tiles, if MC { 0 } else { p.sched }, order);
+    // MC: the walk is over pairs of m-tiles (the cluster's index, its rank the m-tile of the pair); with the
+    // counter the leader takes each next index and sends it to the peer
+    let chan = PairChannel::<PAIR_Q>::at(base + CHAN_AT);
+    let mut walk = TileWalk::<MC>::new(total, p.m_tiles * p.n_tiles, p.n_tiles, p.sched, order, chan);
     // MC: this CTA's half of each stage's B goes to both CTAs of the cluster
     let rank = regs::bid() % 2;
     let mut it = 0u32;

@@ -16,7 +16,7 @@
 //! added).
 use crate::kernels::grouped_wgrad::{rank_experts, store, store_bf16, COut, C_BOX, SORT_MAX};
 use crate::params::WgradFp8;
-use crate::pipeline::{Ring, TileQueue, TileWalk};
+use crate::pipeline::{PairChannel, Ring, TileQueue, TileWalk};
 use crate::ptx::{global, math, regs, smem, sync, tma, wgmma};
 
 const STAGES: u32 = crate::kernels_host::WGRAD_FP8_STAGES;
@@ -149,7 +149,9 @@ unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, 
     tma::prefetch_tensormap(ma);
     tma::prefetch_tensormap(mb);
     let order = if p.sched != 0 && p.experts <= SORT_MAX { Some(base + ORDER_AT) } else { None };
-    let mut walk = TileWalk::<false>::new(total, (p.m / 128) * (p.n / 128), p.n / 128, p.sched, order);
+    // (no cluster: the pair channel is never used)
+    let mut walk =
+        TileWalk::<false>::new(total, (p.m / 128) * (p.n / 128), p.n / 128, p.sched, order, PairChannel::at(0));
     let mut it = 0u32;
     let mut j = 0u32;
     loop {

@@ -20,3 +20,14 @@ pub unsafe fn map_shared(addr: u32, rank: u32) -> u32 {
 pub unsafe fn sync() {
     asm!("barrier.cluster.arrive.release;", "barrier.cluster.wait.acquire;", options(nostack));
 }
+
+/// `st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [addr], v, [bar]`: store `v` into a CTA of the
+/// cluster at `shared::cluster` address `addr` (from [`map_shared`]); the store completes 4 transaction bytes on
+/// the mbarrier at `shared::cluster` address `bar` in the same CTA, so a thread there that waits for the barrier's
+/// phase (having expected the 4 bytes) then reads `v`. SAFETY: any thread of a cluster launch; `addr` 4-byte
+/// aligned and `bar` an initialized mbarrier, both of a CTA of the cluster that has not exited.
+#[inline(always)]
+pub unsafe fn st_async_u32(addr: u32, v: u32, bar: u32) {
+    asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [{a}], {v}, [{b}];",
+         a = in(reg32) addr, v = in(reg32) v, b = in(reg32) bar, options(nostack));
+}
