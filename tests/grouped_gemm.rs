@@ -740,7 +740,7 @@ gpu_test!(wgrad_bf16_back_to_back_reads_its_own_maps, wgrad_back_to_back::<bf16>
 /// bit, three launches each, on the skewed counts of `wgrad_schedules_agree`: M = 256 and 512 (2 and 4 m-tiles),
 /// overwriting NaN-poisoned C and accumulating; M = 320 (3 m-tiles: the single-CTA kernel runs instead); 300
 /// experts (past the ranking); and one hot expert among 199 mostly empty ones (the leaders run through long
-/// stretches of empty tiles, each index still handed over: the channel's slots wrap many times).
+/// stretches of empty tiles, each index still handed over: each cluster's two channel slots wrap ~6 times).
 fn wgrad_clusters_agree<W: El>() {
     let counts = skewed_counts();
     for (m, n, accumulate) in [(256, 768, false), (256, 768, true), (512, 200, false), (320, 256, false)] {
@@ -760,7 +760,11 @@ fn wgrad_clusters_agree<W: El>() {
             }
         })
         .collect();
-    schedule_agrees::<W>(gemm::WgradSched::Clusters, &sparse, 256, 256, false);
+    // 800 pairs (~12 a cluster on an H200), nearly all empty: overwriting (a pair not taken leaves NaN) and
+    // accumulating (a pair taken twice adds twice)
+    for accumulate in [false, true] {
+        schedule_agrees::<W>(gemm::WgradSched::Clusters, &sparse, 512, 512, accumulate);
+    }
     // the cluster form is what runs (M = 256), the single-CTA one at M = 320
     let s = setup(&[5, 70]);
     let g = s.g.clone();

@@ -159,8 +159,10 @@ impl<const Q: u32> TileQueue<Q> {
 /// A cluster's run-time tile index, from the leader CTA's producer thread (rank 0, which takes it from the grid-wide
 /// counter) to its peer's (rank 1), `Q` indices in flight: slots of one u32 in the peer's shared memory, each with
 /// a `full` mbarrier in the peer (one arrival, the peer's own, expecting the 4 bytes that the leader's `st.async`
-/// completes) and an `empty` one in the leader (one arrival: the peer's, remote, once it has read the slot: the
-/// same write-after-read hand-off as the ring's stages between the CTAs of a cluster). Both CTAs lay it out alike.
+/// completes) and an `empty` one in the leader (one arrival: the peer's, remote, once it has read the slot). Both
+/// waits acquire and the peer's arrival releases at cluster scope (the ring's stages get by with CTA scope because
+/// `wgmma.wait_group` has ended their reads before the arrival; nothing ends the peer's slot read but a release):
+/// a memory barrier once a tile, not per stage. Both CTAs lay it out alike.
 #[derive(Clone, Copy)]
 pub struct PairChannel<const Q: u32> {
     full: u32,
@@ -179,7 +181,8 @@ impl<const Q: u32> PairChannel<Q> {
     }
 
     /// Initialise every barrier. SAFETY: one thread of each CTA, before the cluster barrier that publishes them
-    /// (and a `fence::mbarrier_init`, as [`Ring::init`] issues).
+    /// and before a `fence::mbarrier_init` (no fence here: [`Ring::init`], called after it by the same thread,
+    /// issues it).
     #[inline(always)]
     pub unsafe fn init(&self) {
         let mut s = 0;
@@ -195,7 +198,7 @@ impl<const Q: u32> PairChannel<Q> {
     #[inline(always)]
     pub unsafe fn send(&self, j: u32, v: u32) {
         let s = j % Q;
-        mbarrier::wait_parity(self.empty + 8 * s, ((j / Q) & 1) ^ 1);
+        mbarrier::wait_parity_cluster(self.empty + 8 * s, ((j / Q) & 1) ^ 1);
         cluster::st_async_u32(cluster::map_shared(self.slots + 4 * s, 1), v, cluster::map_shared(self.full + 8 * s, 1));
     }
 
@@ -205,9 +208,10 @@ impl<const Q: u32> PairChannel<Q> {
     pub unsafe fn recv(&self, j: u32) -> u32 {
         let s = j % Q;
         mbarrier::arrive_expect_tx(self.full + 8 * s, 4);
-        mbarrier::wait_parity(self.full + 8 * s, (j / Q) & 1);
+        mbarrier::wait_parity_cluster(self.full + 8 * s, (j / Q) & 1);
         let v = crate::ptx::smem::ld_u32(self.slots + 4 * s);
-        mbarrier::arrive_cluster(cluster::map_shared(self.empty + 8 * s, 0));
+        // release at cluster scope: the read above is done before the leader may overwrite the slot
+        mbarrier::arrive_release_cluster(cluster::map_shared(self.empty + 8 * s, 0));
         v
     }
 }

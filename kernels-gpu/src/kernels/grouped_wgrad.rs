@@ -144,7 +144,7 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
     let t = regs::tid();
     // the run-time schedule hands out the experts' tiles busiest first (the last tiles taken are short); the
     // ranking by every thread, between two block barriers (uniform: kernel parameters only)
-    // (the clusters' static pairs too: both CTAs of a cluster rank alike, from the same offsets)
+    // (the clusters' pairs too: both CTAs of a cluster rank alike, from the same offsets)
     // (a closure, as `total` below: read again by the producer after its register reallocation)
     let busiest_first = || (p.sched != 0 || MC) && p.experts <= SORT_MAX;
     if busiest_first() {
@@ -153,6 +153,7 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
     if t == 0 {
         queue.init(8);
         if MC {
+            // before `ring.init`, whose `fence.mbarrier_init` covers these barriers too
             PairChannel::<PAIR_Q>::at(base + CHAN_AT).init();
         }
         // one arrival per consumer warp (and the mbarrier-init fence for both); in a cluster both CTAs' warps

@@ -53,6 +53,28 @@ pub unsafe fn try_wait_parity(bar: u32, parity: u32) -> bool {
     done != 0
 }
 
+/// `mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64`: as [`try_wait_parity`] with acquire at cluster
+/// scope, for a phase that threads of another CTA of the cluster complete (their release pairs with it).
+/// SAFETY: as [`try_wait_parity`], in a cluster launch.
+#[inline(always)]
+pub unsafe fn try_wait_parity_cluster(bar: u32, parity: u32) -> bool {
+    let done: u32;
+    asm!(
+        "{{ .reg .pred p;",
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [{b}], {ph};",
+        "selp.u32 {d}, 1, 0, p; }}",
+        b = in(reg32) bar, ph = in(reg32) parity, d = out(reg32) done, options(nostack)
+    );
+    done != 0
+}
+
+/// Spin on [`try_wait_parity_cluster`] until the phase completes. Unbounded: only where the other side is
+/// guaranteed to arrive. SAFETY: as [`try_wait_parity_cluster`].
+#[inline(always)]
+pub unsafe fn wait_parity_cluster(bar: u32, parity: u32) {
+    while !try_wait_parity_cluster(bar, parity) {}
+}
+
 /// Spin on [`try_wait_parity`] until the phase completes. Unbounded: only for waits inside one block whose
 /// other side is guaranteed to arrive (the copies this block issued itself).
 /// SAFETY: as [`try_wait_parity`].
@@ -69,4 +91,14 @@ pub unsafe fn wait_parity(bar: u32, parity: u32) {
 #[inline(always)]
 pub unsafe fn arrive_cluster(bar: u32) {
     asm!("mbarrier.arrive.shared::cluster.b64 _, [{b}];", b = in(reg32) bar, options(nostack));
+}
+
+/// `mbarrier.arrive.release.cluster.shared::cluster.b64`: one arrival on the barrier at `shared::cluster` address
+/// `bar` (from [`crate::ptx::cluster::map_shared`]) with release at cluster scope: this thread's earlier memory
+/// accesses (its shared-memory reads too) are ordered before it for a thread of any CTA of the cluster that
+/// observes the phase with [`try_wait_parity_cluster`]. A memory barrier in SASS: for once-a-tile hand-offs, not
+/// per stage. SAFETY: as [`arrive_cluster`].
+#[inline(always)]
+pub unsafe fn arrive_release_cluster(bar: u32) {
+    asm!("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{b}];", b = in(reg32) bar, options(nostack));
 }
