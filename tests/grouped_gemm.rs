@@ -840,3 +840,382 @@ gpu_test!(bad_arguments_are_rejected_before_launch, {
     };
     assert!(why(gemm::grouped_wgrad(&g, args)).contains("offsets"));
 });
+
+// ---------------------------------------------------------------------------------------------------------------
+// Device offsets not as promised: past rows_max, decreasing, a huge or garbage tile count. Every call returns Ok,
+// its launch ends within a few seconds, and nothing outside the outputs' rows_max rows is written (each output
+// sits at the front of a larger allocation whose tail, the guard zone, is poisoned and checked); the weight
+// gradients also read nothing past A's and B's rows_max rows (their guard zones hold NaN, C must stay finite).
+// The values written inside the outputs are unspecified. With offsets as promised the tests above hold the
+// results bitwise to what they were.
+// ---------------------------------------------------------------------------------------------------------------
+
+/// Elements of each guard zone.
+const GUARD: usize = 1 << 16;
+
+/// A device buffer of `len` elements at the front of one allocation of `len + GUARD`, every byte of it set to `byte`
+/// (`buf`: a `CudaSlice` over the first `len` elements, what a call is given; the guard zone after them is checked
+/// with [`Guarded::guard_intact`]).
+struct Guarded<T: cudarc::driver::DeviceRepr> {
+    whole: cudarc::driver::CudaSlice<T>,
+    view: Option<cudarc::driver::CudaSlice<T>>,
+    len: usize,
+}
+
+impl<T: cudarc::driver::DeviceRepr + bytemuck::Pod + Default> Guarded<T> {
+    fn new(g: &Gpu, len: usize, byte: u8) -> Self {
+        use cudarc::driver::DevicePtr;
+        let mut whole = g.alloc::<T>(len + GUARD).unwrap();
+        g.fill_bytes(&mut whole, byte).unwrap();
+        let ptr = {
+            let (p, _sync) = whole.device_ptr(g.stream());
+            p
+        };
+        // SAFETY: the first `len` elements of `whole`, which outlives the view; the view is leaked (never freed)
+        // before `whole` is dropped
+        let view = unsafe { g.stream().upgrade_device_ptr::<T>(ptr, len) };
+        Guarded { whole, view: Some(view), len }
+    }
+
+    /// `data` in the front, the guard zone of `byte`.
+    fn with(g: &Gpu, data: &[T], byte: u8) -> Self {
+        let mut b = Self::new(g, data.len(), byte);
+        g.write(b.buf(), data).unwrap();
+        b
+    }
+
+    fn buf(&mut self) -> &mut cudarc::driver::CudaSlice<T> {
+        self.view.as_mut().unwrap()
+    }
+
+    fn front(&self) -> &cudarc::driver::CudaSlice<T> {
+        self.view.as_ref().unwrap()
+    }
+
+    /// Whether every byte after the front is still `byte`.
+    fn guard_intact(&self, g: &Gpu, byte: u8) -> bool {
+        let host = g.download(&self.whole).unwrap();
+        bytemuck::cast_slice::<T, u8>(&host[self.len..]).iter().all(|&b| b == byte)
+    }
+}
+
+impl<T: cudarc::driver::DeviceRepr> Drop for Guarded<T> {
+    fn drop(&mut self) {
+        if let Some(v) = self.view.take() {
+            v.leak();
+        }
+    }
+}
+
+/// Wait for everything enqueued on `g`'s stream, at most `DEADLINE_S` seconds: a launch still running then has an
+/// unbounded (or effectively unbounded) walk. A hung kernel would hold up every later test of the binary, so the
+/// process exits with the message; a launch error is a panic.
+fn finishes(g: &Gpu, what: &str) {
+    const DEADLINE_S: f64 = 5.0;
+    let ev = g.stream().record_event(None).unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        match ev.try_is_complete() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => panic!("{what}: the launch failed: {e:?}"),
+        }
+        if t0.elapsed().as_secs_f64() > DEADLINE_S {
+            eprintln!("{what}: still running after {DEADLINE_S} s (an unbounded walk); exiting");
+            std::process::exit(101);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    g.sync().unwrap();
+}
+
+/// Experts of the bad layouts.
+const BAD_E: usize = 6;
+
+/// Named (offsets, tile_offsets) pairs of `BAD_E` experts that break the promise for buffers of `rows_max` rows
+/// (rows_max >= 200): rows past rows_max (the counts' offsets and their consistent tile offsets, and offsets near
+/// 2^32 where row * ldc wraps), decreasing offsets, a huge tile count (u32::MAX, and a count whose product with the
+/// column tiles wraps), garbage tile offsets, and random words.
+fn bad_layouts(rows_max: u32, r: &mut Rng) -> Vec<(&'static str, Vec<u32>, Vec<u32>)> {
+    let prefix = |v: &[u32]| -> Vec<u32> {
+        let mut o = vec![0u32];
+        for &x in v {
+            o.push(o.last().unwrap().wrapping_add(x));
+        }
+        o
+    };
+    let past = [0u32, 1, rows_max + 100, 129, 0, 17];
+    let fits = [0u32, 1, rows_max / 2, 29, 0, 17];
+    let m = u32::MAX;
+    let mut words = || (0..=BAD_E).map(|_| r.next_u64() as u32).collect::<Vec<u32>>();
+    vec![
+        ("offsets past rows_max", prefix(&past), gemm::tile_offsets(&past)),
+        ("offsets near 2^32", vec![0, 10, 3_000_000_000, 4_000_000_000, m - 7, m, m], vec![0, 1, 2, 3, 4, 5, 6]),
+        ("decreasing offsets", vec![0, rows_max - 50, 20, rows_max - 10, 5, 100, 60], vec![0, 2, 3, 4, 5, 6, 7]),
+        ("offsets[E] below offsets[0]", vec![rows_max, rows_max, rows_max, 7, 7, 7, 0], vec![0, 0, 0, 1, 1, 1, 2]),
+        ("tile_offsets[E] = 2^32 - 1", prefix(&fits), {
+            let mut t = gemm::tile_offsets(&fits);
+            t[BAD_E] = m;
+            t
+        }),
+        ("tile_offsets[E] wrapping with the column tiles", prefix(&fits), {
+            let mut t = gemm::tile_offsets(&fits);
+            t[BAD_E] = 1 << 31;
+            t
+        }),
+        ("garbage tile_offsets", prefix(&fits), vec![9, 3, m, 0, 4_000_000_000, 1, 70_000]),
+        ("random words", words(), words()),
+    ]
+}
+
+/// The M-grouped cluster policies the bad-offsets tests run under (single CTA, A shared, B shared).
+const CLUSTER_POLICIES: [(bool, bool); 3] = [(false, false), (true, false), (false, true)];
+
+/// `grouped_gemm` (both B layouts, every cluster form) on every bad layout: Ok, bounded, C's guard zone untouched.
+fn gemm_bad_offsets(layout: BLayout) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let (e, n, k, rows_max) = (BAD_E, 512, 128, 200);
+    let da = g.upload(&r.bf16_vec(rows_max * k, 1.0)).unwrap();
+    let db = g.upload(&r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt())).unwrap();
+    for (name, off, til) in bad_layouts(rows_max as u32, &mut r) {
+        let (doff, dtil) = (g.upload(&off).unwrap(), g.upload(&til).unwrap());
+        for (sa, sb) in CLUSTER_POLICIES {
+            let mut c = Guarded::<bf16>::new(&g, rows_max * n, 0xff);
+            let what = format!("grouped_gemm {layout:?}, {name}, clusters A {sa} B {sb}");
+            let args = GroupedGemmArgs {
+                a: &da,
+                b: &db,
+                b_layout: layout,
+                offsets: &doff,
+                tile_offsets: &dtil,
+                c: c.buf(),
+                experts: e,
+                n,
+                k,
+                rows_max,
+            };
+            let kernel = gemm::with_clusters(sa, sb, || {
+                let p = args.prepare(&g)?;
+                p.launch(&g)?;
+                Ok::<_, megamoe::Error>(p.kernel())
+            });
+            let kernel = kernel.unwrap_or_else(|err| panic!("{what}: {err}"));
+            finishes(&g, &what);
+            assert!(c.guard_intact(&g, 0xff), "{what} ({kernel:?}): written past C's rows_max rows");
+        }
+    }
+}
+gpu_test!(nk_bad_offsets_stay_inside_the_buffers, gemm_bad_offsets(BLayout::NK));
+gpu_test!(kn_bad_offsets_stay_inside_the_buffers, gemm_bad_offsets(BLayout::KN));
+
+/// `grouped_gemm_scatter` on every bad layout: Ok, bounded, C's guard zone untouched (destinations are bounded by
+/// c_rows already; the rows read from `dst_row` stay below rows_max).
+fn scatter_bad_offsets(scaled: bool) {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let (e, n, k, rows_max) = (BAD_E, 320, 128, 200);
+    let c_rows = rows_max + 19;
+    let da = g.upload(&r.bf16_vec(rows_max * k, 1.0)).unwrap();
+    let db = g.upload(&r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt())).unwrap();
+    // distinct destinations, 3 of them past C's end
+    let dst: Vec<u32> = (0..rows_max).map(|i| ((7 * i + 5) % (c_rows + 3)) as u32).collect();
+    let scale: Vec<f32> = (0..c_rows).map(|_| r.uniform() as f32 + 0.5).collect();
+    let (ddst, dscale) = (g.upload(&dst).unwrap(), g.upload(&scale).unwrap());
+    for (name, off, til) in bad_layouts(rows_max as u32, &mut r) {
+        let (doff, dtil) = (g.upload(&off).unwrap(), g.upload(&til).unwrap());
+        let mut c = Guarded::<bf16>::new(&g, c_rows * n, 0xff);
+        let what = format!("grouped_gemm_scatter scaled {scaled}, {name}");
+        let args = ScatterArgs {
+            a: &da,
+            b: &db,
+            offsets: &doff,
+            tile_offsets: &dtil,
+            dst_row: &ddst,
+            scale: if scaled { Some(&dscale) } else { None },
+            c: c.buf(),
+            c_rows,
+            experts: e,
+            n,
+            k,
+            rows_max,
+        };
+        gemm::grouped_gemm_scatter(&g, args).unwrap_or_else(|err| panic!("{what}: {err}"));
+        finishes(&g, &what);
+        assert!(c.guard_intact(&g, 0xff), "{what}: written past C's c_rows rows");
+    }
+}
+gpu_test!(scatter_bad_offsets_stay_inside_the_buffers, {
+    scatter_bad_offsets(true);
+    scatter_bad_offsets(false);
+});
+
+// `grouped_gemm_swiglu` (the cooperative kernel and its cluster forms, the epilogue-warps kernel), h only and h
+// with z, on every bad layout: Ok, bounded, the guard zones of h and z untouched.
+gpu_test!(swiglu_bad_offsets_stay_inside_the_buffers, {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let (e, i, k, rows_max) = (BAD_E, 256, 128, 200);
+    let da = g.upload(&r.bf16_vec(rows_max * k, 1.0)).unwrap();
+    let dw1 = g.upload(&r.bf16_vec(e * 2 * i * k, 1.7 / (k as f64).sqrt())).unwrap();
+    for (name, off, til) in bad_layouts(rows_max as u32, &mut r) {
+        let (doff, dtil) = (g.upload(&off).unwrap(), g.upload(&til).unwrap());
+        for (ew7, (sa, sb)) in
+            [(false, (false, false)), (false, (true, false)), (false, (false, true)), (true, (false, false))]
+        {
+            for keep_z in [false, true] {
+                let mut h = Guarded::<bf16>::new(&g, rows_max * i, 0xff);
+                let mut z = Guarded::<bf16>::new(&g, rows_max * 2 * i, 0xff);
+                let what = format!("grouped_gemm_swiglu ew7 {ew7} clusters A {sa} B {sb} z {keep_z}, {name}");
+                let args = SwigluArgs {
+                    a: &da,
+                    w1: &dw1,
+                    offsets: &doff,
+                    tile_offsets: &dtil,
+                    h: h.buf(),
+                    z: if keep_z { Some(z.buf()) } else { None },
+                    experts: e,
+                    i,
+                    k,
+                    rows_max,
+                };
+                let res = gemm::with_swiglu_epilogue_warps(ew7, || {
+                    gemm::with_clusters(sa, sb, || gemm::grouped_gemm_swiglu(&g, args))
+                });
+                res.unwrap_or_else(|err| panic!("{what}: {err}"));
+                finishes(&g, &what);
+                assert!(h.guard_intact(&g, 0xff), "{what}: written past h's rows_max rows");
+                assert!(z.guard_intact(&g, 0xff), "{what}: written past z's rows_max rows");
+            }
+        }
+    }
+});
+
+// `grouped_gemm_dswiglu` (ping-pong, its cluster form, `_ew`, `_ew7`) on every bad layout, with some `row_slot`
+// values at or past the weights' length: Ok, bounded, the guard zones of dz and the partial sums untouched. Then
+// with offsets as promised: the rows whose slot is past the weights (which a NaN guard zone follows) get
+// dz = 0 (weight 0, nothing read for them), and the others are finite.
+gpu_test!(dswiglu_bad_offsets_stay_inside_the_buffers, {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let (e, i, k, rows_max) = (BAD_E, 448, 128, 200);
+    let slots = rows_max + 11;
+    let ddy = g.upload(&r.bf16_vec(rows_max * k, 1.0)).unwrap();
+    let dw2 = g.upload(&r.bf16_vec(e * k * i, 2.0 / (k as f64).sqrt())).unwrap();
+    let dzin = g.upload(&r.bf16_vec(rows_max * 2 * i, 3.0)).unwrap();
+    let w: Vec<f32> = (0..slots).map(|_| r.uniform() as f32 + 0.5).collect();
+    // 0xff bytes: NaN weights past the end (a weight read there would make its row's dz NaN)
+    let dw = Guarded::<f32>::with(&g, &w, 0xff);
+    // every fifth row's slot at or past the weights' length
+    let row_slot: Vec<u32> = (0..rows_max)
+        .map(|row| match row % 5 {
+            0 => [slots as u32, slots as u32 + 1, u32::MAX, 1 << 31][row / 5 % 4],
+            _ => ((row * 7 + 3) % slots) as u32,
+        })
+        .collect();
+    let drs = g.upload(&row_slot).unwrap();
+    let kernels =
+        [(gemm::Dsw::PingPong, false), (gemm::Dsw::PingPong, true), (gemm::Dsw::Ew, false), (gemm::Dsw::Ew7, false)];
+    let fits = [0u32, 1, rows_max as u32 / 2, 29, 0, 17];
+    let mut valid = vec![0u32];
+    for c in fits {
+        valid.push(valid.last().unwrap() + c);
+    }
+    let mut layouts = bad_layouts(rows_max as u32, &mut r);
+    layouts.push(("offsets as promised", valid.clone(), gemm::tile_offsets(&fits)));
+    for (name, off, til) in layouts {
+        let (doff, dtil) = (g.upload(&off).unwrap(), g.upload(&til).unwrap());
+        for (dsw, share_a) in kernels {
+            gemm::with_dswiglu(dsw, || {
+                let nt = gemm::dswiglu_partials(i);
+                let mut dz = Guarded::<bf16>::new(&g, rows_max * 2 * i, 0xff);
+                let mut part = Guarded::<f32>::new(&g, rows_max * nt, 0xff);
+                let what = format!("grouped_gemm_dswiglu {dsw:?} clusters {share_a}, {name}");
+                let args = DswigluArgs {
+                    dy: &ddy,
+                    w2: &dw2,
+                    z: &dzin,
+                    weights: dw.front(),
+                    row_slot: &drs,
+                    offsets: &doff,
+                    tile_offsets: &dtil,
+                    dz: dz.buf(),
+                    partial: part.buf(),
+                    experts: e,
+                    i,
+                    k,
+                    rows_max,
+                };
+                let res = gemm::with_clusters(share_a, false, || gemm::grouped_gemm_dswiglu(&g, args));
+                res.unwrap_or_else(|err| panic!("{what}: {err}"));
+                finishes(&g, &what);
+                assert!(dz.guard_intact(&g, 0xff), "{what}: written past dz's rows_max rows");
+                assert!(part.guard_intact(&g, 0xff), "{what}: written past the partial sums' rows_max rows");
+                if name == "offsets as promised" {
+                    let dzh = g.download(dz.front()).unwrap();
+                    for row in 0..valid[BAD_E] as usize {
+                        let v = &dzh[row * 2 * i..(row + 1) * 2 * i];
+                        if row_slot[row] as usize >= slots {
+                            assert!(v.iter().all(|x| x.to_f32() == 0.0), "{what}: row {row} (slot past w) not 0");
+                        } else {
+                            assert!(v.iter().all(|x| x.is_finite()), "{what}: row {row} not finite");
+                        }
+                    }
+                }
+            });
+        }
+    }
+    assert!(dw.guard_intact(&g, 0xff));
+});
+
+/// `grouped_wgrad` (f32 or bf16 C; static, run-time and 2-CTA cluster schedules) on every bad layout: Ok, bounded,
+/// C's guard zone untouched, and every element of C finite: A's and B's guard zones hold NaN, so a read past their
+/// rows_max rows (an expert's tensor map reaching past the buffer) would put NaN into C.
+fn wgrad_bad_offsets<W: El + bytemuck::Pod>() {
+    let g = gpu();
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    let mut r = Rng::new(seed);
+    let (e, m, n, rows_max) = (BAD_E, 256, 256, 200);
+    let a = Guarded::<bf16>::with(&g, &r.bf16_vec(rows_max * m, 1.0), 0xff);
+    let b = Guarded::<bf16>::with(&g, &r.bf16_vec(rows_max * n, 1.0), 0xff);
+    for (name, off, _) in bad_layouts(rows_max as u32, &mut r) {
+        let doff = g.upload(&off).unwrap();
+        for sched in [gemm::WgradSched::Static, gemm::WgradSched::Dynamic, gemm::WgradSched::Clusters] {
+            for accumulate in [false, true] {
+                let mut c = Guarded::<W>::with(&g, &vec![W::of(0.5); e * m * n], 0xff);
+                let what = format!("grouped_wgrad {} {sched:?} accumulate {accumulate}, {name}", W::NAME);
+                let args = WgradArgs {
+                    a: a.front(),
+                    b: b.front(),
+                    offsets: &doff,
+                    c: c.buf(),
+                    experts: e,
+                    m,
+                    n,
+                    rows_max,
+                    accumulate,
+                };
+                gemm::with_wgrad_sched(sched, || gemm::grouped_wgrad(&g, args))
+                    .unwrap_or_else(|err| panic!("{what}: {err}"));
+                finishes(&g, &what);
+                assert!(c.guard_intact(&g, 0xff), "{what}: written past C");
+                let ch = g.download(c.front()).unwrap();
+                if let Some(x) = ch.iter().position(|v| !v.f().is_finite()) {
+                    panic!("{what}: C[{x}] = {} (read past A or B, or not written)", ch[x].f());
+                }
+            }
+        }
+    }
+    assert!(a.guard_intact(&g, 0xff) && b.guard_intact(&g, 0xff));
+}
+gpu_test!(wgrad_bad_offsets_stay_inside_the_buffers, wgrad_bad_offsets::<f32>());
+gpu_test!(wgrad_bf16_bad_offsets_stay_inside_the_buffers, wgrad_bad_offsets::<bf16>());

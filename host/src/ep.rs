@@ -707,6 +707,9 @@ impl EpLayer {
             offsets: ws + lay.local_offsets,
             tile_offsets: ws + lay.local_tiles,
             experts: (self.cfg.experts / self.world()) as u32,
+            // every local buffer holds max_recv rows (the dispatch clamps the local offsets to it; the kernels
+            // clamp again)
+            rows_max: lay.max_recv as u32,
             ..zero_gemm()
         }
     }
@@ -993,6 +996,7 @@ impl EpLayer {
             ldc: 2 * i2 as u32,
             n_tiles: n_tiles_i,
             w: ws + lay.recv_w,
+            w_len: lay.max_recv as u32,
             row_slot: ident,
             partial,
             sh,
@@ -1055,11 +1059,13 @@ impl EpLayer {
         let offsets = self.group.ws(r) + self.group.layout.local_offsets;
         let maps = [map_a, map_b, map_c];
         let c_ptr = dptr(&*c, g.stream());
-        let (p, launch) = wgrad_launch(&g, maps, [a.0, b.0], offsets, c_ptr, 0, per as usize, a.1, b.1, acc)?;
+        let shape = (a.1, b.1, recv);
+        let (p, launch) = wgrad_launch(&g, maps, [a.0, b.0], offsets, c_ptr, 0, per as usize, shape, acc)?;
         if pass == Pass::Prepare {
             return Ok(());
         }
-        // SAFETY: A and B hold max_recv rows; C holds per * M * N; rows are bounded by the device offsets.
+        // SAFETY: A and B hold max_recv rows (`rows_max`: each expert's rows are clamped to them on the device); C
+        // holds per * M * N.
         unsafe { crate::gemm::launch_wgrad(&g, W::KERNEL, launch, &p) }
     }
 

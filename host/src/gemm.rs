@@ -20,11 +20,17 @@
 //! The routing layout is the caller's: `offsets` (u32 [E + 1], nondecreasing, `offsets[0] = 0`,
 //! `offsets[E] <= rows_max`) and, for the M-grouped kernels, `tile_offsets` (u32 [E + 1], as
 //! [`tile_offsets`] computes them from the counts). They live on the device and cannot be checked without a
-//! synchronisation: they are the caller's promise, as in the layer, which computes them on the device. These
-//! bf16 kernels trust them (the FP8 ones clamp rows to `rows_max`): offsets past `rows_max` make the M-grouped
-//! kernels' register-path stores (and `grouped_wgrad`'s per-expert tensor maps) reach past C, z, dz, s h or the
-//! partial sums; decreasing offsets or a huge `tile_offsets[E]` make a launch run for an unbounded time. Pass
-//! only offsets made by [`tile_offsets`] from the counts, or by the layer's routing kernels.
+//! synchronisation; only offsets as described (made by [`tile_offsets`] from the counts, or by the layer's
+//! routing kernels) give the products described. Any other content (offsets past `rows_max`, decreasing,
+//! near 2^32; a huge or garbage `tile_offsets`) is still safe: the kernels clamp every tile's rows (in
+//! [`grouped_wgrad`] every expert's rows, and its per-expert tensor maps with them) to 0..`rows_max`, walk at
+//! most `rows_max / 128 + min(E, rows_max)` m-tiles whatever `tile_offsets[E]` says, and read the SwiGLU
+//! backward's weight of a row only for a slot below `weights.len()` (weight 0 otherwise). So the call returns
+//! `Ok`, its launch ends in a time bounded by the buffers' sizes, nothing outside the `rows_max` rows of C, h,
+//! z, dz and `partial` (the `c_rows` rows of the scattered C; the weight gradients' C) is written, and nothing
+//! outside the given buffers is read; only the values written inside the outputs are then unspecified (rows
+//! of another expert, rows left unwritten or written twice). Offsets as described are never clamped: their
+//! results are bitwise those of the kernels before the clamps existed.
 use std::marker::PhantomData;
 
 use cudarc::driver::{CudaSlice, DeviceRepr};
@@ -190,7 +196,8 @@ pub struct DswigluArgs<'a> {
     pub z: &'a CudaSlice<bf16>,
     /// f32 \[slots\]: the routing weight of each slot.
     pub weights: &'a CudaSlice<f32>,
-    /// u32 \[rows_max\]: the slot of each row (< slots: the caller's promise, read on the device).
+    /// u32 \[rows_max\]: the slot of each row (< slots, read on the device; a row whose slot is at or past
+    /// `weights.len()` takes the weight 0).
     pub row_slot: &'a CudaSlice<u32>,
     /// u32 [E + 1], row offsets (device).
     pub offsets: &'a CudaSlice<u32>,
@@ -516,9 +523,10 @@ impl Prepared<'_> {
                     .ctx(|| format!("zeroing {bytes} bytes"))
             }
             // SAFETY (both): the block matches the kernel; its buffers were checked against the shapes in
-            // `prepare` and stay borrowed while `self` lives; rows are bounded by the device offsets
-            // (offsets[E] <= rows_max is the caller's promise, as in the layer); the tensor maps live in
-            // `self` and are freed in stream order after the last launch.
+            // `prepare` and stay borrowed while `self` lives; rows are clamped on the device to the block's
+            // `rows_max` (the rows every buffer was checked to hold) and the m-tile walk to its bound, whatever
+            // the device offsets hold; the tensor maps live in `self` and are freed in stream order after the
+            // last launch.
             Block::M(kernel, cfg, p) => unsafe { gpu.launch(kernel, *cfg, p) },
             Block::K(kernel, cfg, p) => unsafe { launch_wgrad(gpu, kernel, *cfg, p) },
         }
@@ -539,7 +547,7 @@ pub(crate) unsafe fn launch_wgrad(gpu: &Gpu, kernel: &'static str, cfg: Launch, 
         error: p.error,
         row_bytes: [2 * p.m, 2 * p.n],
         experts: p.experts,
-        pad: 0,
+        rows_max: p.rows_max,
     };
     let t = kh::WGRAD_MAPS_THREADS;
     let build = Launch::new((2 * p.experts).div_ceil(t).max(1), t, 0);
@@ -630,7 +638,8 @@ fn map(gpu: &Gpu, addr: u64, rows: usize, cols: usize, box_rows: u32, box_cols: 
     DeviceTensorMap::new(gpu, d)
 }
 
-/// The M-grouped launch: maps of A ([rows_max, K], boxes of 128 rows x 64) and B, the grid.
+/// The M-grouped launch: maps of A ([rows_max, K], boxes of 128 rows x 64) and B, the grid; `p.rows_max` set
+/// (every buffer of the call holds `rows_max` rows).
 fn m_grouped<'a>(
     gpu: &Gpu,
     kernel: &'static str,
@@ -641,6 +650,8 @@ fn m_grouped<'a>(
 ) -> Result<Prepared<'a>> {
     p.map_a = map_a.ptr(gpu);
     p.map_b = map_b.ptr(gpu);
+    // the rows A and the outputs hold: every tile's rows are clamped to them on the device
+    p.rows_max = rows_max as u32;
     let kernel = kernel_for(gpu, kernel, &p)?;
     Ok(Prepared {
         ordinal: gpu.ordinal(),
@@ -786,6 +797,7 @@ impl<'a> DswigluArgs<'a> {
             ldc: 2 * i as u32,
             n_tiles: dswiglu_partials(i) as u32,
             w: dptr(self.weights, &s),
+            w_len: self.weights.len() as u32,
             row_slot: dptr(self.row_slot, &s),
             partial: dptr(self.partial, &s),
             ..zero_gemm()
@@ -832,7 +844,7 @@ impl<'a, W: WgradElem> WgradArgs<'a, W> {
         let maps = [map_a.ptr(gpu), map_b.ptr(gpu), map_c.ptr(gpu)];
         let (offsets, c) = (dptr(self.offsets, &s), dptr(self.c, &s));
         let bases = [dptr(self.a, &s), dptr(self.b, &s)];
-        let (p, launch) = wgrad_launch(gpu, maps, bases, offsets, c, 0, e, m, n, self.accumulate)?;
+        let (p, launch) = wgrad_launch(gpu, maps, bases, offsets, c, 0, e, (m, n, rows), self.accumulate)?;
         // the kernel that runs (the 2-CTA cluster form under `WgradSched::Clusters`), as `kernel()` reports it
         let kernel = if p.clusters != 0 { wgrad_cluster_kernel(W::KERNEL)? } else { W::KERNEL };
         Ok(Prepared {
@@ -954,7 +966,8 @@ pub(crate) fn m_grouped_launch(
 
 /// The parameter block and launch of `grouped_wgrad_f32` / `_bf16` (tiles of 128 x 256 of each expert's M x N, one block
 /// per tile up to one per SM), shared by the layer, the EP layer and [`grouped_wgrad`]. `maps` are the tensor
-/// maps of A, B and C; `error` the routing error word (0: none). The tile schedule is this thread's
+/// maps of A, B and C; `error` the routing error word (0: none); `(m, n, rows)`: C_e's shape and the rows A
+/// and B both hold (each expert's rows are clamped to them on the device). The tile schedule is this thread's
 /// [`wgrad_sched`] (an unknown `MEGAMOE_WGRAD_SCHED` is an `InvalidArgument`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn wgrad_launch(
@@ -965,8 +978,7 @@ pub(crate) fn wgrad_launch(
     c: u64,
     error: u64,
     experts: usize,
-    m: usize,
-    n: usize,
+    (m, n, rows): (usize, usize, usize),
     accumulate: bool,
 ) -> Result<(WgradGemm, Launch)> {
     let sched = wgrad_sched_counter(gpu)?;
@@ -991,7 +1003,7 @@ pub(crate) fn wgrad_launch(
         a_base: bases[0],
         b_base: bases[1],
         clusters: clusters as u32,
-        pad: 0,
+        rows_max: rows as u32,
     };
     let tiles = p.experts * p.m_tiles * p.n_tiles;
     // clusters: an even grid (whole clusters; on the H200 all 66 fit at once)
@@ -1031,6 +1043,8 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         a_rows: 0,
         top_k: 0,
         c_rows: 0,
+        rows_max: 0,
+        w_len: 0,
         a_copy: 0,
         arrive: 0,
         error: 0,
@@ -1064,6 +1078,19 @@ mod tests {
         );
         std::env::set_var("MEGAMOE_TEST_POLICY_UNSET", "a");
         assert_eq!(super::policy(&KEY, &UNSET, "MEGAMOE_TEST_POLICY_UNSET", &table).unwrap(), 2);
+    }
+
+    #[test]
+    fn the_kernels_m_tile_walk_fits_the_per_m_tile_arrays() {
+        // the kernels walk at most scheduler::m_tiles_bound m-tiles whatever tile_offsets[E] says; the layer's
+        // `ready` / `arrive` and the grid are sized by m_tiles_max
+        use megamoe_kernels::kernels_host as kh;
+        for rows in [0usize, 1, 63, 127, 128, 129, 1000, 4096, 131072] {
+            for e in [1usize, 2, 7, 128, 300, 5000] {
+                let bound = megamoe_kernels::scheduler::m_tiles_bound(rows as u32, e as u32, kh::GEMM_BM) as usize;
+                assert!(bound <= super::m_tiles_max(rows, e), "rows {rows} E {e}");
+            }
+        }
     }
 
     #[test]

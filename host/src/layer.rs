@@ -558,6 +558,8 @@ impl MoeLayer {
         p.offsets = dptr(&sv.offsets, s);
         p.tile_offsets = dptr(&sv.tile_offsets, s);
         p.experts = self.cfg.experts as u32;
+        // the call's slots: every expert-ordered buffer holds at least these rows (tiles are clamped to them)
+        p.rows_max = (sv.tokens * self.cfg.top_k) as u32;
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
         let kernel = match (p.a_copy != 0, kernel) {
             (false, k) => k,
@@ -568,7 +570,8 @@ impl MoeLayer {
             (true, k) => return Err(Error::InvalidArgument(format!("{k}: no variant with the overlapped gather"))),
         };
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
-        // SAFETY: A and C hold slots rows, B the experts' weights; rows are bounded by the device offsets.
+        // SAFETY: A and C hold slots rows (`rows_max`: the kernels clamp every tile's rows to it), B the experts'
+        // weights; `arrive` holds m_tiles_max(slots) entries, at least the m-tiles the kernels walk.
         unsafe { self.gpu.launch(kernel, launch, &p) }
     }
 
@@ -651,6 +654,7 @@ impl MoeLayer {
             p.offsets = dptr(&sv.offsets, s);
             p.tile_offsets = dptr(&sv.tile_offsets, s);
             p.experts = self.cfg.experts as u32;
+            p.rows_max = (sv.tokens * self.cfg.top_k) as u32;
         }
         // the engine's checks of each GEMM's tile configuration (column tiles against the kernel's; GEMM1 is the
         // cooperative kernel's, as the forward built it)
@@ -678,8 +682,8 @@ impl MoeLayer {
             lag: FUSED_LAG.max(megamoe_kernels::scheduler::fused_lag_min(launch.grid.0, g1.n_tiles, g2.n_tiles)),
             pad: 0,
         };
-        // SAFETY: as the two launches (A, B, C, z bounded by the device offsets); `ready` holds an entry per
-        // m-tile (m_tiles_max), the error word is the call's.
+        // SAFETY: as the two launches (A, B, C, z hold the call's slots rows, `rows_max`); `ready` holds an entry
+        // per m-tile (m_tiles_max, at least the m-tiles the kernel walks), the error word is the call's.
         unsafe { g.launch(kernel, launch, &p) }
     }
 
@@ -920,7 +924,9 @@ impl MoeLayer {
         let map_c = self.maps.get_wgrad_c::<W>(&g, dptr(c, &s), e * m, n)?;
         let (offsets, error) = (dptr(&sv.offsets, &s), dptr(sv.error.as_ref(), &s));
         let maps = [map_a, map_b, map_c];
-        let (mut p, launch) = wgrad_launch(&g, maps, [a_ptr, b_ptr], offsets, dptr(c, &s), error, e, m, n, acc)?;
+        let rows = a_rows.min(b_rows);
+        let (mut p, launch) =
+            wgrad_launch(&g, maps, [a_ptr, b_ptr], offsets, dptr(c, &s), error, e, (m, n, rows), acc)?;
         let kernel = match combine {
             Some(cb) => {
                 p.combine = cb;
@@ -928,9 +934,9 @@ impl MoeLayer {
             }
             None => W::KERNEL,
         };
-        // SAFETY: A and B hold `rows` rows; C holds E * M * N; rows are bounded by the device offsets. Returns at
-        // entry when the forward's error word is set (C neither written nor added to, the combine not run). The
-        // combine as `combine_rows`: y holds the rows slot_row points at, out T rows.
+        // SAFETY: A and B hold `rows` rows (each expert's rows are clamped to them on the device); C holds
+        // E * M * N. Returns at entry when the forward's error word is set (C neither written nor added to, the
+        // combine not run). The combine as `combine_rows`: y holds the rows slot_row points at, out T rows.
         unsafe { crate::gemm::launch_wgrad(&g, kernel, launch, &p) }
     }
 
@@ -1070,6 +1076,7 @@ impl MoeLayer {
             ldc: 2 * i2 as u32,
             n_tiles: n_tiles_i,
             w: dptr(inp.topk_weights, &s),
+            w_len: slots as u32,
             row_slot: dptr(&saved.row_slot, &s),
             partial: dptr(&self.work.partial, &s),
             // s h only for the bf16 weight gradients (dW2's FP8 B is h^T from the recompute)

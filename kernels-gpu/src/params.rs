@@ -284,6 +284,14 @@ pub struct GroupedGemm {
     /// Row-scattered epilogue (`grouped_gemm_bf16_scatter`): rows of C; a row whose destination
     /// (`row_slot[row]`) is at or past it is not written. 0 for the other kernels.
     pub c_rows: u32,
+    /// Rows the expert-ordered buffers hold (A, C, z, dz, s h, `partial`, `row_slot`, `a_copy`): no row at or
+    /// past it is read or written whatever the device offsets say (each tile's rows are clamped to it), and the
+    /// kernels walk at most `scheduler::m_tiles_bound(rows_max, experts)` m-tiles whatever `tile_offsets[E]`
+    /// says. Offsets as promised (nondecreasing, `offsets[E] <= rows_max`) are never clamped.
+    pub rows_max: u32,
+    /// SwiGLU-backward epilogue: entries of `w` (slots); a row whose slot `row_slot[row]` is at or past it takes
+    /// the weight 0 (nothing is read for it). 0 for the other kernels.
+    pub w_len: u32,
     /// The gather overlapped with the GEMM (kernels built on `grouped_gemm::produce` and `ffn_fused_fwd`):
     /// bf16 [rows, K], the expert-ordered rows that `map_a` covers. When non-zero, the producer warpgroup's three
     /// idle warps copy row r from token row_slot\[r\] / top_k of `a_rows` into it while the GEMM runs, and the
@@ -385,13 +393,15 @@ pub struct WgradGemm {
     /// 1: launched as the 2-CTA cluster form (`grouped_wgrad_*_mc`: static pairs of m-tiles sharing B; m_tiles
     /// even); 0: single CTAs.
     pub clusters: u32,
-    /// Zero (the block is whole 8-byte words).
-    pub pad: u32,
+    /// Rows A and B hold: each expert's rows are clamped to 0..rows_max (as `wgrad_expert_maps` clamps its maps),
+    /// so offsets past it or decreasing read nothing outside the buffers and bound the contraction.
+    pub rows_max: u32,
 }
 
 /// The per-expert tensor maps of a weight gradient (kernel `wgrad_expert_maps`, launched just before the
 /// `grouped_wgrad_*` that reads them): map \[e\]\[o\] = template o (A's or B's whole-buffer map) pointed at
-/// base\[o\] + offsets\[e\] * row_bytes\[o\] with max(rows_e, 1) rows.
+/// base\[o\] + r0 * row_bytes\[o\] with max(r1 - r0, 1) rows, r1 = min(offsets[e + 1], rows_max) and
+/// r0 = min(offsets\[e\], r1) (the expert's rows, inside the buffers whatever the offsets say).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct WgradMaps {
@@ -409,8 +419,8 @@ pub struct WgradMaps {
     pub row_bytes: [u32; 2],
     /// Experts.
     pub experts: u32,
-    /// Zero (the block is whole 8-byte words).
-    pub pad: u32,
+    /// Rows A and B hold.
+    pub rows_max: u32,
 }
 
 /// dtopk from the SwiGLU-backward partial sums (kernel `dtopk_reduce`): dtopk\[slot\] = sum over n-tiles of
@@ -766,7 +776,7 @@ mod tests {
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 8 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 10 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),
             ("WgradMaps", size_of::<WgradMaps>(), 7 * 8 + 4 * 4),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),

@@ -20,9 +20,34 @@ pub struct MTile {
     pub n_tile: u32,
 }
 
+impl MTile {
+    /// The tile with its rows inside a buffer of `rows_max` rows: `row_end` at most `rows_max`, `row0` at most
+    /// `row_end`. A tile of offsets as promised (nondecreasing, `offsets[E] <= rows_max`) is left as it is; any
+    /// other content of the device arrays gives a tile whose rows row0..min(row0 + bm, row_end) stay below
+    /// `rows_max` (none when row0 = row_end), so every store and load bounded by `row_end` stays in the buffers.
+    #[inline(always)]
+    pub const fn clamped(self, rows_max: u32) -> MTile {
+        let row_end = if self.row_end < rows_max { self.row_end } else { rows_max };
+        let row0 = if self.row0 < row_end { self.row0 } else { row_end };
+        MTile { row0, row_end, ..self }
+    }
+}
+
+/// A bound on the m-tiles of `bm` rows that at most `rows` rows over `experts` experts make: each expert's
+/// ceil(rows_e / bm) is at most floor(rows_e / bm) + 1 for a non-empty expert, so the total is at most
+/// floor(rows / bm) + min(experts, rows). The kernels walk at most this many m-tiles whatever `tile_offsets[E]`
+/// says (offsets as promised never reach it); the host sizes its per-m-tile arrays for at least as many
+/// (`gemm::m_tiles_max`: ceil(rows / bm) + min(experts, rows)).
+#[inline(always)]
+pub const fn m_tiles_bound(rows: u32, experts: u32, bm: u32) -> u32 {
+    rows / bm + if experts < rows { experts } else { rows }
+}
+
 /// The M-grouped tile `tile`: `tile_offsets(i)` and `offsets(i)` read entry i (0..=experts) of the m-tile and
 /// row offsets. The expert is found by binary search (empty experts have equal bounds and are never chosen).
-/// `tile` must be below `tile_offsets(experts) * n_tiles`.
+/// `tile` must be below `tile_offsets(experts) * n_tiles`. Whatever the arrays hold, the expert is below
+/// `experts` (for experts >= 1) and the arithmetic wraps (no overflow check): [`MTile::clamped`] then bounds the
+/// rows.
 #[inline(always)]
 pub fn m_tile(
     tile: u32,
@@ -45,7 +70,9 @@ pub fn m_tile(
         }
     }
     let e = lo;
-    let row0 = offsets(e) + (m - tile_offsets(e)) * bm;
+    // wrapping: the same instructions as + and * on the device, and no overflow panic in the host tests when
+    // the arrays are not as promised
+    let row0 = offsets(e).wrapping_add(m.wrapping_sub(tile_offsets(e)).wrapping_mul(bm));
     MTile { e, row0, row_end: offsets(e + 1), n_tile }
 }
 
@@ -236,6 +263,9 @@ mod tests {
             last_e = mt.e;
             assert!(counts[mt.e as usize] > 0, "a tile of the empty expert {}", mt.e);
             assert_eq!(mt.row_end, offsets[mt.e as usize + 1]);
+            // offsets as promised: the kernels' clamp to the buffer changes nothing
+            assert_eq!(mt.clamped(offsets[e_n as usize]), mt);
+            assert_eq!(mt.clamped(offsets[e_n as usize] + 1000), mt);
             assert!(mt.row0 >= offsets[mt.e as usize] && mt.row0 < mt.row_end);
             for r in mt.row0..(mt.row0 + bm).min(mt.row_end) {
                 covered[(r * n_tiles + mt.n_tile) as usize] += 1;
@@ -258,6 +288,71 @@ mod tests {
             })
             .collect();
         check(&random, 128, 6);
+    }
+
+    /// Device offsets not as promised (past the buffer, decreasing, a huge tile count): the clamped tiles of the
+    /// bounded walk keep their rows inside the buffer and their expert below E.
+    #[test]
+    fn clamped_tiles_stay_inside_the_buffer_whatever_the_offsets() {
+        let mut x = 777u64;
+        let mut rnd = move || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 32) as u32
+        };
+        for case in 0..200 {
+            let e_n = 1 + rnd() % 9;
+            let rows_max = [0u32, 1, 127, 128, 129, 1000][case % 6];
+            // the arrays: small values, values around rows_max, anything (u32::MAX included)
+            let mut pick = |_| match rnd() % 4 {
+                0 => rnd() % 400,
+                1 => rows_max.wrapping_add(rnd() % 5).wrapping_sub(2),
+                2 => u32::MAX - rnd() % 3,
+                _ => rnd(),
+            };
+            let offsets: Vec<u32> = (0..=e_n).map(&mut pick).collect();
+            let tile_offsets: Vec<u32> = (0..=e_n).map(&mut pick).collect();
+            let bound = m_tiles_bound(rows_max, e_n, 128);
+            let m_total = tile_offsets[e_n as usize].min(bound);
+            let n_tiles = 3;
+            for t in 0..m_total * n_tiles {
+                let mt = m_tile(t, n_tiles, e_n, 128, |i| tile_offsets[i as usize], |i| offsets[i as usize])
+                    .clamped(rows_max);
+                assert!(mt.e < e_n && mt.n_tile < n_tiles);
+                assert!(mt.row0 <= mt.row_end && mt.row_end <= rows_max, "{mt:?} rows_max {rows_max}");
+            }
+        }
+    }
+
+    /// The walk's bound is at least the m-tiles of any counts within the rows, and at most the host's
+    /// `m_tiles_max` (ceil(rows / 128) + min(E, rows)), which sizes the per-m-tile arrays.
+    #[test]
+    fn the_m_tile_bound_holds_every_valid_layout() {
+        let mut x = 4242u64;
+        let mut rnd = move |n: u32| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 33) % n as u64) as u32
+        };
+        for _ in 0..2000 {
+            let e_n = 1 + rnd(300);
+            let rows = rnd(5000);
+            // counts summing to at most rows: often many small experts (a partial tile each)
+            let mut left = rows;
+            let counts: Vec<u32> = (0..e_n)
+                .map(|_| {
+                    let c = if rnd(2) == 0 { rnd(3).min(left) } else { rnd(left + 1) };
+                    left -= c;
+                    c
+                })
+                .collect();
+            let tiles: u32 = counts.iter().map(|c| c.div_ceil(128)).sum();
+            let bound = m_tiles_bound(rows, e_n, 128);
+            assert!(tiles <= bound, "counts {counts:?}: {tiles} m-tiles > bound {bound}");
+            assert!(bound <= rows.div_ceil(128) + e_n.min(rows));
+        }
+        // the tightest cases: one row per expert, and whole tiles plus one row each
+        assert_eq!(m_tiles_bound(5, 8, 128), 5);
+        assert_eq!(m_tiles_bound(4 * 129, 4, 128), 8);
+        assert_eq!(m_tiles_bound(0, 8, 128), 0);
     }
 
     /// Every tile is walked exactly once over the grid, and the two CTAs of a cluster walk the same number of

@@ -23,8 +23,8 @@
 //! progress. Determinism: each tile runs the main loop and epilogue of the separate kernels on the same data, so
 //! the outputs are bitwise those of `grouped_gemm_swiglu` then `grouped_gemm_bf16`.
 use crate::kernels::grouped_gemm::{
-    load_stage, mainloop_coop, move_rows, sched_copy, store_bf16, store_swiglu, t_lane, tile_info_e, wait_count,
-    wait_rows, BK, C_BOX, MV_CONSUMER_REGS, MV_PRODUCER_REGS, STAGES, STAGE_BYTES,
+    load_stage, m_tiles, mainloop_coop, move_rows, sched_copy, store_bf16, store_swiglu, t_lane, tile_info_e,
+    wait_count, wait_rows, BK, C_BOX, MV_CONSUMER_REGS, MV_PRODUCER_REGS, STAGES, STAGE_BYTES,
 };
 use crate::kernels::routing_failed;
 use crate::params::{FusedFfn, GroupedGemm};
@@ -73,7 +73,7 @@ unsafe fn fused<const MV: bool>(p: &FusedFfn) {
             // warps 1..3: the rows of x this block's GEMM1 items need, copied while the GEMMs run; item (GEMM1,
             // m, n) is block (fused_gemm1_item(m) + n) % grid's
             let (b, grid) = (regs::bid(), regs::nctaid());
-            let m_total = *(p.g1.tile_offsets as *const u32).add(p.g1.experts as usize);
+            let m_total = m_tiles(&p.g1);
             let (n1, n2, lag) = (p.g1.n_tiles, p.g2.n_tiles, p.lag);
             let part_of = |m: u32| mover_part(fused_gemm1_item(m, m_total, n1, n2, lag), b, grid);
             move_rows::<false>(&p.g1, n1, part_of, t / 32 - 1, t % 32);
@@ -88,10 +88,10 @@ unsafe fn fused<const MV: bool>(p: &FusedFfn) {
     }
 }
 
-/// (m-tiles, items) of the launch.
+/// (m-tiles, items) of the launch (the m-tiles bounded by g1's `rows_max`: `ready` holds an entry for each).
 #[inline(always)]
 unsafe fn items(p: &FusedFfn) -> (u32, u32) {
-    let m_total = *(p.g1.tile_offsets as *const u32).add(p.g1.experts as usize);
+    let m_total = m_tiles(&p.g1);
     (m_total, fused_items(m_total, p.g1.n_tiles, p.g2.n_tiles))
 }
 

@@ -125,9 +125,18 @@ pub(crate) unsafe fn tile_info<const DSW: bool>(p: &GroupedGemm, tile: u32) -> T
     tile_info_e::<DSW>(p, tile, p.experts)
 }
 
-/// [`tile_info`] with the expert count given (`p.experts`, perhaps through [`regs::opaque`]).
+/// [`tile_info`] with the expert count given (`p.experts`, perhaps through [`regs::opaque`]). The tile's rows are
+/// clamped to the buffers' `rows_max` ([`Tile::clamped`]): whatever the device offsets hold, every row a kernel
+/// reads or writes below `row_end` is inside A, C, z, dz, s h, `partial` and `row_slot` (offsets as promised are
+/// left as they are).
 #[inline(always)]
 pub(crate) unsafe fn tile_info_e<const DSW: bool>(p: &GroupedGemm, tile: u32, experts: u32) -> Tile {
+    tile_lookup::<DSW>(p, tile, experts).clamped(p.rows_max)
+}
+
+/// The tile as the offsets give it (see [`tile_info_e`]).
+#[inline(always)]
+unsafe fn tile_lookup<const DSW: bool>(p: &GroupedGemm, tile: u32, experts: u32) -> Tile {
     if experts <= SCHED_E {
         let s = smem::base() + sched_at(DSW);
         let o = s + 4 * (SCHED_E + 1);
@@ -169,6 +178,16 @@ pub(crate) unsafe fn sched_copy<const DSW: bool>(p: &GroupedGemm) {
             i += regs::ntid();
         }
     }
+}
+
+/// The launch's m-tiles: `tile_offsets[E]`, at most [`crate::scheduler::m_tiles_bound`] of `rows_max` (what rows_max
+/// rows can make: offsets as promised never reach it), so the walk is bounded whatever the device array holds
+/// (and per-m-tile arrays, sized by the host's `m_tiles_max`, are indexed below their length).
+/// SAFETY: `tile_offsets` holds E + 1 entries.
+#[inline(always)]
+pub(crate) unsafe fn m_tiles(p: &GroupedGemm) -> u32 {
+    let m = *(p.tile_offsets as *const u32).add(p.experts as usize);
+    m.min(crate::scheduler::m_tiles_bound(p.rows_max, p.experts, BM))
 }
 
 /// The kernel body; `S` ring stages (STAGES, or DSW_STAGES for the SwiGLU backward).
@@ -229,7 +248,7 @@ unsafe fn grouped_gemm<
         crate::ptx::sync::block_sync();
     }
     // read by each role after its register reallocation (a value live across it may be spilled)
-    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
+    let total = || m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
         // the movers' copy loops need more than 40 registers: MV_PRODUCER_REGS for the producer warpgroup,
@@ -280,8 +299,7 @@ unsafe fn grouped_gemm<
 #[inline(always)]
 pub(crate) unsafe fn walk<const MC: u32>(p: &GroupedGemm, total: u32) -> (u32, u32, u32) {
     if MC == 2 {
-        let m_total = *(p.tile_offsets as *const u32).add(p.experts as usize);
-        (regs::bid() / 2, regs::nctaid() / 2, crate::scheduler::pair_units(m_total, p.n_tiles))
+        (regs::bid() / 2, regs::nctaid() / 2, crate::scheduler::pair_units(m_tiles(p), p.n_tiles))
     } else {
         crate::scheduler::walk(regs::bid(), regs::nctaid(), total, if MC != 0 { 2 } else { 1 })
     }
@@ -292,8 +310,7 @@ pub(crate) unsafe fn walk<const MC: u32>(p: &GroupedGemm, total: u32) -> (u32, u
 #[inline(always)]
 pub(crate) unsafe fn walk_tile<const MC: u32>(p: &GroupedGemm, q: u32) -> (u32, bool) {
     if MC == 2 {
-        let m_total = *(p.tile_offsets as *const u32).add(p.experts as usize);
-        let (m, n, ghost) = crate::scheduler::pair_unit(q, p.n_tiles, m_total, regs::bid() % 2);
+        let (m, n, ghost) = crate::scheduler::pair_unit(q, p.n_tiles, m_tiles(p), regs::bid() % 2);
         (m * p.n_tiles + n, ghost)
     } else {
         (crate::scheduler::walk_tile(q, regs::bid(), p.n_tiles, if MC != 0 { 2 } else { 1 }), false)
@@ -304,9 +321,8 @@ pub(crate) unsafe fn walk_tile<const MC: u32>(p: &GroupedGemm, q: u32) -> (u32, 
 /// answer in both CTAs). Otherwise each CTA loads its whole B.
 #[inline(always)]
 unsafe fn shares_b<const DSW: bool>(p: &GroupedGemm, q: u32) -> bool {
-    let m_total = *(p.tile_offsets as *const u32).add(p.experts as usize);
     let m0 = 2 * (q / p.n_tiles);
-    m0 + 1 < m_total && tile_info::<DSW>(p, m0 * p.n_tiles).e == tile_info::<DSW>(p, (m0 + 1) * p.n_tiles).e
+    m0 + 1 < m_tiles(p) && tile_info::<DSW>(p, m0 * p.n_tiles).e == tile_info::<DSW>(p, (m0 + 1) * p.n_tiles).e
 }
 
 /// The gathering producer of the SwiGLU GEMM (all 128 threads of warpgroup 0). Per stage, the A tile's 128
@@ -461,17 +477,20 @@ pub(crate) unsafe fn move_rows<const PULL: bool>(
 ) {
     let to = p.tile_offsets as *const u32;
     let off = p.offsets as *const u32;
-    let m_total = *to.add(p.experts as usize);
+    let m_total = m_tiles(p);
     let chunks = p.k / 8;
     let mut e = 0u32;
     let mut m = 0u32;
     while m < m_total {
-        // the expert of m-tile m (empty experts have equal bounds and are passed over)
-        while *to.add(e as usize + 1) <= m {
+        // the expert of m-tile m (empty experts have equal bounds and are passed over; never past the last
+        // expert, whatever the tile offsets hold)
+        while e + 1 < p.experts && *to.add(e as usize + 1) <= m {
             e += 1;
         }
-        let row0 = *off.add(e as usize) + (m - *to.add(e as usize)) * BM;
-        let row_end = *off.add(e as usize + 1);
+        let row0 = (*off.add(e as usize)).wrapping_add(m.wrapping_sub(*to.add(e as usize)).wrapping_mul(BM));
+        // the rows inside `a_copy` and `row_slot` ([`Tile::clamped`], as the producer's `tile_info` sees them)
+        let Tile { row0, row_end, .. } =
+            Tile { e, row0, row_end: *off.add(e as usize + 1), n_tile: 0 }.clamped(p.rows_max);
         let end = if row_end - row0 < BM { row_end } else { row0 + BM };
         let mut n = part_of(m);
         while n < parts {
@@ -1039,10 +1058,22 @@ unsafe fn dsw_weights(p: &GroupedGemm, ti: &Tile) -> [f32; 4] {
     crate::unroll!(I in [0, 1, 2, 3] {
         let row = ti.row0 + 64 * (I as u32 / 2) + r0 + 8 * (I as u32 % 2);
         if row < ti.row_end {
-            s[I] = *(p.w as *const f32).add(*(p.row_slot as *const u32).add(row as usize) as usize);
+            s[I] = dsw_weight(p, row);
         }
     });
     s
+}
+
+/// The routing weight w[row_slot[row]] of a row of the tile (row < `row_end` <= `rows_max`: inside `row_slot`);
+/// 0 for a slot at or past `w_len` (never read: row_slot's content is the caller's).
+#[inline(always)]
+pub(crate) unsafe fn dsw_weight(p: &GroupedGemm, row: u32) -> f32 {
+    let slot = *(p.row_slot as *const u32).add(row as usize);
+    if slot < p.w_len {
+        *(p.w as *const f32).add(slot as usize)
+    } else {
+        0.0
+    }
 }
 
 /// The warpgroup's leader: load z batch `q` (g columns col_b..col_b + 64 and the matching u columns n + col_b..,

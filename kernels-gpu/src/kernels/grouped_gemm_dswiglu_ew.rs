@@ -37,8 +37,8 @@
 //! with the loads alone in 596 (no wgmma); together 760: the epilogue's 1 GB of z / dz / s h traffic and the main
 //! loop each need about the whole time.
 use crate::kernels::grouped_gemm::{
-    dswiglu_elem, frag, mainloop_coop, sched_copy, t_lane, tile_info, walk, walk_tile, Acc, A_BYTES, BK, SMEM_BYTES,
-    STAGE_BYTES,
+    dsw_weight, dswiglu_elem, frag, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, walk, walk_tile, Acc,
+    A_BYTES, BK, SMEM_BYTES, STAGE_BYTES,
 };
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
@@ -94,7 +94,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
     let t = regs::tid();
     let wg = t / 128;
     // read by each role after its register reallocation (a value live across it may be spilled)
-    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
+    let total = || m_tiles(&p) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
         regs::setmaxnreg_dec::<PRODUCER_REGS>();
@@ -119,7 +119,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
     let (ring, dh, (full, empty)) = setup::<S7, BN7, EW7>(&p, base);
     let t = regs::tid();
     let wg = t / 128;
-    let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
+    let total = m_tiles(&p) * p.n_tiles;
     let kt_n = p.k / BK;
     if t == 0 {
         produce_bt::<BN7, S7>(&p, base, ring, total, kt_n);
@@ -275,9 +275,9 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32>(
         let weight = |i: u32| {
             let row = ti.row0 + w + EW_ * i;
             if i < ew_rows && w + EW_ * i < crate::kernels_host::GEMM_BM && row < ti.row_end {
-                // SAFETY: row < offsets[E] <= rows_max (row_slot's length); row_slot[row] < slots, w's length (the
-                // caller's promise, as for the ping-pong kernel)
-                *(p.w as *const f32).add(*(p.row_slot as *const u32).add(row as usize) as usize)
+                // SAFETY: row < row_end <= rows_max (row_slot's length; `tile_info` clamps); the slot is checked
+                // against w's length
+                dsw_weight(p, row)
             } else {
                 0.0
             }
@@ -298,7 +298,7 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32>(
             crate::unroll!(B in [0, 1, 2, 3] {
                 let (r, in_rows) = tile_row(l + B as u32);
                 if live && in_rows && l + (B as u32) < ew_rows {
-                    // SAFETY: a row of the expert (< offsets[E]) and 8 columns below n: inside z [rows_max, 2 n]
+                    // SAFETY: a row below row_end <= rows_max (clamped) and 8 columns below n: inside z [rows_max, 2 n]
                     let zr = z.add((((ti.row0 + r) * 2 * n + col) / 8) as usize);
                     g[B] = global::ld_v4(zr);
                     u[B] = global::ld_v4(zr.add((n / 8) as usize));
@@ -375,7 +375,7 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32>(
                 let i = l + lane / 8;
                 let (r, in_rows) = tile_row(i);
                 if in_rows && i < ew_rows {
-                    // SAFETY: row < offsets[E], n_tile < n_tiles: inside partial [rows_max, n_tiles]
+                    // SAFETY: row < row_end <= rows_max (clamped), n_tile < n_tiles: inside partial [rows_max, n_tiles]
                     *(p.partial as *mut f32).add(((ti.row0 + r) * p.n_tiles + ti.n_tile) as usize) = sum;
                 }
             }

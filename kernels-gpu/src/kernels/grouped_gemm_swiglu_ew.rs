@@ -18,7 +18,7 @@
 //! w + EW, ..: lanes 0..15 the pair's first row, 16..31 its second; lane l < 12 of a half the columns 8 l .. + 8:
 //! its g chunk (chunk l of the row) and u chunk (12 + l), h = silu(g) u, 16-byte stores of g and u into z and of h
 //! into c. Rows past the expert's end and columns past I are neither read nor written.
-use crate::kernels::grouped_gemm::{move_rows, swiglu_h, tile_info, wait_rows, walk, walk_tile, A_BYTES, BK};
+use crate::kernels::grouped_gemm::{m_tiles, move_rows, swiglu_h, tile_info, wait_rows, walk, walk_tile, A_BYTES, BK};
 use crate::kernels::grouped_gemm_dswiglu_ew::{consume, setup, stage_bytes};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
@@ -51,7 +51,7 @@ unsafe fn body<const MV: bool, const EW: u32>(p: &GroupedGemm) {
     let (ring, zt, bars) = setup::<S7, BN7, EW>(p, base);
     let t = regs::tid();
     let wg = t / 128;
-    let total = *(p.tile_offsets as *const u32).add(p.experts as usize) * p.n_tiles;
+    let total = m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
     if t == 0 {
         produce::<MV>(p, base, ring, total, kt_n);
@@ -133,7 +133,7 @@ unsafe fn epilogue<const EW_: u32>(p: &GroupedGemm, zt: u32, (full, empty): (u32
             let u = smem::ld_v4(zt + r * Z_ROW + (((HALF + lc) ^ (r % 8)) * 16));
             if live && row < ti.row_end {
                 let h = [swiglu_h(g[0], u[0]), swiglu_h(g[1], u[1]), swiglu_h(g[2], u[2]), swiglu_h(g[3], u[3])];
-                // SAFETY: a row of the expert (< offsets[E] <= rows_max) and 8 columns below n: inside z
+                // SAFETY: a row below row_end <= rows_max (`tile_info` clamps) and 8 columns below n: inside z
                 // [rows_max, 2 n] and c [rows_max, ldc]; each element has one writer
                 if p.z != 0 {
                     let at = ((row * 2 * n + col) / 8) as usize;

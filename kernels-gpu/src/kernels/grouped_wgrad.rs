@@ -75,7 +75,18 @@ unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
     let mt = (tile % per) / p.n_tiles;
     let nt = tile % p.n_tiles;
     let off = p.offsets as *const u32;
-    Tile { e, r0: *off.add(e as usize), r1: *off.add(e as usize + 1), mt, nt }
+    let (r0, r1) = expert_rows(*off.add(e as usize), *off.add(e as usize + 1), p.rows_max);
+    Tile { e, r0, r1, mt, nt }
+}
+
+/// An expert's rows r0..r1 from its offsets, inside a buffer of `rows_max` rows: r1 at most rows_max, r0 at most
+/// r1 (offsets as promised are left as they are; past the buffer or decreasing, the expert gets the rows that
+/// are inside, or none). `wgrad_expert_maps` points the expert's tensor maps at the same rows, and the
+/// contraction's k-tiles are bounded by them.
+#[inline(always)]
+pub(crate) fn expert_rows(r0: u32, r1: u32, rows_max: u32) -> (u32, u32) {
+    let r1 = r1.min(rows_max);
+    (r0.min(r1), r1)
 }
 
 /// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.

@@ -1,7 +1,8 @@
 //! The per-expert tensor maps of the K-grouped weight gradients (`wgrad_expert_maps`): each expert's rows of A
 //! and B as a tensor map of their own, so the copy engine reads zeros past an expert's last row (the whole-buffer
 //! maps would read the next expert's rows there, which the consumers then had to zero in shared memory). One
-//! thread a map: a copy of the whole-buffer template, pointed at the expert's first row with the expert's rows.
+//! thread a map: a copy of the whole-buffer template, pointed at the expert's first row with the expert's rows,
+//! both clamped to the buffers' `rows_max` (so a map never reaches past A or B whatever the offsets hold).
 use crate::kernels::routing_failed;
 use crate::params::WgradMaps;
 use crate::ptx::{regs, tma};
@@ -27,7 +28,8 @@ pub unsafe extern "ptx-kernel" fn wgrad_expert_maps(p: WgradMaps) {
         (p.template[1], p.base[1], p.row_bytes[1])
     };
     let off = p.offsets as *const u32;
-    let (r0, r1) = (*off.add(e), *off.add(e + 1));
+    // the expert's rows inside the buffers (as the weight gradient's tiles take them), whatever the offsets say
+    let (r0, r1) = crate::kernels::grouped_wgrad::expert_rows(*off.add(e), *off.add(e + 1), p.rows_max);
     let src = template as *const u128;
     let dst = (p.out as *mut u128).add(i as usize * 8);
     let mut w = 0;
