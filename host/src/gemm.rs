@@ -371,17 +371,19 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
     with_override(&DSW, k, f)
 }
 
-/// How the weight gradients' blocks take their tiles: [`WgradSched::Dynamic`] (the default) the next tile of a
-/// grid-wide counter whenever a block is done with one, the experts busiest first (up to 256 experts; more in
-/// expert order), so the tiles of busy experts (a tile costs its expert's rows) spread over the blocks and the
-/// last tiles taken are short; [`WgradSched::Static`] every grid-th tile (the schedule before the twenty-first
-/// session: with skewed routing, Zipf 1.0 over 128 experts, dW2 16% and dW1 10% slower than with uniform
-/// routing). [`WgradSched::Clusters`] (experimental, bf16 weight gradients only; the FP8 ones run `Dynamic` under
-/// it): pairs of m-tiles (one expert, one n-tile) in 2-CTA clusters sharing B by multicast, taken at run time as
-/// `Dynamic` takes tiles (the cluster's leader takes each index from the counter and hands it to its peer), busiest
-/// expert first, where the m-tiles (of 128 rows of C_e) are even in number (else as `Dynamic`). The same bits in
-/// every form. `MEGAMOE_WGRAD_SCHED` (read once) = `dynamic` (or unset), `static` or `clusters`; another value is
-/// an `InvalidArgument`; overridden on a thread by [`with_wgrad_sched`].
+/// How the weight gradients' blocks take their tiles: [`WgradSched::Clusters`] (the default since the twenty-sixth
+/// session, bf16 weight gradients; the FP8 ones run `Dynamic` under it): pairs of m-tiles (one expert, one n-tile)
+/// in 2-CTA clusters sharing B by multicast, taken at run time as `Dynamic` takes tiles (the cluster's leader takes
+/// each index from the counter and hands it to its peer), busiest expert first, where the m-tiles (of 128 rows of
+/// C_e) are even in number (else as `Dynamic`): at 30B 0-2.4% faster than `Dynamic` in short runs, 2-2.6% under
+/// sustained (power-capped) load, where it takes fewer joules a launch (docs/RESULTS.md 2026-12-05);
+/// [`WgradSched::Dynamic`] the next tile of a grid-wide counter whenever a block is done with one, the experts
+/// busiest first (up to 256 experts; more in expert order), so the tiles of busy experts (a tile costs its
+/// expert's rows) spread over the blocks and the last tiles taken are short; [`WgradSched::Static`] every grid-th
+/// tile (the schedule before the twenty-first session: with skewed routing, Zipf 1.0 over 128 experts, dW2 16% and
+/// dW1 10% slower than with uniform routing). The same bits in every form. `MEGAMOE_WGRAD_SCHED` (read once) =
+/// `clusters` (or unset), `dynamic` or `static`; another value is an `InvalidArgument`; overridden on a thread by
+/// [`with_wgrad_sched`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WgradSched {
     Dynamic,
@@ -400,7 +402,7 @@ pub fn wgrad_sched() -> Result<WgradSched> {
         ("dynamic", WgradSched::Dynamic),
         ("static", WgradSched::Static),
         ("clusters", WgradSched::Clusters),
-        ("", WgradSched::Dynamic),
+        ("", WgradSched::Clusters),
     ];
     policy(&WGRAD_SCHED, &ENV, "MEGAMOE_WGRAD_SCHED", &table)
 }
