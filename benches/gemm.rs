@@ -28,6 +28,12 @@
 //! experts of random routing cost; `zipf:S` skews it (expert popularity 1 / rank^S; each shape prints its busiest
 //! and idlest expert's rows).
 //!
+//! `MEGAMOE_PROBE_X=zero-halves` (a probe of data-dependent power, not a benchmark: it times on zeros): x's rows
+//! in odd 64-row blocks of the sorted rows (64..128, 192..256, ...: half the rows, in a warpgroup's runs; m-tiles
+//! start at the experts' offsets, so a tile's halves straddle them) are zero, the references alike: under a
+//! soak, the joules a launch of GEMM1 against random x tell what zero padding rows would save (the rows past an
+//! expert's end in its last m-tile hold the next expert's data now, multiplied in full).
+//!
 //! `MEGAMOE_SOAK=S`: after each alternating line, S seconds of our launch back to back, then S seconds of cuBLAS's
 //! (`SOAK` lines with wall-clock bounds, for nvidia-smi's power and clock samples beside the run: the sustained
 //! time and the energy of a launch under the 700 W cap); `MEGAMOE_SOAK_ONLY=dW` soaks only the GEMMs whose name
@@ -71,8 +77,10 @@ impl<T, E: std::fmt::Display> Ctx<T> for Result<T, E> {
 
 /// A random bf16 pattern: element i of a buffer is `pool[i % pool.len()]`, the pool odd-sized and not a multiple
 /// of 3, so no two rows of any of the layer's widths repeat each other; the host reads any element back.
+/// `zero_halves` (the probe below): rows of that width in odd 64-row blocks (rows 64..128, 192..256, ...) read as zero.
 struct Pat {
     pool: Vec<bf16>,
+    zero_halves: Option<usize>,
 }
 
 impl Pat {
@@ -89,11 +97,19 @@ impl Pat {
                 }
             })
             .collect();
-        Pat { pool }
+        Pat { pool, zero_halves: None }
+    }
+
+    fn zeroed(&self, i: usize) -> bool {
+        self.zero_halves.is_some_and(|w| (i / w / 64) % 2 == 1)
     }
 
     fn get(&self, i: usize) -> f64 {
-        self.pool[i % Self::LEN].to_f64()
+        if self.zeroed(i) {
+            0.0
+        } else {
+            self.pool[i % Self::LEN].to_f64()
+        }
     }
 
     fn upload(&self, g: &Gpu, n: usize) -> R<CudaSlice<bf16>> {
@@ -101,6 +117,13 @@ impl Pat {
         while v.len() < n {
             let take = (n - v.len()).min(Self::LEN);
             v.extend_from_slice(&self.pool[..take]);
+        }
+        if self.zero_halves.is_some() {
+            for (j, x) in v.iter_mut().enumerate() {
+                if self.zeroed(j) {
+                    *x = bf16::ZERO;
+                }
+            }
         }
         g.upload(&v).s()
     }
@@ -524,7 +547,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
         }
     }
     let i2 = 2 * i;
-    let (px, pw1, pw2, ph, pdy, pz, pdz, psdy) = (
+    let (mut px, pw1, pw2, ph, pdy, pz, pdz, psdy) = (
         Pat::new(rng, 1.0),
         Pat::new(rng, 1.7 / (h as f64).sqrt()),
         Pat::new(rng, 2.0 / (i as f64).sqrt()),
@@ -534,6 +557,10 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
         Pat::new(rng, 1.0),
         Pat::new(rng, 1.0),
     );
+    if std::env::var("MEGAMOE_PROBE_X").is_ok_and(|v| v == "zero-halves") {
+        px.zero_halves = Some(h);
+        println!("PROBE: x's rows in odd 64-row blocks are zero: half the rows (data-dependent power)");
+    }
     let xs = px.upload(g, m * h)?;
     let w1 = pw1.upload(g, e * i2 * h)?;
     let w2 = pw2.upload(g, e * h * i)?;

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Run in the twenty-sixth session (2026-12-05) as call 3, command `bash docs/calls/2026-12-05a-call3.sh; cd $OUT &&
+# tar czf r.tgz r && rm -rf r` (then named next-soak-clusters.sh; the archive because a call returns at most 8
+# files), KNOBS empty, carry [".dev/b38"]: 337 s; results in docs/RESULTS.md 2026-12-05.
 # Prepared in the twenty-third session (not run). Energy per launch under sustained load, each GEMM of the 30B layer
 # against cuBLAS's dense GEMM, single-CTA kernels against the 2-CTA cluster forms, and the layer likewise.
 # Why: 2026-12-04g call 4 found the sustained 30B step power-bound (692 W, SM clock ~1440 MHz of 1980): its time

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Run in the twenty-sixth session (2026-12-05) as call 1, command `bash docs/calls/2026-12-05a-call1.sh` (then named
+# next-all-1.sh), carry [".dev/b38"]: 293 s; results in docs/RESULTS.md 2026-12-05 (the leads no gain; the tests' lines
+# were cut from the returned output and ran again in call 2).
 # Prepared in the twenty-fourth session (not run; no device was lent). The three prepared patches in one binary
 # (branch next-all = main bc49e65 + wgrad-pairs + wgrad-skew + mgemm-skew, the shared SKEW_EVERY_TILE kept once,
 # the two skew knobs sharing one table): docs/wip/wgrad-cluster-pairs-runtime.patch (`MEGAMOE_WGRAD_SCHED=clusters`
