@@ -29,6 +29,13 @@
 //! - bulk async-groups of TMA stores: a store reads its box from its issue until its group completes (in order);
 //!   `wait_group.read N` returns once at most N committed groups are left.
 //! - global flags: u32 words, `st.release` and a spin `ld.acquire` until >= a value.
+//! - `st.async ... mbarrier::complete_tx::bytes` (a store into another CTA of the cluster): a write of its region
+//!   from its issue until its bytes complete on the barrier (of the CTA it writes), as a TMA load's.
+//! - 2-CTA clusters: both CTAs' actors in one model, every barrier a global object: a remote arrival
+//!   (`mapa` + `mbarrier.arrive.shared::cluster`) is an arrival by an actor of the other CTA that travels there
+//!   (in flight from its issue, as a copy: the issuing warp goes on), a TMA multicast one load per CTA it writes
+//!   (each completing on that CTA's barrier); `cluster::sync()` a barrier of all actors whose arrival (a release)
+//!   waits until the actor's remote arrives have landed.
 //!
 //! Reductions, each keeping every violation reachable:
 //! - symmetry: actors of one team whose programs are the same up to a renaming of their private regions (no other
@@ -40,14 +47,25 @@
 //!   every other step;
 //! - ops that close an interval (`End*`, and `wait_group.read`, at which the copy engine finishes the groups it
 //!   waits for: as late as possible) run in the same step as the op after them when that one can run now (an
-//!   interval closed later only adds races), else as a step of their own.
+//!   interval closed later only adds races), else as a step of their own;
+//! - late copies: a copy in flight (a TMA load's or an `st.async`'s bytes, `cp.async` copies' or a remote
+//!   arrive's arrivals) lands (a step) only while an actor's next op (past its `End*` ops) waits or arrives on its
+//!   barrier (or is a cluster sync waiting for it to land), or no actor can step. In any run, a landing moved
+//!   later, up to the first state where an actor's next op is on its barrier (with the other landings on that
+//!   barrier moved there, in their order), passes only steps that do not touch that barrier (nothing else does: no
+//!   actor's next op is on it), so their barrier states and the checks on them (an arrival's phase, a wait's,
+//!   `settle`'s look at the actors' next waits) are the same, and its write interval stays open longer (only more
+//!   races): every run reorders into one of these that reaches the same violation (a deadlock, or the end: its
+//!   state once the landings left over have landed; a race: a state with the same intervals open and more; the
+//!   others: the same barrier state at the step or state that shows them).
 //!
 //! A state's digest is 128 bits (each actor's state first folded to 64): two states of one digest would prune one
 //! of them. At most [`LIMIT`] states a check (then a [`Kind::Limit`] violation).
 //!
 //! The kernels' models: [`gemm`] (the cooperative M-grouped GEMMs, the gathering producer), [`ew7`] (the
-//! epilogue-warp kernels), [`wgrad`] (the K-grouped weight gradients), [`pingpong`] (the ping-pong SwiGLU
-//! backward); [`ring`] generates pipeline.rs's ring ops for them.
+//! epilogue-warp kernels), [`wgrad`] (the K-grouped weight gradients, single CTAs and the 2-CTA cluster forms with
+//! static or run-time pairs), [`pingpong`] (the ping-pong SwiGLU backward); [`ring`] generates pipeline.rs's ring
+//! ops for them.
 use std::collections::HashSet;
 use std::format;
 use std::string::String;
@@ -97,6 +115,23 @@ pub enum Op {
         write: Mask,
         phase: i64,
     },
+    /// `st.async.shared::cluster.mbarrier::complete_tx::bytes` (a store into a CTA of the cluster, usually the
+    /// peer's): writes `write` until it completes `bytes` on `bar` (of the CTA it writes) in phase `phase`. The
+    /// same semantics as [`Op::Load`] (an asynchronous write whose bytes complete on a barrier), named apart.
+    StAsync {
+        bar: u8,
+        bytes: i64,
+        write: Mask,
+        phase: i64,
+    },
+    /// `mbarrier.arrive.shared::cluster` on a barrier of another CTA of the cluster (an address from `mapa`):
+    /// `count` arrivals in phase `phase` that travel to it (in flight from their issue, landing as a copy's
+    /// arrivals do).
+    ArriveRemote {
+        bar: u8,
+        count: u32,
+        phase: i64,
+    },
     /// `count` threads' `cp.async` copies writing `write`, each thread's followed by `cp.async.mbarrier.arrive.noinc`
     /// on `bar`: `count` arrivals in phase `phase` once the copies complete. (Copies of one team into a partitioned
     /// region do not race with each other: each thread its own bytes.)
@@ -120,6 +155,13 @@ pub enum Op {
     WaitRead(u8),
     /// `bar.sync id, 32 * warps`.
     Sync {
+        id: u8,
+        warps: u32,
+    },
+    /// `cluster::sync()` (`barrier.cluster.arrive.release` + `wait.acquire`) among `warps` actors (of both CTAs),
+    /// as a `bar.sync` on named barrier `id`: its arrival (a release) only once this actor's remote arrives have
+    /// landed.
+    ClusterSync {
         id: u8,
         warps: u32,
     },
@@ -242,6 +284,12 @@ impl Model {
             Op::Load { bar, bytes, write, phase } => {
                 format!("TMA load {bytes} B into {} on {} (phase {phase})", self.mask_name(write), self.bar_name(bar))
             }
+            Op::StAsync { bar, bytes, write, phase } => {
+                format!("st.async {bytes} B into {} on {} (phase {phase})", self.mask_name(write), self.bar_name(bar))
+            }
+            Op::ArriveRemote { bar, count, phase } => {
+                format!("remote arrive x{count} on {} (phase {phase})", self.bar_name(bar))
+            }
             Op::CpAsync { bar, count, write, phase } => format!(
                 "cp.async x{count} into {} with arrive.noinc on {} (phase {phase})",
                 self.mask_name(write),
@@ -255,6 +303,7 @@ impl Model {
             Op::Commit => "commit_group".into(),
             Op::WaitRead(n) => format!("wait_group.read {n}"),
             Op::Sync { id, warps } => format!("bar.sync {} ({warps} warps)", self.named[id as usize]),
+            Op::ClusterSync { id, warps } => format!("cluster sync {} ({warps} actors)", self.named[id as usize]),
             Op::BarArrive { id, warps } => format!("bar.arrive {} ({warps} warps)", self.named[id as usize]),
             Op::FlagStore { flag, value } => format!("st.release {} = {value}", self.flags[flag as usize]),
             Op::FlagWaitGe { flag, value } => format!("wait {} >= {value}", self.flags[flag as usize]),
@@ -346,8 +395,12 @@ struct Event {
     bytes: i64,
     write: Mask,
     phase: i64,
-    /// 0: a TMA load's bytes; else the arrivals of `cp.async` copies.
+    /// 0: a TMA load's (or an `st.async`'s) bytes; else the arrivals of `cp.async` copies (or of a remote arrive).
     arrivals: u32,
+    /// What it is: [`EV_LOAD`], [`EV_ST_ASYNC`], [`EV_CP_ASYNC`], [`EV_REMOTE`].
+    kind: u8,
+    /// A remote arrive: the actor that issued it (`cluster::sync` waits for its landing); else 0.
+    issuer: u8,
     /// `cp.async` copies: their issuer's team (copies of one team into a partitioned region write disjoint parts).
     team: u8,
 }
@@ -370,6 +423,11 @@ enum Step {
 }
 
 type Fail = (Kind, String);
+
+const EV_LOAD: u8 = 0;
+const EV_ST_ASYNC: u8 = 1;
+const EV_CP_ASYNC: u8 = 2;
+const EV_REMOTE: u8 = 3;
 
 /// Two 64-bit lanes of multiply-xorshift mixing over the state's words: a 128-bit digest per state (the
 /// visited set keeps digests, not states; two states of one digest would prune one of them).
@@ -462,7 +520,7 @@ struct Checker<'a> {
 fn regions_of(op: &Op) -> Mask {
     match *op {
         Op::BeginRead(m) | Op::EndRead(m) | Op::BeginWrite(m) | Op::EndWrite(m) | Op::Store(m) => m,
-        Op::Load { write, .. } | Op::CpAsync { write, .. } => write,
+        Op::Load { write, .. } | Op::StAsync { write, .. } | Op::CpAsync { write, .. } => write,
         _ => 0,
     }
 }
@@ -479,6 +537,7 @@ impl<'a> Checker<'a> {
     fn new(m: &'a Model) -> Self {
         let n = m.actors.len();
         assert!(n <= 64, "at most 64 actors");
+        assert!(m.mbars.len() <= 128, "at most 128 mbarriers");
         for a in &m.actors {
             assert!(a.ops.len() < u16::MAX as usize, "programs of fewer than 65535 ops");
         }
@@ -526,6 +585,9 @@ impl<'a> Checker<'a> {
                     Op::EndWrite(r) => Op::EndWrite(rename(p, r)),
                     Op::Store(r) => Op::Store(rename(p, r)),
                     Op::Load { bar, bytes, write, phase } => Op::Load { bar, bytes, write: rename(p, write), phase },
+                    Op::StAsync { bar, bytes, write, phase } => {
+                        Op::StAsync { bar, bytes, write: rename(p, write), phase }
+                    }
                     Op::CpAsync { bar, count, write, phase } => {
                         Op::CpAsync { bar, count, write: rename(p, write), phase }
                     }
@@ -648,6 +710,9 @@ impl<'a> Checker<'a> {
         match *op {
             Op::Wait { bar, parity, .. } => (st.mbars[bar as usize].phase & 1) as u8 != parity,
             Op::Sync { id, .. } => a.sync == 0 || st.named[id as usize].gen != a.sync - 1,
+            Op::ClusterSync { id, .. } if a.sync != 0 => st.named[id as usize].gen != a.sync - 1,
+            // the arrival's release: this actor's remote arrives have landed
+            Op::ClusterSync { .. } => !st.events.iter().any(|e| e.kind == EV_REMOTE && e.issuer as usize == i),
             Op::FlagWaitGe { flag, value } => st.flags[flag as usize] >= value,
             _ => true,
         }
@@ -666,10 +731,15 @@ impl<'a> Checker<'a> {
     /// disable (the bulk groups, a named barrier's count and generation), so it commutes with every other step.
     fn is_eager(&self, st: &State, i: usize, op: &Op) -> bool {
         match op {
-            Op::BeginRead(_) | Op::BeginWrite(_) | Op::Store(_) | Op::Commit | Op::Load { .. } | Op::CpAsync { .. } => {
-                true
-            }
-            Op::Sync { .. } => self.enabled(st, i, op),
+            Op::BeginRead(_)
+            | Op::BeginWrite(_)
+            | Op::Store(_)
+            | Op::Commit
+            | Op::Load { .. }
+            | Op::StAsync { .. }
+            | Op::ArriveRemote { .. }
+            | Op::CpAsync { .. } => true,
+            Op::Sync { .. } | Op::ClusterSync { .. } => self.enabled(st, i, op),
             _ => false,
         }
     }
@@ -737,8 +807,10 @@ impl<'a> Checker<'a> {
     fn exec(&self, st: &mut State, i: usize, op: Op, log: &mut Option<&mut Vec<String>>) -> Result<(), Fail> {
         if let Some(l) = log {
             let what = match op {
-                Op::Sync { .. } if st.actors[i].sync != 0 => format!("{} (leaves)", self.m.op_name(&op)),
-                Op::Sync { .. } => format!("{} (arrives)", self.m.op_name(&op)),
+                Op::Sync { .. } | Op::ClusterSync { .. } if st.actors[i].sync != 0 => {
+                    format!("{} (leaves)", self.m.op_name(&op))
+                }
+                Op::Sync { .. } | Op::ClusterSync { .. } => format!("{} (arrives)", self.m.op_name(&op)),
                 _ => self.m.op_name(&op),
             };
             l.push(what);
@@ -772,12 +844,39 @@ impl<'a> Checker<'a> {
                 }
             }
             Op::Load { bar, bytes, write, phase } => {
-                st.events.push(Event { bar, bytes, write, phase, arrivals: 0, team: 0 });
+                st.events.push(Event { bar, bytes, write, phase, arrivals: 0, team: 0, kind: EV_LOAD, issuer: 0 });
+                st.events.sort_unstable();
+            }
+            Op::StAsync { bar, bytes, write, phase } => {
+                st.events.push(Event { bar, bytes, write, phase, arrivals: 0, team: 0, kind: EV_ST_ASYNC, issuer: 0 });
                 st.events.sort_unstable();
             }
             Op::CpAsync { bar, count, write, phase } => {
                 let team = self.m.actors[i].team;
-                st.events.push(Event { bar, bytes: 0, write, phase, arrivals: count, team });
+                st.events.push(Event {
+                    bar,
+                    bytes: 0,
+                    write,
+                    phase,
+                    arrivals: count,
+                    team,
+                    kind: EV_CP_ASYNC,
+                    issuer: 0,
+                });
+                st.events.sort_unstable();
+            }
+            Op::ArriveRemote { bar, count, phase } => {
+                let issuer = i as u8;
+                st.events.push(Event {
+                    bar,
+                    bytes: 0,
+                    write: 0,
+                    phase,
+                    arrivals: count,
+                    team: 0,
+                    kind: EV_REMOTE,
+                    issuer,
+                });
                 st.events.sort_unstable();
             }
             Op::BeginRead(m) => st.actors[i].reads |= m,
@@ -796,8 +895,8 @@ impl<'a> Checker<'a> {
                     a.open = 0;
                 }
             }
-            Op::Sync { id, warps } | Op::BarArrive { id, warps } => {
-                let is_sync = matches!(op, Op::Sync { .. });
+            Op::Sync { id, warps } | Op::ClusterSync { id, warps } | Op::BarArrive { id, warps } => {
+                let is_sync = matches!(op, Op::Sync { .. } | Op::ClusterSync { .. });
                 if is_sync && st.actors[i].sync != 0 {
                     // the waiting half: the generation it arrived in has completed
                     st.actors[i].sync = 0;
@@ -874,20 +973,25 @@ impl<'a> Checker<'a> {
             Step::Load(k) if st.events[k].arrivals > 0 => {
                 let e = st.events.remove(k);
                 if let Some(l) = log {
-                    l.push(format!(
-                        "cp.async into {} complete: {} arrivals on {}",
-                        self.m.mask_name(e.write),
-                        e.arrivals,
-                        self.m.bar_name(e.bar)
-                    ));
+                    l.push(if e.kind == EV_REMOTE {
+                        format!("remote arrive x{} lands on {}", e.arrivals, self.m.bar_name(e.bar))
+                    } else {
+                        format!(
+                            "cp.async into {} complete: {} arrivals on {}",
+                            self.m.mask_name(e.write),
+                            e.arrivals,
+                            self.m.bar_name(e.bar)
+                        )
+                    });
                 }
                 self.arrive(st, e.bar, e.arrivals as i64, 0, e.phase)
             }
             Step::Load(k) => {
                 let e = st.events.remove(k);
+                let what = if e.kind == EV_ST_ASYNC { "st.async" } else { "TMA load" };
                 if let Some(l) = log {
                     l.push(format!(
-                        "TMA load into {} completes {} B on {}",
+                        "{what} into {} completes {} B on {}",
                         self.m.mask_name(e.write),
                         e.bytes,
                         self.m.bar_name(e.bar)
@@ -898,7 +1002,7 @@ impl<'a> Checker<'a> {
                     return Err((
                         Kind::Aliasing,
                         format!(
-                            "TMA load into {} completes on {} in phase {}, meant for phase {}",
+                            "{what} into {} completes on {} in phase {}, meant for phase {}",
                             self.m.mask_name(e.write),
                             self.m.bar_name(e.bar),
                             b.phase,
@@ -926,8 +1030,34 @@ impl<'a> Checker<'a> {
                 v.push(Step::Actor(i));
             }
         }
+        if st.events.is_empty() {
+            return;
+        }
+        // a copy lands only where it matters (see the module: late copies)
+        let stuck = v.is_empty();
+        let mut faced: u128 = 0;
+        if !stuck {
+            for (i, a) in st.actors.iter().enumerate() {
+                let ops = &self.m.actors[i].ops;
+                let mut pc = a.pc as usize;
+                while pc < ops.len() && ops[pc].is_end() {
+                    pc += 1;
+                }
+                match ops.get(pc) {
+                    Some(Op::Wait { bar, .. } | Op::Arrive { bar, .. } | Op::ArriveTx { bar, .. }) => faced |= 1 << bar,
+                    // a cluster sync's arrival waits for this actor's remote arrives to land
+                    Some(Op::ClusterSync { .. }) if a.sync == 0 => {
+                        for e in st.events.iter().filter(|e| e.kind == EV_REMOTE && e.issuer as usize == i) {
+                            faced |= 1 << e.bar;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
         for k in 0..st.events.len() {
-            if k == 0 || st.events[k] != st.events[k - 1] {
+            let e = &st.events[k];
+            if (k == 0 || *e != st.events[k - 1]) && (stuck || faced & 1 << e.bar != 0) {
                 v.push(Step::Load(k));
             }
         }
@@ -942,7 +1072,12 @@ impl<'a> Checker<'a> {
             format!("the TMA stores of {}", self.m.actors[x - n].name)
         } else {
             let e = &st.events[x - 2 * n];
-            let what = if e.arrivals > 0 { "cp.async copies" } else { "a TMA load" };
+            let what = match e.kind {
+                EV_CP_ASYNC => "cp.async copies",
+                EV_REMOTE => "a remote arrive",
+                EV_ST_ASYNC => "an st.async",
+                _ => "a TMA load",
+            };
             format!("{what} into {}", self.m.mask_name(e.write))
         }
     }

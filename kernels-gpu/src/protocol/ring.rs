@@ -20,8 +20,19 @@ impl Ring {
     }
     /// The same with the stages' regions given (a stage of several regions).
     pub fn with_stages(m: &mut Model, s: u32, producer_arrivals: u32, consumer_warps: u32, stage: Vec<Mask>) -> Self {
-        let full = (0..s).map(|i| m.mbar(&format!("full[{i}]"), producer_arrivals)).collect();
-        let empty = (0..s).map(|i| m.mbar(&format!("empty[{i}]"), consumer_warps)).collect();
+        Self::named(m, "", s, producer_arrivals, consumer_warps, stage)
+    }
+    /// The same with the barriers' names prefixed (`cta0.`: a CTA of a cluster).
+    pub fn named(
+        m: &mut Model,
+        pre: &str,
+        s: u32,
+        producer_arrivals: u32,
+        consumer_warps: u32,
+        stage: Vec<Mask>,
+    ) -> Self {
+        let full = (0..s).map(|i| m.mbar(&format!("{pre}full[{i}]"), producer_arrivals)).collect();
+        let empty = (0..s).map(|i| m.mbar(&format!("{pre}empty[{i}]"), consumer_warps)).collect();
         Ring { s, full, empty, stage }
     }
     fn st(&self, it: u32) -> usize {

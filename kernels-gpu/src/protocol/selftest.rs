@@ -258,3 +258,104 @@ fn named_barrier_handover() {
     assert_ok(&named_handover(1, false));
     assert_fails(&named_handover(2, false), Kind::Race);
 }
+
+/// Options of [`channel`]'s mutations.
+#[derive(Clone, Copy, Default)]
+struct ChannelBugs {
+    /// The receiver gives the slot back before it reads it.
+    release_before_read: bool,
+    /// The sender does not wait for the slot's `empty`.
+    no_empty_wait: bool,
+    /// The receiver announces the bytes after its wait.
+    expect_after_wait: bool,
+}
+
+/// pipeline.rs `PairChannel` reduced: `n` values from a sender (one CTA) to a receiver (the other) through `q`
+/// slots in the receiver's shared memory; per slot `full` (in the receiver: its own arrive.expect_tx(4) plus the
+/// 4 bytes of the sender's `st.async`) and `empty` (in the sender: the receiver's remote arrival once it has read
+/// the slot).
+fn channel(n: u32, q: u32, bugs: ChannelBugs) -> Model {
+    let mut m = Model::new(&format!("channel n={n} q={q}"));
+    let full: Vec<u8> = (0..q).map(|i| m.mbar(&format!("full[{i}]"), 1)).collect();
+    let empty: Vec<u8> = (0..q).map(|i| m.mbar(&format!("empty[{i}]"), 1)).collect();
+    let slot: Vec<Mask> = (0..q).map(|i| m.region(&format!("slot{i}"), false)).collect();
+    let (mut p, mut c) = (Vec::new(), Vec::new());
+    for j in 0..n {
+        let (s, ph) = ((j % q) as usize, (j / q) as i64);
+        if !bugs.no_empty_wait {
+            p.push(Op::Wait { bar: empty[s], parity: (((j / q) & 1) ^ 1) as u8, phase: ph - 1 });
+        }
+        p.push(Op::StAsync { bar: full[s], bytes: 4, write: slot[s], phase: ph });
+        let expect = Op::ArriveTx { bar: full[s], bytes: 4, phase: ph };
+        if !bugs.expect_after_wait {
+            c.push(expect);
+        }
+        c.push(Op::Wait { bar: full[s], parity: ((j / q) & 1) as u8, phase: ph });
+        if bugs.expect_after_wait {
+            c.push(expect);
+        }
+        let back = Op::Arrive { bar: empty[s], count: 1, phase: ph };
+        if bugs.release_before_read {
+            c.extend([back, Op::BeginRead(slot[s]), Op::EndRead(slot[s])]);
+        } else {
+            c.extend([Op::BeginRead(slot[s]), Op::EndRead(slot[s]), back]);
+        }
+    }
+    m.actor("sender", 0, p);
+    m.actor("receiver", 0, c);
+    m
+}
+
+#[test]
+fn st_async_channel() {
+    // the store's bytes may land before the receiver's expect_tx (the tx-count goes negative first)
+    for q in 1..=2 {
+        for n in 0..=6 {
+            assert_ok(&channel(n, q, ChannelBugs::default()));
+        }
+    }
+    // the slot given back before it is read: the next store into it races with the read
+    let v = assert_fails(&channel(3, 2, ChannelBugs { release_before_read: true, ..Default::default() }), Kind::Race);
+    assert!(v.what.contains("an st.async into slot0"), "{v}");
+    assert_ok(&channel(2, 2, ChannelBugs { release_before_read: true, ..Default::default() }));
+    // no back-pressure: a second store into the slot while the first is in flight
+    let v = assert_fails(&channel(3, 2, ChannelBugs { no_empty_wait: true, ..Default::default() }), Kind::Race);
+    assert!(v.what.contains("an st.async into slot0 writes slot0 while an st.async into slot0"), "{v}");
+    // the receiver's arrival is one of the phase's: it never completes without it
+    assert_fails(&channel(1, 2, ChannelBugs { expect_after_wait: true, ..Default::default() }), Kind::Deadlock);
+}
+
+/// Two CTAs' warps each arrive on the other's barrier (a remote arrive: in flight until it lands) and on their own,
+/// and wait on their own; with `sync` both end with a cluster sync (its arrival waits for the actor's remote
+/// arrives to land).
+fn remote(sync: bool, wait: bool) -> Model {
+    let mut m = Model::new(&format!("remote arrives sync={sync} wait={wait}"));
+    let bars = [m.mbar("cta0.bar", 2), m.mbar("cta1.bar", 2)];
+    let id = m.named_bar("cluster");
+    for r in 0..2 {
+        let mut ops = [
+            Op::ArriveRemote { bar: bars[1 - r], count: 1, phase: 0 },
+            Op::Arrive { bar: bars[r], count: 1, phase: 0 },
+        ]
+        .to_vec();
+        if wait {
+            ops.push(Op::Wait { bar: bars[r], parity: 0, phase: 0 });
+        }
+        if sync {
+            ops.push(Op::ClusterSync { id, warps: 2 });
+        }
+        m.actor(&format!("cta{r}.warp"), 0, ops);
+    }
+    m
+}
+
+#[test]
+fn remote_arrives_and_cluster_sync() {
+    assert_ok(&remote(true, false));
+    assert_ok(&remote(true, true));
+    // each CTA waits for the other's arrival: it has landed before either finishes
+    assert_ok(&remote(false, true));
+    // nobody waits: a CTA may leave with its arrival still on its way to the other
+    let v = assert_fails(&remote(false, false), Kind::UncleanEnd);
+    assert!(v.what.contains("copy in flight"), "{v}");
+}
