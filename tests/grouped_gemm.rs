@@ -13,6 +13,13 @@ fn gpu() -> Arc<Gpu> {
     megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
 }
 
+/// A fresh seed's generator, the seed printed (`MEGAMOE_SEED` replays it).
+fn fresh_rng() -> Rng {
+    let seed = Rng::fresh_seed();
+    eprintln!("seed {seed}");
+    Rng::new(seed)
+}
+
 fn run(counts: &[u32], n: usize, k: usize, layout: BLayout) {
     run_seeded(counts, n, k, layout, Rng::fresh_seed());
 }
@@ -171,9 +178,7 @@ gpu_test!(nk_300_experts, run(&(0..300).map(|e| (e * 37 % 11) as u32).collect::<
 /// poisoned), a few destinations past C's end (not written), with and without a per-row scale.
 fn scatter(counts: &[u32], n: usize, k: usize, scaled: bool) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let e = counts.len();
     let rows: usize = counts.iter().sum::<u32>() as usize;
     let rows_max = rows + 37;
@@ -974,9 +979,7 @@ const CLUSTER_POLICIES: [(bool, bool); 3] = [(false, false), (true, false), (fal
 /// `grouped_gemm` (both B layouts, every cluster form) on every bad layout: Ok, bounded, C's guard zone untouched.
 fn gemm_bad_offsets(layout: BLayout) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let (e, n, k, rows_max) = (BAD_E, 512, 128, 200);
     let da = g.upload(&r.bf16_vec(rows_max * k, 1.0)).unwrap();
     let db = g.upload(&r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt())).unwrap();
@@ -1015,9 +1018,7 @@ gpu_test!(kn_bad_offsets_stay_inside_the_buffers, gemm_bad_offsets(BLayout::KN))
 /// c_rows already; the rows read from `dst_row` stay below rows_max).
 fn scatter_bad_offsets(scaled: bool) {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let (e, n, k, rows_max) = (BAD_E, 320, 128, 200);
     let c_rows = rows_max + 19;
     let da = g.upload(&r.bf16_vec(rows_max * k, 1.0)).unwrap();
@@ -1058,9 +1059,7 @@ gpu_test!(scatter_bad_offsets_stay_inside_the_buffers, {
 // with z, on every bad layout: Ok, bounded, the guard zones of h and z untouched.
 gpu_test!(swiglu_bad_offsets_stay_inside_the_buffers, {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let (e, i, k, rows_max) = (BAD_E, 256, 128, 200);
     let da = g.upload(&r.bf16_vec(rows_max * k, 1.0)).unwrap();
     let dw1 = g.upload(&r.bf16_vec(e * 2 * i * k, 1.7 / (k as f64).sqrt())).unwrap();
@@ -1103,9 +1102,7 @@ gpu_test!(swiglu_bad_offsets_stay_inside_the_buffers, {
 // dz = 0 (weight 0, nothing read for them), and the others are finite.
 gpu_test!(dswiglu_bad_offsets_stay_inside_the_buffers, {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let (e, i, k, rows_max) = (BAD_E, 448, 128, 200);
     let slots = rows_max + 11;
     let ddy = g.upload(&r.bf16_vec(rows_max * k, 1.0)).unwrap();
@@ -1181,9 +1178,7 @@ gpu_test!(dswiglu_bad_offsets_stay_inside_the_buffers, {
 /// rows_max rows (an expert's tensor map reaching past the buffer) would put NaN into C.
 fn wgrad_bad_offsets<W: El + bytemuck::Pod>() {
     let g = gpu();
-    let seed = Rng::fresh_seed();
-    eprintln!("seed {seed}");
-    let mut r = Rng::new(seed);
+    let mut r = fresh_rng();
     let (e, m, n, rows_max) = (BAD_E, 256, 256, 200);
     let a = Guarded::<bf16>::with(&g, &r.bf16_vec(rows_max * m, 1.0), 0xff);
     let b = Guarded::<bf16>::with(&g, &r.bf16_vec(rows_max * n, 1.0), 0xff);
