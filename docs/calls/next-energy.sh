@@ -9,9 +9,13 @@
 # GEMM1's A rows; the references alike, so the checks still hold) against random x, GEMM1 (plain, and + SwiGLU)
 # soaked 3 s a launch kind, twice each in the order random, probe, random, probe; nvidia-smi every 100 ms;
 # benches/energy.py. This times on zeros on purpose: a probe, not a benchmark (no figure from it goes in README).
-# Prediction: GEMM1 with half its A rows zero 5-15% fewer joules a launch (and time) than random x; cuBLAS's
-# dense GEMM1 on the same x likewise (its own control). Under ~3%: zeros are not the lever, run next-skip-idle.sh
-# first and a-maps' soak only for its tests.
+# Prediction: GEMM1 with half its A rows zero 3-8% fewer joules a launch (and time) than random x; cuBLAS's
+# dense GEMM1 on the same x likewise (its own control). Known: an 8192^3 bf16 matmul on an H100 ran at 295 TFLOP/s
+# on all-zero inputs against 257 on randn (H. He, thonking.ai, "Strangely, matrix multiplications on GPUs run
+# faster when given predictable data", 2024): >= 13% with both operands zero, capped by the max clock. Scaled to
+# the padding (~6% of the M-grouped rows against the probe's 50%), per-expert A maps would save ~0.12x the probe's
+# joules: 0.4-1% if the probe gives 3-8%, so a-maps' soak decides only if the probe gives more than ~10%; under
+# ~3%: zeros are not the lever, skip-idle (which drops the MMAs) is.
 # Binary .dev/b41/main/gemm (main bab4cc3's gemm bench: `cargo bench --bench gemm --no-run`, stripped, gzipped).
 # Command `bash docs/calls/next-energy.sh`, carry [".dev/b41"] (~2.5 min). Run it first, then next-skip-idle.sh
 # (carry [".dev/b40"]) and next-a-maps.sh (carry [".dev/b42"]) back to back: ~20 min with the start.
