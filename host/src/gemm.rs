@@ -375,7 +375,7 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
 /// session, bf16 weight gradients; the FP8 ones run `Dynamic` under it): pairs of m-tiles (one expert, one n-tile)
 /// in 2-CTA clusters sharing B by multicast, taken at run time as `Dynamic` takes tiles (the cluster's leader takes
 /// each index from the counter and hands it to its peer), busiest expert first, where the m-tiles (of 128 rows of
-/// C_e) are even in number (else as `Dynamic`): at 30B 0-2.4% faster than `Dynamic` in short runs, 2-2.6% under
+/// C_e) are even in number (else as `Dynamic`): at 30B 0-2.4% faster than `Dynamic` in short runs, 1.8-2.6% under
 /// sustained (power-capped) load, where it takes fewer joules a launch (docs/RESULTS.md 2026-12-05);
 /// [`WgradSched::Dynamic`] the next tile of a grid-wide counter whenever a block is done with one, the experts
 /// busiest first (up to 256 experts; more in expert order), so the tiles of busy experts (a tile costs its
