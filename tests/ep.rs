@@ -9,10 +9,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{f64s, gpu, inputs, rng, Inputs, Routing, SMALL};
+use common::{f64s, gpu, inputs, rank_grads, rng, Inputs, Routing, SMALL};
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, EpSaved, RankGrads, RankInputs};
+use megamoe::ep::{EpLayer, EpSaved, RankInputs};
 use megamoe::ep_layout::Phase;
 use megamoe::gemm::WgradElem;
 use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
@@ -408,12 +408,7 @@ fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting,
         let (li, mut outs) = io(&mut r);
         let saved = layer.forward(&li, &mut outs).unwrap();
         let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
-        let mut grads: Vec<RankGrads<W>> = dx
-            .iter_mut()
-            .zip(dtopk.iter_mut())
-            .zip(dw1.iter_mut().zip(dw2.iter_mut()))
-            .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
-            .collect();
+        let mut grads = rank_grads::<W>(&mut dx, &mut dtopk, &mut dw1, &mut dw2);
         layer.backward(&saved, &dys, &li, &mut grads, false).unwrap();
         drop(grads);
         layer.check().unwrap();
@@ -507,12 +502,7 @@ gpu_test!(backward_needs_the_latest_forward, {
     let per = s.e / 2;
     let mut w1: Vec<CudaSlice<f32>> = (0..2).map(|_| g.alloc(per * 2 * s.i * s.h).unwrap()).collect();
     let mut w2: Vec<CudaSlice<f32>> = (0..2).map(|_| g.alloc(per * s.h * s.i).unwrap()).collect();
-    let mut grads: Vec<RankGrads> = dx
-        .iter_mut()
-        .zip(tk.iter_mut())
-        .zip(w1.iter_mut().zip(w2.iter_mut()))
-        .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
-        .collect();
+    let mut grads = rank_grads::<f32>(&mut dx, &mut tk, &mut w1, &mut w2);
     assert!(matches!(layer.backward(&old, &dys, &li, &mut grads, false), Err(Error::InvalidArgument(_))));
     layer.check().unwrap();
 });
@@ -629,13 +619,7 @@ impl RankBufs {
     /// The backward of `saved` on `li` into these buffers.
     fn backward(&mut self, layer: &mut EpLayer, saved: &EpSaved, li: &[RankInputs<'_>]) -> Result<(), Error> {
         let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
-        let mut grads: Vec<RankGrads> = self
-            .dx
-            .iter_mut()
-            .zip(self.dtopk.iter_mut())
-            .zip(self.dw1.iter_mut().zip(self.dw2.iter_mut()))
-            .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
-            .collect();
+        let mut grads = rank_grads::<f32>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
         layer.backward(saved, &dys, li, &mut grads, false)
     }
 

@@ -10,11 +10,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{f64s, gpu, inputs, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
+use common::{f64s, gpu, inputs, rank_grads, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
 use cudarc::driver::sys;
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, RankGrads, RankInputs};
+use megamoe::ep::{EpLayer, RankInputs};
 use megamoe::layer::{
     Fp8Backward, Fp8Inputs, Fp8Weights, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save, Saved,
 };
@@ -427,13 +427,7 @@ impl EpBufs {
         let saved = layer.forward(&li, &mut outs)?;
         if backward {
             let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
-            let mut grads: Vec<RankGrads> = self
-                .dx
-                .iter_mut()
-                .zip(self.dtopk.iter_mut())
-                .zip(self.dw1.iter_mut().zip(self.dw2.iter_mut()))
-                .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
-                .collect();
+            let mut grads = rank_grads::<f32>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
             layer.backward(&saved, &dys, &li, &mut grads, false)?;
         }
         Ok(())

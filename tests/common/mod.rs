@@ -3,7 +3,10 @@
 #![allow(dead_code)]
 use std::sync::Arc;
 
+use cudarc::driver::CudaSlice;
 use half::bf16;
+use megamoe::ep::RankGrads;
+use megamoe::gemm::WgradElem;
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::Gpu;
@@ -121,4 +124,18 @@ pub fn weights(inp: &Inputs) -> Weights {
 /// The reference forward of one rank holding all tokens.
 pub fn reference_y(inp: &Inputs) -> Vec<f64> {
     reference::forward(&inp.shape, &[rank_input(inp)], &weights(inp)).unwrap().remove(0).y
+}
+
+/// Every rank's gradient buffers as the EP backward takes them: rank r's dx, dtopk, dW1 and dW2 from entry r of each.
+pub fn rank_grads<'a, W: WgradElem>(
+    dx: &'a mut [CudaSlice<bf16>],
+    dtopk: &'a mut [CudaSlice<f32>],
+    dw1: &'a mut [CudaSlice<W>],
+    dw2: &'a mut [CudaSlice<W>],
+) -> Vec<RankGrads<'a, W>> {
+    dx.iter_mut()
+        .zip(dtopk.iter_mut())
+        .zip(dw1.iter_mut().zip(dw2.iter_mut()))
+        .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+        .collect()
 }
