@@ -17,7 +17,7 @@
 # joules: 0.4-1% if the probe gives 3-8%, so a-maps' soak decides only if the probe gives more than ~10%; under
 # ~3%: zeros are not the lever, skip-idle (which drops the MMAs) is.
 # Binary .dev/b41/main/gemm (main bab4cc3's gemm bench: `cargo bench --bench gemm --no-run`, stripped, gzipped).
-# Command `bash docs/calls/next-energy.sh`, carry [".dev/b41"] (~2.5 min). Run it first, then next-skip-idle.sh
+# Run 2026-12-05b (call 1; docs/RESULTS.md). Was `bash docs/calls/next-energy.sh`, carry [".dev/b41"] (~2.5 min). Run it first, then next-skip-idle.sh
 # (carry [".dev/b40"]) and next-a-maps.sh (carry [".dev/b42"]) back to back: ~20 min with the start.
 . "$(dirname "$0")/prelude.sh" b41
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
