@@ -9,16 +9,21 @@
 # next-skip-idle.sh, next-a-maps.sh); if one of those lands as the default, rebuild the binary with it first.
 # Binary .dev/b41/main/layer (main 2d17144's layer bench: `cargo bench --bench layer --no-run`, stripped,
 # gzipped). Command `bash docs/calls/next-headline.sh`, carry [".dev/b41"] (~3 min).
-. "$(dirname "$0")/prelude.sh" b41
+# Another build's layer bench: HEADLINE_BIN=DIR/NAME (under .dev, carried), e.g. once the energy knobs win, before
+# they are rebuilt as the default: `HEADLINE_BIN=b43/both MEGAMOE_SKIP_IDLE=1 MEGAMOE_A_MAPS=expert bash
+# docs/calls/next-headline.sh`, carry [".dev/b43"] (the bench prints both knobs in its header).
+HB=${HEADLINE_BIN:-b41/main}
+. "$(dirname "$0")/prelude.sh" "${HB%%/*}"
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
 smi=$!
-MEGAMOE_SOAK=6 MEGAMOE_BENCH_ONLY=30B timeout 150 b41/main/layer --bench > $OUT/r/layer.txt 2>&1
+MEGAMOE_SOAK=6 MEGAMOE_BENCH_ONLY=30B timeout 150 $HB/layer --bench > $OUT/r/layer.txt 2>&1
 echo "== layer rc $? at $(el) s"
 MEGAMOE_SOAK=6 MEGAMOE_TORCH_LOOP=0 MEGAMOE_BENCH_ONLY=30B PYTHONUNBUFFERED=1 timeout 120 python3 ../benches/torch_layer.py > $OUT/r/torch.txt 2>&1
 echo "== torch rc $? at $(el) s"
 kill $smi
+grep -h "^MEGAMOE_SKIP_IDLE\|^MEGAMOE_A_MAPS" $OUT/r/layer.txt
 grep -h "^RESULT megamoe forward Qwen\|^RESULT megamoe forward+backward (z saved\|^RESULT pytorch torch._grouped_mm" $OUT/r/layer.txt $OUT/r/torch.txt | cut -c1-220
 python3 ../benches/energy.py $OUT/r layer.txt torch.txt
 echo "total $(el) s"
