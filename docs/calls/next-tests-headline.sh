@@ -8,4 +8,3 @@ mkdir -p "$OUT/a" "$OUT/b"
 OUT="$OUT/a" timeout 300 bash "$d/next-headline.sh"; echo "== headline rc $? at $(( $(date +%s) - s )) s"
 left=$(( 570 - ($(date +%s) - s) )); [ $left -lt 30 ] && left=30
 OUT="$OUT/b" timeout $left bash "$d/next-energy-tests.sh"; echo "== knobs' tests rc $? at $(( $(date +%s) - s )) s"
-for f in "$OUT"/b/r/t_*.txt; do [ -f "$f" ] && { echo "-- $(basename $f)"; grep -E "^test result|FAILED|panicked" "$f" | head -5; }; done
