@@ -148,22 +148,30 @@ fn ep_inputs(rng: &mut Rng, s: Shape, tokens: &[usize], routing: EpRouting) -> I
     }
 }
 
+/// Each rank's tokens (`tokens[r]` of them, in rank order) as its own `RankInput` of the f64 reference.
+fn reference_ranks(inp: &Inputs, tokens: &[usize]) -> Vec<RankInput> {
+    let s = inp.shape;
+    let mut t0 = 0;
+    tokens
+        .iter()
+        .map(|&t| {
+            let rank = RankInput {
+                x: f64s(&inp.x[t0 * s.h..(t0 + t) * s.h]),
+                topk_ids: inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec(),
+                topk_w: inp.w[t0 * s.k..(t0 + t) * s.k].iter().map(|&v| v as f64).collect(),
+                dy: f64s(&inp.dy[t0 * s.h..(t0 + t) * s.h]),
+            };
+            t0 += t;
+            rank
+        })
+        .collect()
+}
+
 /// The f64 reference over the R ranks (each rank's tokens its own `RankInput`), concatenated.
 fn reference_over_ranks(inp: &Inputs, tokens: &[usize]) -> Vec<f64> {
-    let s = inp.shape;
-    let mut ranks = Vec::new();
-    let mut t0 = 0;
-    for &t in tokens {
-        ranks.push(RankInput {
-            x: f64s(&inp.x[t0 * s.h..(t0 + t) * s.h]),
-            topk_ids: inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec(),
-            topk_w: inp.w[t0 * s.k..(t0 + t) * s.k].iter().map(|&v| v as f64).collect(),
-            dy: f64s(&inp.dy[t0 * s.h..(t0 + t) * s.h]),
-        });
-        t0 += t;
-    }
     let w = Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) };
-    reference::forward(&s, &ranks, &w).unwrap().into_iter().flat_map(|o| o.y).collect()
+    let ranks = reference_ranks(inp, tokens);
+    reference::forward(&inp.shape, &ranks, &w).unwrap().into_iter().flat_map(|o| o.y).collect()
 }
 
 fn check_ep(s: Shape, tokens: &[usize], routing: EpRouting) {
@@ -438,17 +446,7 @@ fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting,
         }
         if rep == 0 {
             // the f64 reference over the R ranks (EP = 1 equals EP = R bitwise, so once is enough)
-            let mut ranks = Vec::new();
-            let mut t0 = 0;
-            for &t in tokens {
-                ranks.push(RankInput {
-                    x: f64s(&inp.x[t0 * s.h..(t0 + t) * s.h]),
-                    topk_ids: inp.ids[t0 * s.k..(t0 + t) * s.k].to_vec(),
-                    topk_w: inp.w[t0 * s.k..(t0 + t) * s.k].iter().map(|&v| v as f64).collect(),
-                    dy: f64s(&inp.dy[t0 * s.h..(t0 + t) * s.h]),
-                });
-                t0 += t;
-            }
+            let ranks = reference_ranks(&inp, tokens);
             let w = Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) };
             let (outs, grads) = reference::forward_backward(&s, &ranks, &w).unwrap();
             let dx_ref: Vec<f64> = outs.iter().flat_map(|o| o.dx.iter().copied()).collect();
