@@ -47,8 +47,9 @@ python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
 smi=$!
 # the benches: each off (`shared`) then on (`expert`); bench b with seconds s, skipped when under 20 s are left
-bench() { local b=$1 s=$2 v=$3 to=$(cap $4); (( to > 20 )) || { echo "== $b $v skipped at $(el) s"; return; }
-  MEGAMOE_A_MAPS=$v MEGAMOE_SOAK=$s MEGAMOE_BENCH_ONLY=30B timeout $to $B/$b --bench > $OUT/r/${b}_$v.txt 2>&1
+# (`soak`, not `s`: a local `s` would hide the start time that `el` and `cap` read)
+bench() { local b=$1 soak=$2 v=$3 to=$(cap $4); (( to > 20 )) || { echo "== $b $v skipped at $(el) s"; return; }
+  MEGAMOE_A_MAPS=$v MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $to $B/$b --bench > $OUT/r/${b}_$v.txt 2>&1
   echo "== $b A maps $v rc $? at $(el) s"; }
 bench gemm 3 shared 130
 bench gemm 3 expert 130

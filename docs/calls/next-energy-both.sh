@@ -56,8 +56,9 @@ python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
 smi=$!
 # bench b, soak s seconds, knobs (skip-idle, A maps), output name; `rest`: seconds kept for the benches after it
-bench() { local b=$1 s=$2 skip=$3 maps=$4 name=$5 want=$6 rest=$7
-  MEGAMOE_SKIP_IDLE=$skip MEGAMOE_A_MAPS=$maps MEGAMOE_SOAK=$s MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) \
+# (`soak`, not `s`: a local `s` would hide the start time that `el` and `to` read)
+bench() { local b=$1 soak=$2 skip=$3 maps=$4 name=$5 want=$6 rest=$7
+  MEGAMOE_SKIP_IDLE=$skip MEGAMOE_A_MAPS=$maps MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) \
     $B/$b --bench > $OUT/r/$name.txt 2>&1
   echo "== $name rc $? at $(el) s ($(grep -m1 '^MEGAMOE_SKIP_IDLE' $OUT/r/$name.txt), $(grep -m1 '^MEGAMOE_A_MAPS' $OUT/r/$name.txt))"; }
 bench gemm 3 0 shared gemm_off 110 325
