@@ -58,7 +58,7 @@ bench layer 6 expert 80
 kill $smi
 for f in gemm_shared gemm_expert; do
   echo "-- $f"
-  grep -E "RESULT gemm-alternating" $OUT/r/$f.txt | sed -E "s/.*(fwd|bwd) ([^(]*(\([^)]*\))?) \((K|M)-grouped.*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2: \5 \6 \7/"
+  alt_summary $OUT/r/$f.txt
   grep -E "FAILED|rel err [0-9.e+-]+ .*all written: false|panicked|Error" $OUT/r/$f.txt | cut -c1-200 | head -4
 done
 for f in layer_shared layer_expert; do

@@ -71,7 +71,7 @@ kill $smi
 for f in gemm_off gemm_skip gemm_maps gemm_both; do
   [ -f $OUT/r/$f.txt ] || continue
   echo "-- $f (alternating with cuBLAS)"
-  grep -E "RESULT gemm-alternating" $OUT/r/$f.txt | sed -E "s/.*(fwd|bwd) ([^(]*(\([^)]*\))?) \((K|M)-grouped.*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2: \5 \6 \7/"
+  alt_summary $OUT/r/$f.txt
   grep -E "FAILED|rel err [0-9.e+-]+ .*all written: false|panicked|Error" $OUT/r/$f.txt | cut -c1-200 | head -4
 done
 for f in layer_off layer_both; do

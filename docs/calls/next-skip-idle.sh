@@ -57,7 +57,7 @@ done
 kill $smi
 for v in 0 1; do
   echo "-- gemm, MEGAMOE_SKIP_IDLE=$v (alternating with cuBLAS)"
-  grep -E "RESULT gemm-alternating" $OUT/r/gemm_$v.txt | sed -E "s/.*(fwd|bwd) ([^(]*(\([^)]*\))?) \((K|M)-grouped.*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2: \5 \6 \7/"
+  alt_summary $OUT/r/gemm_$v.txt
   grep -E "FAILED|rel err [0-9.e+-]+ .*all written: false" $OUT/r/gemm_$v.txt | cut -c1-200 | head -4
   grep -E "FAILED|panicked" $OUT/r/layer_$v.txt | cut -c1-200 | head -4
 done

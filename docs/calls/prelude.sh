@@ -9,3 +9,5 @@ libdirs="$(python3 -c 'import glob,site,os; print(":".join(sorted({os.path.dirna
 export LD_LIBRARY_PATH="$libdirs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 mkdir -p "$OUT/r"
 for f in "$1"/*/*.gz; do [ -f "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
+# The gemm bench's alternating lines of FILE, one per GEMM: "  fwd NAME: ours us  cuBLAS us  ratio".
+alt_summary() { grep -E "RESULT gemm-alternating" "$1" | sed -E "s/.*(fwd|bwd) ([^(]*(\([^)]*\))?) \((K|M)-grouped.*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2: \5 \6 \7/"; }
