@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: each GEMM of the MoE layer alone, megamoe against cuBLAS's dense GEMM of the same
 # total shape (benches/gemm.rs, binary `gemm`), then torch._grouped_mm on the same grouped shapes and routing
-# counts (benches/torch_gemm.py). Same GPU, same session.
-# Usage (from a gpu-bundle folder that holds `gemm`, torch_gemm.py and this script):
+# counts (benches/torch_gemm.py), then the unfused dh + SwiGLU backward that the fused kernel replaces (cuBLAS's dh and a
+# separate pass, benches/torch_dswiglu.py). Same GPU, same session.
+# Usage (from a gpu-bundle folder that holds `gemm`, torch_gemm.py, torch_dswiglu.py and this script):
 #   bash gemm_h200.sh [OUT_DIR]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -37,6 +38,8 @@ MEGAMOE_GEMM_COUNTS_DIR="$out" "$here/gemm" --bench 2>&1 | tee "$out/gemm_megamo
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 PYTHONUNBUFFERED=1 python3 "$here/torch_gemm.py" "$out" 2>&1 | tee "$out/gemm_torch.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+PYTHONUNBUFFERED=1 python3 "$here/torch_dswiglu.py" "$out" 2>&1 | tee "$out/gemm_torch_dswiglu.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 echo "== summary"
-grep -h "RESULT\|FAILED\|NOT AVAILABLE" "$out/gemm_megamoe.txt" "$out/gemm_torch.txt"
+grep -h "RESULT\|FAILED\|NOT AVAILABLE" "$out/gemm_megamoe.txt" "$out/gemm_torch.txt" "$out/gemm_torch_dswiglu.txt"
 exit $rc
