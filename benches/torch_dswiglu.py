@@ -19,49 +19,16 @@ Shapes: Qwen3-30B-A3B (H 2048, I 768) and Qwen3-235B-A22B (H 4096, I 1536), T = 
 M = T k = 131072 rows; offs from megamoe's routing counts (gemm_counts_<shape>.txt in the directory given as the
 first argument) or a fresh uniform routing. Inputs random (never zero); 3 warm-ups, median of 20, CUDA events.
 Outputs checked on 257 rows against an f64 evaluation of the same formulas (relative error; NaN fails).
-`MEGAMOE_TORCH_SMOKE=1` runs the script's logic on the CPU at tiny shapes (no timing worth reading): a check of the
-script itself where there is no GPU.
+`MEGAMOE_TORCH_SMOKE=1` runs the script's logic on the CPU at tiny shapes (benches/torch_common.py).
 """
-import os
 import sys
-import time
 
 import torch
 
-SMOKE = os.environ.get("MEGAMOE_TORCH_SMOKE") == "1"
-dev = "cpu" if SMOKE else "cuda"
-WARM, REPS = (1, 3) if SMOKE else (3, 20)
+from torch_common import DEV as dev, SMOKE, counts_for, device_name, timeit
+
+WARM, REPS = (1, 1) if SMOKE else (3, 20)  # as torch_common.timeit uses them
 CHECK_ROWS = 257
-
-
-def timeit(fn):
-    if SMOKE:
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-    for _ in range(WARM):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def counts_for(name, T, E, k):
-    path = os.path.join(sys.argv[1], f"gemm_counts_{name}.txt") if len(sys.argv) > 1 else ""
-    if path and os.path.exists(path):
-        c = [int(v) for v in open(path).read().split()]
-        assert len(c) == E and sum(c) == T * k, f"{path}: {len(c)} counts summing to {sum(c)}"
-        return torch.tensor(c, device=dev), "megamoe's routing counts"
-    ids = torch.rand(T, E, device=dev).argsort(dim=1)[:, :k]
-    return torch.bincount(ids.flatten(), minlength=E), "a fresh uniform routing"
 
 
 def dswiglu(z, gr, s, with_sh):
@@ -103,8 +70,7 @@ def line(name, what, us, note=""):
     print(f"RESULT dswiglu-unfused {name} {what}: {us:.0f} us{note}", flush=True)
 
 
-print(f"torch {torch.__version__} on {'the CPU (smoke run)' if SMOKE else torch.cuda.get_device_name()}; "
-      f"{WARM} warm-ups, median of {REPS}")
+print(f"torch {torch.__version__} on {device_name()}; {WARM} warm-ups, median of {REPS}")
 compiled = {}
 for with_sh in (False, True):
     try:
@@ -116,7 +82,7 @@ shapes = [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)]
 for name, H, I in [(n, 128, 64) for n, _, _ in shapes[:1]] if SMOKE else shapes:
     T, E, k = (256, 8, 2) if SMOKE else (16384, 128, 8)
     M = T * k
-    counts, src = counts_for(name, T, E, k)
+    counts, src = counts_for(sys.argv[1] if len(sys.argv) > 1 else "", name, T, E, k)
     offs = torch.cumsum(counts, 0).to(torch.int32)
     print(f"{name}: M={M} H={H} I={I}, offs from {src}")
     rnd = lambda *s, scale=1.0: (torch.randn(*s, device=dev) * scale).to(torch.bfloat16)

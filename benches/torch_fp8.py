@@ -12,26 +12,10 @@ import os
 
 import torch
 
-dev = "cuda"
-WARM, REPS = 3, 20
+from torch_common import DEV as dev, timeit
+
 E4M3 = torch.float8_e4m3fn
 MAXV = torch.finfo(E4M3).max
-
-
-def timeit(fn):
-    for _ in range(WARM):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def quant_rows(x):

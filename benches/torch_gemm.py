@@ -14,39 +14,11 @@ M = T*k = 131072 rows grouped by expert. offs from the per-expert row counts meg
 The weight gradients ask for f32 output (out_dtype); PyTorch may refuse (out_dtype must match the inputs in recent
 versions): then bf16 output, and the line says so.
 """
-import os
 import sys
 
 import torch
 
-dev = "cuda"
-WARM, REPS = 3, 20
-
-
-def timeit(fn):
-    for _ in range(WARM):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def counts_for(name, T, E, k):
-    path = os.path.join(sys.argv[1], f"gemm_counts_{name}.txt") if len(sys.argv) > 1 else ""
-    if path and os.path.exists(path):
-        c = [int(v) for v in open(path).read().split()]
-        assert len(c) == E and sum(c) == T * k, f"{path}: {len(c)} counts summing to {sum(c)}"
-        return torch.tensor(c, device=dev), "megamoe's routing counts"
-    ids = torch.rand(T, E, device=dev).argsort(dim=1)[:, :k]
-    return torch.bincount(ids.flatten(), minlength=E), "a fresh uniform routing"
+from torch_common import DEV as dev, REPS, WARM, counts_for, timeit
 
 
 def rel_err(got, want):
@@ -58,7 +30,7 @@ print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}; torch._grou
 for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)]:
     T, E, k = 16384, 128, 8
     M = T * k
-    counts, src = counts_for(name, T, E, k)
+    counts, src = counts_for(sys.argv[1] if len(sys.argv) > 1 else "", name, T, E, k)
     offs = torch.cumsum(counts, 0).to(torch.int32)
     print(f"{name}: offs from {src} (rows per expert {counts.min().item()}..{counts.max().item()})")
     rnd = lambda *s, scale=1.0: (torch.randn(*s, device=dev) * scale).to(torch.bfloat16)

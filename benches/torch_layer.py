@@ -17,24 +17,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+from torch_common import DEV as dev, timeit
+
 torch.manual_seed(torch.seed())
-dev = "cuda"
-
-
-def timeit(fn, reps=10, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def grouped(x, ids, w, W1, W2):
@@ -134,7 +119,7 @@ for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)
         del xr, W1r, W2r, wr
     a = torch.randn(T * k, H, device=dev, dtype=torch.bfloat16)
     b = torch.randn(H, 2 * I, device=dev, dtype=torch.bfloat16)
-    ms = timeit(lambda: a @ b)
+    ms = timeit(lambda: a @ b, reps=10)
     print(f"RESULT cublas dense GEMM1-shaped ({T * k}x{H}x{2 * I}) {name}: {ms * 1e3:.0f} us, "
           f"{2 * T * k * H * 2 * I / ms / 1e9:.0f} TFLOP/s")
     del x, W1, W2, a, b

@@ -1,0 +1,52 @@
+"""What the PyTorch partners of the benches share (torch_gemm.py, torch_dswiglu.py, torch_fp8.py, torch_layer.py):
+the timing rule and the routing counts. Imported from the script's own folder (benches/, or a gpu-bundle folder).
+
+`MEGAMOE_TORCH_SMOKE=1`: the scripts that honour it run on the CPU at tiny shapes, each timing one wall-clock call (no
+figure worth reading): a check of a script's logic where there is no GPU.
+"""
+import os
+import time
+
+import torch
+
+SMOKE = os.environ.get("MEGAMOE_TORCH_SMOKE") == "1"
+DEV = "cpu" if SMOKE else "cuda"
+WARM, REPS = 3, 20
+
+
+def timeit(fn, reps=REPS, warm=WARM):
+    """The median in ms of `reps` calls of fn, each bracketed by CUDA events, after `warm` warm-up calls."""
+    if SMOKE:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def device_name():
+    return "the CPU (smoke run)" if SMOKE else torch.cuda.get_device_name()
+
+
+def counts_for(folder, name, T, E, k):
+    """Rows per expert: megamoe's routing counts (`gemm_counts_<name>.txt` in `folder`, written by benches/gemm.rs
+    with MEGAMOE_GEMM_COUNTS_DIR) if there, else a fresh uniform routing (k distinct experts per token);
+    (counts on the device, where they came from)."""
+    path = os.path.join(folder, f"gemm_counts_{name}.txt") if folder else ""
+    if path and os.path.exists(path):
+        c = [int(v) for v in open(path).read().split()]
+        assert len(c) == E and sum(c) == T * k, f"{path}: {len(c)} counts summing to {sum(c)}"
+        return torch.tensor(c, device=DEV), "megamoe's routing counts"
+    ids = torch.rand(T, E, device=DEV).argsort(dim=1)[:, :k]
+    return torch.bincount(ids.flatten(), minlength=E), "a fresh uniform routing"
