@@ -329,7 +329,16 @@ fn bundle_bench(dir: &Path) -> Res {
         std::fs::copy(&exe, dir.join(file)).map_err(|e| e.to_string())?;
         strip(&dir.join(file));
     }
-    for f in ["torch_layer.py", "h200.sh", "torch_common.py", "torch_gemm.py", "torch_dswiglu.py", "torch_fp8.py", "gemm_h200.sh", "sanitize.sh"] {
+    for f in [
+        "torch_layer.py",
+        "h200.sh",
+        "torch_common.py",
+        "torch_gemm.py",
+        "torch_dswiglu.py",
+        "torch_fp8.py",
+        "gemm_h200.sh",
+        "sanitize.sh",
+    ] {
         std::fs::copy(root().join("benches").join(f), dir.join(f)).map_err(|e| e.to_string())?;
     }
     Ok(())
