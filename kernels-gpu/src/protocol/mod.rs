@@ -65,7 +65,8 @@
 //! The kernels' models: [`gemm`] (the cooperative M-grouped GEMMs, the gathering producer), [`ew7`] (the
 //! epilogue-warp kernels), [`wgrad`] (the K-grouped weight gradients, single CTAs and the 2-CTA cluster forms with
 //! static or run-time pairs), [`pingpong`] (the ping-pong SwiGLU backward); [`ring`] generates pipeline.rs's ring
-//! ops for them.
+//! ops for them. [`ep`] is of another scale: the expert-parallel protocol across ranks and calls (blocks as
+//! actors, global flags, launch boundaries as barriers).
 use std::collections::HashSet;
 use std::format;
 use std::string::String;
@@ -74,6 +75,7 @@ use std::vec::Vec;
 
 pub use ring::{mainloop_coop, Ring};
 
+mod ep;
 mod ew7;
 mod gemm;
 mod pingpong;

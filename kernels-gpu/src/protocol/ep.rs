@@ -1,0 +1,320 @@
+//! The expert-parallel protocol across ranks and calls (docs/EP.md; kernels/ep_dispatch.rs, ep_combine.rs and
+//! host/src/ep.rs's launch order): what each rank's blocks write into other ranks' workspaces, the epoch flags
+//! that order it, and the stream order between a rank's launches, over several calls in a row. The question it
+//! answers is the one the emulated ranks on one GPU cannot: with one GPU per rank every rank's launches run on
+//! its own stream, so a fast rank may start the next call's dispatch (writing into a slow rank's `counts`,
+//! `recv`, `recv_meta`, `recv_dy` and `back`) while the slow rank still reads them for the call before; the
+//! design says no such write can start before the reads it would overwrite are done (each source's combine waits
+//! for every owner's back flags, which each owner releases only after its last read of the call). Both forms are
+//! models: `lockstep` (the emulated ranks: one launch serves all ranks, so a launch boundary is one for all of
+//! them) and not (one stream per rank: a boundary orders only that rank's blocks).
+//!
+//! Actors: block b of rank r (team r + 1: a rank's blocks write disjoint rows of the regions below). Regions,
+//! R = 2 (the checker's 32 regions): per (owner o, source s) `counts[o][s]` (row s of o's gathered counts),
+//! `recv[o][s]` (the x rows s pushed, or o's movers pulled), `meta[o][s]` (their `recv_w`, `recv_meta`, and
+//! with the pull s's x address `src_x[s]`), `dy[o][s]` (`recv_dy`), `back[s][o]` (the slots of s's `back` and
+//! `back_w` that o's rows return to); per rank its inputs `x[r]` and `dyin[r]`, written by the user (block 0,
+//! one launch) before each call. Flags (epochs, call c has epoch c + 1): `count[o][s]`, `data[o][s, b]`,
+//! `back[s][o, b]`. Waits for several flags are taken one after another (they only rise: the same as the
+//! kernels' parallel waits). Left out: each rank's own buffers (routing, y, h, z, dz, outputs), the error record
+//! and timeouts (a wait that never passes shows as a deadlock), the GEMMs' internal protocols (their own models),
+//! and the pull's per-m-tile arrival counters (a barrier of the rank's blocks between the movers' writes and
+//! the loads stands for them: stronger than the kernel's, which is not the question here).
+use super::{assert_fails, assert_ok, Kind, Mask, Model, Op};
+use std::format;
+use std::vec::Vec;
+
+/// One call of the EP layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    Forward,
+    Backward,
+}
+
+/// A configuration: ranks (2: the checker's region budget), blocks per rank, the calls in order, the modes.
+#[derive(Clone, Debug)]
+pub struct Ep {
+    pub ranks: u32,
+    pub blocks: u32,
+    pub calls: Vec<Call>,
+    /// Pull dispatch (`set_pull_dispatch`): the owner's GEMM1 movers copy the rows from the sources' x.
+    pub pull: bool,
+    /// Combine by scatter (`set_scatter_combine`): the owner's GEMM2 stores its rows into the sources' `back`.
+    pub scatter: bool,
+    /// The emulated form: one launch for all ranks (its boundaries order every rank's blocks).
+    pub lockstep: bool,
+}
+
+/// Changes to the protocol the checker must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    None,
+    /// The source's combine waits for its own rank's back flags only (not for the other owners').
+    CombineWaitsOwnRankOnly,
+    /// The dispatch releases its data flags before pushing its rows.
+    DataFlagsBeforeRows,
+    /// The combine releases its back flags before it reads `recv_meta` and returns its rows.
+    BackFlagsBeforeRows,
+    /// The owner's weight gradients (reading `recv` and `recv_dy`) run after its backward combine.
+    WgradAfterCombine,
+    /// The backward's dispatch waits for count flags of its own epoch (the forward wrote the counts).
+    BackwardWaitsCounts,
+    /// Only block 0 of the owner waits for the data flags, and the GEMMs start in the same launch (no boundary).
+    GemmsInDispatchLaunch,
+}
+
+struct Regions {
+    counts: Vec<Mask>,
+    recv: Vec<Mask>,
+    meta: Vec<Mask>,
+    dy: Vec<Mask>,
+    back: Vec<Mask>,
+    x: Vec<Mask>,
+    dyin: Vec<Mask>,
+}
+
+/// [o][s] index of a per-pair region or flag.
+fn at(ranks: u32, o: u32, s: u32) -> usize {
+    (o * ranks + s) as usize
+}
+
+/// The model of `c`.
+pub fn model(c: &Ep, mutation: Mutation) -> Model {
+    let (rn, bn) = (c.ranks, c.blocks);
+    let mut m = Model::new(&format!("ep {c:?} {mutation:?}"));
+    let mut pairs = |name: &str| -> Vec<Mask> {
+        let mut v = Vec::new();
+        for o in 0..rn {
+            for s in 0..rn {
+                v.push(m.region(&format!("{name}[{o}][{s}]"), true));
+            }
+        }
+        v
+    };
+    let (counts, recv, meta, dy, back) = (pairs("counts"), pairs("recv"), pairs("meta"), pairs("dy"), pairs("back"));
+    let x = (0..rn).map(|r| m.region(&format!("x[{r}]"), true)).collect();
+    let dyin = (0..rn).map(|r| m.region(&format!("dyin[{r}]"), true)).collect();
+    let rg = Regions { counts, recv, meta, dy, back, x, dyin };
+    let mut count_f = Vec::new();
+    let mut data_f = Vec::new();
+    let mut back_f = Vec::new();
+    for o in 0..rn {
+        for s in 0..rn {
+            count_f.push(m.flag(&format!("count_flags[{o}][{s}]")));
+            for b in 0..bn {
+                data_f.push(m.flag(&format!("data_flags[{o}][{s}.{b}]")));
+                back_f.push(m.flag(&format!("back_flags[{o}][{s}.{b}]")));
+            }
+        }
+    }
+    // a launch boundary: every block of the launch has finished before the next launch starts (the same stream)
+    let grid = m.named_bar("grid");
+    let streams: Vec<u8> = (0..rn).map(|r| m.named_bar(&format!("stream{r}"))).collect();
+    let arrivals: Vec<u8> = (0..rn).map(|r| m.named_bar(&format!("arrivals{r}"))).collect();
+    let flag = |v: &Vec<u8>, o: u32, s: u32, b: u32| v[(at(rn, o, s) as u32 * bn + b) as usize];
+    let all = |v: &Vec<Mask>, o: u32| (0..rn).fold(0, |k, s| k | v[at(rn, o, s)]);
+    let to_all = |v: &Vec<Mask>, s: u32| (0..rn).fold(0, |k, o| k | v[at(rn, o, s)]);
+    let rw = |ops: &mut Vec<Op>, read: Mask, write: Mask| {
+        if read != 0 {
+            ops.extend([Op::BeginRead(read), Op::EndRead(read)]);
+        }
+        if write != 0 {
+            ops.extend([Op::BeginWrite(write), Op::EndWrite(write)]);
+        }
+    };
+
+    for r in 0..rn {
+        for b in 0..bn {
+            let boundary = |ops: &mut Vec<Op>| {
+                ops.push(if c.lockstep {
+                    Op::Sync { id: grid, warps: rn * bn }
+                } else {
+                    Op::Sync { id: streams[r as usize], warps: bn }
+                })
+            };
+            let mut ops = Vec::new();
+            let mut fwd_seen = false;
+            for (ci, &call) in c.calls.iter().enumerate() {
+                let e = ci as u32 + 1;
+                let fwd = call == Call::Forward;
+                // the user's input for the call (a launch of its own on the rank's stream)
+                if b == 0 {
+                    rw(&mut ops, 0, if fwd { rg.x[r as usize] } else { rg.dyin[r as usize] });
+                }
+                boundary(&mut ops);
+
+                // ep_dispatch
+                if fwd && b == 0 {
+                    rw(&mut ops, 0, to_all(&rg.counts, r));
+                    for o in 0..rn {
+                        ops.push(Op::FlagStore { flag: count_f[at(rn, o, r)], value: e });
+                    }
+                }
+                if fwd || mutation == Mutation::BackwardWaitsCounts {
+                    for s in 0..rn {
+                        ops.push(Op::FlagWaitGe { flag: count_f[at(rn, r, s)], value: e });
+                    }
+                } else {
+                    assert!(fwd_seen, "a backward follows a forward");
+                }
+                // recv_row_by over the gathered counts (the backward's: the forward's, still there)
+                rw(&mut ops, all(&rg.counts, r), 0);
+                let release_data = |ops: &mut Vec<Op>| {
+                    for o in 0..rn {
+                        ops.push(Op::FlagStore { flag: flag(&data_f, o, r, b), value: e });
+                    }
+                };
+                if mutation == Mutation::DataFlagsBeforeRows {
+                    release_data(&mut ops);
+                }
+                // the rows: x (push) or dy rows, their weights and (rank, slot), with the pull x's address
+                let rows = if !fwd {
+                    to_all(&rg.dy, r)
+                } else if c.pull {
+                    to_all(&rg.meta, r)
+                } else {
+                    to_all(&rg.recv, r) | to_all(&rg.meta, r)
+                };
+                let input = if fwd { rg.x[r as usize] } else { rg.dyin[r as usize] };
+                rw(&mut ops, if fwd && c.pull { 0 } else { input }, rows);
+                if mutation != Mutation::DataFlagsBeforeRows {
+                    release_data(&mut ops);
+                }
+                // block 0 waits for every source block's rows; the launch boundary holds the GEMMs back for it
+                if b == 0 {
+                    for s in 0..rn {
+                        for bb in 0..bn {
+                            ops.push(Op::FlagWaitGe { flag: flag(&data_f, r, s, bb), value: e });
+                        }
+                    }
+                }
+                if mutation != Mutation::GemmsInDispatchLaunch {
+                    boundary(&mut ops);
+                }
+
+                // the rank's experts
+                let wgrad = |ops: &mut Vec<Op>| rw(ops, all(&rg.recv, r) | all(&rg.dy, r), 0);
+                if fwd {
+                    if c.pull {
+                        // GEMM1's movers: each row from its source's x (its address and slot from meta)
+                        rw(&mut ops, all(&rg.meta, r) | (0..rn).fold(0, |k, s| k | rg.x[s as usize]), all(&rg.recv, r));
+                        ops.push(Op::Sync { id: arrivals[r as usize], warps: bn });
+                    }
+                    // GEMM1 + SwiGLU over recv (TMA), GEMM2 (scatter: rows to the sources' back, slots from meta)
+                    rw(&mut ops, all(&rg.recv, r), 0);
+                    if c.scatter {
+                        rw(&mut ops, all(&rg.meta, r), to_all(&rg.back, r));
+                    }
+                } else {
+                    // z again from recv, dh + SwiGLU backward (dy rows, weights), dx rows; the weight gradients
+                    rw(&mut ops, all(&rg.recv, r) | all(&rg.dy, r) | all(&rg.meta, r), 0);
+                    if mutation != Mutation::WgradAfterCombine {
+                        wgrad(&mut ops);
+                    }
+                }
+                boundary(&mut ops);
+
+                // ep_combine: as owner, rows back (not when GEMM2 scattered them), then the back flags
+                let release_back = |ops: &mut Vec<Op>| {
+                    for s in 0..rn {
+                        ops.push(Op::FlagStore { flag: flag(&back_f, s, r, b), value: e });
+                    }
+                };
+                if mutation == Mutation::BackFlagsBeforeRows {
+                    release_back(&mut ops);
+                }
+                if !(fwd && c.scatter) {
+                    rw(&mut ops, all(&rg.meta, r), to_all(&rg.back, r));
+                }
+                if mutation != Mutation::BackFlagsBeforeRows {
+                    release_back(&mut ops);
+                }
+                if mutation == Mutation::WgradAfterCombine && !fwd {
+                    wgrad(&mut ops);
+                }
+                // as source: every owner block's flags, then the sums over its own back
+                for o in 0..rn {
+                    if mutation == Mutation::CombineWaitsOwnRankOnly && o != r {
+                        continue;
+                    }
+                    for bb in 0..bn {
+                        ops.push(Op::FlagWaitGe { flag: flag(&back_f, r, o, bb), value: e });
+                    }
+                }
+                rw(&mut ops, all(&rg.back, r), 0);
+                boundary(&mut ops);
+                fwd_seen |= fwd;
+            }
+            m.actor(&format!("rank{r}.block{b}"), r as u8 + 1, ops);
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::println;
+    use std::vec;
+
+    fn cfg(blocks: u32, calls: &[Call], pull: bool, scatter: bool, lockstep: bool) -> Ep {
+        Ep { ranks: 2, blocks, calls: calls.to_vec(), pull, scatter, lockstep }
+    }
+
+    use Call::{Backward as B, Forward as F};
+
+    /// Every mode, both forms, call sequences with a forward after a backward, two forwards in a row and two
+    /// backwards of one forward.
+    #[test]
+    fn ep_ranks_and_calls() {
+        let mut states = 0;
+        for calls in [vec![F, F], vec![F, B, F], vec![F, F, B], vec![F, B, B], vec![F, B, F, B]] {
+            for (pull, scatter) in [(false, false), (true, false), (false, true), (true, true)] {
+                for lockstep in [false, true] {
+                    states += assert_ok(&model(&cfg(1, &calls, pull, scatter, lockstep), Mutation::None));
+                }
+            }
+        }
+        println!("ep, one block a rank: {states} states");
+    }
+
+    /// Two blocks a rank (each releases its own flags; only block 0 waits for the data flags).
+    #[test]
+    fn ep_two_blocks() {
+        let mut states = 0;
+        for calls in [vec![F, F], vec![F, B, F], vec![F, B, B]] {
+            for (pull, scatter) in [(false, false), (true, false), (false, true), (true, true)] {
+                for lockstep in [false, true] {
+                    states += assert_ok(&model(&cfg(2, &calls, pull, scatter, lockstep), Mutation::None));
+                }
+            }
+        }
+        println!("ep, two blocks a rank: {states} states");
+    }
+
+    #[test]
+    fn ep_mutations() {
+        let one = |calls: &[Call], pull, scatter| cfg(1, calls, pull, scatter, false);
+        // a source that does not wait for the other owner reads its back while that owner still returns rows
+        let v = assert_fails(&model(&one(&[F], false, false), Mutation::CombineWaitsOwnRankOnly), Kind::Race);
+        assert!(v.what.contains("back"), "{v}");
+        let v = assert_fails(&model(&one(&[F], false, false), Mutation::DataFlagsBeforeRows), Kind::Race);
+        assert!(v.what.contains("recv") || v.what.contains("meta"), "{v}");
+        // the source sums its back while the owner still returns rows into it
+        let v = assert_fails(&model(&one(&[F], false, false), Mutation::BackFlagsBeforeRows), Kind::Race);
+        assert!(v.what.contains("back"), "{v}");
+        // a second backward's dispatch (no count all-gather first) writes recv_dy under the owner's weight
+        // gradients; a forward next would not: its dispatch waits for every rank's counts of the new call before
+        // it pushes a row, and no rank writes those before it has finished the backward
+        let v = assert_fails(&model(&one(&[F, B, B], false, false), Mutation::WgradAfterCombine), Kind::Race);
+        assert!(v.what.contains("dy["), "{v}");
+        assert_ok(&model(&one(&[F, B, F], false, false), Mutation::WgradAfterCombine));
+        assert_fails(&model(&one(&[F, B], false, false), Mutation::BackwardWaitsCounts), Kind::Deadlock);
+        let two = cfg(2, &[F], false, false, false);
+        let v = assert_fails(&model(&two, Mutation::GemmsInDispatchLaunch), Kind::Race);
+        assert!(v.what.contains("recv"), "{v}");
+        // what the emulated form (one launch for all ranks) cannot show: a release too early for the next call
+        // races only when every rank runs on its own stream
+        assert_ok(&model(&cfg(1, &[F, B, B], false, false, true), Mutation::WgradAfterCombine));
+    }
+}
