@@ -7,9 +7,10 @@
 # (the same routing counts: cuBLAS dense dh and torch._grouped_mm dh, the SwiGLU backward as one torch.compile'd
 # (Triton) pass and eager, each with and without s h, and each dh + the compiled pass back to back; a copy of the
 # pass's bytes as the ceiling), then the gemm bench at 30B again (ours in the same state after the torch run).
-# Predicted (30B): dense dh ~527 us; compiled pass without s h ~1.0 GB at 3.0-3.6 TB/s = 280-340 us, with s h
-# ~1.2 GB = 340-400 us; dense dh + compiled pass back to back 800-900 us without s h, i.e. the two-step form at
-# 0.58-0.66 of the dense dh's rate where the fused kernel is at ~0.8: fused 1.15-1.3x faster than unfused. If the
+# Predicted (30B): dense dh 530-650 us (ncu at base clocks 527; alternating under the cap ~650 beside our 834, 0.78,
+# RESULTS 2026-12-04d); compiled pass without s h ~1.0 GB at 3.0-3.6 TB/s = 280-340 us, with s h ~1.2 GB = 340-400
+# us; dense dh + compiled pass back to back 850-1000 us without s h, i.e. the two-step form at 0.58-0.66 of the
+# dense dh's rate where the fused kernel is at ~0.8: fused 1.15-1.3x faster than unfused. If the
 # compiled pass comes in under ~230 us (copy-bound, and the pair under ~760 us), the fused kernel's epilogue is the
 # loss and 3e/3c in NOTES are worth more. Eager PyTorch: several passes, 2-3x the compiled one.
 # Command `bash docs/calls/next-dswiglu-unfused.sh`, carry [".dev/b41"] (~4 min, self-limited to 420 s).
