@@ -39,6 +39,8 @@ t layer_backward 90 330
 t fp8 45 300 wgrad
 t ep 30 280 backward
 export MEGAMOE_SEED=20261207
+# the host clock against nvidia-smi's timestamps (benches/energy.py aligns the soak windows with the samples by it)
+python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
 smi=$!
 bench() { local dir=$1 b=$2 soak=$3 name=$4 want=$5 rest=$6
