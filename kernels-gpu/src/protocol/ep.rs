@@ -9,17 +9,17 @@
 //! models: `lockstep` (the emulated ranks: one launch serves all ranks, so a launch boundary is one for all of
 //! them) and not (one stream per rank: a boundary orders only that rank's blocks).
 //!
-//! Actors: block b of rank r (team r + 1: a rank's blocks write disjoint rows of the regions below). Regions,
-//! R = 2 (the checker's 32 regions): per (owner o, source s) `counts[o][s]` (row s of o's gathered counts),
-//! `recv[o][s]` (the x rows s pushed, or o's movers pulled), `meta[o][s]` (their `recv_w`, `recv_meta`, and
-//! with the pull s's x address `src_x[s]`), `dy[o][s]` (`recv_dy`), `back[s][o]` (the slots of s's `back` and
-//! `back_w` that o's rows return to); per rank its inputs `x[r]` and `dyin[r]`, written by the user (block 0,
-//! one launch) before each call. Flags (epochs, call c has epoch c + 1): `count[o][s]`, `data[o][s, b]`,
-//! `back[s][o, b]`. Waits for several flags are taken one after another (they only rise: the same as the
-//! kernels' parallel waits). Left out: each rank's own buffers (routing, y, h, z, dz, outputs), the error record
-//! and timeouts (a wait that never passes shows as a deadlock), the GEMMs' internal protocols (their own models),
-//! and the pull's per-m-tile arrival counters (a barrier of the rank's blocks between the movers' writes and
-//! the loads stands for them: stronger than the kernel's, which is not the question here).
+//! Actors: block b of rank r (team r + 1). Regions, per rank r, each written by several ranks' blocks in disjoint rows
+//! (declared with disjoint writers: two writes never race, a read during any write does): `counts[r]` (row s written by
+//! source s), `recv[r]` (the x rows the sources pushed, or r's movers pulled), `meta[r]` (their `recv_w`, `recv_meta`,
+//! and with the pull each source's x address `src_x[s]`), `dy[r]` (`recv_dy`), `back[r]` (r's `back` and `back_w`
+//! slots, each owner's rows in its own); and r's inputs `x[r]` and `dyin[r]`, written by the user (block 0, one launch)
+//! before each call. Up to 4 ranks (28 regions of the checker's 32). Flags (epochs, call c has epoch c + 1):
+//! `count[o][s]`, `data[o][s, b]`, `back[s][o, b]`. Waits for several flags are taken one after another (they only
+//! rise: the same as the kernels' parallel waits). Left out: each rank's own buffers (routing, y, h, z, dz, outputs),
+//! the error record and timeouts (a wait that never passes shows as a deadlock), the GEMMs' internal protocols (their
+//! own models), and the pull's per-m-tile arrival counters (a barrier of the rank's blocks between the movers' writes
+//! and the loads stands for them: stronger than the kernel's, which is not the question here).
 use super::{assert_fails, assert_ok, Kind, Mask, Model, Op};
 use std::format;
 use std::vec::Vec;
@@ -31,7 +31,7 @@ pub enum Call {
     Backward,
 }
 
-/// A configuration: ranks (2: the checker's region budget), blocks per rank, the calls in order, the modes.
+/// A configuration: ranks (2 to 4), blocks per rank, the calls in order, the modes.
 #[derive(Clone, Debug)]
 pub struct Ep {
     pub ranks: u32,
@@ -51,6 +51,8 @@ pub enum Mutation {
     None,
     /// The source's combine waits for its own rank's back flags only (not for the other owners').
     CombineWaitsOwnRankOnly,
+    /// The source's combine waits for its own and the next rank's back flags only (all of them when R = 2).
+    CombineWaitsNextRankOnly,
     /// The dispatch releases its data flags before pushing its rows.
     DataFlagsBeforeRows,
     /// The combine releases its back flags before it reads `recv_meta` and returns its rows.
@@ -63,16 +65,6 @@ pub enum Mutation {
     GemmsInDispatchLaunch,
 }
 
-struct Regions {
-    counts: Vec<Mask>,
-    recv: Vec<Mask>,
-    meta: Vec<Mask>,
-    dy: Vec<Mask>,
-    back: Vec<Mask>,
-    x: Vec<Mask>,
-    dyin: Vec<Mask>,
-}
-
 /// [o][s] index of a per-pair region or flag.
 fn at(ranks: u32, o: u32, s: u32) -> usize {
     (o * ranks + s) as usize
@@ -82,19 +74,12 @@ fn at(ranks: u32, o: u32, s: u32) -> usize {
 pub fn model(c: &Ep, mutation: Mutation) -> Model {
     let (rn, bn) = (c.ranks, c.blocks);
     let mut m = Model::new(&format!("ep {c:?} {mutation:?}"));
-    let mut pairs = |name: &str| -> Vec<Mask> {
-        let mut v = Vec::new();
-        for o in 0..rn {
-            for s in 0..rn {
-                v.push(m.region(&format!("{name}[{o}][{s}]"), true));
-            }
-        }
-        v
-    };
-    let (counts, recv, meta, dy, back) = (pairs("counts"), pairs("recv"), pairs("meta"), pairs("dy"), pairs("back"));
-    let x = (0..rn).map(|r| m.region(&format!("x[{r}]"), true)).collect();
-    let dyin = (0..rn).map(|r| m.region(&format!("dyin[{r}]"), true)).collect();
-    let rg = Regions { counts, recv, meta, dy, back, x, dyin };
+    assert!((2..=4).contains(&rn), "2 to 4 ranks");
+    let mut per_rank =
+        |name: &str| -> Vec<Mask> { (0..rn).map(|r| m.region_disjoint(&format!("{name}[{r}]"))).collect() };
+    let (counts, recv, meta, dy, back) =
+        (per_rank("counts"), per_rank("recv"), per_rank("meta"), per_rank("dy"), per_rank("back"));
+    let (x, dyin) = (per_rank("x"), per_rank("dyin"));
     let mut count_f = Vec::new();
     let mut data_f = Vec::new();
     let mut back_f = Vec::new();
@@ -112,8 +97,10 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
     let streams: Vec<u8> = (0..rn).map(|r| m.named_bar(&format!("stream{r}"))).collect();
     let arrivals: Vec<u8> = (0..rn).map(|r| m.named_bar(&format!("arrivals{r}"))).collect();
     let flag = |v: &Vec<u8>, o: u32, s: u32, b: u32| v[(at(rn, o, s) as u32 * bn + b) as usize];
-    let all = |v: &Vec<Mask>, o: u32| (0..rn).fold(0, |k, s| k | v[at(rn, o, s)]);
-    let to_all = |v: &Vec<Mask>, s: u32| (0..rn).fold(0, |k, o| k | v[at(rn, o, s)]);
+    // rank o's region (what o reads of it: every source's rows), and every rank's (what a source writes: its rows
+    // into each of them)
+    let all = |v: &Vec<Mask>, o: u32| v[o as usize];
+    let to_all = |v: &Vec<Mask>, _s: u32| v.iter().fold(0, |k, m| k | m);
     let rw = |ops: &mut Vec<Op>, read: Mask, write: Mask| {
         if read != 0 {
             ops.extend([Op::BeginRead(read), Op::EndRead(read)]);
@@ -139,13 +126,13 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
                 let fwd = call == Call::Forward;
                 // the user's input for the call (a launch of its own on the rank's stream)
                 if b == 0 {
-                    rw(&mut ops, 0, if fwd { rg.x[r as usize] } else { rg.dyin[r as usize] });
+                    rw(&mut ops, 0, if fwd { x[r as usize] } else { dyin[r as usize] });
                 }
                 boundary(&mut ops);
 
                 // ep_dispatch
                 if fwd && b == 0 {
-                    rw(&mut ops, 0, to_all(&rg.counts, r));
+                    rw(&mut ops, 0, to_all(&counts, r));
                     for o in 0..rn {
                         ops.push(Op::FlagStore { flag: count_f[at(rn, o, r)], value: e });
                     }
@@ -158,7 +145,7 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
                     assert!(fwd_seen, "a backward follows a forward");
                 }
                 // recv_row_by over the gathered counts (the backward's: the forward's, still there)
-                rw(&mut ops, all(&rg.counts, r), 0);
+                rw(&mut ops, all(&counts, r), 0);
                 let release_data = |ops: &mut Vec<Op>| {
                     for o in 0..rn {
                         ops.push(Op::FlagStore { flag: flag(&data_f, o, r, b), value: e });
@@ -169,13 +156,13 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
                 }
                 // the rows: x (push) or dy rows, their weights and (rank, slot), with the pull x's address
                 let rows = if !fwd {
-                    to_all(&rg.dy, r)
+                    to_all(&dy, r)
                 } else if c.pull {
-                    to_all(&rg.meta, r)
+                    to_all(&meta, r)
                 } else {
-                    to_all(&rg.recv, r) | to_all(&rg.meta, r)
+                    to_all(&recv, r) | to_all(&meta, r)
                 };
-                let input = if fwd { rg.x[r as usize] } else { rg.dyin[r as usize] };
+                let input = if fwd { x[r as usize] } else { dyin[r as usize] };
                 rw(&mut ops, if fwd && c.pull { 0 } else { input }, rows);
                 if mutation != Mutation::DataFlagsBeforeRows {
                     release_data(&mut ops);
@@ -193,21 +180,21 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
                 }
 
                 // the rank's experts
-                let wgrad = |ops: &mut Vec<Op>| rw(ops, all(&rg.recv, r) | all(&rg.dy, r), 0);
+                let wgrad = |ops: &mut Vec<Op>| rw(ops, all(&recv, r) | all(&dy, r), 0);
                 if fwd {
                     if c.pull {
                         // GEMM1's movers: each row from its source's x (its address and slot from meta)
-                        rw(&mut ops, all(&rg.meta, r) | (0..rn).fold(0, |k, s| k | rg.x[s as usize]), all(&rg.recv, r));
+                        rw(&mut ops, all(&meta, r) | (0..rn).fold(0, |k, s| k | x[s as usize]), all(&recv, r));
                         ops.push(Op::Sync { id: arrivals[r as usize], warps: bn });
                     }
                     // GEMM1 + SwiGLU over recv (TMA), GEMM2 (scatter: rows to the sources' back, slots from meta)
-                    rw(&mut ops, all(&rg.recv, r), 0);
+                    rw(&mut ops, all(&recv, r), 0);
                     if c.scatter {
-                        rw(&mut ops, all(&rg.meta, r), to_all(&rg.back, r));
+                        rw(&mut ops, all(&meta, r), to_all(&back, r));
                     }
                 } else {
                     // z again from recv, dh + SwiGLU backward (dy rows, weights), dx rows; the weight gradients
-                    rw(&mut ops, all(&rg.recv, r) | all(&rg.dy, r) | all(&rg.meta, r), 0);
+                    rw(&mut ops, all(&recv, r) | all(&dy, r) | all(&meta, r), 0);
                     if mutation != Mutation::WgradAfterCombine {
                         wgrad(&mut ops);
                     }
@@ -224,7 +211,7 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
                     release_back(&mut ops);
                 }
                 if !(fwd && c.scatter) {
-                    rw(&mut ops, all(&rg.meta, r), to_all(&rg.back, r));
+                    rw(&mut ops, all(&meta, r), to_all(&back, r));
                 }
                 if mutation != Mutation::BackFlagsBeforeRows {
                     release_back(&mut ops);
@@ -234,14 +221,16 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
                 }
                 // as source: every owner block's flags, then the sums over its own back
                 for o in 0..rn {
-                    if mutation == Mutation::CombineWaitsOwnRankOnly && o != r {
+                    if (mutation == Mutation::CombineWaitsOwnRankOnly && o != r)
+                        || (mutation == Mutation::CombineWaitsNextRankOnly && o != r && o != (r + 1) % rn)
+                    {
                         continue;
                     }
                     for bb in 0..bn {
                         ops.push(Op::FlagWaitGe { flag: flag(&back_f, r, o, bb), value: e });
                     }
                 }
-                rw(&mut ops, all(&rg.back, r), 0);
+                rw(&mut ops, all(&back, r), 0);
                 boundary(&mut ops);
                 fwd_seen |= fwd;
             }
@@ -259,6 +248,10 @@ mod tests {
 
     fn cfg(blocks: u32, calls: &[Call], pull: bool, scatter: bool, lockstep: bool) -> Ep {
         Ep { ranks: 2, blocks, calls: calls.to_vec(), pull, scatter, lockstep }
+    }
+
+    fn ranks(ranks: u32, calls: &[Call], pull: bool, scatter: bool, lockstep: bool) -> Ep {
+        Ep { ranks, ..cfg(1, calls, pull, scatter, lockstep) }
     }
 
     use Call::{Backward as B, Forward as F};
@@ -292,8 +285,30 @@ mod tests {
         println!("ep, two blocks a rank: {states} states");
     }
 
+    /// Three and four ranks of one block: every wait is for all the others, which two ranks cannot tell from a
+    /// wait for "the other one".
+    #[test]
+    fn ep_three_and_four_ranks() {
+        let mut states = 0;
+        for calls in [vec![F, B, F], vec![F, B, B]] {
+            for (pull, scatter) in [(false, false), (true, true)] {
+                for lockstep in [false, true] {
+                    states += assert_ok(&model(&ranks(3, &calls, pull, scatter, lockstep), Mutation::None));
+                }
+            }
+        }
+        states += assert_ok(&model(&ranks(4, &[F, B], false, false, false), Mutation::None));
+        states += assert_ok(&model(&ranks(4, &[F, F], true, true, false), Mutation::None));
+        println!("ep, three and four ranks: {states} states");
+    }
+
     #[test]
     fn ep_mutations() {
+        // a source waiting for the next rank only: all there is with two ranks, a race with three
+        assert_ok(&model(&ranks(2, &[F, B], false, false, false), Mutation::CombineWaitsNextRankOnly));
+        let v =
+            assert_fails(&model(&ranks(3, &[F], false, false, false), Mutation::CombineWaitsNextRankOnly), Kind::Race);
+        assert!(v.what.contains("back"), "{v}");
         let one = |calls: &[Call], pull, scatter| cfg(1, calls, pull, scatter, false);
         // a source that does not wait for the other owner reads its back while that owner still returns rows
         let v = assert_fails(&model(&one(&[F], false, false), Mutation::CombineWaitsOwnRankOnly), Kind::Race);

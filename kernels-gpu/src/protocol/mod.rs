@@ -14,7 +14,8 @@
 //! 3. race: a write interval (a warp's stores, a TMA load or `cp.async` copies in flight) overlapping another
 //!    agent's read or write interval of the same shared-memory region (a TMA store reads its box until a
 //!    `wait_group.read` covers it; its reads are an agent of their own, so a warp rewriting its own box under its
-//!    store races too); writes of one team into a partitioned region (each warp its own rows) do not race;
+//!    store races too); writes of one team into a partitioned region (each warp its own rows) do not race, nor do
+//!    any two writes into a region declared with disjoint writers (each writer its own rows, whatever its team);
 //! 4. overflow: more arrivals or bytes than a phase expects, a named barrier used with two counts at once;
 //! 5. an unclean end: the block exits with a copy in flight, or an mbarrier holds stray arrivals or bytes, or a
 //!    named barrier a partial generation.
@@ -202,11 +203,14 @@ pub struct MbarDecl {
 }
 
 /// A shared-memory region; `partitioned`: actors of one team write disjoint parts of it at once (each its own
-/// rows), so writes of one team do not race with each other there.
+/// rows), so writes of one team do not race with each other there; `disjoint_writers`: every writer, of any team,
+/// writes its own part (a buffer that several ranks fill, each its own rows), so no two writes race there (a read
+/// while anyone writes still does).
 #[derive(Clone, Debug)]
 pub struct RegionDecl {
     pub name: String,
     pub partitioned: bool,
+    pub disjoint_writers: bool,
 }
 
 /// An actor: a warp (or its issuing lane) with its program, of `team` (> 0) for partitioned regions.
@@ -244,9 +248,15 @@ impl Model {
     }
     /// Declare a region; its mask.
     pub fn region(&mut self, name: &str, partitioned: bool) -> Mask {
-        self.regions.push(RegionDecl { name: name.into(), partitioned });
+        self.regions.push(RegionDecl { name: name.into(), partitioned, disjoint_writers: false });
         assert!(self.regions.len() <= 32, "at most 32 regions");
         1 << (self.regions.len() - 1)
+    }
+    /// Declare a region whose writers write disjoint parts (see [`RegionDecl`]); its mask.
+    pub fn region_disjoint(&mut self, name: &str) -> Mask {
+        let m = self.region(name, false);
+        self.regions.last_mut().expect("just declared").disjoint_writers = true;
+        m
     }
     /// Declare a global flag; its index.
     pub fn flag(&mut self, name: &str) -> u8 {
@@ -516,6 +526,7 @@ struct Checker<'a> {
     /// [b * (ops + 1) + pc].
     next_wait: Vec<Vec<i64>>,
     partitioned: Mask,
+    disjoint: Mask,
 }
 
 /// The regions an op names.
@@ -631,7 +642,8 @@ impl<'a> Checker<'a> {
             })
             .collect();
         let partitioned = m.regions.iter().enumerate().filter(|(_, r)| r.partitioned).fold(0, |k, (r, _)| k | 1 << r);
-        Checker { m, classes, class_of, privs, next_wait, partitioned }
+        let disjoint = m.regions.iter().enumerate().filter(|(_, r)| r.disjoint_writers).fold(0, |k, (r, _)| k | 1 << r);
+        Checker { m, classes, class_of, privs, next_wait, partitioned, disjoint }
     }
 
     /// Actor `i`'s state with its private regions renamed (the same for interchangeable actors in the same state).
@@ -1142,7 +1154,7 @@ impl<'a> Checker<'a> {
                     if x == y || (ry | wy) & wx == 0 {
                         continue;
                     }
-                    let mut ww = wx & wy;
+                    let mut ww = wx & wy & !self.disjoint;
                     if tx > 0 && tx == ty {
                         ww &= !self.partitioned;
                     }

@@ -227,6 +227,27 @@ fn flags_order_a_handover() {
     }
 }
 
+/// A region with disjoint writers (several ranks filling one buffer, each its own rows): two writers of different
+/// teams at once pass, a reader while one writes is a race; the same region declared plainly races on the writes.
+#[test]
+fn disjoint_writers_race_only_with_readers() {
+    for (disjoint, reader) in [(true, false), (true, true), (false, false)] {
+        let mut m = Model::new("disjoint writers");
+        let r = if disjoint { m.region_disjoint("recv") } else { m.region("recv", true) };
+        m.actor("rank0", 1, [Op::BeginWrite(r), Op::EndWrite(r)].into());
+        m.actor("rank1", 2, [Op::BeginWrite(r), Op::EndWrite(r)].into());
+        if reader {
+            m.actor("owner", 3, [Op::BeginRead(r), Op::EndRead(r)].into());
+        }
+        if disjoint && !reader {
+            assert_ok(&m);
+        } else {
+            let v = assert_fails(&m, Kind::Race);
+            assert!(v.what.contains("recv"), "{v}");
+        }
+    }
+}
+
 /// A hand-over of `n` buffers through named barriers (CUTLASS's `NamedBarrier` pipeline): the producer warp
 /// writes, `bar.arrive full`; the consumer warp `bar.sync full`, reads, `bar.arrive empty`; the producer `bar.sync
 /// empty` before it rewrites (`back_pressure`).
