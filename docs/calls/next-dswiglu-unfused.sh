@@ -6,7 +6,9 @@
 # `bwd dh + SwiGLU backward (dz, dtopk partials)` and cuBLAS's dense dh, alternating), then benches/torch_dswiglu.py
 # (the same routing counts: cuBLAS dense dh and torch._grouped_mm dh, the SwiGLU backward as one torch.compile'd
 # (Triton) pass and eager, each with and without s h, and each dh + the compiled pass back to back; a copy of the
-# pass's bytes as the ceiling), then the gemm bench at 30B again (ours in the same state after the torch run).
+# pass's bytes as the ceiling, and HBM writes alone (fill_) and reads alone (sum) of the same buffer: is the dy
+# gather's ~2.3 TB/s of writes the device's write ceiling, as the ninth session inferred but never measured?), then the
+# gemm bench at 30B again (ours in the same state after the torch run).
 # Predicted (30B): dense dh 530-650 us (ncu at base clocks 527; alternating under the cap ~650 beside our 834, 0.78,
 # RESULTS 2026-12-04d); compiled pass without s h ~1.0 GB at 3.0-3.6 TB/s = 280-340 us, with s h ~1.2 GB = 340-400
 # us; dense dh + compiled pass back to back 850-1000 us without s h, i.e. the two-step form at 0.58-0.66 of the
