@@ -594,7 +594,7 @@ impl EpLayer {
         // every step of the GEMMs that can fail (their tensor maps, kernel choices), before the call's first
         // launch: a call that fails has launched nothing and left the workspace, and the saved state of the
         // previous forward, as they were (old calls' maps forgotten first, never between a lookup and its launch)
-        self.maps.trim();
+        self.maps.trim(&self.gpu)?;
         for (r, i) in inp.iter().enumerate() {
             let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
             self.gemm1(r, i, h, 0, self.pull, Pass::Prepare)?;
@@ -895,7 +895,7 @@ impl EpLayer {
         self.alloc_backward()?;
         // every step of every rank's GEMMs that can fail (tensor maps, kernel and schedule policies), before the
         // call's first launch: a backward that fails has written no rank's gradients
-        self.maps.trim();
+        self.maps.trim(&self.gpu)?;
         for r in 0..r_n {
             self.experts_backward(r, &inp[r], &mut grads[r], accumulate, Pass::Prepare)?;
         }

@@ -41,8 +41,8 @@ pub use fp8::{Fp8Inputs, Fp8Weights};
 pub enum Save {
     /// Only the inputs; the backward recomputes z.
     InputsOnly,
-    /// z = [g | u] as well (bf16, 2I per routed row; the backward recomputes h from it) and, with
-    /// [`Gather::Pass`], the expert-ordered copy of x the forward made (bf16, H per routed row; the backward's
+    /// z = [g | u] as well (bf16, 2I per routed row; the backward recomputes h from it) and, unless
+    /// [`Gather::InProducer`], the expert-ordered copy of x the forward made (bf16, H per routed row; the backward's
     /// dW1 reads it instead of gathering x again).
     WithZ,
 }
@@ -151,21 +151,44 @@ pub struct LayerConfig {
     pub fp8_backward: Fp8Backward,
 }
 
+/// The names `MEGAMOE_GATHER` accepts.
+const GATHER_NAMES: &[(&str, Gather)] =
+    &[("pass", Gather::Pass), ("overlapped", Gather::Overlapped), ("in-producer", Gather::InProducer)];
+/// The names `MEGAMOE_FORWARD` accepts.
+const FORWARD_NAMES: &[(&str, Forward)] = &[("launches", Forward::Launches), ("persistent", Forward::Persistent)];
+/// The names `MEGAMOE_FP8_BACKWARD` accepts.
+const FP8_BACKWARD_NAMES: &[(&str, Fp8Backward)] = &[
+    ("straight", Fp8Backward::Straight),
+    ("dx", Fp8Backward::Dx),
+    ("wgrad", Fp8Backward::Wgrad),
+    ("dx-wgrad", Fp8Backward::DxWgrad),
+];
+
 /// `default`, or the value named by the environment variable `var` (A/B runs of whole test binaries and
-/// benchmarks with another default; an unknown name panics with the accepted ones).
+/// benchmarks with another default). An unknown name gives the default here and an error from
+/// [`LayerConfig::validate`] ([`env_problem`]), so the layer is never built on it.
 fn env_choice<T: Copy>(var: &str, default: T, names: &[(&str, T)]) -> T {
     match std::env::var(var) {
-        Ok(v) if !v.is_empty() => names.iter().find(|(n, _)| *n == v).map(|&(_, t)| t).unwrap_or_else(|| {
-            panic!("{var}={v}: expected one of {:?}", names.iter().map(|(n, _)| *n).collect::<Vec<_>>())
-        }),
+        Ok(v) if !v.is_empty() => names.iter().find(|(n, _)| *n == v).map_or(default, |&(_, t)| t),
         _ => default,
+    }
+}
+
+/// The problem with the environment variable `var`, if it is set to a name not in `names`.
+fn env_problem<T>(var: &str, names: &[(&str, T)]) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() && !names.iter().any(|(n, _)| *n == v) => {
+            Some(format!("{var}={v}: expected one of {:?}", names.iter().map(|(n, _)| *n).collect::<Vec<_>>()))
+        }
+        _ => None,
     }
 }
 
 impl LayerConfig {
     /// A bf16 layer. `gather`, `forward` and `fp8_backward` take their defaults ([`Gather::Overlapped`],
-    /// [`Forward::Launches`], [`Fp8Backward::Dx`]) unless `MEGAMOE_GATHER` (pass, overlapped),
-    /// `MEGAMOE_FORWARD` (launches, persistent) or `MEGAMOE_FP8_BACKWARD` (straight, dx, wgrad, dx-wgrad) name others.
+    /// [`Forward::Launches`], [`Fp8Backward::Dx`]) unless `MEGAMOE_GATHER` (pass, overlapped, in-producer),
+    /// `MEGAMOE_FORWARD` (launches, persistent) or `MEGAMOE_FP8_BACKWARD` (straight, dx, wgrad, dx-wgrad) name others;
+    /// a name not in those lists makes [`LayerConfig::validate`] (and so [`MoeLayer::new`]) fail, saying so.
     pub fn bf16(
         hidden: usize,
         intermediate: usize,
@@ -182,32 +205,24 @@ impl LayerConfig {
             top_k,
             max_tokens,
             save,
-            gather: env_choice(
-                "MEGAMOE_GATHER",
-                Gather::Overlapped,
-                &[("pass", Gather::Pass), ("overlapped", Gather::Overlapped)],
-            ),
-            forward: env_choice(
-                "MEGAMOE_FORWARD",
-                Forward::Launches,
-                &[("launches", Forward::Launches), ("persistent", Forward::Persistent)],
-            ),
-            fp8_backward: env_choice(
-                "MEGAMOE_FP8_BACKWARD",
-                Fp8Backward::Dx,
-                &[
-                    ("straight", Fp8Backward::Straight),
-                    ("dx", Fp8Backward::Dx),
-                    ("wgrad", Fp8Backward::Wgrad),
-                    ("dx-wgrad", Fp8Backward::DxWgrad),
-                ],
-            ),
+            gather: env_choice("MEGAMOE_GATHER", Gather::Overlapped, GATHER_NAMES),
+            forward: env_choice("MEGAMOE_FORWARD", Forward::Launches, FORWARD_NAMES),
+            fp8_backward: env_choice("MEGAMOE_FP8_BACKWARD", Fp8Backward::Dx, FP8_BACKWARD_NAMES),
         }
     }
 
     /// Check the configuration; a message naming the first problem.
     pub fn validate(&self) -> Result<()> {
         let bad = |s: String| Err(Error::InvalidArgument(s));
+        // the environment's policy names (read by `bf16`, which cannot fail): one not known fails here
+        let env = [
+            env_problem("MEGAMOE_GATHER", GATHER_NAMES),
+            env_problem("MEGAMOE_FORWARD", FORWARD_NAMES),
+            env_problem("MEGAMOE_FP8_BACKWARD", FP8_BACKWARD_NAMES),
+        ];
+        if let Some(e) = env.into_iter().flatten().next() {
+            return bad(e);
+        }
         if self.hidden == 0 || self.hidden % 64 != 0 {
             return bad(format!("hidden size {} is not a positive multiple of 64", self.hidden));
         }
@@ -267,7 +282,7 @@ pub struct Saved {
     row_slot: CudaSlice<u32>,
     slot_row: CudaSlice<i32>,
     z: Option<CudaSlice<bf16>>,
-    /// The expert-ordered rows of x (bf16 [slots, H]), `Save::WithZ` with `Gather::Pass`.
+    /// The expert-ordered rows of x (bf16 [slots, H]), `Save::WithZ` unless `Gather::InProducer`.
     xs: Option<CudaSlice<bf16>>,
     /// Written by [`MoeLayer::forward_fp8`]: only [`MoeLayer::backward_fp8`] takes it (its z and xs, if any, are
     /// not that forward's).
@@ -371,12 +386,15 @@ enum TiledDescKind {
 impl MapCache {
     /// At the start of a call, before its first lookup: forget the maps of old calls once there are many (the
     /// buffers of calls long gone; the kernels that used them are ordered before any reuse of their memory),
-    /// never once a capture pinned them. Never inside a call: a map fetched earlier in it would be freed, and its
-    /// address reused by the next map, before the launch that reads it.
-    pub(crate) fn trim(&mut self) {
+    /// never once a capture pinned them, and never during a capture (which pins them: the call's maps must be the
+    /// ones its eager run encoded, however many the cache held). Never inside a call: a map fetched earlier in it
+    /// would be freed, and its address reused by the next map, before the launch that reads it.
+    pub(crate) fn trim(&mut self, g: &Gpu) -> Result<()> {
+        self.pinned |= g.capturing()?;
         if self.maps.len() > 256 && !self.pinned {
             self.maps.clear();
         }
+        Ok(())
     }
 
     pub(crate) fn get(
@@ -758,9 +776,9 @@ impl MoeLayer {
                 inp.tokens
             )));
         }
+        self.maps.trim(&self.gpu)?;
         // from here `saved` changes: it is complete again only once every launch of the call was issued
         saved.complete = false;
-        self.maps.trim();
         let r = self.forward_launches(inp, out, saved);
         saved.complete = r.is_ok();
         r
@@ -1005,7 +1023,7 @@ impl MoeLayer {
             ("dW2", grads.dw2.len(), c.experts * c.hidden * c.intermediate, grads.dw2.ordinal()),
             ("dtopk", grads.dtopk.len(), t * c.top_k, grads.dtopk.ordinal()),
         ])?;
-        self.maps.trim();
+        self.maps.trim(&self.gpu)?;
         let g = self.gpu.clone();
         let s = g.stream().clone();
         if t == 0 {
@@ -1251,6 +1269,21 @@ mod tests {
         assert_eq!((b.tokens, b.slot_row, b.out, b.w, b.y, b.error), (7, 2000 + 3 * 32, 3000 + 3 * 128, 0, 1000, 7));
         let (a, b) = split_combine(&Combine { w: 5000, ..c }, 20);
         assert_eq!((a.tokens, b.tokens, b.w), (10, 0, 5000 + 10 * 32));
+    }
+
+    #[test]
+    fn an_unknown_policy_name_is_an_error_not_a_panic() {
+        // a variable of this test's own (the real ones are read by every test of the binary)
+        let var = "MEGAMOE_TEST_ONLY_POLICY";
+        std::env::set_var(var, "sideways");
+        assert_eq!(env_choice(var, Gather::Pass, GATHER_NAMES), Gather::Pass);
+        let m = env_problem(var, GATHER_NAMES).unwrap();
+        assert!(m.contains("MEGAMOE_TEST_ONLY_POLICY=sideways") && m.contains("in-producer"), "{m}");
+        std::env::set_var(var, "in-producer");
+        assert_eq!(env_choice(var, Gather::Pass, GATHER_NAMES), Gather::InProducer);
+        assert!(env_problem(var, GATHER_NAMES).is_none());
+        std::env::remove_var(var);
+        assert!(env_problem(var, FORWARD_NAMES).is_none());
     }
 
     #[test]

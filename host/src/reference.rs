@@ -104,6 +104,9 @@ fn sigmoid(x: f64) -> f64 {
 
 /// Check the inputs' shapes and ids; a message on the first problem.
 pub fn validate(s: &Shape, ranks: &[RankInput], w: &Weights) -> Result<(), String> {
+    if s.h == 0 || s.i == 0 || s.e == 0 || s.k == 0 || s.k > s.e {
+        return Err(format!("shape H {} I {} E {} top-k {}: all positive, top-k <= E", s.h, s.i, s.e, s.k));
+    }
     if ranks.is_empty() || s.e % ranks.len() != 0 {
         return Err(format!("{} ranks do not divide {} experts", ranks.len(), s.e));
     }
@@ -327,7 +330,10 @@ pub fn forward_backward_fp8(
     zf: ZFrom<'_>,
     fp8: Fp8Grads,
 ) -> Result<(Vec<RankOutput>, Grads), String> {
-    if zf.x.len() != ranks.len() || zf.w1.len() != w.w1.len() {
+    if zf.x.len() != ranks.len()
+        || zf.x.iter().zip(ranks).any(|(x, r)| x.len() != r.x.len())
+        || zf.w1.len() != w.w1.len()
+    {
         return Err("z's operands do not match the inputs".into());
     }
     if s.h % 128 != 0 || s.i % 128 != 0 {
@@ -658,5 +664,14 @@ mod tests {
         assert!(validate(&S, &ranks, &w).is_err());
         let (ranks, w) = inputs(&mut rng, &[2, 2, 2]);
         assert!(validate(&S, &ranks, &w).unwrap_err().contains("divide"));
+        // a zero size is an error, not a division by zero; so is top-k above E
+        let (ranks, w) = inputs(&mut rng, &[2]);
+        assert!(forward(&Shape { h: 0, ..S }, &ranks, &w).unwrap_err().contains("H 0"));
+        assert!(validate(&Shape { k: S.e + 1, ..S }, &ranks, &w).unwrap_err().contains("top-k"));
+        // the FP8 model's per-rank x of another length than the rank's tokens: an error, not a worker's panic
+        let short = vec![vec![0.0; ranks[0].x.len() - S.h]];
+        let zf = ZFrom { x: &short, w1: &w.w1 };
+        let fs = Shape { h: 128, i: 128, ..S };
+        assert!(forward_backward_fp8(&fs, &ranks, &w, zf, Fp8Grads::default()).unwrap_err().contains("z's operands"));
     }
 }

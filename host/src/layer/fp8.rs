@@ -31,11 +31,23 @@ pub struct Fp8Weights {
     pub w1t: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
 }
 
+/// The weights' 128 x 128 blocks need H and I multiples of 128 (the layer itself takes multiples of 64).
+fn check_block_shape(what: &str, h: usize, i: usize) -> Result<()> {
+    if h % 128 != 0 || i % 128 != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{what}: FP8 weights are quantized in 128 x 128 blocks: H {h} and I {i} must be multiples of 128"
+        )));
+    }
+    Ok(())
+}
+
 impl Fp8Weights {
-    /// Buffers for `layer`'s weights (uninitialised: fill them with [`Fp8Weights::quantize`]).
+    /// Buffers for `layer`'s weights (uninitialised: fill them with [`Fp8Weights::quantize`]). H and I must be
+    /// multiples of 128.
     pub fn alloc(layer: &MoeLayer) -> Result<Self> {
         let (g, c) = (&layer.gpu, &layer.cfg);
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        check_block_shape("Fp8Weights::alloc", h, i)?;
         let w1t = if c.fp8_backward.dx() {
             Some((g.alloc(e * 2 * i * h)?, g.alloc(e * 2 * i / 128 * (h / 128))?))
         } else {
@@ -55,7 +67,9 @@ impl Fp8Weights {
     pub fn quantize(&mut self, gpu: &Gpu, w1: &CudaSlice<bf16>, w2: &CudaSlice<bf16>, layer: &MoeLayer) -> Result<()> {
         let c = &layer.cfg;
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
-        // both weights checked before the first launch: a bad W2 must not leave W1's codes updated alone
+        // both weights checked before the first launch, shapes included (the quantizers' own checks come launch
+        // by launch): a bad W2 must not leave W1's codes updated alone
+        check_block_shape("Fp8Weights::quantize", h, i)?;
         for (name, got, need, dev) in
             [("W1", w1.len(), e * 2 * i * h, w1.ordinal()), ("W2", w2.len(), e * h * i, w2.ordinal())]
         {
@@ -193,9 +207,9 @@ impl MoeLayer {
             }
         }
         self.alloc_fp8()?;
+        self.maps.trim(&self.gpu)?;
         // from here `saved` changes: it is complete again only once every launch of the call was issued
         saved.complete = false;
-        self.maps.trim();
         let r = self.forward_fp8_launches(inp, out, saved);
         saved.complete = r.is_ok();
         r
