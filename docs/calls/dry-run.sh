@@ -3,7 +3,7 @@
 # docs/calls/next-X.sh [ENV=VALUE ...]`. In a throw-away worktree of HEAD (prelude.sh unpacks the carried binaries
 # in place, so the real .dev must not be used), every gzipped binary under .dev/b*/*/ is mirrored as a stub that
 # prints its arguments, the knobs the benches print (MEGAMOE_SKIP_IDLE, MEGAMOE_A_MAPS) and a passing test result;
-# nvidia-smi and ncu are stubs too (python3 and the repo's scripts are real; PyTorch is absent here, so its steps
+# nvidia-smi, ncu and compute-sanitizer are stubs too (python3 and the repo's scripts are real; PyTorch is absent here, so its steps
 # fail). Shows each step's line (rc, elapsed seconds), shell errors, and what the call would bring back under $OUT.
 # Catches what shell alone gets wrong (the twenty-eighth session's: a `local s` in a bench function hid prelude's
 # start time, so every bench of next-energy-both.sh would have run under a 5 s timeout).
@@ -42,6 +42,14 @@ cat >"$dry/bin/ncu" <<'EOF'
 #!/bin/sh
 echo "stub ncu $*" >&2
 case "$*" in *query-metrics*) seq 1 300 | sed 's/^/stub_metric_/; s/$/ Counter stub/' ;; esac
+EOF
+# compute-sanitizer runs the program it is given (a stub binary here) and reports no errors
+cat >"$dry/bin/compute-sanitizer" <<'EOF'
+#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in --tool|--error-exitcode) shift 2 ;; --*) shift ;; *) break ;; esac; done
+"$@"; rc=$?
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
 EOF
 chmod +x "$dry/bin/"*
 cd "$dry/tree"
