@@ -1147,7 +1147,8 @@ impl EpLayer {
         for (r, w) in self.ranks.iter().enumerate() {
             if self.gpu.download(&w.route_error)?[0] != 0 {
                 return Err(Error::InvalidArgument(format!(
-                    "rank {r}: topk_ids holds an expert id outside -1..{} (those slots were treated as masked)",
+                    "rank {r}: topk_ids holds an expert id outside -1..{}: this call's results are not valid on any \
+                     rank",
                     self.cfg.experts
                 )));
             }
