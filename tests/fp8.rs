@@ -1106,6 +1106,10 @@ gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
         g.fill_bytes(&mut dx, 0xff).unwrap();
         let (mut gw1, mut gw2) = (g.alloc::<f32>(e * 2 * i * h).unwrap(), g.alloc::<f32>(e * h * i).unwrap());
         let mut dtopk = g.alloc::<f32>(t * k).unwrap();
+        // poisoned: a fresh allocation may hold the other mode's results (the pool reuses memory)
+        g.fill_bytes(&mut gw1, 0xff).unwrap();
+        g.fill_bytes(&mut gw2, 0xff).unwrap();
+        g.fill_bytes(&mut dtopk, 0xff).unwrap();
         let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
         layer.backward_fp8(&saved, &dy, &inp16, &fw, grads).unwrap();
         let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
@@ -1114,11 +1118,16 @@ gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
             bits(g.download(&out).unwrap()),
             bits(g.download(&dx).unwrap()),
             fbits(g.download(&gw1).unwrap()),
+            fbits(g.download(&gw2).unwrap()),
             fbits(g.download(&dtopk).unwrap()),
         ));
     }
     std::env::remove_var("MEGAMOE_FP8_TILES");
     assert!(outs[0].0.iter().all(|&v| v != 0xffff) && outs[0].1.iter().all(|&v| v != 0xffff), "not fully written");
+    assert!(
+        [&outs[0].2, &outs[0].3, &outs[0].4].iter().all(|v| v.iter().all(|&b| b != 0xffff_ffff)),
+        "dW1, dW2 or dtopk not fully written"
+    );
     assert!(outs[0] == outs[1], "128 x 256 and 128 x 128 tiles differ in the layer");
 });
 

@@ -579,6 +579,16 @@ fn check_ep_graph(s: Shape, tokens: &[usize], routing: Routing, pull: bool, scat
     bufs.step(&mut layer, backward).unwrap();
     run_checked(&mut layer, "eager B again", 1);
     assert!(replays == bufs.bits(&g, backward, &tag), "{tag}: three replays differ from the eager step");
+    // replays on alternating inputs (each loaded, and the outputs poisoned, in stream order before its replay: a
+    // pageable copy waits for the replay before it), the last on A: bitwise the first eager step on A, so a replay
+    // that read the previous one's rows, or left its outputs unwritten, shows (the same inputs three times cannot)
+    for inp in [&a, &b, &a] {
+        bufs.load(&g, inp);
+        graph.launch().unwrap();
+    }
+    run_checked(&mut layer, "replays on A, B, A", 3);
+    let last = bufs.bits(&g, backward, &format!("{tag} replays on A, B, A"));
+    assert!(last == eager_a, "{tag}: the last of the replays on A, B, A differs from the eager step on A");
 }
 
 gpu_test!(graph_ep4_forward_backward, {

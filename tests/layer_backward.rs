@@ -73,14 +73,30 @@ fn run<W: WgradElem + Default>(g: &Arc<Gpu>, layer: &mut MoeLayer, inp: &Inputs)
     g.sync().unwrap();
     layer.routing_error().unwrap();
     let (dw1_h, dw2_h) = (g.download(&dw1).unwrap(), g.download(&dw2).unwrap());
-    // a second micro-batch of the same data, accumulated: exactly twice the gradients
+    let (dx_h, dtopk_h) = (g.download(&dx).unwrap(), g.download(&dtopk).unwrap());
+    // a second micro-batch of the same data, accumulated: exactly twice the weight gradients, and dx and dtopk
+    // written afresh (poisoned again first, so rows the accumulating path skips show), bitwise the first call's
+    g.fill_bytes(&mut dx, 0xff).unwrap();
+    g.fill_bytes(&mut dtopk, 0xff).unwrap();
     let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: true };
     layer.backward(&saved, &dy, &li, grads).unwrap();
     g.sync().unwrap();
+    let dx_acc: Vec<u16> = g.download(&dx).unwrap().iter().map(|v| v.to_bits()).collect();
+    let dtopk_acc: Vec<u32> = g.download(&dtopk).unwrap().iter().map(|v| v.to_bits()).collect();
+    if let Some(i) = (0..dx_acc.len()).find(|&i| dx_acc[i] != dx_h[i].to_bits()) {
+        panic!(
+            "the accumulating backward's dx[{i}] = {:#06x}, the first backward's {:#06x}",
+            dx_acc[i],
+            dx_h[i].to_bits()
+        );
+    }
+    if let Some(i) = (0..dtopk_acc.len()).find(|&i| dtopk_acc[i] != dtopk_h[i].to_bits()) {
+        panic!("the accumulating backward's dtopk[{i}] = {:#x}, the first's {:#x}", dtopk_acc[i], dtopk_h[i].to_bits());
+    }
     Out {
         y: g.download(&out).unwrap(),
-        dx: g.download(&dx).unwrap(),
-        dtopk: g.download(&dtopk).unwrap(),
+        dx: dx_h,
+        dtopk: dtopk_h,
         dw1: dw1_h,
         dw2: dw2_h,
         dw1_acc: g.download(&dw1).unwrap(),
@@ -111,6 +127,11 @@ fn compare(inp: &Inputs, o: &Out, tag: &str) {
         }
         let e = check::close(&format!("{tag}: {what}"), &got, reference, 1e-2).unwrap();
         eprintln!("{what}: rel err {e:.3e}");
+        if what == "y" || what == "dx" {
+            // token by token too (a wrong row among thousands hides in the whole tensor's error)
+            let er = check::close_rows(&format!("{tag}: {what} rows"), &got, reference, inp.shape.h, 3e-2).unwrap();
+            eprintln!("{what}: worst token {er:.3e}");
+        }
     }
     // dtopk against its terms' scale: with one token its two dot products can cancel far below their terms
     let e = check::close_scaled(&format!("{tag}: dtopk"), &f32s(&o.dtopk), &want.dtopk, &want.dtopk_scale, 1e-2);
@@ -216,7 +237,12 @@ gpu_test!(clustered_weight_gradients_match_the_single_cta_qwen3_30b_a3b_t1024, {
     let o = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Dynamic, || run::<f32>(&g, &mut layer, &inp));
     let oc = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Clusters, || run::<f32>(&g, &mut layer, &inp));
     assert!(bits16(&o.dx) == bits16(&oc.dx) && bits32(&o.dtopk) == bits32(&oc.dtopk), "clusters: dx or dtopk differ");
-    for (what, a, b) in [("dW1", &o.dw1, &oc.dw1), ("dW2", &o.dw2, &oc.dw2), ("dW1 acc", &o.dw1_acc, &oc.dw1_acc)] {
+    for (what, a, b) in [
+        ("dW1", &o.dw1, &oc.dw1),
+        ("dW2", &o.dw2, &oc.dw2),
+        ("dW1 acc", &o.dw1_acc, &oc.dw1_acc),
+        ("dW2 acc", &o.dw2_acc, &oc.dw2_acc),
+    ] {
         assert!(bits32(a) == bits32(b), "clusters: {what} differs from the single-CTA schedule's");
     }
 });

@@ -68,9 +68,47 @@ pub fn close_scaled(what: &str, out: &[f64], reference: &[f64], scale: &[f64], t
     Err(format!("{what}: error {e:.3e} of the terms' scale > {tol:.1e}{w}"))
 }
 
+/// [`close`] row by row (rows of `row_len` elements): the largest row error when every row's is within `tol`, else a
+/// message naming `what`, the row and its error. One number over a whole large tensor hides a wrong row (a dropped
+/// slot among 32768 moves the whole-tensor error by ~0.5e-2); a row's own error does not. A row whose reference is
+/// zero passes only when it is zero too (a masked token).
+pub fn close_rows(what: &str, out: &[f64], reference: &[f64], row_len: usize, tol: f64) -> Result<f64, String> {
+    assert_eq!(out.len(), reference.len(), "close_rows: out and reference of different lengths");
+    assert!(row_len > 0 && out.len() % row_len == 0, "close_rows: {} elements are not rows of {row_len}", out.len());
+    let mut max = 0.0f64;
+    for (r, (o, w)) in out.chunks(row_len).zip(reference.chunks(row_len)).enumerate() {
+        let e = rel_err(o, w);
+        // NaN (a non-finite output) fails: it is not within the tolerance
+        if e.is_nan() || e > tol {
+            return Err(format!("{what}: row {r}: relative error {e:.3e} > {tol:.1e}"));
+        }
+        max = max.max(e);
+    }
+    Ok(max)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn close_rows_finds_one_wrong_row_that_the_whole_tensor_hides() {
+        let rows = 4096;
+        let reference: Vec<f64> = (0..rows * 8).map(|i| ((i * 37 % 101) as f64 - 50.0) / 50.0).collect();
+        let mut out = reference.clone();
+        out[5 * 8..6 * 8].fill(0.0); // one row dropped
+        assert!(close("whole", &out, &reference, 2e-2).is_ok(), "the whole tensor hides it");
+        let m = close_rows("rows", &out, &reference, 8, 3e-2).unwrap_err();
+        assert!(m.contains("row 5"), "{m}");
+        // zero rows: a zero output passes, anything else fails; NaN fails
+        let (mut z, zr) = (vec![0.0; 16], vec![0.0; 16]);
+        assert_eq!(close_rows("zeros", &z, &zr, 8, 1e-2), Ok(0.0));
+        z[9] = 1e-30;
+        assert!(close_rows("zeros", &z, &zr, 8, 1e-2).unwrap_err().contains("row 1"));
+        let mut n = reference.clone();
+        n[7] = f64::NAN;
+        assert!(close_rows("nan", &n, &reference, 8, 1e-2).unwrap_err().contains("row 0"));
+    }
 
     #[test]
     fn rel_err_basics() {
