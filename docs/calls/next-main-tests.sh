@@ -20,10 +20,10 @@ t() { local n=$1 want=$2 rest=$3; shift 3
   timeout $(to $want $rest) $B/$n "$@" --include-ignored --test-threads=1 > $OUT/r/t_$n.txt 2>&1
   echo "== $n $* rc $? at $(el) s: $(grep 'test result' $OUT/r/t_$n.txt)"
   grep -E "FAILED|panicked|\.\.\. $|seed" $OUT/r/t_$n.txt | cut -c1-300 | head -8; }
-t layer_forward 90 420
-t layer_backward 150 270
-t graph 60 210
-t grouped_gemm 90 120
-t fp8 100 20
+t layer_forward 80 480
+t layer_backward 140 340
+t graph 50 290
+t grouped_gemm 80 210
+t fp8 150 60
 t ep 60 0
 echo "total $(el) s"
