@@ -4,7 +4,9 @@ Layers: torch._grouped_mm experts (sort, gather, grouped GEMM1, SwiGLU, grouped 
 and the per-expert loop; forward and forward+backward by autograd. Also the dense cuBLAS GEMM of GEMM1's total
 shape (T*k x H x 2I) as the ceiling. bf16, T = 16384, E = 128, top-8, random routing. Warm-up 3, median of
 10 (fwd+bwd of the loop: median of 3), CUDA events. MEGAMOE_BENCH_ONLY=30B (a substring of the shape name)
-runs one shape, as the layer benchmark does; MEGAMOE_TORCH_LOOP=0 leaves out the per-expert loop.
+runs one shape, as the layer benchmark does; MEGAMOE_TORCH_LOOP=0 leaves out the per-expert loop. MEGAMOE_BENCH_HEAT=S
+(default 3): S seconds of untimed forward + backward steps first, as the layer benchmark's. Gradients are set to None
+before every backward (each step writes them afresh, as megamoe's do).
 MEGAMOE_BENCH_ROUTING=zipf:S routes as the layer benchmark's option does (k distinct experts per token drawn with
 popularity 1 / rank^S, the ranks dealt to random expert ids; the same distribution, another draw); `balanced` as
 its; `random` (the default) k distinct uniform experts. MEGAMOE_SOAK=S: after the timings, S seconds of the
@@ -88,12 +90,33 @@ for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)
     W2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)
     flops = 6 * T * k * H * I
     dy = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+    heat = float(os.environ.get("MEGAMOE_BENCH_HEAT", "3") or 0)
     for lname, f, reps in layers:
+        if heat > 0 and lname == "torch._grouped_mm":
+            # as benches/layer.rs: untimed forward + backward steps first, so the timings see a warm GPU
+            xh, W1h, W2h, wh = [t.detach().clone().requires_grad_(True) for t in (x, W1, W2, w)]
+            t0, n = time.time(), 0
+            while time.time() - t0 < heat:
+                for t in (xh, W1h, W2h, wh):
+                    t.grad = None
+                f(xh, ids, wh, W1h, W2h).backward(dy)
+                n += 1
+                if n % 5 == 0:
+                    torch.cuda.synchronize()
+            torch.cuda.synchronize()
+            print(f"HEAT pytorch {name}: {n} forward + backward steps in {heat:.1f} s before the timings")
+            del xh, W1h, W2h, wh
         ms = timeit(lambda: f(x, ids, w, W1, W2), reps=reps)
         print(f"RESULT pytorch {lname} forward {name} T={T}: {ms * 1e3:.0f} us, {flops / ms / 1e9:.0f} TFLOP/s")
         xr, W1r, W2r, wr = [t.detach().clone().requires_grad_(True) for t in (x, W1, W2, w)]
 
         def fb():
+            # a training step's gradients: written afresh, as megamoe's (accumulate: false) and as after an
+            # optimizer's zero_grad(set_to_none=True). Left in place, autograd would add every step's gradients into
+            # the last step's (grad += new: ~3.8 GB more traffic, ~0.9 ms at 30B): until 2026-12-05 it did, which
+            # flattered megamoe's forward + backward ratio by ~6% (a helper's audit of the benchmarks)
+            for t in (xr, W1r, W2r, wr):
+                t.grad = None
             out = f(xr, ids, wr, W1r, W2r)
             out.backward(dy)
 
