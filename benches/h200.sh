@@ -5,6 +5,7 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:-.}"
+mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
 "$here/layer" --bench 2>&1 | tee "$out/megamoe_bench.txt"
 PYTHONUNBUFFERED=1 python3 "$here/torch_layer.py" 2>&1 | tee "$out/torch_bench.txt"

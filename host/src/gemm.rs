@@ -6,7 +6,8 @@
 //!   `grouped_gemm_bt_bf16`: the backward's dx, or dh without its epilogue);
 //! - [`grouped_gemm_scatter`]: as `grouped_gemm` (B K-major) with each row stored to a row of C the caller
 //!   names, optionally scaled by that row's factor (`grouped_gemm_bf16_scatter`);
-//! - [`grouped_gemm_swiglu`]: the forward's GEMM1 with the SwiGLU epilogue (`grouped_gemm_swiglu`);
+//! - [`grouped_gemm_swiglu`]: the forward's GEMM1 with the SwiGLU epilogue (`grouped_gemm_swiglu_ew7` by default,
+//!   the cooperative `grouped_gemm_swiglu` by `MEGAMOE_SWIGLU`: [`swiglu_epilogue_warps`]);
 //! - [`grouped_gemm_dswiglu`]: the backward's dh GEMM with the SwiGLU-backward epilogue
 //!   (`grouped_gemm_bt_dswiglu_ew7` by default, `_ew` or the ping-pong `grouped_gemm_bt_dswiglu` by
 //!   `MEGAMOE_DSW`: [`dswiglu_kernel`]);

@@ -2,8 +2,9 @@
 //! codes and scales gathered into expert order (half the bytes of the bf16 gather), GEMM1 with the SwiGLU
 //! epilogue in FP8 quantizing h as it stores it, GEMM2 in FP8, the combine as in bf16. The weights come quantized
 //! ([`Fp8Weights`]: once per optimizer step, not per call). [`MoeLayer::backward_fp8`]: its backward, z
-//! recomputed in FP8 as the forward computed it, then the bf16 backward on the bf16 x, W1 and W2
-//! (straight-through: the quantizers taken as the identity).
+//! recomputed in FP8 as the forward computed it, then the backward on the bf16 x, W1 and W2, with the GEMMs
+//! `LayerConfig::fp8_backward` names in FP8 (dx by default) and the rest in bf16 (straight-through: the
+//! quantizers taken as the identity).
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
 use megamoe_kernels::params::{Combine, GroupedGemmFp8};
@@ -286,8 +287,9 @@ impl MoeLayer {
     /// The backward of [`MoeLayer::forward_fp8`], on the same inputs in bf16 (`inp`: the tokens, the routing and
     /// the bf16 weights `weights` was quantized from) and the same quantized weights: z recomputed in FP8 from the
     /// tokens' codes and W1's (the z the forward computed), then dh with the SwiGLU backward, dtopk, dx and the
-    /// weight gradients as [`MoeLayer::backward`] computes them, on the bf16 x, W1 and W2: the straight-through
-    /// gradient (each quantizer taken as the identity). Whatever the layer's save mode, the FP8 forward saves no z
+    /// weight gradients as [`MoeLayer::backward`] computes them, on the bf16 x, W1 and W2, with the GEMMs
+    /// `LayerConfig::fp8_backward` names in FP8 (dx by default, from dz's row codes and W1's transposed codes): the
+    /// straight-through gradient (each quantizer taken as the identity). Whatever the layer's save mode, the FP8 forward saves no z
     /// or x rows: this backward recomputes z and gathers x. Writes as [`MoeLayer::backward`] does (nothing when
     /// the forward saw a bad expert id); asynchronous, no host synchronisation.
     pub fn backward_fp8<W: WgradElem>(
