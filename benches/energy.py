@@ -7,6 +7,11 @@ start: the offset between the two clocks). Each FILE (relative to DIR) is a benc
 ("SOAK <what>: <n> steps|launches, <us> us a step|launch ... from <t0> to <t1> (unix s)"), printed by the layer and
 GEMM benches and benches/torch_layer.py under MEGAMOE_SOAK. For each window, skipping its first second (the clock
 settling): the mean power, the SM clock's median and range, and joules per step or launch = mean power x time.
+
+`python3 benches/energy.py --compare DIR A B TAG` sets two of its outputs side by side (A and B: files in DIR of
+`ENERGY` lines, e.g. a main binary's and a branch's soaks): per window B's time and joules against A's, and for a
+megamoe window also its joules against the same run's cuBLAS window (`n`: drift between the runs removed); lines
+`TAG <window>: ...`.
 """
 import datetime as dt
 import re
@@ -47,5 +52,36 @@ def main():
                   + (f"{j:.2f} J a {unit}" if j >= 0.1 else f"{j * 1e3:.1f} mJ a {unit}"))
 
 
+def compare(d, a, b, tag):
+    pat = re.compile(r"ENERGY (.*): ([\d.]+) us a (\w+), \d+ samples, mean (\d+) W")
+
+    def read(f):
+        out = {}
+        try:
+            lines = open(f"{d}/{f}").readlines()
+        except OSError:
+            return out
+        for line in lines:
+            m = pat.match(line)
+            if m:
+                us, w = float(m.group(2)), int(m.group(4))
+                out[m.group(1)] = (us, w * us / 1e6, w)
+        return out
+
+    pct = lambda x, y: 100 * (x / y - 1)
+    ea, eb = read(a), read(b)
+    for name, (u0, j0, w0) in ea.items():
+        if name not in eb:
+            continue
+        u, j, w = eb[name]
+        c = name.replace(" megamoe", " cuBLAS dense")
+        n = f" (n {pct(j / eb[c][1], j0 / ea[c][1]):+.1f}%)" if name.endswith(" megamoe") and c in ea and c in eb else ""
+        print(f"{tag} {name}: {u0:.0f} us {j0:.3f} J {w0} W -> {u:.0f} us {pct(u, u0):+.1f}%, {j:.3f} J "
+              f"{pct(j, j0):+.1f}%{n}, {w} W")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 6 and sys.argv[1] == "--compare":
+        compare(*sys.argv[2:])
+    else:
+        main()

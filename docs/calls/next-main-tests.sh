@@ -15,11 +15,7 @@
 . "$(dirname "$0")/prelude.sh" b47
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 B=b47/main
-to() { local l=$(( 570 - $(el) - $2 )); (( l < 5 )) && l=5; (( l < $1 )) && echo $l || echo $1; }
-t() { local n=$1 want=$2 rest=$3; shift 3
-  timeout $(to $want $rest) $B/$n "$@" --include-ignored --test-threads=1 > $OUT/r/t_$n.txt 2>&1
-  echo "== $n $* rc $? at $(el) s: $(grep 'test result' $OUT/r/t_$n.txt)"
-  grep -E "FAILED|panicked|\.\.\. $|seed" $OUT/r/t_$n.txt | cut -c1-300 | head -8; }
+BOUND=570
 t layer_forward 80 480
 t layer_backward 140 340
 t graph 50 290

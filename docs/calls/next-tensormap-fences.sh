@@ -17,11 +17,6 @@
 for f in b41/*/*.gz; do [ -f "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 B=b48/tf
-to() { local l=$(( 565 - $(el) - $2 )); (( l < 5 )) && l=5; (( l < $1 )) && echo $l || echo $1; }
-t() { local n=$1 want=$2 rest=$3; shift 3
-  timeout $(to $want $rest) $B/$n "$@" --include-ignored --test-threads=1 > $OUT/r/t_$n.txt 2>&1
-  echo "== $n $* rc $? at $(el) s: $(grep 'test result' $OUT/r/t_$n.txt)"
-  grep -E "FAILED|panicked|\.\.\. $|seed" $OUT/r/t_$n.txt | cut -c1-300 | head -8; }
 t grouped_gemm 70 470
 t layer_forward 70 400
 t layer_backward 120 280

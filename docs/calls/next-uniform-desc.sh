@@ -31,11 +31,7 @@
 for f in b41/*/*.gz; do [ -f "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 U=b45/ud M=b41/main
-to() { local l=$(( 565 - $(el) - $2 )); (( l < 5 )) && l=5; (( l < $1 )) && echo $l || echo $1; }
-t() { local n=$1 want=$2 rest=$3; shift 3
-  timeout $(to $want $rest) $U/$n "$@" --include-ignored --test-threads=1 > $OUT/r/t_$n.txt 2>&1
-  echo "== $n $* rc $? at $(el) s: $(grep 'test result' $OUT/r/t_$n.txt)"
-  grep -E "FAILED|panicked|\.\.\. $" $OUT/r/t_$n.txt | cut -c1-300 | head -6; }
+B=$U
 t grouped_gemm 120 420
 t layer_backward 90 340
 t fp8 120 300
@@ -64,31 +60,7 @@ done
 for f in gemm_main gemm_ud layer_main layer_ud; do
   [ -f $OUT/r/$f.txt ] && python3 ../benches/energy.py $OUT/r $f.txt | sed -E 's/Qwen3-30B-A3B //' > $OUT/r/energy_$f.txt
 done
-python3 - "$OUT/r" <<'P'
-import os, re, sys
-d = sys.argv[1]
-pat = re.compile(r"ENERGY (.*): ([\d.]+) us a (\w+), \d+ samples, mean (\d+) W")
-def read(f):
-    out = {}
-    if os.path.exists(f"{d}/{f}"):
-        for line in open(f"{d}/{f}"):
-            m = pat.match(line)
-            if m:
-                us, w = float(m.group(2)), int(m.group(4))
-                out[m.group(1)] = (us, w * us / 1e6, w)
-    return out
-pct = lambda a, b: 100 * (a / b - 1)
-for kind in ("gemm", "layer"):
-    a, b = read(f"energy_{kind}_main.txt"), read(f"energy_{kind}_ud.txt")
-    for name, (u0, j0, w0) in a.items():
-        if name not in b:
-            continue
-        u, j, w = b[name]
-        c = name.replace(" megamoe", " cuBLAS dense")
-        n = ""
-        if name.endswith(" megamoe") and c in a and c in b:
-            n = f" (n {pct(j / b[c][1], j0 / a[c][1]):+.1f}%)"
-        print(f"UD {name}: main {u0:.0f} us {j0:.3f} J {w0} W | ud {u:.0f} us {pct(u, u0):+.1f}%, {j:.3f} J "
-              f"{pct(j, j0):+.1f}%{n}, {w} W")
-P
+for kind in gemm layer; do
+  python3 ../benches/energy.py --compare $OUT/r energy_${kind}_main.txt energy_${kind}_ud.txt UD
+done
 echo "total $(el) s"

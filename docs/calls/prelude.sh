@@ -11,3 +11,12 @@ mkdir -p "$OUT/r"
 for f in "$1"/*/*.gz; do [ -f "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
 # The gemm bench's alternating lines of FILE, one per GEMM: "  fwd NAME: ours us  cuBLAS us  ratio".
 alt_summary() { grep -E "RESULT gemm-alternating" "$1" | sed -E "s/.*(fwd|bwd) ([^(]*(\([^)]*\))?) \((K|M)-grouped.*megamoe ([0-9]+ us).*cuBLAS dense ([0-9]+ us).*ours\/cuBLAS ([0-9.]+).*/  \1 \2: \5 \6 \7/"; }
+# A step's timeout: `want` s, less if the call's bound (BOUND s, default 565) would not leave `rest` s for the steps
+# after it (at least 5): a late step is cut short, not the call. (`soak`, never a local `s`: `el` reads `s`.)
+to() { local l=$(( ${BOUND:-565} - $(el) - $2 )); (( l < 5 )) && l=5; (( l < $1 )) && echo $l || echo $1; }
+# The test binary $B/NAME whole (or as the extra arguments filter it), timed by `to WANT REST`: its result line and
+# its failures (scripts written before this one define their own `t`, which replaces this).
+t() { local n=$1 want=$2 rest=$3; shift 3
+  timeout $(to $want $rest) $B/$n "$@" --include-ignored --test-threads=1 > $OUT/r/t_$n.txt 2>&1
+  echo "== $n $* rc $? at $(el) s: $(grep 'test result' $OUT/r/t_$n.txt)"
+  grep -E "FAILED|panicked|\.\.\. $|seed" $OUT/r/t_$n.txt | cut -c1-300 | head -8; }
