@@ -12,7 +12,7 @@
 . "$(dirname "$0")/prelude.sh" b49
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 B=b49/combo
-t layer_backward 200 330
+t layer_backward 200 330 --nocapture
 echo "layer_backward both-knobs configurations bitwise equal: $(grep -c 'both knobs on bitwise both off' $OUT/r/t_layer_backward.txt)"
 t grouped_gemm 160 170
 t fp8 90 80
