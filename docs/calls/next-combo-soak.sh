@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Thirtieth session, after next-combo-tests.sh: layer_forward and graph whole on branch combo (.dev/b49/combo; see
+# Thirtieth session, after next-combo-tests.sh: layer_forward whole on branch combo (.dev/b49/combo; see
 # next-combo-tests.sh), then the energy A/Bs of next-energy-both.sh and next-uniform-desc.sh in one: the 30B GEMMs
-# soaked (MEGAMOE_SOAK=2: each GEMM 2 s of ours then 2 s of cuBLAS's, one MEGAMOE_SEED routing draw) with main's
+# soaked (MEGAMOE_SOAK=3: each GEMM 3 s of ours then 3 s of cuBLAS's, one MEGAMOE_SEED routing draw) with main's
 # binary (b41/main), combo with both knobs off (= main + uniform descriptors + fences + guards) and combo with
 # MEGAMOE_SKIP_IDLE=1 MEGAMOE_A_MAPS=expert; then the layer soaked (MEGAMOE_SOAK=4) the same three ways. nvidia-smi
 # every 100 ms beside it; joules a launch per window (benches/energy.py), compared by --compare (drift-normalised by
@@ -14,8 +14,7 @@
 for f in b41/*/*.gz; do [ -f "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 B=b49/combo M=b41/main
-t layer_forward 130 380
-t graph 90 290
+t layer_forward 130 375
 export MEGAMOE_SEED=20261208
 python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
@@ -25,11 +24,11 @@ bench() { local dir=$1 b=$2 soak=$3 skip=$4 maps=$5 name=$6 want=$7 rest=$8
   MEGAMOE_SKIP_IDLE=$skip MEGAMOE_A_MAPS=$maps MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) \
     $dir/$b --bench > $OUT/r/$name.txt 2>&1
   echo "== $name rc $? at $(el) s"; }
-bench $M gemm 2 0 shared gemm_main 75 240
-bench $B gemm 2 0 shared gemm_off 75 170
-bench $B gemm 2 1 expert gemm_both 75 105
-bench $M layer 4 0 shared layer_main 45 70
-bench $B layer 4 0 shared layer_off 45 30
+bench $M gemm 3 0 shared gemm_main 80 295
+bench $B gemm 3 0 shared gemm_off 80 215
+bench $B gemm 3 1 expert gemm_both 80 135
+bench $M layer 4 0 shared layer_main 45 90
+bench $B layer 4 0 shared layer_off 45 45
 bench $B layer 4 1 expert layer_both 45 0
 kill $smi
 for f in gemm_main gemm_off gemm_both; do
