@@ -12,14 +12,14 @@
 . "$(dirname "$0")/prelude.sh" b49
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 B=b49/combo
-t layer_backward 200 390 --nocapture
+t layer_backward 170 365 --nocapture
 echo "layer_backward both-knobs configurations bitwise equal: $(grep -c 'both knobs on bitwise both off' $OUT/r/t_layer_backward.txt)"
-t grouped_gemm 160 230
-t fp8 90 140
+t grouped_gemm 130 235
+t fp8 60 175
 grep -hE "bad_offsets" $OUT/r/t_*.txt | cut -c1-160
-t ep 50 90
-timeout $(to 60 0) compute-sanitizer --tool memcheck --error-exitcode 3 $B/ep ep2_bad_expert_id_pull_scatter \
+t ep 35 140
+timeout $(to 60 80) compute-sanitizer --tool memcheck --error-exitcode 3 $B/ep ep2_bad_expert_id_pull_scatter \
   --include-ignored --test-threads=1 > $OUT/r/memcheck.txt 2>&1
 echo "== memcheck rc $? at $(el) s: $(grep -E 'ERROR SUMMARY|test result' $OUT/r/memcheck.txt | tr '\n' ' ')"
-t graph 90 0
+t graph 80 0
 echo "total $(el) s"
