@@ -84,7 +84,7 @@ unsafe fn fused<const MV: bool>(p: &FusedFfn) {
         } else {
             regs::setmaxnreg_inc::<232>();
         }
-        consume(p, base, ring, staging, t / 128 - 1);
+        consume(p, base, ring, staging, regs::warpgroup() - 1);
     }
 }
 

@@ -281,10 +281,10 @@ unsafe fn grouped_gemm<
         if DSW {
             // S == DSW_STAGES (asserted above)
             let ring = Ring::<DSW_STAGES>::at(staging + staging_bytes(DSW));
-            consume_pp::<MC>(p, base, ring, staging, order, zbar, total, kt_n, wg - 1);
+            consume_pp::<MC>(p, base, ring, staging, order, zbar, total, kt_n, regs::warpgroup() - 1);
         } else {
             let ring = Ring::<STAGES>::at(staging + staging_bytes(DSW));
-            consume_coop::<SWIGLU, BT, GATHER, MC, SCATTER>(p, base, ring, staging, total, kt_n, wg - 1);
+            consume_coop::<SWIGLU, BT, GATHER, MC, SCATTER>(p, base, ring, staging, total, kt_n, regs::warpgroup() - 1);
         }
     }
     if MC != 0 {
@@ -639,8 +639,8 @@ pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC:
             // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
             fence::proxy_async_shared_cta();
         }
-        let a_s = base + s * stage + cw * (A_BYTES / 2);
-        let b_s = base + s * stage + A_BYTES;
+        let a_s = crate::ptx::warp::uniform(base + s * stage + cw * (A_BYTES / 2));
+        let b_s = crate::ptx::warp::uniform(base + s * stage + A_BYTES);
         wgmma::fence();
         let da = SmemDesc::k_major_sw128(a_s);
         let db = SmemDesc::k_major_sw128(b_s);

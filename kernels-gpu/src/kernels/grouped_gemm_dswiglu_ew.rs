@@ -105,7 +105,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
         }
     } else {
         regs::setmaxnreg_inc::<CONSUMER_REGS>();
-        consume::<S, [f32; 128], true>(&p, base, ring, dh, (full, empty), total(), kt_n, wg - 1);
+        consume::<S, [f32; 128], true>(&p, base, ring, dh, (full, empty), total(), kt_n, regs::warpgroup() - 1);
     }
 }
 
@@ -129,7 +129,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
             epilogue::<BN7, EW7>(&p, dh, (full, empty), total, if wg == 0 { t / 32 - 1 } else { t / 32 - 9 });
         }
     } else {
-        consume::<S7, [f32; 96], true>(&p, base, ring, dh, (full, empty), total, kt_n, wg - 1);
+        consume::<S7, [f32; 96], true>(&p, base, ring, dh, (full, empty), total, kt_n, regs::warpgroup() - 1);
     }
 }
 

@@ -184,7 +184,7 @@ unsafe fn grouped_gemm_fp8_body<
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<STAGED, MC, SW, HQ, PROBE>(p, base, ring, total(), t / 128 - 1);
+        consume::<STAGED, MC, SW, HQ, PROBE>(p, base, ring, total(), regs::warpgroup() - 1);
     }
     if MC {
         // no CTA leaves while its peer may still multicast into it or arrive on its barriers (every thread)

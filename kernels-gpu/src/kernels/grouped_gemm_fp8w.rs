@@ -120,7 +120,7 @@ unsafe fn body<const SW: bool, const ZT: bool>(p: &GroupedGemmFp8) {
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SW, ZT>(p, base, ring, total(), t / 128 - 1);
+        consume::<SW, ZT>(p, base, ring, total(), regs::warpgroup() - 1);
     }
 }
 

@@ -69,7 +69,7 @@ unsafe fn body<const MV: bool, const EW: u32>(p: &GroupedGemm) {
             move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32);
         }
     } else {
-        consume::<S7, [f32; 96], false>(p, base, ring, zt, bars, total, kt_n, wg - 1);
+        consume::<S7, [f32; 96], false>(p, base, ring, zt, bars, total, kt_n, regs::warpgroup() - 1);
     }
 }
 

@@ -189,7 +189,7 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF, MC>(p, base, ring, queue, total(), t / 128 - 1);
+        consume::<BF, MC>(p, base, ring, queue, total(), regs::warpgroup() - 1);
     }
     if MC {
         // no CTA leaves while its peer may still multicast into it or arrive on its empty barriers (every thread)
@@ -319,7 +319,7 @@ unsafe fn kstep<const KS: u32, const MC: bool>(
     lane: u32,
 ) {
     ring.wait_full(it);
-    let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+    let st = crate::ptx::warp::uniform(base + Ring::<STAGES>::stage(it) * STAGE_BYTES);
     wgmma::fence();
     let mut ks = 0;
     while ks < KS {

@@ -136,7 +136,7 @@ unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool, const MV: boo
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF, PROBE, BLK>(p, base, ring, queue, total(), regs::tid() / 128 - 1);
+        consume::<BF, PROBE, BLK>(p, base, ring, queue, total(), regs::warpgroup() - 1);
     }
 }
 

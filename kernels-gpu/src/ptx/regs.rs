@@ -29,6 +29,17 @@ pub fn nctaid() -> u32 {
     unsafe { core::arch::nvptx::_grid_dim_x() as u32 }
 }
 
+/// The calling warp's warpgroup in the block (`tid / 128`), broadcast from lane 0 (`shfl.sync.idx`) so that ptxas
+/// knows it is the same in every lane: what is computed from it (a consumer warpgroup's shared-memory descriptors,
+/// its rows of a tile) can then live in uniform registers, where `tid / 128` itself puts the descriptor arithmetic
+/// of every wgmma on the vector units followed by four `R2UR` moves (the weight gradients' main loop: 99 issued
+/// instructions a k-step a warp against CUTLASS's 48, twenty-ninth session). The same value as `tid / 128`.
+/// SAFETY: all 32 lanes of the warp, converged.
+#[inline(always)]
+pub unsafe fn warpgroup() -> u32 {
+    crate::ptx::warp::uniform(tid() / 128)
+}
+
 /// Thread index in the block (x), read again where it is called: not a pure value the compiler may hoist out of a
 /// loop and hold (addresses derived from it in a register-bound loop are recomputed instead of spilled).
 #[inline(always)]

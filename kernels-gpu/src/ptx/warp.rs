@@ -86,6 +86,16 @@ pub unsafe fn shfl_idx(v: u32, src: u32) -> u32 {
     r
 }
 
+/// `v` of lane 0 (`shfl.sync.idx`), for a value the same in every lane that ptxas cannot prove so (it derives
+/// from `%tid`, a shared-memory load or a loop it does not analyse): what is computed from the result can live in
+/// uniform registers. One instruction; the wgmma descriptors of a main loop built from such a value take the
+/// uniform datapath instead of vector arithmetic and four `R2UR` moves per wgmma (twenty-ninth session).
+/// SAFETY: all 32 lanes, uniformly; no memory.
+#[inline(always)]
+pub unsafe fn uniform(v: u32) -> u32 {
+    shfl_idx(v, 0)
+}
+
 /// `match.any.sync.b32` over the full warp: the mask of the lanes whose `v` equals this lane's.
 /// SAFETY: all 32 lanes, uniformly; no memory.
 #[inline(always)]
