@@ -113,7 +113,7 @@ pub mod kernels_host {
     pub const WGRAD_SMEM: u32 = WGRAD_RING
         + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4
         + 16 * WGRAD_STAGES
-        + 20 * WGRAD_QUEUE
+        + 24 * WGRAD_QUEUE
         + 8 * WGRAD_SORT_MAX
         + 20 * 2; // PairChannel::<PAIR_Q = 2>::BYTES (grouped_wgrad.rs asserts the sum)
     /// Slots of the weight-gradient GEMM's tile queue (from its producer to its consumers).
@@ -157,7 +157,7 @@ pub mod kernels_host {
     pub const WGRAD_FP8_SMEM: u32 = WGRAD_FP8_STAGES * (2 * 128 * 128 + 1024)
         + 8 * 2 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4
         + 16 * WGRAD_FP8_STAGES
-        + 20 * WGRAD_QUEUE
+        + 24 * WGRAD_QUEUE
         + 8 * WGRAD_SORT_MAX;
     /// Columns per tile of `grouped_gemm_fp8w` (each warpgroup's 64 x 256 f32 accumulator in 128 registers, one
     /// 64 x 128 partial product: the tile's two column halves run one after the other).

@@ -96,7 +96,8 @@ impl<const S: u32> Ring<S> {
 }
 
 /// The order of a persistent kernel's tiles, from its scheduling thread (the producer) to its consumer warps: `Q`
-/// slots of one u32 tile index, each with a `full` mbarrier (one arrival: the producer's, releasing its store
+/// slots of a u32 tile index and a u32 the kernel gives it (the weight gradients: the tile's rows, which the
+/// producer has read already, so the consumers need no global load before the tile's first wgmma), each with a `full` mbarrier (one arrival: the producer's, releasing its store
 /// of the index) and an `empty` one (one arrival per consumer warp). The producer pushes the j-th tile it will
 /// load, then that tile's stages; the consumers pop the j-th index before the tile's first stage. An index the
 /// kernel does not have (>= its tile count) ends the sequence. Lets the producer pick tiles at run time (a
@@ -109,8 +110,8 @@ pub struct TileQueue<const Q: u32> {
 }
 
 impl<const Q: u32> TileQueue<Q> {
-    /// Shared-memory bytes: the barriers (16 a slot), then the slots (4 each).
-    pub const BYTES: u32 = 20 * Q;
+    /// Shared-memory bytes: the barriers (16 a slot), then the slots (8 each).
+    pub const BYTES: u32 = 24 * Q;
 
     /// The queue whose barriers start at shared address `at` (8-byte aligned).
     #[inline(always)]
@@ -130,29 +131,29 @@ impl<const Q: u32> TileQueue<Q> {
         }
     }
 
-    /// Producer thread: publish `tile` as the `j`-th (j = 0, 1, ...), once its slot's previous index has been
-    /// read by every consumer warp. SAFETY: the one producer thread, in order of `j`.
+    /// Producer thread: publish `tile` (with `aux`) as the `j`-th (j = 0, 1, ...), once its slot's previous index
+    /// has been read by every consumer warp. SAFETY: the one producer thread, in order of `j`.
     #[inline(always)]
-    pub unsafe fn push(&self, j: u32, tile: u32) {
+    pub unsafe fn push(&self, j: u32, tile: u32, aux: u32) {
         let s = j % Q;
         mbarrier::wait_parity(self.empty + 8 * s, ((j / Q) & 1) ^ 1);
-        crate::ptx::smem::st_u32(self.slots + 4 * s, tile);
+        crate::ptx::smem::st_v2(self.slots + 8 * s, tile, aux);
         // release (the default semantics of `mbarrier.arrive`): the store above is seen by the waiters
         mbarrier::arrive(self.full + 8 * s);
     }
 
-    /// Consumer warp (every lane): the `j`-th tile index; lane 0 gives the slot back once the warp has read it.
-    /// SAFETY: every lane of each consumer warp, in order of `j`.
+    /// Consumer warp (every lane): the `j`-th tile index and its `aux`; lane 0 gives the slot back once the warp
+    /// has read it. SAFETY: every lane of each consumer warp, in order of `j`.
     #[inline(always)]
-    pub unsafe fn pop(&self, j: u32) -> u32 {
+    pub unsafe fn pop(&self, j: u32) -> (u32, u32) {
         let s = j % Q;
         mbarrier::wait_parity(self.full + 8 * s, (j / Q) & 1);
-        let tile = crate::ptx::smem::ld_u32(self.slots + 4 * s);
+        let [tile, aux] = crate::ptx::smem::ld_v2(self.slots + 8 * s);
         crate::ptx::sync::warp_sync();
         if crate::ptx::regs::tid() % 32 == 0 {
             mbarrier::arrive(self.empty + 8 * s);
         }
-        tile
+        (tile, aux)
     }
 }
 

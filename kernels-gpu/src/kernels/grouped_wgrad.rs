@@ -70,13 +70,17 @@ struct Tile {
 
 #[inline(always)]
 unsafe fn tile_info(p: &WgradGemm, tile: u32) -> Tile {
-    let per = p.m_tiles * p.n_tiles;
-    let e = tile / per;
-    let mt = (tile % per) / p.n_tiles;
-    let nt = tile % p.n_tiles;
+    let t = tile_coords(p, tile);
     let off = p.offsets as *const u32;
-    let (r0, r1) = expert_rows(*off.add(e as usize), *off.add(e as usize + 1), p.rows_max);
-    Tile { e, r0, r1, mt, nt }
+    let (r0, r1) = expert_rows(*off.add(t.e as usize), *off.add(t.e as usize + 1), p.rows_max);
+    Tile { r0, r1, ..t }
+}
+
+/// The tile's expert, m-tile and n-tile (its rows left empty: [`tile_info`] reads them).
+#[inline(always)]
+fn tile_coords(p: &WgradGemm, tile: u32) -> Tile {
+    let per = p.m_tiles * p.n_tiles;
+    Tile { e: tile / per, r0: 0, r1: 0, mt: (tile % per) / p.n_tiles, nt: tile % p.n_tiles }
 }
 
 /// An expert's rows r0..r1 from its offsets, inside a buffer of `rows_max` rows: r1 at most rows_max, r0 at most
@@ -243,12 +247,14 @@ unsafe fn produce<const MC: bool>(
     let mut acquired = u32::MAX;
     loop {
         let tile = walk.tile();
-        queue.push(j, tile);
-        j += 1;
         if tile >= total {
+            queue.push(j, tile, 0);
             break;
         }
+        // the tile's rows go with its index: the consumers start its main loop without a global load
         let ti = tile_info(p, tile);
+        queue.push(j, tile, ti.r1 - ti.r0);
+        j += 1;
         let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
         // the expert's own maps (rows 0..rows_e from its first row; zeros past its last), as
         // `wgrad_expert_maps` wrote them just before this launch: acquired, not a cached earlier content
@@ -360,12 +366,13 @@ unsafe fn consume<const BF: bool, const MC: bool>(
     let mut it = 0u32;
     let mut j = 0u32;
     loop {
-        let tile = queue.pop(j);
+        let (tile, rows) = queue.pop(j);
         j += 1;
         if tile >= total {
             break;
         }
-        let ti = tile_info(p, tile);
+        // the expert's rows r0..r1 as the producer read them (only their count is used here)
+        let ti = Tile { r0: 0, r1: rows, ..tile_coords(p, tile) };
         let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
         let mut acc = [0f32; 128];
         let mut kt = 0;

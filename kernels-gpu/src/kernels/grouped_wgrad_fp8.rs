@@ -156,7 +156,7 @@ unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, 
     let mut j = 0u32;
     loop {
         let tile = walk.tile();
-        queue.push(j, tile);
+        queue.push(j, tile, 0);
         j += 1;
         if tile >= total {
             break;
@@ -247,7 +247,7 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
     let mut it = 0u32;
     let mut q = 0u32;
     loop {
-        let tile = queue.pop(q);
+        let (tile, _) = queue.pop(q);
         q += 1;
         if tile >= total {
             break;

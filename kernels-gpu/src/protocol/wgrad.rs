@@ -1,29 +1,29 @@
 //! The K-grouped weight gradients (`grouped_wgrad_f32`, `_bf16`, `_f32_mv`, `_bf16_mv` and their 2-CTA cluster forms
-//! `_mc`: kernels/grouped_wgrad.rs `grouped_wgrad`). Thread 0 is the producer (`produce`, 224-287): per tile it
-//! pushes the tile's index on the tile queue (pipeline.rs `TileQueue::push` 136-142: wait on the slot's `empty`,
-//! store the index, arrive on its `full`), then loads its `kt_n` k-tiles into the ring (`Ring::produce`; kt_n = the
+//! `_mc`: kernels/grouped_wgrad.rs `grouped_wgrad`). Thread 0 is the producer (`produce`, 228-293): per tile it
+//! pushes the tile's index with its rows (read from the offsets first) on the tile queue (pipeline.rs
+//! `TileQueue::push` 137-143: wait on the slot's `empty`, store both, arrive on its `full`), then loads its `kt_n` k-tiles into the ring (`Ring::produce`; kt_n = the
 //! expert's rows / 64 rounded up: 0 for an expert without rows), then takes the next index (`TileWalk::advance`),
-//! and at the end pushes an index past the last. The consumer warps (`consume`, 351-410) pop each index
-//! (`TileQueue::pop` 147-156: wait on `full`, read the slot, lane 0 arrives on `empty`), run `kstep` (312-336) per
+//! and at the end pushes an index past the last. The consumer warps (`consume`, 357-417) pop each index
+//! (`TileQueue::pop` 148-157: wait on `full`, read the slot, lane 0 arrives on `empty`), run `kstep` (318-342) per
 //! k-tile (wait_full, the wgmma's reads, `wait_group 1`, release of the previous k-tile's stage when kt > 0), then
 //! `wait_group 0` and the release of the last stage when kt_n > 0; then, when the warpgroup's rows are inside M,
 //! the epilogue: per warp `store` (f32, up to 8 boxes of 16 x 32) or `store_bf16` (up to 4 of 16 x 64), each box
-//! through `box_out` (465-487; lane 0: `wait_group.read 0` at the tile's first box, else `.read 1`; the warp's writes
+//! through `box_out` (472-494; lane 0: `wait_group.read 0` at the tile's first box, else `.read 1`; the warp's writes
 //! into its staging box B % 2; lane 0's store and commit); at the end lane 0's `wait_group 0`. `queue.init(8)`,
-//! `ring.init(8)`: one arrival per consumer warp (164-173).
+//! `ring.init(8)`: one arrival per consumer warp (168-177).
 //!
 //! The cluster forms (`p.clusters`, MC; `MEGAMOE_WGRAD_SCHED=clusters` or unset, the default, where the m-tiles are
 //! even in number): both CTAs of a cluster run the same tiles (an m-tile pair of one expert: the same k-tiles), each
 //! loading A and its half of B (`load_2d_mc` into both CTAs, completing on each one's full barrier: four boxes into
-//! its own stage, two into the peer's), each consumer warp releasing a stage in both CTAs (`release` 340-348,
+//! its own stage, two into the peer's), each consumer warp releasing a stage in both CTAs (`release` 346-354,
 //! pipeline.rs `release_prev_cluster` 86-88: lane 0 in CTA 0, lane 1 in CTA 1; `ring.init(16)`). The host takes the
-//! pairs at run time (`p.sched`, pipeline.rs `TileWalk::advance` 291-308): after each tile's loads the leader (CTA 0)
-//! sends the next index through pipeline.rs `PairChannel` (`send` 199-203: wait on the slot's `empty` in the leader,
+//! pairs at run time (`p.sched`, pipeline.rs `TileWalk::advance` 292-309): after each tile's loads the leader (CTA 0)
+//! sends the next index through pipeline.rs `PairChannel` (`send` 200-204: wait on the slot's `empty` in the leader,
 //! `st.async` into the peer's slot completing 4 bytes on the slot's `full` in the peer) and the peer receives it
-//! (`recv` 208-216: arrive.expect_tx(4) on `full`, wait, read the slot, remote arrive on the leader's `empty`); two
-//! slots (`PAIR_Q`); `PairChannel::init` 1 arrival each (187-194). The kernel also walks the pairs statically
+//! (`recv` 209-217: arrive.expect_tx(4) on `full`, wait, read the slot, remote arrive on the leader's `empty`); two
+//! slots (`PAIR_Q`); `PairChannel::init` 1 arrival each (188-195). The kernel also walks the pairs statically
 //! (`p.sched` 0: each CTA computes the same indices; modelled as well, though host/src/gemm.rs has not launched it
-//! since fded70a: `Clusters` always takes the counter). The final `cluster::sync()` (194-197) keeps a CTA from
+//! since fded70a: `Clusters` always takes the counter). The final `cluster::sync()` (198-201) keeps a CTA from
 //! leaving while its peer's remote arrives may still land in it.
 //!
 //! Actors: the producer thread and the consumer warps, each on its own (`warps`), or each warpgroup's four in lock
@@ -31,7 +31,7 @@
 //! own, which the warps use alike and alone: `box_out` has no barrier between warps); in a cluster both CTAs'
 //! (`cta0.`, `cta1.`), their barriers and regions global objects. Not modelled: the combine warps of `_mv` (global
 //! memory only), the tensor-map acquire (no barrier), the global tile counter (relaxed, no order), the first
-//! `cluster::sync()` / block barrier (174-180: after the inits, before any op), the barriers' inits (done before),
+//! `cluster::sync()` / block barrier (178-184: after the inits, before any op), the barriers' inits (done before),
 //! memory scopes (the channel's cluster-scope acquire and release, 4300b5b: the checker takes every wait as an
 //! acquire of what the arrivals it waits for release).
 use super::{assert_fails, assert_ok, Kind, Mask, Model, Op, Ring};
@@ -129,11 +129,11 @@ struct Cta {
     mc: Vec<Mask>,
 }
 
-/// The model of `c` (see the module): grouped_wgrad.rs `grouped_wgrad` (barrier init 164-173, final cluster sync
-/// 194-197), `produce` (224-287), `kstep` (312-336), `release` (340-348), `consume` (351-410), `store` /
-/// `store_bf16`, `box_out` (465-487); pipeline.rs `TileQueue` (push 136-142, pop 147-156), `Ring` (produce,
-/// wait_full, release_prev, release_prev_cluster 86-88), `PairChannel` (init 187-194, send 199-203, recv 208-216),
-/// `TileWalk::advance` (291-308).
+/// The model of `c` (see the module): grouped_wgrad.rs `grouped_wgrad` (barrier init 168-177, final cluster sync
+/// 198-201), `produce` (228-293), `kstep` (318-342), `release` (346-354), `consume` (357-417), `store` /
+/// `store_bf16`, `box_out` (472-494); pipeline.rs `TileQueue` (push 137-143, pop 148-157), `Ring` (produce,
+/// wait_full, release_prev, release_prev_cluster 86-88), `PairChannel` (init 188-195, send 200-204, recv 209-217),
+/// `TileWalk::advance` (292-309).
 pub fn model(c: &Wgrad, mutation: Mutation) -> Model {
     let mut m = Model::new(&format!("grouped_wgrad {c:?} {mutation:?}"));
     let cluster = c.pairs != Pairs::Single;
