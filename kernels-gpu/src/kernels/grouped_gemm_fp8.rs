@@ -558,6 +558,8 @@ unsafe fn issue_into(st: u32, cw: u32, acc: &mut [f32; 64], add: bool) {
 /// one commit group.
 #[inline(always)]
 pub(crate) unsafe fn issue_block(a: u32, b: u32, acc: &mut [f32; 64], add: bool) {
+    // the addresses broadcast from lane 0: the descriptors' arithmetic on the uniform datapath (`warp::uniform`)
+    let (a, b) = (crate::ptx::warp::uniform(a), crate::ptx::warp::uniform(b));
     let (da, db) = (SmemDesc::k_major_sw128(a), SmemDesc::k_major_sw128(b));
     wgmma::fence();
     crate::unroll!(KS in [0, 1, 2, 3] {
