@@ -95,13 +95,13 @@ impl<const S: u32> Ring<S> {
     }
 }
 
-/// The order of a persistent kernel's tiles, from its scheduling thread (the producer) to its consumer warps: `Q`
-/// slots of a u32 tile index and a u32 the kernel gives it (the weight gradients: the tile's rows, which the
-/// producer has read already, so the consumers need no global load before the tile's first wgmma), each with a `full` mbarrier (one arrival: the producer's, releasing its store
-/// of the index) and an `empty` one (one arrival per consumer warp). The producer pushes the j-th tile it will
-/// load, then that tile's stages; the consumers pop the j-th index before the tile's first stage. An index the
-/// kernel does not have (>= its tile count) ends the sequence. Lets the producer pick tiles at run time (a
-/// global counter: blocks that finish early take more) while the consumers follow it.
+/// The order of a persistent kernel's tiles, from its scheduling thread (the producer) to its consumer warps: `Q` slots
+/// of a u32 tile index and a u32 the kernel gives it (the weight gradients: the tile's rows, which the producer has
+/// read already, so the consumers need no global load before the tile's first wgmma), each with a `full` mbarrier (one
+/// arrival: the producer's, releasing its store of the index) and an `empty` one (one arrival per consumer warp). The
+/// producer pushes the j-th tile it will load, then that tile's stages; the consumers pop the j-th index before the
+/// tile's first stage. An index the kernel does not have (>= its tile count) ends the sequence. Lets the producer pick
+/// tiles at run time (a global counter: blocks that finish early take more) while the consumers follow it.
 #[derive(Clone, Copy)]
 pub struct TileQueue<const Q: u32> {
     full: u32,

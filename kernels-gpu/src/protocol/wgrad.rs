@@ -1,13 +1,13 @@
 //! The K-grouped weight gradients (`grouped_wgrad_f32`, `_bf16`, `_f32_mv`, `_bf16_mv` and their 2-CTA cluster forms
-//! `_mc`: kernels/grouped_wgrad.rs `grouped_wgrad`). Thread 0 is the producer (`produce`, 228-293): per tile it
-//! pushes the tile's index with its rows (read from the offsets first) on the tile queue (pipeline.rs
-//! `TileQueue::push` 137-143: wait on the slot's `empty`, store both, arrive on its `full`), then loads its `kt_n` k-tiles into the ring (`Ring::produce`; kt_n = the
-//! expert's rows / 64 rounded up: 0 for an expert without rows), then takes the next index (`TileWalk::advance`),
-//! and at the end pushes an index past the last. The consumer warps (`consume`, 357-417) pop each index
-//! (`TileQueue::pop` 148-157: wait on `full`, read the slot, lane 0 arrives on `empty`), run `kstep` (318-342) per
-//! k-tile (wait_full, the wgmma's reads, `wait_group 1`, release of the previous k-tile's stage when kt > 0), then
-//! `wait_group 0` and the release of the last stage when kt_n > 0; then, when the warpgroup's rows are inside M,
-//! the epilogue: per warp `store` (f32, up to 8 boxes of 16 x 32) or `store_bf16` (up to 4 of 16 x 64), each box
+//! `_mc`: kernels/grouped_wgrad.rs `grouped_wgrad`). Thread 0 is the producer (`produce`, 228-293): per tile it pushes
+//! the tile's index with its rows (read from the offsets first) on the tile queue (pipeline.rs `TileQueue::push`
+//! 137-143: wait on the slot's `empty`, store both, arrive on its `full`), then loads its `kt_n` k-tiles into the ring
+//! (`Ring::produce`; kt_n = the expert's rows / 64 rounded up: 0 for an expert without rows), then takes the next index
+//! (`TileWalk::advance`), and at the end pushes an index past the last. The consumer warps (`consume`, 357-417) pop
+//! each index (`TileQueue::pop` 148-157: wait on `full`, read the slot, lane 0 arrives on `empty`), run `kstep`
+//! (318-342) per k-tile (wait_full, the wgmma's reads, `wait_group 1`, release of the previous k-tile's stage when kt >
+//! 0), then `wait_group 0` and the release of the last stage when kt_n > 0; then, when the warpgroup's rows are inside
+//! M, the epilogue: per warp `store` (f32, up to 8 boxes of 16 x 32) or `store_bf16` (up to 4 of 16 x 64), each box
 //! through `box_out` (472-494; lane 0: `wait_group.read 0` at the tile's first box, else `.read 1`; the warp's writes
 //! into its staging box B % 2; lane 0's store and commit); at the end lane 0's `wait_group 0`. `queue.init(8)`,
 //! `ring.init(8)`: one arrival per consumer warp (168-177).
@@ -174,7 +174,8 @@ pub fn model(c: &Wgrad, mutation: Mutation) -> Model {
         None
     };
 
-    // `produce`: `loop { tile = walk.tile(); queue.push(j, tile); if end { break } loads; walk.advance() }`
+    // `produce`: `loop { tile = walk.tile(); if end { queue.push(j, tile, 0); break } rows = tile_info(..);
+    // queue.push(j, tile, rows); loads; walk.advance() }` (the offsets' loads are global reads: not modelled)
     for r in 0..ctas {
         let me = &cta[r as usize];
         let push = |j: u32, ops: &mut Vec<Op>| {
