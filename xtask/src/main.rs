@@ -197,7 +197,7 @@ fn check_kernels() -> Res {
         return Err(format!("cuobjdump failed: {}", String::from_utf8_lossy(&sass.stderr)));
     }
     let sass = String::from_utf8_lossy(&sass.stdout).into_owned();
-    println!("{:<36} {:>6} {:>7} {:>7} {:>6}", "kernel", "stack", "spill-s", "spill-l", "GMMA");
+    println!("{:<36} {:>6} {:>7} {:>7} {:>6} {:>9}", "kernel", "stack", "spill-s", "spill-l", "GMMA", "desc-R2UR");
     for k in manifest::KERNELS {
         let Some((_, stack, ss, sl)) = props.iter().find(|p| p.0 == k.name) else {
             errors.push(format!("{}: not in the ptxas report", k.name));
@@ -206,7 +206,8 @@ fn check_kernels() -> Res {
         let body = sass_of(&sass, k.name);
         // HGMMA: bf16 / f16 wgmma; QGMMA: the FP8 form
         let hgmma = body.map(|b| b.matches("HGMMA").count() + b.matches("QGMMA").count()).unwrap_or(0);
-        println!("{:<36} {:>6} {:>7} {:>7} {:>6}", k.name, stack, ss, sl, hgmma);
+        let r2ur = body.map(gmma_fed_by_r2ur).unwrap_or(0);
+        println!("{:<36} {:>6} {:>7} {:>7} {:>6} {:>9}", k.name, stack, ss, sl, hgmma, r2ur);
         if k.spill_free && (*stack != 0 || *ss != 0 || *sl != 0) {
             errors.push(format!("{}: stack frame {stack} B, spills {ss}/{sl} B (marked spill-free)", k.name));
         }
@@ -239,6 +240,37 @@ fn check_kernels() -> Res {
     } else {
         Err(format!("check-kernels:\n  {}", errors.join("\n  ")))
     }
+}
+
+/// How many of the wgmma instructions (HGMMA / QGMMA) in `sass` take a descriptor that an `R2UR` moved from a vector
+/// register since the previous one (the descriptor computed on the vector units, then moved: where a warp-uniform
+/// value reached ptxas as a per-lane one; see `regs::warpgroup`, `warp::uniform`). Informational: one per k-step is
+/// the broadcast stage address; one per wgmma is the pattern the twenty-ninth session removed.
+fn gmma_fed_by_r2ur(sass: &str) -> usize {
+    let ins: Vec<&str> = sass
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            l.starts_with("/*").then(|| l.split_once("*/").map(|(_, r)| r.trim()).unwrap_or(""))
+        })
+        .collect();
+    let is_gmma = |x: &str| x.contains("HGMMA.") || x.contains("QGMMA.");
+    let ur_of = |x: &str| -> Option<u32> {
+        let at = x.find("gdesc[UR")? + "gdesc[UR".len();
+        x[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    };
+    let mut fed = 0;
+    for (i, x) in ins.iter().enumerate() {
+        let Some(ur) = is_gmma(x).then(|| ur_of(x)).flatten() else { continue };
+        for y in ins[..i].iter().rev().take_while(|y| !is_gmma(y)) {
+            let dst = y.strip_prefix("R2UR UR").and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next());
+            if dst.and_then(|d| d.parse::<u32>().ok()).is_some_and(|d| (ur..ur + 4).contains(&d)) {
+                fed += 1;
+                break;
+            }
+        }
+    }
+    fed
 }
 
 /// The SASS of one function in a `cuobjdump --dump-sass` listing.
