@@ -1,9 +1,12 @@
 //! Blockwise FP8 on the GPU (`megamoe::fp8`): the quantization kernels give the CPU reference's codes and scales
 //! bit for bit; the grouped GEMM matches the f64 product of the dequantized operands (ragged experts with 0 and 1
 //! rows, several tiles in N and K), outputs poisoned before, rows past the experts' end left alone; bad shapes
-//! are refused before anything runs.
+//! are refused before anything runs; with device offsets not as promised every call stays inside its buffers.
+mod common;
+
 use std::sync::Arc;
 
+use common::bad_offsets::{bad_layouts, finishes, Guarded, BAD_E};
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::fp8::{self, Fp8Variant, GroupedGemmFp8Args, QuantizeArgs, QuantizeTArgs, SwigluFp8Args, SwigluFp8QArgs};
@@ -1394,3 +1397,233 @@ gpu_test!(backward_fp8_dx_refuses_weights_without_w1_transpose, {
     assert!(g.download(&dx).unwrap().iter().all(|v| v.to_bits() == 0xffff), "a refused backward wrote dx");
     assert!(g.download(&gw1).unwrap().iter().all(|v| v.to_bits() == u32::MAX), "a refused backward wrote dW1");
 });
+
+// ---------------------------------------------------------------------------------------------------------------
+// Device offsets not as promised (the bad layouts of tests/grouped_gemm.rs: past rows_max, near 2^32, decreasing,
+// a huge or garbage tile count, random words): every FP8 call that takes device offsets returns Ok, its launch
+// ends within a few seconds, and nothing past its outputs is written (each output at the front of a larger
+// allocation whose poisoned tail is checked). The values written inside the outputs are unspecified.
+// ---------------------------------------------------------------------------------------------------------------
+
+// `grouped_gemm_fp8` (every variant: staged, registers, clusters, probe, wide), `grouped_gemm_fp8_swiglu` and
+// the h-quantizing `grouped_gemm_fp8_swiglu_q` / `grouped_gemm_fp8w_swiglu_q` on every bad layout: Ok, bounded,
+// the guard zones of C, h, h's codes and h's scales untouched.
+gpu_test!(gemm_fp8_bad_offsets_stay_inside_the_buffers, {
+    let g = gpu();
+    let mut r = fresh_rng();
+    let (e, n, i, k, rows_max) = (BAD_E, 512, 256, 256, 200);
+    let x = r.bf16_vec(rows_max * k, 1.0);
+    let w = r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt());
+    let w1 = r.bf16_vec(e * 2 * i * k, 2.0 / (k as f64).sqrt());
+    let Quantized { qa, sa, qb, sb } = quantized(&g, &x, rows_max, &w, e * n, k);
+    let Quantized { qb: qw1, sb: sw1, .. } = quantized(&g, &x, rows_max, &w1, e * 2 * i, k);
+    let variants =
+        [Fp8Variant::Staged, Fp8Variant::Registers, Fp8Variant::Clusters, Fp8Variant::Probe, Fp8Variant::Wide];
+    for (name, off, til) in bad_layouts(rows_max as u32, &mut r) {
+        let (doff, dtil) = (g.upload(&off).unwrap(), g.upload(&til).unwrap());
+        for v in variants {
+            let mut c = Guarded::<bf16>::new(&g, rows_max * n, 0xff);
+            let what = format!("grouped_gemm_fp8 {v:?}, {name}");
+            let args = GroupedGemmFp8Args {
+                a: &qa,
+                a_scales: &sa,
+                b: &qb,
+                b_scales: &sb,
+                offsets: &doff,
+                tile_offsets: &dtil,
+                c: c.buf(),
+                experts: e,
+                n,
+                k,
+                rows_max,
+            };
+            args.prepare_with(&g, v).and_then(|p| p.launch(&g)).unwrap_or_else(|err| panic!("{what}: {err}"));
+            finishes(&g, &what);
+            assert!(c.guard_intact(&g, 0xff), "{what}: written past C's rows_max rows");
+        }
+        let mut h = Guarded::<bf16>::new(&g, rows_max * i, 0xff);
+        let what = format!("grouped_gemm_fp8_swiglu, {name}");
+        let args = SwigluFp8Args {
+            a: &qa,
+            a_scales: &sa,
+            w1: &qw1,
+            w1_scales: &sw1,
+            offsets: &doff,
+            tile_offsets: &dtil,
+            h: h.buf(),
+            experts: e,
+            i,
+            k,
+            rows_max,
+        };
+        fp8::grouped_gemm_fp8_swiglu(&g, args).unwrap_or_else(|err| panic!("{what}: {err}"));
+        finishes(&g, &what);
+        assert!(h.guard_intact(&g, 0xff), "{what}: written past h's rows_max rows");
+        for v in [Fp8Variant::Staged, Fp8Variant::Wide] {
+            let mut hq = Guarded::<u8>::new(&g, rows_max * i, 0xff);
+            let mut hs = Guarded::<f32>::new(&g, rows_max * (i / 128), 0xff);
+            let what = format!("grouped_gemm_fp8 SwiGLU with h quantized, {v:?}, {name}");
+            let args = SwigluFp8QArgs {
+                a: &qa,
+                a_scales: &sa,
+                w1: &qw1,
+                w1_scales: &sw1,
+                offsets: &doff,
+                tile_offsets: &dtil,
+                h8: hq.buf(),
+                h8_scales: hs.buf(),
+                experts: e,
+                i,
+                k,
+                rows_max,
+            };
+            args.prepare_with(&g, v).and_then(|p| p.launch(&g)).unwrap_or_else(|err| panic!("{what}: {err}"));
+            finishes(&g, &what);
+            assert!(hq.guard_intact(&g, 0xff), "{what}: written past h's codes");
+            assert!(hs.guard_intact(&g, 0xff), "{what}: written past h's scales");
+        }
+    }
+});
+
+// `quantize_cols_grouped` (per-column and block scales, with the row-wise codes, gathering with the bf16 copy
+// and the routing weights) on every bad layout: Ok, bounded, the guard zones of the codes, scales, row codes,
+// row scales and the copy untouched; the gathered tokens' and the weights' guard zones hold NaN and stay as
+// they are (read only).
+gpu_test!(quantize_cols_grouped_bad_offsets_stay_inside_the_buffers, {
+    let g = gpu();
+    let mut r = fresh_rng();
+    let (e, cols, rows_max, top_k, tokens) = (BAD_E, 256, 200, 2, 90);
+    let kp = fp8::cols_grouped_kp(rows_max, e);
+    let x = Guarded::<bf16>::with(&g, &r.bf16_vec(rows_max * cols, 1.0), 0xff);
+    let xt = Guarded::<bf16>::with(&g, &r.bf16_vec(tokens * cols, 1.0), 0xff);
+    let wts: Vec<f32> = (0..tokens * top_k).map(|_| r.uniform() as f32 + 0.5).collect();
+    let dw = Guarded::<f32>::with(&g, &wts, 0xff);
+    // slots of the gathered rows, some of them past the tokens
+    let row_slot: Vec<u32> = (0..rows_max)
+        .map(|row| match row % 7 {
+            0 => [(tokens * top_k) as u32, u32::MAX, 1 << 31][row / 7 % 3],
+            _ => ((row * 5 + 1) % (tokens * top_k)) as u32,
+        })
+        .collect();
+    let drs = g.upload(&row_slot).unwrap();
+    for (name, off, til) in bad_layouts(rows_max as u32, &mut r) {
+        let (doff, dtil) = (g.upload(&off).unwrap(), g.upload(&til).unwrap());
+        // (block scales, row-wise codes too, gathering)
+        for (block, rows_out, gather) in [
+            (false, false, false),
+            (true, false, false),
+            (false, true, false),
+            (true, true, false),
+            (false, false, true),
+            (true, false, true),
+        ] {
+            let per_block = if block { cols / 128 } else { cols };
+            let mut q = Guarded::<u8>::new(&g, cols * kp, 0xff);
+            let mut s = Guarded::<f32>::new(&g, per_block * (kp / 128), 0xff);
+            let mut qr = Guarded::<u8>::new(&g, rows_max * cols, 0xff);
+            let mut sr = Guarded::<f32>::new(&g, rows_max * (cols / 128), 0xff);
+            let mut copy = Guarded::<bf16>::new(&g, rows_max * cols, 0xff);
+            let what = format!("quantize_cols_grouped block {block} rows {rows_out} gather {gather}, {name}");
+            let args = fp8::QuantizeColsArgs {
+                x: if gather { xt.front() } else { x.front() },
+                offsets: &doff,
+                tile_offsets: &dtil,
+                q: q.buf(),
+                scales: s.buf(),
+                experts: e,
+                rows_max,
+                cols,
+                block_scales: block,
+                gather: gather.then(|| fp8::ColsGather {
+                    row_slot: &drs,
+                    top_k,
+                    tokens,
+                    copy: Some(copy.buf()),
+                    weights: Some(dw.front()),
+                }),
+                rows_out: if rows_out { Some((qr.buf(), sr.buf())) } else { None },
+            };
+            fp8::quantize_cols_grouped(&g, args).unwrap_or_else(|err| panic!("{what}: {err}"));
+            finishes(&g, &what);
+            assert!(q.guard_intact(&g, 0xff), "{what}: written past the codes");
+            assert!(s.guard_intact(&g, 0xff), "{what}: written past the scales");
+            assert!(qr.guard_intact(&g, 0xff), "{what}: written past the row codes");
+            assert!(sr.guard_intact(&g, 0xff), "{what}: written past the row scales");
+            assert!(copy.guard_intact(&g, 0xff), "{what}: written past the gathered copy");
+        }
+    }
+    assert!(x.guard_intact(&g, 0xff) && xt.guard_intact(&g, 0xff) && dw.guard_intact(&g, 0xff));
+});
+
+/// `grouped_wgrad_fp8` (f32 and bf16 C, B's scales per column and per block, the probe; static and run-time
+/// schedules, written and accumulated) on every bad layout's tile offsets: Ok, bounded, C's guard zone
+/// untouched, and every element of C finite: the operands are finite e4m3 codes and scales whose guard zones
+/// hold NaN (0xff), so a read of a K block past Kp (a scale's bulk copy past its buffer) would put NaN into C.
+fn wgrad_fp8_bad_offsets<W: El + bytemuck::Pod>() {
+    let g = gpu();
+    let mut r = fresh_rng();
+    let (e, m, n, rows_max) = (BAD_E, 256, 384, 200);
+    let kp = fp8::cols_grouped_kp(rows_max, e);
+    // finite e4m3 codes (exponent field at most 14: never the NaN pattern 0x7f / 0xff) and positive scales
+    let mut codes = |len: usize| (0..len).map(|_| r.next_u64() as u8 & 0x77).collect::<Vec<u8>>();
+    let (a_t, b_t) = (codes(m * kp), codes(n * kp));
+    let mut scales = |len: usize| (0..len).map(|_| 1e-3 * (r.uniform() as f32 + 0.5)).collect::<Vec<f32>>();
+    let (sa, sb, sbb) = (scales(kp / 128 * m), scales(kp / 128 * n), scales(kp / 128 * (n / 128)));
+    let a_t = Guarded::<u8>::with(&g, &a_t, 0xff);
+    let b_t = Guarded::<u8>::with(&g, &b_t, 0xff);
+    let (sa, sb, sbb) = (
+        Guarded::<f32>::with(&g, &sa, 0xff),
+        Guarded::<f32>::with(&g, &sb, 0xff),
+        Guarded::<f32>::with(&g, &sbb, 0xff),
+    );
+    for (name, _, til) in bad_layouts(rows_max as u32, &mut r) {
+        let dtil = g.upload(&til).unwrap();
+        // (B's scales per block, the probe)
+        let mut kinds = vec![(false, false), (true, false)];
+        if W::NAME == "bf16" {
+            kinds.push((false, true));
+        }
+        for (b_block, probe) in kinds {
+            for sched in [gemm::WgradSched::Static, gemm::WgradSched::Dynamic] {
+                for accumulate in [false, true] {
+                    let mut c = Guarded::<W>::with(&g, &vec![W::of(0.5); e * m * n], 0xff);
+                    let what = format!(
+                        "grouped_wgrad_fp8 {} B blocks {b_block} probe {probe} {sched:?} accumulate {accumulate}, {name}",
+                        W::NAME
+                    );
+                    let args = fp8::WgradFp8Args {
+                        a_t: a_t.front(),
+                        a_scales: sa.front(),
+                        b_t: b_t.front(),
+                        b_scales: if b_block { sbb.front() } else { sb.front() },
+                        tile_offsets: &dtil,
+                        c: c.buf(),
+                        experts: e,
+                        m,
+                        n,
+                        kp,
+                        accumulate,
+                        b_block_scales: b_block,
+                    };
+                    gemm::with_wgrad_sched(sched, || {
+                        let p = if probe { args.prepare_probe(&g) } else { args.prepare(&g) }?;
+                        p.launch(&g)
+                    })
+                    .unwrap_or_else(|err| panic!("{what}: {err}"));
+                    finishes(&g, &what);
+                    assert!(c.guard_intact(&g, 0xff), "{what}: written past C");
+                    let ch = g.download(c.front()).unwrap();
+                    if let Some(x) = ch.iter().position(|v| !v.f().is_finite()) {
+                        panic!("{what}: C[{x}] = {} (read past the operands, or not written)", ch[x].f());
+                    }
+                }
+            }
+        }
+    }
+    for b in [&sa, &sb, &sbb] {
+        assert!(b.guard_intact(&g, 0xff));
+    }
+    assert!(a_t.guard_intact(&g, 0xff) && b_t.guard_intact(&g, 0xff));
+}
+gpu_test!(wgrad_fp8_bad_offsets_stay_inside_the_buffers, wgrad_fp8_bad_offsets::<f32>());
+gpu_test!(wgrad_fp8_bf16_bad_offsets_stay_inside_the_buffers, wgrad_fp8_bad_offsets::<bf16>());

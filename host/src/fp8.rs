@@ -13,6 +13,14 @@
 //!   by [`quantize_blocks`]. The routing layout is the bf16 engine's (`offsets`, `tile_offsets` of 128-row tiles:
 //!   [`crate::gemm::tile_offsets`]). N and K multiples of 128.
 //!
+//! The routing layout lives on the device and is not checked before launch. Any content of it is safe, as for the
+//! bf16 engine (module doc of [`crate::gemm`]): the grouped GEMMs clamp every tile's rows to `rows_max` and walk at
+//! most `rows_max / 128 + min(E, rows_max)` m-tiles whatever `tile_offsets[E]` says, the weight gradient clamps
+//! each expert's K blocks to Kp / 128, the column quantizer runs Kp / 128 x C / 128 blocks and reads only rows
+//! below `min(offsets[e + 1], rows_max)`. So every call returns `Ok`, ends in a time bounded by the buffers, and
+//! neither reads nor writes outside its buffers; only the values inside the outputs are then unspecified. Offsets
+//! as promised are never clamped: their results are bitwise those of the kernels before the clamps existed.
+//!
 //! Everything is asynchronous on the GPU's stream; no call synchronises.
 use cudarc::driver::CudaSlice;
 use half::bf16;
@@ -256,17 +264,18 @@ pub fn quantize_cols_grouped(gpu: &Gpu, a: QuantizeColsArgs<'_>) -> Result<()> {
         src_rows: tokens as u32,
         pad: 0,
     };
-    // SAFETY: the buffers hold the shapes (checked); rows read are bounded by offsets[e + 1] and rows_max (and,
-    // gathering, tokens by `tokens`), codes and scales written by the blocks below tile_offsets[E] <= Kp / 128
-    // (offsets and tile offsets consistent, as `route` writes them).
+    // SAFETY: the buffers hold the shapes (checked); rows read are below min(offsets[e + 1], rows_max) (and,
+    // gathering, tokens below `tokens`), codes and scales written by the grid's blocks, below Kp / 128, whatever
+    // the device offsets hold.
     unsafe { quantize_cols_raw(gpu, &p) }
 }
 
 /// Launch `quantize_fp8_cols_grouped` on `p` (grid and shared memory from its shape).
 ///
 /// # Safety
-/// `p`'s buffers hold what [`QuantFp8Cols`] says for its shape, offsets and tile offsets consistent (as `route`
-/// writes them), Kp >= 128 tile_offsets[E].
+/// `p`'s buffers hold what [`QuantFp8Cols`] says for its shape (any content of the offsets and tile offsets is
+/// safe: rows are bounded by `rows_max`, blocks by the grid's Kp / 128; as `route` writes them, Kp >=
+/// 128 tile_offsets\[E\] gives every block its codes).
 pub(crate) unsafe fn quantize_cols_raw(gpu: &Gpu, p: &QuantFp8Cols) -> Result<()> {
     let grid = p.kp / 128 * (p.cols / 128);
     let kernel = if p.q_rows != 0 { "quantize_fp8_cols_grouped_rows" } else { "quantize_fp8_cols_grouped" };
@@ -342,8 +351,9 @@ impl<P: Copy> PreparedFp8Launch<'_, P> {
         }
         match &self.launch {
             None => Ok(()),
-            // SAFETY: the `prepare` that built it checked the block's buffers against the shapes (rows bounded by
-            // the device offsets, K blocks clamped on the device, one owner per output element), and they stay
+            // SAFETY: the `prepare` that built it checked the block's buffers against the shapes (rows clamped to
+            // rows_max and the m-tile walk bounded on the device, K blocks clamped to Kp / 128, one owner per
+            // output element), and they stay
             // borrowed while `self` lives; the tensor maps live in `self`.
             Some((cfg, p)) => unsafe { gpu.launch_counted(self.tile_counter, self.kernel, *cfg, p) },
         }
@@ -446,7 +456,8 @@ pub struct GroupedGemmFp8Args<'a> {
     pub n: usize,
     /// Contraction K (a multiple of 128).
     pub k: usize,
-    /// Rows A, its scales and C have room for (>= offsets\[E\], the caller's promise).
+    /// Rows A, its scales and C have room for (>= offsets\[E\] for the product; rows at or past it are never
+    /// touched whatever the device offsets hold).
     pub rows_max: usize,
 }
 
@@ -534,7 +545,8 @@ pub struct SwigluFp8Args<'a> {
     pub i: usize,
     /// H, the contraction (a multiple of 128).
     pub k: usize,
-    /// Rows A, its scales and h have room for (>= offsets\[E\], the caller's promise).
+    /// Rows A, its scales and h have room for (>= offsets\[E\] for the product; rows at or past it are never
+    /// touched whatever the device offsets hold).
     pub rows_max: usize,
 }
 

@@ -43,6 +43,15 @@ pub const fn m_tiles_bound(rows: u32, experts: u32, bm: u32) -> u32 {
     rows / bm + if experts < rows { experts } else { rows }
 }
 
+/// The block of 128-row K blocks (the expert-padded K of `quantize_fp8_cols_grouped`'s layout, each expert's rows
+/// from block `tile_offset_e`) that the rows of an M-tile of expert e from `row0` fall in: tile_offsets\[e\] +
+/// (row0 - offsets\[e\]) / bm, the tile's m-tile index for offsets as promised (so below tile_offsets\[E\]).
+/// Wrapping: any other content gives some u32, which the caller bounds by the blocks its buffers hold.
+#[inline(always)]
+pub const fn k_block(row0: u32, offset_e: u32, tile_offset_e: u32, bm: u32) -> u32 {
+    tile_offset_e.wrapping_add(row0.wrapping_sub(offset_e) / bm)
+}
+
 /// The M-grouped tile `tile`: `tile_offsets(i)` and `offsets(i)` read entry i (0..=experts) of the m-tile and
 /// row offsets. The expert is found by binary search (empty experts have equal bounds and are never chosen).
 /// `tile` must be below `tile_offsets(experts) * n_tiles`. Whatever the arrays hold, the expert is below
@@ -259,6 +268,11 @@ mod tests {
         let mut last_e = 0;
         for t in 0..total {
             let mt = m_tile(t, n_tiles, e_n, bm, |i| tile_offsets[i as usize], |i| offsets[i as usize]);
+            // the z recompute's h^T block of the tile: its m-tile, inside Kp / 128 >= tile_offsets[E] (never
+            // skipped by the kernel's bound)
+            let kb = k_block(mt.row0, offsets[mt.e as usize], tile_offsets[mt.e as usize], bm);
+            assert_eq!(kb, t / n_tiles);
+            assert!(kb < tile_offsets[e_n as usize]);
             assert!(mt.e >= last_e, "tiles out of expert order");
             last_e = mt.e;
             assert!(counts[mt.e as usize] > 0, "a tile of the empty expert {}", mt.e);

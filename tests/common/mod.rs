@@ -11,6 +11,8 @@ use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
 use megamoe::Gpu;
 
+pub mod bad_offsets;
+
 /// A small layer shape.
 pub const SMALL: Shape = Shape { h: 256, i: 128, e: 8, k: 2 };
 /// Sizes that are not multiples of the tiles: H = 320 (a partial n-tile of 256), I = 192 (a partial SwiGLU n-tile

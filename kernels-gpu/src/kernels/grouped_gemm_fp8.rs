@@ -73,7 +73,10 @@ unsafe fn tile_info<const SW: bool>(p: &GroupedGemmFp8, tile: u32) -> MTile {
 }
 
 /// Tile `tile` of a walk over (m-tile, n-tile) with `n_tiles` column tiles, looked up by a binary search over the
-/// global offsets (the FP8 kernels' producers: once per tile).
+/// global offsets (the FP8 kernels' producers: once per tile), its rows clamped to the buffers' `rows_max`
+/// ([`MTile::clamped`]: row0 <= row_end <= rows_max whatever the device offsets hold; offsets as promised are
+/// left as they are). The producer publishes it in the tile's slot, so every row the consumers store (below
+/// row_end) and every TMA coordinate is inside A, its scales and C.
 #[inline(always)]
 pub(crate) unsafe fn walk_lookup(p: &GroupedGemmFp8, tile: u32, n_tiles: u32) -> MTile {
     let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);
@@ -86,6 +89,16 @@ pub(crate) unsafe fn walk_lookup(p: &GroupedGemmFp8, tile: u32, n_tiles: u32) ->
         |i| unsafe { *to.add(i as usize) },
         |i| unsafe { *off.add(i as usize) },
     )
+    .clamped(p.rows_max)
+}
+
+/// The launch's m-tiles: `tile_offsets[E]`, at most [`crate::scheduler::m_tiles_bound`] of `rows_max` (what rows_max
+/// rows can make: offsets as promised never reach it), so the walk is bounded whatever the device array holds (as
+/// the bf16 kernels' `grouped_gemm::m_tiles`). SAFETY: `tile_offsets` holds E + 1 entries.
+#[inline(always)]
+pub(crate) unsafe fn m_tiles(p: &GroupedGemmFp8) -> u32 {
+    let m = *(p.tile_offsets as *const u32).add(p.experts as usize);
+    m.min(crate::scheduler::m_tiles_bound(p.rows_max, p.experts, BM))
 }
 
 /// The consumers' view of the block's l-th tile, from its slot. SAFETY: after waiting on the tile's first stage.
@@ -176,7 +189,7 @@ unsafe fn grouped_gemm_fp8_body<
         sync::block_sync();
     }
     // read by each role after its register reallocation (a value live across it may be spilled)
-    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * n_tiles::<SW>(p);
+    let total = || m_tiles(p) * n_tiles::<SW>(p);
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
@@ -386,8 +399,10 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: 
                 it += 1;
             }
         }
+        // clamped by the producer (`walk_lookup`): row0 <= row_end <= rows_max whatever the device offsets say.
+        // The min is a no-op on its values, kept: without it LLVM lays the register-path stores out anew (32 more
+        // branches in the PTX of each kernel)
         let mut ti = slot(base, regs::opaque(l));
-        // never past the buffer, whatever the device offsets say (offsets[E] <= rows_max is the caller's promise)
         ti.row_end = ti.row_end.min(p.rows_max);
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;

@@ -112,7 +112,7 @@ unsafe fn body<const SW: bool, const ZT: bool>(p: &GroupedGemmFp8) {
         ring.init(8); // one arrival per consumer warp
     }
     sync::block_sync();
-    let total = || *(p.tile_offsets as *const u32).add(p.experts as usize) * (p.n / tile_cols::<SW>());
+    let total = || crate::kernels::grouped_gemm_fp8::m_tiles(p) * (p.n / tile_cols::<SW>());
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
@@ -243,8 +243,10 @@ unsafe fn consume<const SW: bool, const ZT: bool>(
             it += 1;
             kb += 1;
         }
+        // clamped by the producer (`walk_lookup`): row0 <= row_end <= rows_max whatever the device offsets say.
+        // The min is a no-op on its values, kept: without it LLVM lays the register-path stores out anew (32 more
+        // branches in the PTX of each kernel)
         let mut ti = slot(base, regs::opaque(l));
-        // never past the buffer, whatever the device offsets say (offsets[E] <= rows_max is the caller's promise)
         ti.row_end = ti.row_end.min(p.rows_max);
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;
@@ -470,21 +472,26 @@ unsafe fn epilogue_swiglu_zt(
         warp::stmatrix_x4_trans(tb + u * 128 + ((kb8 ^ (u % 8)) * 16), v);
     });
     sync::named_sync(bar, 128);
-    let to = p.tile_offsets as *const u32;
-    let kb = *to.add(ti.e as usize) + (ti.row0 - *(p.offsets as *const u32).add(ti.e as usize)) / 128;
-    // each thread: 8 rows k of one unit per pass (8 lanes a unit: its 128 bytes), split into columns c and c + 1
-    let kb8 = tf % 8;
-    crate::unroll!(I in [0, 1, 2, 3] {
-        let u = tf / 8 + 16 * I as u32;
-        let q = smem::ld_v4(tb + u * 128 + ((kb8 ^ (u % 8)) * 16));
-        let c = 8 * (u / 4) + 2 * (u % 4);
-        let at = |cc: u32| ((ti.n_tile * 128 + cc) * p.kp + kb * 128 + 64 * cw + 8 * kb8) as usize;
-        let ct = p.ct as *mut u8;
-        global::st_v2(ct.add(at(c)) as *mut [u32; 2], [math::prmt(q[0], q[1], 0x6420), math::prmt(q[2], q[3], 0x6420)]);
-        global::st_v2(ct.add(at(c + 1)) as *mut [u32; 2], [math::prmt(q[0], q[1], 0x7531), math::prmt(q[2], q[3], 0x7531)]);
-    });
-    if cw == 0 && t == 0 {
-        *(p.c_scales as *mut f32).add((kb * (p.n / 128) + ti.n_tile) as usize) = scale;
+    let to_e = *(p.tile_offsets as *const u32).add(ti.e as usize);
+    let kb = crate::scheduler::k_block(ti.row0, *(p.offsets as *const u32).add(ti.e as usize), to_e, 128);
+    // the block exists in ct [N, Kp] and c_scales [Kp / 128, N / 128] (kb + 1 <= Kp / 128): always with offsets
+    // as promised (kb is the tile's m-tile, below tile_offsets[E] <= Kp / 128); with any other device offsets a
+    // block past them is not stored (uniform in the tile: all threads skip the stores, none a barrier)
+    if kb < p.kp / 128 {
+        // each thread: 8 rows k of one unit per pass (8 lanes a unit: its 128 bytes), split into columns c and c + 1
+        let kb8 = tf % 8;
+        crate::unroll!(I in [0, 1, 2, 3] {
+            let u = tf / 8 + 16 * I as u32;
+            let q = smem::ld_v4(tb + u * 128 + ((kb8 ^ (u % 8)) * 16));
+            let c = 8 * (u / 4) + 2 * (u % 4);
+            let at = |cc: u32| ((ti.n_tile * 128 + cc) * p.kp + kb * 128 + 64 * cw + 8 * kb8) as usize;
+            let ct = p.ct as *mut u8;
+            global::st_v2(ct.add(at(c)) as *mut [u32; 2], [math::prmt(q[0], q[1], 0x6420), math::prmt(q[2], q[3], 0x6420)]);
+            global::st_v2(ct.add(at(c + 1)) as *mut [u32; 2], [math::prmt(q[0], q[1], 0x7531), math::prmt(q[2], q[3], 0x7531)]);
+        });
+        if cw == 0 && t == 0 {
+            *(p.c_scales as *mut f32).add((kb * (p.n / 128) + ti.n_tile) as usize) = scale;
+        }
     }
     // every thread's reads of the staging before the next tile's z stores rewrite it
     sync::named_sync(bar, 128);

@@ -222,6 +222,8 @@ unsafe fn cols_grouped<const ROWS: bool>(p: &QuantFp8Cols) {
         lo += sync::block_count(e < p.experts && *to.add(e as usize) <= kb);
         first += 256;
     }
+    // whatever the device offsets hold: kb < Kp / 128 (the grid), lo < E, and every row read or written below is
+    // tested against r_end <= rows_max first (r0 may be anything): inside x, row_slot, copy and the row codes
     let off = p.offsets as *const u32;
     let r0 = *off.add(lo as usize) + 128 * (kb - *to.add(lo as usize));
     let r_end = (*off.add(lo as usize + 1)).min(p.rows_max);
