@@ -1407,7 +1407,9 @@ gpu_test!(backward_fp8_dx_refuses_weights_without_w1_transpose, {
 
 // `grouped_gemm_fp8` (every variant: staged, registers, clusters, probe, wide), `grouped_gemm_fp8_swiglu` and
 // the h-quantizing `grouped_gemm_fp8_swiglu_q` / `grouped_gemm_fp8w_swiglu_q` on every bad layout: Ok, bounded,
-// the guard zones of C, h, h's codes and h's scales untouched.
+// the guard zones of C, h, h's codes and h's scales untouched; and nothing read past the inputs: A, B and their
+// scales sit in front of guard zones of NaN (0xff in e4m3 and f32) and the outputs start as zeros, so a read past
+// any input would leave a NaN in C or h (or a NaN code / scale in h's quantized form), which every run checks.
 gpu_test!(gemm_fp8_bad_offsets_stay_inside_the_buffers, {
     let g = gpu();
     let mut r = fresh_rng();
@@ -1417,18 +1419,24 @@ gpu_test!(gemm_fp8_bad_offsets_stay_inside_the_buffers, {
     let w1 = r.bf16_vec(e * 2 * i * k, 2.0 / (k as f64).sqrt());
     let Quantized { qa, sa, qb, sb } = quantized(&g, &x, rows_max, &w, e * n, k);
     let Quantized { qb: qw1, sb: sw1, .. } = quantized(&g, &x, rows_max, &w1, e * 2 * i, k);
+    let nan_tail = |b: &CudaSlice<u8>| Guarded::copy_of(&g, b, 0xff);
+    let (qa, qb, qw1) = (nan_tail(&qa), nan_tail(&qb), nan_tail(&qw1));
+    let nan_tail = |b: &CudaSlice<f32>| Guarded::copy_of(&g, b, 0xff);
+    let (sa, sb, sw1) = (nan_tail(&sa), nan_tail(&sb), nan_tail(&sw1));
+    let finite = |v: &[bf16]| v.iter().all(|x| x.is_finite());
     let variants =
         [Fp8Variant::Staged, Fp8Variant::Registers, Fp8Variant::Clusters, Fp8Variant::Probe, Fp8Variant::Wide];
     for (name, off, til) in bad_layouts(rows_max as u32, &mut r) {
         let (doff, dtil) = (g.upload(&off).unwrap(), g.upload(&til).unwrap());
         for v in variants {
             let mut c = Guarded::<bf16>::new(&g, rows_max * n, 0xff);
+            c.zero_front(&g);
             let what = format!("grouped_gemm_fp8 {v:?}, {name}");
             let args = GroupedGemmFp8Args {
-                a: &qa,
-                a_scales: &sa,
-                b: &qb,
-                b_scales: &sb,
+                a: qa.front(),
+                a_scales: sa.front(),
+                b: qb.front(),
+                b_scales: sb.front(),
                 offsets: &doff,
                 tile_offsets: &dtil,
                 c: c.buf(),
@@ -1440,14 +1448,16 @@ gpu_test!(gemm_fp8_bad_offsets_stay_inside_the_buffers, {
             args.prepare_with(&g, v).and_then(|p| p.launch(&g)).unwrap_or_else(|err| panic!("{what}: {err}"));
             finishes(&g, &what);
             assert!(c.guard_intact(&g, 0xff), "{what}: written past C's rows_max rows");
+            assert!(finite(&c.front_host(&g)), "{what}: NaN in C: read past A, B or their scales");
         }
         let mut h = Guarded::<bf16>::new(&g, rows_max * i, 0xff);
+        h.zero_front(&g);
         let what = format!("grouped_gemm_fp8_swiglu, {name}");
         let args = SwigluFp8Args {
-            a: &qa,
-            a_scales: &sa,
-            w1: &qw1,
-            w1_scales: &sw1,
+            a: qa.front(),
+            a_scales: sa.front(),
+            w1: qw1.front(),
+            w1_scales: sw1.front(),
             offsets: &doff,
             tile_offsets: &dtil,
             h: h.buf(),
@@ -1459,15 +1469,18 @@ gpu_test!(gemm_fp8_bad_offsets_stay_inside_the_buffers, {
         fp8::grouped_gemm_fp8_swiglu(&g, args).unwrap_or_else(|err| panic!("{what}: {err}"));
         finishes(&g, &what);
         assert!(h.guard_intact(&g, 0xff), "{what}: written past h's rows_max rows");
+        assert!(finite(&h.front_host(&g)), "{what}: NaN in h: read past A, W1 or their scales");
         for v in [Fp8Variant::Staged, Fp8Variant::Wide] {
             let mut hq = Guarded::<u8>::new(&g, rows_max * i, 0xff);
             let mut hs = Guarded::<f32>::new(&g, rows_max * (i / 128), 0xff);
+            hq.zero_front(&g);
+            hs.zero_front(&g);
             let what = format!("grouped_gemm_fp8 SwiGLU with h quantized, {v:?}, {name}");
             let args = SwigluFp8QArgs {
-                a: &qa,
-                a_scales: &sa,
-                w1: &qw1,
-                w1_scales: &sw1,
+                a: qa.front(),
+                a_scales: sa.front(),
+                w1: qw1.front(),
+                w1_scales: sw1.front(),
                 offsets: &doff,
                 tile_offsets: &dtil,
                 h8: hq.buf(),
@@ -1481,14 +1494,19 @@ gpu_test!(gemm_fp8_bad_offsets_stay_inside_the_buffers, {
             finishes(&g, &what);
             assert!(hq.guard_intact(&g, 0xff), "{what}: written past h's codes");
             assert!(hs.guard_intact(&g, 0xff), "{what}: written past h's scales");
+            assert!(hq.front_host(&g).iter().all(|&c| c & 0x7f != 0x7f), "{what}: a NaN code in h: read past an input");
+            assert!(hs.front_host(&g).iter().all(|s| s.is_finite()), "{what}: a NaN scale of h: read past an input");
         }
     }
+    assert!([&qa, &qb, &qw1].iter().all(|b| b.guard_intact(&g, 0xff)), "an input's guard zone changed");
+    assert!([&sa, &sb, &sw1].iter().all(|b| b.guard_intact(&g, 0xff)), "an input's guard zone changed");
 });
 
 // `quantize_cols_grouped` (per-column and block scales, with the row-wise codes, gathering with the bf16 copy
 // and the routing weights) on every bad layout: Ok, bounded, the guard zones of the codes, scales, row codes,
-// row scales and the copy untouched; the gathered tokens' and the weights' guard zones hold NaN and stay as
-// they are (read only).
+// row scales and the copy untouched; the inputs (the rows, the gathered tokens, the weights) sit in front of guard
+// zones of NaN and the outputs start as zeros, so a read past an input would leave a NaN code, scale or copied
+// value, which every run checks.
 gpu_test!(quantize_cols_grouped_bad_offsets_stay_inside_the_buffers, {
     let g = gpu();
     let mut r = fresh_rng();
@@ -1523,6 +1541,11 @@ gpu_test!(quantize_cols_grouped_bad_offsets_stay_inside_the_buffers, {
             let mut qr = Guarded::<u8>::new(&g, rows_max * cols, 0xff);
             let mut sr = Guarded::<f32>::new(&g, rows_max * (cols / 128), 0xff);
             let mut copy = Guarded::<bf16>::new(&g, rows_max * cols, 0xff);
+            q.zero_front(&g);
+            s.zero_front(&g);
+            qr.zero_front(&g);
+            sr.zero_front(&g);
+            copy.zero_front(&g);
             let what = format!("quantize_cols_grouped block {block} rows {rows_out} gather {gather}, {name}");
             let args = fp8::QuantizeColsArgs {
                 x: if gather { xt.front() } else { x.front() },
@@ -1550,6 +1573,11 @@ gpu_test!(quantize_cols_grouped_bad_offsets_stay_inside_the_buffers, {
             assert!(qr.guard_intact(&g, 0xff), "{what}: written past the row codes");
             assert!(sr.guard_intact(&g, 0xff), "{what}: written past the row scales");
             assert!(copy.guard_intact(&g, 0xff), "{what}: written past the gathered copy");
+            let no_nan_code = |b: &Guarded<u8>| b.front_host(&g).iter().all(|&c| c & 0x7f != 0x7f);
+            let finite = |b: &Guarded<f32>| b.front_host(&g).iter().all(|v| v.is_finite());
+            assert!(no_nan_code(&q) && no_nan_code(&qr), "{what}: a NaN code: read past an input");
+            assert!(finite(&s) && finite(&sr), "{what}: a NaN scale: read past an input");
+            assert!(copy.front_host(&g).iter().all(|v| v.is_finite()), "{what}: NaN in the copy: read past x");
         }
     }
     assert!(x.guard_intact(&g, 0xff) && xt.guard_intact(&g, 0xff) && dw.guard_intact(&g, 0xff));

@@ -597,7 +597,8 @@ pub struct SwigluFp8QArgs<'a> {
     pub i: usize,
     /// H, the contraction (a multiple of 128).
     pub k: usize,
-    /// Rows the buffers have room for (>= offsets\[E\]).
+    /// Rows A, its scales and h's codes and scales have room for (>= offsets\[E\] for the product; rows at or past
+    /// it are never touched whatever the device offsets hold).
     pub rows_max: usize,
 }
 

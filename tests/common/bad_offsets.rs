@@ -39,6 +39,22 @@ impl<T: cudarc::driver::DeviceRepr + bytemuck::Pod + Default> Guarded<T> {
         b
     }
 
+    /// A copy of device buffer `src` in the front, the guard zone of `byte` (e.g. 0xff: NaN in bf16, f32 and e4m3,
+    /// so a read past `src` shows in what it feeds).
+    pub fn copy_of(g: &Gpu, src: &cudarc::driver::CudaSlice<T>, byte: u8) -> Self {
+        Self::with(g, &g.download(src).unwrap(), byte)
+    }
+
+    /// Zeroes in the front (the guard zone keeps its byte): an output whose every element must then be finite.
+    pub fn zero_front(&mut self, g: &Gpu) {
+        g.fill_bytes(self.buf(), 0).unwrap();
+    }
+
+    /// The front's elements, on the host.
+    pub fn front_host(&self, g: &Gpu) -> Vec<T> {
+        g.download(self.front()).unwrap()
+    }
+
     pub fn buf(&mut self) -> &mut cudarc::driver::CudaSlice<T> {
         self.view.as_mut().unwrap()
     }
@@ -89,8 +105,8 @@ pub const BAD_E: usize = 6;
 
 /// Named (offsets, tile_offsets) pairs of `BAD_E` experts that break the promise for buffers of `rows_max` rows
 /// (rows_max >= 200): rows past rows_max (the counts' offsets and their consistent tile offsets, and offsets near
-/// 2^32 where row * ldc wraps), decreasing offsets, a huge tile count (u32::MAX, and a count whose product with the
-/// column tiles wraps), garbage tile offsets, and random words.
+/// 2^32 where row * ldc wraps), decreasing offsets, a huge tile count (u32::MAX, and counts whose product with the
+/// column tiles wraps: to 0, and to a few tiles or 2^31 + 2), garbage tile offsets, and random words.
 pub fn bad_layouts(rows_max: u32, r: &mut Rng) -> Vec<(&'static str, Vec<u32>, Vec<u32>)> {
     let prefix = |v: &[u32]| -> Vec<u32> {
         let mut o = vec![0u32];
@@ -116,6 +132,12 @@ pub fn bad_layouts(rows_max: u32, r: &mut Rng) -> Vec<(&'static str, Vec<u32>, V
         ("tile_offsets[E] wrapping with the column tiles", prefix(&fits), {
             let mut t = gemm::tile_offsets(&fits);
             t[BAD_E] = 1 << 31;
+            t
+        }),
+        ("tile_offsets[E] wrapping to a few tiles", prefix(&fits), {
+            // times 4 column tiles 2^32 + 4 (wraps to 4), times 2 2^31 + 2: unbounded without the walk's bound
+            let mut t = gemm::tile_offsets(&fits);
+            t[BAD_E] = (1 << 30) + 1;
             t
         }),
         ("garbage tile_offsets", prefix(&fits), vec![9, 3, m, 0, 4_000_000_000, 1, 70_000]),

@@ -76,7 +76,8 @@ unsafe fn tile_info<const SW: bool>(p: &GroupedGemmFp8, tile: u32) -> MTile {
 /// global offsets (the FP8 kernels' producers: once per tile), its rows clamped to the buffers' `rows_max`
 /// ([`MTile::clamped`]: row0 <= row_end <= rows_max whatever the device offsets hold; offsets as promised are
 /// left as they are). The producer publishes it in the tile's slot, so every row the consumers store (below
-/// row_end) and every TMA coordinate is inside A, its scales and C.
+/// row_end) is inside C and A's scales, and no TMA coordinate passes rows_max (a box there or past A's rows
+/// is filled with zeros by the hardware).
 #[inline(always)]
 pub(crate) unsafe fn walk_lookup(p: &GroupedGemmFp8, tile: u32, n_tiles: u32) -> MTile {
     let (to, off) = (p.tile_offsets as *const u32, p.offsets as *const u32);

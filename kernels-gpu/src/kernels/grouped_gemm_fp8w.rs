@@ -476,7 +476,9 @@ unsafe fn epilogue_swiglu_zt(
     let kb = crate::scheduler::k_block(ti.row0, *(p.offsets as *const u32).add(ti.e as usize), to_e, 128);
     // the block exists in ct [N, Kp] and c_scales [Kp / 128, N / 128] (kb + 1 <= Kp / 128): always with offsets
     // as promised (kb is the tile's m-tile, below tile_offsets[E] <= Kp / 128); with any other device offsets a
-    // block past them is not stored (uniform in the tile: all threads skip the stores, none a barrier)
+    // block past them is not stored (uniform in the tile: all threads skip the stores, none a barrier). Defence in
+    // depth: only the layer's z recompute launches this kernel, on the routing kernel's own offsets, so no public
+    // call reaches it with bad ones and no GPU test does.
     if kb < p.kp / 128 {
         // each thread: 8 rows k of one unit per pass (8 lanes a unit: its 128 bytes), split into columns c and c + 1
         let kb8 = tf % 8;
