@@ -466,6 +466,109 @@ fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting,
     }
 }
 
+/// One rank's routing holds an expert id outside -1..E (`bad`, its first slot): that rank sends no rows and
+/// writes none of its outputs (out, dx and dtopk keep their poison), `check` names it, and every other result (the
+/// other ranks' out, dx and dtopk, every rank's dW1 and dW2) is bitwise the EP = 1 layer's on the same tokens with
+/// the bad rank's slots all masked. Then the same layer, given valid ids again, runs normally.
+fn check_ep_bad_id(s: Shape, tokens: &[usize], bad: usize, mode: Mode) {
+    let g = gpu();
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, tokens, EpRouting::Layer(Routing::Uniform));
+    assert!(tokens[bad] > 0, "the bad rank needs a token");
+    let t0: usize = tokens[..bad].iter().sum();
+    let mut masked_ids = inp.ids.clone();
+    masked_ids[t0 * s.k..(t0 + tokens[bad]) * s.k].fill(-1);
+    let masked = Inputs {
+        shape: s,
+        tokens: inp.tokens,
+        x: inp.x.clone(),
+        ids: masked_ids,
+        w: inp.w.clone(),
+        w1: inp.w1.clone(),
+        w2: inp.w2.clone(),
+        dy: inp.dy.clone(),
+    };
+    let want_y = ep1_bits(&g, &masked);
+    let want = ep1_backward::<f32>(&g, &masked);
+    let world = tokens.len();
+    let per = s.e / world;
+    let max_t = tokens.iter().copied().max().unwrap().max(1);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
+    mode.set(&mut layer);
+    let mut r = upload_ranks(&g, &inp, tokens);
+    let good_ids = inp.ids[t0 * s.k..(t0 + tokens[bad]) * s.k].to_vec();
+    let mut bad_ids = good_ids.clone();
+    bad_ids[0] = s.e as i32;
+    r.ids[bad] = g.upload(&bad_ids).unwrap();
+    let pad = |n: usize| n.max(1);
+    let mut t = 0;
+    let mut dy = Vec::new();
+    for &n in tokens {
+        let mut v = inp.dy[t * s.h..(t + n) * s.h].to_vec();
+        v.resize(pad(n * s.h), bf16::ZERO);
+        dy.push(g.upload(&v).unwrap());
+        t += n;
+    }
+    let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
+    let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&n| g.alloc(pad(n * s.h)).unwrap()).collect();
+    let mut dtopk: Vec<CudaSlice<f32>> = tokens.iter().map(|&n| g.alloc(pad(n * s.k)).unwrap()).collect();
+    let mut dw1: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n1).unwrap()).collect();
+    let mut dw2: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n2).unwrap()).collect();
+    for o in r.out.iter_mut() {
+        g.fill_bytes(o, 0xff).unwrap();
+    }
+    for b in dx.iter_mut() {
+        g.fill_bytes(b, 0xff).unwrap();
+    }
+    for b in dtopk.iter_mut() {
+        g.fill_bytes(b, 0xff).unwrap();
+    }
+    for b in dw1.iter_mut().chain(dw2.iter_mut()) {
+        g.fill_bytes(b, 0xff).unwrap();
+    }
+    {
+        let (li, mut outs) = io(&mut r);
+        let saved = layer.forward(&li, &mut outs).unwrap();
+        let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
+        let mut grads = rank_grads::<f32>(&mut dx, &mut dtopk, &mut dw1, &mut dw2);
+        layer.backward(&saved, &dys, &li, &mut grads, false).unwrap();
+    }
+    match layer.check() {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains(&format!("rank {bad}")) && m.contains("expert id"), "{m}")
+        }
+        other => panic!("check after a bad expert id on rank {bad}: {other:?}"),
+    }
+    let mut t = 0;
+    for (rank, &n) in tokens.iter().enumerate() {
+        let o: Vec<u16> = g.download(&r.out[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+        let gx: Vec<u16> = g.download(&dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+        let gt: Vec<u32> = g.download(&dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+        if rank == bad {
+            assert!(o.iter().all(|&b| b == 0xffff), "rank {bad} (bad id): its out was written");
+            assert!(gx.iter().all(|&b| b == 0xffff), "rank {bad} (bad id): its dx was written");
+            assert!(gt.iter().all(|&b| b == 0xffff_ffff), "rank {bad} (bad id): its dtopk was written");
+        } else if n > 0 {
+            same_bits(&format!("rank {rank} out"), &o, &want_y[t * s.h..(t + n) * s.h], 0xffff);
+            same_bits(&format!("rank {rank} dx"), &gx, &want.dx[t * s.h..(t + n) * s.h], 0xffff);
+            same_bits(&format!("rank {rank} dtopk"), &gt, &want.dtopk[t * s.k..(t + n) * s.k], 0xffff_ffff);
+        }
+        let g1: Vec<u32> = g.download(&dw1[rank]).unwrap().into_iter().map(f32::to_bits).collect();
+        let g2: Vec<u32> = g.download(&dw2[rank]).unwrap().into_iter().map(f32::to_bits).collect();
+        same_bits(&format!("rank {rank} dW1"), &g1, &want.dw1[rank * n1..(rank + 1) * n1], 0xffff_ffff);
+        same_bits(&format!("rank {rank} dW2"), &g2, &want.dw2[rank * n2..(rank + 1) * n2], 0xffff_ffff);
+        t += n;
+    }
+    // valid ids again: the next call's routing clears the error and every rank's output is the EP = 1 layer's
+    r.ids[bad] = g.upload(&good_ids).unwrap();
+    run_ep(&g, &mut layer, &mut r).unwrap();
+    compare(&g, &r, s.h, &ep1_bits(&g, &inp));
+}
+
+gpu_test!(ep4_bad_expert_id_on_one_rank, { check_ep_bad_id(MEDIUM, &[50, 19, 123, 7], 1, Mode::PUSH) });
+gpu_test!(ep2_bad_expert_id_pull_scatter, { check_ep_bad_id(SMALL, &[37, 64], 0, Mode::BOTH) });
+
 gpu_test!(ep4_backward_uneven_one_rank_empty, {
     check_ep_backward(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10))
 });

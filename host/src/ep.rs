@@ -295,6 +295,7 @@ const NO_RANK: EpRank = EpRank {
     dtopk: 0,
     tokens: 0,
     pad: 0,
+    route_error: 0,
 };
 
 /// Whether a step of a call launches its kernels or only prepares them. Every call runs its GEMMs' steps once
@@ -673,6 +674,7 @@ impl EpLayer {
             row_slot: dptr(&w.row_slot, s),
             slot_row: dptr(&w.slot_row, s),
             tokens: i.tokens as u32,
+            route_error: dptr(&w.route_error, s),
             ..NO_RANK
         }
     }
@@ -1147,8 +1149,9 @@ impl EpLayer {
         for (r, w) in self.ranks.iter().enumerate() {
             if self.gpu.download(&w.route_error)?[0] != 0 {
                 return Err(Error::InvalidArgument(format!(
-                    "rank {r}: topk_ids holds an expert id outside -1..{}: this call's results are not valid on any \
-                     rank",
+                    "rank {r}: topk_ids holds an expert id outside -1..{}: that rank sent no rows and wrote none of its \
+                     outputs (out; in a backward dx and dtopk); the other ranks' results are those of a call without \
+                     its tokens",
                     self.cfg.experts
                 )));
             }

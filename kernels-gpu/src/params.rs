@@ -538,6 +538,10 @@ pub struct EpRank {
     pub tokens: u32,
     /// Unused.
     pub pad: u32,
+    /// u32 \[1\]: this rank's routing error word of the call's forward (set by `route_scan` when an expert id lies
+    /// outside -1..E: its offsets are then zero and `route_place` did not run); 0: none. Such a rank sends the
+    /// owners a count of zero for every expert (it sends no rows) and its combine writes none of its outputs.
+    pub route_error: u64,
 }
 
 /// Parameters of `ep_dispatch` and `ep_combine`.

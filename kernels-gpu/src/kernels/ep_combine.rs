@@ -7,14 +7,15 @@
 //!    `fence.acq_rel.sys`, `st.release.sys` of `back_flags[r * B + b] = epoch` on every rank;
 //! 2. as source: every block waits (bounded) for the `world * B` back flags of its workspace, then each warp
 //!    sums tokens: out[t] = sum over j of w[t, j] * back[t * k + j] in f32 in j order, masked slots skipped,
-//!    to bf16: the arithmetic of `combine_rows`, so bitwise the EP = 1 result. A wait that expires writes the
+//!    to bf16: the arithmetic of `combine_rows`, so bitwise the EP = 1 result (nothing when the rank's routing
+//!    failed: `EpRank::route_error`; it sent no rows, see `ep_dispatch`). A wait that expires writes the
 //!    error record and the block writes no output.
 //!
 //! Backward (`p.backward = 1`): the rows are dx rows and travel with their dtopk (`row_w` into the source's
 //! `back_w`); the source sums dx with weight 1 (as `combine_rows` with no weights) and writes dtopk per slot.
 use crate::ep::Phase;
 use crate::kernels::combine::weighted_sum;
-use crate::kernels::ep_common::{copy_row, epoch_usable, me, pick, wait_flags};
+use crate::kernels::ep_common::{copy_row, epoch_usable, me, pick, routing_failed, wait_flags};
 use crate::params::EpParams;
 use crate::ptx::{fence, global, math, regs, smem, sync};
 
@@ -74,7 +75,8 @@ pub unsafe extern "ptx-kernel" fn ep_combine(p: EpParams) {
 
     // 2. every owner block's rows, then the weighted sums in j order
     let ok = wait_flags(me.ws + ws.back_flags, world * blocks, blocks, &me, Phase::Combine as u32, ok_s);
-    if !ok {
+    // a rank whose routing failed sent no rows (and its slot_row was not written): it writes none of its outputs
+    if !ok || routing_failed(me.own.route_error) {
         return;
     }
     let back = (me.ws + ws.back) as *const [u32; 4];

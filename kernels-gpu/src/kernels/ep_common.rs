@@ -35,6 +35,14 @@ pub struct Me {
     pub timeout_ns: u64,
 }
 
+/// Whether the rank's routing of the call's forward failed (an expert id outside -1..E; `EpRank::route_error`).
+/// Every thread of the rank reads the same word, written by an earlier launch: branching on it never splits a
+/// barrier. SAFETY: `route_error` 0 or the rank's error word.
+#[inline(always)]
+pub unsafe fn routing_failed(route_error: u64) -> bool {
+    route_error != 0 && core::ptr::read_volatile(route_error as *const u32) != 0
+}
+
 /// Whether a call counter holds a usable epoch: 0 (never advanced: `ep_epoch_next` did not run) and `u32::MAX`
 /// (exhausted) are not.
 #[inline(always)]

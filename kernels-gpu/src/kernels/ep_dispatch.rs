@@ -9,8 +9,9 @@
 //!
 //! Per rank r (its routing layout already computed by `route_count`, `route_scan`, `route_place` over its own
 //! slots and the E global experts):
-//! 1. block 0 writes r's counts row into row r of every rank's `counts`; block barrier, `fence.acq_rel.sys`,
-//!    `st.release.sys` of `count_flags[r] = epoch` on every rank;
+//! 1. block 0 writes r's counts row into row r of every rank's `counts` (zeros when r's routing failed: it then
+//!    pushes no row, `EpRank::route_error`); block barrier, `fence.acq_rel.sys`, `st.release.sys` of
+//!    `count_flags[r] = epoch` on every rank;
 //! 2. every block waits (bounded) for the `world` count flags of its own workspace;
 //! 3. every block computes the first row on the owner of r's rows of each expert (`ep::recv_row_by`: local
 //!    experts in order, sources in rank order within an expert, the EP = 1 order of the concatenated batch);
@@ -27,7 +28,7 @@
 //! before every rank has finished this backward's combine); step 4 pushes dy rows into `recv_dy` (their
 //! weights and slots are already in `recv_w` and `recv_meta`).
 use crate::ep::{self, Phase};
-use crate::kernels::ep_common::{copy_row, epoch_usable, me, pick, wait_flags};
+use crate::kernels::ep_common::{copy_row, epoch_usable, me, pick, routing_failed, wait_flags};
 use crate::params::EpParams;
 use crate::ptx::{fence, regs, smem, sync};
 
@@ -91,14 +92,16 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
         return;
     }
 
-    // 1. counts row to every rank
+    // 1. counts row to every rank (all zero when this rank's routing failed: its offsets are zero and it pushes
+    // no row, so no owner may wait for or lay out rows from it)
     if me.b == 0 && !bwd {
         let mine = me.own.counts as *const u32;
+        let failed = routing_failed(me.own.route_error);
         let mut i = t;
         while i < world * e_n {
             let (o, e) = (i / e_n, i % e_n);
             let dst = (pick(&g.peer, o) + ws.counts) as *mut u32;
-            *dst.add((me.rank * e_n + e) as usize) = *mine.add(e as usize);
+            *dst.add((me.rank * e_n + e) as usize) = if failed { 0 } else { *mine.add(e as usize) };
             i += nt;
         }
     }
