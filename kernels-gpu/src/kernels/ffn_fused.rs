@@ -116,10 +116,10 @@ unsafe fn load_tile<const SWIGLU: bool>(g: &GroupedGemm, ti: &MTile, base: u32, 
 #[inline(always)]
 unsafe fn produce<const MV: bool>(p: &FusedFfn, base: u32, ring: Ring<STAGES>) {
     let (m_total, total) = items(p);
-    tma::prefetch_tensormap(p.g1.map_a as *const u8);
-    tma::prefetch_tensormap(p.g1.map_b as *const u8);
-    tma::prefetch_tensormap(p.g2.map_a as *const u8);
-    tma::prefetch_tensormap(p.g2.map_b as *const u8);
+    crate::kernels::acquire_prefetch(p.g1.map_a as *const u8);
+    crate::kernels::acquire_prefetch(p.g1.map_b as *const u8);
+    crate::kernels::acquire_prefetch(p.g2.map_a as *const u8);
+    crate::kernels::acquire_prefetch(p.g2.map_b as *const u8);
     let (n1, n2) = (p.g1.n_tiles, p.g2.n_tiles);
     let mut it = 0u32;
     let mut q = regs::bid();
@@ -163,6 +163,12 @@ unsafe fn consume(p: &FusedFfn, base: u32, ring: Ring<STAGES>, staging: u32, cw:
     let (m_total, total) = items(p);
     let lane = t_lane();
     let leader = regs::tid() % 128 == 0;
+    if leader {
+        // the maps this warpgroup's stores go through (its leader issues them)
+        crate::kernels::acquire_host_map(p.g1.map_c);
+        crate::kernels::acquire_host_map(p.g1.map_z);
+        crate::kernels::acquire_host_map(p.g2.map_c);
+    }
     // the warpgroup's two staging boxes, alternated by every box either epilogue stores (as in the engine)
     let wst = staging + cw * 2 * C_BOX;
     let mut boxes = 0u32;

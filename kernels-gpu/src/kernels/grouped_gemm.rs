@@ -339,7 +339,7 @@ unsafe fn shares_b<const DSW: bool>(p: &GroupedGemm, q: u32) -> bool {
 unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: u32, kt_n: u32) {
     let t = regs::tid();
     if t == 0 {
-        tma::prefetch_tensormap(p.map_b as *const u8);
+        crate::kernels::acquire_prefetch(p.map_b as *const u8);
     }
     let x = p.a_rows as *const u8;
     let (chunk, r0) = (t % 8, t / 8);
@@ -397,8 +397,8 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
     total: u32,
     kt_n: u32,
 ) {
-    tma::prefetch_tensormap(p.map_a as *const u8);
-    tma::prefetch_tensormap(p.map_b as *const u8);
+    crate::kernels::acquire_prefetch(p.map_a as *const u8);
+    crate::kernels::acquire_prefetch(p.map_b as *const u8);
     let mut it = 0u32;
     let (q0, step, count) = walk::<MC>(p, total);
     let mut q = q0;
@@ -682,6 +682,11 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
 ) {
     let lane = t_lane();
     let leader = regs::tid() % 128 == 0;
+    if leader {
+        // the maps this warpgroup's stores go through (`store_box`: its leader issues them)
+        crate::kernels::acquire_host_map(p.map_c);
+        crate::kernels::acquire_host_map(p.map_z);
+    }
     // the warpgroup's two staging boxes, used alternately by every box they store (`boxes` counts them across
     // tiles, so a box is never rewritten while the copy engine may still read it)
     let wst = staging + cw * 2 * C_BOX;
@@ -738,8 +743,9 @@ unsafe fn consume_pp<const MC: u32>(
     let zbar = zbar + cw * 16;
     let mut zq = 0u32;
     if leader && p.map_z != 0 {
-        tma::prefetch_tensormap(p.map_z as *const u8);
-        tma::prefetch_tensormap(p.map_c as *const u8);
+        crate::kernels::acquire_prefetch(p.map_z as *const u8);
+        crate::kernels::acquire_prefetch(p.map_c as *const u8);
+        crate::kernels::acquire_host_map(p.map_sh);
     }
     let mut it = cw * kt_n;
     let mut mine = 0u32;

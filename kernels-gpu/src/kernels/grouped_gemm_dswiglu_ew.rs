@@ -158,8 +158,8 @@ pub(crate) unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32>(
 /// `grouped_gemm_bt_bf16` loads it), into stages of `S_`.
 #[inline(always)]
 unsafe fn produce_bt<const BN_: u32, const S_: u32>(p: &GroupedGemm, base: u32, ring: Ring<S_>, total: u32, kt_n: u32) {
-    tma::prefetch_tensormap(p.map_a as *const u8);
-    tma::prefetch_tensormap(p.map_b as *const u8);
+    crate::kernels::acquire_prefetch(p.map_a as *const u8);
+    crate::kernels::acquire_prefetch(p.map_b as *const u8);
     const { assert!(BN_ % 64 == 0) };
     let stage = stage_bytes(BN_);
     let mut it = 0u32;

@@ -238,8 +238,8 @@ unsafe fn produce<const MC: bool, const SW: bool, const HQ: bool>(
     total: u32,
 ) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
-    tma::prefetch_tensormap(ma);
-    tma::prefetch_tensormap(mb);
+    crate::kernels::acquire_prefetch(ma);
+    crate::kernels::acquire_prefetch(mb);
     let kb_n = p.k / BK;
     let mut it = 0u32;
     let mut l = 0u32;
@@ -289,6 +289,10 @@ unsafe fn consume<const STAGED: bool, const MC: bool, const SW: bool, const HQ: 
 ) {
     let t = regs::tid() % 128;
     let lane = t % 32;
+    if t == 0 {
+        // the map this warpgroup's stores go through (its thread 0 issues them)
+        crate::kernels::acquire_host_map(p.map_c);
+    }
     // this thread's fragment rows r, r + 8 of the warpgroup's 64 and its first column (see ptx::wgmma)
     let r = 16 * (t / 32) + lane / 4;
     let c0 = 2 * (lane % 4);

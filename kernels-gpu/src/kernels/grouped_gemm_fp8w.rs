@@ -127,8 +127,8 @@ unsafe fn body<const SW: bool, const ZT: bool>(p: &GroupedGemmFp8) {
 #[inline(always)]
 unsafe fn produce<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
-    tma::prefetch_tensormap(ma);
-    tma::prefetch_tensormap(mb);
+    crate::kernels::acquire_prefetch(ma);
+    crate::kernels::acquire_prefetch(mb);
     let kb_n = p.k / BK;
     let mut it = 0u32;
     let mut l = 0u32;
@@ -197,6 +197,11 @@ unsafe fn consume<const SW: bool, const ZT: bool>(
     let mut l = 0u32;
     let mut tile = regs::bid();
     while tile < total {
+        if l == 0 && t == 0 {
+            // the map this warpgroup's stores go through (its thread 0 issues them; here, where no accumulator is
+            // live yet: at the role's start it cost the SwiGLU kernel's register allocation 32 B of spills)
+            crate::kernels::acquire_host_map(p.map_c);
+        }
         // the tile from its slot, once its first stage has landed
         ring.wait_full(it);
         // scale rows (element indices): A's rows r, r + 8 (rows past the buffer are TMA's zeros: row 0's scales

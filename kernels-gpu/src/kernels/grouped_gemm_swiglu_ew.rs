@@ -77,8 +77,8 @@ unsafe fn body<const MV: bool, const EW: u32>(p: &GroupedGemm) {
 /// of 96 rows x 64 K each, `map_b`'s box), n0 = n_tile * 96. `MV`: each m-tile's rows waited for first.
 #[inline(always)]
 unsafe fn produce<const MV: bool>(p: &GroupedGemm, base: u32, ring: Ring<S7>, total: u32, kt_n: u32) {
-    tma::prefetch_tensormap(p.map_a as *const u8);
-    tma::prefetch_tensormap(p.map_b as *const u8);
+    crate::kernels::acquire_prefetch(p.map_a as *const u8);
+    crate::kernels::acquire_prefetch(p.map_b as *const u8);
     let stage = stage_bytes(BN7);
     let mut it = 0u32;
     let (q0, step, count) = walk::<0>(p, total);

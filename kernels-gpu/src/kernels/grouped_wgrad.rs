@@ -363,6 +363,10 @@ unsafe fn consume<const BF: bool, const MC: bool>(
     cw: u32,
 ) {
     let lane = regs::tid() % 32;
+    if lane == 0 {
+        // C's map: each warp's lane 0 issues its boxes' stores (`box_out`)
+        crate::kernels::acquire_host_map(p.map_c);
+    }
     let mut it = 0u32;
     let mut j = 0u32;
     loop {

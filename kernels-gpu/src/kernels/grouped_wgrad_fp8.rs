@@ -146,8 +146,8 @@ unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool, const MV: boo
 #[inline(always)]
 unsafe fn produce<const BLK: bool>(p: &WgradFp8, base: u32, ring: Ring<STAGES>, queue: TileQueue<QUEUE>, total: u32) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
-    tma::prefetch_tensormap(ma);
-    tma::prefetch_tensormap(mb);
+    crate::kernels::acquire_prefetch(ma);
+    crate::kernels::acquire_prefetch(mb);
     let order = if p.sched != 0 && p.experts <= SORT_MAX { Some(base + ORDER_AT) } else { None };
     // (no cluster: the pair channel is never used)
     let mut walk =
@@ -244,6 +244,10 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
     total: u32,
     cw: u32,
 ) {
+    if regs::tid() % 32 == 0 {
+        // C's map: each warp's lane 0 issues its boxes' stores (grouped_wgrad's `box_out`)
+        crate::kernels::acquire_host_map(p.map_c);
+    }
     let mut it = 0u32;
     let mut q = 0u32;
     loop {

@@ -22,6 +22,25 @@ pub mod selftest_tma;
 pub mod selftest_wgmma;
 pub mod wgrad_maps;
 
+/// A tensor map the host wrote, acquired by the calling thread before its first copy through it
+/// (`tma::tensormap_acquire_sys`; every thread that issues copies through such a map calls this once, at the start
+/// of its role: the producer for its loads, a store leader for its stores). 0 (no map) is skipped.
+/// SAFETY: `map` 0 or a 128-byte tensor map in global memory.
+#[inline(always)]
+pub(crate) unsafe fn acquire_host_map(map: u64) {
+    if map != 0 {
+        crate::ptx::tma::tensormap_acquire_sys(map as *const u8);
+    }
+}
+
+/// [`acquire_host_map`], then `prefetch.tensormap`: a producer's maps, at the start of its loop.
+/// SAFETY: as [`acquire_host_map`] (`map` not null).
+#[inline(always)]
+pub(crate) unsafe fn acquire_prefetch(map: *const u8) {
+    acquire_host_map(map as u64);
+    crate::ptx::tma::prefetch_tensormap(map);
+}
+
 /// Whether the routing error word at `word` (a u32 written by `route_count`; 0 = no word) is set. Every
 /// thread reads it once at kernel entry, before any barrier: one address written by an earlier launch, so
 /// the answer is the same in every thread and an early return on it never splits a barrier.

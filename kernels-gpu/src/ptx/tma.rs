@@ -48,6 +48,16 @@ pub unsafe fn tensormap_acquire(map: *const u8) {
     asm!("fence.proxy.tensormap::generic.acquire.gpu [{m}], 128;", m = in(reg64) map, options(nostack));
 }
 
+/// `fence.proxy.tensormap::generic.acquire.sys [map], 128`: as [`tensormap_acquire`] for a tensor map the host
+/// wrote (copied into global memory before the launch): the CUDA Programming Guide asks this fence of a thread
+/// before its first use of a tensor map held in global memory that way, so the copy engine cannot use a cached
+/// descriptor of what the address held before (the host's map caches free and reuse map addresses).
+/// SAFETY: any thread; `map` a 128-byte tensor map in global memory.
+#[inline(always)]
+pub unsafe fn tensormap_acquire_sys(map: *const u8) {
+    asm!("fence.proxy.tensormap::generic.acquire.sys [{m}], 128;", m = in(reg64) map, options(nostack));
+}
+
 /// `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`: copy `bytes` contiguous bytes from
 /// global `src` to shared `dst`, completing `bytes` of transaction on `bar`.
 /// SAFETY: one thread; `dst` and `src` 16-byte aligned, `bytes` a multiple of 16; the caller has announced the
