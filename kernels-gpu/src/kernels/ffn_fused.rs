@@ -46,8 +46,10 @@ pub unsafe extern "ptx-kernel" fn ffn_fused_fwd_mv(p: FusedFfn) {
 
 #[inline(always)]
 unsafe fn fused<const MV: bool>(p: &FusedFfn) {
-    // read once by every thread before the first barrier: the whole block returns or none
-    if routing_failed(p.error) {
+    // every thread reads the word, then the block agrees (one barrier): this launch's own bounded waits can set
+    // the same word (`FUSED_TIMEOUT`) while a late block starts, and warps that disagreed would leave the others
+    // waiting on barriers nobody fills (a helper's audit, twenty-ninth session)
+    if sync::block_count(routing_failed(p.error)) != 0 {
         return;
     }
     let base = smem::base();
