@@ -4,7 +4,7 @@
 # 2x1 clusters, the same 1.6 GB of f32 output at dW1) reaches 0.81 / 0.83 of its dense GEMM (dW2 / dW1) where ours
 # reach 0.75-0.77 (docs/RESULTS.md 2026-12-04f call 7; ours since in 2-CTA clusters sharing B too): ~7% on the same
 # output bytes, the one gap of issue 4's K-grouped target (0.8) that is not the dense reference's smaller output.
-# ncu (default clock control: base clocks, so cycles compare) on main's gemm bench (.dev/b41/main/gemm = bab4cc3's
+# ncu (default clock control: base clocks, so cycles compare) on main's gemm bench (.dev/b50/main/gemm = bab4cc3's
 # kernels; main since differs in PTX-identical refactors only), 30B, balanced routing (every expert 1024 rows: no
 # ragged K, the batched reference's shape), first ours (`grouped_wgrad_f32*`: the bench's 23 dW2 launches, then 23
 # dW1) then cuBLAS's batched kernels (`nvjet.*128x256`, the same order); per GEMM the medians of launches 4..23.
@@ -12,8 +12,8 @@
 # pipe active 5-10% more of the elapsed cycles; ours more instructions (the epilogue's staging) and more barrier
 # stalls. What it decides: if the tensor duty differs and the bytes do not, the gap is our pipeline (the epilogue's
 # hold on the consumers: docs/NOTES.md item 3e); if ours moves more bytes (L2 or DRAM), that first.
-# Command `bash docs/calls/next-wgrad-vs-batched.sh`, carry [".dev/b41"] (~5 min, self-limited).
-. "$(dirname "$0")/prelude.sh" b41
+# Command `bash docs/calls/next-wgrad-vs-batched.sh`, carry [".dev/b50"] (~5 min, self-limited).
+. "$(dirname "$0")/prelude.sh" b50
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 want="gpu__time_duration.sum sm__cycles_elapsed.avg sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed
 dram__bytes_read.sum dram__bytes_write.sum lts__t_bytes.sum lts__t_sector_hit_rate.pct smsp__inst_executed.sum
@@ -30,7 +30,7 @@ echo "metrics: $m"
 for who in ours cublas; do
   k='regex:grouped_wgrad_f32'; [ $who = cublas ] && k='regex:nvjet.*128x256'
   MEGAMOE_BENCH_ONLY=30B MEGAMOE_BENCH_ROUTING=balanced timeout 220 ncu -k "$k" --launch-count 46 --metrics "$m" --csv \
-    b41/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
+    b50/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
   echo "== ncu $who rc $? at $(el) s"; tail -2 $OUT/r/ncu_$who.err
 done
 python3 - $OUT/r/ncu_ours.csv $OUT/r/ncu_cublas.csv <<'P'
