@@ -198,6 +198,15 @@ impl Mode {
     }
 }
 
+/// An EP layer over `tokens.len()` ranks, sized for the largest rank's tokens, in `mode`.
+fn ep_layer(g: &Arc<Gpu>, s: Shape, tokens: &[usize], mode: Mode) -> EpLayer {
+    let max_t = tokens.iter().copied().max().unwrap().max(1);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, tokens.len()).unwrap();
+    mode.set(&mut layer);
+    layer
+}
+
 /// `check_ep` in a given [`Mode`].
 fn check_ep_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: Mode) {
     let g = gpu();
@@ -205,10 +214,7 @@ fn check_ep_mode(s: Shape, tokens: &[usize], routing: EpRouting, mode: Mode) {
     let inp = ep_inputs(&mut rng, s, tokens, routing);
     let want = ep1_bits(&g, &inp);
     let world = tokens.len();
-    let max_t = tokens.iter().copied().max().unwrap().max(1);
-    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
-    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
-    mode.set(&mut layer);
+    let mut layer = ep_layer(&g, s, tokens, mode);
     let mut r = upload_ranks(&g, &inp, tokens);
     run_ep(&g, &mut layer, &mut r).unwrap();
     let y = compare(&g, &r, s.h, &want);
@@ -381,51 +387,25 @@ fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting,
     let want = ep1_backward::<W>(&g, &inp);
     let world = tokens.len();
     let per = s.e / world;
-    let max_t = tokens.iter().copied().max().unwrap().max(1);
-    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
-    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
-    mode.set(&mut layer);
+    let mut layer = ep_layer(&g, s, tokens, mode);
     let mut r = upload_ranks(&g, &inp, tokens);
-    let pad = |n: usize| n.max(1);
-    let mut t0 = 0;
-    let mut dy = Vec::new();
-    for &t in tokens {
-        let mut v = inp.dy[t0 * s.h..(t0 + t) * s.h].to_vec();
-        v.resize(pad(t * s.h), bf16::ZERO);
-        dy.push(g.upload(&v).unwrap());
-        t0 += t;
-    }
     let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
-    let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(pad(t * s.h)).unwrap()).collect();
-    let mut dtopk: Vec<CudaSlice<f32>> = tokens.iter().map(|&t| g.alloc(pad(t * s.k)).unwrap()).collect();
-    let mut dw1: Vec<CudaSlice<W>> = (0..world).map(|_| g.alloc(n1).unwrap()).collect();
-    let mut dw2: Vec<CudaSlice<W>> = (0..world).map(|_| g.alloc(n2).unwrap()).collect();
+    let mut b = RankBufs::<W>::new(&g, &inp, tokens);
     for rep in 0..2 {
-        for b in dx.iter_mut() {
-            g.fill_bytes(b, 0xff).unwrap();
-        }
-        for b in dtopk.iter_mut() {
-            g.fill_bytes(b, 0xff).unwrap();
-        }
-        for b in dw1.iter_mut().chain(dw2.iter_mut()) {
-            g.fill_bytes(b, 0xff).unwrap();
-        }
+        b.poison(&g);
         for o in r.out.iter_mut() {
             g.fill_bytes(o, 0xff).unwrap();
         }
         let (li, mut outs) = io(&mut r);
         let saved = layer.forward(&li, &mut outs).unwrap();
-        let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
-        let mut grads = rank_grads::<W>(&mut dx, &mut dtopk, &mut dw1, &mut dw2);
-        layer.backward(&saved, &dys, &li, &mut grads, false).unwrap();
-        drop(grads);
+        b.backward(&mut layer, &saved, &li).unwrap();
         layer.check().unwrap();
         compare(&g, &r, s.h, &want_y);
         let mut t0 = 0;
         let (mut all_dx, mut all_tk) = (Vec::new(), Vec::new());
         for (rank, &t) in tokens.iter().enumerate() {
-            let gx: Vec<u16> = g.download(&dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
-            let gt: Vec<u32> = g.download(&dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            let gx: Vec<u16> = g.download(&b.dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            let gt: Vec<u32> = g.download(&b.dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
             if t == 0 {
                 assert_eq!(
                     (gx[0], gt[0]),
@@ -438,8 +418,8 @@ fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting,
                 all_dx.extend(gx.iter().map(|&b| bf16::from_bits(b).to_f64()));
                 all_tk.extend(gt.iter().map(|&b| f32::from_bits(b) as f64));
             }
-            let g1: Vec<u32> = g.download(&dw1[rank]).unwrap().into_iter().map(W::bits).collect();
-            let g2: Vec<u32> = g.download(&dw2[rank]).unwrap().into_iter().map(W::bits).collect();
+            let g1: Vec<u32> = g.download(&b.dw1[rank]).unwrap().into_iter().map(W::bits).collect();
+            let g2: Vec<u32> = g.download(&b.dw2[rank]).unwrap().into_iter().map(W::bits).collect();
             same_bits(&format!("rank {rank} dW1 ({})", W::NAME), &g1, &want.dw1[rank * n1..(rank + 1) * n1], W::POISON);
             same_bits(&format!("rank {rank} dW2 ({})", W::NAME), &g2, &want.dw2[rank * n2..(rank + 1) * n2], W::POISON);
             t0 += t;
@@ -492,47 +472,22 @@ fn check_ep_bad_id(s: Shape, tokens: &[usize], bad: usize, mode: Mode) {
     let want = ep1_backward::<f32>(&g, &masked);
     let world = tokens.len();
     let per = s.e / world;
-    let max_t = tokens.iter().copied().max().unwrap().max(1);
-    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
-    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
-    mode.set(&mut layer);
+    let mut layer = ep_layer(&g, s, tokens, mode);
     let mut r = upload_ranks(&g, &inp, tokens);
     let good_ids = inp.ids[t0 * s.k..(t0 + tokens[bad]) * s.k].to_vec();
     let mut bad_ids = good_ids.clone();
     bad_ids[0] = s.e as i32;
     r.ids[bad] = g.upload(&bad_ids).unwrap();
-    let pad = |n: usize| n.max(1);
-    let mut t = 0;
-    let mut dy = Vec::new();
-    for &n in tokens {
-        let mut v = inp.dy[t * s.h..(t + n) * s.h].to_vec();
-        v.resize(pad(n * s.h), bf16::ZERO);
-        dy.push(g.upload(&v).unwrap());
-        t += n;
-    }
     let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
-    let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&n| g.alloc(pad(n * s.h)).unwrap()).collect();
-    let mut dtopk: Vec<CudaSlice<f32>> = tokens.iter().map(|&n| g.alloc(pad(n * s.k)).unwrap()).collect();
-    let mut dw1: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n1).unwrap()).collect();
-    let mut dw2: Vec<CudaSlice<f32>> = (0..world).map(|_| g.alloc(n2).unwrap()).collect();
+    let mut b = RankBufs::<f32>::new(&g, &inp, tokens);
     for o in r.out.iter_mut() {
         g.fill_bytes(o, 0xff).unwrap();
     }
-    for b in dx.iter_mut() {
-        g.fill_bytes(b, 0xff).unwrap();
-    }
-    for b in dtopk.iter_mut() {
-        g.fill_bytes(b, 0xff).unwrap();
-    }
-    for b in dw1.iter_mut().chain(dw2.iter_mut()) {
-        g.fill_bytes(b, 0xff).unwrap();
-    }
+    b.poison(&g);
     {
         let (li, mut outs) = io(&mut r);
         let saved = layer.forward(&li, &mut outs).unwrap();
-        let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
-        let mut grads = rank_grads::<f32>(&mut dx, &mut dtopk, &mut dw1, &mut dw2);
-        layer.backward(&saved, &dys, &li, &mut grads, false).unwrap();
+        b.backward(&mut layer, &saved, &li).unwrap();
     }
     match layer.check() {
         Err(Error::InvalidArgument(m)) => {
@@ -543,8 +498,8 @@ fn check_ep_bad_id(s: Shape, tokens: &[usize], bad: usize, mode: Mode) {
     let mut t = 0;
     for (rank, &n) in tokens.iter().enumerate() {
         let o: Vec<u16> = g.download(&r.out[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
-        let gx: Vec<u16> = g.download(&dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
-        let gt: Vec<u32> = g.download(&dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+        let gx: Vec<u16> = g.download(&b.dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+        let gt: Vec<u32> = g.download(&b.dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
         if rank == bad {
             assert!(o.iter().all(|&b| b == 0xffff), "rank {bad} (bad id): its out was written");
             assert!(gx.iter().all(|&b| b == 0xffff), "rank {bad} (bad id): its dx was written");
@@ -554,8 +509,8 @@ fn check_ep_bad_id(s: Shape, tokens: &[usize], bad: usize, mode: Mode) {
             same_bits(&format!("rank {rank} dx"), &gx, &want.dx[t * s.h..(t + n) * s.h], 0xffff);
             same_bits(&format!("rank {rank} dtopk"), &gt, &want.dtopk[t * s.k..(t + n) * s.k], 0xffff_ffff);
         }
-        let g1: Vec<u32> = g.download(&dw1[rank]).unwrap().into_iter().map(f32::to_bits).collect();
-        let g2: Vec<u32> = g.download(&dw2[rank]).unwrap().into_iter().map(f32::to_bits).collect();
+        let g1: Vec<u32> = g.download(&b.dw1[rank]).unwrap().into_iter().map(f32::to_bits).collect();
+        let g2: Vec<u32> = g.download(&b.dw2[rank]).unwrap().into_iter().map(f32::to_bits).collect();
         same_bits(&format!("rank {rank} dW1"), &g1, &want.dw1[rank * n1..(rank + 1) * n1], 0xffff_ffff);
         same_bits(&format!("rank {rank} dW2"), &g2, &want.dw2[rank * n2..(rank + 1) * n2], 0xffff_ffff);
         t += n;
@@ -676,18 +631,19 @@ fn rank_inputs(r: &Ranks) -> Vec<RankInputs<'_>> {
         .collect()
 }
 
-/// Every rank's dy and gradient buffers (f32 weight gradients), for the checks of refused backwards.
-struct RankBufs {
+/// Every rank's dy and gradient buffers (weight gradients in W, f32 by default).
+struct RankBufs<W: Wg = f32> {
     dy: Vec<CudaSlice<bf16>>,
     dx: Vec<CudaSlice<bf16>>,
     dtopk: Vec<CudaSlice<f32>>,
-    dw1: Vec<CudaSlice<f32>>,
-    dw2: Vec<CudaSlice<f32>>,
+    dw1: Vec<CudaSlice<W>>,
+    dw2: Vec<CudaSlice<W>>,
     tokens: Vec<usize>,
 }
 
-impl RankBufs {
-    fn new(g: &Arc<Gpu>, inp: &Inputs, tokens: &[usize]) -> RankBufs {
+impl<W: Wg> RankBufs<W> {
+    /// Each rank's slice of dy (padded to one element for a rank without tokens) and its gradient buffers.
+    fn new(g: &Arc<Gpu>, inp: &Inputs, tokens: &[usize]) -> RankBufs<W> {
         let s = inp.shape;
         let per = s.e / tokens.len();
         let pad = |n: usize| n.max(1);
@@ -712,7 +668,10 @@ impl RankBufs {
         for b in self.dx.iter_mut() {
             g.fill_bytes(b, 0xff).unwrap();
         }
-        for b in self.dtopk.iter_mut().chain(self.dw1.iter_mut()).chain(self.dw2.iter_mut()) {
+        for b in self.dtopk.iter_mut() {
+            g.fill_bytes(b, 0xff).unwrap();
+        }
+        for b in self.dw1.iter_mut().chain(self.dw2.iter_mut()) {
             g.fill_bytes(b, 0xff).unwrap();
         }
     }
@@ -720,10 +679,12 @@ impl RankBufs {
     /// The backward of `saved` on `li` into these buffers.
     fn backward(&mut self, layer: &mut EpLayer, saved: &EpSaved, li: &[RankInputs<'_>]) -> Result<(), Error> {
         let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
-        let mut grads = rank_grads::<f32>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
+        let mut grads = rank_grads::<W>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
         layer.backward(saved, &dys, li, &mut grads, false)
     }
+}
 
+impl RankBufs<f32> {
     /// Whether every element of every rank's gradients still holds the poison (`untouched`) or, for a backward
     /// that ran, none does (the dx and dtopk of a rank without tokens excepted).
     fn assert_poison(&self, g: &Gpu, untouched: bool, what: &str) {
