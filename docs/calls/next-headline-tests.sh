@@ -3,7 +3,9 @@
 # $OUT/b) on main b79ce99 (.dev/b50/main): 2026-12-05e ran every other suite of the landed code (in the combo
 # binary) but cut eight of layer_backward's tests (qwen3_30b_a3b_t4096, ragged_shape, ragged_shape_saved_z,
 # saved_state_of_another_layer_or_of_no_forward_is_refused, small_recompute, small_saved_z, ten_percent_masked,
-# zero_tokens_write_zero_weight_gradients). Predicted: all 21 pass (115 s on the H200 in 2026-12-05 call 5).
+# zero_tokens_write_zero_weight_gradients), and ep whole (27; its backward and bad-id checks were refactored onto
+# RankBufs after 2026-12-05e's run). Predicted: all pass (layer_backward's 21 took 115 s on the H200 in 2026-12-05
+# call 5, ep's 27 took 25 s on the H100).
 # Command `bash docs/calls/next-headline-tests.sh`, carry [".dev/b50"]; expected ~6 min (bound 565 s).
 set -u
 d="$(cd "$(dirname "$0")" && pwd)"; s0=$(date +%s)
@@ -11,5 +13,5 @@ mkdir -p "$OUT/a" "$OUT/b"
 OUT="$OUT/a" timeout 300 bash "$d/next-headline.sh"; echo "== headline rc $? at $(( $(date +%s) - s0 )) s"
 left=$(( 565 - ($(date +%s) - s0) )); [ $left -lt 30 ] && left=30
 OUT="$OUT/b" BOUND=$left bash -c '. "'"$d"'/prelude.sh" b50; trap "tar czf \$OUT/r.tgz -C \$OUT r && rm -rf \$OUT/r" EXIT
-  B=b50/main; t layer_backward '"$left"' 0'
+  B=b50/main; t layer_backward '"$((left - 40))"' 40; t ep 40 0'
 echo "== layer_backward done at $(( $(date +%s) - s0 )) s"
