@@ -6,11 +6,18 @@
 # zero_tokens_write_zero_weight_gradients), and ep whole (27; its backward and bad-id checks were refactored onto
 # RankBufs after 2026-12-05e's run). Predicted: all pass (layer_backward's 21 took 115 s on the H200 in 2026-12-05
 # call 5, ep's 27 took 25 s on the H100).
+# On a card other than an H200 the headline is skipped (the issue's figures are the H200's): then ~3 min.
 # Command `bash docs/calls/next-headline-tests.sh`, carry [".dev/b50"]; expected ~6 min (bound 565 s).
 set -u
 d="$(cd "$(dirname "$0")" && pwd)"; s0=$(date +%s)
 mkdir -p "$OUT/a" "$OUT/b"
-OUT="$OUT/a" timeout 300 bash "$d/next-headline.sh"; echo "== headline rc $? at $(( $(date +%s) - s0 )) s"
+# the headline counts for issue 4 only on an H200: on another card it is skipped (HEADLINE_ANY_GPU=1 runs it anyway)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); echo "GPU: $gpu"
+if [[ "$gpu" == *H200* || "${HEADLINE_ANY_GPU:-0}" == 1 ]]; then
+  OUT="$OUT/a" timeout 300 bash "$d/next-headline.sh"; echo "== headline rc $? at $(( $(date +%s) - s0 )) s"
+else
+  echo "== headline skipped: not an H200"
+fi
 left=$(( 565 - ($(date +%s) - s0) )); [ $left -lt 30 ] && left=30
 OUT="$OUT/b" BOUND=$left bash -c '. "'"$d"'/prelude.sh" b50; trap "tar czf \$OUT/r.tgz -C \$OUT r && rm -rf \$OUT/r" EXIT
   B=b50/main; t layer_backward '"$((left - 40))"' 40; t ep 40 0'
