@@ -4,8 +4,9 @@
 # grouped_gemm_bt_bf16_st: the bench's GEMM1 (plain), dh (plain) and dx; in the layer, dx) compute each expert's
 # last m-tile (< 128 rows) as C^T with wgmma N = 16, 32, 64, 96 or 128 over the tile's rows, so at most 15 padding
 # rows are multiplied instead of 128 - rows. Never run on a GPU: correctness first.
-# (1) tests: grouped_gemm's three swap_tail tests (tails at every class bound, against the f64 reference; they print
-# how many elements equal the ordinary kernel's bit for bit), compute-sanitizer memcheck of one, grouped_gemm whole;
+# (1) tests: grouped_gemm's five swap_tail tests (the knob selects the _st kernel; tails at every class bound and
+# 300 experts with more tiles than blocks, against the f64 reference and row by row against the ordinary kernel;
+# they print how many elements equal the ordinary kernel's bit for bit), compute-sanitizer memcheck of one, grouped_gemm whole;
 # layer_backward with MEGAMOE_SWAP_TAIL=1 on a subset (dx through the swapped tiles, against the reference).
 # (2) the 30B GEMMs soaked (MEGAMOE_SOAK=3, one MEGAMOE_SEED draw) off, on, off again (the repeat bounds the
 # drift). Joules a launch compared by benches/energy.py --compare. (The layer soak, where only dx is covered, waits
@@ -20,8 +21,8 @@
 . "$(dirname "$0")/prelude.sh" b52
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 B=b52/st
-t grouped_gemm 40 485 swap_tail --nocapture
-grep -hE "swapped tail|rel err" $OUT/r/t_grouped_gemm.txt | head -12
+t grouped_gemm 90 405 swap_tail --nocapture
+grep -hE "swapped tail|rel err|row difference" $OUT/r/t_grouped_gemm.txt | head -24
 timeout $(to 40 445) compute-sanitizer --tool memcheck --error-exitcode 3 $B/grouped_gemm kn_swap_tail_matches_the_reference \
   --include-ignored --test-threads=1 > $OUT/r/memcheck.txt 2>&1
 echo "== memcheck rc $? at $(el) s: $(grep -E 'ERROR SUMMARY|test result' $OUT/r/memcheck.txt | tr '\n' ' ')"
