@@ -23,12 +23,12 @@ trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 B=b52/st
 t grouped_gemm 90 405 swap_tail --nocapture
 grep -hE "swapped tail|rel err|row difference" $OUT/r/t_grouped_gemm.txt | head -24
-timeout $(to 40 445) compute-sanitizer --tool memcheck --error-exitcode 3 $B/grouped_gemm kn_swap_tail_matches_the_reference \
+timeout $(to 40 365) compute-sanitizer --tool memcheck --error-exitcode 3 $B/grouped_gemm kn_swap_tail_matches_the_reference \
   --include-ignored --test-threads=1 > $OUT/r/memcheck.txt 2>&1
 echo "== memcheck rc $? at $(el) s: $(grep -E 'ERROR SUMMARY|test result' $OUT/r/memcheck.txt | tr '\n' ' ')"
 mv $OUT/r/t_grouped_gemm.txt $OUT/r/t_grouped_gemm_swap.txt
-t grouped_gemm 60 385
-MEGAMOE_SWAP_TAIL=1 timeout $(to 80 305) $B/layer_backward ragged_shape one_token every_slot half_the_experts \
+t grouped_gemm 60 305
+MEGAMOE_SWAP_TAIL=1 timeout $(to 80 225) $B/layer_backward ragged_shape one_token every_slot half_the_experts \
   --include-ignored --test-threads=1 > $OUT/r/t_layer_backward_swap.txt 2>&1
 echo "== layer_backward (swap on) rc $? at $(el) s: $(grep 'test result' $OUT/r/t_layer_backward_swap.txt)"
 grep -E "FAILED|panicked" $OUT/r/t_layer_backward_swap.txt | cut -c1-300 | head -6
