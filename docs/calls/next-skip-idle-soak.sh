@@ -21,9 +21,7 @@ t grouped_gemm 40 470 skip_idle
 t layer_backward 60 410 skip_idle
 t layer_forward 30 380 skip_idle
 export MEGAMOE_SEED=20261209
-python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
-smi=$!
+smi_start
 # bench, soak seconds, knob, output name, want, rest
 bench() { local b=$1 soak=$2 skip=$3 name=$4 want=$5 rest=$6
   MEGAMOE_SKIP_IDLE=$skip MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) $B/$b --bench \
@@ -34,18 +32,12 @@ bench gemm 3 1 gemm_on 80 220
 bench gemm 3 0 gemm_off2 80 140
 bench layer 4 0 layer_off 70 70
 bench layer 4 1 layer_on 70 0
-kill $smi
-for f in gemm_off gemm_on gemm_off2; do
-  [ -f $OUT/r/$f.txt ] || continue
-  echo "-- $f (alternating with cuBLAS)"; alt_summary $OUT/r/$f.txt
-  grep -E "FAILED|all written: false|panicked|Error" $OUT/r/$f.txt | cut -c1-200 | head -4
-done
+smi_stop
+alt_of gemm_off gemm_on gemm_off2
 for f in layer_off layer_on; do
   [ -f $OUT/r/$f.txt ] && { echo "-- $f"; grep -hE "^RESULT megamoe forward\+backward \(z saved|FAILED|panicked|Error" $OUT/r/$f.txt | cut -c1-200 | head -6; }
 done
-for f in gemm_off gemm_on gemm_off2 layer_off layer_on; do
-  [ -f $OUT/r/$f.txt ] && python3 ../benches/energy.py $OUT/r $f.txt | sed -E 's/Qwen3-30B-A3B //' > $OUT/r/energy_$f.txt
-done
+energy_of gemm_off gemm_on gemm_off2 layer_off layer_on
 python3 ../benches/energy.py --compare $OUT/r energy_gemm_off.txt energy_gemm_on.txt SKIP
 python3 ../benches/energy.py --compare $OUT/r energy_gemm_off.txt energy_gemm_off2.txt DRIFT
 python3 ../benches/energy.py --compare $OUT/r energy_layer_off.txt energy_layer_on.txt SKIP

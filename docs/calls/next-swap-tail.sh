@@ -33,9 +33,7 @@ MEGAMOE_SWAP_TAIL=1 timeout $(to 80 225) $B/layer_backward ragged_shape one_toke
 echo "== layer_backward (swap on) rc $? at $(el) s: $(grep 'test result' $OUT/r/t_layer_backward_swap.txt)"
 grep -E "FAILED|panicked" $OUT/r/t_layer_backward_swap.txt | cut -c1-300 | head -6
 export MEGAMOE_SEED=20261210
-python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
-smi=$!
+smi_start
 # bench, soak seconds, knob, output name, want, rest
 bench() { local b=$1 soak=$2 on=$3 name=$4 want=$5 rest=$6
   MEGAMOE_SWAP_TAIL=$on MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) $B/$b --bench \
@@ -44,15 +42,9 @@ bench() { local b=$1 soak=$2 on=$3 name=$4 want=$5 rest=$6
 bench gemm 3 0 gemm_off 75 150
 bench gemm 3 1 gemm_on 75 75
 bench gemm 3 0 gemm_off2 75 0
-kill $smi
-for f in gemm_off gemm_on gemm_off2; do
-  [ -f $OUT/r/$f.txt ] || continue
-  echo "-- $f (alternating with cuBLAS)"; alt_summary $OUT/r/$f.txt
-  grep -E "FAILED|all written: false|panicked|Error" $OUT/r/$f.txt | cut -c1-200 | head -4
-done
-for f in gemm_off gemm_on gemm_off2; do
-  [ -f $OUT/r/$f.txt ] && python3 ../benches/energy.py $OUT/r $f.txt | sed -E 's/Qwen3-30B-A3B //' > $OUT/r/energy_$f.txt
-done
+smi_stop
+alt_of gemm_off gemm_on gemm_off2
+energy_of gemm_off gemm_on gemm_off2
 python3 ../benches/energy.py --compare $OUT/r energy_gemm_off.txt energy_gemm_on.txt SWAP
 python3 ../benches/energy.py --compare $OUT/r energy_gemm_off.txt energy_gemm_off2.txt DRIFT
 grep -h "RESULT gemm .*(plain)\|RESULT gemm .*bwd dx" $OUT/r/gemm_on.txt | grep -o "sample rel err [0-9.e+-]*" | head -4

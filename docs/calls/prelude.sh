@@ -20,3 +20,17 @@ t() { local n=$1 want=$2 rest=$3; shift 3
   timeout $(to $want $rest) $B/$n "$@" --include-ignored --test-threads=1 > $OUT/r/t_$n.txt 2>&1
   echo "== $n $* rc $? at $(el) s: $(grep 'test result' $OUT/r/t_$n.txt)"
   grep -E "FAILED|panicked|\.\.\. $|seed" $OUT/r/t_$n.txt | cut -c1-300 | head -8; }
+# Power and clock beside the soaks: clock.txt ties nvidia-smi's clock to the host's, smi.csv samples every 100 ms
+# until `smi_stop`.
+smi_start() {
+  python3 -c 'import subprocess,time; t=time.time(); s=subprocess.run(["nvidia-smi","--query-gpu=timestamp","--format=csv,noheader"],capture_output=True,text=True).stdout.strip(); print(t, "|", s)' > $OUT/r/clock.txt
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 100 > $OUT/r/smi.csv &
+  smi_pid=$!; }
+smi_stop() { kill $smi_pid; }
+# Each gemm bench output NAME ($OUT/r/NAME.txt): its alternating lines and failures (`alt_of NAME...`), its soak
+# windows' joules into energy_NAME.txt (`energy_of NAME...`).
+alt_of() { local f; for f in "$@"; do [ -f $OUT/r/$f.txt ] || continue
+  echo "-- $f (alternating with cuBLAS)"; alt_summary $OUT/r/$f.txt
+  grep -E "FAILED|all written: false|panicked|Error" $OUT/r/$f.txt | cut -c1-200 | head -4; done; }
+energy_of() { local f; for f in "$@"; do
+  [ -f $OUT/r/$f.txt ] && python3 ../benches/energy.py $OUT/r $f.txt | sed -E 's/Qwen3-30B-A3B //' > $OUT/r/energy_$f.txt; done; }
