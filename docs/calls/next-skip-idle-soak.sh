@@ -22,11 +22,7 @@ t layer_backward 60 410 skip_idle
 t layer_forward 30 380 skip_idle
 export MEGAMOE_SEED=20261209
 smi_start
-# bench, soak seconds, knob, output name, want, rest
-bench() { local b=$1 soak=$2 skip=$3 name=$4 want=$5 rest=$6
-  MEGAMOE_SKIP_IDLE=$skip MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) $B/$b --bench \
-    > $OUT/r/$name.txt 2>&1
-  echo "== $name rc $? at $(el) s ($(grep -m1 '^MEGAMOE_SKIP_IDLE' $OUT/r/$name.txt))"; }
+bench() { knob_bench MEGAMOE_SKIP_IDLE $3 $1 $2 $4 $5 $6; }  # bench, soak seconds, knob value, output name, want, rest
 bench gemm 3 0 gemm_off 80 300
 bench gemm 3 1 gemm_on 80 220
 bench gemm 3 0 gemm_off2 80 140

@@ -34,11 +34,7 @@ echo "== layer_backward (swap on) rc $? at $(el) s: $(grep 'test result' $OUT/r/
 grep -E "FAILED|panicked" $OUT/r/t_layer_backward_swap.txt | cut -c1-300 | head -6
 export MEGAMOE_SEED=20261210
 smi_start
-# bench, soak seconds, knob, output name, want, rest
-bench() { local b=$1 soak=$2 on=$3 name=$4 want=$5 rest=$6
-  MEGAMOE_SWAP_TAIL=$on MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) $B/$b --bench \
-    > $OUT/r/$name.txt 2>&1
-  echo "== $name rc $? at $(el) s ($(grep -m1 '^MEGAMOE_SWAP_TAIL' $OUT/r/$name.txt))"; }
+bench() { knob_bench MEGAMOE_SWAP_TAIL $3 $1 $2 $4 $5 $6; }  # bench, soak seconds, knob value, output name, want, rest
 bench gemm 3 0 gemm_off 75 150
 bench gemm 3 1 gemm_on 75 75
 bench gemm 3 0 gemm_off2 75 0

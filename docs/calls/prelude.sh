@@ -34,3 +34,8 @@ alt_of() { local f; for f in "$@"; do [ -f $OUT/r/$f.txt ] || continue
   grep -E "FAILED|all written: false|panicked|Error" $OUT/r/$f.txt | cut -c1-200 | head -4; done; }
 energy_of() { local f; for f in "$@"; do
   [ -f $OUT/r/$f.txt ] && python3 ../benches/energy.py $OUT/r $f.txt | sed -E 's/Qwen3-30B-A3B //' > $OUT/r/energy_$f.txt; done; }
+# One 30B bench of $B soaked with a run-time knob: `knob_bench VAR VALUE BENCH SOAK NAME WANT REST` runs
+# VAR=VALUE MEGAMOE_SOAK=SOAK $B/BENCH into $OUT/r/NAME.txt under `to WANT REST`, and echoes the knob its header read.
+knob_bench() { local var=$1 val=$2 b=$3 soak=$4 name=$5 want=$6 rest=$7
+  env "$var=$val" MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) $B/$b --bench > $OUT/r/$name.txt 2>&1
+  echo "== $name rc $? at $(el) s ($(grep -m1 "^$var" $OUT/r/$name.txt))"; }
