@@ -15,7 +15,8 @@
 # Command `bash docs/calls/next-wgrad-vs-batched.sh`, carry [".dev/b50"] (~5 min, self-limited).
 . "$(dirname "$0")/prelude.sh" b50
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
-want="gpu__time_duration.sum sm__cycles_elapsed.avg sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed
+want="gpu__time_duration.sum sm__cycles_elapsed.avg sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed
+sm__inst_executed_pipe_tensor_op_gmma.sum
 dram__bytes_read.sum dram__bytes_write.sum lts__t_bytes.sum lts__t_sector_hit_rate.pct smsp__inst_executed.sum
 l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
 smsp__average_warp_latency_issue_stalled_barrier smsp__average_warp_latency_issue_stalled_long_scoreboard
@@ -28,8 +29,11 @@ m=${m#,}
 [ $(wc -l < $OUT/r/metrics.txt) -lt 200 ] && m=$(echo $want | tr ' ' ',')
 echo "metrics: $m"
 for who in ours cublas; do
-  k='regex:grouped_wgrad_f32'; [ $who = cublas ] && k='regex:nvjet.*128x256'
-  MEGAMOE_BENCH_ONLY=30B MEGAMOE_BENCH_ROUTING=balanced timeout 220 ncu -k "$k" --launch-count 46 --metrics "$m" --csv \
+  # cuBLAS: every 128 x 256 / 256 x 128 nvjet kernel of the weight-gradient section (the H100's cuBLAS in 2026-12-05f
+  # named its batched ones nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_*, the H200's earlier *128x256*): the dense
+  # and the batched launches, told apart below by name and grid
+  k='regex:grouped_wgrad_f32'; n=46; [ $who = cublas ] && { k='regex:nvjet.*(128x256|256x128)'; n=140; }
+  MEGAMOE_BENCH_ONLY=30B MEGAMOE_BENCH_ROUTING=balanced timeout 220 ncu -k "$k" --launch-count $n --metrics "$m" --csv \
     b50/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
   echo "== ncu $who rc $? at $(el) s"; tail -2 $OUT/r/ncu_$who.err
 done
@@ -39,21 +43,34 @@ def load(path):
     try: rows = [x for x in csv.reader(open(path)) if len(x) > 10]
     except OSError: return None
     if not rows: return None
-    h = rows[0]; i, k, m, v = (h.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Value"))
+    h = rows[0]; i, k, g, m, v = (h.index(c) for c in ("ID", "Kernel Name", "Grid Size", "Metric Name", "Metric Value"))
     by = collections.OrderedDict()
     for x in rows[1:]:
-        by.setdefault(int(x[i]), {"name": x[k]})[x[m]] = x[v]
+        by.setdefault(int(x[i]), {"name": x[k], "grid": x[g]})[x[m]] = x[v]
     return list(by.values())
 out = {}
 for path, who in zip(sys.argv[1:], ("ours", "cublas")):
     L = load(path)
     if not L: print(who, "no rows"); continue
     print(f"{who}: {len(L)} launches, kernels {sorted({l['name'][:70] for l in L})}")
+    # runs of consecutive launches of one (kernel, grid): which are the batched GEMMs' (their order in the bench)
+    runs = []
+    for l in L:
+        key = (l["name"][:60], l["grid"])
+        if runs and runs[-1][0] == key: runs[-1][1] += 1
+        else: runs.append([key, 1])
+    for key, c in runs: print(f"  {c:3d} x {key[0]} grid {key[1]}")
+    if who == "cublas":
+        # the batched launches: the runs whose grid is not the dense GEMMs' (the first run's), in order
+        dense = runs[0][0][1] if runs else None
+        Lb = [l for l in L if l["grid"] != dense]
+        if Lb: L = Lb
+        else: print("  (one grid for all: dense and batched not told apart; the medians below mix them)")
     for g, part in (("dW2", L[3:23]), ("dW1", L[26:46])):
         if not part: continue
         med = {}
         for key in part[0]:
-            if key == "name": continue
+            if key in ("name", "grid"): continue
             try: med[key] = statistics.median(float(l[key].replace(",", "")) for l in part)
             except (ValueError, KeyError): pass
         out[(who, g)] = med
