@@ -21,12 +21,7 @@ dram__bytes_read.sum dram__bytes_write.sum lts__t_bytes.sum lts__t_sector_hit_ra
 l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
 smsp__average_warp_latency_issue_stalled_barrier smsp__average_warp_latency_issue_stalled_long_scoreboard
 launch__grid_size launch__cluster_dim_x launch__registers_per_thread"
-# keep the metrics this ncu knows (an unknown name would fail the whole run)
-ncu --query-metrics --chip gh100 > $OUT/r/metrics.txt 2>&1
-m=""; for x in $want; do b=${x%%.*}; if grep -q "^$b " $OUT/r/metrics.txt || [[ $b == launch__* ]]; then m="$m,$x"; else echo "dropped $x"; fi; done
-m=${m#,}
-# a query that failed (too short a list) drops nothing
-[ $(wc -l < $OUT/r/metrics.txt) -lt 200 ] && m=$(echo $want | tr ' ' ',')
+m=$(ncu_metrics "$want")
 echo "metrics: $m"
 for who in ours cublas; do
   # cuBLAS: every 128 x 256 / 256 x 128 nvjet kernel of the weight-gradient section (the H100's cuBLAS in 2026-12-05f

@@ -39,3 +39,11 @@ energy_of() { local f; for f in "$@"; do
 knob_bench() { local var=$1 val=$2 b=$3 soak=$4 name=$5 want=$6 rest=$7
   env "$var=$val" MEGAMOE_SOAK=$soak MEGAMOE_BENCH_ONLY=30B timeout $(to $want $rest) $B/$b --bench > $OUT/r/$name.txt 2>&1
   echo "== $name rc $? at $(el) s ($(grep -m1 "^$var" $OUT/r/$name.txt))"; }
+# The metrics of the list `$1` (space-separated) that this ncu knows for gh100, comma-separated (an unknown name would
+# fail the whole ncu run; `launch__*` are always kept; a failed query keeps them all). Writes $OUT/r/metrics.txt.
+ncu_metrics() { local want="$1" m="" x b
+  ncu --query-metrics --chip gh100 > $OUT/r/metrics.txt 2>&1
+  if [ $(wc -l < $OUT/r/metrics.txt) -lt 200 ]; then echo $want | tr ' ' ','; return; fi
+  for x in $want; do b=${x%%.*}
+    if grep -q "^$b " $OUT/r/metrics.txt || [[ $b == launch__* ]]; then m="$m,$x"; else echo "dropped $x" >&2; fi; done
+  echo ${m#,}; }
