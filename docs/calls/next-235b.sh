@@ -16,7 +16,7 @@
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 B=b50/main
 smi_start
-MEGAMOE_SOAK=3 MEGAMOE_BENCH_ONLY=235B timeout $(to 200 150) $B/gemm --bench > $OUT/r/gemm_235b.txt 2>&1
+MEGAMOE_SOAK=3 MEGAMOE_BENCH_ONLY=235B timeout $(to 200 300) $B/gemm --bench > $OUT/r/gemm_235b.txt 2>&1
 echo "== gemm 235B soak rc $? at $(el) s"
 smi_stop
 alt_of gemm_235b
@@ -28,7 +28,7 @@ m=$(ncu_metrics "$want")
 for shape in 235B 30B; do
   for who in ours cublas; do
     k='regex:^grouped_gemm_bf16$'; [ $who = cublas ] && k='regex:nvjet'
-    MEGAMOE_BENCH_ONLY=$shape timeout $(to 70 0) ncu -k "$k" --launch-skip 1 --launch-count 3 --metrics "$m" --csv \
+    MEGAMOE_BENCH_ONLY=$shape timeout $(to 110 0) ncu -k "$k" --launch-skip 1 --launch-count 3 --metrics "$m" --csv \
       $B/gemm --bench > $OUT/r/ncu_${shape}_$who.csv 2> $OUT/r/ncu_${shape}_$who.err
     echo "== ncu $shape $who rc $? at $(el) s"
   done
