@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# Thirty-first session (not run). The M-grouped GEMMs' run-time tile counter (branch gemm-dyn, docs/wip/gemm-dyn.patch):
-# with MEGAMOE_GEMM_SCHED=dynamic the plain single-CTA bf16 kernels (grouped_gemm_bf16_dyn, grouped_gemm_bt_bf16_dyn:
-# GEMM1 plain, GEMM2, dh plain, dx) take each next tile from a grid-wide counter instead of every grid-th, so the
-# tiles in flight stay the next `grid` of the order however the blocks' paces drift. Why: the H100 of 2026-12-05f
+# Thirty-first session (not run). The M-grouped GEMMs' run-time tile counter (branch gemm-dyn-ew7,
+# docs/wip/gemm-dyn.patch, two commits): with MEGAMOE_GEMM_SCHED=dynamic every single-CTA M-grouped bf16 GEMM of the
+# layer runs a `_dyn` kernel (grouped_gemm_bf16_dyn, grouped_gemm_bt_bf16_dyn: GEMM1 plain, GEMM2, dh plain, dx;
+# grouped_gemm_swiglu_ew7_dyn / _ew7_mv_dyn: GEMM1 + SwiGLU; grouped_gemm_bt_dswiglu_ew7_dyn: dh + SwiGLU backward)
+# that takes each next tile from a grid-wide counter instead of every grid-th, so the tiles in flight stay the next
+# `grid` of the order however the blocks' paces drift. (The default kernels' SASS: the ew / ew7 ones identical to
+# main's, the cooperative ones a predicate renamed.) Why: the H100 of 2026-12-05f
 # gave 0.63-0.76 of cuBLAS at 235B (0.78 of cuBLAS's batched GEMM, 0.90 at 30B), worst where an expert's weights
 # are largest (GEMM1 / dx: 25 MB; GEMM2 / dh: 12.6 MB, 0.76-0.87; at 30B 3-6 MB, fine): the suspect is the weights
 # re-read from HBM once the static walk's blocks drift apart (each expert's B tiles then stay live over more than a
 # wave, ~2-3 experts x 25 MB against the 50 MB L2), which the H100's slower HBM exposes.
-# (1) tests: grouped_gemm's dyn_sched tests (bitwise the static walk; repeated launches re-zero the counter),
-# memcheck of one, grouped_gemm whole (the cooperative kernels' loops were split into produce_tile / consume_tile),
-# layer_forward / layer_backward subsets with the knob (GEMM2, dx through the `_dyn` kernels);
+# (1) tests: grouped_gemm's dyn_sched tests (bitwise the static walk; the counter left at the tile count; repeated
+# launches re-zero it; the ew7 kernels' h, z, dz and partials), memcheck of one, grouped_gemm whole (the cooperative
+# kernels' loops were split into produce_tile / consume_tile), layer_forward / layer_backward subsets with the knob
+# (every M-grouped GEMM of the layer through a `_dyn` kernel);
 # (2) the gemm bench at 235B alternating with cuBLAS: knob off, on, off again (the repeat bounds the drift); 30B off
 # and on; (3) ncu (base clocks) of GEMM1 plain at 235B, two launches each, knob off and on, and cuBLAS's dense GEMM:
 # DRAM bytes read (floor 5.1 GB: W1 3.2, x rows 1.07, C 0.8), L2 hit rate.
-# Predicted if the suspect holds: off reads >= 2x the floor, on ~1.0-1.3x; 235B GEMM1 / dx / GEMM2 / dh 5-15% faster
-# on (toward 30B's ratios), 30B level (+-1%). If off already reads ~1x, the suspect is wrong: then the 235B gap is
+# Predicted if the suspect holds: off reads >= 2x the floor, on ~1.0-1.3x; 235B GEMM1 (plain and + SwiGLU), dx,
+# GEMM2, dh (plain and + SwiGLU) 5-15% faster on (toward 30B's ratios), 30B level (+-1%). If off already reads ~1x, the suspect is wrong: then the 235B gap is
 # not the weights' bytes (the tensor duty and stalls next).
 # Binaries .dev/b54/dyn (in the gemm-dyn worktree: `BDIR=/work/main/.dev/b54 bash docs/calls/2026-12-04c-build.sh dyn
 # grouped_gemm layer_forward layer_backward`). Command `bash docs/calls/next-gemm-dyn.sh`, carry [".dev/b54"]; ~8 min
@@ -31,7 +35,7 @@ timeout $(to 40 460) compute-sanitizer --tool memcheck --error-exitcode 3 $B/gro
 echo "== memcheck rc $? at $(el) s: $(grep -E 'ERROR SUMMARY|test result' $OUT/r/memcheck.txt | tr '\n' ' ')"
 t grouped_gemm 90 380
 MEGAMOE_GEMM_SCHED=dynamic timeout $(to 60 330) $B/layer_forward ragged_shape half_the_experts_empty one_token \
-  qwen3_30b_a3b_t4096 --include-ignored --test-threads=1 > $OUT/r/t_layer_forward_dyn.txt 2>&1
+  overlapped_gather_masked_save_z qwen3_30b_a3b_t4096 --include-ignored --test-threads=1 > $OUT/r/t_layer_forward_dyn.txt 2>&1
 echo "== layer_forward (dyn) rc $? at $(el) s: $(grep 'test result' $OUT/r/t_layer_forward_dyn.txt)"
 MEGAMOE_GEMM_SCHED=dynamic timeout $(to 70 270) $B/layer_backward ragged_shape one_token half_the_experts_empty \
   qwen3_30b_a3b_t1024_half_empty --include-ignored --test-threads=1 > $OUT/r/t_layer_backward_dyn.txt 2>&1
