@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Thirty-first session (not run). The M-grouped GEMMs' run-time tile counter (branch gemm-dyn-ew7,
-# docs/wip/gemm-dyn.patch, four commits): with MEGAMOE_GEMM_SCHED=dynamic every single-CTA M-grouped bf16 GEMM of the
+# docs/wip/gemm-dyn.patch, five commits): with MEGAMOE_GEMM_SCHED=dynamic every single-CTA M-grouped bf16 GEMM of the
 # layer runs a `_dyn` kernel (grouped_gemm_bf16_dyn, grouped_gemm_bt_bf16_dyn: GEMM1 plain, GEMM2, dh plain, dx;
 # grouped_gemm_swiglu_ew7_dyn / _ew7_mv_dyn: GEMM1 + SwiGLU; grouped_gemm_bt_dswiglu_ew7_dyn: dh + SwiGLU backward)
 # that takes each next tile from a grid-wide counter instead of every grid-th, so the tiles in flight stay the next
