@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RUN in the thirty-second session as 2026-12-05g call 1 (an H100): docs/RESULTS.md 2026-12-05g, raw outputs docs/bench-2026-12-05g-call1-*.
 # Thirty-first session (not run). The M-grouped GEMMs' run-time tile counter (branch gemm-dyn-ew7,
 # docs/wip/gemm-dyn.patch, five commits): with MEGAMOE_GEMM_SCHED=dynamic every single-CTA M-grouped bf16 GEMM of the
 # layer runs a `_dyn` kernel (grouped_gemm_bf16_dyn, grouped_gemm_bt_bf16_dyn: GEMM1 plain, GEMM2, dh plain, dx;
