@@ -938,6 +938,8 @@ fn main() {
         Err(e) => println!("cuBLAS NOT AVAILABLE: {e}; megamoe's figures only"),
     }
     let blas = blas.map_err(|_| "cuBLAS not available (see the top of the output)".to_string());
+    // the plain M-grouped GEMMs' run-time tile counter (read once; a bad value fails those GEMMs)
+    println!("MEGAMOE_GEMM_SCHED: {:?}", gemm::gemm_sched_dynamic());
     let mut ok = true;
     // MEGAMOE_BENCH_ONLY=30B (a part of the shape's name): that shape only
     let only = std::env::var("MEGAMOE_BENCH_ONLY").unwrap_or_default();

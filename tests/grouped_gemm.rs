@@ -173,6 +173,105 @@ fn clusters_match_single_cta(counts: &[u32], n: usize, k: usize, layout: BLayout
 gpu_test!(nk_clusters_match_single_cta, clusters_match_single_cta(&[0, 1, 300, 129, 0, 17], 512, 128, BLayout::NK));
 gpu_test!(kn_clusters_match_single_cta, clusters_match_single_cta(&[0, 1, 300, 129, 0, 17], 512, 128, BLayout::KN));
 gpu_test!(kn_clusters_one_small_expert, clusters_match_single_cta(&[130], 512, 64, BLayout::KN));
+/// The run-time tile counter (`gemm::with_gemm_sched(true)`: `grouped_gemm_bf16_dyn` / `grouped_gemm_bt_bf16_dyn`,
+/// clusters pinned off): C bitwise the static walk's (each tile computed alike by whichever block takes it),
+/// checked against the f64 reference inside `run_seeded`; the kernel asserted first. Then three rounds, C poisoned
+/// before each, of one prepared GEMM launched twice: every launch must start its counter from zero (with more
+/// tiles than blocks, a counter left past the end would leave all but each block's first tile unwritten: the
+/// rounds would differ and the reference check of the first would see NaN).
+fn dyn_sched_matches_static(counts: &[u32], n: usize, k: usize, layout: BLayout) {
+    let g = gpu();
+    let want = match layout {
+        BLayout::NK => "grouped_gemm_bf16_dyn",
+        BLayout::KN => "grouped_gemm_bt_bf16_dyn",
+    };
+    let got = gemm::with_clusters(false, false, || gemm::with_gemm_sched(true, || kernel_of(&g, layout, n, k)));
+    assert_eq!(got, Some(want), "MEGAMOE_GEMM_SCHED=dynamic: the kernel launched");
+    let seed = Rng::fresh_seed();
+    let (stat, dynamic) = gemm::with_clusters(false, false, || {
+        let stat = gemm::with_gemm_sched(false, || run_seeded(counts, n, k, layout, seed));
+        let dynamic = gemm::with_gemm_sched(true, || run_seeded(counts, n, k, layout, seed));
+        (stat, dynamic)
+    });
+    assert!(stat == dynamic, "{layout:?} counts {counts:?}: the run-time walk's C differs from the static walk's");
+    // repeated launches of one prepared GEMM: each starts its counter from zero
+    let mut r = Rng::new(seed ^ 1);
+    let e = counts.len();
+    let rows_max: usize = counts.iter().sum::<u32>() as usize + 5;
+    let (a, b) = (r.bf16_vec(rows_max * k, 1.0), r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt()));
+    let mut offsets = vec![0u32; e + 1];
+    for i in 0..e {
+        offsets[i + 1] = offsets[i] + counts[i];
+    }
+    let (da, db) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
+    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
+    let mut dc = g.alloc::<bf16>(rows_max * n).unwrap();
+    let mut outs = Vec::new();
+    for _ in 0..3 {
+        g.fill_bytes(&mut dc, 0xff).unwrap();
+        let args = GroupedGemmArgs {
+            a: &da,
+            b: &db,
+            b_layout: layout,
+            offsets: &doff,
+            tile_offsets: &dtil,
+            c: &mut dc,
+            experts: e,
+            n,
+            k,
+            rows_max,
+        };
+        let prepared = gemm::with_clusters(false, false, || gemm::with_gemm_sched(true, || args.prepare(&g).unwrap()));
+        prepared.launch(&g).unwrap();
+        prepared.launch(&g).unwrap();
+        drop(prepared);
+        g.sync().unwrap();
+        outs.push(g.download(&dc).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u16>>());
+    }
+    let rows = offsets[e] as usize;
+    assert!(outs.iter().all(|o| *o == outs[0]), "repeated launches of the run-time walk differ");
+    let got: Vec<f64> = outs[0][..rows * n].iter().map(|&v| bf16::from_bits(v).to_f64()).collect();
+    // NaN (the poison: a row left unwritten by a launch whose counter was not zeroed) fails here
+    let err =
+        check::close("run-time walk, repeated launches", &got, &grouped_ref(&offsets, &a, &b, layout, n, k), 1e-2)
+            .unwrap();
+    eprintln!("repeated launches: rel err {err:.3e}");
+}
+
+/// The kernel a grouped GEMM of this layout, N and K launches on this thread (a one-row problem: prepared only).
+fn kernel_of(g: &Arc<Gpu>, layout: BLayout, n: usize, k: usize) -> Option<&'static str> {
+    let (da, db) = (g.alloc::<bf16>(k).unwrap(), g.alloc::<bf16>(n * k).unwrap());
+    let (doff, dtil) = (g.upload(&[0u32, 1]).unwrap(), g.upload(&gemm::tile_offsets(&[1])).unwrap());
+    let mut dc = g.alloc::<bf16>(n).unwrap();
+    let args = GroupedGemmArgs {
+        a: &da,
+        b: &db,
+        b_layout: layout,
+        offsets: &doff,
+        tile_offsets: &dtil,
+        c: &mut dc,
+        experts: 1,
+        n,
+        k,
+        rows_max: 1,
+    };
+    args.prepare(g).unwrap().kernel()
+}
+gpu_test!(
+    nk_dyn_sched_matches_static,
+    dyn_sched_matches_static(&[0, 1, 300, 129, 0, 17, 128, 255], 512, 128, BLayout::NK)
+);
+gpu_test!(
+    kn_dyn_sched_matches_static,
+    dyn_sched_matches_static(&[0, 1, 300, 129, 0, 17, 128, 255], 512, 128, BLayout::KN)
+);
+// more tiles than blocks (~300 experts, 2 column tiles): the counter hands out most tiles
+gpu_test!(nk_dyn_sched_many_tiles, {
+    dyn_sched_matches_static(&(0..300).map(|e| (e * 97 % 301) as u32).collect::<Vec<_>>(), 512, 320, BLayout::NK)
+});
+gpu_test!(kn_dyn_sched_many_tiles, {
+    dyn_sched_matches_static(&(0..300).map(|e| (e * 97 % 301) as u32).collect::<Vec<_>>(), 512, 320, BLayout::KN)
+});
 // 256 experts: the schedulers' shared-memory copy of the offsets at its limit; 300: past it (global reads)
 gpu_test!(kn_256_experts, run(&(0..256).map(|e| (e * 37 % 11) as u32).collect::<Vec<_>>(), 320, 128, BLayout::KN));
 gpu_test!(nk_300_experts, run(&(0..300).map(|e| (e * 37 % 11) as u32).collect::<Vec<_>>(), 320, 128, BLayout::NK));

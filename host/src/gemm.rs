@@ -372,6 +372,42 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
     with_override(&DSW, k, f)
 }
 
+thread_local! {
+    static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the plain single-CTA M-grouped bf16 GEMMs (`grouped_gemm_bf16`, `grouped_gemm_bt_bf16`: GEMM1 plain,
+/// GEMM2, dh plain, dx) take their tiles at run time from a grid-wide counter (`grouped_gemm_bf16_dyn`,
+/// `grouped_gemm_bt_bf16_dyn`; zeroed before each launch in stream order, a memset node under capture) instead of
+/// every grid-th tile: the tiles in flight stay the next `grid` of the order however the blocks' paces drift, so
+/// fewer experts' weights are read at once (the suspect of the 235B GEMMs' fall on an H100, 2026-12-05f). The same
+/// bits either way (each tile computed alike by whichever block). Off by default (not yet measured).
+/// `MEGAMOE_GEMM_SCHED` (read once) = `dynamic` on, `static` or unset off; another value is an `InvalidArgument`;
+/// overridden on a thread by [`with_gemm_sched`].
+pub fn gemm_sched_dynamic() -> Result<bool> {
+    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
+    policy(&GEMM_SCHED, &ENV, "MEGAMOE_GEMM_SCHED", &[("dynamic", true), ("static", false), ("", false)])
+}
+
+/// Run `f` with the M-grouped GEMMs' run-time tile counter on or off for every launch prepared on this thread
+/// inside it.
+pub fn with_gemm_sched<R>(dynamic: bool, f: impl FnOnce() -> R) -> R {
+    with_override(&GEMM_SCHED, dynamic, f)
+}
+
+/// The kernel a launch site runs for `kernel` (the name after every other choice: clusters, the overlapped
+/// gather) under [`gemm_sched_dynamic`], with `p.sched` set to the device's tile counter for a `_dyn` kernel
+/// (launch it with `Gpu::launch_counted(p.sched, ..)`). Applied last, so no other variant lookup sees a `_dyn` name.
+pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm) -> Result<&'static str> {
+    let k = match (gemm_sched_dynamic()?, kernel) {
+        (true, "grouped_gemm_bf16") => "grouped_gemm_bf16_dyn",
+        (true, "grouped_gemm_bt_bf16") => "grouped_gemm_bt_bf16_dyn",
+        (_, k) => k,
+    };
+    p.sched = if k.ends_with("_dyn") { gpu.tile_counters() } else { 0 };
+    Ok(k)
+}
+
 /// How the weight gradients' blocks take their tiles: [`WgradSched::Clusters`] (the default since the twenty-sixth
 /// session, bf16 weight gradients; the FP8 ones run `Dynamic` under it): pairs of m-tiles (one expert, one n-tile)
 /// in 2-CTA clusters sharing B by multicast, taken at run time as `Dynamic` takes tiles (the cluster's leader takes
@@ -530,7 +566,8 @@ impl Prepared<'_> {
             // `rows_max` (the rows every buffer was checked to hold) and the m-tile walk to its bound, whatever
             // the device offsets hold; the tensor maps live in `self` and are freed in stream order after the
             // last launch.
-            Block::M(kernel, cfg, p) => unsafe { gpu.launch(kernel, *cfg, p) },
+            // a `_dyn` kernel's tile counter (`p.sched`) zeroed first, in stream order
+            Block::M(kernel, cfg, p) => unsafe { gpu.launch_counted(p.sched, kernel, *cfg, p) },
             Block::K(kernel, cfg, p) => unsafe { launch_wgrad(gpu, kernel, *cfg, p) },
         }
     }
@@ -656,6 +693,7 @@ fn m_grouped<'a>(
     // the rows A and the outputs hold: every tile's rows are clamped to them on the device
     p.rows_max = rows_max as u32;
     let kernel = kernel_for(gpu, kernel, &p)?;
+    let kernel = sched_variant(gpu, kernel, &mut p)?;
     Ok(Prepared {
         ordinal: gpu.ordinal(),
         block: Block::M(kernel, m_grouped_launch(gpu, kernel, rows_max, p.experts as usize, p.n_tiles)?, p),
@@ -1054,6 +1092,7 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         timeout_ns: 0,
         a_src_ranks: 0,
         c_dst_ranks: 0,
+        sched: 0,
     }
 }
 

@@ -587,10 +587,12 @@ impl MoeLayer {
             (true, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_mv",
             (true, k) => return Err(Error::InvalidArgument(format!("{k}: no variant with the overlapped gather"))),
         };
+        let kernel = crate::gemm::sched_variant(&self.gpu, kernel, &mut p)?;
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
         // SAFETY: A and C hold slots rows (`rows_max`: the kernels clamp every tile's rows to it), B the experts'
-        // weights; `arrive` holds m_tiles_max(slots) entries, at least the m-tiles the kernels walk.
-        unsafe { self.gpu.launch(kernel, launch, &p) }
+        // weights; `arrive` holds m_tiles_max(slots) entries, at least the m-tiles the kernels walk; a `_dyn`
+        // kernel's counter (`p.sched`) is zeroed first.
+        unsafe { self.gpu.launch_counted(p.sched, kernel, launch, &p) }
     }
 
     /// Where the expert-ordered rows of x go (address, rows the buffer holds): the call's [`Saved`] when it

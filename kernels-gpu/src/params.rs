@@ -314,6 +314,10 @@ pub struct GroupedGemm {
     /// rank, source slot) pair of each row (`recv_meta`) and row r goes to row slot of that rank's base
     /// (`c_rows` bounds the slot).
     pub c_dst_ranks: u64,
+    /// The `_dyn` kernels (`grouped_gemm_bf16_dyn`, `grouped_gemm_bt_bf16_dyn`): u32 \[1\], zeroed by the host
+    /// before the launch, the run-time tile counter (block b takes tile b first, then the counter's next index +
+    /// grid, so the tiles in flight stay the next `grid` of the order whatever each block's pace). 0 elsewhere.
+    pub sched: u64,
 }
 
 /// The fused forward's GEMMs in one persistent launch (kernel `ffn_fused_fwd`, docs/FUSED.md step 1): GEMM1 +
@@ -780,7 +784,7 @@ mod tests {
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 20 * 8 + 10 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 21 * 8 + 10 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),
             ("WgradMaps", size_of::<WgradMaps>(), 7 * 8 + 4 * 4),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),

@@ -23,7 +23,7 @@
 //! their epilogues in warps of their own are in grouped_gemm_dswiglu_ew.rs and grouped_gemm_swiglu_ew.rs.
 use crate::desc::{Layout, SmemDesc};
 use crate::params::{GroupedGemm, FUSED_TIMEOUT};
-use crate::pipeline::Ring;
+use crate::pipeline::{PairChannel, Ring, TileQueue, TileWalk};
 use crate::ptx::{cluster, cp_async, fence, global, math, mbarrier, regs, smem, sync, tma, warp, wgmma};
 use crate::scheduler::MTile as Tile;
 
@@ -51,8 +51,13 @@ const STAGING: u32 = STAGES * STAGE_BYTES;
 const ORDER_BYTES: u32 = crate::kernels_host::GEMM_ORDER_BARS;
 /// The gathering producer's row tokens (after the mbarriers): u32 [BM].
 const ROW_TOKENS: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES + ORDER_BYTES;
+/// The `_dyn` kernels' tile queue (producer to consumers: `DYN_Q` run-time tile indices in flight), where the
+/// gathering producer keeps its row tokens (the `_dyn` kernels never gather).
+const QUEUE_AT: u32 = ROW_TOKENS;
+const DYN_Q: u32 = 2;
+const _: () = assert!(QUEUE_AT % 8 == 0 && TileQueue::<DYN_Q>::BYTES <= crate::kernels_host::GEMM_GATHER_ROWS);
 /// Dynamic shared memory of the kernel: the ring, the staging, 2 * STAGES mbarriers, the order barriers, the row
-/// tokens, the scheduler's offsets (at `sched_at`).
+/// tokens (or the `_dyn` kernels' tile queue), the scheduler's offsets (at `sched_at`).
 pub const SMEM_BYTES: u32 = ROW_TOKENS + crate::kernels_host::GEMM_GATHER_ROWS + SCHED;
 /// The scheduler's copy of the tile and row offsets (the last bytes of either layout), used when the launch has
 /// at most SCHED_E experts.
@@ -201,10 +206,17 @@ unsafe fn grouped_gemm<
     const MC: u32,
     const SCATTER: bool,
     const MV: bool,
+    const DYN: bool,
 >(
     p: &GroupedGemm,
 ) {
     const { assert!(!MV || (MC == 0 && !GATHER), "the overlapped gather runs in single-CTA TMA-producer kernels") };
+    const {
+        assert!(
+            !DYN || (MC == 0 && !GATHER && !MV && !DSW),
+            "the run-time tile counter: single-CTA cooperative kernels with a TMA producer, no movers"
+        )
+    };
     const { assert!(!GATHER || S == STAGES, "the gathering producer uses the STAGES ring and the row tokens") };
     const { assert!(S == if DSW { DSW_STAGES } else { STAGES }, "the host launches with the layout of this S") };
     const { assert!(MC == 0 || !GATHER, "2-CTA clusters multicast by TMA: not the gathering producer") };
@@ -238,6 +250,10 @@ unsafe fn grouped_gemm<
         // consumer warps per stage: both warpgroups' 8 (cooperative) or one warpgroup's 4 (the SwiGLU backward,
         // ping-pong); in a 2-CTA cluster both CTAs' (A is multicast into both)
         let consumer_warps = if DSW { 4 } else { 8 };
+        if DYN {
+            // every consumer warp reads every tile index (the ring's init below fences the inits)
+            TileQueue::<DYN_Q>::at(base + QUEUE_AT).init(consumer_warps);
+        }
         ring.init_with(if GATHER { 1 + 128 } else { 1 }, if MC != 0 { 2 * consumer_warps } else { consumer_warps });
     }
     sched_copy::<DSW>(p);
@@ -263,7 +279,7 @@ unsafe fn grouped_gemm<
             // S == STAGES (asserted above): the same barriers
             produce_gather(p, base, Ring::<STAGES>::at(staging + staging_bytes(DSW)), total, kt_n);
         } else if t == 0 {
-            produce::<SWIGLU, BT, DSW, S, MC, MV>(p, base, ring, total, kt_n);
+            produce::<SWIGLU, BT, DSW, S, MC, MV, DYN>(p, base, ring, total, kt_n);
         } else if MV && t >= 32 {
             // warps 1..3: the rows of A this block's tiles need, copied from the tokens while the GEMM runs; tile
             // m n_tiles + n is block (m n_tiles + n) % grid's
@@ -284,7 +300,15 @@ unsafe fn grouped_gemm<
             consume_pp::<MC>(p, base, ring, staging, order, zbar, total, kt_n, regs::warpgroup() - 1);
         } else {
             let ring = Ring::<STAGES>::at(staging + staging_bytes(DSW));
-            consume_coop::<SWIGLU, BT, GATHER, MC, SCATTER>(p, base, ring, staging, total, kt_n, regs::warpgroup() - 1);
+            consume_coop::<SWIGLU, BT, GATHER, MC, SCATTER, DYN>(
+                p,
+                base,
+                ring,
+                staging,
+                total,
+                kt_n,
+                regs::warpgroup() - 1,
+            );
         }
     }
     if MC != 0 {
@@ -390,7 +414,15 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 }
 
 #[inline(always)]
-unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: u32, const MC: u32, const MV: bool>(
+unsafe fn produce<
+    const SWIGLU: bool,
+    const BT: bool,
+    const DSW: bool,
+    const S: u32,
+    const MC: u32,
+    const MV: bool,
+    const DYN: bool,
+>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S>,
@@ -400,28 +432,70 @@ unsafe fn produce<const SWIGLU: bool, const BT: bool, const DSW: bool, const S: 
     crate::kernels::acquire_prefetch(p.map_a as *const u8);
     crate::kernels::acquire_prefetch(p.map_b as *const u8);
     let mut it = 0u32;
+    if DYN {
+        // the run-time walk (tile b, then the counter's next + grid), each index handed to the consumers through
+        // the queue (the last one `total`: the end); the next index taken once a tile's loads are issued (its
+        // latency hides behind the stages in flight)
+        let queue = TileQueue::<DYN_Q>::at(base + QUEUE_AT);
+        let mut walk = TileWalk::<false>::new(total, total, p.n_tiles, p.sched, None, PairChannel::at(0));
+        let mut j = 0u32;
+        loop {
+            let tile = walk.tile();
+            queue.push(j, tile, 0);
+            j += 1;
+            if tile >= total {
+                break;
+            }
+            produce_tile::<SWIGLU, BT, DSW, S, MC, MV>(p, base, &ring, &mut it, tile, 0, kt_n);
+            walk.advance();
+        }
+        return;
+    }
     let (q0, step, count) = walk::<MC>(p, total);
     let mut q = q0;
-    let rank = regs::bid() % 2;
     while q < count {
         let tile = walk_tile::<MC>(p, q).0;
-        let ti = tile_info::<DSW>(p, tile);
-        if MV {
-            // the overlapped gather: this m-tile's rows are in A before its first load
-            wait_rows(p, &ti, tile / p.n_tiles);
-        }
-        // MC 2: CTA `rank` loads half of the pair's B into both CTAs (mask 0b11), else its whole B
-        let share_b = MC == 2 && shares_b::<DSW>(p, q);
-        let mut kt = 0;
-        while kt < kt_n {
-            let s = Ring::<S>::stage(it);
-            // MC: the empty barrier counts both CTAs' consumer warps (the peer's arrive remotely)
-            let fb = ring.produce(it, stage_bytes(DSW));
-            load_stage::<SWIGLU, BT, DSW, MC>(p, &ti, base + s * stage_bytes(DSW), fb, kt, rank, share_b);
-            it += 1;
-            kt += 1;
-        }
+        produce_tile::<SWIGLU, BT, DSW, S, MC, MV>(p, base, &ring, &mut it, tile, q, kt_n);
         q += step;
+    }
+}
+
+/// The producer thread's loads of one tile (walk index `q`: the B-sharing clusters' pair) into the ring from
+/// iteration `*it` on.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn produce_tile<
+    const SWIGLU: bool,
+    const BT: bool,
+    const DSW: bool,
+    const S: u32,
+    const MC: u32,
+    const MV: bool,
+>(
+    p: &GroupedGemm,
+    base: u32,
+    ring: &Ring<S>,
+    it: &mut u32,
+    tile: u32,
+    q: u32,
+    kt_n: u32,
+) {
+    let rank = regs::bid() % 2;
+    let ti = tile_info::<DSW>(p, tile);
+    if MV {
+        // the overlapped gather: this m-tile's rows are in A before its first load
+        wait_rows(p, &ti, tile / p.n_tiles);
+    }
+    // MC 2: CTA `rank` loads half of the pair's B into both CTAs (mask 0b11), else its whole B
+    let share_b = MC == 2 && shares_b::<DSW>(p, q);
+    let mut kt = 0;
+    while kt < kt_n {
+        let s = Ring::<S>::stage(*it);
+        // MC: the empty barrier counts both CTAs' consumer warps (the peer's arrive remotely)
+        let fb = ring.produce(*it, stage_bytes(DSW));
+        load_stage::<SWIGLU, BT, DSW, MC>(p, &ti, base + s * stage_bytes(DSW), fb, kt, rank, share_b);
+        *it += 1;
+        kt += 1;
     }
 }
 
@@ -671,7 +745,14 @@ pub(crate) unsafe fn mainloop_coop<const BT: bool, const GATHER: bool, const MC:
 /// of the block, warpgroup `cw` its rows 64 cw..64 cw + 64 as one wgmma m64n256k16 tile, then the epilogue.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, const MC: u32, const SCATTER: bool>(
+unsafe fn consume_coop<
+    const SWIGLU: bool,
+    const BT: bool,
+    const GATHER: bool,
+    const MC: u32,
+    const SCATTER: bool,
+    const DYN: bool,
+>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -692,26 +773,79 @@ unsafe fn consume_coop<const SWIGLU: bool, const BT: bool, const GATHER: bool, c
     let wst = staging + cw * 2 * C_BOX;
     let mut boxes = 0u32;
     let mut it = 0u32;
-    let (q0, step, count) = walk::<MC>(p, total);
-    let mut q = q0;
-    while q < count {
-        let (tile, ghost) = walk_tile::<MC>(p, q);
-        let ti = tile_info::<false>(p, tile);
-        let acc: [f32; 128] = mainloop_coop::<BT, GATHER, MC, STAGES, _>(base, &ring, &mut it, kt_n, cw, lane);
-        if ghost {
-            // MC 2: the peer's tile, run only to keep the rings in step
-        } else if SWIGLU {
-            store_swiglu(p, &acc, &ti, cw, wst, &mut boxes);
-        } else if SCATTER {
-            store_scatter(p, &acc, &ti, cw);
-        } else {
-            store_bf16(p, &acc, &ti, cw, wst, &mut boxes);
+    if DYN {
+        // the producer's run-time tile indices, through the queue (`total`: the end)
+        let queue = TileQueue::<DYN_Q>::at(base + QUEUE_AT);
+        let mut j = 0u32;
+        loop {
+            let tile = queue.pop(j).0;
+            j += 1;
+            if tile >= total {
+                break;
+            }
+            consume_tile::<SWIGLU, BT, GATHER, MC, SCATTER>(
+                p,
+                base,
+                &ring,
+                (wst, &mut boxes),
+                &mut it,
+                (tile, false),
+                kt_n,
+                cw,
+                lane,
+            );
         }
-        q += step;
+    } else {
+        let (q0, step, count) = walk::<MC>(p, total);
+        let mut q = q0;
+        while q < count {
+            let tile = walk_tile::<MC>(p, q);
+            consume_tile::<SWIGLU, BT, GATHER, MC, SCATTER>(
+                p,
+                base,
+                &ring,
+                (wst, &mut boxes),
+                &mut it,
+                tile,
+                kt_n,
+                cw,
+                lane,
+            );
+            q += step;
+        }
     }
     // the staging must not be freed (block exit) before the copy engine has read it
     if leader {
         tma::wait_group::<0>();
+    }
+}
+
+/// One tile of a cooperative consumer warpgroup: its main loop from ring iteration `*it` on, then the epilogue
+/// (`ghost`: MC 2's peer tile, run only to keep the rings in step, nothing stored); `staging` its two boxes and the
+/// count of boxes stored through them.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn consume_tile<const SWIGLU: bool, const BT: bool, const GATHER: bool, const MC: u32, const SCATTER: bool>(
+    p: &GroupedGemm,
+    base: u32,
+    ring: &Ring<STAGES>,
+    (wst, boxes): (u32, &mut u32),
+    it: &mut u32,
+    (tile, ghost): (u32, bool),
+    kt_n: u32,
+    cw: u32,
+    lane: u32,
+) {
+    let ti = tile_info::<false>(p, tile);
+    let acc: [f32; 128] = mainloop_coop::<BT, GATHER, MC, STAGES, _>(base, ring, it, kt_n, cw, lane);
+    if ghost {
+        // MC 2: the peer's tile, run only to keep the rings in step
+    } else if SWIGLU {
+        store_swiglu(p, &acc, &ti, cw, wst, boxes);
+    } else if SCATTER {
+        store_scatter(p, &acc, &ti, cw);
+    } else {
+        store_bf16(p, &acc, &ti, cw, wst, boxes);
     }
 }
 
@@ -1288,7 +1422,7 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_dswiglu`, launched in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`; an even grid):
@@ -1296,27 +1430,27 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
 /// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false, false>(&p);
 }
 
 /// Row-scattered bf16 epilogue (`store_scatter`): C row row_slot[r] = (A_r . B_e^T) times w[row_slot[r]] (w
 /// optional), B K-major. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, true, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 1, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 1, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1324,20 +1458,34 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 2, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 2, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, false>(&p);
+}
+
+/// As `grouped_gemm_bt_bf16`, its tiles taken at run time from the counter `p.sched` (zeroed before the launch)
+/// instead of every grid-th: the tiles in flight stay the next `grid` of the order, so the experts whose
+/// weights are being read stay few however the blocks' paces drift (`MEGAMOE_GEMM_SCHED=dynamic`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_dyn(p: GroupedGemm) {
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, true>(&p);
+}
+
+/// As `grouped_gemm_bf16`, with the run-time tile counter (see `grouped_gemm_bt_bf16_dyn`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_dyn(p: GroupedGemm) {
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, true>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 1, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 1, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1345,20 +1493,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 2, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 2, false, false, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 1, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 1, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1366,7 +1514,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 2, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 2, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu`, with the gather of A overlapped (`a_copy`, `arrive`, `a_rows`, `row_slot`, `top_k`,
@@ -1374,12 +1522,12 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
 /// covers) while the GEMM runs ([`move_rows`]) and the TMA thread loads an m-tile's A once its rows are counted.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mv(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false, true>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, true, false>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true, STAGES, 0, false, false>(&p);
+    grouped_gemm::<true, false, false, true, STAGES, 0, false, false, false>(&p);
 }
