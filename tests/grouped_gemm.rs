@@ -175,10 +175,11 @@ gpu_test!(kn_clusters_match_single_cta, clusters_match_single_cta(&[0, 1, 300, 1
 gpu_test!(kn_clusters_one_small_expert, clusters_match_single_cta(&[130], 512, 64, BLayout::KN));
 /// The run-time tile counter (`gemm::with_gemm_sched(true)`: `grouped_gemm_bf16_dyn` / `grouped_gemm_bt_bf16_dyn`,
 /// clusters pinned off): C bitwise the static walk's (each tile computed alike by whichever block takes it),
-/// checked against the f64 reference inside `run_seeded`; the kernel asserted first. Then three rounds, C poisoned
-/// before each, of one prepared GEMM launched twice: every launch must start its counter from zero (with more
-/// tiles than blocks, a counter left past the end would leave all but each block's first tile unwritten: the
-/// rounds would differ and the reference check of the first would see NaN).
+/// checked against the f64 reference inside `run_seeded`, and the counter left at the tile count (the run-time walk
+/// ran, not the static fallback); the kernel asserted first. Then three rounds, C poisoned before each, of one
+/// prepared GEMM launched twice: each round's first launch follows a launch, so with more tiles than blocks a
+/// counter not zeroed in between would leave all but each block's first tile unwritten (the rounds would differ
+/// and the reference check would see NaN).
 fn dyn_sched_matches_static(counts: &[u32], n: usize, k: usize, layout: BLayout) {
     let g = gpu();
     let want = match layout {
@@ -194,6 +195,9 @@ fn dyn_sched_matches_static(counts: &[u32], n: usize, k: usize, layout: BLayout)
         (stat, dynamic)
     });
     assert!(stat == dynamic, "{layout:?} counts {counts:?}: the run-time walk's C differs from the static walk's");
+    // the run-time walk ran: one counter increment per tile taken
+    let tiles = *gemm::tile_offsets(counts).last().unwrap() as usize * n.div_ceil(256);
+    assert_eq!(g.tile_counter_value().unwrap() as usize, tiles, "the tile counter after the run-time walk");
     // repeated launches of one prepared GEMM: each starts its counter from zero
     let mut r = Rng::new(seed ^ 1);
     let e = counts.len();
@@ -398,8 +402,13 @@ fn swiglu(keep_z: bool) {
 /// GEMM1 + SwiGLU over I = `i` against the f64 reference (h, and z when `keep_z`), rows past the end unwritten;
 /// returns the bits of h and z.
 fn swiglu_with(keep_z: bool, i: usize, seed: u64) -> (Vec<u16>, Vec<u16>) {
-    let mut s = setup_seeded(&[0, 1, 300, 129, 0, 17], seed);
-    let (e, k) = (s.counts.len(), 128);
+    swiglu_counts(&[0, 1, 300, 129, 0, 17], keep_z, i, 128, seed)
+}
+
+/// [`swiglu_with`] with the experts' row `counts` and K given.
+fn swiglu_counts(counts: &[u32], keep_z: bool, i: usize, k: usize, seed: u64) -> (Vec<u16>, Vec<u16>) {
+    let mut s = setup_seeded(counts, seed);
+    let e = s.counts.len();
     let g = s.g.clone();
     let a = s.r.bf16_vec(s.rows_max * k, 1.0);
     let w1 = s.r.bf16_vec(e * 2 * i * k, 1.7 / (k as f64).sqrt());
@@ -495,6 +504,37 @@ gpu_test!(dswiglu_epilogue_warps_matches_the_reference, {
             check::close(&format!("dswiglu {d:?} against ping-pong"), &ew[..n], &pp[..n], 1e-2).unwrap();
         }
     }
+});
+
+// The run-time tile counter in the epilogue-warps kernels (`grouped_gemm_swiglu_ew7_dyn`, GEMM1 + SwiGLU, and
+// `grouped_gemm_bt_dswiglu_ew7_dyn`, dh + SwiGLU backward; the producer, the consumers and the epilogue warps all
+// walk the queue): h, z, dz and the dtopk partials bitwise the static walk's, each against the f64 reference
+// inside `swiglu_counts` / `dswiglu_with`, and the counter left at the tile count. ~300 experts: more tiles than
+// blocks.
+gpu_test!(ew7_dyn_sched_matches_static, {
+    let g = gpu();
+    let counts: Vec<u32> = (0..300).map(|e| (e * 97 % 301) as u32).collect();
+    let m_tiles = *gemm::tile_offsets(&counts).last().unwrap() as usize;
+    let (i, k) = (192, 128);
+    let seed = Rng::fresh_seed();
+    for keep_z in [false, true] {
+        let run = |dynamic| {
+            gemm::with_swiglu_epilogue_warps(true, || {
+                gemm::with_gemm_sched(dynamic, || swiglu_counts(&counts, keep_z, i, k, seed))
+            })
+        };
+        let stat = run(false);
+        let dynamic = run(true);
+        assert_eq!(g.tile_counter_value().unwrap() as usize, m_tiles * i.div_ceil(96), "GEMM1 + SwiGLU's tile counter");
+        assert!(stat == dynamic, "GEMM1 + SwiGLU z {keep_z}: the run-time walk's h / z differ from the static walk's");
+    }
+    let run = |dynamic| {
+        gemm::with_dswiglu(gemm::Dsw::Ew7, || gemm::with_gemm_sched(dynamic, || dswiglu_with(&counts, i, k, seed)))
+    };
+    let stat = run(false);
+    let dynamic = run(true);
+    assert_eq!(g.tile_counter_value().unwrap() as usize, m_tiles * i.div_ceil(192), "dh + SwiGLU's tile counter");
+    assert!(stat == dynamic, "dh + SwiGLU backward: the run-time walk's dz / partials differ from the static walk's");
 });
 
 /// The SwiGLU-backward GEMM on the inputs of `seed`, checked against the f64 reference; returns the bits of dz

@@ -376,9 +376,9 @@ thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether the plain single-CTA M-grouped bf16 GEMMs (`grouped_gemm_bf16`, `grouped_gemm_bt_bf16`: GEMM1 plain,
-/// GEMM2, dh plain, dx) take their tiles at run time from a grid-wide counter (`grouped_gemm_bf16_dyn`,
-/// `grouped_gemm_bt_bf16_dyn`; zeroed before each launch in stream order, a memset node under capture) instead of
+/// Whether the single-CTA M-grouped bf16 GEMMs (`grouped_gemm_bf16`, `grouped_gemm_bt_bf16`: GEMM1 plain, GEMM2,
+/// dh plain, dx; the epilogue-warps GEMM1 + SwiGLU `grouped_gemm_swiglu_ew7` and `_ew7_mv` and dh + SwiGLU backward
+/// `grouped_gemm_bt_dswiglu_ew7`) take their tiles at run time from a grid-wide counter (the `_dyn` kernels; zeroed before each launch in stream order, a memset node under capture) instead of
 /// every grid-th tile: the tiles in flight stay the next `grid` of the order however the blocks' paces drift, so
 /// fewer experts' weights are read at once (the suspect of the 235B GEMMs' fall on an H100, 2026-12-05f). The same
 /// bits either way (each tile computed alike by whichever block). Off by default (not yet measured).
@@ -402,6 +402,9 @@ pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm
     let k = match (gemm_sched_dynamic()?, kernel) {
         (true, "grouped_gemm_bf16") => "grouped_gemm_bf16_dyn",
         (true, "grouped_gemm_bt_bf16") => "grouped_gemm_bt_bf16_dyn",
+        (true, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_dyn",
+        (true, "grouped_gemm_swiglu_ew7_mv") => "grouped_gemm_swiglu_ew7_mv_dyn",
+        (true, "grouped_gemm_bt_dswiglu_ew7") => "grouped_gemm_bt_dswiglu_ew7_dyn",
         (_, k) => k,
     };
     p.sched = if k.ends_with("_dyn") { gpu.tile_counters() } else { 0 };

@@ -96,8 +96,9 @@ pub struct Gpu {
     prof: Mutex<Option<Vec<Marked>>>,
     /// Whether `prof` is recording (read on every launch without taking its lock).
     profiling: AtomicBool,
-    /// u32 [1]: the tile counter of the kernels scheduled at run time (the weight gradients'), zeroed before each
-    /// such launch ([`Gpu::launch_counted`]); every launch is on this device's one stream, so none overlap.
+    /// u32 [1]: the tile counter of the kernels scheduled at run time (the weight gradients', the M-grouped `_dyn`
+    /// kernels), zeroed before each such launch ([`Gpu::launch_counted`]); every launch is on this device's one
+    /// stream, so none overlap.
     tile_counters: CudaSlice<u32>,
     /// Held while a counter's zeroing and its kernel are enqueued, so that host threads sharing this device do
     /// not interleave them (zero, zero, kernel, kernel would start the second kernel from the first's count).
@@ -247,9 +248,15 @@ impl Gpu {
         &self.name
     }
     /// Device address of the tile counter of a kernel whose blocks take their tiles at run time
-    /// (`WgradGemm::sched`; zeroed before each launch by `gemm::launch_wgrad`).
+    /// (`WgradGemm::sched`, `GroupedGemm::sched`; zeroed before each launch by `launch_counted`).
     pub(crate) fn tile_counters(&self) -> u64 {
         dptr(&self.tile_counters, &self.stream)
+    }
+    /// The tile counter's value after the work enqueued so far (waits for it): a kernel scheduled at run time
+    /// leaves it at its tile count (one increment per tile taken). For tests that the run-time walk ran.
+    #[doc(hidden)]
+    pub fn tile_counter_value(&self) -> Result<u32> {
+        Ok(self.download(&self.tile_counters)?[0])
     }
     /// Device address of the weight gradients' per-expert tensor maps for `experts` experts (an
     /// `InvalidArgument` past [`WGRAD_MAPS_EXPERTS`]).

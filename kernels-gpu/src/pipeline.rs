@@ -119,8 +119,9 @@ impl<const Q: u32> TileQueue<Q> {
         TileQueue { full: at, empty: at + 8 * Q, slots: at + 16 * Q }
     }
 
-    /// Initialise every barrier. SAFETY: one thread, before the block barrier that publishes the queue (and
-    /// before a `fence::mbarrier_init`, as [`Ring::init`] issues).
+    /// Initialise every barrier: `empty` expects `consumer_warps` arrivals (for [`TileQueue::pop_each_lane`]: 32
+    /// per popping warp). SAFETY: one thread, before the block barrier that publishes the queue (and before a
+    /// `fence::mbarrier_init`, as [`Ring::init`] issues).
     #[inline(always)]
     pub unsafe fn init(&self, consumer_warps: u32) {
         let mut s = 0;
@@ -153,6 +154,18 @@ impl<const Q: u32> TileQueue<Q> {
         if crate::ptx::regs::tid() % 32 == 0 {
             mbarrier::arrive(self.empty + 8 * s);
         }
+        (tile, aux)
+    }
+
+    /// As [`TileQueue::pop`], but every lane gives the slot back once it has read it (no lane test, no warp
+    /// barrier: the queue was initialised with 32 arrivals per consumer warp). SAFETY: every lane of each
+    /// consumer warp, in order of `j`.
+    #[inline(always)]
+    pub unsafe fn pop_each_lane(&self, j: u32) -> (u32, u32) {
+        let s = j % Q;
+        mbarrier::wait_parity(self.full + 8 * s, (j / Q) & 1);
+        let [tile, aux] = crate::ptx::smem::ld_v2(self.slots + 8 * s);
+        mbarrier::arrive(self.empty + 8 * s);
         (tile, aux)
     }
 }

@@ -54,7 +54,7 @@ const ROW_TOKENS: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES + ORDER_BYTE
 /// The `_dyn` kernels' tile queue (producer to consumers: `DYN_Q` run-time tile indices in flight), where the
 /// gathering producer keeps its row tokens (the `_dyn` kernels never gather).
 const QUEUE_AT: u32 = ROW_TOKENS;
-const DYN_Q: u32 = 2;
+pub(crate) const DYN_Q: u32 = 4;
 const _: () = assert!(QUEUE_AT % 8 == 0 && TileQueue::<DYN_Q>::BYTES <= crate::kernels_host::GEMM_GATHER_ROWS);
 /// Dynamic shared memory of the kernel: the ring, the staging, 2 * STAGES mbarriers, the order barriers, the row
 /// tokens (or the `_dyn` kernels' tile queue), the scheduler's offsets (at `sched_at`).
@@ -251,8 +251,8 @@ unsafe fn grouped_gemm<
         // ping-pong); in a 2-CTA cluster both CTAs' (A is multicast into both)
         let consumer_warps = if DSW { 4 } else { 8 };
         if DYN {
-            // every consumer warp reads every tile index (the ring's init below fences the inits)
-            TileQueue::<DYN_Q>::at(base + QUEUE_AT).init(consumer_warps);
+            // every lane of every consumer warp reads every tile index (the ring's init below fences the inits)
+            TileQueue::<DYN_Q>::at(base + QUEUE_AT).init(32 * consumer_warps);
         }
         ring.init_with(if GATHER { 1 + 128 } else { 1 }, if MC != 0 { 2 * consumer_warps } else { consumer_warps });
     }
@@ -314,6 +314,61 @@ unsafe fn grouped_gemm<
     if MC != 0 {
         // no CTA leaves while its peer may still arrive on its empty barriers (every thread, once)
         cluster::sync();
+    }
+}
+
+/// A role's walk over a single-CTA M-grouped launch's tiles: the static walk (tile bid, then every grid-th), or,
+/// `DYN`, the run-time one: the producer thread (`PRODUCER`) takes each index from the counter `p.sched`
+/// ([`TileWalk`]: tile bid first, then the counter's next + grid) and pushes it, then the end, into the queue at
+/// `queue`; every other role of the walk pops them in the same order, every lane of its warps
+/// ([`TileQueue::pop_each_lane`]: the queue counts 32 arrivals per popping warp).
+pub(crate) struct Tiles<const DYN: bool, const PRODUCER: bool> {
+    q: u32,
+    step: u32,
+    count: u32,
+    total: u32,
+    queue: TileQueue<DYN_Q>,
+    walk: TileWalk<false>,
+    j: u32,
+}
+
+impl<const DYN: bool, const PRODUCER: bool> Tiles<DYN, PRODUCER> {
+    /// SAFETY: `DYN`: `p.sched` 0 or a u32 zeroed before the launch; the queue initialised for every popping warp
+    /// and published before the first `next`.
+    #[inline(always)]
+    pub(crate) unsafe fn new(p: &GroupedGemm, total: u32, queue: u32) -> Self {
+        let (q0, step, count) = walk::<0>(p, total);
+        let walk = TileWalk::<false>::new(total, total, p.n_tiles, p.sched, None, PairChannel::at(0));
+        // the static walk's index one step before its first (`next` steps first; q0 < step, so this wraps and the
+        // first step wraps back)
+        Tiles { q: q0.wrapping_sub(step), step, count, total, queue: TileQueue::at(queue), walk, j: 0 }
+    }
+
+    /// The next tile, or `None` at the end. SAFETY: the producer calls it again only once the previous tile's
+    /// loads are issued (the counter's latency then hides behind the stages in flight); the other roles in order.
+    #[inline(always)]
+    pub(crate) unsafe fn next(&mut self) -> Option<u32> {
+        if !DYN {
+            // single CTA: the walk index is the tile
+            self.q = self.q.wrapping_add(self.step);
+            return if self.q < self.count { Some(self.q) } else { None };
+        }
+        let tile = if PRODUCER {
+            if self.j > 0 {
+                self.walk.advance();
+            }
+            let tile = self.walk.tile();
+            self.queue.push(self.j, tile, 0);
+            tile
+        } else {
+            self.queue.pop_each_lane(self.j).0
+        };
+        self.j += 1;
+        if tile < self.total {
+            Some(tile)
+        } else {
+            None
+        }
     }
 }
 
@@ -433,21 +488,10 @@ unsafe fn produce<
     crate::kernels::acquire_prefetch(p.map_b as *const u8);
     let mut it = 0u32;
     if DYN {
-        // the run-time walk (tile b, then the counter's next + grid), each index handed to the consumers through
-        // the queue (the last one `total`: the end); the next index taken once a tile's loads are issued (its
-        // latency hides behind the stages in flight)
-        let queue = TileQueue::<DYN_Q>::at(base + QUEUE_AT);
-        let mut walk = TileWalk::<false>::new(total, total, p.n_tiles, p.sched, None, PairChannel::at(0));
-        let mut j = 0u32;
-        loop {
-            let tile = walk.tile();
-            queue.push(j, tile, 0);
-            j += 1;
-            if tile >= total {
-                break;
-            }
+        // the run-time walk, each index handed to the consumers through the queue
+        let mut tiles = Tiles::<true, true>::new(p, total, base + QUEUE_AT);
+        while let Some(tile) = tiles.next() {
             produce_tile::<SWIGLU, BT, DSW, S, MC, MV>(p, base, &ring, &mut it, tile, 0, kt_n);
-            walk.advance();
         }
         return;
     }
@@ -774,15 +818,9 @@ unsafe fn consume_coop<
     let mut boxes = 0u32;
     let mut it = 0u32;
     if DYN {
-        // the producer's run-time tile indices, through the queue (`total`: the end)
-        let queue = TileQueue::<DYN_Q>::at(base + QUEUE_AT);
-        let mut j = 0u32;
-        loop {
-            let tile = queue.pop(j).0;
-            j += 1;
-            if tile >= total {
-                break;
-            }
+        // the producer's run-time tile indices, through the queue
+        let mut tiles = Tiles::<true, false>::new(p, total, base + QUEUE_AT);
+        while let Some(tile) = tiles.next() {
             consume_tile::<SWIGLU, BT, GATHER, MC, SCATTER>(
                 p,
                 base,

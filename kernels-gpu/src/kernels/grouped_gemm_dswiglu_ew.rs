@@ -37,11 +37,11 @@
 //! with the loads alone in 596 (no wgmma); together 760: the epilogue's 1 GB of z / dz / s h traffic and the main
 //! loop each need about the whole time.
 use crate::kernels::grouped_gemm::{
-    dsw_weight, dswiglu_elem, frag, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, walk, walk_tile, Acc,
-    A_BYTES, BK, SMEM_BYTES, STAGE_BYTES,
+    dsw_weight, dswiglu_elem, frag, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, Acc, Tiles, A_BYTES, BK,
+    DYN_Q, SMEM_BYTES, STAGE_BYTES,
 };
 use crate::params::GroupedGemm;
-use crate::pipeline::Ring;
+use crate::pipeline::{Ring, TileQueue};
 use crate::ptx::{global, math, mbarrier, regs, smem, sync, tma, warp};
 
 /// Ring stages.
@@ -60,8 +60,12 @@ const fn dh_at(stages: u32, bn: u32) -> u32 {
 const fn bars_at(stages: u32, bn: u32) -> u32 {
     dh_at(stages, bn) + crate::kernels_host::GEMM_BM * bn * 2
 }
-const fn end(stages: u32, bn: u32) -> u32 {
+/// Shared-memory offset of the `_dyn` kernels' tile queue (after the mbarriers).
+pub(crate) const fn queue_at(stages: u32, bn: u32) -> u32 {
     bars_at(stages, bn) + 16 * stages + 16
+}
+const fn end(stages: u32, bn: u32) -> u32 {
+    queue_at(stages, bn) + TileQueue::<DYN_Q>::BYTES
 }
 const _: () = assert!(dh_at(S, BN) == S * STAGE_BYTES, "the 256-column ring is the shared engine's");
 const _: () =
@@ -90,7 +94,7 @@ const _: () = assert!(dh_at(S7, BN7) % 1024 == 0 && stage_bytes(BN7) % 1024 == 0
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
     let base = smem::base();
-    let (ring, dh, (full, empty)) = setup::<S, BN, EW>(&p, base);
+    let (ring, dh, (full, empty)) = setup::<S, BN, EW, false>(&p, base);
     let t = regs::tid();
     let wg = t / 128;
     // read by each role after its register reallocation (a value live across it may be spilled)
@@ -99,13 +103,22 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
     if wg == 0 {
         regs::setmaxnreg_dec::<PRODUCER_REGS>();
         if t == 0 {
-            produce_bt::<BN, S>(&p, base, ring, total(), kt_n);
+            produce_bt::<BN, S, false>(&p, base, ring, (total(), 0), kt_n);
         } else if t >= 32 {
-            epilogue::<BN, EW>(&p, dh, (full, empty), total(), t / 32 - 1);
+            epilogue::<BN, EW, false>(&p, dh, (full, empty), (total(), 0), t / 32 - 1);
         }
     } else {
         regs::setmaxnreg_inc::<CONSUMER_REGS>();
-        consume::<S, [f32; 128], true>(&p, base, ring, dh, (full, empty), total(), kt_n, regs::warpgroup() - 1);
+        consume::<S, [f32; 128], true, false>(
+            &p,
+            base,
+            ring,
+            dh,
+            (full, empty),
+            (total(), 0),
+            kt_n,
+            regs::warpgroup() - 1,
+        );
     }
 }
 
@@ -115,29 +128,56 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
 /// the m64n192 accumulators (96) fit and the m64n256 ones (128) do not. `n_tiles` = n / 192 rounded up.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
-    let base = smem::base();
-    let (ring, dh, (full, empty)) = setup::<S7, BN7, EW7>(&p, base);
-    let t = regs::tid();
-    let wg = t / 128;
-    let total = m_tiles(&p) * p.n_tiles;
-    let kt_n = p.k / BK;
-    if t == 0 {
-        produce_bt::<BN7, S7>(&p, base, ring, total, kt_n);
-    } else if wg == 0 || wg == 3 {
-        // one call site for both groups of epilogue warps: warps 1..3 are w 0..2, warps 12..15 w 3..6
-        if t >= 32 {
-            epilogue::<BN7, EW7>(&p, dh, (full, empty), total, if wg == 0 { t / 32 - 1 } else { t / 32 - 9 });
-        }
-    } else {
-        consume::<S7, [f32; 96], true>(&p, base, ring, dh, (full, empty), total, kt_n, regs::warpgroup() - 1);
-    }
+    ew7_body!(p, false);
 }
 
+/// As [`grouped_gemm_bt_dswiglu_ew7`], its tiles taken at run time from the counter `p.sched` (zeroed before the
+/// launch; `MEGAMOE_GEMM_SCHED=dynamic`, as `grouped_gemm_bf16_dyn`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm) {
+    ew7_body!(p, true);
+}
+
+/// The body of the `_ew7` kernels, `$dyn` their walk (a macro, not an inlined function taking `&p`: with the
+/// function the default kernel's code came out laid out differently from before the `_dyn` form existed).
+macro_rules! ew7_body {
+    ($p:ident, $dyn:literal) => {{
+        let base = smem::base();
+        let (ring, dh, (full, empty)) = setup::<S7, BN7, EW7, $dyn>(&$p, base);
+        let queue = if $dyn { base + queue_at(S7, BN7) } else { 0 };
+        let t = regs::tid();
+        let wg = t / 128;
+        let total = m_tiles(&$p) * $p.n_tiles;
+        let kt_n = $p.k / BK;
+        if t == 0 {
+            produce_bt::<BN7, S7, $dyn>(&$p, base, ring, (total, queue), kt_n);
+        } else if wg == 0 || wg == 3 {
+            // one call site for both groups of epilogue warps: warps 1..3 are w 0..2, warps 12..15 w 3..6
+            if t >= 32 {
+                let w = if wg == 0 { t / 32 - 1 } else { t / 32 - 9 };
+                epilogue::<BN7, EW7, $dyn>(&$p, dh, (full, empty), (total, queue), w);
+            }
+        } else {
+            consume::<S7, [f32; 96], true, $dyn>(
+                &$p,
+                base,
+                ring,
+                dh,
+                (full, empty),
+                (total, queue),
+                kt_n,
+                regs::warpgroup() - 1,
+            );
+        }
+    }};
+}
+use ew7_body;
+
 /// Every thread, at entry: the ring (`S_` stages of A 128 x 64 and B 64 K x `BN_` N), the dh tile's address and its
-/// `full` / `empty` mbarriers (initialised for the two consumer warpgroups and `EW_` epilogue warps), the scheduler's
-/// offsets copied, then one block barrier.
+/// `full` / `empty` mbarriers (initialised for the two consumer warpgroups and `EW_` epilogue warps), `DYN`: the
+/// run-time walk's tile queue (at `queue_at`), the scheduler's offsets copied, then one block barrier.
 #[inline(always)]
-pub(crate) unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32>(
+pub(crate) unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32, const DYN: bool>(
     p: &GroupedGemm,
     base: u32,
 ) -> (Ring<S_>, u32, (u32, u32)) {
@@ -146,6 +186,10 @@ pub(crate) unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32>(
     if regs::tid() == 0 {
         mbarrier::init(full, 256);
         mbarrier::init(full + 8, 32 * EW_);
+        if DYN {
+            // the run-time walk's queue: every lane of the consumer and epilogue warps reads each index
+            TileQueue::<DYN_Q>::at(base + queue_at(S_, BN_)).init(32 * (8 + EW_));
+        }
         // both consumer warpgroups' 8 warps give a stage back (init's fence publishes the dh barriers too)
         ring.init(8);
     }
@@ -157,16 +201,21 @@ pub(crate) unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32>(
 /// The producer thread: per k-step A 128 x 64 and `BN_ / 64` boxes of B 64 K x 64 N (B_e stored [K, N], as
 /// `grouped_gemm_bt_bf16` loads it), into stages of `S_`.
 #[inline(always)]
-unsafe fn produce_bt<const BN_: u32, const S_: u32>(p: &GroupedGemm, base: u32, ring: Ring<S_>, total: u32, kt_n: u32) {
+unsafe fn produce_bt<const BN_: u32, const S_: u32, const DYN: bool>(
+    p: &GroupedGemm,
+    base: u32,
+    ring: Ring<S_>,
+    (total, queue): (u32, u32),
+    kt_n: u32,
+) {
     crate::kernels::acquire_prefetch(p.map_a as *const u8);
     crate::kernels::acquire_prefetch(p.map_b as *const u8);
     const { assert!(BN_ % 64 == 0) };
     let stage = stage_bytes(BN_);
     let mut it = 0u32;
-    let (q0, step, count) = walk::<0>(p, total);
-    let mut q = q0;
-    while q < count {
-        let ti = tile_info::<false>(p, walk_tile::<0>(p, q).0);
+    let mut tiles = Tiles::<DYN, true>::new(p, total, queue);
+    while let Some(tile) = tiles.next() {
+        let ti = tile_info::<false>(p, tile);
         let mut kt = 0;
         while kt < kt_n {
             let a_s = base + Ring::<S_>::stage(it) * stage;
@@ -187,7 +236,6 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32>(p: &GroupedGemm, base: u32, 
             it += 1;
             kt += 1;
         }
-        q += step;
     }
 }
 
@@ -197,13 +245,13 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32>(p: &GroupedGemm, base: u32, 
 /// `full`. SAFETY: the 128 threads of consumer warpgroup `cw`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool>(
+pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool, const DYN: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S_>,
     dh: u32,
     (full, empty): (u32, u32),
-    total: u32,
+    (total, queue): (u32, u32),
     kt_n: u32,
     cw: u32,
 ) {
@@ -211,9 +259,8 @@ pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool>(
     let (r0, r1, c0) = frag();
     let mut it = 0u32;
     let mut handed = 0u32;
-    let (q0, step, count) = walk::<0>(p, total);
-    let mut q = q0;
-    while q < count {
+    let mut tiles = Tiles::<DYN, false>::new(p, total, queue);
+    while tiles.next().is_some() {
         let acc = mainloop_coop::<BT, false, 0, S_, A>(base, &ring, &mut it, kt_n, cw, lane);
         // the epilogue warps are done with the previous tile's dh (the first wait returns at once)
         mbarrier::wait_parity(empty, (handed & 1) ^ 1);
@@ -239,18 +286,17 @@ pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool>(
         // this thread's stores before its arrival (release); the epilogue's wait acquires them
         mbarrier::arrive(full);
         handed += 1;
-        q += step;
     }
 }
 
 /// The epilogue warps (see the module), `EW_` of them, this one `w`, over tiles of `BN_` columns (lanes past
 /// `BN_ / 8` hold no columns). SAFETY: the `EW_` epilogue warps, in uniform control flow per warp.
 #[inline(always)]
-unsafe fn epilogue<const BN_: u32, const EW_: u32>(
+unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool>(
     p: &GroupedGemm,
     dh: u32,
     (full, empty): (u32, u32),
-    total: u32,
+    (total, queue): (u32, u32),
     w: u32,
 ) {
     let lane = regs::tid() % 32;
@@ -264,10 +310,9 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32>(
     let dz = p.c as *mut [u32; 4];
     let sh = p.sh as *mut [u32; 4];
     let mut taken = 0u32;
-    let (q0, step, count) = walk::<0>(p, total);
-    let mut q = q0;
-    while q < count {
-        let ti = tile_info::<false>(p, walk_tile::<0>(p, q).0);
+    let mut tiles = Tiles::<DYN, false>::new(p, total, queue);
+    while let Some(tile) = tiles.next() {
+        let ti = tile_info::<false>(p, tile);
         let col = ti.n_tile * BN_ + 8 * lane;
         let live = col < n && lane < BN_ / 8;
         // lane l reads the routing weights of the warp's rows l and 32 + l (tile rows w + EW_ l, w + EW_ (32 + l)) now:
@@ -386,6 +431,5 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32>(
         // every read of this tile's dh is done: the consumers may write the next
         mbarrier::arrive(empty);
         taken += 1;
-        q += step;
     }
 }

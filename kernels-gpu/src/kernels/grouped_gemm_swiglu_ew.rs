@@ -18,8 +18,8 @@
 //! w + EW, ..: lanes 0..15 the pair's first row, 16..31 its second; lane l < 12 of a half the columns 8 l .. + 8:
 //! its g chunk (chunk l of the row) and u chunk (12 + l), h = silu(g) u, 16-byte stores of g and u into z and of h
 //! into c. Rows past the expert's end and columns past I are neither read nor written.
-use crate::kernels::grouped_gemm::{m_tiles, move_rows, swiglu_h, tile_info, wait_rows, walk, walk_tile, A_BYTES, BK};
-use crate::kernels::grouped_gemm_dswiglu_ew::{consume, setup, stage_bytes};
+use crate::kernels::grouped_gemm::{m_tiles, move_rows, swiglu_h, tile_info, wait_rows, Tiles, A_BYTES, BK};
+use crate::kernels::grouped_gemm_dswiglu_ew::{consume, queue_at, setup, stage_bytes};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
 use crate::ptx::{global, mbarrier, regs, smem, tma};
@@ -35,31 +35,47 @@ const HALF: u32 = BN7 / 16;
 /// GEMM1 + SwiGLU by epilogue warps (see the module). 512 threads, `SMEM_BYTES` of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7(p: GroupedGemm) {
-    body::<false, 7>(&p);
+    body::<false, 7, false>(&p);
+}
+
+/// As [`grouped_gemm_swiglu_ew7`], its tiles taken at run time from the counter `p.sched` (zeroed before the
+/// launch; `MEGAMOE_GEMM_SCHED=dynamic`, as `grouped_gemm_bf16_dyn`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_dyn(p: GroupedGemm) {
+    body::<false, 7, true>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7`] with x's rows copied into A by warps 1..3 while the GEMM runs (`a_copy` etc.,
 /// as `grouped_gemm_swiglu_mv`); four epilogue warps.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv(p: GroupedGemm) {
-    body::<true, 4>(&p);
+    body::<true, 4, false>(&p);
+}
+
+/// As [`grouped_gemm_swiglu_ew7_mv`] with the run-time tile counter (see [`grouped_gemm_swiglu_ew7_dyn`]); the
+/// movers still copy the rows of the tiles the static walk would give their block (every part of every m-tile is
+/// copied by some block, and the producer of whichever block takes a tile waits for its m-tile's count).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv_dyn(p: GroupedGemm) {
+    body::<true, 4, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const MV: bool, const EW: u32>(p: &GroupedGemm) {
+unsafe fn body<const MV: bool, const EW: u32, const DYN: bool>(p: &GroupedGemm) {
     let base = smem::base();
-    let (ring, zt, bars) = setup::<S7, BN7, EW>(p, base);
+    let (ring, zt, bars) = setup::<S7, BN7, EW, DYN>(p, base);
+    let queue = base + queue_at(S7, BN7);
     let t = regs::tid();
     let wg = t / 128;
     let total = m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
     if t == 0 {
-        produce::<MV>(p, base, ring, total, kt_n);
+        produce::<MV, DYN>(p, base, ring, (total, queue), kt_n);
     } else if wg == 3 || (wg == 0 && !MV) {
         // one call site for every epilogue warp: warps 1..3 are w 0..2 and warpgroup 3 the rest
         if t >= 32 {
             let w = if wg == 0 { t / 32 - 1 } else { t / 32 - 12 + (EW - 4) };
-            epilogue::<EW>(p, zt, bars, total, w);
+            epilogue::<EW, DYN>(p, zt, bars, (total, queue), w);
         }
     } else if wg == 0 {
         if t >= 32 {
@@ -69,22 +85,27 @@ unsafe fn body<const MV: bool, const EW: u32>(p: &GroupedGemm) {
             move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32);
         }
     } else {
-        consume::<S7, [f32; 96], false>(p, base, ring, zt, bars, total, kt_n, regs::warpgroup() - 1);
+        consume::<S7, [f32; 96], false, DYN>(p, base, ring, zt, bars, (total, queue), kt_n, regs::warpgroup() - 1);
     }
 }
 
 /// The producer thread: per k-step A 128 x 64 and B_e's gate rows n0 .. n0 + 96 and up rows I + n0 .. (one box
 /// of 96 rows x 64 K each, `map_b`'s box), n0 = n_tile * 96. `MV`: each m-tile's rows waited for first.
 #[inline(always)]
-unsafe fn produce<const MV: bool>(p: &GroupedGemm, base: u32, ring: Ring<S7>, total: u32, kt_n: u32) {
+unsafe fn produce<const MV: bool, const DYN: bool>(
+    p: &GroupedGemm,
+    base: u32,
+    ring: Ring<S7>,
+    (total, queue): (u32, u32),
+    kt_n: u32,
+) {
     crate::kernels::acquire_prefetch(p.map_a as *const u8);
     crate::kernels::acquire_prefetch(p.map_b as *const u8);
     let stage = stage_bytes(BN7);
     let mut it = 0u32;
-    let (q0, step, count) = walk::<0>(p, total);
-    let mut q = q0;
-    while q < count {
-        let tile = walk_tile::<0>(p, q).0;
+    let mut tiles = Tiles::<DYN, true>::new(p, total, queue);
+    while let Some(tile) = tiles.next() {
+        let tile = tile;
         let ti = tile_info::<false>(p, tile);
         if MV {
             wait_rows(p, &ti, tile / p.n_tiles);
@@ -101,14 +122,19 @@ unsafe fn produce<const MV: bool>(p: &GroupedGemm, base: u32, ring: Ring<S7>, to
             it += 1;
             kt += 1;
         }
-        q += step;
     }
 }
 
 /// The epilogue warps (see the module), `EW_` of them, this one `w`. SAFETY: the `EW_` epilogue warps, in uniform
 /// control flow per warp.
 #[inline(always)]
-unsafe fn epilogue<const EW_: u32>(p: &GroupedGemm, zt: u32, (full, empty): (u32, u32), total: u32, w: u32) {
+unsafe fn epilogue<const EW_: u32, const DYN: bool>(
+    p: &GroupedGemm,
+    zt: u32,
+    (full, empty): (u32, u32),
+    (total, queue): (u32, u32),
+    w: u32,
+) {
     let lane = regs::tid() % 32;
     let (half, l) = (lane / 16, lane % 16);
     let n = p.n;
@@ -118,10 +144,9 @@ unsafe fn epilogue<const EW_: u32>(p: &GroupedGemm, zt: u32, (full, empty): (u32
     // lanes past the half's 12 chunks read chunk 0 (never used)
     let lc = if l < HALF { l } else { 0 };
     let mut taken = 0u32;
-    let (q0, step, count) = walk::<0>(p, total);
-    let mut q = q0;
-    while q < count {
-        let ti = tile_info::<false>(p, walk_tile::<0>(p, q).0);
+    let mut tiles = Tiles::<DYN, false>::new(p, total, queue);
+    while let Some(tile) = tiles.next() {
+        let ti = tile_info::<false>(p, tile);
         let col = ti.n_tile * (BN7 / 2) + 8 * l;
         let live = l < HALF && col < n;
         mbarrier::wait_parity(full, taken & 1);
@@ -149,6 +174,5 @@ unsafe fn epilogue<const EW_: u32>(p: &GroupedGemm, zt: u32, (full, empty): (u32
         // every read of this tile is done: the consumers may write the next
         mbarrier::arrive(empty);
         taken += 1;
-        q += step;
     }
 }
