@@ -191,6 +191,7 @@ fn dyn_sched_matches_static(counts: &[u32], n: usize, k: usize, layout: BLayout)
     let seed = Rng::fresh_seed();
     let (stat, dynamic) = gemm::with_clusters(false, false, || {
         let stat = gemm::with_gemm_sched(false, || run_seeded(counts, n, k, layout, seed));
+        g.fill_tile_counter(0xff).unwrap();
         let dynamic = gemm::with_gemm_sched(true, || run_seeded(counts, n, k, layout, seed));
         (stat, dynamic)
     });
@@ -272,6 +273,10 @@ gpu_test!(
 // more tiles than blocks (~300 experts, 2 column tiles): the counter hands out most tiles
 gpu_test!(nk_dyn_sched_many_tiles, {
     dyn_sched_matches_static(&(0..300).map(|e| (e * 97 % 301) as u32).collect::<Vec<_>>(), 512, 320, BLayout::NK)
+});
+// 128 experts (the offsets from the kernels' shared-memory copy), more tiles than blocks
+gpu_test!(nk_dyn_sched_many_tiles_128_experts, {
+    dyn_sched_matches_static(&(0..128).map(|e| (e * 211 % 601) as u32).collect::<Vec<_>>(), 512, 192, BLayout::NK)
 });
 gpu_test!(kn_dyn_sched_many_tiles, {
     dyn_sched_matches_static(&(0..300).map(|e| (e * 97 % 301) as u32).collect::<Vec<_>>(), 512, 320, BLayout::KN)
@@ -512,8 +517,14 @@ gpu_test!(dswiglu_epilogue_warps_matches_the_reference, {
 // inside `swiglu_counts` / `dswiglu_with`, and the counter left at the tile count. ~300 experts: more tiles than
 // blocks.
 gpu_test!(ew7_dyn_sched_matches_static, {
+    // 300 experts: the tiles' offsets read from global memory; 128: from the kernels' shared-memory copy
+    ew7_dyn_sched(&(0..300).map(|e| (e * 97 % 301) as u32).collect::<Vec<_>>());
+    ew7_dyn_sched(&(0..128).map(|e| (e * 211 % 601) as u32).collect::<Vec<_>>());
+});
+
+fn ew7_dyn_sched(counts: &[u32]) {
     let g = gpu();
-    let counts: Vec<u32> = (0..300).map(|e| (e * 97 % 301) as u32).collect();
+    let counts = counts.to_vec();
     let m_tiles = *gemm::tile_offsets(&counts).last().unwrap() as usize;
     let (i, k) = (192, 128);
     let seed = Rng::fresh_seed();
@@ -524,6 +535,7 @@ gpu_test!(ew7_dyn_sched_matches_static, {
             })
         };
         let stat = run(false);
+        g.fill_tile_counter(0xff).unwrap();
         let dynamic = run(true);
         assert_eq!(g.tile_counter_value().unwrap() as usize, m_tiles * i.div_ceil(96), "GEMM1 + SwiGLU's tile counter");
         assert!(stat == dynamic, "GEMM1 + SwiGLU z {keep_z}: the run-time walk's h / z differ from the static walk's");
@@ -532,10 +544,11 @@ gpu_test!(ew7_dyn_sched_matches_static, {
         gemm::with_dswiglu(gemm::Dsw::Ew7, || gemm::with_gemm_sched(dynamic, || dswiglu_with(&counts, i, k, seed)))
     };
     let stat = run(false);
+    g.fill_tile_counter(0xff).unwrap();
     let dynamic = run(true);
     assert_eq!(g.tile_counter_value().unwrap() as usize, m_tiles * i.div_ceil(192), "dh + SwiGLU's tile counter");
     assert!(stat == dynamic, "dh + SwiGLU backward: the run-time walk's dz / partials differ from the static walk's");
-});
+}
 
 /// The SwiGLU-backward GEMM on the inputs of `seed`, checked against the f64 reference; returns the bits of dz
 /// and of the partial sums.

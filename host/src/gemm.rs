@@ -381,7 +381,8 @@ thread_local! {
 /// `grouped_gemm_bt_dswiglu_ew7`) take their tiles at run time from a grid-wide counter (the `_dyn` kernels; zeroed before each launch in stream order, a memset node under capture) instead of
 /// every grid-th tile: the tiles in flight stay the next `grid` of the order however the blocks' paces drift, so
 /// fewer experts' weights are read at once (the suspect of the 235B GEMMs' fall on an H100, 2026-12-05f). The same
-/// bits either way (each tile computed alike by whichever block). Off by default (not yet measured).
+/// bits either way (each tile computed alike by whichever block). Off by default (not yet measured). The
+/// expert-parallel layer's GEMMs keep the static walk.
 /// `MEGAMOE_GEMM_SCHED` (read once) = `dynamic` on, `static` or unset off; another value is an `InvalidArgument`;
 /// overridden on a thread by [`with_gemm_sched`].
 pub fn gemm_sched_dynamic() -> Result<bool> {

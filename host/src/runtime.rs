@@ -258,6 +258,14 @@ impl Gpu {
     pub fn tile_counter_value(&self) -> Result<u32> {
         Ok(self.download(&self.tile_counters)?[0])
     }
+    /// Fill the tile counter's bytes with `byte` in stream order (tests poison it, so a launch that did not run
+    /// the run-time walk cannot leave the value a previous one did).
+    #[doc(hidden)]
+    pub fn fill_tile_counter(&self, byte: u8) -> Result<()> {
+        // SAFETY: the counter is a live allocation of one u32.
+        unsafe { result::memset_d8_async(self.tile_counters(), byte, 4, self.stream.cu_stream()) }
+            .ctx(|| "filling the tile counter".to_string())
+    }
     /// Device address of the weight gradients' per-expert tensor maps for `experts` experts (an
     /// `InvalidArgument` past [`WGRAD_MAPS_EXPERTS`]).
     pub(crate) fn expert_maps(&self, experts: usize) -> Result<u64> {

@@ -119,15 +119,15 @@ impl<const Q: u32> TileQueue<Q> {
         TileQueue { full: at, empty: at + 8 * Q, slots: at + 16 * Q }
     }
 
-    /// Initialise every barrier: `empty` expects `consumer_warps` arrivals (for [`TileQueue::pop_each_lane`]: 32
-    /// per popping warp). SAFETY: one thread, before the block barrier that publishes the queue (and before a
-    /// `fence::mbarrier_init`, as [`Ring::init`] issues).
+    /// Initialise every barrier: `empty` expects `arrivals` arrivals a phase (one per popping warp for
+    /// [`TileQueue::pop`], 32 per popping warp for [`TileQueue::pop_each_lane`]). SAFETY: one thread, before the
+    /// block barrier that publishes the queue (and before a `fence::mbarrier_init`, as [`Ring::init`] issues).
     #[inline(always)]
-    pub unsafe fn init(&self, consumer_warps: u32) {
+    pub unsafe fn init(&self, arrivals: u32) {
         let mut s = 0;
         while s < Q {
             mbarrier::init(self.full + 8 * s, 1);
-            mbarrier::init(self.empty + 8 * s, consumer_warps);
+            mbarrier::init(self.empty + 8 * s, arrivals);
             s += 1;
         }
     }
