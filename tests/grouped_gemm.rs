@@ -29,6 +29,19 @@ fn run(counts: &[u32], n: usize, k: usize, layout: BLayout) {
 
 /// One grouped GEMM on the inputs of `seed`, checked against the f64 reference; returns C's bits.
 fn run_seeded(counts: &[u32], n: usize, k: usize, layout: BLayout, seed: u64) -> Vec<u16> {
+    run_launches(counts, n, k, layout, seed, 1).1
+}
+
+/// [`run_seeded`] with the prepared GEMM launched `launches` times back to back (C poisoned once, before the
+/// first), then checked; also returns the kernel it launched.
+fn run_launches(
+    counts: &[u32],
+    n: usize,
+    k: usize,
+    layout: BLayout,
+    seed: u64,
+    launches: usize,
+) -> (&'static str, Vec<u16>) {
     let g = gpu();
     eprintln!("seed {seed}");
     let mut r = Rng::new(seed);
@@ -37,10 +50,7 @@ fn run_seeded(counts: &[u32], n: usize, k: usize, layout: BLayout, seed: u64) ->
     let rows_max = rows + 37; // room the GEMM must not touch
     let a = r.bf16_vec(rows_max * k, 1.0);
     let b = r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt());
-    let mut offsets = vec![0u32; e + 1];
-    for i in 0..e {
-        offsets[i + 1] = offsets[i] + counts[i];
-    }
+    let offsets = offsets_of(counts);
     let (da, db) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
     let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
     let mut dc = g.alloc::<bf16>(rows_max * n).unwrap();
@@ -57,7 +67,12 @@ fn run_seeded(counts: &[u32], n: usize, k: usize, layout: BLayout, seed: u64) ->
         k,
         rows_max,
     };
-    gemm::grouped_gemm(&g, args).unwrap();
+    let prepared = args.prepare(&g).unwrap();
+    let kernel = prepared.kernel().expect("rows to multiply");
+    for _ in 0..launches {
+        prepared.launch(&g).unwrap();
+    }
+    drop(prepared);
     g.sync().unwrap();
     let c = g.download(&dc).unwrap();
     let want = grouped_ref(&offsets, &a, &b, layout, n, k);
@@ -69,7 +84,17 @@ fn run_seeded(counts: &[u32], n: usize, k: usize, layout: BLayout, seed: u64) ->
         check::close(&format!("grouped GEMM {layout:?} counts {counts:?} N {n} K {k}"), &got, &want, 1e-2).unwrap();
     eprintln!("rel err {err:.3e}");
     assert!(c[rows * n..].iter().all(|v| v.to_bits() == 0xffff), "rows past the experts' end were written");
-    c.iter().map(|v| v.to_bits()).collect()
+    (kernel, c.iter().map(|v| v.to_bits()).collect())
+}
+
+/// The row offsets of experts with `counts` rows: [0, c0, c0 + c1, ...].
+fn offsets_of(counts: &[u32]) -> Vec<u32> {
+    std::iter::once(0)
+        .chain(counts.iter().scan(0u32, |acc, &c| {
+            *acc += c;
+            Some(*acc)
+        }))
+        .collect()
 }
 
 /// Per expert e, its rows `offsets[e]..offsets[e + 1]` of A (row-major, K columns) times B_e, in f64
@@ -176,92 +201,39 @@ gpu_test!(kn_clusters_one_small_expert, clusters_match_single_cta(&[130], 512, 6
 /// The run-time tile counter (`gemm::with_gemm_sched(true)`: `grouped_gemm_bf16_dyn` / `grouped_gemm_bt_bf16_dyn`,
 /// clusters pinned off): C bitwise the static walk's (each tile computed alike by whichever block takes it),
 /// checked against the f64 reference inside `run_seeded`, and the counter left at the tile count (the run-time walk
-/// ran, not the static fallback); the kernel asserted first. Then three rounds, C poisoned before each, of one
-/// prepared GEMM launched twice: each round's first launch follows a launch, so with more tiles than blocks a
-/// counter not zeroed in between would leave all but each block's first tile unwritten (the rounds would differ
-/// and the reference check would see NaN).
+/// ran, not the static fallback) and the kernel asserted. Then three rounds (`run_launches`: C poisoned, one
+/// prepared GEMM launched twice, checked against the reference): each round's first launch follows a launch, so
+/// with more tiles than blocks a counter not zeroed in between would leave all but each block's first tile
+/// unwritten (NaN in the reference check).
 fn dyn_sched_matches_static(counts: &[u32], n: usize, k: usize, layout: BLayout) {
     let g = gpu();
     let want = match layout {
         BLayout::NK => "grouped_gemm_bf16_dyn",
         BLayout::KN => "grouped_gemm_bt_bf16_dyn",
     };
-    let got = gemm::with_clusters(false, false, || gemm::with_gemm_sched(true, || kernel_of(&g, layout, n, k)));
-    assert_eq!(got, Some(want), "MEGAMOE_GEMM_SCHED=dynamic: the kernel launched");
     let seed = Rng::fresh_seed();
-    let (stat, dynamic) = gemm::with_clusters(false, false, || {
+    let (stat, (kernel, dynamic)) = gemm::with_clusters(false, false, || {
         let stat = gemm::with_gemm_sched(false, || run_seeded(counts, n, k, layout, seed));
         g.fill_tile_counter(0xff).unwrap();
-        let dynamic = gemm::with_gemm_sched(true, || run_seeded(counts, n, k, layout, seed));
+        let dynamic = gemm::with_gemm_sched(true, || run_launches(counts, n, k, layout, seed, 1));
         (stat, dynamic)
     });
+    assert_eq!(kernel, want, "MEGAMOE_GEMM_SCHED=dynamic: the kernel launched");
     assert!(stat == dynamic, "{layout:?} counts {counts:?}: the run-time walk's C differs from the static walk's");
     // the run-time walk ran: one counter increment per tile taken
     let tiles = *gemm::tile_offsets(counts).last().unwrap() as usize * n.div_ceil(256);
     assert_eq!(g.tile_counter_value().unwrap() as usize, tiles, "the tile counter after the run-time walk");
-    // repeated launches of one prepared GEMM: each starts its counter from zero
-    let mut r = Rng::new(seed ^ 1);
-    let e = counts.len();
-    let rows_max: usize = counts.iter().sum::<u32>() as usize + 5;
-    let (a, b) = (r.bf16_vec(rows_max * k, 1.0), r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt()));
-    let mut offsets = vec![0u32; e + 1];
-    for i in 0..e {
-        offsets[i + 1] = offsets[i] + counts[i];
-    }
-    let (da, db) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
-    let (doff, dtil) = (g.upload(&offsets).unwrap(), g.upload(&gemm::tile_offsets(counts)).unwrap());
-    let mut dc = g.alloc::<bf16>(rows_max * n).unwrap();
-    let mut outs = Vec::new();
-    for _ in 0..3 {
-        g.fill_bytes(&mut dc, 0xff).unwrap();
-        let args = GroupedGemmArgs {
-            a: &da,
-            b: &db,
-            b_layout: layout,
-            offsets: &doff,
-            tile_offsets: &dtil,
-            c: &mut dc,
-            experts: e,
-            n,
-            k,
-            rows_max,
-        };
-        let prepared = gemm::with_clusters(false, false, || gemm::with_gemm_sched(true, || args.prepare(&g).unwrap()));
-        prepared.launch(&g).unwrap();
-        prepared.launch(&g).unwrap();
-        drop(prepared);
-        g.sync().unwrap();
-        outs.push(g.download(&dc).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u16>>());
-    }
-    let rows = offsets[e] as usize;
+    // repeated launches of one prepared GEMM, each checked against the reference (NaN: an unwritten tile)
+    let outs: Vec<Vec<u16>> = (0..3)
+        .map(|_| {
+            gemm::with_clusters(false, false, || {
+                gemm::with_gemm_sched(true, || run_launches(counts, n, k, layout, seed ^ 1, 2).1)
+            })
+        })
+        .collect();
     assert!(outs.iter().all(|o| *o == outs[0]), "repeated launches of the run-time walk differ");
-    let got: Vec<f64> = outs[0][..rows * n].iter().map(|&v| bf16::from_bits(v).to_f64()).collect();
-    // NaN (the poison: a row left unwritten by a launch whose counter was not zeroed) fails here
-    let err =
-        check::close("run-time walk, repeated launches", &got, &grouped_ref(&offsets, &a, &b, layout, n, k), 1e-2)
-            .unwrap();
-    eprintln!("repeated launches: rel err {err:.3e}");
 }
 
-/// The kernel a grouped GEMM of this layout, N and K launches on this thread (a one-row problem: prepared only).
-fn kernel_of(g: &Arc<Gpu>, layout: BLayout, n: usize, k: usize) -> Option<&'static str> {
-    let (da, db) = (g.alloc::<bf16>(k).unwrap(), g.alloc::<bf16>(n * k).unwrap());
-    let (doff, dtil) = (g.upload(&[0u32, 1]).unwrap(), g.upload(&gemm::tile_offsets(&[1])).unwrap());
-    let mut dc = g.alloc::<bf16>(n).unwrap();
-    let args = GroupedGemmArgs {
-        a: &da,
-        b: &db,
-        b_layout: layout,
-        offsets: &doff,
-        tile_offsets: &dtil,
-        c: &mut dc,
-        experts: 1,
-        n,
-        k,
-        rows_max: 1,
-    };
-    args.prepare(g).unwrap().kernel()
-}
 gpu_test!(
     nk_dyn_sched_matches_static,
     dyn_sched_matches_static(&[0, 1, 300, 129, 0, 17, 128, 255], 512, 128, BLayout::NK)
@@ -296,10 +268,7 @@ fn scatter(counts: &[u32], n: usize, k: usize, scaled: bool) {
     let c_rows = rows + 19;
     let a = r.bf16_vec(rows_max * k, 1.0);
     let b = r.bf16_vec(e * n * k, 1.0 / (k as f64).sqrt());
-    let mut offsets = vec![0u32; e + 1];
-    for i in 0..e {
-        offsets[i + 1] = offsets[i] + counts[i];
-    }
+    let offsets = offsets_of(counts);
     // row i -> (p i + 5) mod (c_rows + 3), p a prime not dividing it: distinct, 3 of the values past C's end
     let m = c_rows + 3;
     let mul = [7usize, 11, 13].into_iter().find(|p| m % p != 0).unwrap();
@@ -379,10 +348,7 @@ fn setup(counts: &[u32]) -> Setup {
 
 fn setup_seeded(counts: &[u32], seed: u64) -> Setup {
     eprintln!("seed {seed}");
-    let mut offsets = vec![0u32; counts.len() + 1];
-    for i in 0..counts.len() {
-        offsets[i + 1] = offsets[i] + counts[i];
-    }
+    let offsets = offsets_of(counts);
     let rows = offsets[counts.len()] as usize;
     Setup { g: gpu(), r: Rng::new(seed), counts: counts.to_vec(), offsets, rows, rows_max: rows + 37 }
 }
