@@ -11,6 +11,14 @@
 //! Kernels: `_ew7` (S 4, EW 7), `_ew` (S 3, EW 3), swiglu `_ew7` (S 4, EW 7) and `_ew7_mv` (S 4, EW 4). The
 //! epilogue warps store to global memory from registers (no staging, no bulk groups); the `_mv` movers and the
 //! producer's per-m-tile wait on their counts touch global memory only and are left out.
+//!
+//! The `_dyn` forms (`Ew::queue` = Q slots, kernels/grouped_gemm.rs `Tiles`): the roles learn each tile from the
+//! producer through a `TileQueue` instead of walking on their own. Before each tile's loads, and once more for the
+//! end, the producer waits on slot j % Q's `empty` (parity ((j / Q) & 1) ^ 1: the pops of index j - Q), writes the
+//! slot and arrives on its `full` (one arrival); before each tile's work, and once more for the end, every
+//! consumer and epilogue warp waits on `full` (parity (j / Q) & 1), reads the slot and arrives on `empty` with
+//! every lane (`pop_each_lane`; `empty` counts 32 per warp). Which tile an index names (the counter's) does not
+//! change the protocol: every role sees the same count of indices.
 use super::{assert_fails, assert_ok, mainloop_coop, Kind, Model, Op, Ring};
 use std::format;
 use std::vec::Vec;
@@ -24,6 +32,8 @@ pub struct Ew {
     pub tiles: u32,
     pub kt_n: u32,
     pub warps: bool,
+    /// The `_dyn` forms' queue slots (0: the static walk, no queue).
+    pub queue: u32,
 }
 
 /// Changes to the kernels' protocol that the checker must catch.
@@ -40,6 +50,10 @@ pub enum Mutation {
     ArriveBeforeReads,
     /// `consume`'s wait on `empty` with parity handed & 1 (the phase it is about to fill, not the last one).
     EmptyParity,
+    /// `setup` initialises the queue's `empty` for one epilogue warp fewer.
+    QueueOneWarpShort,
+    /// The producer writes a slot without waiting on its `empty`.
+    QueueNoEmptyWait,
 }
 
 /// The model of `c` (see the module): grouped_gemm_dswiglu_ew.rs `setup`, `produce_bt`, `consume`, `epilogue`
@@ -58,11 +72,60 @@ pub fn model(c: &Ew, mutation: Mutation) -> Model {
     let dh = m.region("dh", true);
     // stage bytes: A 128 x 64 + B 64 K x BN (192: `_ew7`, 40 KiB)
     let bytes = (128 + 192) * 64 * 2;
+    // the `_dyn` queue: per slot `full` (the producer's one arrival), `empty` (every lane of the popping warps),
+    // the slot's bytes
+    let q_warps = if mutation == Mutation::QueueOneWarpShort { 8 + c.ew - 1 } else { 8 + c.ew };
+    let slots: Vec<(u8, u8, super::Mask)> = (0..c.queue)
+        .map(|s| {
+            (
+                m.mbar(&format!("q.full{s}"), 1),
+                m.mbar(&format!("q.empty{s}"), 32 * q_warps),
+                m.region(&format!("q{s}"), false),
+            )
+        })
+        .collect();
+    if mutation == Mutation::QueueOneWarpShort {
+        for &(_, e, _) in &slots {
+            m.mbars[e as usize].leftover_ok = true;
+        }
+    }
+    let q = c.queue.max(1);
+    let push = |j: u32| -> Vec<Op> {
+        if c.queue == 0 {
+            return Vec::new();
+        }
+        let (full, empty, slot) = slots[(j % q) as usize];
+        let k = j / q;
+        let mut ops = Vec::new();
+        if mutation != Mutation::QueueNoEmptyWait {
+            ops.push(Op::Wait { bar: empty, parity: ((k & 1) ^ 1) as u8, phase: k as i64 - 1 });
+        }
+        ops.extend([Op::BeginWrite(slot), Op::EndWrite(slot), Op::Arrive { bar: full, count: 1, phase: k as i64 }]);
+        ops
+    };
+    // a popping actor of `lanes` lanes (a warp: 32; a warpgroup in lock step: 128)
+    let pop = |j: u32, lanes: u32| -> Vec<Op> {
+        if c.queue == 0 {
+            return Vec::new();
+        }
+        let (full, empty, slot) = slots[(j % q) as usize];
+        let k = j / q;
+        std::vec![
+            Op::Wait { bar: full, parity: (k & 1) as u8, phase: k as i64 },
+            Op::BeginRead(slot),
+            Op::EndRead(slot),
+            Op::Arrive { bar: empty, count: lanes, phase: k as i64 },
+        ]
+    };
 
     let mut p = Vec::new();
-    for it in 0..c.tiles * c.kt_n {
-        p.extend(ring.produce(it, bytes));
+    for j in 0..c.tiles {
+        p.extend(push(j));
+        for it in j * c.kt_n..(j + 1) * c.kt_n {
+            p.extend(ring.produce(it, bytes));
+        }
     }
+    p.extend(push(c.tiles));
     m.actor("producer", 0, p);
 
     // `consume`: per warp (32 arrivals on `full`) or per warpgroup in lock step (128 arrivals, 4 releases)
@@ -71,6 +134,7 @@ pub fn model(c: &Ew, mutation: Mutation) -> Model {
         let mut ops = Vec::new();
         let mut it = 0;
         for handed in 0..c.tiles {
+            ops.extend(pop(handed, 32 * warps));
             mainloop_coop(&ring, &mut it, c.kt_n, warps, &mut ops);
             let parity = ((handed & 1) ^ 1) ^ (mutation == Mutation::EmptyParity) as u32;
             if mutation != Mutation::NoEmptyWait {
@@ -79,6 +143,7 @@ pub fn model(c: &Ew, mutation: Mutation) -> Model {
             ops.extend([Op::BeginWrite(dh), Op::EndWrite(dh)]);
             ops.push(Op::Arrive { bar: full, count: 32 * warps, phase: handed as i64 });
         }
+        ops.extend(pop(c.tiles, 32 * warps));
         for w in 0..actors {
             let name = if c.warps { format!("wg{cw}.warp{w}") } else { format!("wg{cw}") };
             m.actor(&name, 1, ops.clone());
@@ -88,6 +153,7 @@ pub fn model(c: &Ew, mutation: Mutation) -> Model {
     // `epilogue`: every warp the same program (interchangeable)
     let mut e = Vec::new();
     for taken in 0..c.tiles {
+        e.extend(pop(taken, 32));
         e.push(Op::Wait { bar: full, parity: (taken & 1) as u8, phase: taken as i64 });
         let arrive = Op::Arrive { bar: empty, count: 32, phase: taken as i64 };
         if mutation == Mutation::ArriveBeforeReads {
@@ -96,6 +162,7 @@ pub fn model(c: &Ew, mutation: Mutation) -> Model {
             e.extend([Op::BeginRead(dh), Op::EndRead(dh), arrive]);
         }
     }
+    e.extend(pop(c.tiles, 32));
     for w in 0..c.ew {
         m.actor(&format!("epilogue{w}"), 2, e.clone());
     }
@@ -114,7 +181,7 @@ mod tests {
         for (s, ew) in [(4, 7), (3, 3), (4, 4), (2, 7)] {
             for tiles in 0..=4 {
                 for kt_n in 1..=5 {
-                    states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: false }, Mutation::None));
+                    states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: false, queue: 0 }, Mutation::None));
                 }
             }
         }
@@ -128,14 +195,14 @@ mod tests {
         for (s, ew, tiles, kt_n) in
             [(4, 7, 2, 1), (4, 7, 3, 2), (4, 7, 2, 4), (2, 3, 4, 1), (3, 3, 3, 2), (2, 2, 3, 3), (4, 4, 2, 5)]
         {
-            states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true }, Mutation::None));
+            states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true, queue: 0 }, Mutation::None));
         }
         println!("ew, per warp: {states} states");
     }
 
     #[test]
     fn ew_mutations() {
-        let c = |tiles, warps| Ew { s: 4, ew: 3, tiles, kt_n: 1, warps };
+        let c = |tiles, warps| Ew { s: 4, ew: 3, tiles, kt_n: 1, warps, queue: 0 };
         for warps in [false, true] {
             let v = assert_fails(&model(&c(2, warps), Mutation::NoEmptyWait), Kind::Race);
             assert!(v.what.contains("writes dh"), "{v}");
@@ -151,5 +218,32 @@ mod tests {
         assert_ok(&model(&c(1, false), Mutation::NoEmptyWait));
         let v = assert_fails(&model(&c(1, false), Mutation::EmptyOneWarpShort), Kind::Aliasing);
         assert!(v.what.contains("dh.empty meant for phase 0 lands in phase 1"), "{v}");
+    }
+
+    /// The `_dyn` forms: the kernels' queue (4 slots) and tighter ones (1, 2), tiles past the slots, consumer
+    /// warpgroups in lock step and (small) every warp on its own (the state count grows fast: ~30 s in release
+    /// at 14 M states with one more of each).
+    #[test]
+    fn ew_dyn_queue() {
+        let mut states = 0;
+        for (s, ew, queue) in [(4, 7, 4), (3, 3, 2), (2, 3, 1)] {
+            for tiles in 0..=4 {
+                for kt_n in 1..=2 {
+                    states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: false, queue }, Mutation::None));
+                }
+            }
+        }
+        for (s, ew, tiles, kt_n, queue) in [(2, 2, 3, 1, 1), (3, 2, 2, 1, 2)] {
+            states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true, queue }, Mutation::None));
+        }
+        std::println!("ew, run-time walk: {states} states");
+    }
+
+    #[test]
+    fn ew_dyn_queue_mutations() {
+        let c = |tiles, queue| Ew { s: 3, ew: 3, tiles, kt_n: 1, warps: false, queue };
+        let v = assert_fails(&model(&c(3, 1), Mutation::QueueNoEmptyWait), Kind::Race);
+        assert!(v.what.contains("q0"), "{v}");
+        assert_fails(&model(&c(3, 2), Mutation::QueueOneWarpShort), Kind::Aliasing);
     }
 }
