@@ -380,14 +380,15 @@ thread_local! {
 /// dh plain, dx; the epilogue-warps GEMM1 + SwiGLU `grouped_gemm_swiglu_ew7` and `_ew7_mv` and dh + SwiGLU backward
 /// `grouped_gemm_bt_dswiglu_ew7`) take their tiles at run time from a grid-wide counter (the `_dyn` kernels; zeroed before each launch in stream order, a memset node under capture) instead of
 /// every grid-th tile: the tiles in flight stay the next `grid` of the order however the blocks' paces drift, so
-/// fewer experts' weights are read at once (the suspect of the 235B GEMMs' fall on an H100, 2026-12-05f). The same
-/// bits either way (each tile computed alike by whichever block). Off by default (not yet measured). The
-/// expert-parallel layer's GEMMs keep the static walk.
-/// `MEGAMOE_GEMM_SCHED` (read once) = `dynamic` on, `static` or unset off; another value is an `InvalidArgument`;
-/// overridden on a thread by [`with_gemm_sched`].
+/// fewer experts' weights are read at once. The default since the thirty-second session (docs/RESULTS.md 2026-12-05g):
+/// on an H100 at 235B it lifted GEMM1 + SwiGLU from 0.63 to 0.82 of cuBLAS and dx from 0.68 to 0.89 (235B GEMM1's
+/// DRAM reads 8.0 -> 6.8 GB, floor 5.1), and it was level at 30B (both cards) and at 235B on the H200. The same
+/// bits either way (each tile computed alike by whichever block). The expert-parallel layer's GEMMs keep the
+/// static walk. `MEGAMOE_GEMM_SCHED` (read once) = `dynamic` or unset on, `static` off (every grid-th tile, the
+/// walk before); another value is an `InvalidArgument`; overridden on a thread by [`with_gemm_sched`].
 pub fn gemm_sched_dynamic() -> Result<bool> {
     static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
-    policy(&GEMM_SCHED, &ENV, "MEGAMOE_GEMM_SCHED", &[("dynamic", true), ("static", false), ("", false)])
+    policy(&GEMM_SCHED, &ENV, "MEGAMOE_GEMM_SCHED", &[("dynamic", true), ("static", false), ("", true)])
 }
 
 /// Run `f` with the M-grouped GEMMs' run-time tile counter on or off for every launch prepared on this thread
