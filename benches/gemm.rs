@@ -731,154 +731,169 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     };
     let dot = |len: usize, f: &dyn Fn(usize) -> f64| (0..len).map(f).sum::<f64>();
     let mut ok = true;
+    // MEGAMOE_BENCH_PART=m: the M-grouped GEMMs only; =wgrad: the weight gradients only (so a profiler's kernel
+    // filter sees only their cuBLAS launches); unset: both
+    let part = std::env::var("MEGAMOE_BENCH_PART").unwrap_or_default();
+    if !["", "m", "wgrad"].contains(&part.as_str()) {
+        return Err(format!("MEGAMOE_BENCH_PART={part}: expected m or wgrad (or unset)"));
+    }
 
-    // ---- fwd GEMM1: [M, H] x W1_e^T -> [M, 2I]
-    let gemm1_ref = m_ref(&px, h, &pw1, i2, true);
-    let (us, err, written) = plain(&xs, &w1, BLayout::NK, &mut z_out, (i2, h), &flat(&gemm1_ref))?;
-    let d1 = dense(false, true, (m, i2, h), ptr(&xs), ptr(&w1), Some(&z_out), None, &|r, c| {
-        dot(h, &|q| px.get(r * h + q) * pw1.get(c * h + q))
-    });
-    let b1 = batched(false, true, (m / e, i2, h), ptr(&xs), ptr(&w1), ptr(&z_out), false);
-    let mnk = (m, i2, h);
-    let what = "fwd GEMM1 (plain)";
-    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &d1, batched: &b1 }.print();
-
-    // ---- fwd GEMM1 with the SwiGLU epilogue: h only (z recomputed later), then h and z (z saved)
-    let h_ref: Vec<f64> = gemm1_ref
-        .iter()
-        .flat_map(|rows| {
-            rows.chunks(i2).flat_map(|z| (0..i).map(|c| z[c] * sigmoid(z[c]) * z[i + c]).collect::<Vec<_>>())
-        })
-        .collect();
-    for keep_z in [false, true] {
-        poison(g, &mut h_out)?;
-        poison(g, &mut z_out)?;
-        let p = swiglu_args!(if keep_z { Some(&mut z_out) } else { None }).prepare(g).s()?;
-        let us = time_prepared(g, &p)?;
-        drop(p);
-        let mut err = check::rel_err(&got_rows(&h_out, i)?, &h_ref);
-        let mut written = all_written(&st, &h_out, bf_nan)?;
-        if keep_z {
-            err = err.max(check::rel_err(&got_rows(&z_out, i2)?, &flat(&gemm1_ref)));
-            written &= all_written(&st, &z_out, bf_nan)?;
-        }
-        let what = if keep_z { "fwd GEMM1 + SwiGLU (h and z stored)" } else { "fwd GEMM1 + SwiGLU (h stored)" };
+    if part != "wgrad" {
+        // ---- fwd GEMM1: [M, H] x W1_e^T -> [M, 2I]
+        let gemm1_ref = m_ref(&px, h, &pw1, i2, true);
+        let (us, err, written) = plain(&xs, &w1, BLayout::NK, &mut z_out, (i2, h), &flat(&gemm1_ref))?;
+        let d1 = dense(false, true, (m, i2, h), ptr(&xs), ptr(&w1), Some(&z_out), None, &|r, c| {
+            dot(h, &|q| px.get(r * h + q) * pw1.get(c * h + q))
+        });
+        let b1 = batched(false, true, (m / e, i2, h), ptr(&xs), ptr(&w1), ptr(&z_out), false);
+        let mnk = (m, i2, h);
+        let what = "fwd GEMM1 (plain)";
         ok &=
             Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &d1, batched: &b1 }.print();
-    }
 
-    // ---- fwd GEMM2: [M, I] x W2_e^T -> [M, H]
-    let want = m_ref(&ph, i, &pw2, h, true);
-    let (us, err, written) = plain(&hin, &w2, BLayout::NK, &mut y_out, (h, i), &flat(&want))?;
-    let dd = dense(false, true, (m, h, i), ptr(&hin), ptr(&w2), Some(&y_out), None, &|r, c| {
-        dot(i, &|q| ph.get(r * i + q) * pw2.get(c * i + q))
-    });
-    let bb = batched(false, true, (m / e, h, i), ptr(&hin), ptr(&w2), ptr(&y_out), false);
-    let mnk = (m, h, i);
-    let what = "fwd GEMM2";
-    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
-
-    // ---- bwd dh: [M, H] x W2_e (W2_e [H, I], N-major) -> [M, I]; plain, then with the SwiGLU backward
-    let dh_ref = m_ref(&pdy, h, &pw2, i, false);
-    let (us, err, written) = plain(&dy, &w2, BLayout::KN, &mut dh_out, (i, h), &flat(&dh_ref))?;
-    let dd = dense(false, false, (m, i, h), ptr(&dy), ptr(&w2), Some(&dh_out), None, &|r, c| {
-        dot(h, &|q| pdy.get(r * h + q) * pw2.get(q * i + c))
-    });
-    let bb = batched(false, false, (m / e, i, h), ptr(&dy), ptr(&w2), ptr(&dh_out), false);
-    let mnk = (m, i, h);
-    let what = "bwd dh (plain)";
-    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
-
-    poison(g, &mut dz_out)?;
-    poison(g, &mut partial)?;
-    let p = dswiglu_args!().prepare(g).s()?;
-    let us = time_prepared(g, &p)?;
-    drop(p);
-    let (mut want_dz, mut want_part, mut got_part) = (Vec::new(), Vec::new(), Vec::new());
-    for (&(_, r), dh) in sample_rows.iter().zip(flat(&dh_ref).chunks(i)) {
-        let s = rt.weights[rt.row_slot[r] as usize] as f64;
-        let mut dz = vec![0.0; i2];
-        let mut part = vec![0.0; nt];
-        for c in 0..i {
-            let (gv, uv) = (pz.get(r * i2 + c), pz.get(r * i2 + i + c));
-            let sg = sigmoid(gv);
-            dz[c] = s * dh[c] * uv * sg * (1.0 + gv * (1.0 - sg));
-            dz[i + c] = s * dh[c] * gv * sg;
-            part[c / gemm::dswiglu_columns()] += dh[c] * gv * sg * uv;
+        // ---- fwd GEMM1 with the SwiGLU epilogue: h only (z recomputed later), then h and z (z saved)
+        let h_ref: Vec<f64> = gemm1_ref
+            .iter()
+            .flat_map(|rows| {
+                rows.chunks(i2).flat_map(|z| (0..i).map(|c| z[c] * sigmoid(z[c]) * z[i + c]).collect::<Vec<_>>())
+            })
+            .collect();
+        for keep_z in [false, true] {
+            poison(g, &mut h_out)?;
+            poison(g, &mut z_out)?;
+            let p = swiglu_args!(if keep_z { Some(&mut z_out) } else { None }).prepare(g).s()?;
+            let us = time_prepared(g, &p)?;
+            drop(p);
+            let mut err = check::rel_err(&got_rows(&h_out, i)?, &h_ref);
+            let mut written = all_written(&st, &h_out, bf_nan)?;
+            if keep_z {
+                err = err.max(check::rel_err(&got_rows(&z_out, i2)?, &flat(&gemm1_ref)));
+                written &= all_written(&st, &z_out, bf_nan)?;
+            }
+            let what = if keep_z { "fwd GEMM1 + SwiGLU (h and z stored)" } else { "fwd GEMM1 + SwiGLU (h stored)" };
+            ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &d1, batched: &b1 }
+                .print();
         }
-        want_dz.extend(dz);
-        want_part.extend(part);
-        got_part.extend(rows_f64(&st, &partial, r * nt, nt, ff)?);
-    }
-    let err = check::rel_err(&got_rows(&dz_out, i2)?, &want_dz).max(check::rel_err(&got_part, &want_part));
-    let written = all_written(&st, &dz_out, bf_nan)? && all_written(&st, &partial, f_nan)?;
-    let what = "bwd dh + SwiGLU backward (dz, dtopk partials)";
-    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
 
-    // ---- bwd dx: [M, 2I] x W1_e (W1_e [2I, H], N-major) -> [M, H]
-    let want = m_ref(&pdz, i2, &pw1, h, false);
-    let (us, err, written) = plain(&dzin, &w1, BLayout::KN, &mut dx_out, (h, i2), &flat(&want))?;
-    let dd = dense(false, false, (m, h, i2), ptr(&dzin), ptr(&w1), Some(&dx_out), None, &|r, c| {
-        dot(i2, &|q| pdz.get(r * i2 + q) * pw1.get(q * h + c))
-    });
-    let bb = batched(false, false, (m / e, h, i2), ptr(&dzin), ptr(&w1), ptr(&dx_out), false);
-    let mnk = (m, h, i2);
-    let what = "bwd dx";
-    ok &= Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
+        // ---- fwd GEMM2: [M, I] x W2_e^T -> [M, H]
+        let want = m_ref(&ph, i, &pw2, h, true);
+        let (us, err, written) = plain(&hin, &w2, BLayout::NK, &mut y_out, (h, i), &flat(&want))?;
+        let dd = dense(false, true, (m, h, i), ptr(&hin), ptr(&w2), Some(&y_out), None, &|r, c| {
+            dot(i, &|q| ph.get(r * i + q) * pw2.get(c * i + q))
+        });
+        let bb = batched(false, true, (m / e, h, i), ptr(&hin), ptr(&w2), ptr(&y_out), false);
+        let mnk = (m, h, i);
+        let what = "fwd GEMM2";
+        ok &=
+            Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
+
+        // ---- bwd dh: [M, H] x W2_e (W2_e [H, I], N-major) -> [M, I]; plain, then with the SwiGLU backward
+        let dh_ref = m_ref(&pdy, h, &pw2, i, false);
+        let (us, err, written) = plain(&dy, &w2, BLayout::KN, &mut dh_out, (i, h), &flat(&dh_ref))?;
+        let dd = dense(false, false, (m, i, h), ptr(&dy), ptr(&w2), Some(&dh_out), None, &|r, c| {
+            dot(h, &|q| pdy.get(r * h + q) * pw2.get(q * i + c))
+        });
+        let bb = batched(false, false, (m / e, i, h), ptr(&dy), ptr(&w2), ptr(&dh_out), false);
+        let mnk = (m, i, h);
+        let what = "bwd dh (plain)";
+        ok &=
+            Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
+
+        poison(g, &mut dz_out)?;
+        poison(g, &mut partial)?;
+        let p = dswiglu_args!().prepare(g).s()?;
+        let us = time_prepared(g, &p)?;
+        drop(p);
+        let (mut want_dz, mut want_part, mut got_part) = (Vec::new(), Vec::new(), Vec::new());
+        for (&(_, r), dh) in sample_rows.iter().zip(flat(&dh_ref).chunks(i)) {
+            let s = rt.weights[rt.row_slot[r] as usize] as f64;
+            let mut dz = vec![0.0; i2];
+            let mut part = vec![0.0; nt];
+            for c in 0..i {
+                let (gv, uv) = (pz.get(r * i2 + c), pz.get(r * i2 + i + c));
+                let sg = sigmoid(gv);
+                dz[c] = s * dh[c] * uv * sg * (1.0 + gv * (1.0 - sg));
+                dz[i + c] = s * dh[c] * gv * sg;
+                part[c / gemm::dswiglu_columns()] += dh[c] * gv * sg * uv;
+            }
+            want_dz.extend(dz);
+            want_part.extend(part);
+            got_part.extend(rows_f64(&st, &partial, r * nt, nt, ff)?);
+        }
+        let err = check::rel_err(&got_rows(&dz_out, i2)?, &want_dz).max(check::rel_err(&got_part, &want_part));
+        let written = all_written(&st, &dz_out, bf_nan)? && all_written(&st, &partial, f_nan)?;
+        let what = "bwd dh + SwiGLU backward (dz, dtopk partials)";
+        ok &=
+            Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
+
+        // ---- bwd dx: [M, 2I] x W1_e (W1_e [2I, H], N-major) -> [M, H]
+        let want = m_ref(&pdz, i2, &pw1, h, false);
+        let (us, err, written) = plain(&dzin, &w1, BLayout::KN, &mut dx_out, (h, i2), &flat(&want))?;
+        let dd = dense(false, false, (m, h, i2), ptr(&dzin), ptr(&w1), Some(&dx_out), None, &|r, c| {
+            dot(i2, &|q| pdz.get(r * i2 + q) * pw1.get(q * h + c))
+        });
+        let bb = batched(false, false, (m / e, h, i2), ptr(&dzin), ptr(&w1), ptr(&dx_out), false);
+        let mnk = (m, h, i2);
+        let what = "bwd dx";
+        ok &=
+            Line { shape: name, name: what, k_grouped: false, mnk, us, err, written, dense: &dd, batched: &bb }.print();
+    }
 
     // ---- bwd dW2 = (s dy)^T h: [H, I] per expert; dW1 = dz^T x: [2I, H] per expert (K-grouped), f32 and bf16
     // output (the bf16 kernel times alternating with the f32 one: their ratio is the same-run A/B)
-    for (what, pa, a, wm, pb, b, wn, c, cb) in [
-        ("bwd dW2", &psdy, &sdy, h, &ph, &hin, i, &mut dw2, &mut dw2b),
-        ("bwd dW1", &pdz, &dzin, i2, &px, &xs, h, &mut dw1, &mut dw1b),
-    ] {
-        poison(g, c)?;
-        poison(g, cb)?;
-        let p = wgrad_args!(a, b, &mut *c, (wm, wn)).prepare(g).s()?;
-        let pb16 = wgrad_args!(a, b, &mut *cb, (wm, wn)).prepare(g).s()?;
-        // MEGAMOE_BENCH_AB=0: each kernel's repetitions back to back (f32, then bf16) instead of alternating
-        let (us, us_b) = if std::env::var("MEGAMOE_BENCH_AB").is_ok_and(|v| v == "0") {
-            (time_prepared(g, &p)?, time_prepared(g, &pb16)?)
-        } else {
-            time_prepared_ab(g, &p, &pb16)?
-        };
-        drop(p);
-        drop(pb16);
-        // rows of C_e across the m-tiles, all columns, for the first and last sampled experts
-        let c_rows = [0, 1, 63, 64, 127, 128 + 5, wm / 2 + 3, wm - 1];
-        let (mut got, mut got_b, mut exp) = (Vec::new(), Vec::new(), Vec::new());
-        for &x in &[sample_e[0], sample_e[2]] {
-            let (r0, r1) = (rt.offsets[x] as usize, rt.offsets[x + 1] as usize);
-            let mut acc = vec![0.0f64; c_rows.len() * wn];
-            for r in r0..r1 {
-                let brow: Vec<f64> = (0..wn).map(|col| pb.get(r * wn + col)).collect();
-                for (j, &cr) in c_rows.iter().enumerate() {
-                    let av = pa.get(r * wm + cr);
-                    for (o, bv) in acc[j * wn..(j + 1) * wn].iter_mut().zip(&brow) {
-                        *o += av * bv;
+    if part != "m" {
+        for (what, pa, a, wm, pb, b, wn, c, cb) in [
+            ("bwd dW2", &psdy, &sdy, h, &ph, &hin, i, &mut dw2, &mut dw2b),
+            ("bwd dW1", &pdz, &dzin, i2, &px, &xs, h, &mut dw1, &mut dw1b),
+        ] {
+            poison(g, c)?;
+            poison(g, cb)?;
+            let p = wgrad_args!(a, b, &mut *c, (wm, wn)).prepare(g).s()?;
+            let pb16 = wgrad_args!(a, b, &mut *cb, (wm, wn)).prepare(g).s()?;
+            // MEGAMOE_BENCH_AB=0: each kernel's repetitions back to back (f32, then bf16) instead of alternating
+            let (us, us_b) = if std::env::var("MEGAMOE_BENCH_AB").is_ok_and(|v| v == "0") {
+                (time_prepared(g, &p)?, time_prepared(g, &pb16)?)
+            } else {
+                time_prepared_ab(g, &p, &pb16)?
+            };
+            drop(p);
+            drop(pb16);
+            // rows of C_e across the m-tiles, all columns, for the first and last sampled experts
+            let c_rows = [0, 1, 63, 64, 127, 128 + 5, wm / 2 + 3, wm - 1];
+            let (mut got, mut got_b, mut exp) = (Vec::new(), Vec::new(), Vec::new());
+            for &x in &[sample_e[0], sample_e[2]] {
+                let (r0, r1) = (rt.offsets[x] as usize, rt.offsets[x + 1] as usize);
+                let mut acc = vec![0.0f64; c_rows.len() * wn];
+                for r in r0..r1 {
+                    let brow: Vec<f64> = (0..wn).map(|col| pb.get(r * wn + col)).collect();
+                    for (j, &cr) in c_rows.iter().enumerate() {
+                        let av = pa.get(r * wm + cr);
+                        for (o, bv) in acc[j * wn..(j + 1) * wn].iter_mut().zip(&brow) {
+                            *o += av * bv;
+                        }
                     }
                 }
+                exp.extend(acc);
+                for &cr in &c_rows {
+                    got.extend(rows_f64(&st, c, (x * wm + cr) * wn, wn, ff)?);
+                    got_b.extend(rows_f64(&st, cb, (x * wm + cr) * wn, wn, bf)?);
+                }
             }
-            exp.extend(acc);
-            for &cr in &c_rows {
-                got.extend(rows_f64(&st, c, (x * wm + cr) * wn, wn, ff)?);
-                got_b.extend(rows_f64(&st, cb, (x * wm + cr) * wn, wn, bf)?);
-            }
+            let (err, err_b) = (check::rel_err(&got, &exp), check::rel_err(&got_b, &exp));
+            let (written, written_b) = (all_written(&st, c, f_nan)?, all_written(&st, cb, bf_nan)?);
+            let dd = dense(true, false, (wm, wn, m), ptr(a), ptr(b), None, Some(c), &|r, col| {
+                dot(m, &|q| pa.get(q * wm + r) * pb.get(q * wn + col))
+            });
+            // after the checks: it overwrites ours (and cuBLAS dense's) output, E blocks of [wm, wn] f32
+            let bb = batched(true, false, (wm, wn, m / e), ptr(a), ptr(b), dptr(c, &st), true);
+            let mnk = (wm, wn, m);
+            ok &= Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd, batched: &bb }
+                .print();
+            let what = if what == "bwd dW2" { "bwd dW2 bf16 out" } else { "bwd dW1 bf16 out" };
+            let (us, err, written) = (us_b, err_b, written_b);
+            ok &= Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd, batched: &bb }
+                .print();
         }
-        let (err, err_b) = (check::rel_err(&got, &exp), check::rel_err(&got_b, &exp));
-        let (written, written_b) = (all_written(&st, c, f_nan)?, all_written(&st, cb, bf_nan)?);
-        let dd = dense(true, false, (wm, wn, m), ptr(a), ptr(b), None, Some(c), &|r, col| {
-            dot(m, &|q| pa.get(q * wm + r) * pb.get(q * wn + col))
-        });
-        // after the checks: it overwrites ours (and cuBLAS dense's) output, E blocks of [wm, wn] f32
-        let bb = batched(true, false, (wm, wn, m / e), ptr(a), ptr(b), dptr(c, &st), true);
-        let mnk = (wm, wn, m);
-        ok &=
-            Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd, batched: &bb }.print();
-        let what = if what == "bwd dW2" { "bwd dW2 bf16 out" } else { "bwd dW1 bf16 out" };
-        let (us, err, written) = (us_b, err_b, written_b);
-        ok &=
-            Line { shape: name, name: what, k_grouped: true, mnk, us, err, written, dense: &dd, batched: &bb }.print();
     }
 
     // ---- each GEMM again, alternating launch by launch with cuBLAS's dense GEMM of its shape (the lines above
@@ -890,22 +905,26 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let (xsp, w1p, w2p, hinp, dyp, dzinp, sdyp) =
         (ptr(&xs), ptr(&w1), ptr(&w2), ptr(&hin), ptr(&dy), ptr(&dzin), ptr(&sdy));
     let (zo, yo, dho, dxo, dw2p, dw1p) = (ptr(&z_out), ptr(&y_out), ptr(&dh_out), ptr(&dx_out), f32p(&dw2), f32p(&dw1));
-    let p = mg!(&xs, &w1, BLayout::NK, &mut z_out, (i2, h)).prepare(g).s()?;
-    vs_dense(g, bl, name, "fwd GEMM1 (plain)", false, (m, i2, h), p, (false, true, xsp, w1p, zo, false))?;
-    let p = swiglu_args!(Some(&mut z_out)).prepare(g).s()?;
-    let what = "fwd GEMM1 + SwiGLU (h and z stored)";
-    vs_dense(g, bl, name, what, false, (m, i2, h), p, (false, true, xsp, w1p, zo, false))?;
-    let p = mg!(&hin, &w2, BLayout::NK, &mut y_out, (h, i)).prepare(g).s()?;
-    vs_dense(g, bl, name, "fwd GEMM2", false, (m, h, i), p, (false, true, hinp, w2p, yo, false))?;
-    let p = mg!(&dy, &w2, BLayout::KN, &mut dh_out, (i, h)).prepare(g).s()?;
-    vs_dense(g, bl, name, "bwd dh (plain)", false, (m, i, h), p, (false, false, dyp, w2p, dho, false))?;
-    let p = dswiglu_args!().prepare(g).s()?;
-    let what = "bwd dh + SwiGLU backward (dz, dtopk partials)";
-    vs_dense(g, bl, name, what, false, (m, i, h), p, (false, false, dyp, w2p, dho, false))?;
-    let p = mg!(&dzin, &w1, BLayout::KN, &mut dx_out, (h, i2)).prepare(g).s()?;
-    vs_dense(g, bl, name, "bwd dx", false, (m, h, i2), p, (false, false, dzinp, w1p, dxo, false))?;
+    if part != "wgrad" {
+        let p = mg!(&xs, &w1, BLayout::NK, &mut z_out, (i2, h)).prepare(g).s()?;
+        vs_dense(g, bl, name, "fwd GEMM1 (plain)", false, (m, i2, h), p, (false, true, xsp, w1p, zo, false))?;
+        let p = swiglu_args!(Some(&mut z_out)).prepare(g).s()?;
+        let what = "fwd GEMM1 + SwiGLU (h and z stored)";
+        vs_dense(g, bl, name, what, false, (m, i2, h), p, (false, true, xsp, w1p, zo, false))?;
+        let p = mg!(&hin, &w2, BLayout::NK, &mut y_out, (h, i)).prepare(g).s()?;
+        vs_dense(g, bl, name, "fwd GEMM2", false, (m, h, i), p, (false, true, hinp, w2p, yo, false))?;
+        let p = mg!(&dy, &w2, BLayout::KN, &mut dh_out, (i, h)).prepare(g).s()?;
+        vs_dense(g, bl, name, "bwd dh (plain)", false, (m, i, h), p, (false, false, dyp, w2p, dho, false))?;
+        let p = dswiglu_args!().prepare(g).s()?;
+        let what = "bwd dh + SwiGLU backward (dz, dtopk partials)";
+        vs_dense(g, bl, name, what, false, (m, i, h), p, (false, false, dyp, w2p, dho, false))?;
+        let p = mg!(&dzin, &w1, BLayout::KN, &mut dx_out, (h, i2)).prepare(g).s()?;
+        vs_dense(g, bl, name, "bwd dx", false, (m, h, i2), p, (false, false, dzinp, w1p, dxo, false))?;
+    }
     for (what, a, ap, wm, b, bp, wn, cp) in
         [("bwd dW2", &sdy, sdyp, h, &hin, hinp, i, dw2p), ("bwd dW1", &dzin, dzinp, i2, &xs, xsp, h, dw1p)]
+            .into_iter()
+            .filter(|_| part != "m")
     {
         let d = (true, false, ap, bp, cp, true);
         let (c, cb) = if what == "bwd dW2" { (&mut dw2, &mut dw2b) } else { (&mut dw1, &mut dw1b) };

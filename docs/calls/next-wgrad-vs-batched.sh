@@ -12,8 +12,14 @@
 # pipe active 5-10% more of the elapsed cycles; ours more instructions (the epilogue's staging) and more barrier
 # stalls. What it decides: if the tensor duty differs and the bytes do not, the gap is our pipeline (the epilogue's
 # hold on the consumers: docs/NOTES.md item 3e); if ours moves more bytes (L2 or DRAM), that first.
-# Command `bash docs/calls/next-wgrad-vs-batched.sh`, carry [".dev/b50"] (~5 min, self-limited).
-. "$(dirname "$0")/prelude.sh" b50
+# Thirty-second session: run in 2026-12-05g (call 5) the cuBLAS side caught the M-grouped section's dense launches
+# (the first 138 nvjet launches of the whole bench); now the bench runs its weight-gradient part alone
+# (MEGAMOE_BENCH_PART=wgrad, b56 = main with that filter), so every cuBLAS launch caught is a weight gradient's, in
+# the bench's order: dense dW2 (23 launches), batched dW2 (23), dense dW1 (23), batched dW1 (23); each run of one
+# (kernel, grid) is listed, and a run whose median DRAM write exceeds 200 MB is a batched one (each expert's own
+# block: 0.8 / 1.6 GB of f32 at 30B; the dense GEMM writes one 6-13 MB block).
+# Command `bash docs/calls/next-wgrad-vs-batched.sh`, carry [".dev/b56"] (~3 min, self-limited).
+. "$(dirname "$0")/prelude.sh" b56
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 want="gpu__time_duration.sum sm__cycles_elapsed.avg sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed
 sm__inst_executed_pipe_tensor_op_gmma.sum
@@ -23,13 +29,11 @@ smsp__average_warp_latency_issue_stalled_barrier smsp__average_warp_latency_issu
 launch__grid_size launch__cluster_dim_x launch__registers_per_thread"
 m=$(ncu_metrics "$want")
 echo "metrics: $m"
+echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 for who in ours cublas; do
-  # cuBLAS: every 128 x 256 / 256 x 128 nvjet kernel of the weight-gradient section (the H100's cuBLAS in 2026-12-05f
-  # named its batched ones nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_*, the H200's earlier *128x256*): the dense
-  # and the batched launches, told apart below by name and grid
-  k='regex:grouped_wgrad_f32'; n=46; [ $who = cublas ] && { k='regex:nvjet.*(128x256|256x128)'; n=140; }
-  MEGAMOE_BENCH_ONLY=30B MEGAMOE_BENCH_ROUTING=balanced timeout 220 ncu -k "$k" --launch-count $n --metrics "$m" --csv \
-    b50/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
+  k='regex:grouped_wgrad_f32'; n=46; [ $who = cublas ] && { k='regex:nvjet|cutlass|splitK|xmma|gemv|Kernel'; n=92; }
+  MEGAMOE_BENCH_PART=wgrad MEGAMOE_BENCH_ONLY=30B MEGAMOE_BENCH_ROUTING=balanced timeout 200 ncu -k "$k" \
+    --launch-count $n --metrics "$m" --csv b56/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
   echo "== ncu $who rc $? at $(el) s"; tail -2 $OUT/r/ncu_$who.err
 done
 python3 - $OUT/r/ncu_ours.csv $OUT/r/ncu_cublas.csv <<'P'
@@ -43,32 +47,39 @@ def load(path):
     for x in rows[1:]:
         by.setdefault(int(x[i]), {"name": x[k], "grid": x[g]})[x[m]] = x[v]
     return list(by.values())
+def num(l, key):
+    try: return float(l[key].replace(",", ""))
+    except (KeyError, ValueError): return None
+def medians(part):
+    med = {}
+    for key in part[0]:
+        if key in ("name", "grid"): continue
+        xs = [num(l, key) for l in part]
+        if all(x is not None for x in xs): med[key] = statistics.median(xs)
+    return med
 out = {}
 for path, who in zip(sys.argv[1:], ("ours", "cublas")):
     L = load(path)
     if not L: print(who, "no rows"); continue
-    print(f"{who}: {len(L)} launches, kernels {sorted({l['name'][:70] for l in L})}")
-    # runs of consecutive launches of one (kernel, grid): which are the batched GEMMs' (their order in the bench)
+    print(f"{who}: {len(L)} launches")
     runs = []
     for l in L:
-        key = (l["name"][:60], l["grid"])
-        if runs and runs[-1][0] == key: runs[-1][1] += 1
-        else: runs.append([key, 1])
-    for key, c in runs: print(f"  {c:3d} x {key[0]} grid {key[1]}")
-    if who == "cublas":
-        # the batched launches: the runs whose grid is not the dense GEMMs' (the first run's), in order
-        dense = runs[0][0][1] if runs else None
-        Lb = [l for l in L if l["grid"] != dense]
-        if Lb: L = Lb
-        else: print("  (one grid for all: dense and batched not told apart; the medians below mix them)")
-    for g, part in (("dW2", L[3:23]), ("dW1", L[26:46])):
-        if not part: continue
-        med = {}
-        for key in part[0]:
-            if key in ("name", "grid"): continue
-            try: med[key] = statistics.median(float(l[key].replace(",", "")) for l in part)
-            except (ValueError, KeyError): pass
-        out[(who, g)] = med
+        key = (l["name"][:70], l["grid"])
+        if runs and runs[-1][0] == key: runs[-1][1].append(l)
+        else: runs.append([key, [l]])
+    for key, ls in runs:
+        w = statistics.median(num(l, "dram__bytes_write.sum") or 0 for l in ls)
+        t = statistics.median(num(l, "gpu__time_duration.sum") or 0 for l in ls)
+        print(f"  {len(ls):3d} x {key[0]} grid {key[1]}: median {t / 1e3:.0f} us, DRAM write {w / 1e6:.0f} MB")
+    if who == "ours":
+        for g, part in (("dW2", L[3:23]), ("dW1", L[26:46])):
+            if part: out[(who, g)] = medians(part)
+    else:
+        big = [ls for key, ls in runs if len(ls) >= 10 and
+               statistics.median(num(l, "dram__bytes_write.sum") or 0 for l in ls) > 200e6]
+        print(f"  batched runs (median DRAM write > 200 MB): {len(big)}")
+        for g, ls in zip(("dW2", "dW1"), big):
+            out[(who, g)] = medians(ls[3:])
 keys = sorted({k for d in out.values() for k in d})
 for g in ("dW2", "dW1"):
     a, b = out.get(("ours", g), {}), out.get(("cublas", g), {})
