@@ -8,7 +8,7 @@ use common::{gpu, inputs, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
 use half::bf16;
 use megamoe::layer::{Forward, Gather, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
-use megamoe::{check, Error, Gpu};
+use megamoe::{check, gemm, Error, Gpu};
 
 fn config(s: Shape, max_tokens: usize, save: Save) -> LayerConfig {
     LayerConfig::bf16(s.h, s.i, s.e, s.k, max_tokens, save)
@@ -178,7 +178,10 @@ gpu_test!(invalid_id_minus_two_writes_nothing, { invalid_id_writes_nothing(-2, S
 
 /// The forward with GEMM1's producer gathering x (`Gather::InProducer`) against the gather pass: bitwise equal,
 /// on shapes where a block runs more iterations than the ring has stages (the case that once deadlocked) and on
-/// ragged ones, plus the reference.
+/// ragged ones, plus the reference. Each GEMM1 form that gathers: the epilogue-warps kernel with the run-time walk
+/// (the default: `grouped_gemm_swiglu_ew7_gather_dyn`) and the static one (`_ew7_gather`), each against the pass
+/// with the same epilogue-warps GEMM1, and the cooperative `grouped_gemm_swiglu_gather` (`MEGAMOE_SWIGLU=coop`)
+/// against the pass with the cooperative GEMM1.
 fn gather_in_producer(s: Shape, tokens: usize, routing: Routing) {
     let g = gpu();
     let mut r = rng();
@@ -186,11 +189,19 @@ fn gather_in_producer(s: Shape, tokens: usize, routing: Routing) {
     let cfg = config(s, tokens, Save::InputsOnly);
     let mut pass = MoeLayer::new(g.clone(), LayerConfig { gather: Gather::Pass, ..cfg }).unwrap();
     let mut fused = MoeLayer::new(g.clone(), LayerConfig { gather: Gather::InProducer, ..cfg }).unwrap();
-    let (y, bits) = run(&g, &mut fused, &inp);
-    let (_, bits_pass) = run(&g, &mut pass, &inp);
-    assert!(bits == bits_pass, "{s:?} T={tokens} {routing:?}: the in-producer gather differs from the gather pass");
-    let e = check::close("y (gather in producer)", &y, &reference_y(&inp), 1e-2).unwrap();
-    eprintln!("y rel err {e:.3e}");
+    let want = reference_y(&inp);
+    for (ew7, dynamic) in [(true, true), (true, false), (false, true)] {
+        let form = |layer: &mut MoeLayer| {
+            gemm::with_swiglu_epilogue_warps(ew7, || gemm::with_gemm_sched(dynamic, || run(&g, layer, &inp)))
+        };
+        // poisoned between the forms, so a form that wrote nothing cannot pass on the previous one's output
+        let (y, bits) = form(&mut fused);
+        let (_, bits_pass) = form(&mut pass);
+        let what = format!("{s:?} T={tokens} {routing:?}, epilogue warps {ew7}, run-time walk {dynamic}");
+        assert!(bits == bits_pass, "{what}: the in-producer gather differs from the gather pass");
+        let e = check::close("y (gather in producer)", &y, &want, 1e-2).unwrap();
+        eprintln!("{what}: y rel err {e:.3e}");
+    }
 }
 
 gpu_test!(gather_in_producer_ragged, { gather_in_producer(RAGGED, 211, Routing::Uniform) });

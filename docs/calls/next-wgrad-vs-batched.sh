@@ -14,12 +14,12 @@
 # hold on the consumers: docs/NOTES.md item 3e); if ours moves more bytes (L2 or DRAM), that first.
 # Thirty-second session: run in 2026-12-05g (call 5) the cuBLAS side caught the M-grouped section's dense launches
 # (the first 138 nvjet launches of the whole bench); now the bench runs its weight-gradient part alone
-# (MEGAMOE_BENCH_PART=wgrad, b56 = main with that filter), so every cuBLAS launch caught is a weight gradient's, in
+# (MEGAMOE_BENCH_PART=wgrad, b57 = main with that filter), so every cuBLAS launch caught is a weight gradient's, in
 # the bench's order: dense dW2 (23 launches), batched dW2 (23), dense dW1 (23), batched dW1 (23); each run of one
 # (kernel, grid) is listed, and a run whose median DRAM write exceeds 200 MB is a batched one (each expert's own
 # block: 0.8 / 1.6 GB of f32 at 30B; the dense GEMM writes one 6-13 MB block).
-# Command `bash docs/calls/next-wgrad-vs-batched.sh`, carry [".dev/b56"] (~3 min, self-limited).
-. "$(dirname "$0")/prelude.sh" b56
+# Command `bash docs/calls/next-wgrad-vs-batched.sh`, carry [".dev/b57"] (~3 min, self-limited).
+. "$(dirname "$0")/prelude.sh" b57
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 want="gpu__time_duration.sum sm__cycles_elapsed.avg sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed
 sm__inst_executed_pipe_tensor_op_gmma.sum
@@ -33,7 +33,7 @@ echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 for who in ours cublas; do
   k='regex:grouped_wgrad_f32'; n=46; [ $who = cublas ] && { k='regex:nvjet|cutlass|splitK|xmma|gemv|Kernel'; n=92; }
   MEGAMOE_BENCH_PART=wgrad MEGAMOE_BENCH_ONLY=30B MEGAMOE_BENCH_ROUTING=balanced timeout 200 ncu -k "$k" \
-    --launch-count $n --metrics "$m" --csv b56/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
+    --launch-count $n --metrics "$m" --csv b57/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
   echo "== ncu $who rc $? at $(el) s"; tail -2 $OUT/r/ncu_$who.err
 done
 python3 - $OUT/r/ncu_ours.csv $OUT/r/ncu_cublas.csv <<'P'

@@ -406,6 +406,7 @@ pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm
         (true, "grouped_gemm_bt_bf16") => "grouped_gemm_bt_bf16_dyn",
         (true, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_dyn",
         (true, "grouped_gemm_swiglu_ew7_mv") => "grouped_gemm_swiglu_ew7_mv_dyn",
+        (true, "grouped_gemm_swiglu_ew7_gather") => "grouped_gemm_swiglu_ew7_gather_dyn",
         (true, "grouped_gemm_bt_dswiglu_ew7") => "grouped_gemm_bt_dswiglu_ew7_dyn",
         (_, k) => k,
     };

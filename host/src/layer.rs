@@ -60,10 +60,13 @@ pub enum Gather {
     /// gathered by the pass (overlapped with the dh GEMM it measured slower). The default: 1.02-1.04x the forward
     /// and 1.016-1.021x the forward + backward of [`Gather::Pass`] (docs/RESULTS.md, 2026-12-03 eighth session).
     Overlapped,
-    /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the copy of x does not exist;
-    /// bitwise the same results. At the Qwen3-30B-A3B shape (T = 16384) the forward with it measured 2.77 ms,
-    /// against ~2.57 ms estimated for the gather pass from its kernels' times: the producer does not yet keep
-    /// up with the tensor cores (docs/NOTES.md).
+    /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the forward neither writes nor
+    /// reads an expert-ordered copy of x; bitwise the same results. With the epilogue-warps GEMM1 (the default
+    /// policy) it runs `grouped_gemm_swiglu_ew7_gather` (the whole producer warpgroup gathering, four epilogue
+    /// warps), else the cooperative `grouped_gemm_swiglu_gather`. The backward (z saved) then gathers x for dW1 by
+    /// the pass; dx is summed by dW2's and dW1's idle warps as with [`Gather::Overlapped`]. The cooperative form's
+    /// forward measured 2500 us against the default's 2506 at 30B (docs/RESULTS.md 2026-12-05g); the
+    /// epilogue-warps form is not yet measured.
     InProducer,
 }
 
@@ -633,12 +636,9 @@ impl MoeLayer {
             }
             Gemm1A::Tokens(x) => (0, x, "grouped_gemm_swiglu_gather"),
         };
-        // h columns of a tile, the rows of W1's box (gate rows, then up rows): the policy's over expert-ordered rows
-        // (`gemm::swiglu_columns`), 128 for the gathering producer
-        let cols = match x {
-            Gemm1A::Rows(..) => crate::gemm::swiglu_columns(),
-            Gemm1A::Tokens(_) => kh::GEMM_BN as usize / 2,
-        };
+        // h columns of a tile, the rows of W1's box (gate rows, then up rows): the policy's (`gemm::swiglu_columns`:
+        // 96 for the epilogue-warps kernels, with A by TMA or gathered by the producer, 128 for the cooperative ones)
+        let cols = crate::gemm::swiglu_columns();
         let map_b = self.maps.get(&g, dptr(w1, &s), c.experts * 2 * c.intermediate, c.hidden, cols as u32, 64)?;
         // whole 64-row groups of an expert leave through the copy engine: h [slots, I] and z [slots, 2I]
         let (bx, by) = kh::GEMM_C_BOX;
@@ -1142,32 +1142,34 @@ impl MoeLayer {
             };
             self.mgemm("grouped_gemm_bt_bf16", p, saved)?;
         }
-        // dx = the sum over each token's slots: by a pass, or (overlapped) by dW2's and dW1's idle producer warps
+        // dx = the sum over each token's slots: by a pass (`Gather::Pass`), or by dW2's and dW1's idle producer warps
+        // (the other two: the same sums in the same order)
+        let dx_by_movers = c.gather != Gather::Pass;
         let dx_sum = self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved);
-        if !overlapped {
+        if !dx_by_movers {
             self.launch_combine(&dx_sum)?;
         }
         // weight gradients, contracting over each expert's rows
         let acc = grads.accumulate;
-        // overlapped: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest
+        // by the movers: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest
         let (first, rest) = split_combine(&dx_sum, saved.tokens / 3);
         if wgrad8 {
             // dW2 = (s dy)^T h: h^T in 128 x 128 blocks from z's recompute; then dW1 = dz^T x: dz in 1 x 128
             // blocks, x gathered into 128 x 128 blocks (each operand's codes overwrite the last GEMM's, on the stream)
-            self.wgrad_fp8::<W>(Operand::A, (h2, i2), dptr(grads.dw2, &s), acc, saved, overlapped.then_some(first))?;
+            self.wgrad_fp8::<W>(Operand::A, (h2, i2), dptr(grads.dw2, &s), acc, saved, dx_by_movers.then_some(first))?;
             // dz^T: quantized before dx with an FP8 dx, else now into A
             let dz_op = if dx8 { Operand::Dz } else { Operand::A };
             if !dx8 {
                 self.quantize_cols_fp8(Operand::A, dptr(&self.work.dz, &s), 2 * i2, false, None, false, saved)?;
             }
             self.quantize_cols_fp8(Operand::B, 0, h2, true, Some((dptr(inp.x, &s), 0, 0)), false, saved)?;
-            let (dw1, rest) = (dptr(grads.dw1, &s), overlapped.then_some(rest));
+            let (dw1, rest) = (dptr(grads.dw1, &s), dx_by_movers.then_some(rest));
             return self.wgrad_fp8::<W>(dz_op, (2 * i2, h2), dw1, acc, saved, rest);
         }
         let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
-        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, overlapped.then_some(first))?;
+        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, dx_by_movers.then_some(first))?;
         let dz = (dptr(&self.work.dz, &s), ws_rows, 2 * i2);
-        self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, overlapped.then_some(rest))?;
+        self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, dx_by_movers.then_some(rest))?;
         Ok(())
     }
 

@@ -147,6 +147,19 @@ pub const CONFIGS: &[TileConfig] = &[
     cfg("grouped_gemm_swiglu_mcb", Swiglu, Tma, NK, Some(Share::B)),
     cfg("grouped_gemm_swiglu_mc", Swiglu, Tma, NK, Some(Share::A)),
     cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, None),
+    TileConfig {
+        kernel: "grouped_gemm_swiglu_ew7_gather",
+        epilogue: Swiglu,
+        a: Gather,
+        b: NK,
+        bm: kh::GEMM_BM,
+        bn: kh::GEMM_EW7_BN / 2,
+        stages: kh::GEMM_EW7_STAGES,
+        schedule: Schedule::EpilogueWarps,
+        cluster: 1,
+        share: None,
+        smem: kh::GEMM_SMEM,
+    },
     cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, None),
     TileConfig {
         kernel: "grouped_gemm_bt_dswiglu_ew7",
@@ -433,7 +446,7 @@ mod tests {
     }
 
     #[test]
-    fn the_epilogue_warps_gemm1_only_when_asked_and_never_for_the_gathering_producer() {
+    fn the_epilogue_warps_gemm1_only_when_asked_with_either_a_load() {
         let sw = p(Swiglu, Tma, NK, 768);
         let ch = choose(&sw, &H200).unwrap();
         assert_eq!(ch.config.kernel, "grouped_gemm_swiglu");
@@ -444,7 +457,14 @@ mod tests {
         // 30B: I = 768 is 8 tiles of 96 columns of h (192 of z), 6 of 128 for the cooperative kernel
         assert_eq!((ch.config.kernel, sw.n_tiles(&ch.config)), ("grouped_gemm_swiglu_ew7", 8));
         assert_eq!(sw.n_tiles(config("grouped_gemm_swiglu").unwrap()), 6);
-        assert_eq!(choose(&p(Swiglu, Gather, NK, 768), &on).unwrap().config.kernel, "grouped_gemm_swiglu_gather");
+        // the gathering producer likewise: the epilogue-warps form when the policy asks, the cooperative one else
+        let gather = p(Swiglu, Gather, NK, 768);
+        let ch = choose(&gather, &on).unwrap();
+        assert_eq!((ch.config.kernel, gather.n_tiles(&ch.config)), ("grouped_gemm_swiglu_ew7_gather", 8));
+        let ch = choose(&gather, &H200).unwrap();
+        assert_eq!(ch.config.kernel, "grouped_gemm_swiglu_gather");
+        let ew = ch.rejected.iter().find(|(c, _)| c.kernel == "grouped_gemm_swiglu_ew7_gather").unwrap();
+        assert_eq!(ew.1, Rejection::SwigluEw7Off);
         // the SwiGLU backward's policy does not reach it
         let both = Limits { dsw: Dsw::Ew7, ..on };
         assert_eq!(choose(&sw, &both).unwrap().config.kernel, "grouped_gemm_swiglu_ew7");
@@ -452,6 +472,7 @@ mod tests {
 
     #[test]
     fn the_gathering_producer_has_no_cluster_variant() {
+        // (the cooperative gathering kernel: the epilogue-warps policy off, as H200 holds it)
         let on = Limits { share_a: true, share_b: true, ..H200 };
         let ch = choose(&p(Swiglu, Gather, NK, 768), &on).unwrap();
         assert_eq!(ch.config.kernel, "grouped_gemm_swiglu_gather");

@@ -82,6 +82,8 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_swiglu_ew7_dyn", 512, true, true),
     k("grouped_gemm_swiglu_ew7_mv", 512, true, true),
     k("grouped_gemm_swiglu_ew7_mv_dyn", 512, true, true),
+    k("grouped_gemm_swiglu_ew7_gather", 512, true, true),
+    k("grouped_gemm_swiglu_ew7_gather_dyn", 512, true, true),
     k("ffn_fused_fwd", 384, true, true),
     k("ffn_fused_fwd_mv", 384, true, true),
     k("wgrad_expert_maps", 128, true, false),

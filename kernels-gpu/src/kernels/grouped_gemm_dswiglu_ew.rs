@@ -67,6 +67,13 @@ pub(crate) const fn queue_at(stages: u32, bn: u32) -> u32 {
 const fn end(stages: u32, bn: u32) -> u32 {
     queue_at(stages, bn) + TileQueue::<DYN_Q>::BYTES
 }
+/// Shared-memory offset of a gathering producer's row tokens (u32 [BM]) and then the tile it broadcasts (u32), after
+/// the queue (`grouped_gemm_swiglu_ew7_gather`).
+pub(crate) const fn rows_at(stages: u32, bn: u32) -> u32 {
+    end(stages, bn)
+}
+/// Bytes of that area.
+pub(crate) const ROWS_BYTES: u32 = 4 * crate::kernels_host::GEMM_BM + 16;
 const _: () = assert!(dh_at(S, BN) == S * STAGE_BYTES, "the 256-column ring is the shared engine's");
 const _: () =
     assert!(end(S, BN) <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED, "the layout overlaps the scheduler's offsets");
@@ -87,6 +94,10 @@ const _: () = assert!(
     "the layout overlaps the scheduler's offsets"
 );
 const _: () = assert!(dh_at(S7, BN7) % 1024 == 0 && stage_bytes(BN7) % 1024 == 0, "1024-byte alignment");
+const _: () = assert!(
+    rows_at(S7, BN7) % 16 == 0 && rows_at(S7, BN7) + ROWS_BYTES <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED,
+    "the gathering producer's rows overlap the scheduler's offsets"
+);
 
 /// The dh GEMM (A = dy rows, B_e = W2_e stored [K, N]) with the SwiGLU backward by an epilogue warpgroup (see the
 /// module). 384 threads, `SMEM_BYTES` of dynamic shared memory, grid <= the SM count; `n_tiles` = n / 256 rounded
@@ -94,7 +105,7 @@ const _: () = assert!(dh_at(S7, BN7) % 1024 == 0 && stage_bytes(BN7) % 1024 == 0
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
     let base = smem::base();
-    let (ring, dh, (full, empty)) = setup::<S, BN, EW, false>(&p, base);
+    let (ring, dh, (full, empty)) = setup::<S, BN, EW, false>(&p, base, 1);
     let t = regs::tid();
     let wg = t / 128;
     // read by each role after its register reallocation (a value live across it may be spilled)
@@ -109,7 +120,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
         }
     } else {
         regs::setmaxnreg_inc::<CONSUMER_REGS>();
-        consume::<S, [f32; 128], true, false>(
+        consume::<S, [f32; 128], true, false, false>(
             &p,
             base,
             ring,
@@ -143,7 +154,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm
 macro_rules! ew7_body {
     ($p:ident, $dyn:literal) => {{
         let base = smem::base();
-        let (ring, dh, (full, empty)) = setup::<S7, BN7, EW7, $dyn>(&$p, base);
+        let (ring, dh, (full, empty)) = setup::<S7, BN7, EW7, $dyn>(&$p, base, 1);
         let queue = if $dyn { base + queue_at(S7, BN7) } else { 0 };
         let t = regs::tid();
         let wg = t / 128;
@@ -158,7 +169,7 @@ macro_rules! ew7_body {
                 epilogue::<BN7, EW7, $dyn>(&$p, dh, (full, empty), (total, queue), w);
             }
         } else {
-            consume::<S7, [f32; 96], true, $dyn>(
+            consume::<S7, [f32; 96], true, $dyn, false>(
                 &$p,
                 base,
                 ring,
@@ -173,13 +184,15 @@ macro_rules! ew7_body {
 }
 use ew7_body;
 
-/// Every thread, at entry: the ring (`S_` stages of A 128 x 64 and B 64 K x `BN_` N), the dh tile's address and its
-/// `full` / `empty` mbarriers (initialised for the two consumer warpgroups and `EW_` epilogue warps), `DYN`: the
-/// run-time walk's tile queue (at `queue_at`), the scheduler's offsets copied, then one block barrier.
+/// Every thread, at entry: the ring (`S_` stages of A 128 x 64 and B 64 K x `BN_` N; each stage's `full` expecting
+/// `producer_arrivals` arrivals a phase: 1, the TMA thread's, or 129 with a gathering producer), the dh tile's address
+/// and its `full` / `empty` mbarriers (initialised for the two consumer warpgroups and `EW_` epilogue warps), `DYN`:
+/// the run-time walk's tile queue (at `queue_at`), the scheduler's offsets copied, then one block barrier.
 #[inline(always)]
 pub(crate) unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32, const DYN: bool>(
     p: &GroupedGemm,
     base: u32,
+    producer_arrivals: u32,
 ) -> (Ring<S_>, u32, (u32, u32)) {
     let ring = Ring::<S_>::at(base + bars_at(S_, BN_));
     let full = base + bars_at(S_, BN_) + Ring::<S_>::BYTES;
@@ -191,7 +204,7 @@ pub(crate) unsafe fn setup<const S_: u32, const BN_: u32, const EW_: u32, const 
             TileQueue::<DYN_Q>::at(base + queue_at(S_, BN_)).init(32 * (8 + EW_));
         }
         // both consumer warpgroups' 8 warps give a stage back (init's fence publishes the dh barriers too)
-        ring.init(8);
+        ring.init_with(producer_arrivals, 8);
     }
     sched_copy::<false>(p);
     sync::block_sync();
@@ -242,10 +255,11 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32, const DYN: bool>(
 /// A consumer warpgroup: every tile of the block's walk, its rows 64 cw .. 64 cw + 64 (a plain main loop, B N-major
 /// when `BT`), then the accumulators in bf16 into the tile in shared memory (`A::N` columns, 16-byte chunk j of
 /// row r at chunk j ^ (r % 8)) once the epilogue warps have read the previous one (`empty`), and an arrival on
-/// `full`. SAFETY: the 128 threads of consumer warpgroup `cw`.
+/// `full`. `GATHER`: A arrives by `cp.async` (the generic proxy), fenced before the tensor cores read it.
+/// SAFETY: the 128 threads of consumer warpgroup `cw`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool, const DYN: bool>(
+pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool, const DYN: bool, const GATHER: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S_>,
@@ -261,7 +275,7 @@ pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool, const DYN: b
     let mut handed = 0u32;
     let mut tiles = Tiles::<DYN, false>::new(p, total, queue);
     while tiles.next().is_some() {
-        let acc = mainloop_coop::<BT, false, 0, S_, A>(base, &ring, &mut it, kt_n, cw, lane);
+        let acc = mainloop_coop::<BT, GATHER, 0, S_, A>(base, &ring, &mut it, kt_n, cw, lane);
         // the epilogue warps are done with the previous tile's dh (the first wait returns at once)
         mbarrier::wait_parity(empty, (handed & 1) ^ 1);
         // 0 at run time, opaque to the compiler: the store addresses are computed here, per tile, instead of held

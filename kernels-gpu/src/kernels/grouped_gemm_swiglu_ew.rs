@@ -14,15 +14,16 @@
 //! producer (a 4-stage ring of A 128 x 64 and B's 96 gate rows then 96 up rows x 64 K, K-major, by TMA; `_mv`:
 //! each m-tile's rows waited for). Warpgroups 1, 2: the consumers (wgmma m64n192k16, 64 rows each), then the z
 //! tile as `grouped_gemm_bt_dswiglu_ew7`'s consumers write its dh tile. The epilogue warps: warps 1..3 and
-//! warpgroup 3 (seven), or warpgroup 3 alone in `_mv` (warps 1..3 copy x's rows). Warp w takes the row pairs w,
-//! w + EW, ..: lanes 0..15 the pair's first row, 16..31 its second; lane l < 12 of a half the columns 8 l .. + 8:
+//! warpgroup 3 (seven), or warpgroup 3 alone in `_mv` (warps 1..3 copy x's rows) and `_gather` (warpgroup 0
+//! gathers A from the tokens into each stage itself: `produce_gather`). Warp w takes the row pairs w, w + EW, ..:
+//! lanes 0..15 the pair's first row, 16..31 its second; lane l < 12 of a half the columns 8 l .. + 8:
 //! its g chunk (chunk l of the row) and u chunk (12 + l), h = silu(g) u, 16-byte stores of g and u into z and of h
 //! into c. Rows past the expert's end and columns past I are neither read nor written.
 use crate::kernels::grouped_gemm::{m_tiles, move_rows, swiglu_h, tile_info, wait_rows, Tiles, A_BYTES, BK};
-use crate::kernels::grouped_gemm_dswiglu_ew::{consume, queue_at, setup, stage_bytes};
+use crate::kernels::grouped_gemm_dswiglu_ew::{consume, queue_at, rows_at, setup, stage_bytes};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
-use crate::ptx::{global, mbarrier, regs, smem, tma};
+use crate::ptx::{cp_async, global, mbarrier, regs, smem, sync, tma};
 
 /// Ring stages and columns of z a tile (the seven-warp SwiGLU backward's layout: 4 x 40 KiB, then a 48 KiB tile).
 const S7: u32 = crate::kernels_host::GEMM_EW7_STAGES;
@@ -35,21 +36,21 @@ const HALF: u32 = BN7 / 16;
 /// GEMM1 + SwiGLU by epilogue warps (see the module). 512 threads, `SMEM_BYTES` of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7(p: GroupedGemm) {
-    body::<false, 7, false>(&p);
+    body::<false, 7, false, false>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7`], its tiles taken at run time from the counter `p.sched` (zeroed before the
 /// launch; `MEGAMOE_GEMM_SCHED=dynamic`, as `grouped_gemm_bf16_dyn`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_dyn(p: GroupedGemm) {
-    body::<false, 7, true>(&p);
+    body::<false, 7, true, false>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7`] with x's rows copied into A by warps 1..3 while the GEMM runs (`a_copy` etc.,
 /// as `grouped_gemm_swiglu_mv`); four epilogue warps.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv(p: GroupedGemm) {
-    body::<true, 4, false>(&p);
+    body::<true, 4, false, false>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7_mv`] with the run-time tile counter (see [`grouped_gemm_swiglu_ew7_dyn`]); the
@@ -57,19 +58,38 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv(p: GroupedGemm) {
 /// copied by some block, and the producer of whichever block takes a tile waits for its m-tile's count).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv_dyn(p: GroupedGemm) {
-    body::<true, 4, true>(&p);
+    body::<true, 4, true, false>(&p);
+}
+
+/// As [`grouped_gemm_swiglu_ew7`] with A gathered from the tokens by warpgroup 0 while it loads each stage (`a_rows`,
+/// `row_slot`, `top_k`, as `grouped_gemm_swiglu_gather`: no expert-ordered copy of x is read or written); four
+/// epilogue warps (warpgroup 3).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_gather(p: GroupedGemm) {
+    body::<false, 4, false, true>(&p);
+}
+
+/// As [`grouped_gemm_swiglu_ew7_gather`] with the run-time tile counter (see [`grouped_gemm_swiglu_ew7_dyn`]): thread
+/// 0 takes each tile and hands it to the other 127 gathering threads through shared memory.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_gather_dyn(p: GroupedGemm) {
+    body::<false, 4, true, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const MV: bool, const EW: u32, const DYN: bool>(p: &GroupedGemm) {
+unsafe fn body<const MV: bool, const EW: u32, const DYN: bool, const GATHER: bool>(p: &GroupedGemm) {
+    const { assert!(!GATHER || (!MV && EW == 4)) };
     let base = smem::base();
-    let (ring, zt, bars) = setup::<S7, BN7, EW, DYN>(p, base);
+    // a gathering producer: the TMA thread's arrival and one per gathering thread's copies (`noinc`)
+    let (ring, zt, bars) = setup::<S7, BN7, EW, DYN>(p, base, if GATHER { 129 } else { 1 });
     let queue = base + queue_at(S7, BN7);
     let t = regs::tid();
     let wg = t / 128;
     let total = m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
-    if t == 0 {
+    if GATHER && wg == 0 {
+        produce_gather::<DYN>(p, base, ring, (total, queue), kt_n);
+    } else if t == 0 {
         produce::<MV, DYN>(p, base, ring, (total, queue), kt_n);
     } else if wg == 3 || (wg == 0 && !MV) {
         // one call site for every epilogue warp: warps 1..3 are w 0..2 and warpgroup 3 the rest
@@ -85,7 +105,8 @@ unsafe fn body<const MV: bool, const EW: u32, const DYN: bool>(p: &GroupedGemm) 
             move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32);
         }
     } else {
-        consume::<S7, [f32; 96], false, DYN>(p, base, ring, zt, bars, (total, queue), kt_n, regs::warpgroup() - 1);
+        let cw = regs::warpgroup() - 1;
+        consume::<S7, [f32; 96], false, DYN, GATHER>(p, base, ring, zt, bars, (total, queue), kt_n, cw);
     }
 }
 
@@ -119,6 +140,85 @@ unsafe fn produce<const MV: bool, const DYN: bool>(
             tma::load_2d(a_s, p.map_a as *const u8, kx, ti.row0 as i32, fb);
             tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
             tma::load_2d(a_s + A_BYTES + (BN7 / 2) * BK * 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
+            it += 1;
+            kt += 1;
+        }
+    }
+}
+
+/// The gathering producer (`_gather`: the 128 threads of warpgroup 0). Per tile, thread 0 takes the tile (the static
+/// walk, or `DYN` the counter, pushing it to the consumers' and epilogue warps' queue) and writes it into shared
+/// memory; after named barrier 1 (the 128 threads; it also orders the previous tile's reads of the row tokens
+/// before their rewrite) every thread reads it and looks up the token of row t (u32::MAX past the expert's end);
+/// after barrier 1 again, per k-step: thread 0 B's gate and up boxes by TMA (announcing their bytes), every thread
+/// 16-byte `cp.async` of chunk t % 8 of rows t / 8 + 16 i (i < 8) of A, token row_slot[r] / top_k of `a_rows`,
+/// into the 128-byte-swizzled layout the TMA would have made (rows past the expert's end zero-filled, nothing
+/// read), each 8 lanes reading one row's 128 contiguous bytes; then its copies' arrival on the stage's full barrier
+/// (`noinc`), without waiting for them, so as many stages are in flight as the ring holds. SAFETY: the 128 threads
+/// of warpgroup 0, in uniform control flow between the barriers; K % 64 == 0 and `a_rows` rows of K bf16.
+#[inline(always)]
+unsafe fn produce_gather<const DYN: bool>(
+    p: &GroupedGemm,
+    base: u32,
+    ring: Ring<S7>,
+    (total, queue): (u32, u32),
+    kt_n: u32,
+) {
+    let t = regs::tid();
+    if t == 0 {
+        crate::kernels::acquire_prefetch(p.map_b as *const u8);
+    }
+    let x = p.a_rows as *const u8;
+    let row_bytes = (p.k * 2) as usize;
+    let (chunk, r0) = (t % 8, t / 8);
+    let toks = base + rows_at(S7, BN7);
+    let slot = toks + 4 * crate::kernels_host::GEMM_BM;
+    let stage = stage_bytes(BN7);
+    let b_bytes = BN7 * BK * 2;
+    let mut it = 0u32;
+    // thread 0's walk (the others read its tiles from `slot`)
+    let mut tiles = Tiles::<DYN, true>::new(p, total, queue);
+    loop {
+        if t == 0 {
+            smem::st_u32(slot, tiles.next().unwrap_or(u32::MAX));
+        }
+        sync::named_sync(1, 128);
+        let tile = smem::ld_u32(slot);
+        if tile == u32::MAX {
+            break;
+        }
+        let ti = tile_info::<false>(p, tile);
+        let row = ti.row0 + t;
+        // SAFETY (of the read): a row below row_end <= rows_max, inside `row_slot`
+        let tok = if row < ti.row_end { *(p.row_slot as *const u32).add(row as usize) / p.top_k } else { u32::MAX };
+        smem::st_u32(toks + 4 * t, tok);
+        sync::named_sync(1, 128);
+        let (brow, n0) = (ti.e * p.n_b, ti.n_tile * (BN7 / 2));
+        let mut kt = 0;
+        while kt < kt_n {
+            let a_s = base + Ring::<S7>::stage(it) * stage;
+            ring.wait_empty(it);
+            let fb = ring.full_bar(it);
+            if t == 0 {
+                mbarrier::arrive_expect_tx(fb, b_bytes);
+                let kx = (kt * BK) as i32;
+                tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
+                tma::load_2d(a_s + A_BYTES + b_bytes / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
+            }
+            // byte offset of this thread's chunk in a row at this k-step
+            let col = (kt * BK * 2 + chunk * 16) as usize;
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let r = r0 + 16 * I as u32;
+                let dst = a_s + r * 128 + ((chunk ^ (r % 8)) * 16);
+                let tok = smem::ld_u32(toks + 4 * r);
+                if tok != u32::MAX {
+                    // SAFETY: token tok of `a_rows` (row_slot's promise), 16 bytes inside its row (K % 64 == 0)
+                    cp_async::copy16_zfill(dst, x.add(tok as usize * row_bytes + col), 16);
+                } else {
+                    cp_async::copy16_zfill(dst, x, 0);
+                }
+            });
+            cp_async::mbarrier_arrive_noinc(fb);
             it += 1;
             kt += 1;
         }

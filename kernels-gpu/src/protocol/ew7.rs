@@ -8,7 +8,8 @@
 //! epilogue warps run `epilogue` (both files): wait on `full` with parity taken & 1, read the tile, every lane
 //! arrives on `empty`. All roles walk the same tiles (`walk::<0>`).
 //!
-//! Kernels: `_ew7` (S 4, EW 7), `_ew` (S 3, EW 3), swiglu `_ew7` (S 4, EW 7) and `_ew7_mv` (S 4, EW 4). The
+//! Kernels: `_ew7` (S 4, EW 7), `_ew` (S 3, EW 3), swiglu `_ew7` (S 4, EW 7), `_ew7_mv` (S 4, EW 4) and
+//! `_ew7_gather` (S 4, EW 4, `Ew::gather`: the producer warpgroup's four warps, see `model`). The
 //! epilogue warps store to global memory from registers (no staging, no bulk groups); the `_mv` movers and the
 //! producer's per-m-tile wait on their counts touch global memory only and are left out.
 //!
@@ -34,6 +35,9 @@ pub struct Ew {
     pub warps: bool,
     /// The `_dyn` forms' queue slots (0: the static walk, no queue).
     pub queue: u32,
+    /// The gathering producer (`grouped_gemm_swiglu_ew7_gather[_dyn]`): the producer warpgroup's four warps, A by
+    /// `cp.async`, the tile broadcast from thread 0 through shared memory.
+    pub gather: bool,
 }
 
 /// Changes to the kernels' protocol that the checker must catch.
@@ -54,13 +58,36 @@ pub enum Mutation {
     QueueOneWarpShort,
     /// The producer writes a slot without waiting on its `empty`.
     QueueNoEmptyWait,
+    /// The gathering producer without named barrier 1 before the row tokens' stores (after the tile's read).
+    GatherNoSyncBefore,
+    /// The gathering producer without named barrier 1 after them.
+    GatherNoSyncAfter,
+    /// `setup`'s `init_with(128, ..)` for the gathering producer (its TMA thread's arrival not counted).
+    GatherFullCount128,
 }
 
 /// The model of `c` (see the module): grouped_gemm_dswiglu_ew.rs `setup`, `produce_bt`, `consume`, `epilogue`
 /// (grouped_gemm_swiglu_ew.rs `body`, `produce`, `epilogue`: the same protocol).
 pub fn model(c: &Ew, mutation: Mutation) -> Model {
     let mut m = Model::new(&format!("ew {c:?} {mutation:?}"));
-    let ring = Ring::new(&mut m, c.s, 1, 8);
+    // the gathering producer's stages: A's rows by the producer warps' `cp.async` (each warp its own rows:
+    // partitioned), B by TMA; `full` counts the TMA thread's arrival and each gathering thread's (`noinc`)
+    let parts: Vec<(super::Mask, super::Mask)> = if c.gather {
+        (0..c.s).map(|i| (m.region(&format!("stage{i}.A"), true), m.region(&format!("stage{i}.B"), false))).collect()
+    } else {
+        Vec::new()
+    };
+    let ring = if c.gather {
+        let full = if mutation == Mutation::GatherFullCount128 { 128 } else { 1 + 128 };
+        Ring::with_stages(&mut m, c.s, full, 8, parts.iter().map(|(a, b)| a | b).collect())
+    } else {
+        Ring::new(&mut m, c.s, 1, 8)
+    };
+    if mutation == Mutation::GatherFullCount128 {
+        for b in 0..m.mbars.len() {
+            m.mbars[b].leftover_ok = true;
+        }
+    }
     let full = m.mbar("dh.full", if mutation == Mutation::FullOneWarpgroup { 128 } else { 256 });
     let ew_count = if mutation == Mutation::EmptyOneWarpShort { c.ew - 1 } else { c.ew };
     let empty = m.mbar("dh.empty", 32 * ew_count);
@@ -118,15 +145,68 @@ pub fn model(c: &Ew, mutation: Mutation) -> Model {
         ]
     };
 
-    let mut p = Vec::new();
-    for j in 0..c.tiles {
-        p.extend(push(j));
-        for it in j * c.kt_n..(j + 1) * c.kt_n {
-            p.extend(ring.produce(it, bytes));
+    if c.gather {
+        // grouped_gemm_swiglu_ew.rs `produce_gather`, per warp of the producer warpgroup: per tile (and once more
+        // for the end) thread 0 takes the tile (the `_dyn` forms: its push into the queue) and writes it into
+        // shared memory, named barrier 1, every thread reads it; then each thread's row token into shared memory,
+        // named barrier 1; per k-step every thread's `ring.wait_empty`, thread 0's arrive.expect_tx(B) and B's TMA
+        // loads, each thread's token reads and `cp.async` copies of A and its `noinc` arrival (32 a warp)
+        let toks = m.region("row tokens", true);
+        let slot = m.region("tile", false);
+        let bar1 = m.named_bar("bar 1");
+        let b_bytes: i64 = 192 * 64 * 2;
+        for w in 0..4 {
+            let mut ops = Vec::new();
+            let mut it = 0;
+            for j in 0..=c.tiles {
+                if w == 0 {
+                    ops.extend(push(j));
+                    ops.extend([Op::BeginWrite(slot), Op::EndWrite(slot)]);
+                }
+                ops.push(Op::Sync { id: bar1, warps: 4 });
+                ops.extend([Op::BeginRead(slot), Op::EndRead(slot)]);
+                if j == c.tiles {
+                    break;
+                }
+                if mutation == Mutation::GatherNoSyncBefore {
+                    // the tokens written before the barrier that orders the last tile's reads of them
+                    let n = ops.len();
+                    ops.truncate(n - 3);
+                    ops.extend([Op::BeginWrite(toks), Op::EndWrite(toks)]);
+                    ops.push(Op::Sync { id: bar1, warps: 4 });
+                    ops.extend([Op::BeginRead(slot), Op::EndRead(slot)]);
+                } else {
+                    ops.extend([Op::BeginWrite(toks), Op::EndWrite(toks)]);
+                }
+                if mutation != Mutation::GatherNoSyncAfter {
+                    ops.push(Op::Sync { id: bar1, warps: 4 });
+                }
+                for _ in 0..c.kt_n {
+                    let (st, ph) = ((it % c.s) as usize, (it / c.s) as i64);
+                    ops.push(ring.wait_empty(it));
+                    if w == 0 {
+                        let fb = ring.full[st];
+                        ops.push(Op::ArriveTx { bar: fb, bytes: b_bytes, phase: ph });
+                        ops.push(Op::Load { bar: fb, bytes: b_bytes, write: parts[st].1, phase: ph });
+                    }
+                    ops.extend([Op::BeginRead(toks), Op::EndRead(toks)]);
+                    ops.push(Op::CpAsync { bar: ring.full[st], count: 32, write: parts[st].0, phase: ph });
+                    it += 1;
+                }
+            }
+            m.actor(&format!("producer.warp{w}"), 3, ops);
         }
+    } else {
+        let mut p = Vec::new();
+        for j in 0..c.tiles {
+            p.extend(push(j));
+            for it in j * c.kt_n..(j + 1) * c.kt_n {
+                p.extend(ring.produce(it, bytes));
+            }
+        }
+        p.extend(push(c.tiles));
+        m.actor("producer", 0, p);
     }
-    p.extend(push(c.tiles));
-    m.actor("producer", 0, p);
 
     // `consume`: per warp (32 arrivals on `full`) or per warpgroup in lock step (128 arrivals, 4 releases)
     let (actors, warps) = if c.warps { (4, 1) } else { (1, 4) };
@@ -181,7 +261,10 @@ mod tests {
         for (s, ew) in [(4, 7), (3, 3), (4, 4), (2, 7)] {
             for tiles in 0..=4 {
                 for kt_n in 1..=5 {
-                    states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: false, queue: 0 }, Mutation::None));
+                    states += assert_ok(&model(
+                        &Ew { s, ew, tiles, kt_n, warps: false, queue: 0, gather: false },
+                        Mutation::None,
+                    ));
                 }
             }
         }
@@ -195,14 +278,15 @@ mod tests {
         for (s, ew, tiles, kt_n) in
             [(4, 7, 2, 1), (4, 7, 3, 2), (4, 7, 2, 4), (2, 3, 4, 1), (3, 3, 3, 2), (2, 2, 3, 3), (4, 4, 2, 5)]
         {
-            states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true, queue: 0 }, Mutation::None));
+            states +=
+                assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true, queue: 0, gather: false }, Mutation::None));
         }
         println!("ew, per warp: {states} states");
     }
 
     #[test]
     fn ew_mutations() {
-        let c = |tiles, warps| Ew { s: 4, ew: 3, tiles, kt_n: 1, warps, queue: 0 };
+        let c = |tiles, warps| Ew { s: 4, ew: 3, tiles, kt_n: 1, warps, queue: 0, gather: false };
         for warps in [false, true] {
             let v = assert_fails(&model(&c(2, warps), Mutation::NoEmptyWait), Kind::Race);
             assert!(v.what.contains("writes dh"), "{v}");
@@ -229,19 +313,52 @@ mod tests {
         for (s, ew, queue) in [(4, 7, 4), (3, 3, 2), (2, 3, 1)] {
             for tiles in 0..=4 {
                 for kt_n in 1..=2 {
-                    states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: false, queue }, Mutation::None));
+                    states += assert_ok(&model(
+                        &Ew { s, ew, tiles, kt_n, warps: false, queue, gather: false },
+                        Mutation::None,
+                    ));
                 }
             }
         }
         for (s, ew, tiles, kt_n, queue) in [(2, 2, 3, 1, 1), (3, 2, 2, 1, 2)] {
-            states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true, queue }, Mutation::None));
+            states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true, queue, gather: false }, Mutation::None));
         }
         std::println!("ew, run-time walk: {states} states");
     }
 
+    /// The gathering producer (`_ew7_gather`: S 4, EW 4; and S 2): the static walk (0..3 tiles of 1..3 k-steps) and
+    /// the `_dyn` queue (1 or 2 slots, 0..2 tiles of 1..2 k-steps), consumer warpgroups in lock step.
+    #[test]
+    fn ew_gather() {
+        let mut states = 0;
+        for (s, ew, queue, max_tiles, max_kt) in [(4, 4, 0, 3, 3), (2, 4, 0, 3, 3), (2, 2, 1, 2, 2), (3, 2, 2, 2, 2)] {
+            for tiles in 0..=max_tiles {
+                for kt_n in 1..=max_kt {
+                    let c = Ew { s, ew, tiles, kt_n, warps: false, queue, gather: true };
+                    states += assert_ok(&model(&c, Mutation::None));
+                }
+            }
+        }
+        std::println!("ew, gathering producer: {states} states");
+    }
+
+    #[test]
+    fn ew_gather_mutations() {
+        let c = |tiles, queue| Ew { s: 2, ew: 2, tiles, kt_n: 1, warps: false, queue, gather: true };
+        for queue in [0, 1] {
+            let v = assert_fails(&model(&c(2, queue), Mutation::GatherNoSyncBefore), Kind::Race);
+            assert!(v.what.contains("row tokens"), "{v}");
+            // (the second barrier also orders every thread's read of the tile before thread 0 writes the next)
+            let v = assert_fails(&model(&c(1, queue), Mutation::GatherNoSyncAfter), Kind::Race);
+            assert!(v.what.contains("row tokens") || v.what.contains("writes tile"), "{v}");
+            // the 129th arrival (the last warp's copies) overflows a phase of 128
+            assert_fails(&model(&c(1, queue), Mutation::GatherFullCount128), Kind::Overflow);
+        }
+    }
+
     #[test]
     fn ew_dyn_queue_mutations() {
-        let c = |tiles, queue| Ew { s: 3, ew: 3, tiles, kt_n: 1, warps: false, queue };
+        let c = |tiles, queue| Ew { s: 3, ew: 3, tiles, kt_n: 1, warps: false, queue, gather: false };
         let v = assert_fails(&model(&c(3, 1), Mutation::QueueNoEmptyWait), Kind::Race);
         assert!(v.what.contains("q0"), "{v}");
         assert_fails(&model(&c(3, 2), Mutation::QueueOneWarpShort), Kind::Aliasing);
