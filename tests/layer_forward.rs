@@ -187,20 +187,23 @@ fn gather_in_producer(s: Shape, tokens: usize, routing: Routing) {
     let mut r = rng();
     let inp = inputs(&mut r, s, tokens, routing);
     let cfg = config(s, tokens, Save::InputsOnly);
-    let mut pass = MoeLayer::new(g.clone(), LayerConfig { gather: Gather::Pass, ..cfg }).unwrap();
-    let mut fused = MoeLayer::new(g.clone(), LayerConfig { gather: Gather::InProducer, ..cfg }).unwrap();
     let want = reference_y(&inp);
+    // every form's layers stay alive to the end, so no form's workspace reuses another's memory (and its h)
+    let mut kept = Vec::new();
     for (ew7, dynamic) in [(true, true), (true, false), (false, true)] {
         let form = |layer: &mut MoeLayer| {
             gemm::with_swiglu_epilogue_warps(ew7, || gemm::with_gemm_sched(dynamic, || run(&g, layer, &inp)))
         };
-        // poisoned between the forms, so a form that wrote nothing cannot pass on the previous one's output
+        // new layers (new workspaces: no h left by a previous form) and a poisoned output each
+        let mut pass = MoeLayer::new(g.clone(), LayerConfig { gather: Gather::Pass, ..cfg }).unwrap();
+        let mut fused = MoeLayer::new(g.clone(), LayerConfig { gather: Gather::InProducer, ..cfg }).unwrap();
         let (y, bits) = form(&mut fused);
         let (_, bits_pass) = form(&mut pass);
         let what = format!("{s:?} T={tokens} {routing:?}, epilogue warps {ew7}, run-time walk {dynamic}");
         assert!(bits == bits_pass, "{what}: the in-producer gather differs from the gather pass");
         let e = check::close("y (gather in producer)", &y, &want, 1e-2).unwrap();
         eprintln!("{what}: y rel err {e:.3e}");
+        kept.push((pass, fused));
     }
 }
 

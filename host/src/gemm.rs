@@ -343,9 +343,9 @@ pub fn with_swiglu_epilogue_warps<R>(on: bool, f: impl FnOnce() -> R) -> R {
     with_override(&SWIGLU_EW, on, f)
 }
 
-/// Columns of h a GEMM1 + SwiGLU tile covers over expert-ordered rows (TMA-loaded A) on this thread: 96
-/// (`grouped_gemm_swiglu_ew7`, [`swiglu_epilogue_warps`]) or 128; also the rows of W1's tensor-map box (the gate
-/// rows of a tile, and the up rows). The gathering producer's kernel always takes 128.
+/// Columns of h a GEMM1 + SwiGLU tile covers on this thread: 96 (`grouped_gemm_swiglu_ew7`, or
+/// `grouped_gemm_swiglu_ew7_gather` with A gathered by the producer; [`swiglu_epilogue_warps`]) or 128 (the
+/// cooperative kernels); also the rows of W1's tensor-map box (the gate rows of a tile, and the up rows).
 pub fn swiglu_columns() -> usize {
     if swiglu_epilogue_warps().unwrap_or(false) {
         kh::GEMM_EW7_BN as usize / 2

@@ -8,7 +8,8 @@
 //! into shared memory itself.
 //! Backward: gather of x (and recompute of z, unless saved; overlapped as in the forward), gather of dy, dh =
 //! dy W2 with the SwiGLU-backward epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1,
-//! combine of dx (overlapped: by the weight gradients' idle producer warps), and the K-grouped weight gradients
+//! combine of dx (by the weight gradients' idle producer warps, unless [`Gather::Pass`]), and the K-grouped weight
+//! gradients
 //! dW2 = dy^T (s h) and dW1 = dz^T x.
 //!
 //! Invalid expert ids (outside -1..E) cannot be seen by the host without a synchronisation. Each forward
