@@ -290,6 +290,19 @@ fn overlapped(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Fo
     variant(s, tokens, routing, save, forward, Gather::Overlapped);
 }
 
+/// `Gather::InProducer` with the backward: x gathered for dW1 by the pass (z saved or recomputed), dx summed by
+/// the weight gradients' idle warps; bitwise the gather pass's forward and backward.
+fn in_producer(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    variant(s, tokens, routing, save, Forward::Launches, Gather::InProducer);
+}
+
+gpu_test!(in_producer_ragged_save_z, { in_producer(RAGGED, 211, Routing::Uniform, Save::WithZ) });
+gpu_test!(in_producer_half_empty_inputs_only, { in_producer(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly) });
+gpu_test!(in_producer_one_token_save_z, { in_producer(SMALL, 1, Routing::Uniform, Save::WithZ) });
+gpu_test!(in_producer_qwen3_30b_a3b_t4096_save_z, {
+    in_producer(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::WithZ)
+});
+
 gpu_test!(persistent_forward_ragged, { persistent_forward(RAGGED, 211, Routing::Uniform, Save::InputsOnly) });
 gpu_test!(persistent_forward_half_empty_save_z, { persistent_forward(SMALL, 150, Routing::HalfEmpty, Save::WithZ) });
 gpu_test!(persistent_forward_one_expert, { persistent_forward(SMALL, 300, Routing::AllOnOne, Save::InputsOnly) });
