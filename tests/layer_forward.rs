@@ -290,8 +290,9 @@ fn overlapped(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Fo
     variant(s, tokens, routing, save, forward, Gather::Overlapped);
 }
 
-/// `Gather::InProducer` with the backward: x gathered for dW1 by the pass (z saved or recomputed), dx summed by
-/// the weight gradients' idle warps; bitwise the gather pass's forward and backward.
+/// `Gather::InProducer` with the backward: x gathered for dW1 by the pass (z recomputed: before the recompute) or
+/// by dx's idle producer warps (z saved: the side copy, `grouped_gemm_bt_bf16_cpx`), dx summed by the weight
+/// gradients' idle warps; bitwise the gather pass's forward and backward.
 fn in_producer(s: Shape, tokens: usize, routing: Routing, save: Save) {
     variant(s, tokens, routing, save, Forward::Launches, Gather::InProducer);
 }

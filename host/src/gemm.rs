@@ -1099,6 +1099,8 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         a_src_ranks: 0,
         c_dst_ranks: 0,
         sched: 0,
+        copy_cols: 0,
+        pad: 0,
     }
 }
 

@@ -64,10 +64,11 @@ pub enum Gather {
     /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the forward neither writes nor
     /// reads an expert-ordered copy of x; bitwise the same results. With the epilogue-warps GEMM1 (the default
     /// policy) it runs `grouped_gemm_swiglu_ew7_gather` (the whole producer warpgroup gathering, four epilogue
-    /// warps), else the cooperative `grouped_gemm_swiglu_gather`. The backward (z saved) then gathers x for dW1 by
-    /// the pass; dx is summed by dW2's and dW1's idle warps as with [`Gather::Overlapped`]. The cooperative form's
-    /// forward measured 2500 us against the default's 2506 at 30B (docs/RESULTS.md 2026-12-05g); the
-    /// epilogue-warps form is not yet measured.
+    /// warps), else the cooperative `grouped_gemm_swiglu_gather`. The backward (z saved) then copies x's rows for
+    /// dW1 in dx's idle producer warps while dx runs (the side copy, `grouped_gemm_bt_bf16_cpx`; with z
+    /// recomputed, by the pass before the recompute); dx is summed by dW2's and dW1's idle warps as with
+    /// [`Gather::Overlapped`]. The cooperative form's forward measured 2500 us against the default's 2506 at 30B
+    /// (docs/RESULTS.md 2026-12-05g); the epilogue-warps form and the side copy are not yet measured.
     InProducer,
 }
 
@@ -585,6 +586,12 @@ impl MoeLayer {
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
         let kernel = match (p.a_copy != 0, kernel) {
             (false, k) => k,
+            // the side copy (rows of another operand, waited for by nobody): the single-CTA kernel with movers
+            (true, "grouped_gemm_bt_bf16" | "grouped_gemm_bt_bf16_mc" | "grouped_gemm_bt_bf16_mcb")
+                if p.copy_cols != 0 =>
+            {
+                "grouped_gemm_bt_bf16_cpx"
+            }
             (true, "grouped_gemm_swiglu" | "grouped_gemm_swiglu_mc" | "grouped_gemm_swiglu_mcb") => {
                 "grouped_gemm_swiglu_mv"
             }
@@ -1045,7 +1052,9 @@ impl MoeLayer {
         // FP8 weight gradients: x is quantized (and gathered) just before dW1 instead
         let wgrad8 = fp8.is_some() && c.fp8_backward.wgrad();
         let dx8 = fp8.is_some() && c.fp8_backward.dx();
-        if !wgrad8 && (fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped))) {
+        // with the in-producer gather and z saved, dx's idle producer warps copy x's rows for dW1 (the side copy)
+        let side_copy = fp8.is_none() && c.gather == Gather::InProducer && saved.xs.is_none() && saved.z.is_some();
+        if !wgrad8 && !side_copy && (fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped))) {
             self.gather(dptr(inp.x, &s), xs.0, saved)?;
         }
         // the z the dh epilogue reads, and its buffer's rows
@@ -1129,7 +1138,7 @@ impl MoeLayer {
             let map_dz = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, kh::GEMM_BM, 64)?;
             let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), c.experts * 2 * i2, h2, 64, 64)?;
             let map_ys = self.maps.get(&g, dptr(&self.work.ys, &s), c.max_tokens * c.top_k, c.hidden, 64, 64)?;
-            let p = GroupedGemm {
+            let mut p = GroupedGemm {
                 map_a: map_dz,
                 map_b: map_w1,
                 c: dptr(&self.work.ys, &s),
@@ -1141,6 +1150,10 @@ impl MoeLayer {
                 n_tiles: (h2 as u32).div_ceil(kh::GEMM_BN),
                 ..zero_gemm()
             };
+            if side_copy {
+                self.overlap(&mut p, dptr(inp.x, &s), xs.0, saved)?;
+                p.copy_cols = h2 as u32;
+            }
             self.mgemm("grouped_gemm_bt_bf16", p, saved)?;
         }
         // dx = the sum over each token's slots: by a pass (`Gather::Pass`), or by dW2's and dW1's idle producer warps

@@ -318,6 +318,12 @@ pub struct GroupedGemm {
     /// before the launch, the run-time tile counter (block b takes tile b first, then the counter's next index +
     /// grid, so the tiles in flight stay the next `grid` of the order whatever each block's pace). 0 elsewhere.
     pub sched: u64,
+    /// The side copy (`grouped_gemm_bt_bf16_cpx`): bf16 columns of the rows the movers copy from `a_rows` into
+    /// `a_copy` (a buffer the kernel itself does not read: the backward's dx copying x's rows for dW1), counted on
+    /// `arrive` but waited for by nobody. 0 elsewhere (the movers copy rows of K columns, the kernel's own A).
+    pub copy_cols: u32,
+    /// Padding (0).
+    pub pad: u32,
 }
 
 /// The fused forward's GEMMs in one persistent launch (kernel `ffn_fused_fwd`, docs/FUSED.md step 1): GEMM1 +
@@ -784,7 +790,7 @@ mod tests {
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 21 * 8 + 10 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 21 * 8 + 12 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),
             ("WgradMaps", size_of::<WgradMaps>(), 7 * 8 + 4 * 4),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),

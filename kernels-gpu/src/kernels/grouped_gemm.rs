@@ -207,10 +207,17 @@ unsafe fn grouped_gemm<
     const SCATTER: bool,
     const MV: bool,
     const DYN: bool,
+    const SIDE: bool,
 >(
     p: &GroupedGemm,
 ) {
     const { assert!(!MV || (MC == 0 && !GATHER), "the overlapped gather runs in single-CTA TMA-producer kernels") };
+    const {
+        assert!(
+            !SIDE || (MV && BT && !SWIGLU && !DSW && !DYN && !SCATTER),
+            "the side copy: the movers of the plain bf16 B N-major kernel, static walk"
+        )
+    };
     const {
         assert!(
             !DYN || (MC == 0 && !GATHER && !MV && !DSW),
@@ -279,13 +286,19 @@ unsafe fn grouped_gemm<
             // S == STAGES (asserted above): the same barriers
             produce_gather(p, base, Ring::<STAGES>::at(staging + staging_bytes(DSW)), total, kt_n);
         } else if t == 0 {
-            produce::<SWIGLU, BT, DSW, S, MC, MV, DYN>(p, base, ring, total, kt_n);
+            if SIDE {
+                // the side copy's rows are not A: its producer waits for none
+                produce::<SWIGLU, BT, DSW, S, MC, false, DYN>(p, base, ring, total, kt_n);
+            } else {
+                produce::<SWIGLU, BT, DSW, S, MC, MV, DYN>(p, base, ring, total, kt_n);
+            }
         } else if MV && t >= 32 {
-            // warps 1..3: the rows of A this block's tiles need, copied from the tokens while the GEMM runs; tile
-            // m n_tiles + n is block (m n_tiles + n) % grid's
+            // warps 1..3: the rows of A this block's tiles need (or, SIDE, the rows of `a_rows` the side copy
+            // makes), copied from the tokens while the GEMM runs; tile m n_tiles + n is block (m n_tiles + n) % grid's
             let (b, grid) = (regs::bid(), regs::nctaid());
             let part_of = |m: u32| crate::scheduler::mover_part(m * p.n_tiles, b, grid);
-            move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32);
+            let cols = if SIDE { p.copy_cols } else { p.k };
+            move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, cols);
         }
     } else {
         if MV {
@@ -577,14 +590,15 @@ pub(crate) unsafe fn wait_rows(p: &GroupedGemm, ti: &Tile, m: u32) {
 /// m-tile's rows are split into `parts` parts (one per tile of the m-tile that needs its A: part n = n-tile n);
 /// `part_of(m)` is the first part of m-tile m this block copies (its tiles' n, then + grid; >= parts: none).
 /// For each m-tile in increasing order (the order of the block's own tiles) the warps copy the rows row0 + n +
-/// parts (w + 3 i) of each of the block's parts n from the tokens (`a_rows`, token row_slot[r] / top_k, K bf16 a
-/// row) into `a_copy`, 16 bytes a lane, eight loads in flight per lane (the `_mv` kernels give the producer
-/// warpgroup [`MV_PRODUCER_REGS`] registers), then count them on `arrive[m]` with release semantics, after a
+/// parts (w + 3 i) of each of the block's parts n from the tokens (`a_rows`, token row_slot[r] / top_k, `cols`
+/// bf16 a row: K, or the side copy's `copy_cols`) into `a_copy`, 16 bytes a lane, eight loads in flight per lane
+/// (the `_mv` kernels give the producer warpgroup [`MV_PRODUCER_REGS`] registers), then count them on `arrive[m]` with release semantics, after a
 /// GPU-scope fence by every lane and a proxy fence (the copy engine reads the rows). The movers wait for
 /// nothing, so they cannot hold up a wait.
 /// `PULL` (the single-CTA kernels): with `a_src_ranks`, row r comes from rank recv_meta[r].0's x, token
 /// recv_meta[r].1 / top_k (expert-parallel pull dispatch); the persistent forward leaves it out (registers).
-/// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows, `a_rows` its tokens, K % 8 == 0.
+/// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows and `a_rows` its tokens, of `cols`
+/// bf16 each, `cols` % 8 == 0.
 #[inline(always)]
 pub(crate) unsafe fn move_rows<const PULL: bool>(
     p: &GroupedGemm,
@@ -592,11 +606,12 @@ pub(crate) unsafe fn move_rows<const PULL: bool>(
     part_of: impl Fn(u32) -> u32,
     w: u32,
     lane: u32,
+    cols: u32,
 ) {
     let to = p.tile_offsets as *const u32;
     let off = p.offsets as *const u32;
     let m_total = m_tiles(p);
-    let chunks = p.k / 8;
+    let chunks = cols / 8;
     let mut e = 0u32;
     let mut m = 0u32;
     while m < m_total {
@@ -1460,7 +1475,7 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_dswiglu`, launched in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`; an even grid):
@@ -1468,27 +1483,27 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
 /// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false, false, false>(&p);
 }
 
 /// Row-scattered bf16 epilogue (`store_scatter`): C row row_slot[r] = (A_r . B_e^T) times w[row_slot[r]] (w
 /// optional), B K-major. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 1, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1496,13 +1511,22 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 2, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, false, false>(&p);
+}
+
+/// As `grouped_gemm_bt_bf16` with the side copy: warps 1..3 of the producer warpgroup copy the launch's rows of
+/// `a_rows` (`copy_cols` bf16 a row, token row_slot[r] / top_k) into `a_copy` while the GEMM runs, counted on
+/// `arrive`, waited for by nobody (the backward's dx copying x's rows for dW1 with `Gather::InProducer`). The static
+/// walk. 384 threads, SMEM_BYTES of dynamic shared memory.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx(p: GroupedGemm) {
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16`, its tiles taken at run time from the counter `p.sched` (zeroed before the launch)
@@ -1510,20 +1534,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
 /// weights are being read stay few however the blocks' paces drift (`MEGAMOE_GEMM_SCHED=dynamic`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_dyn(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, true>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, true, false>(&p);
 }
 
 /// As `grouped_gemm_bf16`, with the run-time tile counter (see `grouped_gemm_bt_bf16_dyn`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_dyn(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, true>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, true, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 1, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1531,20 +1555,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 2, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 1, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1552,7 +1576,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 2, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu`, with the gather of A overlapped (`a_copy`, `arrive`, `a_rows`, `row_slot`, `top_k`,
@@ -1560,12 +1584,12 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
 /// covers) while the GEMM runs ([`move_rows`]) and the TMA thread loads an m-tile's A once its rows are counted.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mv(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false, true, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, true, false, false>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true, STAGES, 0, false, false, false>(&p);
+    grouped_gemm::<true, false, false, true, STAGES, 0, false, false, false, false>(&p);
 }
