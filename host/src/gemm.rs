@@ -401,7 +401,14 @@ pub fn with_gemm_sched<R>(dynamic: bool, f: impl FnOnce() -> R) -> R {
 /// gather) under [`gemm_sched_dynamic`], with `p.sched` set to the device's tile counter for a `_dyn` kernel
 /// (launch it with `Gpu::launch_counted(p.sched, ..)`). Applied last, so no other variant lookup sees a `_dyn` name.
 pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm) -> Result<&'static str> {
-    let k = match (gemm_sched_dynamic()?, kernel) {
+    let k = sched_name(gemm_sched_dynamic()?, kernel);
+    p.sched = if k.ends_with("_dyn") { gpu.tile_counters() } else { 0 };
+    Ok(k)
+}
+
+/// The name [`sched_variant`] maps `kernel` to: its `_dyn` form when `dynamic` and it has one, else itself.
+pub(crate) fn sched_name(dynamic: bool, kernel: &'static str) -> &'static str {
+    match (dynamic, kernel) {
         (true, "grouped_gemm_bf16") => "grouped_gemm_bf16_dyn",
         (true, "grouped_gemm_bt_bf16") => "grouped_gemm_bt_bf16_dyn",
         (true, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_dyn",
@@ -409,9 +416,7 @@ pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm
         (true, "grouped_gemm_swiglu_ew7_gather") => "grouped_gemm_swiglu_ew7_gather_dyn",
         (true, "grouped_gemm_bt_dswiglu_ew7") => "grouped_gemm_bt_dswiglu_ew7_dyn",
         (_, k) => k,
-    };
-    p.sched = if k.ends_with("_dyn") { gpu.tile_counters() } else { 0 };
-    Ok(k)
+    }
 }
 
 /// How the weight gradients' blocks take their tiles: [`WgradSched::Clusters`] (the default since the twenty-sixth

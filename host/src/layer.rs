@@ -584,20 +584,7 @@ impl MoeLayer {
         // the call's slots: every expert-ordered buffer holds at least these rows (tiles are clamped to them)
         p.rows_max = (sv.tokens * self.cfg.top_k) as u32;
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
-        let kernel = match (p.a_copy != 0, kernel) {
-            (false, k) => k,
-            // the side copy (rows of another operand, waited for by nobody): the single-CTA kernel with movers
-            (true, "grouped_gemm_bt_bf16" | "grouped_gemm_bt_bf16_mc" | "grouped_gemm_bt_bf16_mcb")
-                if p.copy_cols != 0 =>
-            {
-                "grouped_gemm_bt_bf16_cpx"
-            }
-            (true, "grouped_gemm_swiglu" | "grouped_gemm_swiglu_mc" | "grouped_gemm_swiglu_mcb") => {
-                "grouped_gemm_swiglu_mv"
-            }
-            (true, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_mv",
-            (true, k) => return Err(Error::InvalidArgument(format!("{k}: no variant with the overlapped gather"))),
-        };
+        let kernel = movers_variant(kernel, p.a_copy != 0, p.copy_cols != 0)?;
         let kernel = crate::gemm::sched_variant(&self.gpu, kernel, &mut p)?;
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
         // SAFETY: A and C hold slots rows (`rows_max`: the kernels clamp every tile's rows to it), B the experts'
@@ -1251,9 +1238,70 @@ impl Saved {
     }
 }
 
+/// The kernel a layer launch runs for the tile configuration `kernel` when its mover warps copy rows (`copy`:
+/// `a_copy` set): the `_mv` form (the overlapped gather of the kernel's own A), or with `side` (`copy_cols` set)
+/// the side copy's `grouped_gemm_bt_bf16_cpx` (rows of another operand, waited for by nobody); `kernel` itself
+/// without movers. A configuration with no such form is an `InvalidArgument`.
+fn movers_variant(kernel: &'static str, copy: bool, side: bool) -> Result<&'static str> {
+    Ok(match (copy, side, kernel) {
+        (false, _, k) => k,
+        (true, true, "grouped_gemm_bt_bf16" | "grouped_gemm_bt_bf16_mc" | "grouped_gemm_bt_bf16_mcb") => {
+            "grouped_gemm_bt_bf16_cpx"
+        }
+        (true, false, "grouped_gemm_swiglu" | "grouped_gemm_swiglu_mc" | "grouped_gemm_swiglu_mcb") => {
+            "grouped_gemm_swiglu_mv"
+        }
+        (true, false, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_mv",
+        (true, _, k) => return Err(Error::InvalidArgument(format!("{k}: no variant with the overlapped gather"))),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kernel a layer launch can end at (tile configuration, then movers, then the walk) is one the module
+    /// exports, for each launch site's configurations with and without movers and the run-time walk; the walk's
+    /// `_dyn` forms where they exist, the movers' forms for the launches that have movers.
+    #[test]
+    fn every_launch_name_is_a_kernel_of_the_module() {
+        use crate::gemm::sched_name;
+        let exists = |k: &str| megamoe_kernels::manifest::find(k).is_some();
+        let mut seen = 0;
+        for c in crate::tiles::CONFIGS {
+            for (copy, side) in [(false, false), (true, false), (true, true)] {
+                let Ok(k) = movers_variant(c.kernel, copy, side) else {
+                    // only launches the layer makes have movers: the SwiGLU GEMM1 (overlapped gather) and dx
+                    assert!(copy, "{}: no movers asked, yet refused", c.kernel);
+                    continue;
+                };
+                for dynamic in [false, true] {
+                    let name = sched_name(dynamic, k);
+                    assert!(
+                        exists(name),
+                        "{} (movers {copy}, side {side}, run-time walk {dynamic}) -> {name}",
+                        c.kernel
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        // every configuration without movers (both walks), and the movers' forms beyond
+        assert!(seen > 2 * crate::tiles::CONFIGS.len(), "{seen}");
+        // the forms the layer relies on
+        assert_eq!(
+            sched_name(true, movers_variant("grouped_gemm_swiglu_ew7", true, false).unwrap()),
+            "grouped_gemm_swiglu_ew7_mv_dyn"
+        );
+        assert_eq!(
+            sched_name(true, movers_variant("grouped_gemm_bt_bf16", true, true).unwrap()),
+            "grouped_gemm_bt_bf16_cpx"
+        );
+        assert_eq!(sched_name(true, "grouped_gemm_swiglu_ew7_gather"), "grouped_gemm_swiglu_ew7_gather_dyn");
+        assert_eq!(sched_name(false, "grouped_gemm_swiglu_ew7_gather"), "grouped_gemm_swiglu_ew7_gather");
+        assert!(movers_variant("grouped_gemm_swiglu_ew7", true, true).is_err());
+        assert!(movers_variant("grouped_gemm_bt_bf16", true, false).is_err());
+    }
 
     #[test]
     fn validate_refuses_sizes_whose_products_wrap() {
