@@ -117,6 +117,24 @@ const fn cfg(kernel: &'static str, epilogue: Epilogue, a: ALoad, b: BLayout, sha
     }
 }
 
+/// The epilogue-warps GEMM1 + SwiGLU (`grouped_gemm_swiglu_ew7*`: 4 warpgroups, tiles of 96 columns of h, the
+/// seven-warp layout's ring) loading A by `a`.
+const fn ew7_swiglu(kernel: &'static str, a: ALoad) -> TileConfig {
+    TileConfig {
+        kernel,
+        epilogue: Epilogue::Swiglu,
+        a,
+        b: BLayout::NK,
+        bm: kh::GEMM_BM,
+        bn: kh::GEMM_EW7_BN / 2,
+        stages: kh::GEMM_EW7_STAGES,
+        schedule: Schedule::EpilogueWarps,
+        cluster: 1,
+        share: None,
+        smem: kh::GEMM_SMEM,
+    }
+}
+
 use ALoad::{Gather, Tma};
 use BLayout::{KN, NK};
 use Epilogue::{Bf16, Bf16Scatter, Swiglu, SwigluBackward};
@@ -131,35 +149,11 @@ pub const CONFIGS: &[TileConfig] = &[
     cfg("grouped_gemm_bt_bf16_mcb", Bf16, Tma, KN, Some(Share::B)),
     cfg("grouped_gemm_bt_bf16_mc", Bf16, Tma, KN, Some(Share::A)),
     cfg("grouped_gemm_bt_bf16", Bf16, Tma, KN, None),
-    TileConfig {
-        kernel: "grouped_gemm_swiglu_ew7",
-        epilogue: Swiglu,
-        a: Tma,
-        b: NK,
-        bm: kh::GEMM_BM,
-        bn: kh::GEMM_EW7_BN / 2,
-        stages: kh::GEMM_EW7_STAGES,
-        schedule: Schedule::EpilogueWarps,
-        cluster: 1,
-        share: None,
-        smem: kh::GEMM_SMEM,
-    },
+    ew7_swiglu("grouped_gemm_swiglu_ew7", Tma),
     cfg("grouped_gemm_swiglu_mcb", Swiglu, Tma, NK, Some(Share::B)),
     cfg("grouped_gemm_swiglu_mc", Swiglu, Tma, NK, Some(Share::A)),
     cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, None),
-    TileConfig {
-        kernel: "grouped_gemm_swiglu_ew7_gather",
-        epilogue: Swiglu,
-        a: Gather,
-        b: NK,
-        bm: kh::GEMM_BM,
-        bn: kh::GEMM_EW7_BN / 2,
-        stages: kh::GEMM_EW7_STAGES,
-        schedule: Schedule::EpilogueWarps,
-        cluster: 1,
-        share: None,
-        smem: kh::GEMM_SMEM,
-    },
+    ew7_swiglu("grouped_gemm_swiglu_ew7_gather", Gather),
     cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, None),
     TileConfig {
         kernel: "grouped_gemm_bt_dswiglu_ew7",

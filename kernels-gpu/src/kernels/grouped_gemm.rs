@@ -434,7 +434,6 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
         crate::kernels::acquire_prefetch(p.map_b as *const u8);
     }
     let x = p.a_rows as *const u8;
-    let (chunk, r0) = (t % 8, t / 8);
     let toks = base + ROW_TOKENS;
     let mut it = 0u32;
     let mut tile = regs::bid();
@@ -461,24 +460,36 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
                 tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
                 tma::load_2d(a_s + A_BYTES + B_BYTES / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
             }
-            // byte offset of this thread's chunk in a row at this stage
-            let col = (kt * BK * 2 + chunk * 16) as usize;
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                let r = r0 + 16 * I as u32;
-                let dst = a_s + r * 128 + ((chunk ^ (r % 8)) * 16);
-                let tok = smem::ld_u32(toks + 4 * r);
-                if tok != u32::MAX {
-                    cp_async::copy16_zfill(dst, x.add(tok as usize * (p.k * 2) as usize + col), 16);
-                } else {
-                    cp_async::copy16_zfill(dst, x, 0);
-                }
-            });
+            gather_a(a_s, x, (p.k * 2) as usize, toks, kt, t);
             cp_async::mbarrier_arrive_noinc(fb);
             it += 1;
             kt += 1;
         }
         tile += regs::nctaid();
     }
+}
+
+/// One gathering thread `t`'s share of k-step `kt` of a stage's A (128 rows x 64 bf16 at `a_s`): chunk t % 8 (16
+/// bytes) of rows t / 8 + 16 i (i < 8), each 8 lanes of a warp instruction reading one row's 128 contiguous bytes,
+/// row r from token `toks[r]` of `x` (rows of `row_bytes`; u32::MAX: zero-filled, nothing read) into the 128-byte
+/// swizzled layout the TMA would have made (chunk c of row r at chunk c ^ (r % 8)), by 16-byte `cp.async`.
+/// SAFETY: `toks` the stage's tile's row tokens in shared memory (each below x's rows, or u32::MAX), the stage
+/// free, `row_bytes` a multiple of 128.
+#[inline(always)]
+pub(crate) unsafe fn gather_a(a_s: u32, x: *const u8, row_bytes: usize, toks: u32, kt: u32, t: u32) {
+    let (chunk, r0) = (t % 8, t / 8);
+    // byte offset of this thread's chunk in a row at this k-step
+    let col = (kt * BK * 2 + chunk * 16) as usize;
+    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+        let r = r0 + 16 * I as u32;
+        let dst = a_s + r * 128 + ((chunk ^ (r % 8)) * 16);
+        let tok = smem::ld_u32(toks + 4 * r);
+        if tok != u32::MAX {
+            cp_async::copy16_zfill(dst, x.add(tok as usize * row_bytes + col), 16);
+        } else {
+            cp_async::copy16_zfill(dst, x, 0);
+        }
+    });
 }
 
 #[inline(always)]

@@ -19,7 +19,7 @@
 //! lanes 0..15 the pair's first row, 16..31 its second; lane l < 12 of a half the columns 8 l .. + 8:
 //! its g chunk (chunk l of the row) and u chunk (12 + l), h = silu(g) u, 16-byte stores of g and u into z and of h
 //! into c. Rows past the expert's end and columns past I are neither read nor written.
-use crate::kernels::grouped_gemm::{m_tiles, move_rows, swiglu_h, tile_info, wait_rows, Tiles, A_BYTES, BK};
+use crate::kernels::grouped_gemm::{gather_a, m_tiles, move_rows, swiglu_h, tile_info, wait_rows, Tiles, A_BYTES, BK};
 use crate::kernels::grouped_gemm_dswiglu_ew::{consume, queue_at, rows_at, setup, stage_bytes};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
@@ -170,7 +170,6 @@ unsafe fn produce_gather<const DYN: bool>(
     }
     let x = p.a_rows as *const u8;
     let row_bytes = (p.k * 2) as usize;
-    let (chunk, r0) = (t % 8, t / 8);
     let toks = base + rows_at(S7, BN7);
     let slot = toks + 4 * crate::kernels_host::GEMM_BM;
     let stage = stage_bytes(BN7);
@@ -205,19 +204,7 @@ unsafe fn produce_gather<const DYN: bool>(
                 tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
                 tma::load_2d(a_s + A_BYTES + b_bytes / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
             }
-            // byte offset of this thread's chunk in a row at this k-step
-            let col = (kt * BK * 2 + chunk * 16) as usize;
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                let r = r0 + 16 * I as u32;
-                let dst = a_s + r * 128 + ((chunk ^ (r % 8)) * 16);
-                let tok = smem::ld_u32(toks + 4 * r);
-                if tok != u32::MAX {
-                    // SAFETY: token tok of `a_rows` (row_slot's promise), 16 bytes inside its row (K % 64 == 0)
-                    cp_async::copy16_zfill(dst, x.add(tok as usize * row_bytes + col), 16);
-                } else {
-                    cp_async::copy16_zfill(dst, x, 0);
-                }
-            });
+            gather_a(a_s, x, row_bytes, toks, kt, t);
             cp_async::mbarrier_arrive_noinc(fb);
             it += 1;
             kt += 1;

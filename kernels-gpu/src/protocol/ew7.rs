@@ -182,15 +182,7 @@ pub fn model(c: &Ew, mutation: Mutation) -> Model {
                     ops.push(Op::Sync { id: bar1, warps: 4 });
                 }
                 for _ in 0..c.kt_n {
-                    let (st, ph) = ((it % c.s) as usize, (it / c.s) as i64);
-                    ops.push(ring.wait_empty(it));
-                    if w == 0 {
-                        let fb = ring.full[st];
-                        ops.push(Op::ArriveTx { bar: fb, bytes: b_bytes, phase: ph });
-                        ops.push(Op::Load { bar: fb, bytes: b_bytes, write: parts[st].1, phase: ph });
-                    }
-                    ops.extend([Op::BeginRead(toks), Op::EndRead(toks)]);
-                    ops.push(Op::CpAsync { bar: ring.full[st], count: 32, write: parts[st].0, phase: ph });
+                    ops.extend(ring.gather_step(it, w, b_bytes, &parts, toks));
                     it += 1;
                 }
             }

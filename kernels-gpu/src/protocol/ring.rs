@@ -57,6 +57,21 @@ impl Ring {
             Op::Load { bar: self.full[st], bytes, write: self.stage[st], phase: ph },
         ]
     }
+    /// A gathering producer warp's k-step `it` (grouped_gemm.rs `produce_gather`, `gather_a`): `wait_empty`,
+    /// warp 0's arrive.expect_tx(`b_bytes`) and B's TMA loads into `parts[stage].1`, the warp's reads of the row
+    /// tokens `toks` and its `cp.async` copies into `parts[stage].0` with their 32 `noinc` arrivals.
+    pub fn gather_step(&self, it: u32, warp: u32, b_bytes: i64, parts: &[(Mask, Mask)], toks: Mask) -> Vec<Op> {
+        let (st, ph) = (self.st(it), (it / self.s) as i64);
+        let mut ops = std::vec![self.wait_empty(it)];
+        if warp == 0 {
+            let fb = self.full[st];
+            ops.push(Op::ArriveTx { bar: fb, bytes: b_bytes, phase: ph });
+            ops.push(Op::Load { bar: fb, bytes: b_bytes, write: parts[st].1, phase: ph });
+        }
+        ops.extend([Op::BeginRead(toks), Op::EndRead(toks)]);
+        ops.push(Op::CpAsync { bar: self.full[st], count: 32, write: parts[st].0, phase: ph });
+        ops
+    }
     /// pipeline.rs `Ring::wait_full`: wait_parity(full[it % S], (it / S) & 1), phase it / S.
     pub fn wait_full(&self, it: u32) -> Op {
         Op::Wait { bar: self.full[self.st(it)], parity: ((it / self.s) & 1) as u8, phase: (it / self.s) as i64 }
