@@ -126,7 +126,6 @@ unsafe fn produce<const MV: bool, const DYN: bool>(
     let mut it = 0u32;
     let mut tiles = Tiles::<DYN, true>::new(p, total, queue);
     while let Some(tile) = tiles.next() {
-        let tile = tile;
         let ti = tile_info::<false>(p, tile);
         if MV {
             wait_rows(p, &ti, tile / p.n_tiles);
