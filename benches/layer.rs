@@ -82,18 +82,19 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         LayerConfig { fp8_backward: Fp8Backward::Straight, ..LayerConfig::bf16(h, i, e, k, tokens, Save::InputsOnly) };
     let layer = MoeLayer::new(g.clone(), cfg)?;
     let layer_z = MoeLayer::new(g.clone(), LayerConfig { save: Save::WithZ, ..cfg })?;
-    // the other place to gather x: GEMM1's producer (the default is the gather pass, or the other way round)
+    // the other place to gather x: GEMM1's producer, or the gather pass when that is the default
     let other = match cfg.gather {
         Gather::Pass | Gather::Overlapped => Gather::InProducer,
         Gather::InProducer => Gather::Pass,
     };
     let layer_g = MoeLayer::new(g.clone(), LayerConfig { gather: other, ..cfg })?;
-    // variants of the default (two launches; x's gather and dx's combine overlapped with GEMM1 and the weight
-    // gradients), each timed forward alone (z recomputed) and forward + backward with z saved
+    // variants of the default (two launches; x gathered in GEMM1's producer, dx summed by the weight gradients'
+    // idle warps), each timed forward alone (z recomputed) and forward + backward with z saved
     let variants = [
         ("two launches, gather and combine passes", Forward::Launches, Gather::Pass),
         ("one persistent launch, gather and combine passes", Forward::Persistent, Gather::Pass),
         ("one persistent launch, overlapped gather and combine", Forward::Persistent, Gather::Overlapped),
+        ("two launches, overlapped gather (the default until 2026-12-05h)", Forward::Launches, Gather::Overlapped),
     ];
     let mut vlayers = Vec::new();
     for (_, forward, gather) in variants {
@@ -112,14 +113,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     all.extend(vlayers);
     // (layer, with the backward, phase, bf16 weight gradients); the last two: the z-saved forward + backward with
     // bf16 weight gradients, back to back (phase 1) and alternating with the default's f32 (phase 2)
-    let mut passes = vec![
-        (0, false, 1, false),
-        (0, true, 1, false),
-        (1, true, 1, false),
-        (2, false, 1, false),
-        (0, false, 2, false),
-    ];
+    let mut passes = vec![(0, false, 1, false), (0, true, 1, false), (1, true, 1, false), (0, false, 2, false)];
     passes.push((1, true, 2, false));
+    // the forward with x gathered the other way, alternating with the default's (timed back to back in phase 1 it
+    // read 2-10% apart from the same kernels alternating, by its place in the run)
+    passes.push((2, false, 2, false));
     passes.extend((0..2 * variants.len()).map(|j| (3 + j, j % 2 == 1, 2, false)));
     let bf16_passes = (passes.len(), passes.len() + 1);
     passes.extend([(1, true, 1, true), (1, true, 2, true)]);
@@ -190,7 +188,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         }
     }
     let ms: Vec<f64> = times.into_iter().map(median).collect();
-    let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[3]);
+    let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[5]);
     if let Some(secs) = soak::seconds() {
         // steps back to back for `secs` seconds each (the z-saved forward + backward, f32 then bf16 weight
         // gradients; a device wait every 10 steps only), with wall-clock bounds to match the GPU's power and clock
@@ -301,7 +299,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     );
     println!(
         "RESULT megamoe forward, x gathered {} {name} T={tokens}: {:.0} us, {:.0} TFLOP/s (median of {reps}; \
-         default {:?})",
+         alternating with the default {:?}'s {:.0} us, {:.3}x)",
         match other {
             Gather::InProducer => "in GEMM1's producer",
             Gather::Pass => "by a gather pass",
@@ -309,9 +307,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         },
         ms_fg * 1e3,
         fl / (ms_fg * 1e-3) / 1e12,
-        cfg.gather
+        cfg.gather,
+        ms[3] * 1e3,
+        ms[3] / ms_fg
     );
-    let (ab_f, ab_fbz) = (ms[4], ms[5]);
+    let (ab_f, ab_fbz) = (ms[3], ms[4]);
     for (v, (what, _, _)) in variants.iter().enumerate() {
         let (f, fbz) = (ms[6 + 2 * v], ms[7 + 2 * v]);
         println!(

@@ -3,9 +3,9 @@
 //! the device.
 //!
 //! Forward: routing layout, gather of x, grouped GEMM1 with the SwiGLU epilogue, grouped GEMM2 (or both in one
-//! persistent launch, [`Forward::Persistent`]), combine. With [`Gather::Overlapped`] (the default) GEMM1's idle
-//! producer warps do the gather while it runs; with [`Gather::InProducer`] GEMM1's producer gathers the rows
-//! into shared memory itself.
+//! persistent launch, [`Forward::Persistent`]), combine. With [`Gather::InProducer`] (the default) GEMM1's
+//! producer gathers the rows into shared memory itself; with [`Gather::Overlapped`] GEMM1's idle producer warps
+//! copy them into expert order while it runs.
 //! Backward: gather of x (and recompute of z, unless saved; overlapped as in the forward), gather of dy, dh =
 //! dy W2 with the SwiGLU-backward epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1,
 //! combine of dx (by the weight gradients' idle producer warps, unless [`Gather::Pass`]), and the K-grouped weight
@@ -58,8 +58,10 @@ pub enum Gather {
     /// expert-ordered buffer while it runs (the forward's and the backward's recompute of z; `_mv` kernels: each
     /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW2's and dW1's sum dx over each
     /// token's slots (no combine pass in the backward). Bitwise the same results as [`Gather::Pass`]. dy is
-    /// gathered by the pass (overlapped with the dh GEMM it measured slower). The default: 1.02-1.04x the forward
-    /// and 1.016-1.021x the forward + backward of [`Gather::Pass`] (docs/RESULTS.md, 2026-12-03 eighth session).
+    /// gathered by the pass (overlapped with the dh GEMM it measured slower). 1.02-1.04x the forward and
+    /// 1.016-1.021x the forward + backward of [`Gather::Pass`] (docs/RESULTS.md, 2026-12-03 eighth session); the
+    /// default of [`Forward::Persistent`] (which runs GEMM1 on the gathered copy), the default of both until
+    /// 2026-12-05h.
     Overlapped,
     /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the forward neither writes nor
     /// reads an expert-ordered copy of x; bitwise the same results. With the epilogue-warps GEMM1 (the default
@@ -67,9 +69,21 @@ pub enum Gather {
     /// warps), else the cooperative `grouped_gemm_swiglu_gather`. The backward (z saved) then copies x's rows for
     /// dW1 in dx's idle producer warps while dx runs (the side copy, `grouped_gemm_bt_bf16_cpx`; with z
     /// recomputed, by the pass before the recompute); dx is summed by dW2's and dW1's idle warps as with
-    /// [`Gather::Overlapped`]. The cooperative form's forward measured 2500 us against the default's 2506 at 30B
-    /// (docs/RESULTS.md 2026-12-05g); the epilogue-warps form and the side copy are not yet measured.
+    /// [`Gather::Overlapped`]. The default with [`Forward::Launches`]: at 30B on an H200, alternating in one run,
+    /// 1.047x the forward and 1.013x the forward + backward (z saved) of [`Gather::Overlapped`], and no copy of x
+    /// kept for the backward (docs/RESULTS.md 2026-12-05h).
     InProducer,
+}
+
+impl Gather {
+    /// The default gather for the forward `forward`: [`Gather::InProducer`], or [`Gather::Overlapped`] for
+    /// [`Forward::Persistent`] (which runs GEMM1 on the gathered copy of x).
+    pub fn default_for(forward: Forward) -> Gather {
+        match forward {
+            Forward::Launches => Gather::InProducer,
+            Forward::Persistent => Gather::Overlapped,
+        }
+    }
 }
 
 /// Bound of each wait of the persistent forward (`ffn_fused_fwd`) for an m-tile's h.
@@ -146,7 +160,7 @@ pub struct LayerConfig {
     pub max_tokens: usize,
     /// What the forward keeps.
     pub save: Save,
-    /// Where the forward gathers x ([`Gather::Overlapped`] from [`LayerConfig::bf16`]).
+    /// Where the forward gathers x ([`Gather::default_for`] the forward, from [`LayerConfig::bf16`]).
     pub gather: Gather,
     /// How the forward runs its GEMMs ([`Forward::Launches`] from [`LayerConfig::bf16`]).
     pub forward: Forward,
@@ -190,8 +204,8 @@ fn env_problem<T>(var: &str, names: &[(&str, T)]) -> Option<String> {
 }
 
 impl LayerConfig {
-    /// A bf16 layer. `gather`, `forward` and `fp8_backward` take their defaults ([`Gather::Overlapped`],
-    /// [`Forward::Launches`], [`Fp8Backward::Dx`]) unless `MEGAMOE_GATHER` (pass, overlapped, in-producer),
+    /// A bf16 layer. `gather`, `forward` and `fp8_backward` take their defaults ([`Gather::default_for`] the
+    /// forward: [`Gather::InProducer`] with [`Forward::Launches`]; [`Fp8Backward::Dx`]) unless `MEGAMOE_GATHER` (pass, overlapped, in-producer),
     /// `MEGAMOE_FORWARD` (launches, persistent) or `MEGAMOE_FP8_BACKWARD` (straight, dx, wgrad, dx-wgrad) name others;
     /// a name not in those lists makes [`LayerConfig::validate`] (and so [`MoeLayer::new`]) fail, saying so.
     pub fn bf16(
@@ -202,6 +216,7 @@ impl LayerConfig {
         max_tokens: usize,
         save: Save,
     ) -> Self {
+        let forward = env_choice("MEGAMOE_FORWARD", Forward::Launches, FORWARD_NAMES);
         LayerConfig {
             dtype: DType::Bf16,
             hidden,
@@ -210,8 +225,8 @@ impl LayerConfig {
             top_k,
             max_tokens,
             save,
-            gather: env_choice("MEGAMOE_GATHER", Gather::Overlapped, GATHER_NAMES),
-            forward: env_choice("MEGAMOE_FORWARD", Forward::Launches, FORWARD_NAMES),
+            gather: env_choice("MEGAMOE_GATHER", Gather::default_for(forward), GATHER_NAMES),
+            forward,
             fp8_backward: env_choice("MEGAMOE_FP8_BACKWARD", Fp8Backward::Dx, FP8_BACKWARD_NAMES),
         }
     }
@@ -1350,6 +1365,22 @@ mod tests {
         assert!(env_problem(var, GATHER_NAMES).is_none());
         std::env::remove_var(var);
         assert!(env_problem(var, FORWARD_NAMES).is_none());
+    }
+
+    #[test]
+    fn the_default_gather_is_valid_with_either_forward() {
+        for forward in [Forward::Launches, Forward::Persistent] {
+            let c = LayerConfig {
+                forward,
+                gather: Gather::default_for(forward),
+                ..LayerConfig::bf16(2048, 768, 128, 8, 16384, Save::WithZ)
+            };
+            c.validate().unwrap();
+        }
+        assert_eq!(Gather::default_for(Forward::Launches), Gather::InProducer);
+        let ok = LayerConfig::bf16(2048, 768, 128, 8, 16384, Save::WithZ);
+        let persistent = LayerConfig { forward: Forward::Persistent, gather: Gather::InProducer, ..ok };
+        assert!(persistent.validate().unwrap_err().to_string().contains("Gather::InProducer"));
     }
 
     #[test]

@@ -447,6 +447,7 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
         sync::named_sync(1, 128);
         smem::st_u32(toks + 4 * t, tok);
         sync::named_sync(1, 128);
+        let rows = GatherRows::new(x, (p.k * 2) as usize, toks, t);
         let mut kt = 0;
         while kt < kt_n {
             let s = Ring::<STAGES>::stage(it);
@@ -460,7 +461,7 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
                 tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
                 tma::load_2d(a_s + A_BYTES + B_BYTES / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
             }
-            gather_a(a_s, x, (p.k * 2) as usize, toks, kt, t);
+            rows.issue(a_s, kt);
             cp_async::mbarrier_arrive_noinc(fb);
             it += 1;
             kt += 1;
@@ -469,27 +470,50 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
     }
 }
 
-/// One gathering thread `t`'s share of k-step `kt` of a stage's A (128 rows x 64 bf16 at `a_s`): chunk t % 8 (16
-/// bytes) of rows t / 8 + 16 i (i < 8), each 8 lanes of a warp instruction reading one row's 128 contiguous bytes,
-/// row r from token `toks[r]` of `x` (rows of `row_bytes`; u32::MAX: zero-filled, nothing read) into the 128-byte
-/// swizzled layout the TMA would have made (chunk c of row r at chunk c ^ (r % 8)), by 16-byte `cp.async`.
-/// SAFETY: `toks` the stage's tile's row tokens in shared memory (each below x's rows, or u32::MAX), the stage
-/// free, `row_bytes` a multiple of 128.
-#[inline(always)]
-pub(crate) unsafe fn gather_a(a_s: u32, x: *const u8, row_bytes: usize, toks: u32, kt: u32, t: u32) {
-    let (chunk, r0) = (t % 8, t / 8);
-    // byte offset of this thread's chunk in a row at this k-step
-    let col = (kt * BK * 2 + chunk * 16) as usize;
-    crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-        let r = r0 + 16 * I as u32;
-        let dst = a_s + r * 128 + ((chunk ^ (r % 8)) * 16);
-        let tok = smem::ld_u32(toks + 4 * r);
-        if tok != u32::MAX {
-            cp_async::copy16_zfill(dst, x.add(tok as usize * row_bytes + col), 16);
-        } else {
-            cp_async::copy16_zfill(dst, x, 0);
-        }
-    });
+/// One gathering thread's share of a tile's A, set up once a tile (`new`) and issued once a k-step (`issue`):
+/// thread `t` copies chunk t % 8 (16 bytes) of rows t / 8 + 16 i (i < 8) of each stage (128 rows x 64 bf16),
+/// each 8 lanes of a warp instruction reading one row's 128 contiguous bytes, row r from token `toks[r]` of `x`
+/// (rows of `row_bytes`; u32::MAX: zero-filled, nothing read) into the 128-byte swizzled layout the TMA would
+/// have made (chunk c of row r at chunk c ^ (r % 8); r % 8 = t / 8 % 8 for all eight rows), by 16-byte
+/// `cp.async`. The eight tokens are read from shared memory and turned into addresses once a tile: a `cp.async`
+/// is an `asm!` the compiler may not move loads across, so read per k-step they made each row a shared-memory
+/// load, a constant load and an address in series before its copy (~8 x 60 cycles a k-step, the k-step's whole
+/// tensor time at 128 x 192; ncu 2026-12-05h: the gathering GEMM1 + SwiGLU at 51% tensor-pipe activity).
+pub(crate) struct GatherRows {
+    /// Each row's source at column 0 plus this thread's chunk (`x` itself for rows past the expert's end).
+    src: [*const u8; 8],
+    /// Bytes each row's copies read: 16, or 0 past the expert's end.
+    n: [u32; 8],
+    /// Row t / 8's chunk in a stage (rows 16 i below it at 2048 i bytes more).
+    dst: u32,
+}
+
+impl GatherRows {
+    /// SAFETY: `toks` the tile's row tokens in shared memory (each below x's rows, or u32::MAX), written before a
+    /// barrier this thread has passed and not rewritten before the next; `row_bytes` a multiple of 128, `t` < 128.
+    #[inline(always)]
+    pub(crate) unsafe fn new(x: *const u8, row_bytes: usize, toks: u32, t: u32) -> Self {
+        let (chunk, r0) = (t % 8, t / 8);
+        let mut rows = Self { src: [x; 8], n: [0; 8], dst: r0 * 128 + ((chunk ^ (r0 % 8)) * 16) };
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let tok = smem::ld_u32(toks + 4 * (r0 + 16 * I as u32));
+            if tok != u32::MAX {
+                rows.src[I] = x.add(tok as usize * row_bytes + (chunk * 16) as usize);
+                rows.n[I] = 16;
+            }
+        });
+        rows
+    }
+
+    /// The copies of k-step `kt` into the stage at `a_s`. SAFETY: the stage free; `kt` below `row_bytes` / 128 (a
+    /// row past the expert's end reads nothing: `x` + 128 kt, 0 bytes).
+    #[inline(always)]
+    pub(crate) unsafe fn issue(&self, a_s: u32, kt: u32) {
+        let col = (kt * BK * 2) as usize;
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            cp_async::copy16_zfill(a_s + self.dst + 2048 * I as u32, self.src[I].add(col), self.n[I]);
+        });
+    }
 }
 
 #[inline(always)]

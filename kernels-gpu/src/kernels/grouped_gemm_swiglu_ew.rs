@@ -19,7 +19,9 @@
 //! lanes 0..15 the pair's first row, 16..31 its second; lane l < 12 of a half the columns 8 l .. + 8:
 //! its g chunk (chunk l of the row) and u chunk (12 + l), h = silu(g) u, 16-byte stores of g and u into z and of h
 //! into c. Rows past the expert's end and columns past I are neither read nor written.
-use crate::kernels::grouped_gemm::{gather_a, m_tiles, move_rows, swiglu_h, tile_info, wait_rows, Tiles, A_BYTES, BK};
+use crate::kernels::grouped_gemm::{
+    m_tiles, move_rows, swiglu_h, tile_info, wait_rows, GatherRows, Tiles, A_BYTES, BK,
+};
 use crate::kernels::grouped_gemm_dswiglu_ew::{consume, queue_at, rows_at, setup, stage_bytes};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
@@ -149,7 +151,7 @@ unsafe fn produce<const MV: bool, const DYN: bool>(
 /// walk, or `DYN` the counter, pushing it to the consumers' and epilogue warps' queue) and writes it into shared
 /// memory; after named barrier 1 (the 128 threads; it also orders the previous tile's reads of the row tokens
 /// before their rewrite) every thread reads it and looks up the token of row t (u32::MAX past the expert's end);
-/// after barrier 1 again, per k-step: thread 0 B's gate and up boxes by TMA (announcing their bytes), every thread
+/// after barrier 1 again, its eight rows' tokens and addresses ([`GatherRows`]), then per k-step: thread 0 B's gate and up boxes by TMA (announcing their bytes), every thread
 /// 16-byte `cp.async` of chunk t % 8 of rows t / 8 + 16 i (i < 8) of A, token row_slot[r] / top_k of `a_rows`,
 /// into the 128-byte-swizzled layout the TMA would have made (rows past the expert's end zero-filled, nothing
 /// read), each 8 lanes reading one row's 128 contiguous bytes; then its copies' arrival on the stage's full barrier
@@ -191,6 +193,7 @@ unsafe fn produce_gather<const DYN: bool>(
         let tok = if row < ti.row_end { *(p.row_slot as *const u32).add(row as usize) / p.top_k } else { u32::MAX };
         smem::st_u32(toks + 4 * t, tok);
         sync::named_sync(1, 128);
+        let rows = GatherRows::new(x, row_bytes, toks, t);
         let (brow, n0) = (ti.e * p.n_b, ti.n_tile * (BN7 / 2));
         let mut kt = 0;
         while kt < kt_n {
@@ -203,7 +206,7 @@ unsafe fn produce_gather<const DYN: bool>(
                 tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
                 tma::load_2d(a_s + A_BYTES + b_bytes / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
             }
-            gather_a(a_s, x, row_bytes, toks, kt, t);
+            rows.issue(a_s, kt);
             cp_async::mbarrier_arrive_noinc(fb);
             it += 1;
             kt += 1;

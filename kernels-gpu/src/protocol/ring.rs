@@ -57,7 +57,7 @@ impl Ring {
             Op::Load { bar: self.full[st], bytes, write: self.stage[st], phase: ph },
         ]
     }
-    /// A gathering producer warp's k-step `it` (grouped_gemm.rs `produce_gather`, `gather_a`): `wait_empty`,
+    /// A gathering producer warp's k-step `it` (grouped_gemm.rs `produce_gather`, `GatherRows`): `wait_empty`,
     /// warp 0's arrive.expect_tx(`b_bytes`) and B's TMA loads into `parts[stage].1`, the warp's reads of the row
     /// tokens `toks` and its `cp.async` copies into `parts[stage].0` with their 32 `noinc` arrivals.
     pub fn gather_step(&self, it: u32, warp: u32, b_bytes: i64, parts: &[(Mask, Mask)], toks: Mask) -> Vec<Op> {
