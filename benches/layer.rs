@@ -127,6 +127,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let other_dsw = if dsw == gemm::Dsw::Ew7 { gemm::Dsw::Ew } else { gemm::Dsw::Ew7 };
     let dsw_pass = passes.len();
     passes.push((1, true, 2, true));
+    // and with dy gathered the other way: by the pass, or by the dh GEMM's producer (`MEGAMOE_DY_GATHER`; the
+    // producer's form runs with the in-producer gather of x only)
+    let dy_default = gemm::dy_gather_in_producer()?;
+    let dy_pass = passes.len();
+    passes.push((1, true, 2, true));
     // heat: the GPU brought to the state a training loop runs in before anything is timed (under the 700 W cap the
     // clock falls within seconds of sustained work: a forward timed first, on a cold GPU, ran 11-15% faster than the
     // same process's forward timed later; a helper's audit of the benchmarks, 2026-12-05)
@@ -160,6 +165,8 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
                 let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
                 if pass == dsw_pass {
                     gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                } else if pass == dy_pass {
+                    gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
                 } else {
                     layer.backward(&sv, &ddy, &inp, gr)?;
                 }
@@ -344,6 +351,16 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_dsw * 1e3,
         fbz_b2 * 1e3,
         fbz_b2 / ms_dsw
+    );
+    let ms_dy = ms[dy_pass];
+    println!(
+        "RESULT megamoe forward+backward (z saved, bf16 weight gradients), dy gathered {} {name} T={tokens}: {:.0} us \
+         (median of {reps}, alternating with the default's {:.0} us: {:.3}x; the same kernels unless x is gathered \
+         in GEMM1's producer)",
+        if dy_default { "by the pass" } else { "in the dh GEMM's producer" },
+        ms_dy * 1e3,
+        fbz_b2 * 1e3,
+        fbz_b2 / ms_dy
     );
     for (mode, ms) in [("z recomputed", ms_fb), ("z saved", ms_fbz)] {
         println!(

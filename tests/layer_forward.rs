@@ -297,6 +297,25 @@ fn in_producer(s: Shape, tokens: usize, routing: Routing, save: Save) {
     variant(s, tokens, routing, save, Forward::Launches, Gather::InProducer);
 }
 
+/// As [`in_producer`] with dy gathered by the dh GEMM's producer too (`MEGAMOE_DY_GATHER=producer`:
+/// `grouped_gemm_bt_dswiglu_ew7_gather[_dyn]`, the rows written in expert order for dW2 by the tiles of n-tile 0):
+/// bitwise the gather pass's backward; `dynamic` the run-time tile walk or the static one.
+fn in_producer_dy(s: Shape, tokens: usize, routing: Routing, save: Save, dynamic: bool) {
+    megamoe::gemm::with_gemm_sched(dynamic, || {
+        megamoe::gemm::with_dy_gather(true, || in_producer(s, tokens, routing, save))
+    });
+}
+
+gpu_test!(in_producer_dy_ragged_save_z, { in_producer_dy(RAGGED, 211, Routing::Uniform, Save::WithZ, true) });
+gpu_test!(in_producer_dy_half_empty_inputs_only, {
+    in_producer_dy(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly, true)
+});
+gpu_test!(in_producer_dy_one_token_static, { in_producer_dy(SMALL, 1, Routing::Uniform, Save::WithZ, false) });
+gpu_test!(in_producer_dy_masked_static, { in_producer_dy(RAGGED, 160, Routing::Masked10, Save::WithZ, false) });
+gpu_test!(in_producer_dy_qwen3_30b_a3b_t4096_save_z, {
+    in_producer_dy(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::WithZ, true)
+});
+
 gpu_test!(in_producer_ragged_save_z, { in_producer(RAGGED, 211, Routing::Uniform, Save::WithZ) });
 gpu_test!(in_producer_half_empty_inputs_only, { in_producer(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly) });
 gpu_test!(in_producer_one_token_save_z, { in_producer(SMALL, 1, Routing::Uniform, Save::WithZ) });

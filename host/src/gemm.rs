@@ -373,6 +373,27 @@ pub fn with_dswiglu<R>(k: Dsw, f: impl FnOnce() -> R) -> R {
 }
 
 thread_local! {
+    static DY_GATHER: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the layer's backward with [`crate::layer::Gather::InProducer`] (bf16, the seven-warp SwiGLU backward)
+/// gathers dy in the dh GEMM's producer (`grouped_gemm_bt_dswiglu_ew7_gather`: the rows read from the tokens, and
+/// written in expert order for dW2 by the tiles of n-tile 0) instead of by the gather pass. Bitwise the same.
+/// `MEGAMOE_DY_GATHER` (read once) = `producer` on, `pass` or unset off (built in the thirty-third session, not yet
+/// run on a GPU: off until measured); another value is an `InvalidArgument`; overridden on a thread by
+/// [`with_dy_gather`].
+pub fn dy_gather_in_producer() -> Result<bool> {
+    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
+    policy(&DY_GATHER, &ENV, "MEGAMOE_DY_GATHER", &[("producer", true), ("pass", false), ("", false)])
+}
+
+/// Run `f` with dy gathered in the dh GEMM's producer (`true`) or by the pass for every launch prepared on this
+/// thread inside it.
+pub fn with_dy_gather<R>(in_producer: bool, f: impl FnOnce() -> R) -> R {
+    with_override(&DY_GATHER, in_producer, f)
+}
+
+thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
@@ -415,6 +436,7 @@ pub(crate) fn sched_name(dynamic: bool, kernel: &'static str) -> &'static str {
         (true, "grouped_gemm_swiglu_ew7_mv") => "grouped_gemm_swiglu_ew7_mv_dyn",
         (true, "grouped_gemm_swiglu_ew7_gather") => "grouped_gemm_swiglu_ew7_gather_dyn",
         (true, "grouped_gemm_bt_dswiglu_ew7") => "grouped_gemm_bt_dswiglu_ew7_dyn",
+        (true, "grouped_gemm_bt_dswiglu_ew7_gather") => "grouped_gemm_bt_dswiglu_ew7_gather_dyn",
         (_, k) => k,
     }
 }
@@ -979,6 +1001,7 @@ pub(crate) fn check_policies() -> Result<()> {
     cluster_policy()?;
     swiglu_epilogue_warps()?;
     dswiglu_kernel()?;
+    dy_gather_in_producer()?;
     wgrad_sched()?;
     Ok(())
 }
@@ -1106,6 +1129,7 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         sched: 0,
         copy_cols: 0,
         pad: 0,
+        a_out: 0,
     }
 }
 

@@ -1075,19 +1075,27 @@ impl MoeLayer {
                 (zp, ws_rows)
             }
         };
-        // dy rows: always by the gather pass (overlapped with the dh + SwiGLU backward GEMM, which is bound by L2
-        // and memory traffic already, it measured ~200 us slower at 30B: docs/NOTES.md)
+        // dy rows: with the in-producer gather (bf16 backward, the seven-warp SwiGLU backward) gathered by the dh
+        // GEMM's producer, which also writes them in expert order for dW2 (no gather pass of dy); else by the gather
+        // pass (overlapped with the dh + SwiGLU backward GEMM by movers, it measured ~200 us slower at 30B:
+        // docs/NOTES.md)
+        let dy_in_producer =
+            fp8.is_none() && c.gather == Gather::InProducer && crate::gemm::dswiglu_kernel()? == crate::tiles::Dsw::Ew7;
         if wgrad8 {
             // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy
             // dW2 = (s dy)^T h: the routing weight applied to dy's codes (h^T comes from z's recompute)
             let gather = Some((dptr(dy, &s), dptr(&self.work.dys, &s), dptr(inp.topk_weights, &s)));
             self.quantize_cols_fp8(Operand::A, 0, h2, false, gather, false, saved)?;
-        } else {
+        } else if !dy_in_producer {
             self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
         }
         // dh = dy W2_e with the SwiGLU backward: dz, s * h, dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
-        let map_dy = self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?;
+        let map_dy = if dy_in_producer {
+            0
+        } else {
+            self.maps.get(&g, dptr(&self.work.dys, &s), ws_rows, h2, kh::GEMM_BM, 64)?
+        };
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), c.experts * h2, i2, 64, 64)?;
         // z and dz in 64 x 64 boxes (whole 64-row groups of an expert go through the copy engine); a saved z
         // holds the call's slots rows, the workspace's z and dz ws_rows
@@ -1114,9 +1122,14 @@ impl MoeLayer {
             // s h only for the bf16 weight gradients (dW2's FP8 B is h^T from the recompute)
             sh: if wgrad8 { 0 } else { dptr(&self.work.sh, &s) },
             map_sh: if wgrad8 { 0 } else { map_sh },
+            // dy's tokens and where the gathered rows go (dW2's A)
+            a_rows: if dy_in_producer { dptr(dy, &s) } else { 0 },
+            top_k: c.top_k as u32,
+            a_out: if dy_in_producer { dptr(&self.work.dys, &s) } else { 0 },
             ..zero_gemm()
         };
-        self.mgemm("grouped_gemm_bt_dswiglu", p, saved)?;
+        let dh = if dy_in_producer { "grouped_gemm_bt_dswiglu_ew7_gather" } else { "grouped_gemm_bt_dswiglu" };
+        self.mgemm(dh, p, saved)?;
         let red = DtopkReduce {
             partial: dptr(&self.work.partial, &s),
             slot_row: dptr(&saved.slot_row, &s),
@@ -1314,6 +1327,7 @@ mod tests {
         );
         assert_eq!(sched_name(true, "grouped_gemm_swiglu_ew7_gather"), "grouped_gemm_swiglu_ew7_gather_dyn");
         assert_eq!(sched_name(false, "grouped_gemm_swiglu_ew7_gather"), "grouped_gemm_swiglu_ew7_gather");
+        assert_eq!(sched_name(true, "grouped_gemm_bt_dswiglu_ew7_gather"), "grouped_gemm_bt_dswiglu_ew7_gather_dyn");
         assert!(movers_variant("grouped_gemm_swiglu_ew7", true, true).is_err());
         assert!(movers_variant("grouped_gemm_bt_bf16", true, false).is_err());
     }

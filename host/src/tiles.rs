@@ -156,6 +156,19 @@ pub const CONFIGS: &[TileConfig] = &[
     ew7_swiglu("grouped_gemm_swiglu_ew7_gather", Gather),
     cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, None),
     TileConfig {
+        kernel: "grouped_gemm_bt_dswiglu_ew7_gather",
+        epilogue: SwigluBackward,
+        a: Gather,
+        b: KN,
+        bm: kh::GEMM_BM,
+        bn: kh::GEMM_EW7_BN,
+        stages: kh::GEMM_EW7_STAGES,
+        schedule: Schedule::EpilogueWarps,
+        cluster: 1,
+        share: None,
+        smem: kh::GEMM_SMEM,
+    },
+    TileConfig {
         kernel: "grouped_gemm_bt_dswiglu_ew7",
         epilogue: SwigluBackward,
         a: Tma,
@@ -434,6 +447,13 @@ mod tests {
         let on7 = Limits { dsw: Dsw::Ew7, ..H200 };
         let ch = choose(&dsw, &on7).unwrap();
         assert_eq!((ch.config.kernel, dsw.n_tiles(&ch.config)), ("grouped_gemm_bt_dswiglu_ew7", 4));
+        // dy gathered by the producer: the seven-warp policy's gathering form only (no other SwiGLU backward
+        // gathers; under another policy nothing qualifies and the layer gathers dy by the pass instead)
+        let gather = p(SwigluBackward, Gather, KN, 768);
+        let ch = choose(&gather, &on7).unwrap();
+        assert_eq!((ch.config.kernel, gather.n_tiles(&ch.config)), ("grouped_gemm_bt_dswiglu_ew7_gather", 4));
+        let err = choose(&gather, &on).unwrap_err().to_string();
+        assert!(err.contains("grouped_gemm_bt_dswiglu_ew7_gather") && err.contains("Ew7"), "{err}");
         // other epilogues never pick them
         assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on).unwrap().config.kernel, "grouped_gemm_bt_bf16");
         assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on7).unwrap().config.kernel, "grouped_gemm_bt_bf16");

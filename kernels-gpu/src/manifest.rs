@@ -79,6 +79,8 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_bt_dswiglu_ew", 384, true, true),
     k("grouped_gemm_bt_dswiglu_ew7", 512, true, true),
     k("grouped_gemm_bt_dswiglu_ew7_dyn", 512, true, true),
+    k("grouped_gemm_bt_dswiglu_ew7_gather", 512, true, true),
+    k("grouped_gemm_bt_dswiglu_ew7_gather_dyn", 512, true, true),
     k("grouped_gemm_swiglu_ew7", 512, true, true),
     k("grouped_gemm_swiglu_ew7_dyn", 512, true, true),
     k("grouped_gemm_swiglu_ew7_mv", 512, true, true),

@@ -324,6 +324,9 @@ pub struct GroupedGemm {
     pub copy_cols: u32,
     /// Padding (0).
     pub pad: u32,
+    /// The dh GEMM gathering dy in its producer (`grouped_gemm_bt_dswiglu_ew7_gather`): bf16 [rows, K], where the
+    /// tiles of n-tile 0 write the gathered rows in expert order (the copy dW2 reads); 0: none written.
+    pub a_out: u64,
 }
 
 /// The fused forward's GEMMs in one persistent launch (kernel `ffn_fused_fwd`, docs/FUSED.md step 1): GEMM1 +
@@ -790,7 +793,7 @@ mod tests {
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
-            ("GroupedGemm", size_of::<GroupedGemm>(), 21 * 8 + 12 * 4),
+            ("GroupedGemm", size_of::<GroupedGemm>(), 22 * 8 + 12 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),
             ("WgradMaps", size_of::<WgradMaps>(), 7 * 8 + 4 * 4),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),

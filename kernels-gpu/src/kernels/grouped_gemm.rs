@@ -486,6 +486,9 @@ pub(crate) struct GatherRows {
     n: [u32; 8],
     /// Row t / 8's chunk in a stage (rows 16 i below it at 2048 i bytes more).
     dst: u32,
+    /// Row t / 8 of the tile and this thread's chunk's byte offset in a row's 128 bytes of a k-step.
+    r0: u32,
+    chunk_at: u32,
 }
 
 impl GatherRows {
@@ -494,7 +497,8 @@ impl GatherRows {
     #[inline(always)]
     pub(crate) unsafe fn new(x: *const u8, row_bytes: usize, toks: u32, t: u32) -> Self {
         let (chunk, r0) = (t % 8, t / 8);
-        let mut rows = Self { src: [x; 8], n: [0; 8], dst: r0 * 128 + ((chunk ^ (r0 % 8)) * 16) };
+        let mut rows =
+            Self { src: [x; 8], n: [0; 8], dst: r0 * 128 + ((chunk ^ (r0 % 8)) * 16), r0, chunk_at: chunk * 16 };
         crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
             let tok = smem::ld_u32(toks + 4 * (r0 + 16 * I as u32));
             if tok != u32::MAX {
@@ -512,6 +516,23 @@ impl GatherRows {
         let col = (kt * BK * 2) as usize;
         crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
             cp_async::copy16_zfill(a_s + self.dst + 2048 * I as u32, self.src[I].add(col), self.n[I]);
+        });
+    }
+
+    /// The write-out of k-step `kt`'s copies from the stage at `a_s`: this thread's chunks of the tile's rows
+    /// into `out` (the tile's first row of an expert-ordered buffer of rows of `row_bytes`), the rows past the
+    /// expert's end not. Each thread reads back only the chunks its own copies wrote. SAFETY: those copies
+    /// landed (this thread's `cp.async` group waited for) and the stage not refilled since; `out` holds the
+    /// tile's rows below its expert's end.
+    #[inline(always)]
+    pub(crate) unsafe fn copy_out(&self, a_s: u32, out: *mut u8, row_bytes: usize, kt: u32) {
+        let col = (kt * BK * 2 + self.chunk_at) as usize;
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if self.n[I] != 0 {
+                let v = smem::ld_v4(a_s + self.dst + 2048 * I as u32);
+                let at = out.add((self.r0 + 16 * I as u32) as usize * row_bytes + col);
+                global::st_v4(at as *mut [u32; 4], v);
+            }
         });
     }
 }

@@ -37,12 +37,13 @@
 //! with the loads alone in 596 (no wgmma); together 760: the epilogue's 1 GB of z / dz / s h traffic and the main
 //! loop each need about the whole time.
 use crate::kernels::grouped_gemm::{
-    dsw_weight, dswiglu_elem, frag, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, Acc, Tiles, A_BYTES, BK,
-    DYN_Q, SMEM_BYTES, STAGE_BYTES,
+    dsw_weight, dswiglu_elem, frag, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, Acc, GatherRows, Tiles,
+    A_BYTES, BK, DYN_Q, SMEM_BYTES, STAGE_BYTES,
 };
 use crate::params::GroupedGemm;
 use crate::pipeline::{Ring, TileQueue};
-use crate::ptx::{global, math, mbarrier, regs, smem, sync, tma, warp};
+use crate::ptx::{cp_async, global, math, mbarrier, regs, smem, sync, tma, warp};
+use crate::scheduler::MTile as Tile;
 
 /// Ring stages.
 const S: u32 = crate::kernels_host::GEMM_EW_STAGES;
@@ -149,6 +150,51 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm
     ew7_body!(p, true);
 }
 
+/// As [`grouped_gemm_bt_dswiglu_ew7`] with A (dy's rows) gathered from the tokens by warpgroup 0 while it loads
+/// each stage (`a_rows` = dy bf16 [T, K], row r token `row_slot[r] / top_k`, as `grouped_gemm_swiglu_ew7_gather`):
+/// no expert-ordered copy of dy is read; with `a_out` non-zero the tiles of n-tile 0 write the gathered rows there
+/// (the copy dW2 reads), so no gather pass of dy runs. Four epilogue warps (warpgroup 3).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather(p: GroupedGemm) {
+    gather_body::<false>(&p);
+}
+
+/// As [`grouped_gemm_bt_dswiglu_ew7_gather`] with the run-time tile counter (see [`grouped_gemm_bt_dswiglu_ew7_dyn`]):
+/// thread 0 takes each tile and hands it to the other 127 gathering threads through shared memory.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_dyn(p: GroupedGemm) {
+    gather_body::<true>(&p);
+}
+
+/// The `_ew7_gather` kernels: warpgroup 0 gathers A and loads B (`produce_gather`, `BN7 / 64` boxes of B 64 K x
+/// 64 N as [`produce_bt`]), warpgroups 1, 2 consume (A through the generic proxy: fenced), warpgroup 3 is the
+/// epilogue (four warps).
+#[inline(always)]
+unsafe fn gather_body<const DYN: bool>(p: &GroupedGemm) {
+    let base = smem::base();
+    // the TMA thread's arrival and one per gathering thread's copies (`noinc`)
+    let (ring, dh, (full, empty)) = setup::<S7, BN7, 4, DYN>(p, base, 129);
+    let queue = if DYN { base + queue_at(S7, BN7) } else { 0 };
+    let t = regs::tid();
+    let wg = t / 128;
+    let total = m_tiles(p) * p.n_tiles;
+    let kt_n = p.k / BK;
+    if wg == 0 {
+        produce_gather::<DYN, true>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
+            let mut h = 0;
+            while h < BN7 / 64 {
+                let col = (ti.n_tile * BN7 + 64 * h) as i32;
+                tma::load_2d(b_s + h * (64 * BK * 2), p.map_b as *const u8, col, (ti.e * p.k + kt * BK) as i32, fb);
+                h += 1;
+            }
+        });
+    } else if wg == 3 {
+        epilogue::<BN7, 4, DYN>(p, dh, (full, empty), (total, queue), t / 32 - 12);
+    } else {
+        consume::<S7, [f32; 96], true, DYN, true>(p, base, ring, dh, (full, empty), (total, queue), kt_n, wg - 1);
+    }
+}
+
 /// The body of the `_ew7` kernels, `$dyn` their walk (a macro, not an inlined function taking `&p`: with the
 /// function the default kernel's code came out laid out differently from before the `_dyn` form existed).
 macro_rules! ew7_body {
@@ -248,6 +294,98 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32, const DYN: bool>(
             }
             it += 1;
             kt += 1;
+        }
+    }
+}
+
+/// The gathering producer of the epilogue-warps kernels (`_gather`: the 128 threads of warpgroup 0), stages of A
+/// 128 x 64 and B `BN7` x 64. Per tile, thread 0 takes the tile (the static walk, or `DYN` the counter, pushing it
+/// to the consumers' and epilogue warps' queue) and writes it into shared memory; after named barrier 1 (the 128
+/// threads; it also orders the previous tile's reads of the row tokens before their rewrite) every thread reads it
+/// and looks up the token of row t (u32::MAX past the expert's end); after barrier 1 again, its eight rows' tokens
+/// and addresses ([`GatherRows`]), then per k-step: thread 0 announces B's bytes and loads B's boxes
+/// (`load_b(b_s, full barrier, tile, kt)`), every thread 16-byte `cp.async` of its chunks of A, token
+/// row_slot[r] / top_k of `a_rows`, into the 128-byte-swizzled layout the TMA would have made (rows past the
+/// expert's end zero-filled, nothing read); then its copies' arrival on the stage's full barrier (`noinc`), without
+/// waiting for them, so as many stages are in flight as the ring holds. `OUT` with `a_out` non-zero: the tiles of
+/// n-tile 0 (one per m-tile) also write their gathered rows to `a_out` (bf16 [rows, K], expert order), each thread
+/// the chunks its own copies wrote, two k-steps behind them (a `cp.async` group a k-step; waiting for k-step kt - 2
+/// leaves two in flight; the ring's stage is refilled only `S7` k-steps later, by this same thread's chunks), the
+/// last two at the tile's end. SAFETY: the 128 threads of warpgroup 0, in uniform control flow between the barriers;
+/// K % 64 == 0, `a_rows` rows of K bf16, `a_out` (if set) `rows_max` rows of K bf16.
+#[inline(always)]
+pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
+    p: &GroupedGemm,
+    base: u32,
+    ring: Ring<S7>,
+    (total, queue): (u32, u32),
+    kt_n: u32,
+    load_b: impl Fn(u32, u32, &Tile, u32),
+) {
+    const { assert!(S7 >= 3, "the write-out reads a stage two k-steps after its copies") };
+    let t = regs::tid();
+    if t == 0 {
+        crate::kernels::acquire_prefetch(p.map_b as *const u8);
+    }
+    let x = p.a_rows as *const u8;
+    let row_bytes = (p.k * 2) as usize;
+    let toks = base + rows_at(S7, BN7);
+    let slot = toks + 4 * crate::kernels_host::GEMM_BM;
+    let stage = stage_bytes(BN7);
+    let b_bytes = BN7 * BK * 2;
+    let mut it = 0u32;
+    // thread 0's walk (the others read its tiles from `slot`)
+    let mut tiles = Tiles::<DYN, true>::new(p, total, queue);
+    loop {
+        if t == 0 {
+            smem::st_u32(slot, tiles.next().unwrap_or(u32::MAX));
+        }
+        sync::named_sync(1, 128);
+        let tile = smem::ld_u32(slot);
+        if tile == u32::MAX {
+            break;
+        }
+        let ti = tile_info::<false>(p, tile);
+        let row = ti.row0 + t;
+        // SAFETY (of the read): a row below row_end <= rows_max, inside `row_slot`
+        let tok = if row < ti.row_end { *(p.row_slot as *const u32).add(row as usize) / p.top_k } else { u32::MAX };
+        smem::st_u32(toks + 4 * t, tok);
+        sync::named_sync(1, 128);
+        let rows = GatherRows::new(x, row_bytes, toks, t);
+        // the tile's first row of the write-out (n-tile 0 only)
+        let out = if OUT && p.a_out != 0 && ti.n_tile == 0 {
+            (p.a_out as *mut u8).add(ti.row0 as usize * row_bytes)
+        } else {
+            core::ptr::null_mut()
+        };
+        let mut kt = 0;
+        while kt < kt_n {
+            let a_s = base + Ring::<S7>::stage(it) * stage;
+            ring.wait_empty(it);
+            let fb = ring.full_bar(it);
+            if t == 0 {
+                mbarrier::arrive_expect_tx(fb, b_bytes);
+                load_b(a_s + A_BYTES, fb, &ti, kt);
+            }
+            rows.issue(a_s, kt);
+            cp_async::mbarrier_arrive_noinc(fb);
+            if OUT && !out.is_null() {
+                cp_async::commit_group();
+                if kt >= 2 {
+                    cp_async::wait_group::<2>();
+                    rows.copy_out(base + Ring::<S7>::stage(it - 2) * stage, out, row_bytes, kt - 2);
+                }
+            }
+            it += 1;
+            kt += 1;
+        }
+        if OUT && !out.is_null() {
+            cp_async::wait_group::<0>();
+            let mut j = kt_n.saturating_sub(2);
+            while j < kt_n {
+                rows.copy_out(base + Ring::<S7>::stage(it - kt_n + j) * stage, out, row_bytes, j);
+                j += 1;
+            }
         }
     }
 }

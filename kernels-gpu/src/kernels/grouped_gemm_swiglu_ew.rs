@@ -22,7 +22,7 @@
 use crate::kernels::grouped_gemm::{
     m_tiles, move_rows, swiglu_h, tile_info, wait_rows, GatherRows, Tiles, A_BYTES, BK,
 };
-use crate::kernels::grouped_gemm_dswiglu_ew::{consume, queue_at, rows_at, setup, stage_bytes};
+use crate::kernels::grouped_gemm_dswiglu_ew::{consume, produce_gather, queue_at, setup, stage_bytes};
 use crate::params::GroupedGemm;
 use crate::pipeline::Ring;
 use crate::ptx::{cp_async, global, mbarrier, regs, smem, sync, tma};
@@ -90,7 +90,7 @@ unsafe fn body<const MV: bool, const EW: u32, const DYN: bool, const GATHER: boo
     let total = m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
     if GATHER && wg == 0 {
-        produce_gather::<DYN>(p, base, ring, (total, queue), kt_n);
+        produce_gather_w1::<DYN>(p, base, ring, (total, queue), kt_n);
     } else if t == 0 {
         produce::<MV, DYN>(p, base, ring, (total, queue), kt_n);
     } else if wg == 3 || (wg == 0 && !MV) {
@@ -147,71 +147,23 @@ unsafe fn produce<const MV: bool, const DYN: bool>(
     }
 }
 
-/// The gathering producer (`_gather`: the 128 threads of warpgroup 0). Per tile, thread 0 takes the tile (the static
-/// walk, or `DYN` the counter, pushing it to the consumers' and epilogue warps' queue) and writes it into shared
-/// memory; after named barrier 1 (the 128 threads; it also orders the previous tile's reads of the row tokens
-/// before their rewrite) every thread reads it and looks up the token of row t (u32::MAX past the expert's end);
-/// after barrier 1 again, its eight rows' tokens and addresses ([`GatherRows`]), then per k-step: thread 0 B's gate and up boxes by TMA (announcing their bytes), every thread
-/// 16-byte `cp.async` of chunk t % 8 of rows t / 8 + 16 i (i < 8) of A, token row_slot[r] / top_k of `a_rows`,
-/// into the 128-byte-swizzled layout the TMA would have made (rows past the expert's end zero-filled, nothing
-/// read), each 8 lanes reading one row's 128 contiguous bytes; then its copies' arrival on the stage's full barrier
-/// (`noinc`), without waiting for them, so as many stages are in flight as the ring holds. SAFETY: the 128 threads
-/// of warpgroup 0, in uniform control flow between the barriers; K % 64 == 0 and `a_rows` rows of K bf16.
+/// The gathering producer (`_gather`: the 128 threads of warpgroup 0): `grouped_gemm_dswiglu_ew.rs`
+/// [`produce_gather`] with B's gate rows n0 .. n0 + 96 and up rows I + n0 .. (one box each, n0 = n_tile * 96).
+/// SAFETY: as `produce_gather`.
 #[inline(always)]
-unsafe fn produce_gather<const DYN: bool>(
+unsafe fn produce_gather_w1<const DYN: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S7>,
     (total, queue): (u32, u32),
     kt_n: u32,
 ) {
-    let t = regs::tid();
-    if t == 0 {
-        crate::kernels::acquire_prefetch(p.map_b as *const u8);
-    }
-    let x = p.a_rows as *const u8;
-    let row_bytes = (p.k * 2) as usize;
-    let toks = base + rows_at(S7, BN7);
-    let slot = toks + 4 * crate::kernels_host::GEMM_BM;
-    let stage = stage_bytes(BN7);
-    let b_bytes = BN7 * BK * 2;
-    let mut it = 0u32;
-    // thread 0's walk (the others read its tiles from `slot`)
-    let mut tiles = Tiles::<DYN, true>::new(p, total, queue);
-    loop {
-        if t == 0 {
-            smem::st_u32(slot, tiles.next().unwrap_or(u32::MAX));
-        }
-        sync::named_sync(1, 128);
-        let tile = smem::ld_u32(slot);
-        if tile == u32::MAX {
-            break;
-        }
-        let ti = tile_info::<false>(p, tile);
-        let row = ti.row0 + t;
-        // SAFETY (of the read): a row below row_end <= rows_max, inside `row_slot`
-        let tok = if row < ti.row_end { *(p.row_slot as *const u32).add(row as usize) / p.top_k } else { u32::MAX };
-        smem::st_u32(toks + 4 * t, tok);
-        sync::named_sync(1, 128);
-        let rows = GatherRows::new(x, row_bytes, toks, t);
+    produce_gather::<DYN, false>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
         let (brow, n0) = (ti.e * p.n_b, ti.n_tile * (BN7 / 2));
-        let mut kt = 0;
-        while kt < kt_n {
-            let a_s = base + Ring::<S7>::stage(it) * stage;
-            ring.wait_empty(it);
-            let fb = ring.full_bar(it);
-            if t == 0 {
-                mbarrier::arrive_expect_tx(fb, b_bytes);
-                let kx = (kt * BK) as i32;
-                tma::load_2d(a_s + A_BYTES, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
-                tma::load_2d(a_s + A_BYTES + b_bytes / 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
-            }
-            rows.issue(a_s, kt);
-            cp_async::mbarrier_arrive_noinc(fb);
-            it += 1;
-            kt += 1;
-        }
-    }
+        let kx = (kt * BK) as i32;
+        tma::load_2d(b_s, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
+        tma::load_2d(b_s + (BN7 / 2) * BK * 2, p.map_b as *const u8, kx, (brow + p.n + n0) as i32, fb);
+    });
 }
 
 /// The epilogue warps (see the module), `EW_` of them, this one `w`. SAFETY: the `EW_` epilogue warps, in uniform

@@ -9,7 +9,9 @@
 //! arrives on `empty`. All roles walk the same tiles (`walk::<0>`).
 //!
 //! Kernels: `_ew7` (S 4, EW 7), `_ew` (S 3, EW 3), swiglu `_ew7` (S 4, EW 7), `_ew7_mv` (S 4, EW 4) and
-//! `_ew7_gather` (S 4, EW 4, `Ew::gather`: the producer warpgroup's four warps, see `model`). The
+//! `_ew7_gather` (S 4, EW 4, `Ew::gather`: the producer warpgroup's four warps, see `model`), and dswiglu
+//! `_ew7_gather` (the same protocol: `produce_gather` is shared, its B boxes by a closure; the write-out of the
+//! gathered rows waits on each thread's own `cp.async` groups and touches global memory only). The
 //! epilogue warps store to global memory from registers (no staging, no bulk groups); the `_mv` movers and the
 //! producer's per-m-tile wait on their counts touch global memory only and are left out.
 //!
@@ -35,7 +37,8 @@ pub struct Ew {
     pub warps: bool,
     /// The `_dyn` forms' queue slots (0: the static walk, no queue).
     pub queue: u32,
-    /// The gathering producer (`grouped_gemm_swiglu_ew7_gather[_dyn]`): the producer warpgroup's four warps, A by
+    /// The gathering producer (`grouped_gemm_swiglu_ew7_gather[_dyn]`, `grouped_gemm_bt_dswiglu_ew7_gather[_dyn]`):
+    /// the producer warpgroup's four warps, A by
     /// `cp.async`, the tile broadcast from thread 0 through shared memory.
     pub gather: bool,
 }
