@@ -132,6 +132,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let dy_default = gemm::dy_gather_in_producer()?;
     let dy_pass = passes.len();
     passes.push((1, true, 2, true));
+    // the gathering producers' tile hand-off the other way (`MEGAMOE_GATHER_AHEAD`): the forward alone and the
+    // z-saved step with bf16 weight gradients, alternating with the default's (passes 3 and the bf16 step)
+    let ahead_default = gemm::gather_ahead()?;
+    let ahead_passes = (passes.len(), passes.len() + 1);
+    passes.extend([(0, false, 2, false), (1, true, 2, true)]);
     // heat: the GPU brought to the state a training loop runs in before anything is timed (under the 700 W cap the
     // clock falls within seconds of sustained work: a forward timed first, on a cold GPU, ran 11-15% faster than the
     // same process's forward timed later; a helper's audit of the benchmarks, 2026-12-05)
@@ -159,22 +164,25 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         if rep == 3 && pass == 0 {
             g.fill_bytes(&mut out, 0xff)?;
         }
-        let ms = g.timed(|| {
-            let sv = layer.forward(&inp, &mut out)?;
-            if with_bwd && bf16_grads {
-                let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-                if pass == dsw_pass {
-                    gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
-                } else if pass == dy_pass {
-                    gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
-                } else {
+        let ahead = if pass == ahead_passes.0 || pass == ahead_passes.1 { !ahead_default } else { ahead_default };
+        let ms = gemm::with_gather_ahead(ahead, || {
+            g.timed(|| {
+                let sv = layer.forward(&inp, &mut out)?;
+                if with_bwd && bf16_grads {
+                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
+                    if pass == dsw_pass {
+                        gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                    } else if pass == dy_pass {
+                        gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
+                    } else {
+                        layer.backward(&sv, &ddy, &inp, gr)?;
+                    }
+                } else if with_bwd {
+                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
                     layer.backward(&sv, &ddy, &inp, gr)?;
                 }
-            } else if with_bwd {
-                let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
-                layer.backward(&sv, &ddy, &inp, gr)?;
-            }
-            Ok(())
+                Ok(())
+            })
         })?;
         if rep >= 3 {
             times[pass].push(ms);
@@ -361,6 +369,19 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_dy * 1e3,
         fbz_b2 * 1e3,
         fbz_b2 / ms_dy
+    );
+    let (ms_af, ms_as) = (ms[ahead_passes.0], ms[ahead_passes.1]);
+    println!(
+        "RESULT megamoe gathering producers' look-ahead hand-off {} {name} T={tokens}: forward {:.0} us (default's \
+         {:.0} us: {:.3}x), forward+backward (z saved, bf16 weight gradients) {:.0} us (default's {:.0} us: {:.3}x) \
+         (medians of {reps}, alternating; the same kernels unless a gathering producer runs)",
+        if ahead_default { "off" } else { "on" },
+        ms_af * 1e3,
+        ms[3] * 1e3,
+        ms[3] / ms_af,
+        ms_as * 1e3,
+        fbz_b2 * 1e3,
+        fbz_b2 / ms_as
     );
     for (mode, ms) in [("z recomputed", ms_fb), ("z saved", ms_fbz)] {
         println!(

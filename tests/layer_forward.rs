@@ -245,7 +245,10 @@ fn variant(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Forwa
             let w = g.upload(&inp.w).unwrap();
             let w1 = g.upload(&inp.w1).unwrap();
             let w2 = g.upload(&inp.w2).unwrap();
-            let dy = g.upload(&inp.x).unwrap(); // any finite [T, H]
+            // any finite [T, H] that is not x (a kernel gathering from the wrong tensor must not pass): x's rows
+            // in reverse token order
+            let dyv: Vec<bf16> = inp.x.chunks(s.h).rev().flatten().copied().collect();
+            let dy = g.upload(&dyv).unwrap();
             let mut out = g.alloc::<bf16>(tokens * s.h).unwrap();
             let li = LayerInputs { tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
             let saved = layer.forward(&li, &mut out).unwrap();
@@ -259,6 +262,8 @@ fn variant(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Forwa
             g.fill_bytes(&mut dw1, 0xff).unwrap();
             g.fill_bytes(&mut dw2, 0xff).unwrap();
             let gr = Grads { dx: &mut gdx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+            // and the workspace (a row the backward should write and skips reads as NaN, not as the forward's)
+            layer.poison_workspace().unwrap();
             layer.backward(&saved, &dy, &li, gr).unwrap();
             g.sync().unwrap();
             saved.check(&g).unwrap();
@@ -314,6 +319,27 @@ gpu_test!(in_producer_dy_one_token_static, { in_producer_dy(SMALL, 1, Routing::U
 gpu_test!(in_producer_dy_masked_static, { in_producer_dy(RAGGED, 160, Routing::Masked10, Save::WithZ, false) });
 gpu_test!(in_producer_dy_qwen3_30b_a3b_t4096_save_z, {
     in_producer_dy(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::WithZ, true)
+});
+
+/// As [`in_producer`] (x and, with `dy`, dy gathered in the producers) with the look-ahead tile hand-off
+/// (`MEGAMOE_GATHER_AHEAD=1`): bitwise the gather pass's forward and backward.
+fn in_producer_ahead(s: Shape, tokens: usize, routing: Routing, save: Save, dynamic: bool, dy: bool) {
+    megamoe::gemm::with_gather_ahead(true, || {
+        megamoe::gemm::with_gemm_sched(dynamic, || {
+            megamoe::gemm::with_dy_gather(dy, || in_producer(s, tokens, routing, save))
+        })
+    });
+}
+
+gpu_test!(in_producer_ahead_ragged_save_z, {
+    in_producer_ahead(RAGGED, 211, Routing::Uniform, Save::WithZ, true, true)
+});
+gpu_test!(in_producer_ahead_half_empty_static, {
+    in_producer_ahead(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly, false, true)
+});
+gpu_test!(in_producer_ahead_one_token, { in_producer_ahead(SMALL, 1, Routing::Uniform, Save::WithZ, true, false) });
+gpu_test!(in_producer_ahead_qwen3_30b_a3b_t4096_save_z, {
+    in_producer_ahead(Shape::QWEN3_30B_A3B, 4096, Routing::Masked10, Save::WithZ, true, true)
 });
 
 gpu_test!(in_producer_ragged_save_z, { in_producer(RAGGED, 211, Routing::Uniform, Save::WithZ) });

@@ -394,6 +394,28 @@ pub fn with_dy_gather<R>(in_producer: bool, f: impl FnOnce() -> R) -> R {
 }
 
 thread_local! {
+    static GATHER_AHEAD: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the epilogue-warps gathering producers (`grouped_gemm_swiglu_ew7_gather*`,
+/// `grouped_gemm_bt_dswiglu_ew7_gather*`) hand tiles over ahead ([`megamoe_kernels::params::GEMM_GATHER_AHEAD`]: the
+/// next tile taken and its row tokens read while the current tile's k-steps run, instead of in series between
+/// tiles: the counter's and the token load's latency, ~2 us a tile against the ring's ~1.7 us of buffered
+/// k-steps). Bitwise the same. `MEGAMOE_GATHER_AHEAD` (read once) = `1` on, `0` or unset off (built in the
+/// thirty-third session, not yet run on a GPU: off until measured); another value is an `InvalidArgument`;
+/// overridden on a thread by [`with_gather_ahead`].
+pub fn gather_ahead() -> Result<bool> {
+    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
+    policy(&GATHER_AHEAD, &ENV, "MEGAMOE_GATHER_AHEAD", &[("1", true), ("0", false), ("", false)])
+}
+
+/// Run `f` with the gathering producers' look-ahead hand-off on or off for every launch prepared on this thread
+/// inside it.
+pub fn with_gather_ahead<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    with_override(&GATHER_AHEAD, on, f)
+}
+
+thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
@@ -1002,6 +1024,7 @@ pub(crate) fn check_policies() -> Result<()> {
     swiglu_epilogue_warps()?;
     dswiglu_kernel()?;
     dy_gather_in_producer()?;
+    gather_ahead()?;
     wgrad_sched()?;
     Ok(())
 }
@@ -1128,7 +1151,7 @@ pub(crate) fn zero_gemm() -> GroupedGemm {
         c_dst_ranks: 0,
         sched: 0,
         copy_cols: 0,
-        pad: 0,
+        flags: 0,
         a_out: 0,
     }
 }

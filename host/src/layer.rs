@@ -600,6 +600,10 @@ impl MoeLayer {
         p.rows_max = (sv.tokens * self.cfg.top_k) as u32;
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
         let kernel = movers_variant(kernel, p.a_copy != 0, p.copy_cols != 0)?;
+        // a gathering producer (A from the tokens, no movers): its tile hand-off by the policy
+        if p.a_rows != 0 && p.a_copy == 0 && crate::gemm::gather_ahead()? {
+            p.flags |= params::GEMM_GATHER_AHEAD;
+        }
         let kernel = crate::gemm::sched_variant(&self.gpu, kernel, &mut p)?;
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
         // SAFETY: A and C hold slots rows (`rows_max`: the kernels clamp every tile's rows to it), B the experts'
@@ -729,6 +733,20 @@ impl MoeLayer {
         let mut sv = self.alloc_saved(inp.tokens)?;
         self.forward_into(inp, out, &mut sv)?;
         Ok(sv)
+    }
+
+    /// Fill the layer's activation workspace (the expert-ordered copies of x and dy, h, z, dz, s h, the layer's
+    /// output rows and the dtopk partial sums) with NaN bytes, on the stream. For tests: a kernel that skips a
+    /// row it should write then shows as NaN (or a bitwise difference) in the outputs instead of passing on a
+    /// previous call's data. Changes no result of a correct layer (every row read is written first).
+    #[doc(hidden)]
+    pub fn poison_workspace(&mut self) -> Result<()> {
+        let g = self.gpu.clone();
+        let w = &mut self.work;
+        for b in [&mut w.xs, &mut w.h, &mut w.z, &mut w.ys, &mut w.dys, &mut w.sh, &mut w.dz] {
+            g.fill_bytes(b, 0xff)?;
+        }
+        g.fill_bytes(&mut w.partial, 0xff)
     }
 
     /// What [`MoeLayer::forward_into`] needs for calls of up to `tokens` tokens (at most the configured
@@ -1079,8 +1097,10 @@ impl MoeLayer {
         // GEMM's producer, which also writes them in expert order for dW2 (no gather pass of dy); else by the gather
         // pass (overlapped with the dh + SwiGLU backward GEMM by movers, it measured ~200 us slower at 30B:
         // docs/NOTES.md)
-        let dy_in_producer =
-            fp8.is_none() && c.gather == Gather::InProducer && crate::gemm::dswiglu_kernel()? == crate::tiles::Dsw::Ew7;
+        let dy_in_producer = fp8.is_none()
+            && c.gather == Gather::InProducer
+            && crate::gemm::dswiglu_kernel()? == crate::tiles::Dsw::Ew7
+            && crate::gemm::dy_gather_in_producer()?;
         if wgrad8 {
             // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy
             // dW2 = (s dy)^T h: the routing weight applied to dy's codes (h^T comes from z's recompute)

@@ -322,12 +322,16 @@ pub struct GroupedGemm {
     /// `a_copy` (a buffer the kernel itself does not read: the backward's dx copying x's rows for dW1), counted on
     /// `arrive` but waited for by nobody. 0 elsewhere (the movers copy rows of K columns, the kernel's own A).
     pub copy_cols: u32,
-    /// Padding (0).
-    pub pad: u32,
+    /// Bit 0 ([`GEMM_GATHER_AHEAD`]): the epilogue-warps gathering producers take the next tile and read its row
+    /// tokens while the current tile's k-steps run (one tile hand-off barrier off the critical path); 0 otherwise.
+    pub flags: u32,
     /// The dh GEMM gathering dy in its producer (`grouped_gemm_bt_dswiglu_ew7_gather`): bf16 [rows, K], where the
     /// tiles of n-tile 0 write the gathered rows in expert order (the copy dW2 reads); 0: none written.
     pub a_out: u64,
 }
+
+/// [`GroupedGemm::flags`] bit: the gathering producers' look-ahead tile hand-off.
+pub const GEMM_GATHER_AHEAD: u32 = 1;
 
 /// The fused forward's GEMMs in one persistent launch (kernel `ffn_fused_fwd`, docs/FUSED.md step 1): GEMM1 +
 /// SwiGLU (`g1`, as `grouped_gemm_swiglu`) and GEMM2 (`g2`, as `grouped_gemm_bf16`, A = g1's h) over the same

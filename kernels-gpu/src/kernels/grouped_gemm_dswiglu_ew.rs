@@ -73,8 +73,9 @@ const fn end(stages: u32, bn: u32) -> u32 {
 pub(crate) const fn rows_at(stages: u32, bn: u32) -> u32 {
     end(stages, bn)
 }
-/// Bytes of that area.
-pub(crate) const ROWS_BYTES: u32 = 4 * crate::kernels_host::GEMM_BM + 16;
+/// Bytes of that area: two buffers of row tokens (the look-ahead hand-off fills the next tile's while the current
+/// one runs), then two tile slots.
+pub(crate) const ROWS_BYTES: u32 = 2 * 4 * crate::kernels_host::GEMM_BM + 16;
 const _: () = assert!(dh_at(S, BN) == S * STAGE_BYTES, "the 256-column ring is the shared engine's");
 const _: () =
     assert!(end(S, BN) <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED, "the layout overlaps the scheduler's offsets");
@@ -330,28 +331,25 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
     let x = p.a_rows as *const u8;
     let row_bytes = (p.k * 2) as usize;
     let toks = base + rows_at(S7, BN7);
-    let slot = toks + 4 * crate::kernels_host::GEMM_BM;
+    let slot = toks + 2 * 4 * crate::kernels_host::GEMM_BM;
     let stage = stage_bytes(BN7);
     let b_bytes = BN7 * BK * 2;
     let mut it = 0u32;
     // thread 0's walk (the others read its tiles from `slot`)
     let mut tiles = Tiles::<DYN, true>::new(p, total, queue);
-    loop {
-        if t == 0 {
-            smem::st_u32(slot, tiles.next().unwrap_or(u32::MAX));
-        }
-        sync::named_sync(1, 128);
-        let tile = smem::ld_u32(slot);
-        if tile == u32::MAX {
-            break;
-        }
-        let ti = tile_info::<false>(p, tile);
+    // row t's token of tile `tile` (u32::MAX past the expert's end). SAFETY (of the read): a row below row_end <=
+    // rows_max, inside `row_slot`
+    let token = |ti: &Tile| {
         let row = ti.row0 + t;
-        // SAFETY (of the read): a row below row_end <= rows_max, inside `row_slot`
-        let tok = if row < ti.row_end { *(p.row_slot as *const u32).add(row as usize) / p.top_k } else { u32::MAX };
-        smem::st_u32(toks + 4 * t, tok);
-        sync::named_sync(1, 128);
-        let rows = GatherRows::new(x, row_bytes, toks, t);
+        if row < ti.row_end {
+            *(p.row_slot as *const u32).add(row as usize) / p.top_k
+        } else {
+            u32::MAX
+        }
+    };
+    // one tile's k-steps from its row tokens at `tk`; `mid(kt)` runs at each k-step before its loads
+    let k_steps = |it: &mut u32, ti: &Tile, tk: u32, mid: &mut dyn FnMut(u32)| {
+        let rows = GatherRows::new(x, row_bytes, tk, t);
         // the tile's first row of the write-out (n-tile 0 only)
         let out = if OUT && p.a_out != 0 && ti.n_tile == 0 {
             (p.a_out as *mut u8).add(ti.row0 as usize * row_bytes)
@@ -360,12 +358,13 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
         };
         let mut kt = 0;
         while kt < kt_n {
-            let a_s = base + Ring::<S7>::stage(it) * stage;
-            ring.wait_empty(it);
-            let fb = ring.full_bar(it);
+            mid(kt);
+            let a_s = base + Ring::<S7>::stage(*it) * stage;
+            ring.wait_empty(*it);
+            let fb = ring.full_bar(*it);
             if t == 0 {
                 mbarrier::arrive_expect_tx(fb, b_bytes);
-                load_b(a_s + A_BYTES, fb, &ti, kt);
+                load_b(a_s + A_BYTES, fb, ti, kt);
             }
             rows.issue(a_s, kt);
             cp_async::mbarrier_arrive_noinc(fb);
@@ -373,19 +372,79 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
                 cp_async::commit_group();
                 if kt >= 2 {
                     cp_async::wait_group::<2>();
-                    rows.copy_out(base + Ring::<S7>::stage(it - 2) * stage, out, row_bytes, kt - 2);
+                    rows.copy_out(base + Ring::<S7>::stage(*it - 2) * stage, out, row_bytes, kt - 2);
                 }
             }
-            it += 1;
+            *it += 1;
             kt += 1;
         }
         if OUT && !out.is_null() {
             cp_async::wait_group::<0>();
             let mut j = kt_n.saturating_sub(2);
             while j < kt_n {
-                rows.copy_out(base + Ring::<S7>::stage(it - kt_n + j) * stage, out, row_bytes, j);
+                rows.copy_out(base + Ring::<S7>::stage(*it - kt_n + j) * stage, out, row_bytes, j);
                 j += 1;
             }
+        }
+    };
+    if p.flags & crate::params::GEMM_GATHER_AHEAD == 0 {
+        // per tile: thread 0 takes it into slot 0, barrier, every thread its row's token into buffer 0, barrier
+        loop {
+            if t == 0 {
+                smem::st_u32(slot, tiles.next().unwrap_or(u32::MAX));
+            }
+            sync::named_sync(1, 128);
+            let tile = smem::ld_u32(slot);
+            if tile == u32::MAX {
+                break;
+            }
+            let ti = tile_info::<false>(p, tile);
+            smem::st_u32(toks + 4 * t, token(&ti));
+            sync::named_sync(1, 128);
+            k_steps(&mut it, &ti, toks, &mut |_| {});
+        }
+    } else {
+        // the look-ahead hand-off: tile j's tokens in buffer j % 2, its index in slot j % 2. Thread 0 takes tile
+        // j + 1 into slot (j + 1) % 2 at tile j's start (the counter's latency under tile j's k-steps); at k-step
+        // kt_n / 2 a barrier publishes it and every thread reads its row's token of it (the load's latency under
+        // the rest); at tile j's end each writes that token into buffer (j + 1) % 2 and a barrier publishes them.
+        // Buffer and slot (j + 1) % 2 were last read before tile j - 1's end barrier (GatherRows::new of tile j - 1,
+        // the index at tile j - 1's mid barrier): two barriers a tile, neither after a global load of its own.
+        if t == 0 {
+            smem::st_u32(slot, tiles.next().unwrap_or(u32::MAX));
+        }
+        sync::named_sync(1, 128);
+        let mut tile = smem::ld_u32(slot);
+        if tile != u32::MAX {
+            let ti = tile_info::<false>(p, tile);
+            smem::st_u32(toks + 4 * t, token(&ti));
+        }
+        sync::named_sync(1, 128);
+        let mut j = 0u32;
+        while tile != u32::MAX {
+            let ti = tile_info::<false>(p, tile);
+            let (cur, next) = (j % 2, (j + 1) % 2);
+            if t == 0 {
+                smem::st_u32(slot + 4 * next, tiles.next().unwrap_or(u32::MAX));
+            }
+            let mut next_tile = u32::MAX;
+            let mut next_tok = u32::MAX;
+            let half = kt_n / 2;
+            k_steps(&mut it, &ti, toks + cur * 4 * crate::kernels_host::GEMM_BM, &mut |kt| {
+                if kt == half {
+                    sync::named_sync(1, 128);
+                    next_tile = smem::ld_u32(slot + 4 * next);
+                    if next_tile != u32::MAX {
+                        next_tok = token(&tile_info::<false>(p, next_tile));
+                    }
+                }
+            });
+            if next_tile != u32::MAX {
+                smem::st_u32(toks + next * 4 * crate::kernels_host::GEMM_BM + 4 * t, next_tok);
+            }
+            sync::named_sync(1, 128);
+            tile = next_tile;
+            j += 1;
         }
     }
 }

@@ -41,6 +41,10 @@ pub struct Ew {
     /// the producer warpgroup's four warps, A by
     /// `cp.async`, the tile broadcast from thread 0 through shared memory.
     pub gather: bool,
+    /// With `gather`: the look-ahead hand-off (`GEMM_GATHER_AHEAD`): two buffers of row tokens and two tile slots,
+    /// tile j + 1 taken at tile j's start, read after a barrier at k-step kt_n / 2, its tokens written at tile j's
+    /// end before the tile's one other barrier.
+    pub ahead: bool,
 }
 
 /// Changes to the kernels' protocol that the checker must catch.
@@ -67,6 +71,10 @@ pub enum Mutation {
     GatherNoSyncAfter,
     /// `setup`'s `init_with(128, ..)` for the gathering producer (its TMA thread's arrival not counted).
     GatherFullCount128,
+    /// The look-ahead hand-off with one buffer of row tokens (the next tile's written into the one being read).
+    AheadOneBuffer,
+    /// The look-ahead hand-off without the barrier at k-step kt_n / 2 (the next tile read as thread 0 writes it).
+    AheadNoMidSync,
 }
 
 /// The model of `c` (see the module): grouped_gemm_dswiglu_ew.rs `setup`, `produce_bt`, `consume`, `epilogue`
@@ -148,7 +156,55 @@ pub fn model(c: &Ew, mutation: Mutation) -> Model {
         ]
     };
 
-    if c.gather {
+    if c.gather && c.ahead {
+        // grouped_gemm_dswiglu_ew.rs `produce_gather` with GEMM_GATHER_AHEAD, per warp of the producer warpgroup:
+        // thread 0 takes tile 0 into slot 0, barrier, every thread reads it and its row's token into buffer 0,
+        // barrier; per tile j: thread 0 takes tile j + 1 (the `_dyn` push) into slot (j + 1) % 2; the k-steps from
+        // buffer j % 2 with, before k-step kt_n / 2's, a barrier and every thread's read of slot (j + 1) % 2; then
+        // (unless tile j was the last) every thread's token of tile j + 1 into buffer (j + 1) % 2; barrier
+        let one = mutation == Mutation::AheadOneBuffer;
+        let toks = [m.region("row tokens 0", true), m.region("row tokens 1", true)];
+        let slot = [m.region("tile 0", false), m.region("tile 1", false)];
+        let bar1 = m.named_bar("bar 1");
+        let b_bytes: i64 = 192 * 64 * 2;
+        let buf = |j: u32| if one { 0 } else { (j % 2) as usize };
+        for w in 0..4 {
+            let mut ops = Vec::new();
+            let mut it = 0;
+            if w == 0 {
+                ops.extend(push(0));
+                ops.extend([Op::BeginWrite(slot[0]), Op::EndWrite(slot[0])]);
+            }
+            ops.push(Op::Sync { id: bar1, warps: 4 });
+            ops.extend([Op::BeginRead(slot[0]), Op::EndRead(slot[0])]);
+            if c.tiles > 0 {
+                ops.extend([Op::BeginWrite(toks[0]), Op::EndWrite(toks[0])]);
+            }
+            ops.push(Op::Sync { id: bar1, warps: 4 });
+            for j in 0..c.tiles {
+                let next = ((j + 1) % 2) as usize;
+                if w == 0 {
+                    ops.extend(push(j + 1));
+                    ops.extend([Op::BeginWrite(slot[next]), Op::EndWrite(slot[next])]);
+                }
+                for kt in 0..c.kt_n {
+                    if kt == c.kt_n / 2 {
+                        if mutation != Mutation::AheadNoMidSync {
+                            ops.push(Op::Sync { id: bar1, warps: 4 });
+                        }
+                        ops.extend([Op::BeginRead(slot[next]), Op::EndRead(slot[next])]);
+                    }
+                    ops.extend(ring.gather_step(it, w, b_bytes, &parts, toks[buf(j)]));
+                    it += 1;
+                }
+                if j + 1 < c.tiles {
+                    ops.extend([Op::BeginWrite(toks[buf(j + 1)]), Op::EndWrite(toks[buf(j + 1)])]);
+                }
+                ops.push(Op::Sync { id: bar1, warps: 4 });
+            }
+            m.actor(&format!("producer.warp{w}"), 3, ops);
+        }
+    } else if c.gather {
         // grouped_gemm_swiglu_ew.rs `produce_gather`, per warp of the producer warpgroup: per tile (and once more
         // for the end) thread 0 takes the tile (the `_dyn` forms: its push into the queue) and writes it into
         // shared memory, named barrier 1, every thread reads it; then each thread's row token into shared memory,
@@ -257,7 +313,7 @@ mod tests {
             for tiles in 0..=4 {
                 for kt_n in 1..=5 {
                     states += assert_ok(&model(
-                        &Ew { s, ew, tiles, kt_n, warps: false, queue: 0, gather: false },
+                        &Ew { s, ew, tiles, kt_n, warps: false, queue: 0, gather: false, ahead: false },
                         Mutation::None,
                     ));
                 }
@@ -273,15 +329,17 @@ mod tests {
         for (s, ew, tiles, kt_n) in
             [(4, 7, 2, 1), (4, 7, 3, 2), (4, 7, 2, 4), (2, 3, 4, 1), (3, 3, 3, 2), (2, 2, 3, 3), (4, 4, 2, 5)]
         {
-            states +=
-                assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true, queue: 0, gather: false }, Mutation::None));
+            states += assert_ok(&model(
+                &Ew { s, ew, tiles, kt_n, warps: true, queue: 0, gather: false, ahead: false },
+                Mutation::None,
+            ));
         }
         println!("ew, per warp: {states} states");
     }
 
     #[test]
     fn ew_mutations() {
-        let c = |tiles, warps| Ew { s: 4, ew: 3, tiles, kt_n: 1, warps, queue: 0, gather: false };
+        let c = |tiles, warps| Ew { s: 4, ew: 3, tiles, kt_n: 1, warps, queue: 0, gather: false, ahead: false };
         for warps in [false, true] {
             let v = assert_fails(&model(&c(2, warps), Mutation::NoEmptyWait), Kind::Race);
             assert!(v.what.contains("writes dh"), "{v}");
@@ -309,27 +367,32 @@ mod tests {
             for tiles in 0..=4 {
                 for kt_n in 1..=2 {
                     states += assert_ok(&model(
-                        &Ew { s, ew, tiles, kt_n, warps: false, queue, gather: false },
+                        &Ew { s, ew, tiles, kt_n, warps: false, queue, gather: false, ahead: false },
                         Mutation::None,
                     ));
                 }
             }
         }
         for (s, ew, tiles, kt_n, queue) in [(2, 2, 3, 1, 1), (3, 2, 2, 1, 2)] {
-            states += assert_ok(&model(&Ew { s, ew, tiles, kt_n, warps: true, queue, gather: false }, Mutation::None));
+            states += assert_ok(&model(
+                &Ew { s, ew, tiles, kt_n, warps: true, queue, gather: false, ahead: false },
+                Mutation::None,
+            ));
         }
         std::println!("ew, run-time walk: {states} states");
     }
 
     /// The gathering producer (`_ew7_gather`: S 4, EW 4; and S 2): the static walk (0..3 tiles of 1..3 k-steps) and
-    /// the `_dyn` queue (1 or 2 slots, 0..2 tiles of 1..2 k-steps), consumer warpgroups in lock step.
+    /// the `_dyn` queue (1 or 2 slots, 0..2 tiles of 1..2 k-steps), consumer warpgroups in lock step; each with the
+    /// tile hand-off in series and ahead.
     #[test]
     fn ew_gather() {
         let mut states = 0;
         for (s, ew, queue, max_tiles, max_kt) in [(4, 4, 0, 3, 3), (2, 4, 0, 3, 3), (2, 2, 1, 2, 2), (3, 2, 2, 2, 2)] {
-            for tiles in 0..=max_tiles {
-                for kt_n in 1..=max_kt {
-                    let c = Ew { s, ew, tiles, kt_n, warps: false, queue, gather: true };
+            for (tiles, ahead) in (0..=max_tiles).flat_map(|t| [(t, false), (t, true)]) {
+                // the look-ahead form's 3 tiles of 3 k-steps at 4 stages pass the checker's 5 M states
+                for kt_n in (1..=max_kt).filter(|&k| !(ahead && s == 4 && tiles == 3 && k == 3)) {
+                    let c = Ew { s, ew, tiles, kt_n, warps: false, queue, gather: true, ahead };
                     states += assert_ok(&model(&c, Mutation::None));
                 }
             }
@@ -339,7 +402,7 @@ mod tests {
 
     #[test]
     fn ew_gather_mutations() {
-        let c = |tiles, queue| Ew { s: 2, ew: 2, tiles, kt_n: 1, warps: false, queue, gather: true };
+        let c = |tiles, queue| Ew { s: 2, ew: 2, tiles, kt_n: 1, warps: false, queue, gather: true, ahead: false };
         for queue in [0, 1] {
             let v = assert_fails(&model(&c(2, queue), Mutation::GatherNoSyncBefore), Kind::Race);
             assert!(v.what.contains("row tokens"), "{v}");
@@ -352,8 +415,19 @@ mod tests {
     }
 
     #[test]
+    fn ew_gather_ahead_mutations() {
+        let c = |tiles, kt_n, queue| Ew { s: 2, ew: 2, tiles, kt_n, warps: false, queue, gather: true, ahead: true };
+        for queue in [0, 1] {
+            let v = assert_fails(&model(&c(2, 2, queue), Mutation::AheadOneBuffer), Kind::Race);
+            assert!(v.what.contains("row tokens"), "{v}");
+            let v = assert_fails(&model(&c(2, 1, queue), Mutation::AheadNoMidSync), Kind::Race);
+            assert!(v.what.contains("tile"), "{v}");
+        }
+    }
+
+    #[test]
     fn ew_dyn_queue_mutations() {
-        let c = |tiles, queue| Ew { s: 3, ew: 3, tiles, kt_n: 1, warps: false, queue, gather: false };
+        let c = |tiles, queue| Ew { s: 3, ew: 3, tiles, kt_n: 1, warps: false, queue, gather: false, ahead: false };
         let v = assert_fails(&model(&c(3, 1), Mutation::QueueNoEmptyWait), Kind::Race);
         assert!(v.what.contains("q0"), "{v}");
         assert_fails(&model(&c(3, 2), Mutation::QueueOneWarpShort), Kind::Aliasing);
