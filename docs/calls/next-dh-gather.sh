@@ -35,16 +35,7 @@ for c in "pass 0" "producer 0" "producer 1"; do
     -k 'regex:swiglu|gather_rows' --launch-skip 2 --launch-count 6 --metrics "$m" --csv $B/layer --bench \
     > $OUT/r/ncu_$dy.csv 2> $OUT/r/ncu_$dy.err
   echo "== ncu dy $dy rc $? at $(el) s"; tail -1 $OUT/r/ncu_$dy.err
-  python3 - $OUT/r/ncu_$dy.csv <<'P'
-import csv, sys, collections
-rows = [x for x in csv.reader(open(sys.argv[1])) if len(x) > 10]
-if rows:
-    h = rows[0]; i, k, m, v = (h.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Value"))
-    by = collections.OrderedDict()
-    for x in rows[1:]: by.setdefault((x[i], x[k]), {})[x[m]] = x[v]
-    for (i, k), d in by.items():
-        print(" ", i, k[:44], "; ".join(f"{a.split('__')[-1]}={b}" for a, b in d.items()))
-P
+  ncu_table $OUT/r/ncu_$dy.csv
 done
 for r in 1 2; do
   f=$OUT/r/layer_$r.txt

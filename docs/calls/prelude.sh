@@ -47,3 +47,15 @@ ncu_metrics() { local want="$1" m="" x b
   for x in $want; do b=${x%%.*}
     if grep -q "^$b " $OUT/r/metrics.txt || [[ $b == launch__* ]]; then m="$m,$x"; else echo "dropped $x" >&2; fi; done
   echo ${m#,}; }
+# An ncu --csv file ($1) as one line per launch: id, kernel (first 44 characters), each metric's last name part.
+ncu_table() { python3 - "$1" <<'PY'
+import csv, sys, collections
+rows = [x for x in csv.reader(open(sys.argv[1])) if len(x) > 10]
+if rows:
+    h = rows[0]; i, k, m, v = (h.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Value"))
+    by = collections.OrderedDict()
+    for x in rows[1:]: by.setdefault((x[i], x[k]), {})[x[m]] = x[v]
+    for (i, k), d in by.items():
+        print(" ", i, k[:44], "; ".join(f"{a.split('__')[-1]}={b}" for a, b in d.items()))
+PY
+}

@@ -135,6 +135,12 @@ const fn ew7_swiglu(kernel: &'static str, a: ALoad) -> TileConfig {
     }
 }
 
+/// The seven-warp dh + SwiGLU backward (`grouped_gemm_bt_dswiglu_ew7*`: 4 warpgroups, 192-column tiles, the same
+/// ring) loading A by `a`.
+const fn ew7_dswiglu(kernel: &'static str, a: ALoad) -> TileConfig {
+    TileConfig { epilogue: Epilogue::SwigluBackward, b: BLayout::KN, bn: kh::GEMM_EW7_BN, ..ew7_swiglu(kernel, a) }
+}
+
 use ALoad::{Gather, Tma};
 use BLayout::{KN, NK};
 use Epilogue::{Bf16, Bf16Scatter, Swiglu, SwigluBackward};
@@ -155,32 +161,8 @@ pub const CONFIGS: &[TileConfig] = &[
     cfg("grouped_gemm_swiglu", Swiglu, Tma, NK, None),
     ew7_swiglu("grouped_gemm_swiglu_ew7_gather", Gather),
     cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, None),
-    TileConfig {
-        kernel: "grouped_gemm_bt_dswiglu_ew7_gather",
-        epilogue: SwigluBackward,
-        a: Gather,
-        b: KN,
-        bm: kh::GEMM_BM,
-        bn: kh::GEMM_EW7_BN,
-        stages: kh::GEMM_EW7_STAGES,
-        schedule: Schedule::EpilogueWarps,
-        cluster: 1,
-        share: None,
-        smem: kh::GEMM_SMEM,
-    },
-    TileConfig {
-        kernel: "grouped_gemm_bt_dswiglu_ew7",
-        epilogue: SwigluBackward,
-        a: Tma,
-        b: KN,
-        bm: kh::GEMM_BM,
-        bn: kh::GEMM_EW7_BN,
-        stages: kh::GEMM_EW7_STAGES,
-        schedule: Schedule::EpilogueWarps,
-        cluster: 1,
-        share: None,
-        smem: kh::GEMM_SMEM,
-    },
+    ew7_dswiglu("grouped_gemm_bt_dswiglu_ew7_gather", Gather),
+    ew7_dswiglu("grouped_gemm_bt_dswiglu_ew7", Tma),
     TileConfig {
         kernel: "grouped_gemm_bt_dswiglu_ew",
         epilogue: SwigluBackward,
