@@ -347,8 +347,11 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
             u32::MAX
         }
     };
-    // one tile's k-steps from its row tokens at `tk`; `mid(kt)` runs at each k-step before its loads
-    let k_steps = |it: &mut u32, ti: &Tile, tk: u32, mid: &mut dyn FnMut(u32)| {
+    // one tile's k-steps from its row tokens at `tk`; with `ahead` (the next tile's slot, 0 for none), before
+    // k-step kt_n / 2's loads: the barrier that publishes the next tile, its index and this thread's row's token of
+    // it, returned (u32::MAX, u32::MAX when none)
+    let k_steps = |it: &mut u32, ti: &Tile, tk: u32, ahead: u32| -> (u32, u32) {
+        let (mut next_tile, mut next_tok) = (u32::MAX, u32::MAX);
         let rows = GatherRows::new(x, row_bytes, tk, t);
         // the tile's first row of the write-out (n-tile 0 only)
         let out = if OUT && p.a_out != 0 && ti.n_tile == 0 {
@@ -358,7 +361,13 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
         };
         let mut kt = 0;
         while kt < kt_n {
-            mid(kt);
+            if ahead != 0 && kt == kt_n / 2 {
+                sync::named_sync(1, 128);
+                next_tile = smem::ld_u32(ahead);
+                if next_tile != u32::MAX {
+                    next_tok = token(&tile_info::<false>(p, next_tile));
+                }
+            }
             let a_s = base + Ring::<S7>::stage(*it) * stage;
             ring.wait_empty(*it);
             let fb = ring.full_bar(*it);
@@ -386,6 +395,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
                 j += 1;
             }
         }
+        (next_tile, next_tok)
     };
     if p.flags & crate::params::GEMM_GATHER_AHEAD == 0 {
         // per tile: thread 0 takes it into slot 0, barrier, every thread its row's token into buffer 0, barrier
@@ -401,7 +411,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
             let ti = tile_info::<false>(p, tile);
             smem::st_u32(toks + 4 * t, token(&ti));
             sync::named_sync(1, 128);
-            k_steps(&mut it, &ti, toks, &mut |_| {});
+            k_steps(&mut it, &ti, toks, 0);
         }
     } else {
         // the look-ahead hand-off: tile j's tokens in buffer j % 2, its index in slot j % 2. Thread 0 takes tile
@@ -427,18 +437,8 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
             if t == 0 {
                 smem::st_u32(slot + 4 * next, tiles.next().unwrap_or(u32::MAX));
             }
-            let mut next_tile = u32::MAX;
-            let mut next_tok = u32::MAX;
-            let half = kt_n / 2;
-            k_steps(&mut it, &ti, toks + cur * 4 * crate::kernels_host::GEMM_BM, &mut |kt| {
-                if kt == half {
-                    sync::named_sync(1, 128);
-                    next_tile = smem::ld_u32(slot + 4 * next);
-                    if next_tile != u32::MAX {
-                        next_tok = token(&tile_info::<false>(p, next_tile));
-                    }
-                }
-            });
+            let (next_tile, next_tok) =
+                k_steps(&mut it, &ti, toks + cur * 4 * crate::kernels_host::GEMM_BM, slot + 4 * next);
             if next_tile != u32::MAX {
                 smem::st_u32(toks + next * 4 * crate::kernels_host::GEMM_BM + 4 * t, next_tok);
             }
