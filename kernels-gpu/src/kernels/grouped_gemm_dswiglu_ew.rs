@@ -169,7 +169,8 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_dyn(p: Grou
 
 /// The `_ew7_gather` kernels: warpgroup 0 gathers A and loads B (`produce_gather`, `BN7 / 64` boxes of B 64 K x
 /// 64 N as [`produce_bt`]), warpgroups 1, 2 consume (A through the generic proxy: fenced), warpgroup 3 is the
-/// epilogue (four warps).
+/// epilogue (four warps). SAFETY: every thread of the 512-thread launch, `SMEM_BYTES` of dynamic shared memory; `p`
+/// as the kernels' docs and `produce_gather` ask.
 #[inline(always)]
 unsafe fn gather_body<const DYN: bool>(p: &GroupedGemm) {
     let base = smem::base();
@@ -312,7 +313,8 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32, const DYN: bool>(
 /// n-tile 0 (one per m-tile) also write their gathered rows to `a_out` (bf16 [rows, K], expert order), each thread
 /// the chunks its own copies wrote, two k-steps behind them (a `cp.async` group a k-step; waiting for k-step kt - 2
 /// leaves two in flight; the ring's stage is refilled only `S7` k-steps later, by this same thread's chunks), the
-/// last two at the tile's end. SAFETY: the 128 threads of warpgroup 0, in uniform control flow between the barriers;
+/// last two at the tile's end. With `flags` bit `GEMM_GATHER_AHEAD` the hand-off between tiles runs ahead instead
+/// (see the comment at that branch). SAFETY: the 128 threads of warpgroup 0, in uniform control flow between the barriers;
 /// K % 64 == 0, `a_rows` rows of K bf16, `a_out` (if set) `rows_max` rows of K bf16.
 #[inline(always)]
 pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
