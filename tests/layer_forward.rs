@@ -297,18 +297,21 @@ fn overlapped(s: Shape, tokens: usize, routing: Routing, save: Save, forward: Fo
 
 /// `Gather::InProducer` with the backward: x gathered for dW1 by the pass (z recomputed: before the recompute) or
 /// by dx's idle producer warps (z saved: the side copy, `grouped_gemm_bt_bf16_cpx`), dx summed by the weight
-/// gradients' idle warps; bitwise the gather pass's forward and backward.
-fn in_producer(s: Shape, tokens: usize, routing: Routing, save: Save) {
-    variant(s, tokens, routing, save, Forward::Launches, Gather::InProducer);
+/// gradients' idle warps; dy gathered by the dh GEMM's producer (`dy`: `grouped_gemm_bt_dswiglu_ew7_gather[_dyn]`,
+/// the rows written in expert order for dW2 by the tiles of n-tile 0; the default) or by the gather pass
+/// (`MEGAMOE_DY_GATHER=pass`); bitwise the gather pass's forward and backward.
+fn in_producer_with(s: Shape, tokens: usize, routing: Routing, save: Save, dy: bool) {
+    megamoe::gemm::with_dy_gather(dy, || variant(s, tokens, routing, save, Forward::Launches, Gather::InProducer));
 }
 
-/// As [`in_producer`] with dy gathered by the dh GEMM's producer too (`MEGAMOE_DY_GATHER=producer`:
-/// `grouped_gemm_bt_dswiglu_ew7_gather[_dyn]`, the rows written in expert order for dW2 by the tiles of n-tile 0):
-/// bitwise the gather pass's backward; `dynamic` the run-time tile walk or the static one.
+/// [`in_producer_with`], dy gathered by the pass.
+fn in_producer(s: Shape, tokens: usize, routing: Routing, save: Save) {
+    in_producer_with(s, tokens, routing, save, false);
+}
+
+/// [`in_producer_with`], dy gathered by the dh GEMM's producer; `dynamic` the run-time tile walk or the static one.
 fn in_producer_dy(s: Shape, tokens: usize, routing: Routing, save: Save, dynamic: bool) {
-    megamoe::gemm::with_gemm_sched(dynamic, || {
-        megamoe::gemm::with_dy_gather(true, || in_producer(s, tokens, routing, save))
-    });
+    megamoe::gemm::with_gemm_sched(dynamic, || in_producer_with(s, tokens, routing, save, true));
 }
 
 gpu_test!(in_producer_dy_ragged_save_z, { in_producer_dy(RAGGED, 211, Routing::Uniform, Save::WithZ, true) });
@@ -326,7 +329,7 @@ gpu_test!(in_producer_dy_qwen3_30b_a3b_t4096_save_z, {
 fn in_producer_ahead(s: Shape, tokens: usize, routing: Routing, save: Save, dynamic: bool, dy: bool) {
     megamoe::gemm::with_gather_ahead(true, || {
         megamoe::gemm::with_gemm_sched(dynamic, || {
-            megamoe::gemm::with_dy_gather(dy, || in_producer(s, tokens, routing, save))
+            in_producer_with(s, tokens, routing, save, dy)
         })
     });
 }

@@ -379,12 +379,12 @@ thread_local! {
 /// Whether the layer's backward with [`crate::layer::Gather::InProducer`] (bf16, the seven-warp SwiGLU backward)
 /// gathers dy in the dh GEMM's producer (`grouped_gemm_bt_dswiglu_ew7_gather`: the rows read from the tokens, and
 /// written in expert order for dW2 by the tiles of n-tile 0) instead of by the gather pass. Bitwise the same.
-/// `MEGAMOE_DY_GATHER` (read once) = `producer` on, `pass` or unset off (built in the thirty-third session, not yet
-/// run on a GPU: off until measured); another value is an `InvalidArgument`; overridden on a thread by
+/// `MEGAMOE_DY_GATHER` (read once) = `producer` or unset on (the 30B step 1.4-2.2% faster alternating on an H100,
+/// docs/RESULTS.md 2026-12-05i), `pass` off; another value is an `InvalidArgument`; overridden on a thread by
 /// [`with_dy_gather`].
 pub fn dy_gather_in_producer() -> Result<bool> {
     static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
-    policy(&DY_GATHER, &ENV, "MEGAMOE_DY_GATHER", &[("producer", true), ("pass", false), ("", false)])
+    policy(&DY_GATHER, &ENV, "MEGAMOE_DY_GATHER", &[("producer", true), ("pass", false), ("", true)])
 }
 
 /// Run `f` with dy gathered in the dh GEMM's producer (`true`) or by the pass for every launch prepared on this
@@ -401,9 +401,10 @@ thread_local! {
 /// `grouped_gemm_bt_dswiglu_ew7_gather*`) hand tiles over ahead ([`megamoe_kernels::params::GEMM_GATHER_AHEAD`]: the
 /// next tile taken and its row tokens read while the current tile's k-steps run, instead of in series between
 /// tiles: the counter's and the token load's latency, ~2 us a tile against the ring's ~1.7 us of buffered
-/// k-steps). Bitwise the same. `MEGAMOE_GATHER_AHEAD` (read once) = `1` on, `0` or unset off (built in the
-/// thirty-third session, not yet run on a GPU: off until measured); another value is an `InvalidArgument`;
-/// overridden on a thread by [`with_gather_ahead`].
+/// k-steps). Bitwise the same. `MEGAMOE_GATHER_AHEAD` (read once) = `1` on, `0` or unset off (measured 1-1.5%
+/// slower on an H100: GEMM1's gathering kernel 1.34 against 1.32 ms under ncu, the forward 0.987-0.991x
+/// alternating, docs/RESULTS.md 2026-12-05i); another value is an `InvalidArgument`; overridden on a thread by
+/// [`with_gather_ahead`].
 pub fn gather_ahead() -> Result<bool> {
     static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
     policy(&GATHER_AHEAD, &ENV, "MEGAMOE_GATHER_AHEAD", &[("1", true), ("0", false), ("", false)])
