@@ -328,9 +328,7 @@ gpu_test!(in_producer_dy_qwen3_30b_a3b_t4096_save_z, {
 /// (`MEGAMOE_GATHER_AHEAD=1`): bitwise the gather pass's forward and backward.
 fn in_producer_ahead(s: Shape, tokens: usize, routing: Routing, save: Save, dynamic: bool, dy: bool) {
     megamoe::gemm::with_gather_ahead(true, || {
-        megamoe::gemm::with_gemm_sched(dynamic, || {
-            in_producer_with(s, tokens, routing, save, dy)
-        })
+        megamoe::gemm::with_gemm_sched(dynamic, || in_producer_with(s, tokens, routing, save, dy))
     });
 }
 

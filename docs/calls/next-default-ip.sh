@@ -11,5 +11,5 @@ echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 t layer_forward 150 320
 t ep 150 170
 t layer_backward 150 60
-t graph 60 0
+t graph 120 0
 echo "total $(el) s"

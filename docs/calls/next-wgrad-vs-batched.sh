@@ -19,7 +19,7 @@
 # (kernel, grid) is listed, and a run whose median DRAM write exceeds 200 MB is a batched one (each expert's own
 # block: 0.8 / 1.6 GB of f32 at 30B; the dense GEMM writes one 6-13 MB block).
 # Command `bash docs/calls/next-wgrad-vs-batched.sh`, carry [".dev/b57"] (~3 min, self-limited).
-. "$(dirname "$0")/prelude.sh" b57
+. "$(dirname "$0")/prelude.sh" ${WB:-b57}
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 want="gpu__time_duration.sum sm__cycles_elapsed.avg sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed
 sm__inst_executed_pipe_tensor_op_gmma.sum
@@ -32,8 +32,8 @@ echo "metrics: $m"
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 for who in ours cublas; do
   k='regex:grouped_wgrad_f32'; n=46; [ $who = cublas ] && { k='regex:nvjet|cutlass|splitK|xmma|gemv|Kernel'; n=92; }
-  MEGAMOE_BENCH_PART=wgrad MEGAMOE_BENCH_ONLY=30B MEGAMOE_BENCH_ROUTING=balanced timeout 200 ncu -k "$k" \
-    --launch-count $n --metrics "$m" --csv b57/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
+  MEGAMOE_BENCH_PART=wgrad MEGAMOE_BENCH_ONLY=30B MEGAMOE_BENCH_ROUTING=balanced timeout $(to 200 5) ncu -k "$k" \
+    --launch-count $n --metrics "$m" --csv ${WB:-b57}/main/gemm --bench > $OUT/r/ncu_$who.csv 2> $OUT/r/ncu_$who.err
   echo "== ncu $who rc $? at $(el) s"; tail -2 $OUT/r/ncu_$who.err
 done
 python3 - $OUT/r/ncu_ours.csv $OUT/r/ncu_cublas.csv <<'P'
