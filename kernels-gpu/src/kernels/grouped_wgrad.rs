@@ -240,6 +240,7 @@ unsafe fn grouped_wgrad<
 {
     #[allow(clippy::let_unit_value)]
     let () = Smem::<S, NB, SLOTS>::OK;
+    const { assert!(NA as u32 == 32 * NB, "a consumer thread holds 32 accumulators per 64 columns of B") };
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
     // (the combine then writes nothing either, as `combine_rows` would not); in a cluster both CTAs read the same
     // word, settled by an earlier kernel, so both return or neither (one alone would leave its peer waiting)
