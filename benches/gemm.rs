@@ -930,15 +930,6 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
         let (c, cb) = if what == "bwd dW2" { (&mut dw2, &mut dw2b) } else { (&mut dw1, &mut dw1b) };
         let p = wgrad_args!(a, b, c, (wm, wn)).prepare(g).s()?;
         vs_dense(g, bl, name, what, true, (wm, wn, m), p, d)?;
-        // the f32 kernels' other tile widths (`MEGAMOE_WGRAD_TILE`: the whole tile staged), each alternating with
-        // cuBLAS too (tests/grouped_gemm.rs checks them bit for bit against the default)
-        for tile in [gemm::WgradTile::N256, gemm::WgradTile::N192, gemm::WgradTile::N128] {
-            if tile == gemm::wgrad_tile().s()? {
-                continue;
-            }
-            let p = gemm::with_wgrad_tile(tile, || wgrad_args!(a, b, &mut *c, (wm, wn)).prepare(g)).s()?;
-            vs_dense(g, bl, name, &format!("{what} 128 x {} tiles", tile.cols()), true, (wm, wn, m), p, d)?;
-        }
         let p = wgrad_args!(a, b, cb, (wm, wn)).prepare(g).s()?;
         vs_dense(g, bl, name, &format!("{what} bf16 out"), true, (wm, wn, m), p, d)?;
     }

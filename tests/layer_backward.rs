@@ -247,34 +247,6 @@ gpu_test!(clustered_weight_gradients_match_the_single_cta_qwen3_30b_a3b_t1024, {
     }
 });
 
-/// The f32 weight gradients in 128 x 192 and 128 x 128 tiles (`WgradTile`, the whole tile staged; with dx's
-/// combine in their idle warps, `_mv_n192` / `_mv_n128` and their cluster forms): every output bitwise the 128 x 256
-/// kernels', under the schedule `sched`.
-fn wgrad_tiles_match(s: Shape, tokens: usize, routing: Routing, sched: megamoe::gemm::WgradSched) {
-    use megamoe::gemm::{with_wgrad_sched, with_wgrad_tile, WgradTile};
-    let (g, inp, mut layer) = setup(s, tokens, routing, Save::WithZ);
-    let o = with_wgrad_sched(sched, || run::<f32>(&g, &mut layer, &inp));
-    for tile in [WgradTile::N192, WgradTile::N128] {
-        let ot = with_wgrad_tile(tile, || with_wgrad_sched(sched, || run::<f32>(&g, &mut layer, &inp)));
-        assert!(bits16(&o.dx) == bits16(&ot.dx) && bits32(&o.dtopk) == bits32(&ot.dtopk), "{tile:?}: dx or dtopk");
-        for (what, a, b) in [
-            ("dW1", &o.dw1, &ot.dw1),
-            ("dW2", &o.dw2, &ot.dw2),
-            ("dW1 acc", &o.dw1_acc, &ot.dw1_acc),
-            ("dW2 acc", &o.dw2_acc, &ot.dw2_acc),
-        ] {
-            assert!(bits32(a) == bits32(b), "{tile:?} {sched:?}: {what} differs from the 128 x 256 kernels'");
-        }
-    }
-}
-
-gpu_test!(wgrad_tiles_match_qwen3_30b_a3b_t1024_clusters, {
-    wgrad_tiles_match(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, megamoe::gemm::WgradSched::Clusters)
-});
-gpu_test!(wgrad_tiles_match_ragged_static, {
-    wgrad_tiles_match(RAGGED, 211, Routing::Masked10, megamoe::gemm::WgradSched::Static)
-});
-
 gpu_test!(zero_tokens_write_zero_weight_gradients, {
     let g = gpu();
     let mut r = rng();

@@ -1062,14 +1062,13 @@ impl EpLayer {
         let maps = [map_a, map_b, map_c];
         let c_ptr = dptr(&*c, g.stream());
         let shape = (a.1, b.1, recv);
-        let (kernel, p, launch) =
-            wgrad_launch(&g, W::KERNEL, maps, [a.0, b.0], offsets, c_ptr, 0, per as usize, shape, acc)?;
+        let (p, launch) = wgrad_launch(&g, maps, [a.0, b.0], offsets, c_ptr, 0, per as usize, shape, acc)?;
         if pass == Pass::Prepare {
             return Ok(());
         }
         // SAFETY: A and B hold max_recv rows (`rows_max`: each expert's rows are clamped to them on the device); C
         // holds per * M * N.
-        unsafe { crate::gemm::launch_wgrad(&g, kernel, launch, &p) }
+        unsafe { crate::gemm::launch_wgrad(&g, W::KERNEL, launch, &p) }
     }
 
     /// The call counter the device holds (the epoch of its latest call; every rank's, equal), as the last

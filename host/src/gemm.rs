@@ -660,77 +660,12 @@ pub(crate) unsafe fn launch_wgrad(gpu: &Gpu, kernel: &'static str, cfg: Launch, 
 /// itself).
 fn wgrad_cluster_kernel(kernel: &'static str) -> Result<&'static str> {
     Ok(match kernel {
-        "grouped_wgrad_f32_n192" | "grouped_wgrad_f32_n192_mc" => "grouped_wgrad_f32_n192_mc",
-        "grouped_wgrad_f32_mv_n192" | "grouped_wgrad_f32_mv_n192_mc" => "grouped_wgrad_f32_mv_n192_mc",
-        "grouped_wgrad_f32_n128" | "grouped_wgrad_f32_n128_mc" => "grouped_wgrad_f32_n128_mc",
-        "grouped_wgrad_f32_mv_n128" | "grouped_wgrad_f32_mv_n128_mc" => "grouped_wgrad_f32_mv_n128_mc",
         "grouped_wgrad_f32" | "grouped_wgrad_f32_mc" => "grouped_wgrad_f32_mc",
         "grouped_wgrad_f32_mv" | "grouped_wgrad_f32_mv_mc" => "grouped_wgrad_f32_mv_mc",
         "grouped_wgrad_bf16" | "grouped_wgrad_bf16_mc" => "grouped_wgrad_bf16_mc",
         "grouped_wgrad_bf16_mv" | "grouped_wgrad_bf16_mv_mc" => "grouped_wgrad_bf16_mv_mc",
         k => return Err(Error::InvalidArgument(format!("{k} has no 2-CTA cluster form"))),
     })
-}
-
-/// The f32 weight gradients' tile width (`grouped_wgrad_f32`, `_mv`): 128 x 256 with two staging boxes a consumer
-/// warp taking turns (the default), or 128 x 192 / 128 x 128 with the whole f32 tile staged in shared memory
-/// (`_n192`: 3 ring stages; `_n128`: 5), so a tile's epilogue waits only for the previous tile's stores (issued a
-/// main loop earlier) instead of for the copy engine's reads box by box (DeepGEMM's layout for f32 weight
-/// gradients). The bf16 weight gradients take 256 whatever this says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WgradTile {
-    N256,
-    N192,
-    N128,
-}
-
-impl WgradTile {
-    /// Columns of a tile.
-    pub fn cols(self) -> u32 {
-        match self {
-            WgradTile::N256 => 256,
-            WgradTile::N192 => 192,
-            WgradTile::N128 => 128,
-        }
-    }
-
-    fn smem(self) -> u32 {
-        match self {
-            WgradTile::N256 => kh::WGRAD_SMEM,
-            WgradTile::N192 => kh::WGRAD_N192_SMEM,
-            WgradTile::N128 => kh::WGRAD_N128_SMEM,
-        }
-    }
-
-    /// The kernel of this width for weight-gradient kernel `kernel` (single-CTA form), and the width it has: the
-    /// f32 kernels have each width; any other keeps its own (256).
-    fn kernel(self, kernel: &'static str) -> (&'static str, WgradTile) {
-        let k = match (kernel, self) {
-            ("grouped_wgrad_f32", WgradTile::N192) => "grouped_wgrad_f32_n192",
-            ("grouped_wgrad_f32_mv", WgradTile::N192) => "grouped_wgrad_f32_mv_n192",
-            ("grouped_wgrad_f32", WgradTile::N128) => "grouped_wgrad_f32_n128",
-            ("grouped_wgrad_f32_mv", WgradTile::N128) => "grouped_wgrad_f32_mv_n128",
-            _ => return (kernel, WgradTile::N256),
-        };
-        (k, self)
-    }
-}
-
-thread_local! {
-    static WGRAD_TILE: std::cell::Cell<Option<WgradTile>> = const { std::cell::Cell::new(None) };
-}
-
-/// The f32 weight gradients' tile width on this thread ([`WgradTile`]): `MEGAMOE_WGRAD_TILE` (read once) = `256`
-/// or unset, `192`, `128`; another value is an `InvalidArgument`; overridden on a thread by [`with_wgrad_tile`].
-pub fn wgrad_tile() -> Result<WgradTile> {
-    static ENV: EnvPolicy<WgradTile> = std::sync::OnceLock::new();
-    let table = [("256", WgradTile::N256), ("192", WgradTile::N192), ("128", WgradTile::N128), ("", WgradTile::N256)];
-    policy(&WGRAD_TILE, &ENV, "MEGAMOE_WGRAD_TILE", &table)
-}
-
-/// Run `f` with the f32 weight gradients' tile width `t` for every launch prepared on this thread inside it.
-pub fn with_wgrad_tile<R>(t: WgradTile, f: impl FnOnce() -> R) -> R {
-    with_override(&WGRAD_TILE, t, f)
 }
 
 /// The tile counter a weight-gradient launch on `gpu` uses under this thread's [`wgrad_sched`] (0: static).
@@ -1006,10 +941,9 @@ impl<'a, W: WgradElem> WgradArgs<'a, W> {
         let maps = [map_a.ptr(gpu), map_b.ptr(gpu), map_c.ptr(gpu)];
         let (offsets, c) = (dptr(self.offsets, &s), dptr(self.c, &s));
         let bases = [dptr(self.a, &s), dptr(self.b, &s)];
-        let shape = (m, n, rows);
-        let (kernel, p, launch) = wgrad_launch(gpu, W::KERNEL, maps, bases, offsets, c, 0, e, shape, self.accumulate)?;
+        let (p, launch) = wgrad_launch(gpu, maps, bases, offsets, c, 0, e, (m, n, rows), self.accumulate)?;
         // the kernel that runs (the 2-CTA cluster form under `WgradSched::Clusters`), as `kernel()` reports it
-        let kernel = if p.clusters != 0 { wgrad_cluster_kernel(kernel)? } else { kernel };
+        let kernel = if p.clusters != 0 { wgrad_cluster_kernel(W::KERNEL)? } else { W::KERNEL };
         Ok(Prepared {
             ordinal: gpu.ordinal(),
             block: Block::K(kernel, launch, p),
@@ -1129,16 +1063,14 @@ pub(crate) fn m_grouped_launch(
     Ok(Launch::new(grid.max(c), threads, smem))
 }
 
-/// The kernel, parameter block and launch of weight-gradient kernel `kernel` (`grouped_wgrad_f32` / `_bf16` and
-/// their `_mv`; tiles of 128 x 256 of each expert's M x N, or of this thread's [`wgrad_tile`] for the f32 ones, one
-/// block per tile up to one per SM), shared by the layer, the EP layer and [`grouped_wgrad`]. `maps` are the
-/// tensor maps of A, B and C; `error` the routing error word (0: none); `(m, n, rows)`: C_e's shape and the rows A
+/// The parameter block and launch of `grouped_wgrad_f32` / `_bf16` (tiles of 128 x 256 of each expert's M x N, one block
+/// per tile up to one per SM), shared by the layer, the EP layer and [`grouped_wgrad`]. `maps` are the tensor
+/// maps of A, B and C; `error` the routing error word (0: none); `(m, n, rows)`: C_e's shape and the rows A
 /// and B both hold (each expert's rows are clamped to them on the device). The tile schedule is this thread's
-/// [`wgrad_sched`] (an unknown `MEGAMOE_WGRAD_SCHED` or `MEGAMOE_WGRAD_TILE` is an `InvalidArgument`).
+/// [`wgrad_sched`] (an unknown `MEGAMOE_WGRAD_SCHED` is an `InvalidArgument`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn wgrad_launch(
     gpu: &Gpu,
-    kernel: &'static str,
     maps: [u64; 3],
     bases: [u64; 2],
     offsets: u64,
@@ -1147,9 +1079,8 @@ pub(crate) fn wgrad_launch(
     experts: usize,
     (m, n, rows): (usize, usize, usize),
     accumulate: bool,
-) -> Result<(&'static str, WgradGemm, Launch)> {
+) -> Result<(WgradGemm, Launch)> {
     let sched = wgrad_sched_counter(gpu)?;
-    let (kernel, tile) = wgrad_tile()?.kernel(kernel);
     let m_tiles = (m as u32).div_ceil(128);
     let clusters = wgrad_sched()? == WgradSched::Clusters && m_tiles % 2 == 0;
     let p = WgradGemm {
@@ -1163,7 +1094,7 @@ pub(crate) fn wgrad_launch(
         m: m as u32,
         n: n as u32,
         m_tiles,
-        n_tiles: (n as u32).div_ceil(tile.cols()),
+        n_tiles: (n as u32).div_ceil(256),
         accumulate: accumulate as u32,
         combine: megamoe_kernels::params::Combine::default(),
         sched,
@@ -1176,7 +1107,7 @@ pub(crate) fn wgrad_launch(
     let tiles = p.experts * p.m_tiles * p.n_tiles;
     // clusters: an even grid (whole clusters; on the H200 all 66 fit at once)
     let grid = if clusters { (gpu.sm_count() / 2 * 2).min(tiles) } else { gpu.sm_count().min(tiles) };
-    Ok((kernel, p, Launch::new(grid, kh::GEMM_THREADS, tile.smem())))
+    Ok((p, Launch::new(grid, kh::GEMM_THREADS, kh::WGRAD_SMEM)))
 }
 
 /// The tensor map of a weight gradient's output, W [rows, cols] (rows = E * M), in the boxes the epilogue of
@@ -1291,29 +1222,5 @@ mod tests {
             assert_eq!(super::dswiglu_partials(192), 2);
             assert_eq!(super::dswiglu_partials(64), 1);
         });
-    }
-
-    /// Every weight-gradient kernel a launch can end at (each output type with and without the combine, each tile
-    /// width, single CTAs or clusters) is one the module exports, with the shared memory its width says; the f32
-    /// ones change width, the bf16 ones keep 256.
-    #[test]
-    fn every_wgrad_name_is_a_kernel_of_the_module() {
-        use super::{wgrad_cluster_kernel, WgradElem, WgradTile};
-        use half::bf16;
-        let bases = [f32::KERNEL, f32::KERNEL_MV, bf16::KERNEL, bf16::KERNEL_MV];
-        for base in bases {
-            for tile in [WgradTile::N256, WgradTile::N192, WgradTile::N128] {
-                let (k, t) = tile.kernel(base);
-                assert_eq!(t == tile, base.contains("f32") || tile == WgradTile::N256, "{base} {tile:?} -> {k}");
-                assert_eq!(k == base, t == WgradTile::N256, "{base} {tile:?} -> {k}");
-                for name in [k, wgrad_cluster_kernel(k).unwrap()] {
-                    let info = megamoe_kernels::manifest::find(name);
-                    assert!(info.is_some(), "{base} {tile:?} -> {name}: not a kernel of the module");
-                }
-                assert!(t.smem() <= 232448, "{k}: {} bytes of shared memory", t.smem());
-            }
-        }
-        assert_eq!(WgradTile::N192.kernel(f32::KERNEL_MV).0, "grouped_wgrad_f32_mv_n192");
-        assert_eq!(wgrad_cluster_kernel("grouped_wgrad_f32_mv_n128").unwrap(), "grouped_wgrad_f32_mv_n128_mc");
     }
 }

@@ -973,12 +973,15 @@ impl MoeLayer {
         let (offsets, error) = (dptr(&sv.offsets, &s), dptr(sv.error.as_ref(), &s));
         let maps = [map_a, map_b, map_c];
         let rows = a_rows.min(b_rows);
-        let kernel = if combine.is_some() { W::KERNEL_MV } else { W::KERNEL };
-        let (kernel, mut p, launch) =
-            wgrad_launch(&g, kernel, maps, [a_ptr, b_ptr], offsets, dptr(c, &s), error, e, (m, n, rows), acc)?;
-        if let Some(cb) = combine {
-            p.combine = cb;
-        }
+        let (mut p, launch) =
+            wgrad_launch(&g, maps, [a_ptr, b_ptr], offsets, dptr(c, &s), error, e, (m, n, rows), acc)?;
+        let kernel = match combine {
+            Some(cb) => {
+                p.combine = cb;
+                W::KERNEL_MV
+            }
+            None => W::KERNEL,
+        };
         // SAFETY: A and B hold `rows` rows (each expert's rows are clamped to them on the device); C holds
         // E * M * N. Returns at entry when the forward's error word is set (C neither written nor added to, the
         // combine not run). The combine as `combine_rows`: y holds the rows slot_row points at, out T rows.

@@ -116,24 +116,6 @@ pub mod kernels_host {
         + 24 * WGRAD_QUEUE
         + 8 * WGRAD_SORT_MAX
         + 20 * 2; // PairChannel::<PAIR_Q = 2>::BYTES (grouped_wgrad.rs asserts the sum)
-    /// Dynamic shared memory of the 128 x 192 f32 weight-gradient kernels (`grouped_wgrad_f32*_n192*`): 3 stages
-    /// of (A 128 x 64 + B 192 x 64) bf16, the whole tile staged (six boxes per consumer warp), then as
-    /// [`WGRAD_SMEM`].
-    pub const WGRAD_N192_SMEM: u32 = 3 * (128 + 192) * 64 * 2
-        + 8 * 6 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4
-        + 16 * 3
-        + 24 * WGRAD_QUEUE
-        + 8 * WGRAD_SORT_MAX
-        + 20 * 2;
-    /// Dynamic shared memory of the 128 x 128 f32 weight-gradient kernels (`grouped_wgrad_f32*_n128*`): 5 stages
-    /// of (A 128 x 64 + B 128 x 64) bf16, the whole tile staged (four boxes per consumer warp), then as
-    /// [`WGRAD_SMEM`].
-    pub const WGRAD_N128_SMEM: u32 = 5 * (128 + 128) * 64 * 2
-        + 8 * 4 * WGRAD_C_BOX.0 * WGRAD_C_BOX.1 * 4
-        + 16 * 5
-        + 24 * WGRAD_QUEUE
-        + 8 * WGRAD_SORT_MAX
-        + 20 * 2;
     /// Slots of the weight-gradient GEMM's tile queue (from its producer to its consumers).
     pub const WGRAD_QUEUE: u32 = 4;
     /// Experts the weight-gradient GEMM's run-time schedule ranks busiest first in shared memory (more: in order).

@@ -769,15 +769,13 @@ pub(crate) trait Acc {
     fn zero() -> Self;
     /// One wgmma with B K-major (`BT` false) or N-major (true). SAFETY: as the wgmma.
     unsafe fn mma<const BT: bool>(&mut self, da: u64, db: u64, scale_d: u32);
-    /// One wgmma with A M-major and B N-major (the weight gradients'). SAFETY: as the wgmma.
-    unsafe fn mma_tt(&mut self, da: u64, db: u64, scale_d: u32);
     /// SAFETY: as `wgmma::fence_operand_*`.
     unsafe fn fence(&mut self);
     fn at(&self, i: usize) -> f32;
 }
 
 macro_rules! acc_impl {
-    ($n:literal, $cols:literal, $k:ident, $kt:ident, $tt:ident, $fence:ident) => {
+    ($n:literal, $cols:literal, $k:ident, $kt:ident, $fence:ident) => {
         impl Acc for [f32; $n] {
             const N: u32 = $cols;
             #[inline(always)]
@@ -793,10 +791,6 @@ macro_rules! acc_impl {
                 }
             }
             #[inline(always)]
-            unsafe fn mma_tt(&mut self, da: u64, db: u64, scale_d: u32) {
-                wgmma::$tt(self, da, db, scale_d);
-            }
-            #[inline(always)]
             unsafe fn fence(&mut self) {
                 wgmma::$fence(self);
             }
@@ -807,9 +801,8 @@ macro_rules! acc_impl {
         }
     };
 }
-acc_impl!(128, 256, m64n256k16_f32_bf16_ss, m64n256k16_f32_bf16_ss_bt, m64n256k16_f32_bf16_ss_tt, fence_operand_128);
-acc_impl!(96, 192, m64n192k16_f32_bf16_ss, m64n192k16_f32_bf16_ss_bt, m64n192k16_f32_bf16_ss_tt, fence_operand_96);
-acc_impl!(64, 128, m64n128k16_f32_bf16_ss, m64n128k16_f32_bf16_ss_bt, m64n128k16_f32_bf16_ss_tt, fence_operand_64);
+acc_impl!(128, 256, m64n256k16_f32_bf16_ss, m64n256k16_f32_bf16_ss_bt, fence_operand_128);
+acc_impl!(96, 192, m64n192k16_f32_bf16_ss, m64n192k16_f32_bf16_ss_bt, fence_operand_96);
 
 /// The main loop of one consumer warpgroup of the cooperative kernels over one tile: `kt_n` stages of an `S`-stage
 /// ring from iteration `*it` on (advanced past them), warpgroup `cw`'s 64 rows of the stage's A (128 x 64) times

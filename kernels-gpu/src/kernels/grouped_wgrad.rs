@@ -16,7 +16,6 @@
 //! When the routing error word is set the kernel returns at entry: C is neither overwritten nor added to.
 use crate::desc::{Layout, SmemDesc};
 use crate::kernels::combine::token_chunk;
-use crate::kernels::grouped_gemm::Acc;
 use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
@@ -24,58 +23,38 @@ use crate::pipeline::{PairChannel, Ring, TileQueue, TileWalk, PAIR_Q};
 use crate::ptx::{cluster, fence, global, math, regs, smem, sync, tma, wgmma};
 use crate::scheduler::busiest_rank;
 
+/// Pipeline depth.
+const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
 const BOX: u32 = 64 * 64 * 2;
 const A_BYTES: u32 = 2 * BOX;
+const STAGE_BYTES: u32 = 6 * BOX;
 /// One staging box of the epilogue: one warp's 16 rows x 32 f32 columns (128 bytes a row, 128-byte swizzle).
 pub(crate) const C_BOX: u32 = crate::kernels_host::WGRAD_C_BOX.0 * crate::kernels_host::WGRAD_C_BOX.1 * 4;
+/// The epilogue's staging: two boxes per consumer warp, after the ring.
+const STAGING: u32 = STAGES * STAGE_BYTES;
+const _: () = assert!(STAGING == crate::kernels_host::WGRAD_RING, "host and kernel agree on the ring");
+/// The ring's barriers, after the 16 staging boxes (the one name the layout check and the kernel share: until
+/// 2026-12-03 the kernel put them at STAGING + 4 C_BOX, inside consumer warp 6's first box).
+const RING_AT: u32 = STAGING + 16 * C_BOX;
 /// Slots of the tile queue (the producer runs at most a ring's depth of non-empty tiles ahead).
 const QUEUE: u32 = crate::kernels_host::WGRAD_QUEUE;
+/// The tile queue's barriers and slots, after the ring's barriers.
+const QUEUE_AT: u32 = RING_AT + Ring::<STAGES>::BYTES;
 /// Experts the run-time schedule takes busiest first (more: in expert order).
 pub(crate) const SORT_MAX: u32 = crate::kernels_host::WGRAD_SORT_MAX;
 const _: () = assert!(SORT_MAX <= crate::kernels_host::GEMM_THREADS, "one thread an expert ranks them");
-
-/// Bytes of a ring stage with `nb` 64-column boxes of B: A (128 x 64, two boxes), then B (64 nb x 64).
-const fn stage_bytes(nb: u32) -> u32 {
-    (2 + nb) * BOX
-}
-
-/// The shared memory of a weight-gradient kernel with `S` ring stages, tiles of 128 x 64 `NB` and `SLOTS` staging
-/// boxes per consumer warp: the ring, the staging, the ring's barriers, the tile queue, the experts' ranking, the
-/// cluster forms' channel.
-struct Smem<const S: u32, const NB: u32, const SLOTS: u32>;
-
-impl<const S: u32, const NB: u32, const SLOTS: u32> Smem<S, NB, SLOTS> {
-    /// The epilogue's staging, after the ring.
-    const STAGING: u32 = S * stage_bytes(NB);
-    /// The ring's barriers, after the 8 SLOTS staging boxes (the one name the layout check and the kernel share:
-    /// until 2026-12-03 the kernel put them at STAGING + 4 C_BOX, inside consumer warp 6's first box).
-    const RING_AT: u32 = Self::STAGING + 8 * SLOTS * C_BOX;
-    /// The tile queue's barriers and slots, after the ring's barriers.
-    const QUEUE_AT: u32 = Self::RING_AT + Ring::<S>::BYTES;
-    /// The experts busiest first (u32 [SORT_MAX]), then their row counts (u32 [SORT_MAX]), after the queue.
-    const ORDER_AT: u32 = Self::QUEUE_AT + TileQueue::<QUEUE>::BYTES;
-    /// The cluster forms' channel of run-time tile indices (leader to peer), after the ranking.
-    const CHAN_AT: u32 = Self::ORDER_AT + 8 * SORT_MAX;
-    const BYTES: u32 = Self::CHAN_AT + PairChannel::<PAIR_Q>::BYTES;
-    /// The layout's checks (evaluated where a kernel names it: `let () = Smem::<..>::OK`).
-    const OK: () = {
-        assert!(Self::QUEUE_AT % 8 == 0 && Self::CHAN_AT % 8 == 0, "mbarriers are 8-byte aligned");
-        assert!(Self::STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
-        assert!(Self::BYTES <= 232448, "sm_90: at most 227 KiB of shared memory");
-    };
-}
-
-/// The 128 x 256 kernels: 4 stages of 48 KiB, two staging boxes per warp (the tile's 8 boxes a warp alternate).
-type Smem256 = Smem<{ crate::kernels_host::WGRAD_STAGES }, 4, 2>;
-const _: () = assert!(Smem256::STAGING == crate::kernels_host::WGRAD_RING, "host and kernel agree on the ring");
-const _: () = assert!(Smem256::BYTES == crate::kernels_host::WGRAD_SMEM, "host and kernel agree on the shared memory");
-/// The 128 x 192 kernels (`_n192`): 3 stages of 40 KiB and the whole f32 tile staged (six boxes a warp, 96 KiB), so
-/// a tile's epilogue waits for nothing but the previous tile's stores (issued a main loop earlier).
-type Smem192 = Smem<3, 3, 6>;
-const _: () = assert!(Smem192::BYTES == crate::kernels_host::WGRAD_N192_SMEM, "host and kernel agree");
-/// The 128 x 128 kernels (`_n128`): 5 stages of 32 KiB and the whole f32 tile staged (four boxes a warp, 64 KiB).
-type Smem128 = Smem<5, 2, 4>;
-const _: () = assert!(Smem128::BYTES == crate::kernels_host::WGRAD_N128_SMEM, "host and kernel agree");
+const _: () = assert!(QUEUE_AT % 8 == 0, "mbarriers are 8-byte aligned");
+/// The experts busiest first (u32 [SORT_MAX]), then their row counts (u32 [SORT_MAX]), after the queue.
+const ORDER_AT: u32 = QUEUE_AT + TileQueue::<QUEUE>::BYTES;
+/// The cluster forms' channel of run-time tile indices (leader to peer), after the ranking.
+const CHAN_AT: u32 = ORDER_AT + 8 * SORT_MAX;
+const _: () = assert!(CHAN_AT % 8 == 0, "mbarriers are 8-byte aligned");
+const _: () = assert!(
+    CHAN_AT + PairChannel::<PAIR_Q>::BYTES == crate::kernels_host::WGRAD_SMEM,
+    "host and kernel agree on the shared memory"
+);
+const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
+const _: () = assert!(crate::kernels_host::WGRAD_SMEM <= 232448, "sm_90: at most 227 KiB of shared memory");
 const _: () = assert!(
     C_BOX == crate::kernels_host::WGRAD_C_BOX_BF16.0 * crate::kernels_host::WGRAD_C_BOX_BF16.1 * 2,
     "the bf16 epilogue's boxes fill the same staging"
@@ -117,26 +96,26 @@ pub(crate) fn expert_rows(r0: u32, r1: u32, rows_max: u32) -> (u32, u32) {
 /// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
-    wgrad256::<false, false, false>(&p);
+    grouped_wgrad::<false, false, false>(&p);
 }
 
 /// As `grouped_wgrad_f32`, and the producer warpgroup's warps 1..3 run `p.combine` meanwhile ([`combine`]).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv(p: WgradGemm) {
-    wgrad256::<true, false, false>(&p);
+    grouped_wgrad::<true, false, false>(&p);
 }
 
 /// As `grouped_wgrad_f32` with C in bf16 (each element rounded once from the f32 accumulator; with
 /// `accumulate`, the copy engine's bf16 add into C).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16(p: WgradGemm) {
-    wgrad256::<false, true, false>(&p);
+    grouped_wgrad::<false, true, false>(&p);
 }
 
 /// As `grouped_wgrad_bf16`, with the combine of `grouped_wgrad_f32_mv`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv(p: WgradGemm) {
-    wgrad256::<true, true, false>(&p);
+    grouped_wgrad::<true, true, false>(&p);
 }
 
 /// As `grouped_wgrad_f32` in 2-CTA clusters (`p.clusters`): the two CTAs of a cluster take m-tiles 2i and 2i + 1
@@ -145,102 +124,29 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv(p: WgradGemm) {
 /// hands it to its peer. An even number of m-tiles (`p.clusters`: the host's check).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mc(p: WgradGemm) {
-    wgrad256::<false, false, true>(&p);
+    grouped_wgrad::<false, false, true>(&p);
 }
 
 /// `grouped_wgrad_f32_mv` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv_mc(p: WgradGemm) {
-    wgrad256::<true, false, true>(&p);
+    grouped_wgrad::<true, false, true>(&p);
 }
 
 /// `grouped_wgrad_bf16` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mc(p: WgradGemm) {
-    wgrad256::<false, true, true>(&p);
+    grouped_wgrad::<false, true, true>(&p);
 }
 
 /// `grouped_wgrad_bf16_mv` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv_mc(p: WgradGemm) {
-    wgrad256::<true, true, true>(&p);
+    grouped_wgrad::<true, true, true>(&p);
 }
 
-/// As `grouped_wgrad_f32` in tiles of 128 x 192 with the whole tile staged (`Smem192`): the epilogue waits only
-/// for the previous tile's stores, a main loop after issuing them (DeepGEMM's f32 weight-gradient layout).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_n192(p: WgradGemm) {
-    grouped_wgrad::<false, false, false, 3, 3, 6, 96>(&p);
-}
-
-/// `grouped_wgrad_f32_mv` in tiles of 128 x 192 (as `grouped_wgrad_f32_n192`).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv_n192(p: WgradGemm) {
-    grouped_wgrad::<true, false, false, 3, 3, 6, 96>(&p);
-}
-
-/// `grouped_wgrad_f32_n192` in 2-CTA clusters (as `grouped_wgrad_f32_mc`; of the three boxes of B, the even CTA
-/// loads two, the odd one).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_n192_mc(p: WgradGemm) {
-    grouped_wgrad::<false, false, true, 3, 3, 6, 96>(&p);
-}
-
-/// `grouped_wgrad_f32_mv_n192` in 2-CTA clusters.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv_n192_mc(p: WgradGemm) {
-    grouped_wgrad::<true, false, true, 3, 3, 6, 96>(&p);
-}
-
-/// As `grouped_wgrad_f32` in tiles of 128 x 128 with the whole tile staged and five ring stages (`Smem128`).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_n128(p: WgradGemm) {
-    grouped_wgrad::<false, false, false, 5, 2, 4, 64>(&p);
-}
-
-/// `grouped_wgrad_f32_mv` in tiles of 128 x 128 (as `grouped_wgrad_f32_n128`).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv_n128(p: WgradGemm) {
-    grouped_wgrad::<true, false, false, 5, 2, 4, 64>(&p);
-}
-
-/// `grouped_wgrad_f32_n128` in 2-CTA clusters.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_n128_mc(p: WgradGemm) {
-    grouped_wgrad::<false, false, true, 5, 2, 4, 64>(&p);
-}
-
-/// `grouped_wgrad_f32_mv_n128` in 2-CTA clusters.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv_n128_mc(p: WgradGemm) {
-    grouped_wgrad::<true, false, true, 5, 2, 4, 64>(&p);
-}
-
-/// The 128 x 256 kernels' body (`Smem256`).
 #[inline(always)]
-unsafe fn wgrad256<const MV: bool, const BF: bool, const MC: bool>(p: &WgradGemm) {
-    grouped_wgrad::<MV, BF, MC, { crate::kernels_host::WGRAD_STAGES }, 4, 2, 128>(p);
-}
-
-/// A weight-gradient kernel: tiles of 128 x 64 `NB` (`NA` = 32 `NB` accumulators a consumer thread), `S` ring stages,
-/// `SLOTS` staging boxes per consumer warp (2: alternating; NA / 16: the whole f32 tile), `Smem<S, NB, SLOTS>`.
-#[inline(always)]
-unsafe fn grouped_wgrad<
-    const MV: bool,
-    const BF: bool,
-    const MC: bool,
-    const S: u32,
-    const NB: u32,
-    const SLOTS: u32,
-    const NA: usize,
->(
-    p: &WgradGemm,
-) where
-    [f32; NA]: Acc,
-{
-    #[allow(clippy::let_unit_value)]
-    let () = Smem::<S, NB, SLOTS>::OK;
-    const { assert!(NA as u32 == 32 * NB, "a consumer thread holds 32 accumulators per 64 columns of B") };
+unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &WgradGemm) {
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
     // (the combine then writes nothing either, as `combine_rows` would not); in a cluster both CTAs read the same
     // word, settled by an earlier kernel, so both return or neither (one alone would leave its peer waiting)
@@ -248,8 +154,8 @@ unsafe fn grouped_wgrad<
         return;
     }
     let base = smem::base();
-    let ring = Ring::<S>::at(base + Smem::<S, NB, SLOTS>::RING_AT);
-    let queue = TileQueue::<QUEUE>::at(base + Smem::<S, NB, SLOTS>::QUEUE_AT);
+    let ring = Ring::<STAGES>::at(base + RING_AT);
+    let queue = TileQueue::<QUEUE>::at(base + QUEUE_AT);
     let t = regs::tid();
     // the run-time schedule hands out the experts' tiles busiest first (the last tiles taken are short); the
     // ranking by every thread, between two block barriers (uniform: kernel parameters only)
@@ -257,13 +163,13 @@ unsafe fn grouped_wgrad<
     // (a closure, as `total` below: read again by the producer after its register reallocation)
     let busiest_first = || (p.sched != 0 || MC) && p.experts <= SORT_MAX;
     if busiest_first() {
-        rank_experts(p.experts, p.offsets as *const u32, base + Smem::<S, NB, SLOTS>::ORDER_AT, t);
+        rank_experts(p.experts, p.offsets as *const u32, base + ORDER_AT, t);
     }
     if t == 0 {
         queue.init(8);
         if MC {
             // before `ring.init`, whose `fence.mbarrier_init` covers these barriers too
-            PairChannel::<PAIR_Q>::at(base + Smem::<S, NB, SLOTS>::CHAN_AT).init();
+            PairChannel::<PAIR_Q>::at(base + CHAN_AT).init();
         }
         // one arrival per consumer warp (and the mbarrier-init fence for both); in a cluster both CTAs' warps
         // release each stage (half of B came from the peer, which must not overwrite it before this CTA is done)
@@ -281,13 +187,13 @@ unsafe fn grouped_wgrad<
     if t / 128 == 0 {
         regs::setmaxnreg_dec::<40>();
         if t == 0 {
-            produce::<MC, S, NB>(p, base, ring, queue, total(), busiest_first(), Smem::<S, NB, SLOTS>::ORDER_AT);
+            produce::<MC>(p, base, ring, queue, total(), busiest_first());
         } else if MV && t >= 32 {
             combine(&p.combine, t / 32 - 1, t % 32);
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<BF, MC, S, NB, SLOTS, NA>(p, base, ring, queue, total(), regs::warpgroup() - 1);
+        consume::<BF, MC>(p, base, ring, queue, total(), regs::warpgroup() - 1);
     }
     if MC {
         // no CTA leaves while its peer may still multicast into it or arrive on its empty barriers (every thread)
@@ -319,19 +225,18 @@ pub(crate) unsafe fn combine(c: &Combine, w: u32, lane: u32) {
 /// (`rank_experts` has run) index i is tile i % per of the expert ranked i / per (per = an expert's tiles), else
 /// tile i. The weight gradients are the same bits either way (each tile is one block's, its rows in order).
 #[inline(always)]
-unsafe fn produce<const MC: bool, const S: u32, const NB: u32>(
+unsafe fn produce<const MC: bool>(
     p: &WgradGemm,
     base: u32,
-    ring: Ring<S>,
+    ring: Ring<STAGES>,
     queue: TileQueue<QUEUE>,
     total: u32,
     busiest_first: bool,
-    order_at: u32,
 ) {
-    let order = if busiest_first { Some(base + order_at) } else { None };
+    let order = if busiest_first { Some(base + ORDER_AT) } else { None };
     // MC: the walk is over pairs of m-tiles (the cluster's index, its rank the m-tile of the pair); with the
     // counter the leader takes each next index and sends it to the peer
-    let chan = PairChannel::<PAIR_Q>::at(base + order_at + 8 * SORT_MAX);
+    let chan = PairChannel::<PAIR_Q>::at(base + CHAN_AT);
     let mut walk = TileWalk::<MC>::new(total, p.m_tiles * p.n_tiles, p.n_tiles, p.sched, order, chan);
     // MC: this CTA's half of each stage's B goes to both CTAs of the cluster
     let rank = regs::bid() % 2;
@@ -364,19 +269,18 @@ unsafe fn produce<const MC: bool, const S: u32, const NB: u32>(
         }
         let mut kt = 0;
         while kt < kt_n {
-            let fb = ring.produce(it, stage_bytes(NB));
-            let st = base + Ring::<S>::stage(it) * stage_bytes(NB);
+            let fb = ring.produce(it, STAGE_BYTES);
+            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             let row = (kt * BK) as i32;
             tma::load_2d(st, map_a, (ti.mt * 128) as i32, row, fb);
             tma::load_2d(st + BOX, map_a, (ti.mt * 128 + 64) as i32, row, fb);
             let mut q = 0;
-            while q < NB {
-                let (dst, c0) = (st + A_BYTES + q * BOX, (ti.nt * 64 * NB + 64 * q) as i32);
+            while q < 4 {
+                let (dst, c0) = (st + A_BYTES + q * BOX, (ti.nt * 256 + 64 * q) as i32);
                 if !MC {
                     tma::load_2d(dst, map_b, c0, row, fb);
-                } else if 2 * q / NB == rank {
-                    // this CTA's half of the pair's B (of three boxes: the even CTA two), into both CTAs (the same
-                    // offsets, each CTA's full barrier)
+                } else if q / 2 == rank {
+                    // this CTA's half of the pair's B, into both CTAs (the same offsets, each CTA's full barrier)
                     tma::load_2d_mc(dst, map_b, c0, row, fb, 0b11);
                 }
                 q += 1;
@@ -411,35 +315,35 @@ pub(crate) unsafe fn rank_experts(experts: u32, off: *const u32, order: u32, t: 
 /// wait for the previous k-tile's, give its stage back.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn kstep<const KS: u32, const MC: bool, const S: u32, const NB: u32, A: Acc>(
-    ring: &Ring<S>,
+unsafe fn kstep<const KS: u32, const MC: bool>(
+    ring: &Ring<STAGES>,
     base: u32,
-    acc: &mut A,
+    acc: &mut [f32; 128],
     it: u32,
     kt: u32,
     cw: u32,
     lane: u32,
 ) {
     ring.wait_full(it);
-    let st = crate::ptx::warp::uniform(base + Ring::<S>::stage(it) * stage_bytes(NB));
+    let st = crate::ptx::warp::uniform(base + Ring::<STAGES>::stage(it) * STAGE_BYTES);
     wgmma::fence();
     let mut ks = 0;
     while ks < KS {
         let da = SmemDesc::new(st + cw * BOX + ks * 2048, BOX, 1024, Layout::Swizzle128B);
         let db = SmemDesc::new(st + A_BYTES + ks * 2048, BOX, 1024, Layout::Swizzle128B);
-        acc.mma_tt(da.0, db.0, (kt > 0 || ks > 0) as u32);
+        wgmma::m64n256k16_f32_bf16_ss_tt(acc, da.0, db.0, (kt > 0 || ks > 0) as u32);
         ks += 1;
     }
     wgmma::commit_group();
     wgmma::wait_group::<1>();
     if kt > 0 {
-        release::<MC, S>(ring, it, lane);
+        release::<MC>(ring, it, lane);
     }
 }
 
 /// Consumer warp: give back the stage of iteration `it - 1` (in a cluster to both CTAs: lanes 0 and 1).
 #[inline(always)]
-unsafe fn release<const MC: bool, const S: u32>(ring: &Ring<S>, it: u32, lane: u32) {
+unsafe fn release<const MC: bool>(ring: &Ring<STAGES>, it: u32, lane: u32) {
     if MC {
         if lane < 2 {
             ring.release_prev_cluster(it, lane);
@@ -450,16 +354,14 @@ unsafe fn release<const MC: bool, const S: u32>(ring: &Ring<S>, it: u32, lane: u
 }
 
 #[inline(always)]
-unsafe fn consume<const BF: bool, const MC: bool, const S: u32, const NB: u32, const SLOTS: u32, const NA: usize>(
+unsafe fn consume<const BF: bool, const MC: bool>(
     p: &WgradGemm,
     base: u32,
-    ring: Ring<S>,
+    ring: Ring<STAGES>,
     queue: TileQueue<QUEUE>,
     total: u32,
     cw: u32,
-) where
-    [f32; NA]: Acc,
-{
+) {
     let lane = regs::tid() % 32;
     if lane == 0 {
         // C's map: each warp's lane 0 issues its boxes' stores (`box_out`)
@@ -476,17 +378,17 @@ unsafe fn consume<const BF: bool, const MC: bool, const S: u32, const NB: u32, c
         // the expert's rows r0..r1 as the producer read them (only their count is used here)
         let ti = Tile { r0: 0, r1: rows, ..tile_coords(p, tile) };
         let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
-        let mut acc = <[f32; NA]>::zero();
+        let mut acc = [0f32; 128];
         let mut kt = 0;
         while kt < kt_n {
             // rows past the expert's end arrive as zeros (its maps end there): nothing to clear, and the k16 steps
             // holding none of its rows (in its last, partial k-tile) add nothing, so they are not issued: one
             // whole k-step per count (a wgmma under a branch inside a k-step makes ptxas serialise them all, C7520)
             match (ti.r1 - ti.r0 - kt * BK).min(BK).div_ceil(16) {
-                1 => kstep::<1, MC, S, NB, _>(&ring, base, &mut acc, it, kt, cw, lane),
-                2 => kstep::<2, MC, S, NB, _>(&ring, base, &mut acc, it, kt, cw, lane),
-                3 => kstep::<3, MC, S, NB, _>(&ring, base, &mut acc, it, kt, cw, lane),
-                _ => kstep::<4, MC, S, NB, _>(&ring, base, &mut acc, it, kt, cw, lane),
+                1 => kstep::<1, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                2 => kstep::<2, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                3 => kstep::<3, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                _ => kstep::<4, MC>(&ring, base, &mut acc, it, kt, cw, lane),
             }
             it += 1;
             kt += 1;
@@ -494,20 +396,20 @@ unsafe fn consume<const BF: bool, const MC: bool, const S: u32, const NB: u32, c
         // unconditional (a no-op with nothing pending): a wait only on some paths makes ptxas insert its own
         // in the others and serialise every wgmma of the kernel (C7518)
         wgmma::wait_group::<0>();
-        acc.fence();
+        wgmma::fence_operand_128(&mut acc);
         if kt_n > 0 {
-            release::<MC, S>(&ring, it, lane);
+            release::<MC>(&ring, it, lane);
         }
-        let staging = base + Smem::<S, NB, SLOTS>::STAGING + (regs::tid() / 32 - 4) * SLOTS * C_BOX;
+        let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
         let row0 = ti.mt * 128 + cw * 64;
         // a warpgroup whose rows start at or past M (M a multiple of 64, not of 128) stores nothing (uniform in it)
         if row0 < p.m {
             let out = COut { map: p.map_c, n: p.n, accumulate: p.accumulate != 0 };
             let y = (ti.e * p.m + row0 + 16 * ((regs::tid() % 128) / 32)) as i32;
             if BF {
-                store_bf16::<NA, SLOTS>(&out, &acc, y, ti.nt * 64 * NB, staging);
+                store_bf16(&out, &acc, y, ti.nt * 256, staging);
             } else {
-                store::<NA, SLOTS>(&out, &acc, y, ti.nt * 64 * NB, staging);
+                store(&out, &acc, y, ti.nt * 256, staging);
             }
         }
     }
@@ -531,23 +433,15 @@ pub(crate) struct COut {
 /// rows (C row `y` on) one 16 x 32 box at a time from column `col0` (128-byte swizzle: 16-byte chunk c of row r at
 /// chunk c ^ (r % 8)), stored (or, with `accumulate`, added: `cp.reduce.async.bulk.tensor .add`) by the copy
 /// engine while the warp goes on. Each warp works alone (its lane 0 issues and waits; `bar.warp.sync` orders its
-/// lanes' staging writes around that), so no warp waits for the others of its warpgroup between boxes. `SLOTS`
-/// staging boxes per warp (at `staging`): with 2 they alternate, and before one is rewritten its previous store
-/// must have read it (`wait_group.read 1`; `.read 0` at a tile's first box: the previous tile may have ended on
-/// either box; issued a whole main loop ago, those stores have read); with one box for each of the tile's (NA / 16)
-/// only the first waits (`.read 0`: the previous tile's stores). The fragment stores are free of bank conflicts: an 8-byte store
+/// lanes' staging writes around that), so no warp waits for the others of its warpgroup between boxes. Two staging
+/// boxes per warp (at `staging`) alternate; before one is rewritten, its previous store must have read it
+/// (`wait_group.read 1`; `.read 0` at a tile's first box: the previous tile may have ended on either box; issued a
+/// whole main loop ago, those stores have read). The fragment stores are free of bank conflicts: an 8-byte store
 /// is served per half-warp (rows q = 0..3 or 4..7 of the box, four lanes each), and lanes of odd rows write column
 /// group J ^ 2 when the others write J, so the 16 lanes cover 32 distinct banks (rows q and q ^ 1 would otherwise
 /// meet in the same two swizzled chunks). Columns past N are clipped by the tensor map.
 #[inline(always)]
-pub(crate) unsafe fn store<const NA: usize, const SLOTS: u32>(
-    out: &COut,
-    acc: &[f32; NA],
-    y: i32,
-    col_base: u32,
-    staging: u32,
-) {
-    const { assert!(SLOTS == 2 || SLOTS as usize >= NA / 16, "two alternating boxes, or one per box of the tile") };
+pub(crate) unsafe fn store<const NA: usize>(out: &COut, acc: &[f32; NA], y: i32, col_base: u32, staging: u32) {
     let lane = regs::tid() % 32;
     let q = lane / 4; // the first of this lane's two rows (q, q + 8) of the warp's 16
     let odd = q % 2 == 1;
@@ -555,8 +449,8 @@ pub(crate) unsafe fn store<const NA: usize, const SLOTS: u32>(
         let col0 = col_base + 32 * B as u32;
         if B < NA / 16 && col0 < out.n {
             // uniform: every thread of the warpgroup sees the same col0
-            let buf = staging + (B as u32 % SLOTS) * C_BOX;
-            box_out::<SLOTS>(out, B == 0, buf, col0, y, || {
+            let buf = staging + (B as u32 % 2) * C_BOX;
+            box_out(out, B == 0, buf, col0, y, || {
                 crate::unroll!(J in [0, 1, 2, 3] {
                     crate::unroll!(H in [0, 1] {
                         let row = q + 8 * H as u32;
@@ -576,16 +470,15 @@ pub(crate) unsafe fn store<const NA: usize, const SLOTS: u32>(
 }
 
 /// One staging box of a warp's epilogue: wait until the box's previous store has read it (`.read 0` at a
-/// tile's first box; with 2 `SLOTS`, `.read 1` at the others; with a box for each, no wait at the others), let
-/// `fill` write it (each lane its fragment), then lane 0 hands it to the copy engine: stored at (`col0`, `y`) or,
-/// with `accumulate`, added there.
+/// tile's first box), let `fill` write it (each lane its fragment), then lane 0 hands it to the copy engine:
+/// stored at (`col0`, `y`) or, with `accumulate`, added there.
 #[inline(always)]
-unsafe fn box_out<const SLOTS: u32>(out: &COut, first: bool, buf: u32, col0: u32, y: i32, fill: impl FnOnce()) {
+unsafe fn box_out(out: &COut, first: bool, buf: u32, col0: u32, y: i32, fill: impl FnOnce()) {
     let leader = regs::tid() % 32 == 0;
     if leader {
         if first {
             tma::wait_group_read::<0>();
-        } else if SLOTS == 2 {
+        } else {
             tma::wait_group_read::<1>();
         }
     }
@@ -610,22 +503,15 @@ unsafe fn box_out<const SLOTS: u32>(out: &COut, first: bool, buf: u32, col0: u32
 /// four lanes in eight distinct chunks, so the 32 lanes cover 32 distinct banks. With `accumulate` the copy engine
 /// adds the bf16-rounded tile to C.
 #[inline(always)]
-pub(crate) unsafe fn store_bf16<const NA: usize, const SLOTS: u32>(
-    out: &COut,
-    acc: &[f32; NA],
-    y: i32,
-    col_base: u32,
-    staging: u32,
-) {
-    const { assert!(SLOTS == 2 || SLOTS as usize >= NA / 32, "two alternating boxes, or one per box of the tile") };
+pub(crate) unsafe fn store_bf16<const NA: usize>(out: &COut, acc: &[f32; NA], y: i32, col_base: u32, staging: u32) {
     let lane = regs::tid() % 32;
     let q = lane / 4;
     crate::unroll!(B in [0, 1, 2, 3] {
         let col0 = col_base + 64 * B as u32;
         if B < NA / 32 && col0 < out.n {
             // uniform: every thread of the warpgroup sees the same col0
-            let buf = staging + (B as u32 % SLOTS) * C_BOX;
-            box_out::<SLOTS>(out, B == 0, buf, col0, y, || {
+            let buf = staging + (B as u32 % 2) * C_BOX;
+            box_out(out, B == 0, buf, col0, y, || {
                 crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
                     crate::unroll!(H in [0, 1] {
                         let row = q + 8 * H as u32;

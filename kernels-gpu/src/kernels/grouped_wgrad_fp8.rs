@@ -333,9 +333,9 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
         let staging = base + STAGING + (regs::tid() / 32 - 4) * 2 * C_BOX;
         let out = COut { map: p.map_c, n: p.n, accumulate: p.accumulate != 0 };
         if BF {
-            store_bf16::<_, 2>(&out, &acc, y, ti.nt * 128, staging);
+            store_bf16(&out, &acc, y, ti.nt * 128, staging);
         } else {
-            store::<_, 2>(&out, &acc, y, ti.nt * 128, staging);
+            store(&out, &acc, y, ti.nt * 128, staging);
         }
     }
     // the staging must not be freed (block exit) before the copy engine has read it: every warp's lane 0 issued
