@@ -247,6 +247,28 @@ gpu_test!(clustered_weight_gradients_match_the_single_cta_qwen3_30b_a3b_t1024, {
     }
 });
 
+// dW2's A gathered by its own producer warpgroup (`MEGAMOE_WGRAD_GATHER=1`, `grouped_wgrad_*_ga_mc` at the 30B shape;
+// dx's sum whole in dW1's idle warps): every output bitwise the default's, f32 and bf16 weight gradients.
+gpu_test!(wgrad_gather_matches_the_copy_qwen3_30b_a3b_t1024, {
+    let (g, inp, mut layer) = setup(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ);
+    let o = run::<f32>(&g, &mut layer, &inp);
+    let og = megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp));
+    assert!(bits16(&o.dx) == bits16(&og.dx) && bits32(&o.dtopk) == bits32(&og.dtopk), "gathered A: dx or dtopk");
+    for (what, a, b) in [
+        ("dW1", &o.dw1, &og.dw1),
+        ("dW2", &o.dw2, &og.dw2),
+        ("dW1 acc", &o.dw1_acc, &og.dw1_acc),
+        ("dW2 acc", &o.dw2_acc, &og.dw2_acc),
+    ] {
+        assert!(bits32(a) == bits32(b), "gathered A: {what} differs from the copy's");
+    }
+    let o = run::<bf16>(&g, &mut layer, &inp);
+    let og = megamoe::gemm::with_wgrad_gather(true, || run::<bf16>(&g, &mut layer, &inp));
+    let b16 = |v: &[bf16]| bits16(v);
+    assert!(b16(&o.dw2) == b16(&og.dw2) && b16(&o.dw1) == b16(&og.dw1), "gathered A: bf16 dW differs");
+    assert!(b16(&o.dw2_acc) == b16(&og.dw2_acc) && b16(&o.dw1_acc) == b16(&og.dw1_acc), "bf16 dW acc differs");
+});
+
 gpu_test!(zero_tokens_write_zero_weight_gradients, {
     let g = gpu();
     let mut r = rng();
