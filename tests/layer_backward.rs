@@ -269,6 +269,22 @@ gpu_test!(wgrad_gather_matches_the_copy_qwen3_30b_a3b_t1024, {
     assert!(b16(&o.dw2_acc) == b16(&og.dw2_acc) && b16(&o.dw1_acc) == b16(&og.dw1_acc), "bf16 dW acc differs");
 });
 
+// The same with fewer tokens than the layer's max_tokens (the saved row slots then fewer than the workspace's rows)
+// and M an odd multiple of 64 (RAGGED: dW2's M = 320, the last m-tile's second box past M): f32 weight gradients.
+gpu_test!(wgrad_gather_matches_the_copy_fewer_tokens_ragged, {
+    let g = gpu();
+    let mut r = rng();
+    let (s, tokens) = (RAGGED, 97);
+    let inp = inputs(&mut r, s, tokens, Routing::Masked10);
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, 3 * tokens, Save::WithZ)).unwrap();
+    let o = run::<f32>(&g, &mut layer, &inp);
+    let og = megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp));
+    assert!(bits16(&o.dx) == bits16(&og.dx) && bits32(&o.dtopk) == bits32(&og.dtopk), "gathered A: dx or dtopk");
+    for (what, a, b) in [("dW1", &o.dw1, &og.dw1), ("dW2", &o.dw2, &og.dw2), ("dW2 acc", &o.dw2_acc, &og.dw2_acc)] {
+        assert!(bits32(a) == bits32(b), "gathered A, fewer tokens than max: {what} differs from the copy's");
+    }
+});
+
 gpu_test!(zero_tokens_write_zero_weight_gradients, {
     let g = gpu();
     let mut r = rng();

@@ -987,13 +987,10 @@ impl MoeLayer {
                 W::KERNEL_MV
             }
             (None, Some(src)) => {
-                // row_slot holds an entry for each of the `rows` rows (rows_max) the kernel can read
-                if sv.row_slot.len() < rows {
-                    return Err(Error::InvalidArgument(format!(
-                        "the gathering weight gradient needs {rows} row slots, the saved state has {}",
-                        sv.row_slot.len()
-                    )));
-                }
+                // the rows the kernel may read: those row_slot has an entry for (the call's slots; the workspace's
+                // `rows` may be more: offsets[E] is at most the call's slots, so no expert loses a row); the expert
+                // maps of B are clamped alike (`launch_wgrad` builds them from `rows_max`)
+                p.rows_max = p.rows_max.min(sv.row_slot.len() as u32);
                 p.a_gather = src;
                 p.row_slot = dptr(&sv.row_slot, &s);
                 p.top_k = self.cfg.top_k as u32;

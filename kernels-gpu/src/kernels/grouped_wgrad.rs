@@ -348,7 +348,8 @@ unsafe fn produce<const MC: bool>(
 /// tile, as a slot is rewritten two tiles after it was read, with a barrier between); every thread copies its
 /// share of each stage's A: rows t / 16 + 8 i (i < 8) of the stage's 64, the 16-byte chunk t % 16 of their 256
 /// bytes (the m-tile's 128 columns: box (t % 16) / 8, chunk (t % 16) % 8 of the 128-byte swizzled row), from row
-/// `row_slot[r] / top_k` of `p.a_gather` (r the expert-ordered row), zero-filled past the expert's end, then
+/// `row_slot[r] / top_k` of `p.a_gather` (r the expert-ordered row), zero-filled past the expert's end (and in a
+/// box of columns past M: the last m-tile's second when M is an odd multiple of 64), then
 /// arrives on the full barrier when its copies land (`cp.async.mbarrier.arrive.noinc`). Each thread loads the next
 /// k-step's eight `row_slot` entries before the current k-step's copies, so their latency lies under a k-step.
 /// The rows are the tensor maps' rows, so C is the TMA producer's bit for bit.
@@ -404,6 +405,9 @@ unsafe fn produce_gather<const MC: bool>(
         }
         j += 1;
         let col = (ti.mt * 256 + chunk * 16) as usize;
+        // the last m-tile's second box starts at column M when M is an odd multiple of 64: its columns are not A's
+        // (the TMA path's box came as zeros; consumer warpgroup 1 stores nothing there), so nothing is read for it
+        let in_m = ti.mt * 128 + 64 * (chunk / 8) < p.m;
         // the row_slot entries of this thread's rows of k-step kt (u32::MAX past the expert's end)
         let slots_of = |kt: u32| -> [u32; 8] {
             let mut v = [u32::MAX; 8];
@@ -440,11 +444,12 @@ unsafe fn produce_gather<const MC: bool>(
             // back to back
             let mut src = [x; 8];
             crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                let row = x.add(per_token.div(cur[I] & 0x7fff_ffff) as usize * row_bytes + col);
-                src[I] = if cur[I] != u32::MAX { row } else { x };
+                let row = x.wrapping_add(per_token.div(cur[I] & 0x7fff_ffff) as usize * row_bytes + col);
+                src[I] = if cur[I] != u32::MAX && in_m { row } else { x };
             });
             crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                cp_async::copy16_zfill(st + dst + 1024 * I as u32, src[I], if cur[I] != u32::MAX { 16 } else { 0 });
+                let n = if cur[I] != u32::MAX && in_m { 16 } else { 0 };
+                cp_async::copy16_zfill(st + dst + 1024 * I as u32, src[I], n);
             });
             cp_async::mbarrier_arrive_noinc(fb);
             cur = next;
