@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{gpu, inputs, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
+use common::{gpu, inputs, kernels_of, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::gemm::WgradElem;
@@ -252,7 +252,8 @@ gpu_test!(clustered_weight_gradients_match_the_single_cta_qwen3_30b_a3b_t1024, {
 gpu_test!(wgrad_gather_matches_the_copy_qwen3_30b_a3b_t1024, {
     let (g, inp, mut layer) = setup(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ);
     let o = run::<f32>(&g, &mut layer, &inp);
-    let og = megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp));
+    let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp)));
+    assert!(ran.contains(&"grouped_wgrad_f32_ga_mc"), "the gathering dW2 did not run: {ran:?}");
     assert!(bits16(&o.dx) == bits16(&og.dx) && bits32(&o.dtopk) == bits32(&og.dtopk), "gathered A: dx or dtopk");
     for (what, a, b) in [
         ("dW1", &o.dw1, &og.dw1),
@@ -263,7 +264,8 @@ gpu_test!(wgrad_gather_matches_the_copy_qwen3_30b_a3b_t1024, {
         assert!(bits32(a) == bits32(b), "gathered A: {what} differs from the copy's");
     }
     let o = run::<bf16>(&g, &mut layer, &inp);
-    let og = megamoe::gemm::with_wgrad_gather(true, || run::<bf16>(&g, &mut layer, &inp));
+    let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<bf16>(&g, &mut layer, &inp)));
+    assert!(ran.contains(&"grouped_wgrad_bf16_ga_mc"), "the gathering bf16 dW2 did not run: {ran:?}");
     let b16 = |v: &[bf16]| bits16(v);
     assert!(b16(&o.dw2) == b16(&og.dw2) && b16(&o.dw1) == b16(&og.dw1), "gathered A: bf16 dW differs");
     assert!(b16(&o.dw2_acc) == b16(&og.dw2_acc) && b16(&o.dw1_acc) == b16(&og.dw1_acc), "bf16 dW acc differs");
@@ -278,7 +280,9 @@ gpu_test!(wgrad_gather_matches_the_copy_fewer_tokens_ragged, {
     let inp = inputs(&mut r, s, tokens, Routing::Masked10);
     let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, 3 * tokens, Save::WithZ)).unwrap();
     let o = run::<f32>(&g, &mut layer, &inp);
-    let og = megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp));
+    let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp)));
+    // (dW2's M = 320: three m-tiles, so the single-CTA form)
+    assert!(ran.contains(&"grouped_wgrad_f32_ga"), "the gathering dW2 did not run: {ran:?}");
     assert!(bits16(&o.dx) == bits16(&og.dx) && bits32(&o.dtopk) == bits32(&og.dtopk), "gathered A: dx or dtopk");
     for (what, a, b) in [("dW1", &o.dw1, &og.dw1), ("dW2", &o.dw2, &og.dw2), ("dW2 acc", &o.dw2_acc, &og.dw2_acc)] {
         assert!(bits32(a) == bits32(b), "gathered A, fewer tokens than max: {what} differs from the copy's");

@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{gpu, inputs, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
+use common::{gpu, inputs, kernels_of, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
 use half::bf16;
 use megamoe::layer::{Forward, Gather, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
@@ -329,9 +329,12 @@ gpu_test!(in_producer_dy_qwen3_30b_a3b_t4096_save_z, {
 /// sum runs whole in dW1's idle warps), under the weight gradients' schedule `sched`: bitwise the gather pass's
 /// backward.
 fn in_producer_wgrad_gather(s: Shape, tokens: usize, routing: Routing, save: Save, sched: megamoe::gemm::WgradSched) {
-    megamoe::gemm::with_wgrad_gather(true, || {
-        megamoe::gemm::with_wgrad_sched(sched, || in_producer_dy(s, tokens, routing, save, true))
+    let ((), ran) = kernels_of(&gpu(), || {
+        megamoe::gemm::with_wgrad_gather(true, || {
+            megamoe::gemm::with_wgrad_sched(sched, || in_producer_dy(s, tokens, routing, save, true))
+        })
     });
+    assert!(ran.iter().any(|k| k.starts_with("grouped_wgrad_f32_ga")), "the gathering dW2 did not run: {ran:?}");
 }
 
 gpu_test!(in_producer_wgrad_gather_ragged_save_z, {
