@@ -230,21 +230,28 @@ gpu_test!(bf16_weight_gradients_qwen3_30b_a3b_t1024, {
     check_bf16_grads(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ)
 });
 
+/// Every output of two runs bit for bit the same (f32 weight gradients), or a panic naming `what` and the first that
+/// differs.
+fn assert_bitwise(what: &str, o: &Out, other: &Out) {
+    assert!(bits16(&o.dx) == bits16(&other.dx), "{what}: dx differs");
+    assert!(bits32(&o.dtopk) == bits32(&other.dtopk), "{what}: dtopk differs");
+    for (name, a, b) in [
+        ("dW1", &o.dw1, &other.dw1),
+        ("dW2", &o.dw2, &other.dw2),
+        ("dW1 acc", &o.dw1_acc, &other.dw1_acc),
+        ("dW2 acc", &o.dw2_acc, &other.dw2_acc),
+    ] {
+        assert!(bits32(a) == bits32(b), "{what}: {name} differs");
+    }
+}
+
 // The weight gradients in 2-CTA clusters (`WgradSched::Clusters`; at the 30B shape dW2 has 16 m-tiles and dW1 12,
 // so `grouped_wgrad_f32_mc` and, with dx's combine, `_mv_mc` run): every output bitwise the single-CTA schedule's.
 gpu_test!(clustered_weight_gradients_match_the_single_cta_qwen3_30b_a3b_t1024, {
     let (g, inp, mut layer) = setup(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ);
     let o = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Dynamic, || run::<f32>(&g, &mut layer, &inp));
     let oc = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Clusters, || run::<f32>(&g, &mut layer, &inp));
-    assert!(bits16(&o.dx) == bits16(&oc.dx) && bits32(&o.dtopk) == bits32(&oc.dtopk), "clusters: dx or dtopk differ");
-    for (what, a, b) in [
-        ("dW1", &o.dw1, &oc.dw1),
-        ("dW2", &o.dw2, &oc.dw2),
-        ("dW1 acc", &o.dw1_acc, &oc.dw1_acc),
-        ("dW2 acc", &o.dw2_acc, &oc.dw2_acc),
-    ] {
-        assert!(bits32(a) == bits32(b), "clusters: {what} differs from the single-CTA schedule's");
-    }
+    assert_bitwise("clusters against the single-CTA schedule", &o, &oc);
 });
 
 // dW2's A gathered by its own producer warpgroup (`MEGAMOE_WGRAD_GATHER=1`, `grouped_wgrad_*_ga_mc` at the 30B shape;
@@ -254,15 +261,7 @@ gpu_test!(wgrad_gather_matches_the_copy_qwen3_30b_a3b_t1024, {
     let o = run::<f32>(&g, &mut layer, &inp);
     let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp)));
     assert!(ran.contains(&"grouped_wgrad_f32_ga_mc"), "the gathering dW2 did not run: {ran:?}");
-    assert!(bits16(&o.dx) == bits16(&og.dx) && bits32(&o.dtopk) == bits32(&og.dtopk), "gathered A: dx or dtopk");
-    for (what, a, b) in [
-        ("dW1", &o.dw1, &og.dw1),
-        ("dW2", &o.dw2, &og.dw2),
-        ("dW1 acc", &o.dw1_acc, &og.dw1_acc),
-        ("dW2 acc", &o.dw2_acc, &og.dw2_acc),
-    ] {
-        assert!(bits32(a) == bits32(b), "gathered A: {what} differs from the copy's");
-    }
+    assert_bitwise("dW2's A gathered against the copy", &o, &og);
     let o = run::<bf16>(&g, &mut layer, &inp);
     let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<bf16>(&g, &mut layer, &inp)));
     assert!(ran.contains(&"grouped_wgrad_bf16_ga_mc"), "the gathering bf16 dW2 did not run: {ran:?}");
@@ -283,10 +282,7 @@ gpu_test!(wgrad_gather_matches_the_copy_fewer_tokens_ragged, {
     let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp)));
     // (dW2's M = 320: three m-tiles, so the single-CTA form)
     assert!(ran.contains(&"grouped_wgrad_f32_ga"), "the gathering dW2 did not run: {ran:?}");
-    assert!(bits16(&o.dx) == bits16(&og.dx) && bits32(&o.dtopk) == bits32(&og.dtopk), "gathered A: dx or dtopk");
-    for (what, a, b) in [("dW1", &o.dw1, &og.dw1), ("dW2", &o.dw2, &og.dw2), ("dW2 acc", &o.dw2_acc, &og.dw2_acc)] {
-        assert!(bits32(a) == bits32(b), "gathered A, fewer tokens than max: {what} differs from the copy's");
-    }
+    assert_bitwise("dW2's A gathered against the copy, fewer tokens than max_tokens", &o, &og);
 });
 
 gpu_test!(zero_tokens_write_zero_weight_gradients, {
