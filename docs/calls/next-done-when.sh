@@ -2,7 +2,7 @@
 # Prepared in the thirty-fourth session (not run): issue 4's "done when", measured in one call on the H200: the
 # layer against PyTorch's (next-headline.sh: medians, 6 s soaks, joules a step), then each GEMM of the layer at
 # both shapes against cuBLAS's dense GEMM alternating (benches/gemm.rs) and torch._grouped_mm on the same counts
-# (benches/torch_gemm.py). b63 = main 5bc0937 (both in-producer gathers the default; `MEGAMOE_WGRAD_GATHER` off).
+# (benches/torch_gemm.py). b63 = main 7e425f1 (both in-producer gathers the default; `MEGAMOE_WGRAD_GATHER` off).
 # Carry [".dev/b63"] (~8-9 min, bound 565 s). On an H100 the ratios hold within the call only (not the issue's).
 # Predicted (H200): forward 2.47-2.51x PyTorch, step 2.0-2.05x; M-grouped GEMMs 0.87-0.96 of cuBLAS at 30B except dh
 # + SwiGLU (~0.80-0.83); K-grouped bf16 out ~0.85, f32 ~0.73-0.77.
