@@ -1256,4 +1256,21 @@ mod tests {
             assert_eq!(super::dswiglu_partials(64), 1);
         });
     }
+
+    /// Every weight-gradient kernel a launch can name (each output type with the combine, without, or gathering A;
+    /// single CTAs or clusters) is one the module exports.
+    #[test]
+    fn every_wgrad_name_is_a_kernel_of_the_module() {
+        use super::{wgrad_cluster_kernel, WgradElem};
+        use half::bf16;
+        for base in [f32::KERNEL, f32::KERNEL_MV, f32::KERNEL_GA, bf16::KERNEL, bf16::KERNEL_MV, bf16::KERNEL_GA] {
+            for name in [base, wgrad_cluster_kernel(base).unwrap()] {
+                assert!(
+                    megamoe_kernels::manifest::find(name).is_some(),
+                    "{base} -> {name}: not a kernel of the module"
+                );
+            }
+        }
+        assert_eq!(wgrad_cluster_kernel(f32::KERNEL_GA).unwrap(), "grouped_wgrad_f32_ga_mc");
+    }
 }
