@@ -324,21 +324,28 @@ unsafe fn produce<const MC: bool>(
             let row = (kt * BK) as i32;
             tma::load_2d(st, map_a, (ti.mt * 128) as i32, row, fb);
             tma::load_2d(st + BOX, map_a, (ti.mt * 128 + 64) as i32, row, fb);
-            let mut q = 0;
-            while q < 4 {
-                let (dst, c0) = (st + A_BYTES + q * BOX, (ti.nt * 256 + 64 * q) as i32);
-                if !MC {
-                    tma::load_2d(dst, map_b, c0, row, fb);
-                } else if q / 2 == rank {
-                    // this CTA's half of the pair's B, into both CTAs (the same offsets, each CTA's full barrier)
-                    tma::load_2d_mc(dst, map_b, c0, row, fb, 0b11);
-                }
-                q += 1;
-            }
+            load_b::<MC>(st, map_b, ti.nt, row, fb, rank);
             it += 1;
             kt += 1;
         }
         walk.advance();
+    }
+}
+
+/// The four 64-column boxes of B of n-tile `nt` at k-row `row` into the stage at `st`, completing on `fb`; in a 2-CTA
+/// cluster (`MC`) this CTA's half (`rank`'s two boxes) into both CTAs (the same offsets, each CTA's full barrier).
+/// SAFETY: the producer thread; the stage free and `fb` announced with B's bytes; `map_b` the expert's map, acquired.
+#[inline(always)]
+unsafe fn load_b<const MC: bool>(st: u32, map_b: *const u8, nt: u32, row: i32, fb: u32, rank: u32) {
+    let mut q = 0;
+    while q < 4 {
+        let (dst, c0) = (st + A_BYTES + q * BOX, (nt * 256 + 64 * q) as i32);
+        if !MC {
+            tma::load_2d(dst, map_b, c0, row, fb);
+        } else if q / 2 == rank {
+            tma::load_2d_mc(dst, map_b, c0, row, fb, 0b11);
+        }
+        q += 1;
     }
 }
 
@@ -414,6 +421,8 @@ unsafe fn produce_gather<const MC: bool>(
             crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
                 let row = ti.r0 + kt * BK + r8 + 8 * I as u32;
                 if row < ti.r1 {
+                    // SAFETY: row < r1 <= rows_max, and row_slot holds rows_max entries (the host clamps rows_max
+                    // to the saved slots)
                     v[I] = *row_slot.add(row as usize);
                 }
             });
@@ -428,17 +437,7 @@ unsafe fn produce_gather<const MC: bool>(
             let fb = ring.full_bar(it);
             if t == 0 {
                 mbarrier::arrive_expect_tx(fb, STAGE_BYTES - A_BYTES);
-                let row = (kt * BK) as i32;
-                let mut q = 0;
-                while q < 4 {
-                    let (b_dst, c0) = (st + A_BYTES + q * BOX, (ti.nt * 256 + 64 * q) as i32);
-                    if !MC {
-                        tma::load_2d(b_dst, map_b, c0, row, fb);
-                    } else if q / 2 == rank {
-                        tma::load_2d_mc(b_dst, map_b, c0, row, fb, 0b11);
-                    }
-                    q += 1;
-                }
+                load_b::<MC>(st, map_b, ti.nt, (kt * BK) as i32, fb, rank);
             }
             // the eight sources first (branch-free: a row past the expert's end reads 0 bytes at x), then the copies
             // back to back
@@ -449,6 +448,8 @@ unsafe fn produce_gather<const MC: bool>(
             });
             crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
                 let n = if cur[I] != u32::MAX && in_m { 16 } else { 0 };
+                // SAFETY: a routed slot's token is below the tokens, so its 16 bytes at col + 16 <= 2 M (in_m) lie in
+                // a_gather; otherwise 0 bytes are read (zero fill); the stage is free (wait_empty)
                 cp_async::copy16_zfill(st + dst + 1024 * I as u32, src[I], n);
             });
             cp_async::mbarrier_arrive_noinc(fb);
