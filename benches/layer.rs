@@ -137,11 +137,6 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let ahead_default = gemm::gather_ahead()?;
     let ahead_passes = (passes.len(), passes.len() + 1);
     passes.extend([(0, false, 2, false), (1, true, 2, true)]);
-    // dW2's A gathered the other way (`MEGAMOE_WGRAD_GATHER`: by dW2's producer from dy's tokens, or the copy the
-    // dh GEMM writes): the z-saved step with bf16 and with f32 weight gradients, alternating with the default's
-    let wg_default = gemm::wgrad_gather()?;
-    let wg_passes = (passes.len(), passes.len() + 1);
-    passes.extend([(1, true, 2, true), (1, true, 2, false)]);
     // heat: the GPU brought to the state a training loop runs in before anything is timed (under the 700 W cap the
     // clock falls within seconds of sustained work: a forward timed first, on a cold GPU, ran 11-15% faster than the
     // same process's forward timed later; a helper's audit of the benchmarks, 2026-12-05)
@@ -170,28 +165,23 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             g.fill_bytes(&mut out, 0xff)?;
         }
         let ahead = if pass == ahead_passes.0 || pass == ahead_passes.1 { !ahead_default } else { ahead_default };
-        let wg = if pass == wg_passes.0 || pass == wg_passes.1 { !wg_default } else { wg_default };
-        let ms = gemm::with_wgrad_gather(wg, || {
-            gemm::with_gather_ahead(ahead, || {
-                g.timed(|| {
-                    let sv = layer.forward(&inp, &mut out)?;
-                    if with_bwd && bf16_grads {
-                        let gr =
-                            Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-                        if pass == dsw_pass {
-                            gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
-                        } else if pass == dy_pass {
-                            gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
-                        } else {
-                            layer.backward(&sv, &ddy, &inp, gr)?;
-                        }
-                    } else if with_bwd {
-                        let gr =
-                            Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
+        let ms = gemm::with_gather_ahead(ahead, || {
+            g.timed(|| {
+                let sv = layer.forward(&inp, &mut out)?;
+                if with_bwd && bf16_grads {
+                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
+                    if pass == dsw_pass {
+                        gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                    } else if pass == dy_pass {
+                        gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
+                    } else {
                         layer.backward(&sv, &ddy, &inp, gr)?;
                     }
-                    Ok(())
-                })
+                } else if with_bwd {
+                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
+                    layer.backward(&sv, &ddy, &inp, gr)?;
+                }
+                Ok(())
             })
         })?;
         if rep >= 3 {
@@ -379,19 +369,6 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_dy * 1e3,
         fbz_b2 * 1e3,
         fbz_b2 / ms_dy
-    );
-    let (ms_wb, ms_wf) = (ms[wg_passes.0], ms[wg_passes.1]);
-    println!(
-        "RESULT megamoe dW2's A gathered in its producer {} {name} T={tokens}: forward+backward (z saved, bf16 weight \
-         gradients) {:.0} us (default's {:.0} us: {:.3}x), with f32 weight gradients {:.0} us (default's {:.0} us: \
-         {:.3}x) (medians of {reps}, alternating; the same kernels unless dy is gathered in the dh GEMM's producer)",
-        if wg_default { "off" } else { "on" },
-        ms_wb * 1e3,
-        fbz_b2 * 1e3,
-        fbz_b2 / ms_wb,
-        ms_wf * 1e3,
-        ms[4] * 1e3,
-        ms[4] / ms_wf
     );
     let (ms_af, ms_as) = (ms[ahead_passes.0], ms[ahead_passes.1]);
     println!(

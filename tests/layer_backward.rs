@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{gpu, inputs, kernels_of, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
+use common::{gpu, inputs, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::gemm::WgradElem;
@@ -252,37 +252,6 @@ gpu_test!(clustered_weight_gradients_match_the_single_cta_qwen3_30b_a3b_t1024, {
     let o = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Dynamic, || run::<f32>(&g, &mut layer, &inp));
     let oc = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Clusters, || run::<f32>(&g, &mut layer, &inp));
     assert_bitwise("clusters against the single-CTA schedule", &o, &oc);
-});
-
-// dW2's A gathered by its own producer warpgroup (`MEGAMOE_WGRAD_GATHER=1`, `grouped_wgrad_*_ga_mc` at the 30B shape;
-// dx's sum whole in dW1's idle warps): every output bitwise the default's, f32 and bf16 weight gradients.
-gpu_test!(wgrad_gather_matches_the_copy_qwen3_30b_a3b_t1024, {
-    let (g, inp, mut layer) = setup(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ);
-    let o = run::<f32>(&g, &mut layer, &inp);
-    let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp)));
-    assert!(ran.contains(&"grouped_wgrad_f32_ga_mc"), "the gathering dW2 did not run: {ran:?}");
-    assert_bitwise("dW2's A gathered against the copy", &o, &og);
-    let o = run::<bf16>(&g, &mut layer, &inp);
-    let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<bf16>(&g, &mut layer, &inp)));
-    assert!(ran.contains(&"grouped_wgrad_bf16_ga_mc"), "the gathering bf16 dW2 did not run: {ran:?}");
-    let b16 = |v: &[bf16]| bits16(v);
-    assert!(b16(&o.dw2) == b16(&og.dw2) && b16(&o.dw1) == b16(&og.dw1), "gathered A: bf16 dW differs");
-    assert!(b16(&o.dw2_acc) == b16(&og.dw2_acc) && b16(&o.dw1_acc) == b16(&og.dw1_acc), "bf16 dW acc differs");
-});
-
-// The same with fewer tokens than the layer's max_tokens (the saved row slots then fewer than the workspace's rows)
-// and M an odd multiple of 64 (RAGGED: dW2's M = 320, the last m-tile's second box past M): f32 weight gradients.
-gpu_test!(wgrad_gather_matches_the_copy_fewer_tokens_ragged, {
-    let g = gpu();
-    let mut r = rng();
-    let (s, tokens) = (RAGGED, 97);
-    let inp = inputs(&mut r, s, tokens, Routing::Masked10);
-    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, 3 * tokens, Save::WithZ)).unwrap();
-    let o = run::<f32>(&g, &mut layer, &inp);
-    let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(true, || run::<f32>(&g, &mut layer, &inp)));
-    // (dW2's M = 320: three m-tiles, so the single-CTA form)
-    assert!(ran.contains(&"grouped_wgrad_f32_ga"), "the gathering dW2 did not run: {ran:?}");
-    assert_bitwise("dW2's A gathered against the copy, fewer tokens than max_tokens", &o, &og);
 });
 
 gpu_test!(zero_tokens_write_zero_weight_gradients, {

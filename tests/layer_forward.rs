@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{gpu, inputs, kernels_of, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
+use common::{gpu, inputs, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
 use half::bf16;
 use megamoe::layer::{Forward, Gather, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
@@ -322,41 +322,6 @@ gpu_test!(in_producer_dy_one_token_static, { in_producer_dy(SMALL, 1, Routing::U
 gpu_test!(in_producer_dy_masked_static, { in_producer_dy(RAGGED, 160, Routing::Masked10, Save::WithZ, false) });
 gpu_test!(in_producer_dy_qwen3_30b_a3b_t4096_save_z, {
     in_producer_dy(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::WithZ, true)
-});
-
-/// As [`in_producer_dy`] with dW2's A gathered by its own producer warpgroup too (`MEGAMOE_WGRAD_GATHER=1`:
-/// `grouped_wgrad_f32_ga[_mc]`, dy's rows read from the tokens; the dh kernel writes no expert-ordered copy, dx's
-/// sum runs whole in dW1's idle warps), under the weight gradients' schedule `sched`: bitwise the gather pass's
-/// backward.
-fn in_producer_wgrad_gather(s: Shape, tokens: usize, routing: Routing, save: Save, sched: megamoe::gemm::WgradSched) {
-    let ((), ran) = kernels_of(&gpu(), || {
-        megamoe::gemm::with_wgrad_gather(true, || {
-            megamoe::gemm::with_wgrad_sched(sched, || in_producer_dy(s, tokens, routing, save, true))
-        })
-    });
-    assert!(ran.iter().any(|k| k.starts_with("grouped_wgrad_f32_ga")), "the gathering dW2 did not run: {ran:?}");
-}
-
-gpu_test!(in_producer_wgrad_gather_ragged_save_z, {
-    in_producer_wgrad_gather(RAGGED, 211, Routing::Uniform, Save::WithZ, megamoe::gemm::WgradSched::Clusters)
-});
-gpu_test!(in_producer_wgrad_gather_masked_static, {
-    in_producer_wgrad_gather(RAGGED, 160, Routing::Masked10, Save::WithZ, megamoe::gemm::WgradSched::Static)
-});
-gpu_test!(in_producer_wgrad_gather_half_empty_dynamic, {
-    in_producer_wgrad_gather(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly, megamoe::gemm::WgradSched::Dynamic)
-});
-gpu_test!(in_producer_wgrad_gather_one_token, {
-    in_producer_wgrad_gather(SMALL, 1, Routing::Uniform, Save::WithZ, megamoe::gemm::WgradSched::Clusters)
-});
-gpu_test!(in_producer_wgrad_gather_qwen3_30b_a3b_t4096_save_z, {
-    in_producer_wgrad_gather(
-        Shape::QWEN3_30B_A3B,
-        4096,
-        Routing::Uniform,
-        Save::WithZ,
-        megamoe::gemm::WgradSched::Clusters,
-    )
 });
 
 /// As [`in_producer`] (x and, with `dy`, dy gathered in the producers) with the look-ahead tile hand-off

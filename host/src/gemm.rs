@@ -258,8 +258,6 @@ pub trait WgradElem: DeviceRepr + Copy + 'static + sealed::Sealed {
     const KERNEL: &'static str;
     /// The kernel with the combine role.
     const KERNEL_MV: &'static str;
-    /// The kernel whose producer warpgroup gathers A's rows from token rows (`MEGAMOE_WGRAD_GATHER`).
-    const KERNEL_GA: &'static str;
     /// The blockwise FP8 kernel ([`crate::fp8::grouped_wgrad_fp8`], 1 x 128 scales on both operands).
     const FP8_KERNEL: &'static str;
     /// The FP8 kernel with B in 128 x 128 blocks, and that with the combine role.
@@ -275,7 +273,6 @@ pub trait WgradElem: DeviceRepr + Copy + 'static + sealed::Sealed {
 impl WgradElem for f32 {
     const KERNEL: &'static str = "grouped_wgrad_f32";
     const KERNEL_MV: &'static str = "grouped_wgrad_f32_mv";
-    const KERNEL_GA: &'static str = "grouped_wgrad_f32_ga";
     const FP8_KERNEL: &'static str = "grouped_wgrad_fp8_f32";
     const FP8B_KERNELS: (&'static str, &'static str) = ("grouped_wgrad_fp8b_f32", "grouped_wgrad_fp8b_f32_mv");
     const DTYPE: Dtype = Dtype::F32;
@@ -286,7 +283,6 @@ impl WgradElem for f32 {
 impl WgradElem for bf16 {
     const KERNEL: &'static str = "grouped_wgrad_bf16";
     const KERNEL_MV: &'static str = "grouped_wgrad_bf16_mv";
-    const KERNEL_GA: &'static str = "grouped_wgrad_bf16_ga";
     const FP8_KERNEL: &'static str = "grouped_wgrad_fp8_bf16";
     const FP8B_KERNELS: (&'static str, &'static str) = ("grouped_wgrad_fp8b_bf16", "grouped_wgrad_fp8b_bf16_mv");
     const DTYPE: Dtype = Dtype::Bf16;
@@ -395,28 +391,6 @@ pub fn dy_gather_in_producer() -> Result<bool> {
 /// thread inside it.
 pub fn with_dy_gather<R>(in_producer: bool, f: impl FnOnce() -> R) -> R {
     with_override(&DY_GATHER, in_producer, f)
-}
-
-thread_local! {
-    static WGRAD_GATHER: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Whether the layer's backward, when the dh + SwiGLU backward gathers dy in its producer
-/// ([`dy_gather_in_producer`]), gathers dW2's A (dy's rows) in the weight gradient's producer warpgroup too
-/// (`grouped_wgrad_*_ga*`: row r of A read from dy's token row `row_slot[r] / top_k` by `cp.async`), so the dh
-/// kernel writes no expert-ordered copy of dy (537 MB at 30B) and dW2 reads none; dx's sum over slots then runs
-/// whole in dW1's idle warps. Bitwise the same. `MEGAMOE_WGRAD_GATHER` (read once) = `1` on, `0` or unset off
-/// (built in the thirty-fourth session, not yet run on a GPU: off until measured); another value is an
-/// `InvalidArgument`; overridden on a thread by [`with_wgrad_gather`].
-pub fn wgrad_gather() -> Result<bool> {
-    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
-    policy(&WGRAD_GATHER, &ENV, "MEGAMOE_WGRAD_GATHER", &[("1", true), ("0", false), ("", false)])
-}
-
-/// Run `f` with dW2's A gathered in its producer (`true`) or read from the expert-ordered copy for every launch
-/// prepared on this thread inside it.
-pub fn with_wgrad_gather<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    with_override(&WGRAD_GATHER, on, f)
 }
 
 thread_local! {
@@ -690,8 +664,6 @@ fn wgrad_cluster_kernel(kernel: &'static str) -> Result<&'static str> {
         "grouped_wgrad_f32_mv" | "grouped_wgrad_f32_mv_mc" => "grouped_wgrad_f32_mv_mc",
         "grouped_wgrad_bf16" | "grouped_wgrad_bf16_mc" => "grouped_wgrad_bf16_mc",
         "grouped_wgrad_bf16_mv" | "grouped_wgrad_bf16_mv_mc" => "grouped_wgrad_bf16_mv_mc",
-        "grouped_wgrad_f32_ga" | "grouped_wgrad_f32_ga_mc" => "grouped_wgrad_f32_ga_mc",
-        "grouped_wgrad_bf16_ga" | "grouped_wgrad_bf16_ga_mc" => "grouped_wgrad_bf16_ga_mc",
         k => return Err(Error::InvalidArgument(format!("{k} has no 2-CTA cluster form"))),
     })
 }
@@ -1053,7 +1025,6 @@ pub(crate) fn check_policies() -> Result<()> {
     swiglu_epilogue_warps()?;
     dswiglu_kernel()?;
     dy_gather_in_producer()?;
-    wgrad_gather()?;
     gather_ahead()?;
     wgrad_sched()?;
     Ok(())
@@ -1132,10 +1103,6 @@ pub(crate) fn wgrad_launch(
         b_base: bases[1],
         clusters: clusters as u32,
         rows_max: rows as u32,
-        a_gather: 0,
-        row_slot: 0,
-        top_k: 0,
-        pad: 0,
     };
     let tiles = p.experts * p.m_tiles * p.n_tiles;
     // clusters: an even grid (whole clusters; on the H200 all 66 fit at once)
@@ -1257,13 +1224,13 @@ mod tests {
         });
     }
 
-    /// Every weight-gradient kernel a launch can name (each output type with the combine, without, or gathering A;
-    /// single CTAs or clusters) is one the module exports.
+    /// Every weight-gradient kernel a launch can name (each output type with the combine or without; single CTAs or
+    /// clusters) is one the module exports.
     #[test]
     fn every_wgrad_name_is_a_kernel_of_the_module() {
         use super::{wgrad_cluster_kernel, WgradElem};
         use half::bf16;
-        for base in [f32::KERNEL, f32::KERNEL_MV, f32::KERNEL_GA, bf16::KERNEL, bf16::KERNEL_MV, bf16::KERNEL_GA] {
+        for base in [f32::KERNEL, f32::KERNEL_MV, bf16::KERNEL, bf16::KERNEL_MV] {
             for name in [base, wgrad_cluster_kernel(base).unwrap()] {
                 assert!(
                     megamoe_kernels::manifest::find(name).is_some(),
@@ -1271,6 +1238,6 @@ mod tests {
                 );
             }
         }
-        assert_eq!(wgrad_cluster_kernel(f32::KERNEL_GA).unwrap(), "grouped_wgrad_f32_ga_mc");
+        assert_eq!(wgrad_cluster_kernel(f32::KERNEL).unwrap(), "grouped_wgrad_f32_mc");
     }
 }

@@ -951,9 +951,7 @@ impl MoeLayer {
     }
 
     /// dW = A^T B per expert; `a` and `b` are (address, rows the buffer holds, columns). With `combine`, the
-    /// kernel's idle producer warps run that combine meanwhile (`W::KERNEL_MV`); with `gather` (token rows of M
-    /// columns), the producer warpgroup gathers A's rows from them through `sv.row_slot` instead (`W::KERNEL_GA`;
-    /// `a` then only sizes A's unused tensor map).
+    /// kernel's idle producer warps run that combine meanwhile (`W::KERNEL_MV`).
     #[allow(clippy::too_many_arguments)]
     fn wgrad<W: WgradElem>(
         &mut self,
@@ -963,7 +961,6 @@ impl MoeLayer {
         sv: &Saved,
         acc: bool,
         combine: Option<Combine>,
-        gather: Option<u64>,
     ) -> Result<()> {
         let g = self.gpu.clone();
         let s = g.stream().clone();
@@ -978,25 +975,12 @@ impl MoeLayer {
         let rows = a_rows.min(b_rows);
         let (mut p, launch) =
             wgrad_launch(&g, maps, [a_ptr, b_ptr], offsets, dptr(c, &s), error, e, (m, n, rows), acc)?;
-        let kernel = match (combine, gather) {
-            (Some(_), Some(_)) => {
-                return Err(Error::InvalidArgument("a weight gradient gathering A runs no combine".into()))
-            }
-            (Some(cb), None) => {
+        let kernel = match combine {
+            Some(cb) => {
                 p.combine = cb;
                 W::KERNEL_MV
             }
-            (None, Some(src)) => {
-                // the rows the kernel may read: those row_slot has an entry for (the call's slots; the workspace's
-                // `rows` may be more: offsets[E] is at most the call's slots, so no expert loses a row); the expert
-                // maps of B are clamped alike (`launch_wgrad` builds them from `rows_max`)
-                p.rows_max = p.rows_max.min(sv.row_slot.len() as u32);
-                p.a_gather = src;
-                p.row_slot = dptr(&sv.row_slot, &s);
-                p.top_k = self.cfg.top_k as u32;
-                W::KERNEL_GA
-            }
-            (None, None) => W::KERNEL,
+            None => W::KERNEL,
         };
         // SAFETY: A and B hold `rows` rows (each expert's rows are clamped to them on the device); C holds
         // E * M * N. Returns at entry when the forward's error word is set (C neither written nor added to, the
@@ -1117,8 +1101,6 @@ impl MoeLayer {
             && c.gather == Gather::InProducer
             && crate::gemm::dswiglu_kernel()? == crate::tiles::Dsw::Ew7
             && crate::gemm::dy_gather_in_producer()?;
-        // and dW2's A (dy's rows) gathered by its own producer: no expert-ordered copy of dy at all
-        let dw2_gathers = dy_in_producer && !wgrad8 && crate::gemm::wgrad_gather()?;
         if wgrad8 {
             // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy
             // dW2 = (s dy)^T h: the routing weight applied to dy's codes (h^T comes from z's recompute)
@@ -1163,7 +1145,7 @@ impl MoeLayer {
             // dy's tokens and where the gathered rows go (dW2's A)
             a_rows: if dy_in_producer { dptr(dy, &s) } else { 0 },
             top_k: c.top_k as u32,
-            a_out: if dy_in_producer && !dw2_gathers { dptr(&self.work.dys, &s) } else { 0 },
+            a_out: if dy_in_producer { dptr(&self.work.dys, &s) } else { 0 },
             ..zero_gemm()
         };
         let dh = if dy_in_producer { "grouped_gemm_bt_dswiglu_ew7_gather" } else { "grouped_gemm_bt_dswiglu" };
@@ -1218,9 +1200,8 @@ impl MoeLayer {
         }
         // weight gradients, contracting over each expert's rows
         let acc = grads.accumulate;
-        // by the movers: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest; when
-        // dW2's producer warpgroup gathers dy, dW1's sum them all
-        let (first, rest) = split_combine(&dx_sum, if dw2_gathers { 0 } else { saved.tokens / 3 });
+        // by the movers: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest
+        let (first, rest) = split_combine(&dx_sum, saved.tokens / 3);
         if wgrad8 {
             // dW2 = (s dy)^T h: h^T in 128 x 128 blocks from z's recompute; then dW1 = dz^T x: dz in 1 x 128
             // blocks, x gathered into 128 x 128 blocks (each operand's codes overwrite the last GEMM's, on the stream)
@@ -1235,14 +1216,9 @@ impl MoeLayer {
             return self.wgrad_fp8::<W>(dz_op, (2 * i2, h2), dw1, acc, saved, rest);
         }
         let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
-        let dys = (dptr(&self.work.dys, &s), ws_rows, h2);
-        if dw2_gathers {
-            self.wgrad(dys, sh, grads.dw2, saved, acc, None, Some(dptr(dy, &s)))?;
-        } else {
-            self.wgrad(dys, sh, grads.dw2, saved, acc, dx_by_movers.then_some(first), None)?;
-        }
+        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, dx_by_movers.then_some(first))?;
         let dz = (dptr(&self.work.dz, &s), ws_rows, 2 * i2);
-        self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, dx_by_movers.then_some(rest), None)?;
+        self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, dx_by_movers.then_some(rest))?;
         Ok(())
     }
 

@@ -20,8 +20,8 @@ use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
 use crate::pipeline::{PairChannel, Ring, TileQueue, TileWalk, PAIR_Q};
-use crate::ptx::{cluster, cp_async, fence, global, math, mbarrier, regs, smem, sync, tma, wgmma};
-use crate::scheduler::{busiest_rank, FastDiv};
+use crate::ptx::{cluster, fence, global, math, regs, smem, sync, tma, wgmma};
+use crate::scheduler::busiest_rank;
 
 /// Pipeline depth.
 const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
@@ -49,9 +49,10 @@ const ORDER_AT: u32 = QUEUE_AT + TileQueue::<QUEUE>::BYTES;
 /// The cluster forms' channel of run-time tile indices (leader to peer), after the ranking.
 const CHAN_AT: u32 = ORDER_AT + 8 * SORT_MAX;
 const _: () = assert!(CHAN_AT % 8 == 0, "mbarriers are 8-byte aligned");
-/// The gathering producer's tile index (`_ga` kernels: u32 [2], by tile parity), after the channel.
-const SLOT_AT: u32 = CHAN_AT + PairChannel::<PAIR_Q>::BYTES;
-const _: () = assert!(SLOT_AT + 16 == crate::kernels_host::WGRAD_SMEM, "host and kernel agree on the shared memory");
+const _: () = assert!(
+    CHAN_AT + PairChannel::<PAIR_Q>::BYTES == crate::kernels_host::WGRAD_SMEM,
+    "host and kernel agree on the shared memory"
+);
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
 const _: () = assert!(crate::kernels_host::WGRAD_SMEM <= 232448, "sm_90: at most 227 KiB of shared memory");
 const _: () = assert!(
@@ -144,47 +145,8 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv_mc(p: WgradGemm) {
     grouped_wgrad::<true, true, true>(&p);
 }
 
-/// As `grouped_wgrad_f32` with A's rows gathered by the producer warpgroup ([`produce_gather`]: row r of expert e's
-/// A is row `row_slot[r] / top_k` of `p.a_gather`, read by `cp.async`), so no expert-ordered copy of A exists.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_ga(p: WgradGemm) {
-    grouped_wgrad_ga::<false, false>(&p);
-}
-
-/// `grouped_wgrad_f32_ga` with C in bf16 (as `grouped_wgrad_bf16`).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_ga(p: WgradGemm) {
-    grouped_wgrad_ga::<true, false>(&p);
-}
-
-/// `grouped_wgrad_f32_ga` in 2-CTA clusters (B shared by multicast as `grouped_wgrad_f32_mc`, each CTA gathering its
-/// own A).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_ga_mc(p: WgradGemm) {
-    grouped_wgrad_ga::<false, true>(&p);
-}
-
-/// `grouped_wgrad_bf16_ga` in 2-CTA clusters.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_ga_mc(p: WgradGemm) {
-    grouped_wgrad_ga::<true, true>(&p);
-}
-
 #[inline(always)]
 unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &WgradGemm) {
-    grouped_wgrad_any::<MV, BF, MC, false>(p);
-}
-
-#[inline(always)]
-unsafe fn grouped_wgrad_ga<const BF: bool, const MC: bool>(p: &WgradGemm) {
-    grouped_wgrad_any::<false, BF, MC, true>(p);
-}
-
-/// The weight-gradient kernels' body: `MV` the combine in the producer warpgroup's warps 1..3, `BF` bf16 C, `MC`
-/// 2-CTA clusters, `GA` A gathered by the producer warpgroup (no combine then: its 128 threads copy).
-#[inline(always)]
-unsafe fn grouped_wgrad_any<const MV: bool, const BF: bool, const MC: bool, const GA: bool>(p: &WgradGemm) {
-    const { assert!(!(MV && GA), "the gathering producer takes the combine's warps") };
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
     // (the combine then writes nothing either, as `combine_rows` would not); in a cluster both CTAs read the same
     // word, settled by an earlier kernel, so both return or neither (one alone would leave its peer waiting)
@@ -211,8 +173,7 @@ unsafe fn grouped_wgrad_any<const MV: bool, const BF: bool, const MC: bool, cons
         }
         // one arrival per consumer warp (and the mbarrier-init fence for both); in a cluster both CTAs' warps
         // release each stage (half of B came from the peer, which must not overwrite it before this CTA is done)
-        // (the gathering producer: thread 0's arrival with B's bytes and one per copying thread)
-        ring.init_with(if GA { 1 + 128 } else { 1 }, if MC { 16 } else { 8 });
+        ring.init(if MC { 16 } else { 8 });
     }
     if MC {
         // the peer's barriers (ring, channel) are initialised before any multicast, remote arrival or
@@ -224,26 +185,15 @@ unsafe fn grouped_wgrad_any<const MV: bool, const BF: bool, const MC: bool, cons
     // read by each role after its register reallocation (a value live across it may be spilled)
     let total = || p.experts * p.m_tiles * p.n_tiles;
     if t / 128 == 0 {
-        // the gathering producer holds two k-steps' row slots: 56 registers (the consumers 224)
-        if GA {
-            regs::setmaxnreg_dec::<56>();
-        } else {
-            regs::setmaxnreg_dec::<40>();
-        }
-        if GA {
-            produce_gather::<MC>(p, base, ring, queue, total(), busiest_first());
-        } else if t == 0 {
+        regs::setmaxnreg_dec::<40>();
+        if t == 0 {
             produce::<MC>(p, base, ring, queue, total(), busiest_first());
         } else if MV && t >= 32 {
             combine(&p.combine, t / 32 - 1, t % 32);
         }
     } else {
-        if GA {
-            regs::setmaxnreg_inc::<224>();
-        } else {
-            regs::setmaxnreg_inc::<232>();
-        }
-        consume::<BF, MC, GA>(p, base, ring, queue, total(), regs::warpgroup() - 1);
+        regs::setmaxnreg_inc::<232>();
+        consume::<BF, MC>(p, base, ring, queue, total(), regs::warpgroup() - 1);
     }
     if MC {
         // no CTA leaves while its peer may still multicast into it or arrive on its empty barriers (every thread)
@@ -324,142 +274,21 @@ unsafe fn produce<const MC: bool>(
             let row = (kt * BK) as i32;
             tma::load_2d(st, map_a, (ti.mt * 128) as i32, row, fb);
             tma::load_2d(st + BOX, map_a, (ti.mt * 128 + 64) as i32, row, fb);
-            load_b::<MC>(st, map_b, ti.nt, row, fb, rank);
+            let mut q = 0;
+            while q < 4 {
+                let (dst, c0) = (st + A_BYTES + q * BOX, (ti.nt * 256 + 64 * q) as i32);
+                if !MC {
+                    tma::load_2d(dst, map_b, c0, row, fb);
+                } else if q / 2 == rank {
+                    // this CTA's half of the pair's B, into both CTAs (the same offsets, each CTA's full barrier)
+                    tma::load_2d_mc(dst, map_b, c0, row, fb, 0b11);
+                }
+                q += 1;
+            }
             it += 1;
             kt += 1;
         }
         walk.advance();
-    }
-}
-
-/// The four 64-column boxes of B of n-tile `nt` at k-row `row` into the stage at `st`, completing on `fb`; in a 2-CTA
-/// cluster (`MC`) this CTA's half (`rank`'s two boxes) into both CTAs (the same offsets, each CTA's full barrier).
-/// SAFETY: the producer thread; the stage free and `fb` announced with B's bytes; `map_b` the expert's map, acquired.
-#[inline(always)]
-unsafe fn load_b<const MC: bool>(st: u32, map_b: *const u8, nt: u32, row: i32, fb: u32, rank: u32) {
-    let mut q = 0;
-    while q < 4 {
-        let (dst, c0) = (st + A_BYTES + q * BOX, (nt * 256 + 64 * q) as i32);
-        if !MC {
-            tma::load_2d(dst, map_b, c0, row, fb);
-        } else if q / 2 == rank {
-            tma::load_2d_mc(dst, map_b, c0, row, fb, 0b11);
-        }
-        q += 1;
-    }
-}
-
-/// The gathering producer (`_ga` kernels), the producer warpgroup's 128 threads: thread 0 walks the tiles as
-/// [`produce`] does (pushes each on the queue, loads B by TMA, announcing B's bytes on the stage's full barrier) and
-/// hands each tile index to the others through shared memory (`SLOT_AT`, by tile parity: one 128-thread barrier a
-/// tile, as a slot is rewritten two tiles after it was read, with a barrier between); every thread copies its
-/// share of each stage's A: rows t / 16 + 8 i (i < 8) of the stage's 64, the 16-byte chunk t % 16 of their 256
-/// bytes (the m-tile's 128 columns: box (t % 16) / 8, chunk (t % 16) % 8 of the 128-byte swizzled row), from row
-/// `row_slot[r] / top_k` of `p.a_gather` (r the expert-ordered row), zero-filled past the expert's end (and in a
-/// box of columns past M: the last m-tile's second when M is an odd multiple of 64), then
-/// arrives on the full barrier when its copies land (`cp.async.mbarrier.arrive.noinc`). Each thread loads the next
-/// k-step's eight `row_slot` entries before the current k-step's copies, so their latency lies under a k-step.
-/// The rows are the tensor maps' rows, so C is the TMA producer's bit for bit.
-/// SAFETY: the 128 threads of warpgroup 0; `p.a_gather` holds the tokens' rows of 2 M bytes and `p.row_slot` an
-/// entry for each row below `rows_max`, each a slot below the tokens times `top_k` (the routing's).
-#[inline(always)]
-unsafe fn produce_gather<const MC: bool>(
-    p: &WgradGemm,
-    base: u32,
-    ring: Ring<STAGES>,
-    queue: TileQueue<QUEUE>,
-    total: u32,
-    busiest_first: bool,
-) {
-    let t = regs::tid();
-    let order = if busiest_first { Some(base + ORDER_AT) } else { None };
-    let chan = PairChannel::<PAIR_Q>::at(base + CHAN_AT);
-    let mut walk = TileWalk::<MC>::new(total, p.m_tiles * p.n_tiles, p.n_tiles, p.sched, order, chan);
-    let rank = regs::bid() % 2;
-    // this thread's rows (r8 + 8 i) and chunk of a stage's A: r8 = row % 8, so the swizzled chunk is the same for all
-    let (chunk, r8) = (t % 16, t / 16);
-    let dst = (chunk / 8) * BOX + r8 * 128 + (((chunk % 8) ^ r8) * 16);
-    let x = p.a_gather as *const u8;
-    let row_slot = p.row_slot as *const u32;
-    let row_bytes = 2 * p.m as usize;
-    let per_token = FastDiv::new(p.top_k);
-    let mut it = 0u32;
-    let mut j = 0u32;
-    let mut acquired = u32::MAX;
-    loop {
-        let slot = base + SLOT_AT + 4 * (j % 2);
-        if t == 0 {
-            smem::st_u32(slot, walk.tile());
-        }
-        sync::named_sync(1, 128);
-        let tile = smem::ld_u32(slot);
-        if tile >= total {
-            if t == 0 {
-                queue.push(j, tile, 0);
-            }
-            break;
-        }
-        let ti = tile_info(p, tile);
-        let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
-        let map_b = (p.expert_maps + ti.e as u64 * 256 + 128) as *const u8;
-        if t == 0 {
-            queue.push(j, tile, ti.r1 - ti.r0);
-            if kt_n > 0 && ti.e != acquired {
-                tma::tensormap_acquire(map_b);
-                tma::prefetch_tensormap(map_b);
-                acquired = ti.e;
-            }
-        }
-        j += 1;
-        let col = (ti.mt * 256 + chunk * 16) as usize;
-        // the last m-tile's second box starts at column M when M is an odd multiple of 64: its columns are not A's
-        // (the TMA path's box came as zeros; consumer warpgroup 1 stores nothing there), so nothing is read for it
-        let in_m = ti.mt * 128 + 64 * (chunk / 8) < p.m;
-        // the row_slot entries of this thread's rows of k-step kt (u32::MAX past the expert's end)
-        let slots_of = |kt: u32| -> [u32; 8] {
-            let mut v = [u32::MAX; 8];
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                let row = ti.r0 + kt * BK + r8 + 8 * I as u32;
-                if row < ti.r1 {
-                    // SAFETY: row < r1 <= rows_max, and row_slot holds rows_max entries (the host clamps rows_max
-                    // to the saved slots)
-                    v[I] = *row_slot.add(row as usize);
-                }
-            });
-            v
-        };
-        let mut cur = slots_of(0);
-        let mut kt = 0;
-        while kt < kt_n {
-            let next = slots_of(kt + 1);
-            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            ring.wait_empty(it);
-            let fb = ring.full_bar(it);
-            if t == 0 {
-                mbarrier::arrive_expect_tx(fb, STAGE_BYTES - A_BYTES);
-                load_b::<MC>(st, map_b, ti.nt, (kt * BK) as i32, fb, rank);
-            }
-            // the eight sources first (branch-free: a row past the expert's end reads 0 bytes at x), then the copies
-            // back to back
-            let mut src = [x; 8];
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                let row = x.wrapping_add(per_token.div(cur[I] & 0x7fff_ffff) as usize * row_bytes + col);
-                src[I] = if cur[I] != u32::MAX && in_m { row } else { x };
-            });
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                let n = if cur[I] != u32::MAX && in_m { 16 } else { 0 };
-                // SAFETY: a routed slot's token is below the tokens, so its 16 bytes at col + 16 <= 2 M (in_m) lie in
-                // a_gather; otherwise 0 bytes are read (zero fill); the stage is free (wait_empty)
-                cp_async::copy16_zfill(st + dst + 1024 * I as u32, src[I], n);
-            });
-            cp_async::mbarrier_arrive_noinc(fb);
-            cur = next;
-            it += 1;
-            kt += 1;
-        }
-        if t == 0 {
-            walk.advance();
-        }
     }
 }
 
@@ -486,7 +315,7 @@ pub(crate) unsafe fn rank_experts(experts: u32, off: *const u32, order: u32, t: 
 /// wait for the previous k-tile's, give its stage back.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn kstep<const KS: u32, const MC: bool, const GA: bool>(
+unsafe fn kstep<const KS: u32, const MC: bool>(
     ring: &Ring<STAGES>,
     base: u32,
     acc: &mut [f32; 128],
@@ -496,10 +325,6 @@ unsafe fn kstep<const KS: u32, const MC: bool, const GA: bool>(
     lane: u32,
 ) {
     ring.wait_full(it);
-    if GA {
-        // A arrived by `cp.async` (the generic proxy): made visible to the tensor cores' reads
-        fence::proxy_async_shared_cta();
-    }
     let st = crate::ptx::warp::uniform(base + Ring::<STAGES>::stage(it) * STAGE_BYTES);
     wgmma::fence();
     let mut ks = 0;
@@ -529,7 +354,7 @@ unsafe fn release<const MC: bool>(ring: &Ring<STAGES>, it: u32, lane: u32) {
 }
 
 #[inline(always)]
-unsafe fn consume<const BF: bool, const MC: bool, const GA: bool>(
+unsafe fn consume<const BF: bool, const MC: bool>(
     p: &WgradGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -560,10 +385,10 @@ unsafe fn consume<const BF: bool, const MC: bool, const GA: bool>(
             // holding none of its rows (in its last, partial k-tile) add nothing, so they are not issued: one
             // whole k-step per count (a wgmma under a branch inside a k-step makes ptxas serialise them all, C7520)
             match (ti.r1 - ti.r0 - kt * BK).min(BK).div_ceil(16) {
-                1 => kstep::<1, MC, GA>(&ring, base, &mut acc, it, kt, cw, lane),
-                2 => kstep::<2, MC, GA>(&ring, base, &mut acc, it, kt, cw, lane),
-                3 => kstep::<3, MC, GA>(&ring, base, &mut acc, it, kt, cw, lane),
-                _ => kstep::<4, MC, GA>(&ring, base, &mut acc, it, kt, cw, lane),
+                1 => kstep::<1, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                2 => kstep::<2, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                3 => kstep::<3, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                _ => kstep::<4, MC>(&ring, base, &mut acc, it, kt, cw, lane),
             }
             it += 1;
             kt += 1;
