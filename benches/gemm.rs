@@ -21,6 +21,8 @@
 //! output is checked on a sample too. The routing layout is computed on the host exactly as the layer's
 //! `route_*` kernels lay it out (each expert's rows in increasing slot order).
 //!
+//! `MEGAMOE_BENCH_HEAT=S` (default 3): S seconds of the first alternating line's two launches, untimed, before each
+//! shape's alternating section (as the layer bench heats), so it starts in the sustained power state.
 //! `MEGAMOE_BENCH_ONLY=30B` runs the shapes whose name contains it. `MEGAMOE_BENCH_REST_MS=200` idles the GPU that
 //! long before each timed block; `MEGAMOE_BENCH_AB=0` times the f32 and bf16 weight gradients each back to back
 //! instead of alternating.
@@ -139,6 +141,34 @@ fn rest() {
     if ms > 0 {
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
+}
+
+/// Whether this shape's alternating section has been heated (`MEGAMOE_BENCH_HEAT`): cleared at the section's start.
+static HEATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `MEGAMOE_BENCH_HEAT=S` (default 3, 0 for none): before a shape's first alternating line, S seconds of that line's
+/// two launches alternating, untimed, so the section starts in the sustained state a training loop runs in (the CPU
+/// checks before the section idle the GPU: on an H100, 2026-12-05j, the first line's pair ran cold at 1247 / 1052
+/// us, heated at 1463 / 1264, ratio 0.84 and 0.86). The layer bench heats the same way.
+fn heat(g: &Gpu, shape: &str, mut fa: impl FnMut() -> R<()>, mut fb: impl FnMut() -> R<()>) -> R<()> {
+    static SECS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let secs =
+        *SECS.get_or_init(|| std::env::var("MEGAMOE_BENCH_HEAT").ok().and_then(|v| v.parse().ok()).unwrap_or(3.0));
+    if secs <= 0.0 || HEATED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
+    let t0 = std::time::Instant::now();
+    let mut pairs = 0;
+    while t0.elapsed().as_secs_f64() < secs {
+        for _ in 0..5 {
+            fa()?;
+            fb()?;
+        }
+        g.sync().s()?;
+        pairs += 5;
+    }
+    println!("HEAT {shape}: {pairs} launch pairs (ours, cuBLAS) in {secs:.1} s before the alternating lines");
+    Ok(())
 }
 
 fn median_us(g: &Gpu, mut f: impl FnMut() -> R<()>) -> R<f64> {
@@ -460,6 +490,7 @@ fn vs_dense(
     p: Prepared<'_>,
     (a_t, b_t, a, b, c, c_f32): DenseCall,
 ) -> R<()> {
+    heat(g, shape, || p.launch(g).s(), || bl.gemm(a_t, b_t, m, n, k, a, b, c, c_f32))?;
     let (ours, theirs) = time_alternating(g, || p.launch(g).s(), || bl.gemm(a_t, b_t, m, n, k, a, b, c, c_f32))?;
     let tf = |us: f64| 2.0 * m as f64 * n as f64 * k as f64 / (us * 1e-6) / 1e12;
     let target = if k_grouped { 0.8 } else { 0.9 };
@@ -901,6 +932,7 @@ fn bench_shape(g: &Arc<Gpu>, blas: &R<Blas>, name: &str, sh: Shape, rng: &mut Rn
     let Ok(bl) = blas.as_ref() else {
         return Ok(ok);
     };
+    HEATED.store(false, std::sync::atomic::Ordering::Relaxed);
     let f32p = |b: &CudaSlice<f32>| dptr(b, &st);
     let (xsp, w1p, w2p, hinp, dyp, dzinp, sdyp) =
         (ptr(&xs), ptr(&w1), ptr(&w2), ptr(&hin), ptr(&dy), ptr(&dzin), ptr(&sdy));
