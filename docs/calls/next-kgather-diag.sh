@@ -47,6 +47,7 @@ for k in "ga grouped_wgrad_f32_ga_mc 1" "mv grouped_wgrad_f32_mv_mc 0"; do
   ncu --import $OUT/prof_$1.ncu-rep --page details > $OUT/r/ncu_details_$1.txt 2>&1
   ncu --import $OUT/prof_$1.ncu-rep --page source --print-source sass --csv > $OUT/r/ncu_sass_$1.csv 2>&1
   rm -f $OUT/prof_$1.ncu-rep
-  grep -E "Duration|Warp Cycles Per Issued|Stall|No Eligible|L2 Hit" $OUT/r/ncu_details_$1.txt | head -8
+  grep -E "Duration|Warp Cycles Per Issued|No Eligible|L2 Hit" $OUT/r/ncu_details_$1.txt | head -6
+  python3 ../benches/sass_stalls.py $OUT/r/ncu_sass_$1.csv 15
 done
 echo "total $(el) s"
