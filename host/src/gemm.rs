@@ -417,6 +417,30 @@ pub fn with_gather_ahead<R>(on: bool, f: impl FnOnce() -> R) -> R {
 }
 
 thread_local! {
+    static L2_GATHER: std::cell::Cell<Option<u8>> = const { std::cell::Cell::new(None) };
+}
+
+/// The gathering producers' L2 hint on the token rows they read (`grouped_gemm_swiglu_ew7_gather*`, GEMM1's x;
+/// `grouped_gemm_bt_dswiglu_ew7_gather*`, the dh GEMM's dy; not the cooperative `grouped_gemm_swiglu_gather`), as k
+/// in 0..=255 ([`megamoe_kernels::params::GEMM_L2_GATHER_SHIFT`]): 0 none, else k / 255 of the row reads mark their
+/// L2 line evict-last. Why: each token row is read once for each of its top-k experts, at times spread over the
+/// whole kernel, and x (67 MB at 30B, T = 16384) does not stay in L2 beside the streamed weights and outputs: GEMM1's
+/// gathering kernel read 1.31 GB from DRAM where x and W1 are 0.87 GB (ncu, an H100, docs/RESULTS.md 2026-12-05h
+/// call 3), i.e. x ~7 times. Not yet measured on a GPU (docs/NOTES.md 2026-12-05k). Bitwise the same.
+/// `MEGAMOE_L2_GATHER` (read once) = `off` or unset 0, `quarter` 64, `half` 128, `all` 255; another value is an
+/// `InvalidArgument`; overridden on a thread by [`with_l2_gather`].
+pub fn l2_gather() -> Result<u8> {
+    static ENV: EnvPolicy<u8> = std::sync::OnceLock::new();
+    policy(&L2_GATHER, &ENV, "MEGAMOE_L2_GATHER", &[("off", 0), ("quarter", 64), ("half", 128), ("all", 255), ("", 0)])
+}
+
+/// Run `f` with the gathering producers' L2 evict-last hint at `k` / 255 of their row reads (0: none) for every
+/// launch prepared on this thread inside it.
+pub fn with_l2_gather<R>(k: u8, f: impl FnOnce() -> R) -> R {
+    with_override(&L2_GATHER, k, f)
+}
+
+thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
@@ -1026,6 +1050,7 @@ pub(crate) fn check_policies() -> Result<()> {
     dswiglu_kernel()?;
     dy_gather_in_producer()?;
     gather_ahead()?;
+    l2_gather()?;
     wgrad_sched()?;
     Ok(())
 }

@@ -447,7 +447,8 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
         sync::named_sync(1, 128);
         smem::st_u32(toks + 4 * t, tok);
         sync::named_sync(1, 128);
-        let rows = GatherRows::new(x, (p.k * 2) as usize, toks, t);
+        // no L2 hint here: its field in the producer's registers spilled this kernel (52 bytes)
+        let rows = GatherRows::new(x, (p.k * 2) as usize, toks, t, None);
         let mut kt = 0;
         while kt < kt_n {
             let s = Ring::<STAGES>::stage(it);
@@ -470,6 +471,16 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
     }
 }
 
+/// The gathering producers' L2 policy for the token rows they read, from `flags` ([`GEMM_L2_GATHER_SHIFT`]): `None`
+/// when the field is 0, else an evict-last policy on k / 255 of the reads.
+///
+/// [`GEMM_L2_GATHER_SHIFT`]: crate::params::GEMM_L2_GATHER_SHIFT
+#[inline(always)]
+pub(crate) fn l2_gather_policy(flags: u32) -> Option<u64> {
+    let k = (flags >> crate::params::GEMM_L2_GATHER_SHIFT) & crate::params::GEMM_L2_GATHER_MASK;
+    (k != 0).then(|| cp_async::l2_evict_last(k as f32 * (1.0 / 255.0)))
+}
+
 /// One gathering thread's share of a tile's A, set up once a tile (`new`) and issued once a k-step (`issue`):
 /// thread `t` copies chunk t % 8 (16 bytes) of rows t / 8 + 16 i (i < 8) of each stage (128 rows x 64 bf16),
 /// each 8 lanes of a warp instruction reading one row's 128 contiguous bytes, row r from token `toks[r]` of `x`
@@ -482,6 +493,9 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 pub(crate) struct GatherRows {
     /// Each row's source at column 0 plus this thread's chunk (`x` itself for rows past the expert's end).
     src: [*const u8; 8],
+    /// The copies' L2 policy ([`l2_gather_policy`]), when `hint`.
+    policy: u64,
+    hint: bool,
     /// Bytes each row's copies read: 16, or 0 past the expert's end.
     n: [u32; 8],
     /// Row t / 8's chunk in a stage (rows 16 i below it at 2048 i bytes more).
@@ -495,10 +509,18 @@ impl GatherRows {
     /// SAFETY: `toks` the tile's row tokens in shared memory (each below x's rows, or u32::MAX), written before a
     /// barrier this thread has passed and not rewritten before the next; `row_bytes` a multiple of 128, `t` < 128.
     #[inline(always)]
-    pub(crate) unsafe fn new(x: *const u8, row_bytes: usize, toks: u32, t: u32) -> Self {
+    /// `policy`: the copies' L2 policy (`Some`: [`l2_gather_policy`]'s), or none.
+    pub(crate) unsafe fn new(x: *const u8, row_bytes: usize, toks: u32, t: u32, policy: Option<u64>) -> Self {
         let (chunk, r0) = (t % 8, t / 8);
-        let mut rows =
-            Self { src: [x; 8], n: [0; 8], dst: r0 * 128 + ((chunk ^ (r0 % 8)) * 16), r0, chunk_at: chunk * 16 };
+        let mut rows = Self {
+            src: [x; 8],
+            policy: policy.unwrap_or(0),
+            hint: policy.is_some(),
+            n: [0; 8],
+            dst: r0 * 128 + ((chunk ^ (r0 % 8)) * 16),
+            r0,
+            chunk_at: chunk * 16,
+        };
         crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
             let tok = smem::ld_u32(toks + 4 * (r0 + 16 * I as u32));
             if tok != u32::MAX {
@@ -514,9 +536,16 @@ impl GatherRows {
     #[inline(always)]
     pub(crate) unsafe fn issue(&self, a_s: u32, kt: u32) {
         let col = (kt * BK * 2) as usize;
-        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-            cp_async::copy16_zfill(a_s + self.dst + 2048 * I as u32, self.src[I].add(col), self.n[I]);
-        });
+        if self.hint {
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                cp_async::copy16_zfill_hint(a_s + self.dst + 2048 * I as u32, self.src[I].add(col), self.n[I],
+                                            self.policy);
+            });
+        } else {
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                cp_async::copy16_zfill(a_s + self.dst + 2048 * I as u32, self.src[I].add(col), self.n[I]);
+            });
+        }
     }
 
     /// The write-out of k-step `kt`'s copies from the stage at `a_s`: this thread's chunks of the tile's rows

@@ -37,8 +37,8 @@
 //! with the loads alone in 596 (no wgmma); together 760: the epilogue's 1 GB of z / dz / s h traffic and the main
 //! loop each need about the whole time.
 use crate::kernels::grouped_gemm::{
-    dsw_weight, dswiglu_elem, frag, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, Acc, GatherRows, Tiles,
-    A_BYTES, BK, DYN_Q, SMEM_BYTES, STAGE_BYTES,
+    dsw_weight, dswiglu_elem, frag, l2_gather_policy, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, Acc,
+    GatherRows, Tiles, A_BYTES, BK, DYN_Q, SMEM_BYTES, STAGE_BYTES,
 };
 use crate::params::GroupedGemm;
 use crate::pipeline::{Ring, TileQueue};
@@ -331,6 +331,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
         crate::kernels::acquire_prefetch(p.map_b as *const u8);
     }
     let x = p.a_rows as *const u8;
+    let policy = l2_gather_policy(p.flags);
     let row_bytes = (p.k * 2) as usize;
     let toks = base + rows_at(S7, BN7);
     let slot = toks + 2 * 4 * crate::kernels_host::GEMM_BM;
@@ -354,7 +355,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
     // it, returned (u32::MAX, u32::MAX when none)
     let k_steps = |it: &mut u32, ti: &Tile, tk: u32, ahead: u32| -> (u32, u32) {
         let (mut next_tile, mut next_tok) = (u32::MAX, u32::MAX);
-        let rows = GatherRows::new(x, row_bytes, tk, t);
+        let rows = GatherRows::new(x, row_bytes, tk, t, policy);
         // the tile's first row of the write-out (n-tile 0 only)
         let out = if OUT && p.a_out != 0 && ti.n_tile == 0 {
             (p.a_out as *mut u8).add(ti.row0 as usize * row_bytes)
