@@ -137,18 +137,21 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let ahead_default = gemm::gather_ahead()?;
     let ahead_passes = (passes.len(), passes.len() + 1);
     passes.extend([(0, false, 2, false), (1, true, 2, true)]);
-    // the gathering producers' L2 evict-last hint on their row reads at two other fractions than the default's
-    // (`MEGAMOE_L2_GATHER`, k / 255: off by default, then a quarter and half; evict-last lines are kept over
-    // every normal one, so marking all of x (67 MB at 30B, more than L2) could crowd out the weights' reuse): the
-    // forward alone and the z-saved step with bf16 weight gradients each, alternating with the default's
-    let l2_default = gemm::l2_gather()?;
-    let l2_alts: [u8; 2] = match l2_default {
-        0 => [64, 128],
-        64 => [0, 128],
-        _ => [0, 64],
-    };
+    // the gathering kernels' L2 hints in four other settings than the default's (evict-last on k / 255 of the
+    // gathered row reads, `MEGAMOE_L2_GATHER`; evict-first on their streamed data, `MEGAMOE_L2_STREAM`; both off by
+    // default): a quarter, half, half with the streams, the streams alone (evict-last lines are kept over every
+    // normal one, so marking all of x, 67 MB at 30B, more than L2, could crowd out the weights' reuse). The forward
+    // alone and the z-saved step with bf16 weight gradients each, alternating with the default's
+    let l2_default = (gemm::l2_gather()?, gemm::l2_stream()?);
+    let l2_alts: Vec<(u8, bool)> = [(64, false), (128, false), (128, true), (0, true), (0, false)]
+        .into_iter()
+        .filter(|&a| a != l2_default)
+        .take(4)
+        .collect();
     let l2_passes = passes.len();
-    passes.extend([(0, false, 2, false), (1, true, 2, true), (0, false, 2, false), (1, true, 2, true)]);
+    for _ in &l2_alts {
+        passes.extend([(0, false, 2, false), (1, true, 2, true)]);
+    }
     // heat: the GPU brought to the state a training loop runs in before anything is timed (under the 700 W cap the
     // clock falls within seconds of sustained work: a forward timed first, on a cold GPU, ran 11-15% faster than the
     // same process's forward timed later; a helper's audit of the benchmarks, 2026-12-05)
@@ -177,27 +180,43 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             g.fill_bytes(&mut out, 0xff)?;
         }
         let ahead = if pass == ahead_passes.0 || pass == ahead_passes.1 { !ahead_default } else { ahead_default };
-        let l2 = if (l2_passes..l2_passes + 4).contains(&pass) { l2_alts[(pass - l2_passes) / 2] } else { l2_default };
-        let ms = gemm::with_l2_gather(l2, || {
-            gemm::with_gather_ahead(ahead, || {
-                g.timed(|| {
-                    let sv = layer.forward(&inp, &mut out)?;
-                    if with_bwd && bf16_grads {
-                        let gr =
-                            Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-                        if pass == dsw_pass {
-                            gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
-                        } else if pass == dy_pass {
-                            gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
-                        } else {
+        let l2 = if (l2_passes..l2_passes + 2 * l2_alts.len()).contains(&pass) {
+            l2_alts[(pass - l2_passes) / 2]
+        } else {
+            l2_default
+        };
+        let ms = gemm::with_l2_gather(l2.0, || {
+            gemm::with_l2_stream(l2.1, || {
+                gemm::with_gather_ahead(ahead, || {
+                    g.timed(|| {
+                        let sv = layer.forward(&inp, &mut out)?;
+                        if with_bwd && bf16_grads {
+                            let gr = Grads {
+                                dx: &mut gdx,
+                                dw1: &mut gw1b,
+                                dw2: &mut gw2b,
+                                dtopk: &mut gtk,
+                                accumulate: false,
+                            };
+                            if pass == dsw_pass {
+                                gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                            } else if pass == dy_pass {
+                                gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
+                            } else {
+                                layer.backward(&sv, &ddy, &inp, gr)?;
+                            }
+                        } else if with_bwd {
+                            let gr = Grads {
+                                dx: &mut gdx,
+                                dw1: &mut gw1,
+                                dw2: &mut gw2,
+                                dtopk: &mut gtk,
+                                accumulate: false,
+                            };
                             layer.backward(&sv, &ddy, &inp, gr)?;
                         }
-                    } else if with_bwd {
-                        let gr =
-                            Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
-                        layer.backward(&sv, &ddy, &inp, gr)?;
-                    }
-                    Ok(())
+                        Ok(())
+                    })
                 })
             })
         })?;
@@ -387,13 +406,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         fbz_b2 * 1e3,
         fbz_b2 / ms_dy
     );
-    for (j, k) in l2_alts.iter().enumerate() {
+    for (j, (k, stream)) in l2_alts.iter().enumerate() {
         let (f, st) = (ms[l2_passes + 2 * j], ms[l2_passes + 2 * j + 1]);
         println!(
-            "RESULT megamoe gathering producers' L2 evict-last hint on {k}/255 of their row reads (default {l2_default}/255) \
-             {name} T={tokens}: forward {:.0} us (default's {:.0} us: {:.3}x), forward+backward (z saved, bf16 weight \
-             gradients) {:.0} us (default's {:.0} us: {:.3}x) (medians of {reps}, alternating; the same kernels unless a \
-             gathering producer runs)",
+            "RESULT megamoe gathering kernels' L2 hints: evict-last on {k}/255 of the row reads, streams evict-first \
+             {stream} (default {}/255, {}) {name} T={tokens}: forward {:.0} us (default's {:.0} us: {:.3}x), \
+             forward+backward (z saved, bf16 weight gradients) {:.0} us (default's {:.0} us: {:.3}x) (medians of \
+             {reps}, alternating; the same kernels unless a gathering producer runs)",
+            l2_default.0,
+            l2_default.1,
             f * 1e3,
             ms[3] * 1e3,
             ms[3] / f,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Prepared in the thirty-sixth session (not run). The gathering producers' L2 evict-last hint on the token rows they
+# Prepared in the thirty-sixth session (not run). The gathering kernels' L2 hints: evict-last on the token rows they
 # read (`MEGAMOE_L2_GATHER=quarter|half|all`: createpolicy.fractional + cp.async .L2::cache_hint on 64 / 128 / 255 of
 # 255 reads; GEMM1's x in `grouped_gemm_swiglu_ew7_gather_dyn`, the dh GEMM's dy in
-# `grouped_gemm_bt_dswiglu_ew7_gather_dyn`). Why: each token row is read once for each of its 8 experts at times
+# `grouped_gemm_bt_dswiglu_ew7_gather_dyn`) and evict-first on what they stream (`MEGAMOE_L2_STREAM=first`: GEMM1's
+# h and z stores; the dh kernel's z loads, dz and s h stores and its write-out of dy's rows). Why: each token row is read once for each of its 8 experts at times
 # spread over the kernel, and x (67 MB at 30B) does not stay in L2 beside W1 (805 MB streamed) and h (201 MB
 # written): GEMM1's gathering kernel read 1.31 GB from DRAM against x + W1 = 0.87 GB (ncu, H100, 2026-12-05h call 3).
 # Under the 700 W cap bytes cost joules (~0.13 J a GB) and joules are time.
@@ -12,7 +13,7 @@
 # (off) -> 1.05-1.20 GB (quarter / half), its time -1..-4%; the dh kernel's reads fall less (it also writes dy's
 # 537 MB expert-ordered copy, which evicts); `all` (67 MB of evict-last lines, more than the 50 MB L2) may raise W1's
 # re-reads instead (the normal lines, the 2-3 experts' W1 slices in flight, evicted first): its reads tell. The
-# layer bench alternates quarter and half with off: forward 1.01-1.02x, step 1.005-1.015x at the better one (the
+# layer bench alternates four settings with off/off (quarter, half, half + streams, streams alone): forward 1.01-1.02x, step 1.005-1.015x at the better one (the
 # evict-last lines outlive the kernel: if later kernels lose L2 to them, the step shows it). What it decides: land
 # the better fraction as the default if the forward gains >= 1% in the layer bench and the ncu bytes fall; else
 # retire the knob. Caveat of the alternating lines: evict-last lines left by a hinted pass can serve (or crowd) the
@@ -22,19 +23,20 @@
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 B=b69/main
-t layer_forward 60 440 in_producer_l2; mv $OUT/r/t_layer_forward.txt $OUT/r/t_layer_forward_l2.txt
+t layer_forward 70 430 in_producer_l2; mv $OUT/r/t_layer_forward.txt $OUT/r/t_layer_forward_l2.txt
 t layer_forward 40 400 in_producer_dy_ragged; mv $OUT/r/t_layer_forward.txt $OUT/r/t_layer_forward_base.txt
 m="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
-for v in off quarter half all; do
-  MEGAMOE_L2_GATHER=$v MEGAMOE_BENCH_REPS=1 MEGAMOE_BENCH_HEAT=0 MEGAMOE_BENCH_ONLY=30B \
+for v in off/off half/off all/off half/first; do
+  g=${v%/*}; st=${v#*/}; n=${g}_$st
+  MEGAMOE_L2_GATHER=$g MEGAMOE_L2_STREAM=$st MEGAMOE_BENCH_REPS=1 MEGAMOE_BENCH_HEAT=0 MEGAMOE_BENCH_ONLY=30B \
     timeout $(to 55 200) ncu -k 'regex:ew7_gather' --launch-skip 2 --launch-count 4 --metrics "$m" --csv \
-    $B/layer --bench > $OUT/r/ncu_$v.csv 2> $OUT/r/ncu_$v.err
-  echo "== ncu $v rc $? at $(el) s"
-  ncu_table $OUT/r/ncu_$v.csv | sed -E 's/pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed/tensor/'
+    $B/layer --bench > $OUT/r/ncu_$n.csv 2> $OUT/r/ncu_$n.err
+  echo "== ncu gather $g stream $st rc $? at $(el) s"
+  ncu_table $OUT/r/ncu_$n.csv | sed -E 's/pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed/tensor/'
 done
 for r in 1 2; do
   MEGAMOE_BENCH_ONLY=30B timeout $(to 100 $(( 120 - 100 * (r - 1) ))) $B/layer --bench > $OUT/r/layer_$r.txt 2>&1
   echo "== layer $r rc $? at $(el) s"
-  grep -h "L2 evict-last\|RESULT megamoe forward Qwen\|bf16 weight gradients) Qwen" $OUT/r/layer_$r.txt | cut -c1-330
+  grep -h "L2 hints\|RESULT megamoe forward Qwen\|bf16 weight gradients) Qwen" $OUT/r/layer_$r.txt | cut -c1-360
 done
 echo "total $(el) s"

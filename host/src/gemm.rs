@@ -441,6 +441,28 @@ pub fn with_l2_gather<R>(k: u8, f: impl FnOnce() -> R) -> R {
 }
 
 thread_local! {
+    static L2_STREAM: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the epilogue-warps gathering kernels (`grouped_gemm_swiglu_ew7_gather*`, `grouped_gemm_bt_dswiglu_ew7_gather*`)
+/// mark what they stream L2 evict-first ([`megamoe_kernels::params::GEMM_L2_STREAM`]): GEMM1's z and h stores; the dh
+/// kernel's z loads, dz and s h stores and its write-out of dy's rows; each touched once, so that they do not
+/// displace the gathered token rows (read once for each of their experts). With [`l2_gather`]'s evict-last hint
+/// or alone. Not yet measured on a GPU (docs/NOTES.md 2026-12-05k). Bitwise the same. `MEGAMOE_L2_STREAM` (read
+/// once) = `first` on, `off` or unset off; another value is an `InvalidArgument`; overridden on a thread by
+/// [`with_l2_stream`].
+pub fn l2_stream() -> Result<bool> {
+    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
+    policy(&L2_STREAM, &ENV, "MEGAMOE_L2_STREAM", &[("first", true), ("off", false), ("", false)])
+}
+
+/// Run `f` with the gathering kernels' evict-first hint on their streamed data on or off for every launch prepared
+/// on this thread inside it.
+pub fn with_l2_stream<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    with_override(&L2_STREAM, on, f)
+}
+
+thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
@@ -1051,6 +1073,7 @@ pub(crate) fn check_policies() -> Result<()> {
     dy_gather_in_producer()?;
     gather_ahead()?;
     l2_gather()?;
+    l2_stream()?;
     wgrad_sched()?;
     Ok(())
 }

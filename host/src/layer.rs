@@ -600,12 +600,15 @@ impl MoeLayer {
         p.rows_max = (sv.tokens * self.cfg.top_k) as u32;
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
         let kernel = movers_variant(kernel, p.a_copy != 0, p.copy_cols != 0)?;
-        // a gathering producer (A from the tokens, no movers): its tile hand-off and its rows' L2 hint by the policies
+        // a gathering producer (A from the tokens, no movers): its tile hand-off and its L2 hints by the policies
         if p.a_rows != 0 && p.a_copy == 0 {
             if crate::gemm::gather_ahead()? {
                 p.flags |= params::GEMM_GATHER_AHEAD;
             }
             p.flags |= u32::from(crate::gemm::l2_gather()?) << params::GEMM_L2_GATHER_SHIFT;
+            if crate::gemm::l2_stream()? {
+                p.flags |= params::GEMM_L2_STREAM;
+            }
         }
         let kernel = crate::gemm::sched_variant(&self.gpu, kernel, &mut p)?;
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;

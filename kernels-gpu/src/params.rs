@@ -323,7 +323,8 @@ pub struct GroupedGemm {
     /// `arrive` but waited for by nobody. 0 elsewhere (the movers copy rows of K columns, the kernel's own A).
     pub copy_cols: u32,
     /// Bit 0 ([`GEMM_GATHER_AHEAD`]): the epilogue-warps gathering producers take the next tile and read its row
-    /// tokens while the current tile's k-steps run (one tile hand-off barrier off the critical path); bits 8..16
+    /// tokens while the current tile's k-steps run (one tile hand-off barrier off the critical path); bit 1
+    /// ([`GEMM_L2_STREAM`]): the epilogue-warps kernels' streamed data evict-first in L2; bits 8..16
     /// ([`GEMM_L2_GATHER_SHIFT`]): the gathering producers' L2 evict-last fraction on the token rows; 0 otherwise.
     pub flags: u32,
     /// The dh GEMM gathering dy in its producer (`grouped_gemm_bt_dswiglu_ew7_gather`): bf16 [rows, K], where the
@@ -333,6 +334,11 @@ pub struct GroupedGemm {
 
 /// [`GroupedGemm::flags`] bit: the gathering producers' look-ahead tile hand-off.
 pub const GEMM_GATHER_AHEAD: u32 = 1;
+
+/// [`GroupedGemm::flags`] bit: the epilogue-warps kernels (`_ew7*`: GEMM1 + SwiGLU, dh + SwiGLU backward) mark what
+/// they stream L2 evict-first: their outputs (z, h; dz, s h, the dh GEMM's write-out of dy's rows) and the dh
+/// epilogue's z loads, each touched once, so they do not displace the gathered token rows read again.
+pub const GEMM_L2_STREAM: u32 = 2;
 
 /// [`GroupedGemm::flags`] bits 8..16: the gathering producers' L2 hint on the token rows they read, k in 0..=255:
 /// 0 none; else a fraction k / 255 of the reads marks its line evict-last (`createpolicy.fractional`), so more of

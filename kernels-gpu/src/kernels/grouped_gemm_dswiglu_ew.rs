@@ -37,8 +37,8 @@
 //! with the loads alone in 596 (no wgmma); together 760: the epilogue's 1 GB of z / dz / s h traffic and the main
 //! loop each need about the whole time.
 use crate::kernels::grouped_gemm::{
-    dsw_weight, dswiglu_elem, frag, l2_gather_policy, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, Acc,
-    GatherRows, Tiles, A_BYTES, BK, DYN_Q, SMEM_BYTES, STAGE_BYTES,
+    dsw_weight, dswiglu_elem, frag, l2_gather_policy, l2_stream_policy, m_tiles, mainloop_coop, sched_copy, t_lane,
+    tile_info, Acc, GatherRows, Tiles, A_BYTES, BK, DYN_Q, SMEM_BYTES, STAGE_BYTES,
 };
 use crate::params::GroupedGemm;
 use crate::pipeline::{Ring, TileQueue};
@@ -118,7 +118,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
         if t == 0 {
             produce_bt::<BN, S, false>(&p, base, ring, (total(), 0), kt_n);
         } else if t >= 32 {
-            epilogue::<BN, EW, false>(&p, dh, (full, empty), (total(), 0), t / 32 - 1);
+            epilogue::<BN, EW, false, false>(&p, dh, (full, empty), (total(), 0), t / 32 - 1);
         }
     } else {
         regs::setmaxnreg_inc::<CONSUMER_REGS>();
@@ -191,7 +191,7 @@ unsafe fn gather_body<const DYN: bool>(p: &GroupedGemm) {
             }
         });
     } else if wg == 3 {
-        epilogue::<BN7, 4, DYN>(p, dh, (full, empty), (total, queue), t / 32 - 12);
+        epilogue::<BN7, 4, DYN, true>(p, dh, (full, empty), (total, queue), t / 32 - 12);
     } else {
         consume::<S7, [f32; 96], true, DYN, true>(p, base, ring, dh, (full, empty), (total, queue), kt_n, wg - 1);
     }
@@ -214,7 +214,7 @@ macro_rules! ew7_body {
             // one call site for both groups of epilogue warps: warps 1..3 are w 0..2, warps 12..15 w 3..6
             if t >= 32 {
                 let w = if wg == 0 { t / 32 - 1 } else { t / 32 - 9 };
-                epilogue::<BN7, EW7, $dyn>(&$p, dh, (full, empty), (total, queue), w);
+                epilogue::<BN7, EW7, $dyn, false>(&$p, dh, (full, empty), (total, queue), w);
             }
         } else {
             consume::<S7, [f32; 96], true, $dyn, false>(
@@ -332,6 +332,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
     }
     let x = p.a_rows as *const u8;
     let policy = l2_gather_policy(p.flags);
+    let stream = l2_stream_policy(p.flags);
     let row_bytes = (p.k * 2) as usize;
     let toks = base + rows_at(S7, BN7);
     let slot = toks + 2 * 4 * crate::kernels_host::GEMM_BM;
@@ -384,7 +385,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
                 cp_async::commit_group();
                 if kt >= 2 {
                     cp_async::wait_group::<2>();
-                    rows.copy_out(base + Ring::<S7>::stage(*it - 2) * stage, out, row_bytes, kt - 2);
+                    rows.copy_out(base + Ring::<S7>::stage(*it - 2) * stage, out, row_bytes, kt - 2, stream);
                 }
             }
             *it += 1;
@@ -394,7 +395,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
             cp_async::wait_group::<0>();
             let mut j = kt_n.saturating_sub(2);
             while j < kt_n {
-                rows.copy_out(base + Ring::<S7>::stage(*it - kt_n + j) * stage, out, row_bytes, j);
+                rows.copy_out(base + Ring::<S7>::stage(*it - kt_n + j) * stage, out, row_bytes, j, stream);
                 j += 1;
             }
         }
@@ -506,7 +507,7 @@ pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool, const DYN: b
 /// The epilogue warps (see the module), `EW_` of them, this one `w`, over tiles of `BN_` columns (lanes past
 /// `BN_ / 8` hold no columns). SAFETY: the `EW_` epilogue warps, in uniform control flow per warp.
 #[inline(always)]
-unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool>(
+unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool, const HINT: bool>(
     p: &GroupedGemm,
     dh: u32,
     (full, empty): (u32, u32),
@@ -523,6 +524,9 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool>(
     let z = p.z as *const [u32; 4];
     let dz = p.c as *mut [u32; 4];
     let sh = p.sh as *mut [u32; 4];
+    // the gathering kernels only (`HINT`): the others keep their code as it was (with the hint they spilled 4-8
+    // bytes)
+    let stream = if HINT { l2_stream_policy(p.flags) } else { None };
     let mut taken = 0u32;
     let mut tiles = Tiles::<DYN, false>::new(p, total, queue);
     while let Some(tile) = tiles.next() {
@@ -559,8 +563,8 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool>(
                 if live && in_rows && l + (B as u32) < ew_rows {
                     // SAFETY: a row below row_end <= rows_max (clamped) and 8 columns below n: inside z [rows_max, 2 n]
                     let zr = z.add((((ti.row0 + r) * 2 * n + col) / 8) as usize);
-                    g[B] = global::ld_v4(zr);
-                    u[B] = global::ld_v4(zr.add((n / 8) as usize));
+                    g[B] = global::ld_v4_with(zr, stream);
+                    u[B] = global::ld_v4_with(zr.add((n / 8) as usize), stream);
                 }
             });
             (g, u)
@@ -604,10 +608,10 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool>(
                 if live && tile_row(i).1 && i < ew_rows {
                     // SAFETY: as z's loads: inside dz [rows_max, 2 n] and sh [rows_max, n]; each element has one writer
                     let at = ((row * 2 * n + col) / 8) as usize;
-                    global::st_v4(dz.add(at), dg);
-                    global::st_v4(dz.add(at + (n / 8) as usize), du);
+                    global::st_v4_with(dz.add(at), dg, stream);
+                    global::st_v4_with(dz.add(at + (n / 8) as usize), du, stream);
                     if p.sh != 0 {
-                        global::st_v4(sh.add(((row * n + col) / 8) as usize), hs);
+                        global::st_v4_with(sh.add(((row * n + col) / 8) as usize), hs, stream);
                     }
                 }
                 // a lane past n adds 0 to the row's partial

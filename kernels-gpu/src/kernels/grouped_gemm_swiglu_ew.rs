@@ -20,7 +20,7 @@
 //! its g chunk (chunk l of the row) and u chunk (12 + l), h = silu(g) u, 16-byte stores of g and u into z and of h
 //! into c. Rows past the expert's end and columns past I are neither read nor written.
 use crate::kernels::grouped_gemm::{
-    m_tiles, move_rows, swiglu_h, tile_info, wait_rows, GatherRows, Tiles, A_BYTES, BK,
+    l2_stream_policy, m_tiles, move_rows, swiglu_h, tile_info, wait_rows, GatherRows, Tiles, A_BYTES, BK,
 };
 use crate::kernels::grouped_gemm_dswiglu_ew::{consume, produce_gather, queue_at, setup, stage_bytes};
 use crate::params::GroupedGemm;
@@ -97,7 +97,7 @@ unsafe fn body<const MV: bool, const EW: u32, const DYN: bool, const GATHER: boo
         // one call site for every epilogue warp: warps 1..3 are w 0..2 and warpgroup 3 the rest
         if t >= 32 {
             let w = if wg == 0 { t / 32 - 1 } else { t / 32 - 12 + (EW - 4) };
-            epilogue::<EW, DYN>(p, zt, bars, (total, queue), w);
+            epilogue::<EW, DYN, GATHER>(p, zt, bars, (total, queue), w);
         }
     } else if wg == 0 {
         if t >= 32 {
@@ -169,7 +169,7 @@ unsafe fn produce_gather_w1<const DYN: bool>(
 /// The epilogue warps (see the module), `EW_` of them, this one `w`. SAFETY: the `EW_` epilogue warps, in uniform
 /// control flow per warp.
 #[inline(always)]
-unsafe fn epilogue<const EW_: u32, const DYN: bool>(
+unsafe fn epilogue<const EW_: u32, const DYN: bool, const HINT: bool>(
     p: &GroupedGemm,
     zt: u32,
     (full, empty): (u32, u32),
@@ -182,6 +182,8 @@ unsafe fn epilogue<const EW_: u32, const DYN: bool>(
     // 16-byte chunks: z rows hold 2 n / 8, h rows ldc / 8
     let z = p.z as *mut [u32; 4];
     let c = p.c as *mut [u32; 4];
+    // the gathering kernels only (`HINT`): the others keep their code as it was
+    let stream = if HINT { l2_stream_policy(p.flags) } else { None };
     // lanes past the half's 12 chunks read chunk 0 (never used)
     let lc = if l < HALF { l } else { 0 };
     let mut taken = 0u32;
@@ -203,11 +205,11 @@ unsafe fn epilogue<const EW_: u32, const DYN: bool>(
                 // [rows_max, 2 n] and c [rows_max, ldc]; each element has one writer
                 if p.z != 0 {
                     let at = ((row * 2 * n + col) / 8) as usize;
-                    global::st_v4(z.add(at), g);
-                    global::st_v4(z.add(at + (n / 8) as usize), u);
+                    global::st_v4_with(z.add(at), g, stream);
+                    global::st_v4_with(z.add(at + (n / 8) as usize), u, stream);
                 }
                 if p.c != 0 {
-                    global::st_v4(c.add(((row * p.ldc + col) / 8) as usize), h);
+                    global::st_v4_with(c.add(((row * p.ldc + col) / 8) as usize), h, stream);
                 }
             }
             pair += EW_;

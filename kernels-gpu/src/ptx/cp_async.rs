@@ -17,26 +17,12 @@ pub unsafe fn copy16_zfill(dst: u32, src: *const u8, n: u32) {
 }
 
 /// `cp.async.cg.shared.global.L2::cache_hint [dst], [src], 16, n, policy`: [`copy16_zfill`] with an L2 eviction
-/// policy for the line it reads (from [`l2_evict_last`]).
+/// policy for the line it reads (from [`super::global::policy_evict_last`]).
 /// SAFETY: as [`copy16_zfill`]; `policy` made by `createpolicy` (any value of it is only a hint).
 #[inline(always)]
 pub unsafe fn copy16_zfill_hint(dst: u32, src: *const u8, n: u32, policy: u64) {
     asm!("cp.async.cg.shared.global.L2::cache_hint [{d}], [{s}], 16, {n}, {p};", d = in(reg32) dst, s = in(reg64) src,
          n = in(reg32) n, p = in(reg64) policy, options(nostack));
-}
-
-/// `createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64`: a cache policy under which a fraction
-/// `fraction` (in (0, 1]) of the accesses that carry it mark their L2 line evict-last (kept over normal lines when
-/// L2 evicts), the rest leaving the line's priority as it is. SAFETY: none needed (no memory); `unsafe` only for
-/// the asm. `fraction` outside (0, 1] is undefined by the PTX ISA: callers pass k / 255 with k in 1..=255.
-#[inline(always)]
-pub fn l2_evict_last(fraction: f32) -> u64 {
-    let p: u64;
-    unsafe {
-        asm!("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 {p}, {f};", p = out(reg64) p,
-             f = in(reg32) fraction, options(pure, nomem, nostack))
-    };
-    p
 }
 
 /// `cp.async.commit_group`: close this thread's group of copies so far. SAFETY: any thread.

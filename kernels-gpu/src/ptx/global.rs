@@ -4,6 +4,71 @@
 //! flags and barriers.
 use core::arch::asm;
 
+/// `createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64`: an L2 cache policy (for the `.L2::cache_hint`
+/// accesses) under which a fraction `fraction` (in (0, 1]) of the accesses that carry it mark their line
+/// evict-last (kept over normal lines when L2 evicts), the rest leaving the line's priority as it is. `fraction`
+/// outside (0, 1] is undefined by the PTX ISA: callers pass k / 255 with k in 1..=255.
+#[inline(always)]
+pub fn policy_evict_last(fraction: f32) -> u64 {
+    let p: u64;
+    // SAFETY: no memory is touched; the asm only makes a value
+    unsafe {
+        asm!("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 {p}, {f};", p = out(reg64) p,
+             f = in(reg32) fraction, options(pure, nomem, nostack))
+    };
+    p
+}
+
+/// `createpolicy.fractional.L2::evict_first.b64 .., 1.0`: an L2 cache policy that marks every line its accesses
+/// touch evict-first (the first a set gives up): for data streamed once, so that it does not displace data read
+/// again.
+#[inline(always)]
+pub fn policy_evict_first() -> u64 {
+    let p: u64;
+    // SAFETY: as `policy_evict_last`
+    unsafe {
+        asm!("createpolicy.fractional.L2::evict_first.b64 {p}, 1.0;", p = out(reg64) p,
+             options(pure, nomem, nostack))
+    };
+    p
+}
+
+/// [`ld_v4`] with an L2 cache policy (`ld.global.L2::cache_hint.v4.u32`). SAFETY: as [`ld_v4`]; `policy` from
+/// [`policy_evict_last`] or [`policy_evict_first`].
+#[inline(always)]
+pub unsafe fn ld_v4_hint(p: *const [u32; 4], policy: u64) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.L2::cache_hint.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}], {q};", a = out(reg32) a, b = out(reg32) b,
+         c = out(reg32) c, d = out(reg32) d, p = in(reg64) p, q = in(reg64) policy, options(nostack, readonly));
+    [a, b, c, d]
+}
+
+/// [`st_v4`] with an L2 cache policy (`st.global.L2::cache_hint.v4.u32`). SAFETY: as [`st_v4`]; `policy` as
+/// [`ld_v4_hint`]'s.
+#[inline(always)]
+pub unsafe fn st_v4_hint(p: *mut [u32; 4], v: [u32; 4], policy: u64) {
+    asm!("st.global.L2::cache_hint.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}}, {q};", p = in(reg64) p, a = in(reg32) v[0],
+         b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], q = in(reg64) policy, options(nostack));
+}
+
+/// [`ld_v4`], or [`ld_v4_hint`] with `policy` when it is `Some`. SAFETY: as [`ld_v4`].
+#[inline(always)]
+pub unsafe fn ld_v4_with(p: *const [u32; 4], policy: Option<u64>) -> [u32; 4] {
+    match policy {
+        Some(q) => ld_v4_hint(p, q),
+        None => ld_v4(p),
+    }
+}
+
+/// [`st_v4`], or [`st_v4_hint`] with `policy` when it is `Some`. SAFETY: as [`st_v4`].
+#[inline(always)]
+pub unsafe fn st_v4_with(p: *mut [u32; 4], v: [u32; 4], policy: Option<u64>) {
+    match policy {
+        Some(q) => st_v4_hint(p, v, q),
+        None => st_v4(p, v),
+    }
+}
+
 /// `ld.global.v4.u32`. SAFETY: any thread; `p` a 16-byte aligned global address (a peer GPU's too, through
 /// its unified address) readable for 16 bytes, not written by anyone during this kernel unless the caller
 /// orders that write before this load.
