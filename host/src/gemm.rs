@@ -423,15 +423,19 @@ thread_local! {
 /// The gathering producers' L2 hint on the token rows they read (`grouped_gemm_swiglu_ew7_gather*`, GEMM1's x;
 /// `grouped_gemm_bt_dswiglu_ew7_gather*`, the dh GEMM's dy; not the cooperative `grouped_gemm_swiglu_gather`), as k
 /// in 0..=255 ([`megamoe_kernels::params::GEMM_L2_GATHER_SHIFT`]): 0 none, else k / 255 of the row reads mark their
-/// L2 line evict-last. Why: each token row is read once for each of its top-k experts, at times spread over the
+/// L2 line evict-last (ptxas keeps the fraction in sixteenths, rounding down; if the marked reads are drawn per
+/// access, a row read 8 times ends marked with probability 1 - (1 - f)^8: 40% at 1/16, 66% at 2/16, 90% at 4/16). Why: each token row is read once for each of its top-k experts, at times spread over the
 /// whole kernel, and x (67 MB at 30B, T = 16384) does not stay in L2 beside the streamed weights and outputs: GEMM1's
 /// gathering kernel read 1.31 GB from DRAM where x and W1 are 0.87 GB (ncu, an H100, docs/RESULTS.md 2026-12-05h
 /// call 3), i.e. x ~7 times. Not yet measured on a GPU (docs/NOTES.md 2026-12-05k). Bitwise the same.
-/// `MEGAMOE_L2_GATHER` (read once) = `off` or unset 0, `quarter` 64, `half` 128, `all` 255; another value is an
-/// `InvalidArgument`; overridden on a thread by [`with_l2_gather`].
+/// Only the `_l2` forms of the gathering kernels on the run-time walk take hints (another kernel asked for one is an
+/// `InvalidArgument`).
+/// `MEGAMOE_L2_GATHER` (read once) = `off` or unset 0, `sixteenth` 16, `eighth` 32, `quarter` 64, `half` 128,
+/// `all` 255; another value is an `InvalidArgument`; overridden on a thread by [`with_l2_gather`].
 pub fn l2_gather() -> Result<u8> {
     static ENV: EnvPolicy<u8> = std::sync::OnceLock::new();
-    policy(&L2_GATHER, &ENV, "MEGAMOE_L2_GATHER", &[("off", 0), ("quarter", 64), ("half", 128), ("all", 255), ("", 0)])
+    let table = [("off", 0), ("sixteenth", 16), ("eighth", 32), ("quarter", 64), ("half", 128), ("all", 255), ("", 0)];
+    policy(&L2_GATHER, &ENV, "MEGAMOE_L2_GATHER", &table)
 }
 
 /// Run `f` with the gathering producers' L2 evict-last hint at `k` / 255 of their row reads (0: none) for every
@@ -494,6 +498,24 @@ pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm
     let k = sched_name(gemm_sched_dynamic()?, kernel);
     p.sched = if k.ends_with("_dyn") { gpu.tile_counters() } else { 0 };
     Ok(k)
+}
+
+/// The kernel that runs `kernel` with the L2 cache hints of `flags` ([`l2_gather`], [`l2_stream`]): the `_l2`
+/// form of a gathering kernel on the run-time walk when a hint is set, `kernel` itself when none is; a hint asked
+/// of a kernel without an `_l2` form (the static walk, `MEGAMOE_GEMM_SCHED=static`, or the cooperative SwiGLU
+/// kernel, `MEGAMOE_SWIGLU=coop`) is an `InvalidArgument`, not a hint silently dropped.
+pub(crate) fn l2_name(kernel: &'static str, flags: u32) -> Result<&'static str> {
+    use megamoe_kernels::params::{GEMM_L2_GATHER_MASK, GEMM_L2_GATHER_SHIFT, GEMM_L2_STREAM};
+    let hinted = flags & GEMM_L2_STREAM != 0 || (flags >> GEMM_L2_GATHER_SHIFT) & GEMM_L2_GATHER_MASK != 0;
+    match (hinted, kernel) {
+        (false, k) => Ok(k),
+        (true, "grouped_gemm_swiglu_ew7_gather_dyn") => Ok("grouped_gemm_swiglu_ew7_gather_l2_dyn"),
+        (true, "grouped_gemm_bt_dswiglu_ew7_gather_dyn") => Ok("grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn"),
+        (true, k) => Err(Error::InvalidArgument(format!(
+            "MEGAMOE_L2_GATHER / MEGAMOE_L2_STREAM: {k} has no L2-hinted form (they take the epilogue-warps gathering \
+             kernels on the run-time tile walk, the defaults)"
+        ))),
+    }
 }
 
 /// The name [`sched_variant`] maps `kernel` to: its `_dyn` form when `dynamic` and it has one, else itself.

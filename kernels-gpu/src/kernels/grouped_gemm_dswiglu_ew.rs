@@ -157,14 +157,23 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm
 /// (the copy dW2 reads), so no gather pass of dy runs. Four epilogue warps (warpgroup 3).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather(p: GroupedGemm) {
-    gather_body::<false>(&p);
+    gather_body::<false, false>(&p);
 }
 
 /// As [`grouped_gemm_bt_dswiglu_ew7_gather`] with the run-time tile counter (see [`grouped_gemm_bt_dswiglu_ew7_dyn`]):
 /// thread 0 takes each tile and hands it to the other 127 gathering threads through shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_dyn(p: GroupedGemm) {
-    gather_body::<true>(&p);
+    gather_body::<true, false>(&p);
+}
+
+/// As [`grouped_gemm_bt_dswiglu_ew7_gather_dyn`] with the L2 cache hints of `p.flags` (`GEMM_L2_GATHER_SHIFT`: the
+/// row copies evict-last on a share of the reads; `GEMM_L2_STREAM`: z loaded, dz and s h stored and dy's rows
+/// written out evict-first). A kernel of its own so that the default one's code stays as it was (with the policies
+/// in its 128 registers the write-out of dy's rows lost its batched loads).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn(p: GroupedGemm) {
+    gather_body::<true, true>(&p);
 }
 
 /// The `_ew7_gather` kernels: warpgroup 0 gathers A and loads B (`produce_gather`, `BN7 / 64` boxes of B 64 K x
@@ -172,7 +181,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_dyn(p: Grou
 /// epilogue (four warps). SAFETY: every thread of the 512-thread launch, `SMEM_BYTES` of dynamic shared memory; `p`
 /// as the kernels' docs and `produce_gather` ask.
 #[inline(always)]
-unsafe fn gather_body<const DYN: bool>(p: &GroupedGemm) {
+unsafe fn gather_body<const DYN: bool, const L2: bool>(p: &GroupedGemm) {
     let base = smem::base();
     // the TMA thread's arrival and one per gathering thread's copies (`noinc`)
     let (ring, dh, (full, empty)) = setup::<S7, BN7, 4, DYN>(p, base, 129);
@@ -182,7 +191,7 @@ unsafe fn gather_body<const DYN: bool>(p: &GroupedGemm) {
     let total = m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
-        produce_gather::<DYN, true>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
+        produce_gather::<DYN, true, L2>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
             let mut h = 0;
             while h < BN7 / 64 {
                 let col = (ti.n_tile * BN7 + 64 * h) as i32;
@@ -191,7 +200,7 @@ unsafe fn gather_body<const DYN: bool>(p: &GroupedGemm) {
             }
         });
     } else if wg == 3 {
-        epilogue::<BN7, 4, DYN, true>(p, dh, (full, empty), (total, queue), t / 32 - 12);
+        epilogue::<BN7, 4, DYN, L2>(p, dh, (full, empty), (total, queue), t / 32 - 12);
     } else {
         consume::<S7, [f32; 96], true, DYN, true>(p, base, ring, dh, (full, empty), (total, queue), kt_n, wg - 1);
     }
@@ -317,7 +326,7 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32, const DYN: bool>(
 /// (see the comment at that branch). SAFETY: the 128 threads of warpgroup 0, in uniform control flow between the barriers;
 /// K % 64 == 0, `a_rows` rows of K bf16, `a_out` (if set) `rows_max` rows of K bf16.
 #[inline(always)]
-pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
+pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool, const L2: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S7>,
@@ -331,8 +340,9 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
         crate::kernels::acquire_prefetch(p.map_b as *const u8);
     }
     let x = p.a_rows as *const u8;
-    let policy = l2_gather_policy(p.flags);
-    let stream = l2_stream_policy(p.flags);
+    // the `_l2` kernels only: the others keep their code as it was
+    let policy = if L2 { l2_gather_policy(p.flags) } else { None };
+    let stream = if L2 { l2_stream_policy(p.flags) } else { None };
     let row_bytes = (p.k * 2) as usize;
     let toks = base + rows_at(S7, BN7);
     let slot = toks + 2 * 4 * crate::kernels_host::GEMM_BM;
@@ -524,8 +534,8 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool, const HINT: 
     let z = p.z as *const [u32; 4];
     let dz = p.c as *mut [u32; 4];
     let sh = p.sh as *mut [u32; 4];
-    // the gathering kernels only (`HINT`): the others keep their code as it was (with the hint they spilled 4-8
-    // bytes)
+    // the `_l2` kernel only (`HINT`): the others keep their code as it was (in the plain `_ew7` kernels the hint
+    // spilled 4-8 bytes)
     let stream = if HINT { l2_stream_policy(p.flags) } else { None };
     let mut taken = 0u32;
     let mut tiles = Tiles::<DYN, false>::new(p, total, queue);
