@@ -137,18 +137,29 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let ahead_default = gemm::gather_ahead()?;
     let ahead_passes = (passes.len(), passes.len() + 1);
     passes.extend([(0, false, 2, false), (1, true, 2, true)]);
-    // the gathering kernels' L2 hints in four other settings than the default's (evict-last on k / 255 of the
+    // the gathering kernels' L2 hints in four other settings than the default's (evict-last on k / 256 of the
     // gathered row reads, `MEGAMOE_L2_GATHER`; evict-first on their streamed data, `MEGAMOE_L2_STREAM`; both off by
     // default): a sixteenth, a quarter, a quarter with the streams, the streams alone; off when the default is not
     // (evict-last lines are kept over every normal one, so marking all of x, 67 MB at 30B, more than L2, could crowd
     // out the weights' reuse; a row read 8 times may end marked at 1 - (1 - f)^8). The forward alone and the z-saved
     // step with bf16 weight gradients each, alternating with the default's
+    // (only where the hinted kernels are what runs: x and dy gathered in the producers on the run-time walk, the
+    // epilogue-warps SwiGLU and its backward; otherwise a hint is refused and there is no line)
+    let l2_kernels = cfg.gather == Gather::InProducer
+        && gemm::gemm_sched_dynamic()?
+        && gemm::swiglu_epilogue_warps()?
+        && dsw == gemm::Dsw::Ew7
+        && dy_default;
     let l2_default = (gemm::l2_gather()?, gemm::l2_stream()?);
     let mut l2_alts: Vec<(u8, bool)> =
         [(16, false), (64, false), (64, true), (0, true)].into_iter().filter(|&a| a != l2_default).collect();
     if l2_default != (0, false) {
         l2_alts.truncate(3);
         l2_alts.push((0, false));
+    }
+    if !l2_kernels {
+        println!("{name}: no L2-hint lines (the hinted kernels do not run with this run's kernel choices)");
+        l2_alts.clear();
     }
     let l2_passes = passes.len();
     for _ in &l2_alts {

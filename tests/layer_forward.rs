@@ -348,10 +348,18 @@ gpu_test!(in_producer_ahead_qwen3_30b_a3b_t4096_save_z, {
 /// evict-first (`MEGAMOE_L2_STREAM`), with or without the look-ahead hand-off: bitwise the gather pass's forward and
 /// backward (a cache hint moves no value).
 fn in_producer_l2(s: Shape, tokens: usize, routing: Routing, save: Save, (k, stream): (u8, bool), ahead: bool) {
-    megamoe::gemm::with_l2_gather(k, || {
-        megamoe::gemm::with_l2_stream(stream, || {
-            megamoe::gemm::with_gather_ahead(ahead, || in_producer_with(s, tokens, routing, save, true))
+    use megamoe::gemm;
+    // the kernels that have a hinted form, whatever the environment says: the run-time walk, the epilogue-warps
+    // SwiGLU and its backward
+    let hinted = || {
+        gemm::with_l2_gather(k, || {
+            gemm::with_l2_stream(stream, || {
+                gemm::with_gather_ahead(ahead, || in_producer_with(s, tokens, routing, save, true))
+            })
         })
+    };
+    gemm::with_gemm_sched(true, || {
+        gemm::with_swiglu_epilogue_warps(true, || gemm::with_dswiglu(gemm::Dsw::Ew7, hinted))
     });
 }
 

@@ -3,7 +3,7 @@
 # read (`MEGAMOE_L2_GATHER=quarter|half|all`: createpolicy.fractional + cp.async .L2::cache_hint on 64 / 128 / 255 of
 # 255 reads; GEMM1's x in `grouped_gemm_swiglu_ew7_gather_dyn`, the dh GEMM's dy in
 # `grouped_gemm_bt_dswiglu_ew7_gather_dyn`) and evict-first on what they stream (`MEGAMOE_L2_STREAM=first`: GEMM1's
-# h and z stores; the dh kernel's z loads, dz and s h stores and its write-out of dy's rows). Why: each token row is read once for each of its 8 experts at times
+# h and z stores; the dh kernel's z loads, dz and s h stores; not its write-out of dy's rows). Why: each token row is read once for each of its 8 experts at times
 # spread over the kernel, and x (67 MB at 30B) does not stay in L2 beside W1 (805 MB streamed) and h (201 MB
 # written): GEMM1's gathering kernel read 1.31 GB from DRAM against x + W1 = 0.87 GB (ncu, H100, 2026-12-05h call 3).
 # Under the 700 W cap bytes cost joules (~0.13 J a GB) and joules are time.

@@ -422,9 +422,9 @@ thread_local! {
 
 /// The gathering producers' L2 hint on the token rows they read (`grouped_gemm_swiglu_ew7_gather*`, GEMM1's x;
 /// `grouped_gemm_bt_dswiglu_ew7_gather*`, the dh GEMM's dy; not the cooperative `grouped_gemm_swiglu_gather`), as k
-/// in 0..=255 ([`megamoe_kernels::params::GEMM_L2_GATHER_SHIFT`]): 0 none, else k / 255 of the row reads mark their
-/// L2 line evict-last (ptxas keeps the fraction in sixteenths, rounding down; if the marked reads are drawn per
-/// access, a row read 8 times ends marked with probability 1 - (1 - f)^8: 40% at 1/16, 66% at 2/16, 90% at 4/16). Why: each token row is read once for each of its top-k experts, at times spread over the
+/// in 0..=255 ([`megamoe_kernels::params::GEMM_L2_GATHER_SHIFT`]): 0 none, else about k / 256 of the row reads (ptxas
+/// keeps the fraction in sixteenths) mark their L2 line evict-last; if the marked reads are drawn per access, a row
+/// read 8 times ends marked with probability 1 - (1 - f)^8 (40% at 1/16, 66% at 2/16, 90% at 4/16). Why: each token row is read once for each of its top-k experts, at times spread over the
 /// whole kernel, and x (67 MB at 30B, T = 16384) does not stay in L2 beside the streamed weights and outputs: GEMM1's
 /// gathering kernel read 1.31 GB from DRAM where x and W1 are 0.87 GB (ncu, an H100, docs/RESULTS.md 2026-12-05h
 /// call 3), i.e. x ~7 times. Not yet measured on a GPU (docs/NOTES.md 2026-12-05k). Bitwise the same.
@@ -450,7 +450,7 @@ thread_local! {
 
 /// Whether the epilogue-warps gathering kernels (`grouped_gemm_swiglu_ew7_gather*`, `grouped_gemm_bt_dswiglu_ew7_gather*`)
 /// mark what they stream L2 evict-first ([`megamoe_kernels::params::GEMM_L2_STREAM`]): GEMM1's z and h stores; the dh
-/// kernel's z loads, dz and s h stores and its write-out of dy's rows; each touched once, so that they do not
+/// kernel's z loads, dz and s h stores (not its write-out of dy's rows); each touched once, so that they do not
 /// displace the gathered token rows (read once for each of their experts). With [`l2_gather`]'s evict-last hint
 /// or alone. Not yet measured on a GPU (docs/NOTES.md 2026-12-05k). Bitwise the same. `MEGAMOE_L2_STREAM` (read
 /// once) = `first` on, `off` or unset off; another value is an `InvalidArgument`; overridden on a thread by

@@ -336,12 +336,12 @@ pub struct GroupedGemm {
 pub const GEMM_GATHER_AHEAD: u32 = 1;
 
 /// [`GroupedGemm::flags`] bit: the epilogue-warps kernels (`_ew7*`: GEMM1 + SwiGLU, dh + SwiGLU backward) mark what
-/// they stream L2 evict-first: their outputs (z, h; dz, s h, the dh GEMM's write-out of dy's rows) and the dh
-/// epilogue's z loads, each touched once, so they do not displace the gathered token rows read again.
+/// they stream L2 evict-first: their outputs (z, h; dz, s h) and the dh epilogue's z loads, each touched once, so
+/// they do not displace the gathered token rows read again. (Only the `_l2` kernels read it.)
 pub const GEMM_L2_STREAM: u32 = 2;
 
 /// [`GroupedGemm::flags`] bits 8..16: the gathering producers' L2 hint on the token rows they read, k in 0..=255:
-/// 0 none; else a fraction k / 255 of the reads marks its line evict-last (`createpolicy.fractional`), so more of
+/// 0 none; else about k / 256 of the reads (in sixteenths) mark their line evict-last (`createpolicy.fractional`), so more of
 /// the tokens (each read once for each of its top-k experts, at times spread over the whole kernel) stay in L2
 /// between their reads instead of being evicted by the streamed weights and outputs. Values are unchanged.
 pub const GEMM_L2_GATHER_SHIFT: u32 = 8;

@@ -472,13 +472,15 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
 }
 
 /// The gathering producers' L2 policy for the token rows they read, from `flags` ([`GEMM_L2_GATHER_SHIFT`]): `None`
-/// when the field is 0, else an evict-last policy on k / 255 of the reads.
+/// when the field is 0, else an evict-last policy on about k / 256 of the reads (in sixteenths).
 ///
 /// [`GEMM_L2_GATHER_SHIFT`]: crate::params::GEMM_L2_GATHER_SHIFT
 #[inline(always)]
 pub(crate) fn l2_gather_policy(flags: u32) -> Option<u64> {
     let k = (flags >> crate::params::GEMM_L2_GATHER_SHIFT) & crate::params::GEMM_L2_GATHER_MASK;
-    (k != 0).then(|| global::policy_evict_last(k as f32 * (1.0 / 255.0)))
+    // k / 256: ptxas keeps the fraction as a 4-bit field n = trunc(f x 15.99) meaning (n + 1) / 16 (a helper's
+    // probe of createpolicy), so 16, 32, 64, 128, 255 give exactly 1, 2, 4, 8, 16 sixteenths (k / 255 gave one more)
+    (k != 0).then(|| global::policy_evict_last(k as f32 * (1.0 / 256.0)))
 }
 
 /// The epilogue-warps kernels' L2 policy for the data they stream (outputs written once, z read once), from
@@ -559,17 +561,18 @@ impl GatherRows {
 
     /// The write-out of k-step `kt`'s copies from the stage at `a_s`: this thread's chunks of the tile's rows
     /// into `out` (the tile's first row of an expert-ordered buffer of rows of `row_bytes`), the rows past the
-    /// expert's end not, under L2 `policy` if any. Each thread reads back only the chunks its own copies wrote. SAFETY: those copies
+    /// expert's end not (no L2 hint: a hinted store here made ptxas serialize the eight rows' loads and stores, a
+    /// helper's review). Each thread reads back only the chunks its own copies wrote. SAFETY: those copies
     /// landed (this thread's `cp.async` group waited for) and the stage not refilled since; `out` holds the
     /// tile's rows below its expert's end.
     #[inline(always)]
-    pub(crate) unsafe fn copy_out(&self, a_s: u32, out: *mut u8, row_bytes: usize, kt: u32, policy: Option<u64>) {
+    pub(crate) unsafe fn copy_out(&self, a_s: u32, out: *mut u8, row_bytes: usize, kt: u32) {
         let col = (kt * BK * 2 + self.chunk_at) as usize;
         crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
             if self.n[I] != 0 {
                 let v = smem::ld_v4(a_s + self.dst + 2048 * I as u32);
                 let at = out.add((self.r0 + 16 * I as u32) as usize * row_bytes + col);
-                global::st_v4_with(at as *mut [u32; 4], v, policy);
+                global::st_v4(at as *mut [u32; 4], v);
             }
         });
     }

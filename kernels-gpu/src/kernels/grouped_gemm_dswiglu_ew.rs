@@ -168,8 +168,8 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_dyn(p: Grou
 }
 
 /// As [`grouped_gemm_bt_dswiglu_ew7_gather_dyn`] with the L2 cache hints of `p.flags` (`GEMM_L2_GATHER_SHIFT`: the
-/// row copies evict-last on a share of the reads; `GEMM_L2_STREAM`: z loaded, dz and s h stored and dy's rows
-/// written out evict-first). A kernel of its own so that the default one's code stays as it was (with the policies
+/// row copies evict-last on a share of the reads; `GEMM_L2_STREAM`: z loaded, dz and s h stored evict-first; dy's
+/// rows are written out without a hint). A kernel of its own so that the default one's code stays as it was (with the policies
 /// in its 128 registers the write-out of dy's rows lost its batched loads).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn(p: GroupedGemm) {
@@ -342,7 +342,6 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool, const L2: 
     let x = p.a_rows as *const u8;
     // the `_l2` kernels only: the others keep their code as it was
     let policy = if L2 { l2_gather_policy(p.flags) } else { None };
-    let stream = if L2 { l2_stream_policy(p.flags) } else { None };
     let row_bytes = (p.k * 2) as usize;
     let toks = base + rows_at(S7, BN7);
     let slot = toks + 2 * 4 * crate::kernels_host::GEMM_BM;
@@ -395,7 +394,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool, const L2: 
                 cp_async::commit_group();
                 if kt >= 2 {
                     cp_async::wait_group::<2>();
-                    rows.copy_out(base + Ring::<S7>::stage(*it - 2) * stage, out, row_bytes, kt - 2, stream);
+                    rows.copy_out(base + Ring::<S7>::stage(*it - 2) * stage, out, row_bytes, kt - 2);
                 }
             }
             *it += 1;
@@ -405,7 +404,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool, const L2: 
             cp_async::wait_group::<0>();
             let mut j = kt_n.saturating_sub(2);
             while j < kt_n {
-                rows.copy_out(base + Ring::<S7>::stage(*it - kt_n + j) * stage, out, row_bytes, j, stream);
+                rows.copy_out(base + Ring::<S7>::stage(*it - kt_n + j) * stage, out, row_bytes, j);
                 j += 1;
             }
         }
