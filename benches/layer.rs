@@ -727,6 +727,18 @@ fn main() {
     let seed = Rng::fresh_seed();
     let mut rng = Rng::new(seed);
     println!("layer benchmark on {} (seed {seed})", g.name());
+    // MEGAMOE_BENCH_L2_PERSIST_MB=N: N MB of L2 set aside for persisting lines (the context's
+    // CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0 by default) before anything runs: whether the evict-last hint of
+    // MEGAMOE_L2_GATHER needs that set-aside is not documented; this asks it of the GPU (docs/NOTES.md 2026-12-05k)
+    if let Some(mb) = std::env::var("MEGAMOE_BENCH_L2_PERSIST_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
+        use cudarc::driver::sys;
+        let bound = g.context().bind_to_thread();
+        // SAFETY: driver calls on the context just made current on this thread; `got` is a local the call writes
+        let (set, mut got) =
+            (unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_PERSISTING_L2_CACHE_SIZE, mb << 20) }, 0);
+        let get = unsafe { sys::cuCtxGetLimit(&mut got, sys::CUlimit::CU_LIMIT_PERSISTING_L2_CACHE_SIZE) };
+        println!("L2 persisting set-aside: asked {mb} MB, set {set:?}, now {got} bytes ({get:?}; bind {bound:?})");
+    }
     let tokens = 16384;
     let mut ok = true;
     // MEGAMOE_BENCH_ONLY=235B (a substring of the shape name) runs one shape

@@ -8,11 +8,12 @@
 # written): GEMM1's gathering kernel read 1.31 GB from DRAM against x + W1 = 0.87 GB (ncu, H100, 2026-12-05h call 3).
 # Under the 700 W cap bytes cost joules (~0.13 J a GB) and joules are time.
 # b69 = main e3b30d3 (the knobs, its tests, the layer bench's alternating lines; see NOTES 2026-12-05k). Carry [".dev/b69"]
-# (~5 min, bound 565 s).
+# (~9 min, bound 565 s).
 # The hints run in kernels of their own (`_gather_l2_dyn`): the default kernels' SASS is the same as before them.
 # ptxas keeps the evict-last fraction in sixteenths; if the marked reads are drawn per access, a row read 8 times
 # ends marked with probability 1 - (1 - f)^8 (40% at a sixteenth, 90% at a quarter), so the ncu runs take a
-# sixteenth, a quarter and all. The layer bench resets the L2's persisting lines after every pass
+# sixteenth, a quarter and all, and a quarter with 30 MB of persisting set-aside (MEGAMOE_BENCH_L2_PERSIST_MB: if
+# evict-last needs the set-aside, only that run's bytes fall). The layer bench resets the L2's persisting lines after every pass
 # (cuCtxResetPersistingL2Cache; a WARNING line if the driver refuses).
 # Predicted: tests bitwise the pass (a hint moves no value). ncu, 30B: GEMM1's gathering kernel's DRAM reads 1.31 GB
 # (off) -> 1.05-1.20 GB (sixteenth / quarter), its time -1..-4%; the dh kernel's reads fall less (it also writes dy's
@@ -31,16 +32,17 @@ B=b69/main
 t layer_forward 70 430 in_producer_l2; mv $OUT/r/t_layer_forward.txt $OUT/r/t_layer_forward_l2.txt
 t layer_forward 40 400 in_producer_dy_ragged; mv $OUT/r/t_layer_forward.txt $OUT/r/t_layer_forward_base.txt
 m="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
-for v in off/off sixteenth/off quarter/off all/off quarter/first; do
-  g=${v%/*}; st=${v#*/}; n=${g}_$st
-  MEGAMOE_L2_GATHER=$g MEGAMOE_L2_STREAM=$st MEGAMOE_BENCH_REPS=1 MEGAMOE_BENCH_HEAT=0 MEGAMOE_BENCH_ONLY=30B \
+# the last run: a quarter again with 30 MB of L2 set aside for persisting lines (whether evict-last needs it)
+for v in off/off/0 sixteenth/off/0 quarter/off/0 all/off/0 quarter/first/0 quarter/off/30; do
+  g=${v%%/*}; r=${v#*/}; st=${r%/*}; mb=${r#*/}; n=${g}_${st}_$mb
+  MEGAMOE_BENCH_L2_PERSIST_MB=$mb MEGAMOE_L2_GATHER=$g MEGAMOE_L2_STREAM=$st MEGAMOE_BENCH_REPS=1 MEGAMOE_BENCH_HEAT=0 MEGAMOE_BENCH_ONLY=30B \
     timeout $(to 50 150) ncu -k 'regex:ew7_gather' --launch-skip 2 --launch-count 4 --metrics "$m" --csv \
     $B/layer --bench > $OUT/r/ncu_$n.csv 2> $OUT/r/ncu_$n.err
-  echo "== ncu gather $g stream $st rc $? at $(el) s"
+  echo "== ncu gather $g stream $st set-aside $mb MB rc $? at $(el) s"; grep -h "L2 persisting" $OUT/r/ncu_$n.csv
   ncu_table $OUT/r/ncu_$n.csv | sed -E 's/pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed/tensor/'
 done
-for r in 1 2; do
-  MEGAMOE_BENCH_ONLY=30B timeout $(to 100 $(( 110 - 100 * (r - 1) ))) $B/layer --bench > $OUT/r/layer_$r.txt 2>&1
+for r in 1; do
+  MEGAMOE_BENCH_ONLY=30B timeout $(to 100 5) $B/layer --bench > $OUT/r/layer_$r.txt 2>&1
   echo "== layer $r rc $? at $(el) s"
   grep -h "L2 hints\|RESULT megamoe forward Qwen\|bf16 weight gradients) Qwen" $OUT/r/layer_$r.txt | cut -c1-360
 done
