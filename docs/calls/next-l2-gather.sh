@@ -30,13 +30,12 @@ trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 B=b69/main
 t layer_forward 70 430 in_producer_l2; mv $OUT/r/t_layer_forward.txt $OUT/r/t_layer_forward_l2.txt
-t layer_forward 40 400 in_producer_dy_ragged; mv $OUT/r/t_layer_forward.txt $OUT/r/t_layer_forward_base.txt
 m="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed"
 # the last run: a quarter again with 30 MB of L2 set aside for persisting lines (whether evict-last needs it)
 for v in off/off/0 sixteenth/off/0 quarter/off/0 all/off/0 quarter/first/0 quarter/off/30; do
   g=${v%%/*}; r=${v#*/}; st=${r%/*}; mb=${r#*/}; n=${g}_${st}_$mb
   MEGAMOE_BENCH_L2_PERSIST_MB=$mb MEGAMOE_L2_GATHER=$g MEGAMOE_L2_STREAM=$st MEGAMOE_BENCH_REPS=1 MEGAMOE_BENCH_HEAT=0 MEGAMOE_BENCH_ONLY=30B \
-    timeout $(to 50 150) ncu -k 'regex:ew7_gather' --launch-skip 2 --launch-count 8 --metrics "$m" --csv \
+    timeout $(to 60 100) ncu -k 'regex:ew7_gather' --launch-skip 2 --launch-count 8 --metrics "$m" --csv \
     $B/layer --bench > $OUT/r/ncu_$n.csv 2> $OUT/r/ncu_$n.err
   echo "== ncu gather $g stream $st set-aside $mb MB rc $? at $(el) s"; grep -h "L2 persisting" $OUT/r/ncu_$n.csv
   ncu_table $OUT/r/ncu_$n.csv | sed -E 's/pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed/tensor/'
