@@ -3,7 +3,8 @@
 # read (`MEGAMOE_L2_GATHER=quarter|half|all`: createpolicy.fractional + cp.async .L2::cache_hint on 64 / 128 / 255 of
 # 255 reads; GEMM1's x in `grouped_gemm_swiglu_ew7_gather_dyn`, the dh GEMM's dy in
 # `grouped_gemm_bt_dswiglu_ew7_gather_dyn`) and evict-first on what they stream (`MEGAMOE_L2_STREAM=first`: GEMM1's
-# h and z stores; the dh kernel's z loads, dz and s h stores; not its write-out of dy's rows). Why: each token row is read once for each of its 8 experts at times
+# h and z stores; the dh kernel's z loads, dz and s h stores; not its write-out of dy's rows); and the same two on
+# the movers of dx's side copy of x's rows for dW1 (`grouped_gemm_bt_bf16_cpx_l2`: x read ~8 times, the copy stored). Why: each token row is read once for each of its 8 experts at times
 # spread over the kernel, and x (67 MB at 30B) does not stay in L2 beside W1 (805 MB streamed) and h (201 MB
 # written): GEMM1's gathering kernel read 1.31 GB from DRAM against x + W1 = 0.87 GB (ncu, H100, 2026-12-05h call 3).
 # Under the 700 W cap bytes cost joules (~0.13 J a GB) and joules are time.
@@ -35,7 +36,7 @@ m="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sect
 for v in off/off/0 sixteenth/off/0 quarter/off/0 all/off/0 quarter/first/0 quarter/off/30; do
   g=${v%%/*}; r=${v#*/}; st=${r%/*}; mb=${r#*/}; n=${g}_${st}_$mb
   MEGAMOE_BENCH_L2_PERSIST_MB=$mb MEGAMOE_L2_GATHER=$g MEGAMOE_L2_STREAM=$st MEGAMOE_BENCH_REPS=1 MEGAMOE_BENCH_HEAT=0 MEGAMOE_BENCH_ONLY=30B \
-    timeout $(to 60 100) ncu -k 'regex:ew7_gather' --launch-skip 2 --launch-count 8 --metrics "$m" --csv \
+    timeout $(to 60 100) ncu -k 'regex:ew7_gather|bt_bf16_cpx' --launch-skip 2 --launch-count 10 --metrics "$m" --csv \
     $B/layer --bench > $OUT/r/ncu_$n.csv 2> $OUT/r/ncu_$n.err
   echo "== ncu gather $g stream $st set-aside $mb MB rc $? at $(el) s"; grep -h "L2 persisting" $OUT/r/ncu_$n.csv
   ncu_table $OUT/r/ncu_$n.csv | sed -E 's/pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_elapsed/tensor/'

@@ -421,7 +421,8 @@ thread_local! {
 }
 
 /// The gathering producers' L2 hint on the token rows they read (`grouped_gemm_swiglu_ew7_gather*`, GEMM1's x;
-/// `grouped_gemm_bt_dswiglu_ew7_gather*`, the dh GEMM's dy; not the cooperative `grouped_gemm_swiglu_gather`), as k
+/// `grouped_gemm_bt_dswiglu_ew7_gather*`, the dh GEMM's dy; the movers of dx's side copy of x's rows for dW1,
+/// `grouped_gemm_bt_bf16_cpx`; not the cooperative `grouped_gemm_swiglu_gather`), as k
 /// in 0..=255 ([`megamoe_kernels::params::GEMM_L2_GATHER_SHIFT`]): 0 none, else about k / 256 of the row reads (ptxas
 /// keeps the fraction in sixteenths) mark their L2 line evict-last; if the marked reads are drawn per access, a row
 /// read 8 times ends marked with probability 1 - (1 - f)^8 (40% at 1/16, 66% at 2/16, 90% at 4/16). Why: each token row is read once for each of its top-k experts, at times spread over the
@@ -449,8 +450,9 @@ thread_local! {
 }
 
 /// Whether the epilogue-warps gathering kernels (`grouped_gemm_swiglu_ew7_gather*`, `grouped_gemm_bt_dswiglu_ew7_gather*`)
-/// mark what they stream L2 evict-first ([`megamoe_kernels::params::GEMM_L2_STREAM`]): GEMM1's z and h stores; the dh
-/// kernel's z loads, dz and s h stores (not its write-out of dy's rows); each touched once, so that they do not
+/// and dx's side copy mark what they stream L2 evict-first ([`megamoe_kernels::params::GEMM_L2_STREAM`]): GEMM1's z
+/// and h stores; the dh kernel's z loads, dz and s h stores (not its write-out of dy's rows); the side copy's
+/// stores of x's rows; each touched once, so that they do not
 /// displace the gathered token rows (read once for each of their experts). With [`l2_gather`]'s evict-last hint
 /// or alone. Not yet measured on a GPU (docs/NOTES.md 2026-12-05k). Bitwise the same. `MEGAMOE_L2_STREAM` (read
 /// once) = `first` on, `off` or unset off; another value is an `InvalidArgument`; overridden on a thread by
@@ -501,7 +503,8 @@ pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm
 }
 
 /// The kernel that runs `kernel` with the L2 cache hints of `flags` ([`l2_gather`], [`l2_stream`]): the `_l2`
-/// form of a gathering kernel on the run-time walk when a hint is set, `kernel` itself when none is; a hint asked
+/// form of a gathering kernel on the run-time walk, or of dx's kernel with the side copy of x's rows
+/// (`grouped_gemm_bt_bf16_cpx`), when a hint is set, `kernel` itself when none is; a hint asked
 /// of a kernel without an `_l2` form (the static walk, `MEGAMOE_GEMM_SCHED=static`, or the cooperative SwiGLU
 /// kernel, `MEGAMOE_SWIGLU=coop`) is an `InvalidArgument`, not a hint silently dropped.
 pub(crate) fn l2_name(kernel: &'static str, flags: u32) -> Result<&'static str> {
@@ -511,6 +514,7 @@ pub(crate) fn l2_name(kernel: &'static str, flags: u32) -> Result<&'static str> 
         (false, k) => Ok(k),
         (true, "grouped_gemm_swiglu_ew7_gather_dyn") => Ok("grouped_gemm_swiglu_ew7_gather_l2_dyn"),
         (true, "grouped_gemm_bt_dswiglu_ew7_gather_dyn") => Ok("grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn"),
+        (true, "grouped_gemm_bt_bf16_cpx") => Ok("grouped_gemm_bt_bf16_cpx_l2"),
         (true, k) => Err(Error::InvalidArgument(format!(
             "MEGAMOE_L2_GATHER / MEGAMOE_L2_STREAM: {k} has no L2-hinted form (they take the epilogue-warps gathering \
              kernels on the run-time tile walk, the defaults)"

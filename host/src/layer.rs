@@ -600,11 +600,12 @@ impl MoeLayer {
         p.rows_max = (sv.tokens * self.cfg.top_k) as u32;
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
         let kernel = movers_variant(kernel, p.a_copy != 0, p.copy_cols != 0)?;
-        // a gathering producer (A from the tokens, no movers): its tile hand-off and its L2 hints by the policies
-        if p.a_rows != 0 && p.a_copy == 0 {
-            if crate::gemm::gather_ahead()? {
-                p.flags |= params::GEMM_GATHER_AHEAD;
-            }
+        // a gathering producer (A from the tokens, no movers): its tile hand-off by the policy
+        if p.a_rows != 0 && p.a_copy == 0 && crate::gemm::gather_ahead()? {
+            p.flags |= params::GEMM_GATHER_AHEAD;
+        }
+        // rows read from the tokens (a gathering producer, or the side copy's movers): the L2 hints by the policies
+        if p.a_rows != 0 && (p.a_copy == 0 || p.copy_cols != 0) {
             p.flags |= u32::from(crate::gemm::l2_gather()?) << params::GEMM_L2_GATHER_SHIFT;
             if crate::gemm::l2_stream()? {
                 p.flags |= params::GEMM_L2_STREAM;
@@ -1372,12 +1373,17 @@ mod tests {
         for f in [GEMM_L2_STREAM, 64 << GEMM_L2_GATHER_SHIFT, (255 << GEMM_L2_GATHER_SHIFT) | GEMM_L2_STREAM] {
             assert_eq!(l2_name(gx, f).unwrap(), "grouped_gemm_swiglu_ew7_gather_l2_dyn");
             assert_eq!(l2_name(gdy, f).unwrap(), "grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn");
+            assert_eq!(l2_name("grouped_gemm_bt_bf16_cpx", f).unwrap(), "grouped_gemm_bt_bf16_cpx_l2");
             // the static walk and the cooperative gather have no hinted form: refused, not dropped
             assert!(l2_name("grouped_gemm_swiglu_ew7_gather", f).is_err());
             assert!(l2_name("grouped_gemm_swiglu_gather", f).is_err());
         }
         // every name it gives is a kernel of the manifest
-        for k in ["grouped_gemm_swiglu_ew7_gather_l2_dyn", "grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn"] {
+        for k in [
+            "grouped_gemm_swiglu_ew7_gather_l2_dyn",
+            "grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn",
+            "grouped_gemm_bt_bf16_cpx_l2",
+        ] {
             assert!(megamoe_kernels::manifest::KERNELS.iter().any(|m| m.name == k), "{k}");
         }
     }

@@ -208,9 +208,11 @@ unsafe fn grouped_gemm<
     const MV: bool,
     const DYN: bool,
     const SIDE: bool,
+    const L2: bool,
 >(
     p: &GroupedGemm,
 ) {
+    const { assert!(!L2 || SIDE, "the L2 hints of the side copy's movers") };
     const { assert!(!MV || (MC == 0 && !GATHER), "the overlapped gather runs in single-CTA TMA-producer kernels") };
     const {
         assert!(
@@ -298,7 +300,7 @@ unsafe fn grouped_gemm<
             let (b, grid) = (regs::bid(), regs::nctaid());
             let part_of = |m: u32| crate::scheduler::mover_part(m * p.n_tiles, b, grid);
             let cols = if SIDE { p.copy_cols } else { p.k };
-            move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, cols);
+            move_rows::<true, L2>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, cols);
         }
     } else {
         if MV {
@@ -697,7 +699,7 @@ pub(crate) unsafe fn wait_rows(p: &GroupedGemm, ti: &Tile, m: u32) {
 /// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows and `a_rows` its tokens, of `cols`
 /// bf16 each, `cols` % 8 == 0.
 #[inline(always)]
-pub(crate) unsafe fn move_rows<const PULL: bool>(
+pub(crate) unsafe fn move_rows<const PULL: bool, const L2: bool>(
     p: &GroupedGemm,
     parts: u32,
     part_of: impl Fn(u32) -> u32,
@@ -709,6 +711,8 @@ pub(crate) unsafe fn move_rows<const PULL: bool>(
     let off = p.offsets as *const u32;
     let m_total = m_tiles(p);
     let chunks = cols / 8;
+    // `L2` (the side copy's `_l2` kernel): the rows read under the evict-last policy, the copies stored evict-first
+    let (read, write) = if L2 { (l2_gather_policy(p.flags), l2_stream_policy(p.flags)) } else { (None, None) };
     let mut e = 0u32;
     let mut m = 0u32;
     while m < m_total {
@@ -737,7 +741,11 @@ pub(crate) unsafe fn move_rows<const PULL: bool>(
                     (p.a_rows as *const [u32; 4]).add((tok * chunks) as usize)
                 };
                 let dst = (p.a_copy as *mut [u32; 4]).add((r * chunks) as usize);
-                crate::kernels::ep_common::copy_row(src, dst, chunks, lane);
+                if L2 {
+                    crate::kernels::ep_common::copy_row_with(src, dst, chunks, lane, (read, write));
+                } else {
+                    crate::kernels::ep_common::copy_row(src, dst, chunks, lane);
+                }
                 mine += 1;
                 r += stride;
             }
@@ -1572,7 +1580,7 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_dswiglu`, launched in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`; an even grid):
@@ -1580,27 +1588,27 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
 /// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false, false, false, false>(&p);
 }
 
 /// Row-scattered bf16 epilogue (`store_scatter`): C row row_slot[r] = (A_r . B_e^T) times w[row_slot[r]] (w
 /// optional), B K-major. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 1, false, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 1, false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1608,13 +1616,13 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 2, false, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 2, false, false, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` with the side copy: warps 1..3 of the producer warpgroup copy the launch's rows of
@@ -1623,7 +1631,16 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
 /// walk. 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true, false>(&p);
+}
+
+/// As [`grouped_gemm_bt_bf16_cpx`] with the L2 cache hints of `p.flags` on the side copy (`GEMM_L2_GATHER_SHIFT`:
+/// the token rows read evict-last on a share of the reads, each row being read once for each of its experts;
+/// `GEMM_L2_STREAM`: the copied rows stored evict-first). A kernel of its own so that the default one's code stays
+/// as it was.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx_l2(p: GroupedGemm) {
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true, true>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16`, its tiles taken at run time from the counter `p.sched` (zeroed before the launch)
@@ -1631,20 +1648,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx(p: GroupedGemm) {
 /// weights are being read stay few however the blocks' paces drift (`MEGAMOE_GEMM_SCHED=dynamic`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_dyn(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, true, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, true, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16`, with the run-time tile counter (see `grouped_gemm_bt_bf16_dyn`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_dyn(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, true, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, true, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 1, false, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 1, false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1652,20 +1669,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 2, false, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 2, false, false, false, false, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 1, false, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 1, false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1673,7 +1690,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 2, false, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 2, false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu`, with the gather of A overlapped (`a_copy`, `arrive`, `a_rows`, `row_slot`, `top_k`,
@@ -1681,12 +1698,12 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
 /// covers) while the GEMM runs ([`move_rows`]) and the TMA thread loads an m-tile's A once its rows are counted.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mv(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false, true, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, true, false, false, false>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true, STAGES, 0, false, false, false, false>(&p);
+    grouped_gemm::<true, false, false, true, STAGES, 0, false, false, false, false, false>(&p);
 }

@@ -113,7 +113,7 @@ unsafe fn body<const MV: bool, const EW: u32, const DYN: bool, const GATHER: boo
             // the overlapped gather: tile m n_tiles + n is block (m n_tiles + n) % grid's
             let (b, grid) = (regs::bid(), regs::nctaid());
             let part_of = |m: u32| crate::scheduler::mover_part(m * p.n_tiles, b, grid);
-            move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, p.k);
+            move_rows::<true, false>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, p.k);
         }
     } else {
         let cw = regs::warpgroup() - 1;
