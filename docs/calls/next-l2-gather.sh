@@ -8,7 +8,7 @@
 # spread over the kernel, and x (67 MB at 30B) does not stay in L2 beside W1 (805 MB streamed) and h (201 MB
 # written): GEMM1's gathering kernel read 1.31 GB from DRAM against x + W1 = 0.87 GB (ncu, H100, 2026-12-05h call 3).
 # Under the 700 W cap bytes cost joules (~0.13 J a GB) and joules are time.
-# b69 = main dd83ccd (the knobs, its tests, the layer bench's alternating lines; see NOTES 2026-12-05k). Carry [".dev/b69"]
+# b69 = main 76526e9 (the knobs, its tests, the layer bench's alternating lines; see NOTES 2026-12-05k). Carry [".dev/b69"]
 # (~9 min, bound 565 s).
 # The hints run in kernels of their own (`_gather_l2_dyn`): the default kernels' SASS is the same as before them.
 # ptxas keeps the evict-last fraction in sixteenths; if the marked reads are drawn per access, a row read 8 times
