@@ -517,7 +517,7 @@ pub(crate) fn l2_name(kernel: &'static str, flags: u32) -> Result<&'static str> 
         (true, "grouped_gemm_bt_bf16_cpx") => Ok("grouped_gemm_bt_bf16_cpx_l2"),
         (true, k) => Err(Error::InvalidArgument(format!(
             "MEGAMOE_L2_GATHER / MEGAMOE_L2_STREAM: {k} has no L2-hinted form (they take the epilogue-warps gathering \
-             kernels on the run-time tile walk, the defaults)"
+             kernels on the run-time tile walk and dx's side copy, the defaults)"
         ))),
     }
 }

@@ -324,8 +324,8 @@ pub struct GroupedGemm {
     pub copy_cols: u32,
     /// Bit 0 ([`GEMM_GATHER_AHEAD`]): the epilogue-warps gathering producers take the next tile and read its row
     /// tokens while the current tile's k-steps run (one tile hand-off barrier off the critical path); bit 1
-    /// ([`GEMM_L2_STREAM`]): the epilogue-warps kernels' streamed data evict-first in L2; bits 8..16
-    /// ([`GEMM_L2_GATHER_SHIFT`]): the gathering producers' L2 evict-last fraction on the token rows; 0 otherwise.
+    /// ([`GEMM_L2_STREAM`]): the `_l2` kernels' streamed data evict-first in L2; bits 8..16
+    /// ([`GEMM_L2_GATHER_SHIFT`]): their L2 evict-last fraction on the token rows they read; 0 otherwise.
     pub flags: u32,
     /// The dh GEMM gathering dy in its producer (`grouped_gemm_bt_dswiglu_ew7_gather`): bf16 [rows, K], where the
     /// tiles of n-tile 0 write the gathered rows in expert order (the copy dW2 reads); 0: none written.
@@ -335,12 +335,14 @@ pub struct GroupedGemm {
 /// [`GroupedGemm::flags`] bit: the gathering producers' look-ahead tile hand-off.
 pub const GEMM_GATHER_AHEAD: u32 = 1;
 
-/// [`GroupedGemm::flags`] bit: the epilogue-warps kernels (`_ew7*`: GEMM1 + SwiGLU, dh + SwiGLU backward) mark what
-/// they stream L2 evict-first: their outputs (z, h; dz, s h) and the dh epilogue's z loads, each touched once, so
-/// they do not displace the gathered token rows read again. (Only the `_l2` kernels read it.)
+/// [`GroupedGemm::flags`] bit: the `_l2` kernels mark what they stream L2 evict-first: the gathering epilogue-warps
+/// kernels' outputs (z, h; dz, s h) and the dh epilogue's z loads, and the side copy's stored rows
+/// (`grouped_gemm_bt_bf16_cpx_l2`), each touched once, so they do not displace the token rows read again. (Only
+/// the `_l2` kernels read it.)
 pub const GEMM_L2_STREAM: u32 = 2;
 
-/// [`GroupedGemm::flags`] bits 8..16: the gathering producers' L2 hint on the token rows they read, k in 0..=255:
+/// [`GroupedGemm::flags`] bits 8..16: the `_l2` kernels' L2 hint on the token rows they read (the gathering producers'
+/// copies, the side copy's movers' loads), k in 0..=255:
 /// 0 none; else about k / 256 of the reads (in sixteenths) mark their line evict-last (`createpolicy.fractional`), so more of
 /// the tokens (each read once for each of its top-k experts, at times spread over the whole kernel) stay in L2
 /// between their reads instead of being evicted by the streamed weights and outputs. Values are unchanged.
