@@ -741,11 +741,7 @@ pub(crate) unsafe fn move_rows<const PULL: bool, const L2: bool>(
                     (p.a_rows as *const [u32; 4]).add((tok * chunks) as usize)
                 };
                 let dst = (p.a_copy as *mut [u32; 4]).add((r * chunks) as usize);
-                if L2 {
-                    crate::kernels::ep_common::copy_row_with(src, dst, chunks, lane, (read, write));
-                } else {
-                    crate::kernels::ep_common::copy_row(src, dst, chunks, lane);
-                }
+                crate::kernels::ep_common::copy_row_with(src, dst, chunks, lane, (read, write));
                 mine += 1;
                 r += stride;
             }
