@@ -49,6 +49,12 @@ fn timed_reps() -> usize {
     std::env::var("MEGAMOE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(20)
 }
 
+/// `f` with one pass's kernel choices: the gathering kernels' L2 hints (`l2`: evict-last share, streams evict-first)
+/// and the gathering producers' look-ahead hand-off.
+fn with_pass_knobs<R>(l2: (u8, bool), ahead: bool, f: impl FnOnce() -> R) -> R {
+    gemm::with_l2_gather(l2.0, || gemm::with_l2_stream(l2.1, || gemm::with_gather_ahead(ahead, f)))
+}
+
 fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng) -> megamoe::Result<()> {
     let (h, i, e, k) = (s.h, s.i, s.e, s.k);
     let x = rng.bf16_vec(tokens * h, 1.0);
@@ -198,39 +204,23 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         } else {
             l2_default
         };
-        let ms = gemm::with_l2_gather(l2.0, || {
-            gemm::with_l2_stream(l2.1, || {
-                gemm::with_gather_ahead(ahead, || {
-                    g.timed(|| {
-                        let sv = layer.forward(&inp, &mut out)?;
-                        if with_bwd && bf16_grads {
-                            let gr = Grads {
-                                dx: &mut gdx,
-                                dw1: &mut gw1b,
-                                dw2: &mut gw2b,
-                                dtopk: &mut gtk,
-                                accumulate: false,
-                            };
-                            if pass == dsw_pass {
-                                gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
-                            } else if pass == dy_pass {
-                                gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
-                            } else {
-                                layer.backward(&sv, &ddy, &inp, gr)?;
-                            }
-                        } else if with_bwd {
-                            let gr = Grads {
-                                dx: &mut gdx,
-                                dw1: &mut gw1,
-                                dw2: &mut gw2,
-                                dtopk: &mut gtk,
-                                accumulate: false,
-                            };
-                            layer.backward(&sv, &ddy, &inp, gr)?;
-                        }
-                        Ok(())
-                    })
-                })
+        let ms = with_pass_knobs(l2, ahead, || {
+            g.timed(|| {
+                let sv = layer.forward(&inp, &mut out)?;
+                if with_bwd && bf16_grads {
+                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
+                    if pass == dsw_pass {
+                        gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                    } else if pass == dy_pass {
+                        gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
+                    } else {
+                        layer.backward(&sv, &ddy, &inp, gr)?;
+                    }
+                } else if with_bwd {
+                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
+                    layer.backward(&sv, &ddy, &inp, gr)?;
+                }
+                Ok(())
             })
         })?;
         if rep >= 3 {
