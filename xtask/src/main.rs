@@ -316,11 +316,20 @@ fn gpu_bundle(dir: &str) -> Res {
     std::fs::copy(root().join("target/release/megamoe"), dir.join("megamoe")).map_err(|e| e.to_string())?;
     strip(&dir.join("megamoe"));
     std::fs::copy(root().join("target/kernels/ptxas.txt"), dir.join("ptxas.txt")).map_err(|e| e.to_string())?;
+    // the C ABI's library and the PyTorch bindings with their test
+    run(cargo().args(["build", "--release", "-p", "megamoe-capi"]))?;
+    let so = "libmegamoe_capi.so";
+    std::fs::copy(root().join("target/release").join(so), dir.join(so)).map_err(|e| e.to_string())?;
+    strip(&dir.join(so));
+    for f in ["megamoe_torch.py", "test_megamoe_torch.py"] {
+        std::fs::copy(root().join("python").join(f), dir.join(f)).map_err(|e| e.to_string())?;
+    }
     names.sort();
     let script = format!(
-        "#!/usr/bin/env bash\n# Runs every test binary (GPU tests included) and the main job. Built by `cargo xtask gpu-bundle`.\n\
-         cd \"$(dirname \"$0\")\"\nrc=0\nfor t in {}; do echo \"== $t\"; timeout 300 ./$t --include-ignored --test-threads=1 || rc=1; done\n\
-         echo '== megamoe'; timeout 300 ./megamoe || rc=1\nexit $rc\n",
+        "#!/usr/bin/env bash\n# Runs every test binary (GPU tests included), the PyTorch bindings' test and the main job. Built by \
+         `cargo xtask gpu-bundle`.\ncd \"$(dirname \"$0\")\"\nrc=0\nfor t in {}; do echo \"== $t\"; timeout 300 ./$t --include-ignored \
+         --test-threads=1 || rc=1; done\necho '== test_megamoe_torch.py'; MEGAMOE_LIB=$PWD/{so} timeout 300 python3 \
+         test_megamoe_torch.py || rc=1\necho '== megamoe'; timeout 300 ./megamoe || rc=1\nexit $rc\n",
         names.join(" ")
     );
     std::fs::write(dir.join("run.sh"), script).map_err(|e| e.to_string())?;
@@ -381,8 +390,18 @@ fn bundle_bench(dir: &Path) -> Res {
 const BENCHES: &[(&str, &str)] = &[("layer", "layer"), ("gemm", "gemm"), ("ep", "ep_bench"), ("fp8", "fp8_bench")];
 
 /// Test binaries the GPU bundle carries.
-const GPU_TEST_BINARIES: &[&str] =
-    &["gpu_primitives", "no_gpu", "layer_forward", "layer_backward", "grouped_gemm", "ep", "route", "graph", "fp8"];
+const GPU_TEST_BINARIES: &[&str] = &[
+    "gpu_primitives",
+    "no_gpu",
+    "layer_forward",
+    "layer_backward",
+    "grouped_gemm",
+    "ep",
+    "route",
+    "graph",
+    "fp8",
+    "capi",
+];
 
 fn strip(p: &Path) {
     // best effort: an unstripped binary still runs, it is only larger

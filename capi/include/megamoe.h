@@ -1,0 +1,59 @@
+/* megamoe's C ABI: the single-GPU MoE layer (bf16, forward and backward). Library: libmegamoe_capi.so
+ * (`cargo build --release -p megamoe-capi`). The conventions (status codes, device buffers checked before any
+ * launch, ordering with the caller's stream, saved states) are in capi/src/lib.rs's module documentation;
+ * python/megamoe_torch.py is a complete caller. Device buffers are passed as 64-bit device addresses, the
+ * caller's stream as its CUstream / cudaStream_t value (0: the legacy default stream). */
+#ifndef MEGAMOE_H
+#define MEGAMOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    MEGAMOE_OK = 0,
+    MEGAMOE_INVALID_ARGUMENT = 1, /* refused before any launch, nothing changed; or invalid expert ids (check) */
+    MEGAMOE_NO_DRIVER = 2,
+    MEGAMOE_NO_DEVICE = 3,
+    MEGAMOE_UNSUPPORTED_DEVICE = 4, /* not Hopper (sm_90a) */
+    MEGAMOE_CUDA_ERROR = 5,
+    MEGAMOE_TIMEOUT = 6, /* a bounded device wait expired (megamoe_saved_check) */
+    MEGAMOE_INTERNAL = 7
+};
+
+typedef struct MegamoeLayer MegamoeLayer;
+typedef struct MegamoeSaved MegamoeSaved;
+
+/* A layer for hidden size H, expert intermediate size I, E experts, top-k slots a token, calls of up to
+ * max_tokens tokens; save_z != 0 keeps z for the backward (else it is recomputed). */
+int megamoe_layer_new(int device, size_t hidden, size_t intermediate, size_t experts, size_t top_k,
+                      size_t max_tokens, int save_z, MegamoeLayer **out);
+void megamoe_layer_free(MegamoeLayer *layer);
+
+/* out[t] = sum_j topk_weights[t, j] * expert(topk_ids[t, j])(x[t]). x, out bf16 [T, H]; topk_ids int32 [T, k]
+ * (-1: masked); topk_weights f32 [T, k]; w1 bf16 [E, 2I, H] (gate rows, then up rows); w2 bf16 [E, H, I]. */
+int megamoe_forward(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t x, uint64_t topk_ids,
+                    uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t out, MegamoeSaved **saved);
+
+/* dx bf16 [T, H], dtopk f32 [T, k]; dw1, dw2 in the weights' shapes, bf16 if wgrad_bf16 else f32, written or
+ * (accumulate != 0) added to. Same inputs as the forward that returned saved. */
+int megamoe_backward(const MegamoeLayer *layer, uint64_t stream, const MegamoeSaved *saved, uint64_t dy,
+                     uint64_t x, uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx,
+                     uint64_t dw1, uint64_t dw2, uint64_t dtopk, int wgrad_bf16, int accumulate);
+
+/* Synchronises; MEGAMOE_INVALID_ARGUMENT if the forward met an expert id outside -1..E (nothing was written). */
+int megamoe_saved_check(const MegamoeSaved *saved);
+size_t megamoe_saved_tokens(const MegamoeSaved *saved);
+void megamoe_saved_free(MegamoeSaved *saved);
+
+/* The calling thread's last error message: copies at most len bytes with the NUL, returns the full length. */
+size_t megamoe_last_error(char *buf, size_t len);
+const char *megamoe_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,525 @@
+//! megamoe's C ABI: the single-GPU MoE layer ([`megamoe::layer::MoeLayer`], bf16, forward and backward) for
+//! callers outside Rust.
+//!
+//! The C declarations are in `capi/include/megamoe.h`; `python/megamoe_torch.py` calls them from PyTorch
+//! through ctypes (nothing to compile on the Python side). Conventions:
+//! - Every function returns a status code, [`MEGAMOE_OK`] or one of the `MEGAMOE_*` errors, and never unwinds
+//!   into the caller: a panic inside is caught and reported as [`MEGAMOE_INTERNAL`]. [`megamoe_last_error`]
+//!   gives the message of the calling thread's last failed call.
+//! - Buffers are raw device addresses that the caller owns (a PyTorch tensor's `data_ptr()`), on the layer's
+//!   device, in the layouts of [`megamoe::layer::Inputs`] and [`megamoe::layer::Grads`]. Before anything is
+//!   launched each one is checked: not null, aligned for its element type, device memory of the layer's device,
+//!   and the whole extent the call touches mapped (`cuMemGetAddressRange`: inside the buffer's allocation, or
+//!   the consecutive mappings of PyTorch's expandable segments): a buffer that runs past its allocation is an
+//!   [`MEGAMOE_INVALID_ARGUMENT`] that changes nothing, never a fault. A caching allocator's sub-allocations
+//!   share one allocation, so a size mismatch inside it cannot be seen here: the Python bindings check shapes.
+//! - `stream` is the caller's CUDA stream (`torch.cuda.current_stream().cuda_stream`; 0 is the legacy default
+//!   stream). The layer runs on its device's own stream, after everything queued on `stream` before the call,
+//!   and everything queued on `stream` after the call runs after the layer's work: one event each way, no host
+//!   synchronisation.
+//! - A forward returns a [`MegamoeSaved`] (the routing layout and, with `save_z`, z) that its backward takes and
+//!   the caller frees; several may be outstanding (micro-batches, pipeline schedules). A layer's calls are
+//!   serialised by a lock, so forward and backward may come from different threads (PyTorch runs the backward on
+//!   its own thread).
+//! - Not yet through this interface: CUDA-graph capture (each forward allocates its saved state), FP8 and
+//!   expert parallelism; the Rust API has them.
+use std::any::Any;
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void};
+use std::ops::{Deref, DerefMut};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{result, sys, CudaEvent, CudaSlice, DeviceRepr};
+use half::bf16;
+use megamoe::gemm::WgradElem;
+use megamoe::layer::{Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
+use megamoe::{Error, Gpu, Result};
+
+/// The call succeeded.
+pub const MEGAMOE_OK: c_int = 0;
+/// An argument was rejected before anything was launched or written (a null or misplaced buffer, a buffer too
+/// small for the shapes, a configuration the layer does not take, a saved state of another layer, ...); also the
+/// invalid expert ids that [`megamoe_saved_check`] reports.
+pub const MEGAMOE_INVALID_ARGUMENT: c_int = 1;
+/// No CUDA driver on this machine.
+pub const MEGAMOE_NO_DRIVER: c_int = 2;
+/// The driver reports no such device.
+pub const MEGAMOE_NO_DEVICE: c_int = 3;
+/// The device is not a Hopper GPU (sm_90a: H100, H200).
+pub const MEGAMOE_UNSUPPORTED_DEVICE: c_int = 4;
+/// A CUDA driver call failed.
+pub const MEGAMOE_CUDA_ERROR: c_int = 5;
+/// A bounded wait on the device expired ([`megamoe_saved_check`]).
+pub const MEGAMOE_TIMEOUT: c_int = 6;
+/// Any other failure, or a panic inside megamoe (a bug: the message says where).
+pub const MEGAMOE_INTERNAL: c_int = 7;
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+fn bad<T>(msg: String) -> Result<T> {
+    Err(Error::InvalidArgument(msg))
+}
+
+fn code(e: &Error) -> c_int {
+    match e {
+        Error::InvalidArgument(_) => MEGAMOE_INVALID_ARGUMENT,
+        Error::NoDriver => MEGAMOE_NO_DRIVER,
+        Error::NoDevice { .. } => MEGAMOE_NO_DEVICE,
+        Error::UnsupportedDevice { .. } => MEGAMOE_UNSUPPORTED_DEVICE,
+        Error::Driver { .. } => MEGAMOE_CUDA_ERROR,
+        Error::Timeout { .. } => MEGAMOE_TIMEOUT,
+        _ => MEGAMOE_INTERNAL,
+    }
+}
+
+fn panic_message(p: &(dyn Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
+}
+
+/// Run `f` at the C boundary: its status code, its error's message kept for [`megamoe_last_error`].
+fn guard(f: impl FnOnce() -> Result<()>) -> c_int {
+    let (c, msg) = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => return MEGAMOE_OK,
+        Ok(Err(e)) => (code(&e), e.to_string()),
+        Err(p) => (MEGAMOE_INTERNAL, format!("internal error (a panic inside megamoe): {}", panic_message(&*p))),
+    };
+    LAST_ERROR.with(|l| *l.borrow_mut() = msg);
+    c
+}
+
+fn driver<T>(what: &str, r: std::result::Result<T, cudarc::driver::DriverError>) -> Result<T> {
+    r.map_err(|source| Error::Driver { what: what.to_string(), source })
+}
+
+/// One layer instance: its configuration, device workspace and the events that order it with the caller's
+/// stream. Made by [`megamoe_layer_new`], freed by [`megamoe_layer_free`].
+pub struct MegamoeLayer {
+    gpu: Arc<Gpu>,
+    cfg: LayerConfig,
+    state: Mutex<State>,
+}
+
+struct State {
+    layer: MoeLayer,
+    /// Recorded on the caller's stream, waited for by the layer's.
+    before: CudaEvent,
+    /// Recorded on the layer's stream, waited for by the caller's.
+    after: CudaEvent,
+}
+
+/// What a forward leaves for its backward. Made by [`megamoe_forward`], freed by [`megamoe_saved_free`].
+pub struct MegamoeSaved {
+    gpu: Arc<Gpu>,
+    saved: Saved,
+}
+
+impl MegamoeLayer {
+    /// Run `f` on the layer, ordered after the caller's `stream` and before what the caller queues next on it.
+    /// The second event is recorded whatever `f` returns, so work `f` launched before failing is still ordered.
+    fn run(&self, stream: u64, f: impl FnOnce(&mut MoeLayer) -> Result<()>) -> Result<()> {
+        let mut st = self.state.lock().map_err(|_| {
+            Error::InvalidArgument("the layer is unusable: an earlier call panicked while holding it".into())
+        })?;
+        let st = &mut *st;
+        let caller = stream as sys::CUstream;
+        let ours = self.gpu.stream();
+        // SAFETY: the event is alive (owned by the layer); `caller` is the caller's stream on this context (a
+        // stream of another context is the driver's error, reported).
+        driver("recording an event on the caller's stream", unsafe {
+            result::event::record(st.before.cu_event(), caller)
+        })?;
+        driver("ordering the layer's stream after the caller's", ours.wait(&st.before))?;
+        let r = f(&mut st.layer);
+        driver("recording the layer's event", st.after.record(ours))?;
+        // SAFETY: as above.
+        driver("ordering the caller's stream after the layer's", unsafe {
+            result::stream::wait_event(caller, st.after.cu_event(), sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        })?;
+        r
+    }
+}
+
+/// A caller's device buffer seen as a `CudaSlice` for the length of one call; never freed by megamoe.
+struct Borrowed<T>(Option<CudaSlice<T>>);
+
+impl<T> Deref for Borrowed<T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl<T> DerefMut for Borrowed<T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        self.0.as_mut().expect("present until dropped")
+    }
+}
+
+impl<T> Drop for Borrowed<T> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.leak();
+        }
+    }
+}
+
+/// The caller's buffer `name` at `ptr` holding `len` elements of `T`, checked: not null, aligned, device
+/// memory of `gpu`'s device, all `len` elements in mapped memory from its allocation on. The context must be
+/// current.
+fn borrow<T: DeviceRepr>(gpu: &Gpu, name: &str, ptr: u64, len: usize) -> Result<Borrowed<T>> {
+    let size = std::mem::size_of::<T>();
+    if len > 0 {
+        if ptr == 0 {
+            return bad(format!("{name} is a null pointer ({len} elements expected)"));
+        }
+        if ptr % std::mem::align_of::<T>() as u64 != 0 {
+            return bad(format!("{name} ({ptr:#x}) is not aligned to its {size}-byte elements"));
+        }
+        let Some(bytes) = len.checked_mul(size) else {
+            return bad(format!("{name}: {len} elements of {size} bytes overflow"));
+        };
+        let mut mem_type: u32 = 0;
+        let mut ordinal: c_int = -1;
+        // SAFETY: each attribute writes one value of the type given (CUmemorytype, int).
+        let attrs = unsafe {
+            sys::cuPointerGetAttribute(
+                &mut mem_type as *mut u32 as *mut c_void,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                ptr,
+            )
+            .result()
+            .and_then(|_| {
+                sys::cuPointerGetAttribute(
+                    &mut ordinal as *mut c_int as *mut c_void,
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    ptr,
+                )
+                .result()
+            })
+        };
+        if let Err(e) = attrs {
+            return bad(format!("{name} ({ptr:#x}) is not memory CUDA knows ({e})"));
+        }
+        if mem_type != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+            return bad(format!("{name} ({ptr:#x}) is not device memory (CUmemorytype {mem_type})"));
+        }
+        if ordinal < 0 || ordinal as usize != gpu.ordinal() {
+            return bad(format!("{name} is on device {ordinal}, the layer on device {}", gpu.ordinal()));
+        }
+        // the extent must lie in the buffer's allocation: one `cudaMalloc` allocation; for memory mapped by the
+        // virtual memory API (PyTorch's expandable segments map a reserved range piece by piece) or from a
+        // stream-ordered pool, the consecutive mappings from `ptr` on (a fault is ruled out, a neighbour not)
+        let end = ptr.checked_add(bytes as u64).ok_or_else(|| Error::InvalidArgument(format!("{name}: overflow")))?;
+        let mut legacy: u32 = 1;
+        // SAFETY: writes one boolean; on failure (an older driver) `legacy` stays 1, the strict reading.
+        let _ = unsafe {
+            sys::cuPointerGetAttribute(
+                &mut legacy as *mut u32 as *mut c_void,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                ptr,
+            )
+        };
+        let mut cur = ptr;
+        while cur < end && (cur == ptr || legacy == 0) {
+            let (mut base, mut alloc) = (0u64, 0usize);
+            // SAFETY: writes the allocation's base and size.
+            let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut alloc, cur).result() };
+            match r {
+                Ok(()) if base <= cur && base.saturating_add(alloc as u64) > cur => cur = base + alloc as u64,
+                Ok(()) | Err(_) if cur == ptr => {
+                    return bad(format!("{name} ({ptr:#x}): its allocation cannot be found ({r:?})"));
+                }
+                _ => break,
+            }
+        }
+        if cur < end {
+            return bad(format!(
+                "{name}: {len} elements ({bytes} bytes) from {ptr:#x} run past the end of its allocation (at \
+                 {cur:#x}): a buffer too small for the shapes"
+            ));
+        }
+    }
+    // SAFETY: the extent was checked above to lie in live device memory of this device (or is empty); the slice
+    // is leaked, never freed, when the call ends (`Borrowed`).
+    Ok(Borrowed(Some(unsafe { gpu.stream().upgrade_device_ptr(ptr, len) })))
+}
+
+fn layer_ref<'a>(layer: *const MegamoeLayer) -> Result<&'a MegamoeLayer> {
+    // SAFETY: a non-null handle is one `megamoe_layer_new` returned and the caller has not freed (the ABI's
+    // contract).
+    unsafe { layer.as_ref() }.ok_or_else(|| Error::InvalidArgument("the layer handle is null".into()))
+}
+
+fn saved_ref<'a>(saved: *const MegamoeSaved) -> Result<&'a MegamoeSaved> {
+    // SAFETY: as `layer_ref`, for `megamoe_forward`'s handles.
+    unsafe { saved.as_ref() }.ok_or_else(|| Error::InvalidArgument("the saved-state handle is null".into()))
+}
+
+/// The layer's five inputs for `tokens` tokens, borrowed and checked.
+struct In {
+    x: Borrowed<bf16>,
+    ids: Borrowed<i32>,
+    w: Borrowed<f32>,
+    w1: Borrowed<bf16>,
+    w2: Borrowed<bf16>,
+}
+
+impl In {
+    fn new(l: &MegamoeLayer, tokens: usize, p: [u64; 5]) -> Result<Self> {
+        let c = &l.cfg;
+        if tokens > c.max_tokens {
+            return bad(format!("{tokens} tokens > the layer's maximum {}", c.max_tokens));
+        }
+        let (g, e, h, i) = (&*l.gpu, c.experts, c.hidden, c.intermediate);
+        Ok(In {
+            x: borrow(g, "x", p[0], tokens * h)?,
+            ids: borrow(g, "topk_ids", p[1], tokens * c.top_k)?,
+            w: borrow(g, "topk_weights", p[2], tokens * c.top_k)?,
+            w1: borrow(g, "w1", p[3], e * 2 * i * h)?,
+            w2: borrow(g, "w2", p[4], e * h * i)?,
+        })
+    }
+
+    fn inputs(&self, tokens: usize) -> Inputs<'_> {
+        Inputs { tokens, x: &self.x, topk_ids: &self.ids, topk_weights: &self.w, w1: &self.w1, w2: &self.w2 }
+    }
+}
+
+/// Make a layer on CUDA device `device` for hidden size `hidden`, expert intermediate size `intermediate`,
+/// `experts` experts, `top_k` slots a token and calls of up to `max_tokens` tokens; `save_z` non-zero keeps z
+/// from the forward for the backward (more memory, a shorter backward), zero recomputes it. The kernel choices
+/// are [`LayerConfig::bf16`]'s (and its environment variables). On success `*out` holds the handle.
+///
+/// # Safety
+/// `out` must be null (refused) or point to writable storage for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_layer_new(
+    device: c_int,
+    hidden: usize,
+    intermediate: usize,
+    experts: usize,
+    top_k: usize,
+    max_tokens: usize,
+    save_z: c_int,
+    out: *mut *mut MegamoeLayer,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return bad("out is null".into());
+        }
+        let save = if save_z != 0 { Save::WithZ } else { Save::InputsOnly };
+        let cfg = LayerConfig::bf16(hidden, intermediate, experts, top_k, max_tokens, save);
+        // the configuration first: its errors do not depend on the machine
+        cfg.validate()?;
+        if device < 0 {
+            return bad(format!("device {device} is negative"));
+        }
+        let gpu = megamoe::gpu(device as usize)?;
+        driver("making the device's context current", gpu.context().bind_to_thread())?;
+        let layer = MoeLayer::new(gpu.clone(), cfg)?;
+        let ctx = gpu.context();
+        let before = driver("creating an event", ctx.new_event(None))?;
+        let after = driver("creating an event", ctx.new_event(None))?;
+        let l = MegamoeLayer { gpu, cfg, state: Mutex::new(State { layer, before, after }) };
+        // SAFETY: `out` is non-null and writable (the function's contract).
+        unsafe { *out = Box::into_raw(Box::new(l)) };
+        Ok(())
+    })
+}
+
+/// Free a layer (null: nothing). Work already queued finishes first; its memory is released in stream order.
+///
+/// # Safety
+/// `layer` must be null or a handle from [`megamoe_layer_new`] not yet freed; no call may use it after.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_layer_free(layer: *mut MegamoeLayer) {
+    if layer.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the function's contract.
+        let l = unsafe { Box::from_raw(layer) };
+        let _ = l.gpu.context().bind_to_thread();
+        drop(l);
+    }));
+}
+
+/// Forward for `tokens` tokens: `out[t] = sum_j topk_weights[t, j] * expert(topk_ids[t, j])(x[t])`, on the
+/// layer's stream ordered with `stream` (module doc). Buffers: x, out bf16 `[tokens, H]`; topk_ids i32
+/// `[tokens, k]` (-1: a masked slot); topk_weights f32 `[tokens, k]`; w1 bf16 `[E, 2I, H]` (each expert's I gate
+/// rows, then its I up rows); w2 bf16 `[E, H, I]`; all contiguous. On success `*saved` holds what the backward
+/// needs. An expert id outside -1..E is found on the device: the call returns OK, writes nothing, and
+/// [`megamoe_saved_check`] reports it.
+///
+/// # Safety
+/// `layer` must be null or a live handle; `saved` null or writable; the device addresses must stay allocated
+/// until the layer's work on them is done (it is ordered before anything queued on `stream` after the call).
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_forward(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w1: u64,
+    w2: u64,
+    out: u64,
+    saved: *mut *mut MegamoeSaved,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        if saved.is_null() {
+            return bad("saved is null".into());
+        }
+        driver("making the device's context current", l.gpu.context().bind_to_thread())?;
+        let inp = In::new(l, tokens, [x, topk_ids, topk_weights, w1, w2])?;
+        let mut y = borrow::<bf16>(&l.gpu, "out", out, tokens * l.cfg.hidden)?;
+        let mut sv = None;
+        l.run(stream, |layer| {
+            sv = Some(layer.forward(&inp.inputs(tokens), &mut y)?);
+            Ok(())
+        })?;
+        let s = MegamoeSaved { gpu: l.gpu.clone(), saved: sv.expect("set by a forward that returned Ok") };
+        // SAFETY: `saved` is non-null and writable (the function's contract).
+        unsafe { *saved = Box::into_raw(Box::new(s)) };
+        Ok(())
+    })
+}
+
+/// Backward of the forward that returned `saved`, on the same inputs (the same five buffers' contents), with
+/// `dy` bf16 `[T, H]`: writes dx bf16 `[T, H]` and dtopk f32 `[T, k]` (0 for masked slots), and writes (or with
+/// `accumulate` non-zero adds to) dw1 `[E, 2I, H]` and dw2 `[E, H, I]`, in bf16 when `wgrad_bf16` is non-zero
+/// (the weights' type, as PyTorch's autograd gives them) or f32 otherwise. T is the forward's token count.
+/// The same `saved` may serve several backwards.
+///
+/// # Safety
+/// As [`megamoe_forward`]; `saved` must be null or a live handle of [`megamoe_forward`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_backward(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    saved: *const MegamoeSaved,
+    dy: u64,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w1: u64,
+    w2: u64,
+    dx: u64,
+    dw1: u64,
+    dw2: u64,
+    dtopk: u64,
+    wgrad_bf16: c_int,
+    accumulate: c_int,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let s = saved_ref(saved)?;
+        driver("making the device's context current", l.gpu.context().bind_to_thread())?;
+        let t = s.saved.tokens();
+        let p = [x, topk_ids, topk_weights, w1, w2];
+        let acc = accumulate != 0;
+        if wgrad_bf16 != 0 {
+            backward::<bf16>(l, stream, &s.saved, t, p, [dy, dx, dw1, dw2, dtopk], acc)
+        } else {
+            backward::<f32>(l, stream, &s.saved, t, p, [dy, dx, dw1, dw2, dtopk], acc)
+        }
+    })
+}
+
+fn backward<W: WgradElem>(
+    l: &MegamoeLayer,
+    stream: u64,
+    saved: &Saved,
+    t: usize,
+    p: [u64; 5],
+    g: [u64; 5],
+    accumulate: bool,
+) -> Result<()> {
+    let c = &l.cfg;
+    let gpu = &*l.gpu;
+    let inp = In::new(l, t, p)?;
+    let dy = borrow::<bf16>(gpu, "dy", g[0], t * c.hidden)?;
+    let mut dx = borrow::<bf16>(gpu, "dx", g[1], t * c.hidden)?;
+    let mut dw1 = borrow::<W>(gpu, "dw1", g[2], c.experts * 2 * c.intermediate * c.hidden)?;
+    let mut dw2 = borrow::<W>(gpu, "dw2", g[3], c.experts * c.hidden * c.intermediate)?;
+    let mut dtopk = borrow::<f32>(gpu, "dtopk", g[4], t * c.top_k)?;
+    l.run(stream, |layer| {
+        let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
+        layer.backward(saved, &dy, &inp.inputs(t), grads)
+    })
+}
+
+/// Wait for the forward of `saved` and every backward of it queued so far, and report what the device found:
+/// [`MEGAMOE_INVALID_ARGUMENT`] for an expert id outside -1..E (those calls wrote nothing),
+/// [`MEGAMOE_TIMEOUT`] for an expired device wait. Synchronises the layer's stream: for tests and debugging,
+/// not for every step.
+///
+/// # Safety
+/// `saved` must be null or a live handle of [`megamoe_forward`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_saved_check(saved: *const MegamoeSaved) -> c_int {
+    guard(|| {
+        let s = saved_ref(saved)?;
+        driver("making the device's context current", s.gpu.context().bind_to_thread())?;
+        s.saved.check(&s.gpu)
+    })
+}
+
+/// Tokens of the forward that made `saved` (0 for null).
+///
+/// # Safety
+/// As [`megamoe_saved_check`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_saved_tokens(saved: *const MegamoeSaved) -> usize {
+    saved_ref(saved).map_or(0, |s| s.saved.tokens())
+}
+
+/// Free a saved state (null: nothing); its device memory is released in the layer's stream order, after the
+/// backwards already queued.
+///
+/// # Safety
+/// `saved` must be null or a live handle of [`megamoe_forward`]; no call may use it after.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_saved_free(saved: *mut MegamoeSaved) {
+    if saved.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the function's contract.
+        let s = unsafe { Box::from_raw(saved) };
+        let _ = s.gpu.context().bind_to_thread();
+        drop(s);
+    }));
+}
+
+/// Copy the calling thread's last error message into `buf` (at most `len` bytes with the terminating NUL;
+/// `buf` may be null with `len` 0) and return the message's full length in bytes (without the NUL).
+///
+/// # Safety
+/// `buf` must be null or point to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_last_error(buf: *mut c_char, len: usize) -> usize {
+    LAST_ERROR.with(|l| {
+        let m = l.borrow();
+        if !buf.is_null() && len > 0 {
+            let n = m.len().min(len - 1);
+            // SAFETY: `buf` holds `len` bytes (the function's contract) and n + 1 <= len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(m.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+        }
+        m.len()
+    })
+}
+
+/// The crate's version, a static NUL-terminated string.
+#[no_mangle]
+pub extern "C" fn megamoe_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
+}

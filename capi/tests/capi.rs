@@ -1,0 +1,331 @@
+//! The C ABI (`megamoe_capi`): its refusals on any machine; on the GPU (ignored without one) the layer through
+//! raw device addresses and a caller's own stream, bitwise the Rust API's results and within 1e-2 of the f64
+//! reference, outputs poisoned first; buffers too small, host memory and invalid expert ids refused or reported.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::ffi::c_int;
+use std::ptr::{null, null_mut};
+use std::sync::Arc;
+
+use common::{gpu, inputs, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use half::bf16;
+use megamoe::layer::{Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
+use megamoe::reference::{self, Shape};
+use megamoe::{check, Gpu};
+use megamoe_capi::*;
+
+fn last_error() -> String {
+    // SAFETY: a null buffer of length 0 only asks the length; then a buffer of that length + 1.
+    let n = unsafe { megamoe_last_error(null_mut(), 0) };
+    let mut buf = vec![0u8; n + 1];
+    // SAFETY: `buf` holds n + 1 bytes.
+    unsafe { megamoe_last_error(buf.as_mut_ptr() as *mut _, buf.len()) };
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+fn new_layer(device: c_int, s: Shape, max_tokens: usize, save_z: bool) -> (c_int, *mut MegamoeLayer) {
+    let mut l = null_mut();
+    // SAFETY: `l` is writable.
+    let c = unsafe { megamoe_layer_new(device, s.h, s.i, s.e, s.k, max_tokens, save_z as c_int, &mut l) };
+    (c, l)
+}
+
+#[test]
+fn a_bad_configuration_is_refused_on_any_machine() {
+    let s = Shape { h: 100, ..SMALL };
+    let (c, l) = new_layer(0, s, 16, false);
+    assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+    assert!(l.is_null(), "no handle on failure");
+    let m = last_error();
+    assert!(m.contains("hidden size 100"), "message: {m}");
+    let (c, _) = new_layer(-1, SMALL, 16, false);
+    assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "{}", last_error());
+    // SAFETY: a null `out` is refused before any write.
+    let c = unsafe { megamoe_layer_new(0, 256, 128, 8, 2, 16, 0, null_mut()) };
+    assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+    assert!(last_error().contains("out is null"));
+}
+
+#[test]
+fn null_handles_are_refused_and_free_takes_null() {
+    let mut saved = null_mut();
+    // SAFETY: null handles are refused before anything is read.
+    unsafe {
+        let c = megamoe_forward(null(), 0, 1, 0, 0, 0, 0, 0, 0, &mut saved);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+        assert!(last_error().contains("layer handle is null"));
+        assert!(saved.is_null());
+        let c = megamoe_backward(null(), 0, null(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+        assert_eq!(megamoe_saved_check(null()), MEGAMOE_INVALID_ARGUMENT);
+        assert!(last_error().contains("saved-state handle is null"));
+        assert_eq!(megamoe_saved_tokens(null()), 0);
+        megamoe_saved_free(null_mut());
+        megamoe_layer_free(null_mut());
+    }
+}
+
+#[test]
+fn the_last_error_is_truncated_to_the_buffer_with_its_full_length_returned() {
+    let (c, _) = new_layer(0, Shape { h: 100, ..SMALL }, 16, false);
+    assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+    let full = last_error();
+    let mut buf = [0x55u8; 8];
+    // SAFETY: `buf` holds 8 bytes.
+    let n = unsafe { megamoe_last_error(buf.as_mut_ptr() as *mut _, buf.len()) };
+    assert_eq!(n, full.len());
+    assert_eq!(&buf[..7], &full.as_bytes()[..7]);
+    assert_eq!(buf[7], 0, "NUL-terminated within the buffer");
+    // SAFETY: the version is a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(megamoe_version()) };
+    assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+}
+
+#[test]
+fn a_machine_without_a_gpu_gets_a_typed_code() {
+    let (c, l) = new_layer(0, SMALL, 16, false);
+    match c {
+        MEGAMOE_OK => {
+            assert!(!l.is_null());
+            // SAFETY: a live handle, freed once.
+            unsafe { megamoe_layer_free(l) };
+        }
+        MEGAMOE_NO_DRIVER | MEGAMOE_NO_DEVICE | MEGAMOE_UNSUPPORTED_DEVICE => {
+            assert!(l.is_null());
+            assert!(!last_error().is_empty());
+        }
+        c => panic!("unexpected code {c}: {}", last_error()),
+    }
+}
+
+/// A test that needs the GPU: ignored elsewhere.
+macro_rules! gpu_test {
+    ($name:ident, $body:block) => {
+        #[test]
+        #[ignore = "needs a Hopper GPU: run with --ignored on the H200"]
+        fn $name() $body
+    };
+}
+
+fn ptr<T: DeviceRepr>(v: &CudaSlice<T>, s: &Arc<CudaStream>) -> u64 {
+    v.device_ptr(s).0
+}
+
+/// The layer's inputs and outputs on the device (outputs poisoned: NaN everywhere).
+struct Dev {
+    x: CudaSlice<bf16>,
+    ids: CudaSlice<i32>,
+    w: CudaSlice<f32>,
+    w1: CudaSlice<bf16>,
+    w2: CudaSlice<bf16>,
+    dy: CudaSlice<bf16>,
+    y: CudaSlice<bf16>,
+    dx: CudaSlice<bf16>,
+    dtopk: CudaSlice<f32>,
+    dw1: CudaSlice<bf16>,
+    dw2: CudaSlice<bf16>,
+}
+
+impl Dev {
+    fn new(g: &Gpu, inp: &Inputs) -> Dev {
+        let s = inp.shape;
+        let nan = |n: usize| {
+            let mut b = g.alloc::<bf16>(n).unwrap();
+            g.fill_bytes(&mut b, 0xff).unwrap();
+            b
+        };
+        let mut dtopk = g.alloc::<f32>(inp.tokens * s.k).unwrap();
+        g.fill_bytes(&mut dtopk, 0xff).unwrap();
+        Dev {
+            x: g.upload(&inp.x).unwrap(),
+            ids: g.upload(&inp.ids).unwrap(),
+            w: g.upload(&inp.w).unwrap(),
+            w1: g.upload(&inp.w1).unwrap(),
+            w2: g.upload(&inp.w2).unwrap(),
+            dy: g.upload(&inp.dy).unwrap(),
+            y: nan(inp.tokens * s.h),
+            dx: nan(inp.tokens * s.h),
+            dtopk,
+            dw1: nan(s.e * 2 * s.i * s.h),
+            dw2: nan(s.e * s.h * s.i),
+        }
+    }
+}
+
+/// Outputs downloaded: y, dx, dtopk, dW1, dW2.
+type Host = (Vec<bf16>, Vec<bf16>, Vec<f32>, Vec<bf16>, Vec<bf16>);
+
+fn download(g: &Gpu, d: &Dev) -> Host {
+    let b = |v: &CudaSlice<bf16>| g.download(v).unwrap();
+    (b(&d.y), b(&d.dx), g.download(&d.dtopk).unwrap(), b(&d.dw1), b(&d.dw2))
+}
+
+/// Forward + backward (bf16 weight gradients) through the C ABI on the caller's stream `caller`.
+fn through_the_abi(g: &Arc<Gpu>, l: *const MegamoeLayer, caller: &Arc<CudaStream>, d: &mut Dev, tokens: usize) {
+    let s = g.stream();
+    let p = |v: &CudaSlice<bf16>| ptr(v, s);
+    let (x, ids, w, w1, w2) = (p(&d.x), ptr(&d.ids, s), ptr(&d.w, s), p(&d.w1), p(&d.w2));
+    let mut saved = null_mut();
+    let cs = caller.cu_stream() as u64;
+    // SAFETY: every address is a live allocation of the sizes the shapes ask (the ABI checks them too).
+    unsafe {
+        let c = megamoe_forward(l, cs, tokens, x, ids, w, w1, w2, p(&d.y), &mut saved);
+        assert_eq!(c, MEGAMOE_OK, "forward: {}", last_error());
+        assert_eq!(megamoe_saved_tokens(saved), tokens);
+        let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, s));
+        let c = megamoe_backward(l, cs, saved, p(&d.dy), x, ids, w, w1, w2, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_OK, "backward: {}", last_error());
+        assert_eq!(megamoe_saved_check(saved), MEGAMOE_OK, "{}", last_error());
+        megamoe_saved_free(saved);
+    }
+}
+
+fn check_abi(s: Shape, tokens: usize, routing: Routing, save_z: bool) {
+    let g = gpu();
+    let inp = inputs(&mut rng(), s, tokens, routing);
+    let (c, l) = new_layer(0, s, tokens, save_z);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    // the caller's stream: a stream of its own, so the ABI's ordering (not the device's one stream) keeps the
+    // uploads before the layer and the layer before the downloads; the poison is written on the layer's stream
+    // and synchronised first
+    let caller = g.context().new_stream().unwrap();
+    let mut d = Dev::new(&g, &inp);
+    g.fill_bytes(&mut d.x, 0xff).unwrap();
+    g.sync().unwrap();
+    // x written on the caller's stream behind a long memset (~0.3 ms): a layer that did not wait for the
+    // caller's stream would read the NaN x; y read back on the caller's stream: a caller's stream that did not
+    // wait for the layer would read the poison
+    let mut big = caller.alloc_zeros::<u8>(1 << 30).unwrap();
+    caller.memset_zeros(&mut big).unwrap();
+    caller.memcpy_htod(&inp.x, &mut d.x).unwrap();
+    through_the_abi(&g, l, &caller, &mut d, tokens);
+    let y_caller = caller.clone_dtoh(&d.y).unwrap();
+    caller.synchronize().unwrap();
+    let got = download(&g, &d);
+    assert!(
+        y_caller.iter().zip(&got.0).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "y read on the caller's stream early"
+    );
+    // the same through the Rust API
+    let save = if save_z { Save::WithZ } else { Save::InputsOnly };
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens, save)).unwrap();
+    let mut r = Dev::new(&g, &inp);
+    let li = LayerInputs { tokens, x: &r.x, topk_ids: &r.ids, topk_weights: &r.w, w1: &r.w1, w2: &r.w2 };
+    let sv = layer.forward(&li, &mut r.y).unwrap();
+    let grads = Grads { dx: &mut r.dx, dw1: &mut r.dw1, dw2: &mut r.dw2, dtopk: &mut r.dtopk, accumulate: false };
+    layer.backward(&sv, &r.dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    let want = download(&g, &r);
+    let b16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(b16(&got.0) == b16(&want.0), "y differs from the Rust API's");
+    assert!(b16(&got.1) == b16(&want.1), "dx differs from the Rust API's");
+    assert!(got.2.iter().zip(&want.2).all(|(a, b)| a.to_bits() == b.to_bits()), "dtopk differs");
+    assert!(b16(&got.3) == b16(&want.3), "dW1 differs from the Rust API's");
+    assert!(b16(&got.4) == b16(&want.4), "dW2 differs from the Rust API's");
+    // and against the f64 reference, every element written
+    let (mut outs, grads) = reference::forward_backward(&s, &[rank_input(&inp)], &weights(&inp)).unwrap();
+    let want = outs.remove(0);
+    let f = |v: &[bf16]| v.iter().map(|x| x.to_f64()).collect::<Vec<_>>();
+    for (what, got, reference) in [
+        ("y", f(&got.0), &want.y),
+        ("dx", f(&got.1), &want.dx),
+        ("dW1", f(&got.3), &grads.dw1),
+        ("dW2", f(&got.4), &grads.dw2),
+    ] {
+        if let Some(i) = got.iter().position(|v| v.is_nan()) {
+            panic!("{what}[{i}] is NaN (not written)");
+        }
+        let e = check::close(what, &got, reference, 1e-2).unwrap();
+        eprintln!("{what}: rel err {e:.3e}");
+    }
+    let dtopk: Vec<f64> = got.2.iter().map(|&v| v as f64).collect();
+    let e = check::close_scaled("dtopk", &dtopk, &want.dtopk, &want.dtopk_scale, 1e-2).unwrap();
+    eprintln!("dtopk: err {e:.3e} of its terms' scale");
+    // SAFETY: the live handle, freed once.
+    unsafe { megamoe_layer_free(l) };
+}
+
+gpu_test!(layer_through_raw_pointers_small, { check_abi(SMALL, 100, Routing::Uniform, false) });
+gpu_test!(layer_through_raw_pointers_ragged_saved_z, { check_abi(RAGGED, 97, Routing::Masked10, true) });
+gpu_test!(layer_through_raw_pointers_qwen3_30b_a3b, { check_abi(Shape::QWEN3_30B_A3B, 512, Routing::Uniform, false) });
+
+gpu_test!(buffers_too_small_or_not_on_the_device_are_refused_and_nothing_is_written, {
+    let g = gpu();
+    let s = SMALL;
+    let tokens = 8192;
+    let inp = inputs(&mut rng(), s, tokens, Routing::Uniform);
+    let (c, l) = new_layer(0, s, tokens, false);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    let d = Dev::new(&g, &inp);
+    let st = g.stream();
+    let p = |v: &CudaSlice<bf16>| ptr(v, st);
+    let (x, ids, w, w1, w2) = (p(&d.x), ptr(&d.ids, st), ptr(&d.w, st), p(&d.w1), p(&d.w2));
+    // an output of 1 MiB where the call writes 4 MiB, in a `cuMemAlloc` allocation of its own (the strict
+    // reading; cudarc's buffers come from a stream-ordered pool, whose mappings run on past a buffer)
+    g.context().bind_to_thread().unwrap();
+    // SAFETY: a fresh allocation, freed below.
+    let short = unsafe { cudarc::driver::result::malloc_sync(1 << 20) }.unwrap();
+    let host = vec![0u16; tokens * s.h];
+    let mut saved = null_mut();
+    for (what, out, expect) in [
+        ("short", short, "past the end of its allocation"),
+        ("host", host.as_ptr() as u64, "memory"), // "not memory CUDA knows" (or "not device memory" with HMM)
+        ("misaligned", p(&d.y) + 1, "not aligned"),
+        ("null", 0, "null pointer"),
+    ] {
+        // SAFETY: the ABI refuses these addresses before any launch.
+        let c = unsafe { megamoe_forward(l, 0, tokens, x, ids, w, w1, w2, out, &mut saved) };
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "{what}");
+        let m = last_error();
+        assert!(m.contains(expect), "{what}: {m}");
+        assert!(saved.is_null(), "{what}: no saved state on failure");
+    }
+    // more tokens than the layer takes
+    // SAFETY: as above.
+    let c = unsafe { megamoe_forward(l, 0, tokens + 1, x, ids, w, w1, w2, p(&d.y), &mut saved) };
+    assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "{}", last_error());
+    g.sync().unwrap();
+    assert!(g.download(&d.y).unwrap().iter().all(|v| v.is_nan()), "a refused call wrote the output");
+    // SAFETY: the live handle and allocation, freed once.
+    unsafe {
+        megamoe_layer_free(l);
+        cudarc::driver::result::free_sync(short).unwrap();
+    }
+});
+
+gpu_test!(an_invalid_expert_id_is_reported_by_the_saved_check, {
+    let g = gpu();
+    let s = SMALL;
+    let tokens = 32;
+    let mut inp = inputs(&mut rng(), s, tokens, Routing::Uniform);
+    inp.ids[5] = s.e as i32; // one past the last expert
+    let (c, l) = new_layer(0, s, tokens, false);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    let d = Dev::new(&g, &inp);
+    let st = g.stream();
+    let p = |v: &CudaSlice<bf16>| ptr(v, st);
+    let mut saved = null_mut();
+    // SAFETY: live allocations of the right sizes.
+    unsafe {
+        let c = megamoe_forward(
+            l,
+            0,
+            tokens,
+            p(&d.x),
+            ptr(&d.ids, st),
+            ptr(&d.w, st),
+            p(&d.w1),
+            p(&d.w2),
+            p(&d.y),
+            &mut saved,
+        );
+        assert_eq!(c, MEGAMOE_OK, "the id is found on the device: {}", last_error());
+        assert_eq!(megamoe_saved_check(saved), MEGAMOE_INVALID_ARGUMENT);
+        eprintln!("{}", last_error());
+        megamoe_saved_free(saved);
+        megamoe_layer_free(l);
+    }
+    assert!(g.download(&d.y).unwrap().iter().all(|v| v.is_nan()), "the failed forward wrote the output");
+});

@@ -1,0 +1,258 @@
+"""PyTorch bindings of megamoe's MoE layer (bf16, one GPU, forward and backward), through its C ABI.
+
+The shared library is megamoe's `capi` crate (`cargo build --release -p megamoe-capi` gives
+target/release/libmegamoe_capi.so); ctypes loads it, so nothing is compiled for Python. Where it is looked for:
+the `MEGAMOE_LIB` environment variable, then this file's folder, then ../target/release.
+
+    import megamoe_torch as mm
+    moe = mm.MoE(hidden=2048, intermediate=768, experts=128, top_k=8, max_tokens=16384).cuda()
+    y = moe(x, topk_ids, topk_weights)    # x bf16 [T, H]; topk_ids [T, k] (-1: masked); topk_weights [T, k]
+    y.backward(dy)                        # x.grad, topk_weights.grad, moe.w1.grad, moe.w2.grad
+
+or the function form on your own weights, `mm.moe(layer, x, topk_ids, topk_weights, w1, w2)` with
+`layer = mm.Layer(...)`: w1 bf16 [E, 2I, H] (each expert's I gate rows, then its I up rows), w2 bf16 [E, H, I];
+y[t] = sum_j topk_weights[t, j] * (silu(x[t] W1g^T) * (x[t] W1u^T)) W2^T of expert topk_ids[t, j].
+
+The layer runs on its device's own stream, ordered after the current PyTorch stream and before what comes after
+on it (events; no host synchronisation). Weight gradients are bf16 (as autograd gives them for bf16
+weights; each is the f32 sum rounded once). Every buffer is checked by the library before a launch (device, size
+of its allocation): errors raise `MegamoeError` with the library's message. Not through these bindings yet: CUDA
+graph capture, FP8, expert parallelism (the Rust API has them).
+"""
+import ctypes
+import os
+
+import torch
+
+OK, INVALID_ARGUMENT, NO_DRIVER, NO_DEVICE, UNSUPPORTED_DEVICE, CUDA_ERROR, TIMEOUT, INTERNAL = range(8)
+
+
+class MegamoeError(RuntimeError):
+    """A megamoe call failed; `code` is the C ABI's status (INVALID_ARGUMENT, ...)."""
+
+    def __init__(self, code, message):
+        super().__init__(f"megamoe: {message} (code {code})")
+        self.code = code
+
+
+_lib = None
+
+
+def _candidates():
+    env = os.environ.get("MEGAMOE_LIB")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.join(here, "libmegamoe_capi.so"),
+            os.path.join(here, "..", "target", "release", "libmegamoe_capi.so")]
+
+
+def lib():
+    """The loaded C library (loaded on first use)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    paths = _candidates()
+    path = next((p for p in paths if os.path.exists(p)), None)
+    if path is None:
+        raise MegamoeError(INTERNAL, f"libmegamoe_capi.so not found (tried {paths}; set MEGAMOE_LIB, or build it: "
+                                     "cargo build --release -p megamoe-capi)")
+    L = ctypes.CDLL(path)
+    u64, sz, i32 = ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int
+    vp = ctypes.c_void_p
+    L.megamoe_layer_new.argtypes = [i32, sz, sz, sz, sz, sz, i32, ctypes.POINTER(vp)]
+    L.megamoe_layer_free.argtypes = [vp]
+    L.megamoe_layer_free.restype = None
+    L.megamoe_forward.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, ctypes.POINTER(vp)]
+    L.megamoe_backward.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32]
+    L.megamoe_saved_check.argtypes = [vp]
+    L.megamoe_saved_tokens.argtypes = [vp]
+    L.megamoe_saved_tokens.restype = sz
+    L.megamoe_saved_free.argtypes = [vp]
+    L.megamoe_saved_free.restype = None
+    L.megamoe_last_error.argtypes = [ctypes.c_char_p, sz]
+    L.megamoe_last_error.restype = sz
+    L.megamoe_version.restype = ctypes.c_char_p
+    for f in ("megamoe_layer_new", "megamoe_forward", "megamoe_backward", "megamoe_saved_check"):
+        getattr(L, f).restype = i32
+    _lib = L
+    return L
+
+
+def _check(code):
+    if code != OK:
+        L = lib()
+        n = L.megamoe_last_error(None, 0)
+        buf = ctypes.create_string_buffer(n + 1)
+        L.megamoe_last_error(buf, n + 1)
+        raise MegamoeError(code, buf.value.decode(errors="replace"))
+
+
+def _cuda_device(device):
+    """torch.device('cuda', index) for None (the current device), an index, 'cuda', 'cuda:N' or a device."""
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    d = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if d.type != "cuda":
+        raise ValueError(f"megamoe runs on CUDA devices, not {d}")
+    return d if d.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def _stream(device):
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _need(t, name, dtype, shape, device):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, the layer on {device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous")
+    return t.data_ptr()
+
+
+class Saved:
+    """What a forward leaves for its backward (device memory, freed with this object)."""
+
+    def __init__(self, handle, layer):
+        self.handle = handle
+        self.layer = layer  # keeps the library loaded and the layer alive while this lives
+
+    @property
+    def tokens(self):
+        return lib().megamoe_saved_tokens(self.handle)
+
+    def check(self):
+        """Synchronise and raise if the forward met an expert id outside -1..E (it then wrote nothing)."""
+        _check(lib().megamoe_saved_check(self.handle))
+
+    def free(self):
+        if self.handle:
+            lib().megamoe_saved_free(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class Layer:
+    """The device state of one MoE layer (workspace for up to `max_tokens` tokens), on `device`."""
+
+    def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None):
+        self.device = _cuda_device(device)
+        self.hidden, self.intermediate, self.experts, self.top_k = hidden, intermediate, experts, top_k
+        self.max_tokens = max_tokens
+        torch.cuda.init()  # PyTorch's context first: megamoe retains the same primary context
+        h = ctypes.c_void_p()
+        with torch.cuda.device(self.device):
+            _check(lib().megamoe_layer_new(self.device.index, hidden, intermediate, experts, top_k, max_tokens,
+                                           int(bool(save_z)), ctypes.byref(h)))
+        self.handle = h
+
+    def __del__(self):
+        try:
+            if self.handle:
+                lib().megamoe_layer_free(self.handle)
+                self.handle = None
+        except Exception:
+            pass
+
+    def _inputs(self, x, topk_ids, topk_weights, w1, w2, tokens):
+        H, I, E, k, d = self.hidden, self.intermediate, self.experts, self.top_k, self.device
+        return [_need(x, "x", torch.bfloat16, (tokens, H), d),
+                _need(topk_ids, "topk_ids", torch.int32, (tokens, k), d),
+                _need(topk_weights, "topk_weights", torch.float32, (tokens, k), d),
+                _need(w1, "w1", torch.bfloat16, (E, 2 * I, H), d),
+                _need(w2, "w2", torch.bfloat16, (E, H, I), d)]
+
+    def forward(self, x, topk_ids, topk_weights, w1, w2, out=None):
+        """y [T, H] bf16 (into `out` if given) and the `Saved` for the backward. No autograd: see `moe`."""
+        T = x.shape[0]
+        ptrs = self._inputs(x, topk_ids, topk_weights, w1, w2, T)
+        if out is None:
+            out = torch.empty((T, self.hidden), dtype=torch.bfloat16, device=self.device)
+        po = _need(out, "out", torch.bfloat16, (T, self.hidden), self.device)
+        s = ctypes.c_void_p()
+        _check(lib().megamoe_forward(self.handle, _stream(self.device), T, *ptrs, po, ctypes.byref(s)))
+        return out, Saved(s, self)
+
+    def backward(self, saved, dy, x, topk_ids, topk_weights, w1, w2, grads=None, wgrad_dtype=torch.bfloat16,
+                 accumulate=False):
+        """dx, dtopk, dw1, dw2 of the forward that returned `saved` (same inputs). `grads`: optional
+        (dx, dtopk, dw1, dw2) to write into; with `accumulate` dw1 and dw2 are added to. Weight gradients in
+        `wgrad_dtype` (bf16 or float32)."""
+        T = saved.tokens
+        H, I, E, k, d = self.hidden, self.intermediate, self.experts, self.top_k, self.device
+        ptrs = self._inputs(x, topk_ids, topk_weights, w1, w2, T)
+        if wgrad_dtype not in (torch.bfloat16, torch.float32):
+            raise TypeError(f"wgrad_dtype must be bfloat16 or float32, got {wgrad_dtype}")
+        if grads is None:
+            if accumulate:
+                raise ValueError("accumulate needs the gradients to add to (grads=...)")
+            grads = (torch.empty((T, H), dtype=torch.bfloat16, device=d),
+                     torch.empty((T, k), dtype=torch.float32, device=d),
+                     torch.empty((E, 2 * I, H), dtype=wgrad_dtype, device=d),
+                     torch.empty((E, H, I), dtype=wgrad_dtype, device=d))
+        dx, dtopk, dw1, dw2 = grads
+        g = [_need(dx, "dx", torch.bfloat16, (T, H), d), _need(dtopk, "dtopk", torch.float32, (T, k), d),
+             _need(dw1, "dw1", wgrad_dtype, (E, 2 * I, H), d), _need(dw2, "dw2", wgrad_dtype, (E, H, I), d)]
+        pdy = _need(dy, "dy", torch.bfloat16, (T, H), d)
+        _check(lib().megamoe_backward(self.handle, _stream(d), saved.handle, pdy, *ptrs, g[0], g[2], g[3], g[1],
+                                      int(wgrad_dtype == torch.bfloat16), int(bool(accumulate))))
+        return dx, dtopk, dw1, dw2
+
+
+class _MoeFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, layer, x, topk_ids, topk_weights, w1, w2):
+        y, saved = layer.forward(x, topk_ids, topk_weights, w1, w2)
+        ctx.layer, ctx.saved = layer, saved
+        ctx.save_for_backward(x, topk_ids, topk_weights, w1, w2)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, topk_ids, topk_weights, w1, w2 = ctx.saved_tensors
+        dx, dtopk, dw1, dw2 = ctx.layer.backward(ctx.saved, dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
+                                                 wgrad_dtype=w1.dtype)
+        return None, dx, None, dtopk, dw1, dw2
+
+
+def moe(layer, x, topk_ids, topk_weights, w1, w2):
+    """The layer with autograd: y [T, H]; gradients for x, topk_weights, w1 and w2. topk_ids may be int64
+    (converted); topk_weights of any float dtype (computed in float32, its gradient returned in its dtype)."""
+    ids = topk_ids.to(torch.int32).contiguous()
+    w = topk_weights.to(torch.float32).contiguous()
+    return _MoeFunction.apply(layer, x.contiguous(), ids, w, w1, w2)
+
+
+class MoE(torch.nn.Module):
+    """An MoE layer's experts as a module: parameters w1 [E, 2I, H] and w2 [E, H, I] in bf16; the routing
+    (topk_ids, topk_weights) comes from the caller's router."""
+
+    def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None):
+        super().__init__()
+        dev = _cuda_device(device)
+        self.cfg = (hidden, intermediate, experts, top_k, max_tokens, save_z)
+        self.w1 = torch.nn.Parameter(torch.empty(experts, 2 * intermediate, hidden, dtype=torch.bfloat16, device=dev))
+        self.w2 = torch.nn.Parameter(torch.empty(experts, hidden, intermediate, dtype=torch.bfloat16, device=dev))
+        torch.nn.init.normal_(self.w1, std=hidden ** -0.5)
+        torch.nn.init.normal_(self.w2, std=intermediate ** -0.5)
+        self._layer = None
+
+    def layer(self):
+        dev = self.w1.device
+        if self._layer is None or self._layer.device != dev:
+            self._layer = Layer(*self.cfg, device=dev)
+        return self._layer
+
+    def forward(self, x, topk_ids, topk_weights):
+        return moe(self.layer(), x, topk_ids, topk_weights, self.w1, self.w2)

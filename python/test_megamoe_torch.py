@@ -1,0 +1,247 @@
+"""GPU test of the PyTorch bindings (python/megamoe_torch.py): `python3 python/test_megamoe_torch.py` on the GPU
+machine, with MEGAMOE_LIB naming libmegamoe_capi.so (or the library beside megamoe_torch.py). Exits non-zero on
+the first failure; without a CUDA device it says so and exits 0 (skipped).
+
+Fresh random inputs every run (the seed is printed; MEGAMOE_SEED replays it). For each case: the raw calls into
+NaN-poisoned outputs, every element written and within 1e-2 of a float64 autograd reference on the same bf16
+values (y, dx, dtopk, dW1, dW2; f32 weight gradients); a repeat bitwise equal; the autograd path (`mm.moe`, int64
+ids) bitwise the raw calls, also on a side stream; bf16 weight gradients within 1e-2. Then refusals: wrong
+dtype, shape or device in Python, and in the library a buffer smaller than the call needs and an invalid expert
+id. MEGAMOE_TORCH_BENCH=1 adds the 30B layer's forward + backward by autograd against the torch._grouped_mm layer
+(median of 10 after 3, CUDA events).
+"""
+import ctypes
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import megamoe_torch as mm  # noqa: E402
+
+if not torch.cuda.is_available():
+    print("SKIP: no CUDA device (the bindings' test needs the GPU machine)")
+    sys.exit(0)
+
+dev = torch.device("cuda", 0)
+seed = int(os.environ.get("MEGAMOE_SEED", torch.seed() % (1 << 31)))
+torch.manual_seed(seed)
+print(f"seed {seed} (MEGAMOE_SEED={seed} replays it); library {mm.lib().megamoe_version().decode()}; "
+      f"{torch.cuda.get_device_name(dev)}; torch {torch.__version__}; "
+      f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')}")
+failures = []
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    failures.append(msg)
+
+
+def reference(x, ids, w, w1, w2):
+    """float64 layer on float64 copies (autograd gives the reference gradients)."""
+    T, k = ids.shape
+    I = w2.shape[2]
+    out = torch.zeros(T, x.shape[1], dtype=torch.float64, device=x.device)
+    for e in range(w1.shape[0]):
+        t, j = torch.where(ids == e)
+        if t.numel() == 0:
+            continue
+        z = x[t] @ w1[e].t()
+        h = F.silu(z[:, :I]) * z[:, I:]
+        out = out.index_add(0, t, (h @ w2[e].t()) * w[t, j].unsqueeze(1))
+    return out
+
+
+def rel(got, want):
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+def check_close(tag, got, want, tol=1e-2):
+    if torch.isnan(got).any():
+        i = torch.isnan(got.flatten()).nonzero()[0].item()
+        fail(f"{tag}: element {i} is NaN (not written)")
+        return
+    e = rel(got, want)
+    print(f"  {tag}: rel err {e:.3e}")
+    if not e <= tol:
+        fail(f"{tag}: rel err {e:.3e} > {tol}")
+
+
+def same_bits(tag, a, b):
+    if not torch.equal(a.view(torch.int16) if a.dtype == torch.bfloat16 else a.view(torch.int32),
+                       b.view(torch.int16) if b.dtype == torch.bfloat16 else b.view(torch.int32)):
+        fail(f"{tag}: not bitwise equal")
+
+
+def inputs(H, I, E, k, T, masked):
+    ids = torch.rand(T, E, device=dev).argsort(dim=1)[:, :k].to(torch.int32)
+    if masked:
+        ids[torch.rand(T, k, device=dev) < masked] = -1
+    return (torch.randn(T, H, device=dev).to(torch.bfloat16), ids, torch.rand(T, k, device=dev),
+            (torch.randn(E, 2 * I, H, device=dev) * 1.7 * H ** -0.5).to(torch.bfloat16),
+            (torch.randn(E, H, I, device=dev) * 2.0 * I ** -0.5).to(torch.bfloat16),
+            torch.randn(T, H, device=dev).to(torch.bfloat16))
+
+
+def nan(*shape, dtype=torch.bfloat16):
+    return torch.full(shape, float("nan"), dtype=dtype, device=dev)
+
+
+def case(name, H, I, E, k, T, save_z, masked):
+    print(f"case {name}: H={H} I={I} E={E} k={k} T={T} save_z={save_z} masked={masked}")
+    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
+    layer = mm.Layer(H, I, E, k, T, save_z=save_z)
+    y, saved = layer.forward(x, ids, w, w1, w2, out=nan(T, H))
+    grads = (nan(T, H), nan(T, k, dtype=torch.float32), nan(E, 2 * I, H, dtype=torch.float32),
+             nan(E, H, I, dtype=torch.float32))
+    dx, dtopk, dw1, dw2 = layer.backward(saved, dy, x, ids, w, w1, w2, grads=grads, wgrad_dtype=torch.float32)
+    saved.check()
+    xr, wr, w1r, w2r = (t.double().requires_grad_() for t in (x, w, w1, w2))
+    yr = reference(xr, ids, wr, w1r, w2r)
+    yr.backward(dy.double())
+    for tag, got, want in [("y", y, yr.detach()), ("dx", dx, xr.grad), ("dtopk", dtopk, wr.grad),
+                           ("dW1 f32", dw1, w1r.grad), ("dW2 f32", dw2, w2r.grad)]:
+        check_close(tag, got, want)
+    y2, _ = layer.forward(x, ids, w, w1, w2)
+    same_bits("y of a repeat", y2, y)
+    # autograd, int64 ids as a router gives them; then on a side stream
+    for where in ("current stream", "side stream"):
+        s = torch.cuda.Stream(dev)
+        s.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(s) if where == "side stream" else torch.cuda.stream(torch.cuda.current_stream(dev)):
+            xa, wa, w1a, w2a = (t.clone().requires_grad_() for t in (x, w, w1, w2))
+            ya = mm.moe(layer, xa, ids.long(), wa, w1a, w2a)
+            ya.backward(dy)
+        torch.cuda.current_stream(dev).wait_stream(s)
+        same_bits(f"autograd y ({where})", ya.detach(), y)
+        same_bits(f"autograd dx ({where})", xa.grad, dx)
+        same_bits(f"autograd dtopk ({where})", wa.grad, dtopk)
+        check_close(f"autograd dW1 bf16 ({where})", w1a.grad, w1r.grad)
+        check_close(f"autograd dW2 bf16 ({where})", w2a.grad, w2r.grad)
+    torch.cuda.synchronize()
+
+
+def expect_error(tag, exc, f, contains=""):
+    try:
+        f()
+    except exc as e:
+        if contains not in str(e):
+            fail(f"{tag}: message lacks '{contains}': {e}")
+        else:
+            print(f"  {tag}: refused ({str(e)[:140]})")
+        return
+    except Exception as e:  # noqa: BLE001
+        fail(f"{tag}: raised {type(e).__name__} {e}, expected {exc.__name__}")
+        return
+    fail(f"{tag}: not refused")
+
+
+def refusals():
+    print("refusals")
+    H, I, E, k, T = 256, 128, 8, 2, 64
+    x, ids, w, w1, w2, _ = inputs(H, I, E, k, T, 0.0)
+    layer = mm.Layer(H, I, E, k, 16384)
+    expect_error("x in float32", TypeError, lambda: layer.forward(x.float(), ids, w, w1, w2), "bfloat16")
+    expect_error("w1 of the wrong shape", ValueError, lambda: layer.forward(x, ids, w, w1[:, :-1], w2), "shape")
+    expect_error("x on the CPU", ValueError, lambda: layer.forward(x.cpu(), ids, w, w1, w2), "cpu")
+    expect_error("more tokens than the layer takes", mm.MegamoeError,
+                 lambda: mm.Layer(H, I, E, k, 16).forward(x, ids, w, w1, w2), "tokens")
+    expect_error("a hidden size that is not a multiple of 64", mm.MegamoeError,
+                 lambda: mm.Layer(100, I, E, k, 16), "hidden size 100")
+    # past the Python checks, straight into the library: an output of 1 MiB for a call that writes 8 MiB, in a
+    # fresh 2 MiB segment of the allocator: the library's extent check. With expandable segments the memory
+    # after it is mapped (other tensors): the library cannot see the mismatch there, only the Python checks can
+    if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        print("  the library's extent check: skipped under expandable segments (mapped memory follows the buffer)")
+        return invalid_id(layer, x, ids, w, w1, w2)
+    Tb = 16384
+    xb, idb, wb, _, _, _ = inputs(H, I, E, k, Tb, 0.0)
+    torch.cuda.empty_cache()
+    small = torch.full((1 << 19,), float("nan"), dtype=torch.bfloat16, device=dev)
+    s = ctypes.c_void_p()
+    L = mm.lib()
+    code = L.megamoe_forward(layer.handle, torch.cuda.current_stream(dev).cuda_stream, Tb, xb.data_ptr(),
+                             idb.data_ptr(), wb.data_ptr(), w1.data_ptr(), w2.data_ptr(), small.data_ptr(),
+                             ctypes.byref(s))
+    expect_error("an output smaller than the call writes", mm.MegamoeError, lambda: mm._check(code), "past the end")
+    torch.cuda.synchronize()
+    if not torch.isnan(small).all():
+        fail("the refused call wrote into the small buffer")
+    if s.value:
+        fail("a refused call returned a saved state")
+    invalid_id(layer, x, ids, w, w1, w2)
+
+
+def invalid_id(layer, x, ids, w, w1, w2):
+    """An expert id >= E: found on the device, nothing written, reported by the saved state's check."""
+    T, H, E = x.shape[0], x.shape[1], w1.shape[0]
+    bad = ids.clone()
+    bad[3, 1] = E
+    y, saved = layer.forward(x, bad, w, w1, w2, out=nan(T, H))
+    expect_error("an expert id >= E", mm.MegamoeError, saved.check, "")
+    if not torch.isnan(y).all():
+        fail("the forward with an invalid expert id wrote y")
+
+
+def bench():
+    H, I, E, k, T = 2048, 768, 128, 8, 16384
+    print(f"bench: Qwen3-30B-A3B layer, T={T}, forward + backward by autograd (bf16 weight gradients)")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benches"))
+    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, 0.0)
+    moe = mm.MoE(H, I, E, k, T, device=dev)
+    with torch.no_grad():
+        moe.w1.copy_(w1)
+        moe.w2.copy_(w2)
+
+    def grouped(x, ids, w, W1, W2):  # the torch._grouped_mm layer of benches/torch_layer.py
+        flat = ids.flatten()
+        order = torch.argsort(flat, stable=True)
+        tok = order // k
+        offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
+        z = torch._grouped_mm(x[tok], W1.transpose(1, 2), offs=offs)
+        h = F.silu(z[:, :I]) * z[:, I:]
+        y = torch._grouped_mm(h, W2.transpose(1, 2), offs=offs) * w.flatten()[order].unsqueeze(1).to(x.dtype)
+        return torch.zeros_like(x).index_add_(0, tok, y)
+
+    W1, W2 = w1.clone().requires_grad_(), w2.clone().requires_grad_()
+    xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ids64 = ids.long()
+
+    def ours():
+        xa.grad = wa.grad = moe.w1.grad = moe.w2.grad = None
+        moe(xa, ids64, wa).backward(dy)
+
+    def theirs():
+        xa.grad = wa.grad = W1.grad = W2.grad = None
+        grouped(xa, ids64, wa, W1, W2).backward(dy)
+
+    def median_ms(f, n=10):
+        for _ in range(3):
+            f()
+        times = []
+        for _ in range(n):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            f()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        return sorted(times)[n // 2]
+
+    t_ours, t_theirs = median_ms(ours), median_ms(theirs)
+    t_ours2 = median_ms(ours)
+    print(f"RESULT torch-binding 30B T={T} fwd+bwd: megamoe through megamoe_torch {t_ours:.3f} / {t_ours2:.3f} ms, "
+          f"torch._grouped_mm layer {t_theirs:.3f} ms, ratio {t_theirs / t_ours:.2f}x")
+
+
+case("small", 256, 128, 8, 2, 100, False, 0.0)
+case("ragged, masked, z saved", 320, 192, 5, 3, 211, True, 0.1)
+case("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, False, 0.0)
+refusals()
+if os.environ.get("MEGAMOE_TORCH_BENCH") == "1":
+    bench()
+if failures:
+    print(f"{len(failures)} FAILED")
+    sys.exit(1)
+print("all passed")
