@@ -16,8 +16,10 @@ y[t] = sum_j topk_weights[t, j] * (silu(x[t] W1g^T) * (x[t] W1u^T)) W2^T of expe
 The layer runs on its device's own stream, ordered after the current PyTorch stream and before what comes after
 on it (events; no host synchronisation). Weight gradients are bf16 (as autograd gives them for bf16
 weights; each is the f32 sum rounded once). Every buffer is checked by the library before a launch (device, size
-of its allocation): errors raise `MegamoeError` with the library's message. Not through these bindings yet: CUDA
-graph capture, FP8, expert parallelism (the Rust API has them).
+of its allocation, 16-byte alignment, outputs disjoint from inputs): errors raise `MegamoeError` with the
+library's message. megamoe's workspace and saved states come from CUDA's default memory pool, kept cached
+between calls; `trim_pool()` hands it back. Not through these bindings yet: CUDA graph capture, FP8, expert
+parallelism (the Rust API has them).
 """
 import ctypes
 import os
@@ -73,7 +75,9 @@ def lib():
     L.megamoe_last_error.argtypes = [ctypes.c_char_p, sz]
     L.megamoe_last_error.restype = sz
     L.megamoe_version.restype = ctypes.c_char_p
-    for f in ("megamoe_layer_new", "megamoe_forward", "megamoe_backward", "megamoe_saved_check"):
+    L.megamoe_trim_pool.argtypes = [i32, sz]
+    for f in ("megamoe_layer_new", "megamoe_forward", "megamoe_backward", "megamoe_saved_check",
+              "megamoe_trim_pool"):
         getattr(L, f).restype = i32
     _lib = L
     return L
@@ -114,6 +118,12 @@ def _need(t, name, dtype, shape, device):
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous")
     return t.data_ptr()
+
+
+def trim_pool(device=None, keep_bytes=0):
+    """Hand the memory megamoe's freed buffers keep cached on `device` back to the driver (PyTorch's allocator
+    cannot use it while megamoe holds it); synchronises megamoe's stream there."""
+    _check(lib().megamoe_trim_pool(_cuda_device(device).index, keep_bytes))
 
 
 class Saved:

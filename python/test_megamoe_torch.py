@@ -149,8 +149,16 @@ def refusals():
                  lambda: mm.Layer(H, I, E, k, 16).forward(x, ids, w, w1, w2), "tokens")
     expect_error("a hidden size that is not a multiple of 64", mm.MegamoeError,
                  lambda: mm.Layer(100, I, E, k, 16), "hidden size 100")
-    # past the Python checks, straight into the library: an output of 1 MiB for a call that writes 8 MiB, in a
-    # fresh 2 MiB segment of the allocator: the library's extent check. With expandable segments the memory
+    # a contiguous view 2 bytes into its storage: the right dtype, shape and device, but the kernels' 16-byte row
+    # accesses would fault on it; the library refuses it
+    buf = torch.empty(T * H + 8, dtype=torch.bfloat16, device=dev)
+    xv = buf[1:1 + T * H].view(T, H)
+    xv.copy_(x)
+    expect_error("x 2 bytes off its alignment", mm.MegamoeError, lambda: layer.forward(xv, ids, w, w1, w2),
+                 "not aligned to 16 bytes")
+    expect_error("out on x", mm.MegamoeError, lambda: layer.forward(x, ids, w, w1, w2, out=x), "overlaps")
+    # past the Python checks, straight into the library: an output of 128 KiB for a call that writes 8 MiB, in a
+    # 2 MiB segment of the allocator: the library's extent check. With expandable segments the memory
     # after it is mapped (other tensors): the library cannot see the mismatch there, only the Python checks can
     if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
         print("  the library's extent check: skipped under expandable segments (mapped memory follows the buffer)")
@@ -158,7 +166,7 @@ def refusals():
     Tb = 16384
     xb, idb, wb, _, _, _ = inputs(H, I, E, k, Tb, 0.0)
     torch.cuda.empty_cache()
-    small = torch.full((1 << 19,), float("nan"), dtype=torch.bfloat16, device=dev)
+    small = torch.full((1 << 16,), float("nan"), dtype=torch.bfloat16, device=dev)
     s = ctypes.c_void_p()
     L = mm.lib()
     code = L.megamoe_forward(layer.handle, torch.cuda.current_stream(dev).cuda_stream, Tb, xb.data_ptr(),
@@ -241,6 +249,7 @@ case("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, False, 0.0)
 refusals()
 if os.environ.get("MEGAMOE_TORCH_BENCH") == "1":
     bench()
+mm.trim_pool(dev)
 if failures:
     print(f"{len(failures)} FAILED")
     sys.exit(1)

@@ -49,6 +49,9 @@ int megamoe_saved_check(const MegamoeSaved *saved);
 size_t megamoe_saved_tokens(const MegamoeSaved *saved);
 void megamoe_saved_free(MegamoeSaved *saved);
 
+/* Hand megamoe's cached pool memory on `device` back to the driver, keeping keep_bytes (synchronises). */
+int megamoe_trim_pool(int device, size_t keep_bytes);
+
 /* The calling thread's last error message: copies at most len bytes with the NUL, returns the full length. */
 size_t megamoe_last_error(char *buf, size_t len);
 const char *megamoe_version(void);

@@ -143,40 +143,67 @@ impl MegamoeLayer {
 }
 
 /// A caller's device buffer seen as a `CudaSlice` for the length of one call; never freed by megamoe.
-struct Borrowed<T>(Option<CudaSlice<T>>);
+struct Borrowed<T> {
+    slice: Option<CudaSlice<T>>,
+    span: Span,
+}
+
+/// A buffer's name and byte range (for the overlap check).
+#[derive(Clone, Copy)]
+struct Span {
+    name: &'static str,
+    start: u64,
+    end: u64,
+}
+
+/// Every output disjoint from the other outputs and from every input (the Rust API's `&mut` / `&` rule, which
+/// raw addresses do not carry): an output that overlaps one would be read after it is written.
+fn check_disjoint(outs: &[Span], ins: &[Span]) -> Result<()> {
+    for (i, o) in outs.iter().enumerate() {
+        for b in outs[i + 1..].iter().chain(ins) {
+            if o.start < o.end && b.start < b.end && o.start < b.end && b.start < o.end {
+                return bad(format!(
+                    "{} overlaps {}: an output may share memory with no other output or input",
+                    o.name, b.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
 
 impl<T> Deref for Borrowed<T> {
     type Target = CudaSlice<T>;
     fn deref(&self) -> &CudaSlice<T> {
-        self.0.as_ref().expect("present until dropped")
+        self.slice.as_ref().expect("present until dropped")
     }
 }
 
 impl<T> DerefMut for Borrowed<T> {
     fn deref_mut(&mut self) -> &mut CudaSlice<T> {
-        self.0.as_mut().expect("present until dropped")
+        self.slice.as_mut().expect("present until dropped")
     }
 }
 
 impl<T> Drop for Borrowed<T> {
     fn drop(&mut self) {
-        if let Some(s) = self.0.take() {
+        if let Some(s) = self.slice.take() {
             s.leak();
         }
     }
 }
 
-/// The caller's buffer `name` at `ptr` holding `len` elements of `T`, checked: not null, aligned, device
-/// memory of `gpu`'s device, all `len` elements in mapped memory from its allocation on. The context must be
-/// current.
-fn borrow<T: DeviceRepr>(gpu: &Gpu, name: &str, ptr: u64, len: usize) -> Result<Borrowed<T>> {
+/// The caller's buffer `name` at `ptr` holding `len` elements of `T`, checked: not null, aligned to `align`
+/// bytes, device memory of `gpu`'s device, all `len` elements in mapped memory from its allocation on. The
+/// context must be current.
+fn borrow<T: DeviceRepr>(gpu: &Gpu, name: &'static str, ptr: u64, len: usize, align: u64) -> Result<Borrowed<T>> {
     let size = std::mem::size_of::<T>();
     if len > 0 {
         if ptr == 0 {
             return bad(format!("{name} is a null pointer ({len} elements expected)"));
         }
-        if ptr % std::mem::align_of::<T>() as u64 != 0 {
-            return bad(format!("{name} ({ptr:#x}) is not aligned to its {size}-byte elements"));
+        if ptr % align.max(std::mem::align_of::<T>() as u64) != 0 {
+            return bad(format!("{name} ({ptr:#x}) is not aligned to {align} bytes (the kernels' vector accesses)"));
         }
         let Some(bytes) = len.checked_mul(size) else {
             return bad(format!("{name}: {len} elements of {size} bytes overflow"));
@@ -244,7 +271,27 @@ fn borrow<T: DeviceRepr>(gpu: &Gpu, name: &str, ptr: u64, len: usize) -> Result<
     }
     // SAFETY: the extent was checked above to lie in live device memory of this device (or is empty); the slice
     // is leaked, never freed, when the call ends (`Borrowed`).
-    Ok(Borrowed(Some(unsafe { gpu.stream().upgrade_device_ptr(ptr, len) })))
+    let slice = Some(unsafe { gpu.stream().upgrade_device_ptr(ptr, len) });
+    Ok(Borrowed { slice, span: Span { name, start: ptr, end: ptr.wrapping_add((len * size) as u64) } })
+}
+
+/// The calling thread's current CUDA context on entry, made current again on exit (PyTorch reads its current
+/// device from it); the layer's context is current in between.
+struct CurrentCtx(Option<sys::CUcontext>);
+
+impl CurrentCtx {
+    fn enter(gpu: &Gpu) -> Result<Self> {
+        let prev = driver("reading the thread's current context", result::ctx::get_current())?;
+        driver("making the device's context current", gpu.context().bind_to_thread())?;
+        Ok(CurrentCtx(prev))
+    }
+}
+
+impl Drop for CurrentCtx {
+    fn drop(&mut self) {
+        // SAFETY: the context was current on entry, so it is alive (or null: no context, as on entry).
+        let _ = unsafe { result::ctx::set_current(self.0.unwrap_or(std::ptr::null_mut())) };
+    }
 }
 
 fn layer_ref<'a>(layer: *const MegamoeLayer) -> Result<&'a MegamoeLayer> {
@@ -257,6 +304,11 @@ fn saved_ref<'a>(saved: *const MegamoeSaved) -> Result<&'a MegamoeSaved> {
     // SAFETY: as `layer_ref`, for `megamoe_forward`'s handles.
     unsafe { saved.as_ref() }.ok_or_else(|| Error::InvalidArgument("the saved-state handle is null".into()))
 }
+
+/// The alignment of the row and weight buffers: the kernels copy rows with 16-byte accesses and TMA needs
+/// 16-byte addresses (a PyTorch tensor of H-wide rows, H a multiple of 64, keeps it from its 512-byte aligned
+/// allocation; a view at an odd offset does not, and would fault).
+const ROWS: u64 = 16;
 
 /// The layer's five inputs for `tokens` tokens, borrowed and checked.
 struct In {
@@ -275,12 +327,16 @@ impl In {
         }
         let (g, e, h, i) = (&*l.gpu, c.experts, c.hidden, c.intermediate);
         Ok(In {
-            x: borrow(g, "x", p[0], tokens * h)?,
-            ids: borrow(g, "topk_ids", p[1], tokens * c.top_k)?,
-            w: borrow(g, "topk_weights", p[2], tokens * c.top_k)?,
-            w1: borrow(g, "w1", p[3], e * 2 * i * h)?,
-            w2: borrow(g, "w2", p[4], e * h * i)?,
+            x: borrow(g, "x", p[0], tokens * h, ROWS)?,
+            ids: borrow(g, "topk_ids", p[1], tokens * c.top_k, 4)?,
+            w: borrow(g, "topk_weights", p[2], tokens * c.top_k, 4)?,
+            w1: borrow(g, "w1", p[3], e * 2 * i * h, ROWS)?,
+            w2: borrow(g, "w2", p[4], e * h * i, ROWS)?,
         })
+    }
+
+    fn spans(&self) -> [Span; 5] {
+        [self.x.span, self.ids.span, self.w.span, self.w1.span, self.w2.span]
     }
 
     fn inputs(&self, tokens: usize) -> Inputs<'_> {
@@ -318,7 +374,7 @@ pub unsafe extern "C" fn megamoe_layer_new(
             return bad(format!("device {device} is negative"));
         }
         let gpu = megamoe::gpu(device as usize)?;
-        driver("making the device's context current", gpu.context().bind_to_thread())?;
+        let _cur = CurrentCtx::enter(&gpu)?;
         let layer = MoeLayer::new(gpu.clone(), cfg)?;
         let ctx = gpu.context();
         let before = driver("creating an event", ctx.new_event(None))?;
@@ -342,7 +398,7 @@ pub unsafe extern "C" fn megamoe_layer_free(layer: *mut MegamoeLayer) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the function's contract.
         let l = unsafe { Box::from_raw(layer) };
-        let _ = l.gpu.context().bind_to_thread();
+        let _cur = CurrentCtx::enter(&l.gpu);
         drop(l);
     }));
 }
@@ -375,9 +431,10 @@ pub unsafe extern "C" fn megamoe_forward(
         if saved.is_null() {
             return bad("saved is null".into());
         }
-        driver("making the device's context current", l.gpu.context().bind_to_thread())?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
         let inp = In::new(l, tokens, [x, topk_ids, topk_weights, w1, w2])?;
-        let mut y = borrow::<bf16>(&l.gpu, "out", out, tokens * l.cfg.hidden)?;
+        let mut y = borrow::<bf16>(&l.gpu, "out", out, tokens * l.cfg.hidden, ROWS)?;
+        check_disjoint(&[y.span], &inp.spans())?;
         let mut sv = None;
         l.run(stream, |layer| {
             sv = Some(layer.forward(&inp.inputs(tokens), &mut y)?);
@@ -419,7 +476,7 @@ pub unsafe extern "C" fn megamoe_backward(
     guard(|| {
         let l = layer_ref(layer)?;
         let s = saved_ref(saved)?;
-        driver("making the device's context current", l.gpu.context().bind_to_thread())?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
         let t = s.saved.tokens();
         let p = [x, topk_ids, topk_weights, w1, w2];
         let acc = accumulate != 0;
@@ -443,11 +500,13 @@ fn backward<W: WgradElem>(
     let c = &l.cfg;
     let gpu = &*l.gpu;
     let inp = In::new(l, t, p)?;
-    let dy = borrow::<bf16>(gpu, "dy", g[0], t * c.hidden)?;
-    let mut dx = borrow::<bf16>(gpu, "dx", g[1], t * c.hidden)?;
-    let mut dw1 = borrow::<W>(gpu, "dw1", g[2], c.experts * 2 * c.intermediate * c.hidden)?;
-    let mut dw2 = borrow::<W>(gpu, "dw2", g[3], c.experts * c.hidden * c.intermediate)?;
-    let mut dtopk = borrow::<f32>(gpu, "dtopk", g[4], t * c.top_k)?;
+    let dy = borrow::<bf16>(gpu, "dy", g[0], t * c.hidden, ROWS)?;
+    let mut dx = borrow::<bf16>(gpu, "dx", g[1], t * c.hidden, ROWS)?;
+    let mut dw1 = borrow::<W>(gpu, "dw1", g[2], c.experts * 2 * c.intermediate * c.hidden, ROWS)?;
+    let mut dw2 = borrow::<W>(gpu, "dw2", g[3], c.experts * c.hidden * c.intermediate, ROWS)?;
+    let mut dtopk = borrow::<f32>(gpu, "dtopk", g[4], t * c.top_k, 4)?;
+    let ins = inp.spans();
+    check_disjoint(&[dx.span, dw1.span, dw2.span, dtopk.span], &[ins[0], ins[1], ins[2], ins[3], ins[4], dy.span])?;
     l.run(stream, |layer| {
         let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
         layer.backward(saved, &dy, &inp.inputs(t), grads)
@@ -465,7 +524,7 @@ fn backward<W: WgradElem>(
 pub unsafe extern "C" fn megamoe_saved_check(saved: *const MegamoeSaved) -> c_int {
     guard(|| {
         let s = saved_ref(saved)?;
-        driver("making the device's context current", s.gpu.context().bind_to_thread())?;
+        let _cur = CurrentCtx::enter(&s.gpu)?;
         s.saved.check(&s.gpu)
     })
 }
@@ -492,7 +551,7 @@ pub unsafe extern "C" fn megamoe_saved_free(saved: *mut MegamoeSaved) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the function's contract.
         let s = unsafe { Box::from_raw(saved) };
-        let _ = s.gpu.context().bind_to_thread();
+        let _cur = CurrentCtx::enter(&s.gpu);
         drop(s);
     }));
 }
@@ -515,6 +574,21 @@ pub unsafe extern "C" fn megamoe_last_error(buf: *mut c_char, len: usize) -> usi
             }
         }
         m.len()
+    })
+}
+
+/// Hand the memory that megamoe's freed buffers left cached in device `device`'s default memory pool back to
+/// the driver, keeping `keep_bytes` (megamoe keeps it cached between calls, as PyTorch's allocator does, and
+/// PyTorch's allocator cannot use it). Synchronises megamoe's stream on that device.
+#[no_mangle]
+pub extern "C" fn megamoe_trim_pool(device: c_int, keep_bytes: usize) -> c_int {
+    guard(|| {
+        if device < 0 {
+            return bad(format!("device {device} is negative"));
+        }
+        let gpu = megamoe::gpu(device as usize)?;
+        let _cur = CurrentCtx::enter(&gpu)?;
+        gpu.trim_pool(keep_bytes)
     })
 }
 

@@ -163,7 +163,13 @@ fn download(g: &Gpu, d: &Dev) -> Host {
 }
 
 /// Forward + backward (bf16 weight gradients) through the C ABI on the caller's stream `caller`.
-fn through_the_abi(g: &Arc<Gpu>, l: *const MegamoeLayer, caller: &Arc<CudaStream>, d: &mut Dev, tokens: usize) {
+fn through_the_abi(
+    g: &Arc<Gpu>,
+    l: *const MegamoeLayer,
+    caller: &Arc<CudaStream>,
+    d: &mut Dev,
+    tokens: usize,
+) -> *mut MegamoeSaved {
     let s = g.stream();
     let p = |v: &CudaSlice<bf16>| ptr(v, s);
     let (x, ids, w, w1, w2) = (p(&d.x), ptr(&d.ids, s), ptr(&d.w, s), p(&d.w1), p(&d.w2));
@@ -177,6 +183,14 @@ fn through_the_abi(g: &Arc<Gpu>, l: *const MegamoeLayer, caller: &Arc<CudaStream
         let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, s));
         let c = megamoe_backward(l, cs, saved, p(&d.dy), x, ids, w, w1, w2, dx, dw1, dw2, dtopk, 1, 0);
         assert_eq!(c, MEGAMOE_OK, "backward: {}", last_error());
+    }
+    saved
+}
+
+/// The saved state's device check (it synchronises the layer's stream), then its release.
+fn check_and_free(saved: *mut MegamoeSaved) {
+    // SAFETY: a live handle, freed once.
+    unsafe {
         assert_eq!(megamoe_saved_check(saved), MEGAMOE_OK, "{}", last_error());
         megamoe_saved_free(saved);
     }
@@ -200,9 +214,10 @@ fn check_abi(s: Shape, tokens: usize, routing: Routing, save_z: bool) {
     let mut big = caller.alloc_zeros::<u8>(1 << 30).unwrap();
     caller.memset_zeros(&mut big).unwrap();
     caller.memcpy_htod(&inp.x, &mut d.x).unwrap();
-    through_the_abi(&g, l, &caller, &mut d, tokens);
+    let saved = through_the_abi(&g, l, &caller, &mut d, tokens);
     let y_caller = caller.clone_dtoh(&d.y).unwrap();
     caller.synchronize().unwrap();
+    check_and_free(saved);
     let got = download(&g, &d);
     assert!(
         y_caller.iter().zip(&got.0).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -273,6 +288,8 @@ gpu_test!(buffers_too_small_or_not_on_the_device_are_refused_and_nothing_is_writ
         ("short", short, "past the end of its allocation"),
         ("host", host.as_ptr() as u64, "memory"), // "not memory CUDA knows" (or "not device memory" with HMM)
         ("misaligned", p(&d.y) + 1, "not aligned"),
+        ("misaligned rows", p(&d.y) + 2, "not aligned to 16 bytes"),
+        ("out on x", x, "overlaps x"),
         ("null", 0, "null pointer"),
     ] {
         // SAFETY: the ABI refuses these addresses before any launch.
