@@ -2,7 +2,10 @@
 # Prepared in the thirty-eighth session (not run): the C ABI (capi/, libmegamoe_capi.so) and the PyTorch bindings
 # on it (python/megamoe_torch.py, ctypes), any card. b70 = main + capi: the `capi` test binary (release) and the
 # release libmegamoe_capi.so. Carry [".dev/b70"] (~2-3 min: the capi tests ~20 s, the Python test twice ~40 s each
-# with the 30B bench in the first, bound 565 s).
+# with the 30B bench in the first, bound 565 s). Rebuild b70 (a fresh checkout has no .dev):
+#   mkdir -p .dev/b70/capi && cargo build --release -p megamoe-capi && cp target/release/libmegamoe_capi.so .dev/b70/capi/
+#   cp "$(cargo test --release -p megamoe-capi --test capi --no-run --message-format=json | grep -o '"executable":"[^"]*"' \
+#     | cut -d'"' -f4 | grep /deps/ | tail -1)" .dev/b70/capi/capi && for f in .dev/b70/capi/*; do strip $f; gzip -f $f; done
 # Predicted: capi 9/9 (bitwise the Rust API; rel err as layer_backward's, y/dx ~3-4e-3); the Python test "all
 # passed" twice (the default allocator and expandable segments: the extent check must accept a tensor spanning
 # several mappings; a fail there reads "past the end" on a valid tensor); the binding's 30B forward + backward by
