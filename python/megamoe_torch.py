@@ -18,8 +18,9 @@ on it (events; no host synchronisation). Weight gradients are bf16 (as autograd 
 weights; each is the f32 sum rounded once). Every buffer is checked by the library before a launch (device, size
 of its allocation, 16-byte alignment, outputs disjoint from inputs): errors raise `MegamoeError` with the
 library's message. megamoe's workspace and saved states come from CUDA's default memory pool, kept cached
-between calls; `trim_pool()` hands it back. Not through these bindings yet: CUDA graph capture, FP8, expert
-parallelism (the Rust API has them).
+between calls; `trim_pool()` hands it back. Not through these bindings yet: CUDA graph capture, expert parallelism
+(the Rust API has them). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` +
+`moe_fp8`, or `Layer.forward_fp8` / `backward(..., w8=)`.
 """
 import ctypes
 import os
@@ -76,8 +77,15 @@ def lib():
     L.megamoe_last_error.restype = sz
     L.megamoe_version.restype = ctypes.c_char_p
     L.megamoe_trim_pool.argtypes = [i32, sz]
+    L.megamoe_fp8_weights_new.argtypes = [vp, ctypes.POINTER(vp)]
+    L.megamoe_fp8_weights_quantize.argtypes = [vp, u64, vp, u64, u64]
+    L.megamoe_fp8_weights_free.argtypes = [vp]
+    L.megamoe_fp8_weights_free.restype = None
+    L.megamoe_forward_fp8.argtypes = [vp, u64, sz, u64, u64, u64, vp, u64, ctypes.POINTER(vp)]
+    L.megamoe_backward_fp8.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, vp, u64, u64, u64, u64, i32, i32]
     for f in ("megamoe_layer_new", "megamoe_forward", "megamoe_backward", "megamoe_saved_check",
-              "megamoe_trim_pool"):
+              "megamoe_trim_pool", "megamoe_fp8_weights_new", "megamoe_fp8_weights_quantize",
+              "megamoe_forward_fp8", "megamoe_backward_fp8"):
         getattr(L, f).restype = i32
     _lib = L
     return L
@@ -194,11 +202,26 @@ class Layer:
         _check(lib().megamoe_forward(self.handle, _stream(self.device), T, *ptrs, po, ctypes.byref(s)))
         return out, Saved(s, self)
 
+    def forward_fp8(self, x, topk_ids, topk_weights, w8, out=None):
+        """The forward in blockwise FP8 on the quantized weights `w8` (an `Fp8Weights`); H a multiple of 512, I of
+        128. y [T, H] bf16 and the `Saved` for `backward(..., w8=w8)`."""
+        T, H, k, d = x.shape[0], self.hidden, self.top_k, self.device
+        px = _need(x, "x", torch.bfloat16, (T, H), d)
+        pi = _need(topk_ids, "topk_ids", torch.int32, (T, k), d)
+        pw = _need(topk_weights, "topk_weights", torch.float32, (T, k), d)
+        if out is None:
+            out = torch.empty((T, H), dtype=torch.bfloat16, device=d)
+        po = _need(out, "out", torch.bfloat16, (T, H), d)
+        s = ctypes.c_void_p()
+        _check(lib().megamoe_forward_fp8(self.handle, _stream(d), T, px, pi, pw, w8.handle, po, ctypes.byref(s)))
+        return out, Saved(s, self)
+
     def backward(self, saved, dy, x, topk_ids, topk_weights, w1, w2, grads=None, wgrad_dtype=torch.bfloat16,
-                 accumulate=False):
+                 accumulate=False, w8=None):
         """dx, dtopk, dw1, dw2 of the forward that returned `saved` (same inputs). `grads`: optional
         (dx, dtopk, dw1, dw2) to write into; with `accumulate` dw1 and dw2 are added to. Weight gradients in
-        `wgrad_dtype` (bf16 or float32)."""
+        `wgrad_dtype` (bf16 or float32). `w8`: the `Fp8Weights` of an FP8 forward (its straight-through backward;
+        w1, w2 the bf16 weights they were quantized from)."""
         T = saved.tokens
         H, I, E, k, d = self.hidden, self.intermediate, self.experts, self.top_k, self.device
         ptrs = self._inputs(x, topk_ids, topk_weights, w1, w2, T)
@@ -215,9 +238,46 @@ class Layer:
         g = [_need(dx, "dx", torch.bfloat16, (T, H), d), _need(dtopk, "dtopk", torch.float32, (T, k), d),
              _need(dw1, "dw1", wgrad_dtype, (E, 2 * I, H), d), _need(dw2, "dw2", wgrad_dtype, (E, H, I), d)]
         pdy = _need(dy, "dy", torch.bfloat16, (T, H), d)
-        _check(lib().megamoe_backward(self.handle, _stream(d), saved.handle, pdy, *ptrs, g[0], g[2], g[3], g[1],
-                                      int(wgrad_dtype == torch.bfloat16), int(bool(accumulate))))
+        flags = (int(wgrad_dtype == torch.bfloat16), int(bool(accumulate)))
+        if w8 is None:
+            _check(lib().megamoe_backward(self.handle, _stream(d), saved.handle, pdy, *ptrs, g[0], g[2], g[3], g[1],
+                                          *flags))
+        else:
+            _check(lib().megamoe_backward_fp8(self.handle, _stream(d), saved.handle, pdy, *ptrs, w8.handle, g[0],
+                                              g[2], g[3], g[1], *flags))
         return dx, dtopk, dw1, dw2
+
+
+class Fp8Weights:
+    """W1 and W2 of `layer`'s shapes in blockwise FP8 (device memory, freed with this object). `quantize(w1, w2)`
+    after every change of the bf16 weights (an optimizer step); `MoE(fp8=True)` does it when their version moves."""
+
+    def __init__(self, layer):
+        self.layer = layer
+        h = ctypes.c_void_p()
+        _check(lib().megamoe_fp8_weights_new(layer.handle, ctypes.byref(h)))
+        self.handle = h
+        self.source = None
+
+    def quantize(self, w1, w2):
+        L, d = self.layer, self.layer.device
+        E, H, I = L.experts, L.hidden, L.intermediate
+        p1 = _need(w1, "w1", torch.bfloat16, (E, 2 * I, H), d)
+        p2 = _need(w2, "w2", torch.bfloat16, (E, H, I), d)
+        _check(lib().megamoe_fp8_weights_quantize(L.handle, _stream(d), self.handle, p1, p2))
+        self.source = (p1, w1._version, p2, w2._version)
+
+    def current(self, w1, w2):
+        """Whether the codes were quantized from these tensors as they are now (same storage, same version)."""
+        return self.source == (w1.data_ptr(), w1._version, w2.data_ptr(), w2._version)
+
+    def __del__(self):
+        try:
+            if self.handle:
+                lib().megamoe_fp8_weights_free(self.handle)
+                self.handle = None
+        except Exception:
+            pass
 
 
 class _MoeFunction(torch.autograd.Function):
@@ -236,6 +296,32 @@ class _MoeFunction(torch.autograd.Function):
         return None, dx, None, dtopk, dw1, dw2
 
 
+class _MoeFp8Function(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, layer, w8, x, topk_ids, topk_weights, w1, w2):
+        y, saved = layer.forward_fp8(x, topk_ids, topk_weights, w8)
+        ctx.layer, ctx.saved, ctx.w8 = layer, saved, w8
+        ctx.save_for_backward(x, topk_ids, topk_weights, w1, w2)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, topk_ids, topk_weights, w1, w2 = ctx.saved_tensors
+        dx, dtopk, dw1, dw2 = ctx.layer.backward(ctx.saved, dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
+                                                 wgrad_dtype=w1.dtype, w8=ctx.w8)
+        return None, None, dx, None, dtopk, dw1, dw2
+
+
+def moe_fp8(layer, w8, x, topk_ids, topk_weights, w1, w2):
+    """`moe` in blockwise FP8: `w8` (an `Fp8Weights`) quantized from w1, w2 (checked: a stale `w8` raises); the
+    gradients of w1 and w2 are the straight-through ones."""
+    if not w8.current(w1, w2):
+        raise ValueError("w8 was not quantized from w1, w2 as they are now: call w8.quantize(w1, w2)")
+    ids = topk_ids.to(torch.int32).contiguous()
+    w = topk_weights.to(torch.float32).contiguous()
+    return _MoeFp8Function.apply(layer, w8, x.contiguous(), ids, w, w1, w2)
+
+
 def moe(layer, x, topk_ids, topk_weights, w1, w2):
     """The layer with autograd: y [T, H]; gradients for x, topk_weights, w1 and w2. topk_ids may be int64
     (converted); topk_weights of any float dtype (computed in float32, its gradient returned in its dtype)."""
@@ -248,8 +334,10 @@ class MoE(torch.nn.Module):
     """An MoE layer's experts as a module: parameters w1 [E, 2I, H] and w2 [E, H, I] in bf16; the routing
     (topk_ids, topk_weights) comes from the caller's router."""
 
-    def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None):
+    def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False):
         super().__init__()
+        self.fp8 = fp8
+        self._w8 = None
         dev = _cuda_device(device)
         self.cfg = (hidden, intermediate, experts, top_k, max_tokens, save_z)
         self.w1 = torch.nn.Parameter(torch.empty(experts, 2 * intermediate, hidden, dtype=torch.bfloat16, device=dev))
@@ -262,7 +350,15 @@ class MoE(torch.nn.Module):
         dev = self.w1.device
         if self._layer is None or self._layer.device != dev:
             self._layer = Layer(*self.cfg, device=dev)
+            self._w8 = None
         return self._layer
 
     def forward(self, x, topk_ids, topk_weights):
-        return moe(self.layer(), x, topk_ids, topk_weights, self.w1, self.w2)
+        layer = self.layer()
+        if not self.fp8:
+            return moe(layer, x, topk_ids, topk_weights, self.w1, self.w2)
+        if self._w8 is None:
+            self._w8 = Fp8Weights(layer)
+        if not self._w8.current(self.w1, self.w2):
+            self._w8.quantize(self.w1.detach(), self.w2.detach())  # detach shares storage and version counter
+        return moe_fp8(layer, self._w8, x, topk_ids, topk_weights, self.w1, self.w2)

@@ -122,6 +122,51 @@ def case(name, H, I, E, k, T, save_z, masked):
     torch.cuda.synchronize()
 
 
+def case_fp8(name, H, I, E, k, T):
+    """The FP8 forward and its straight-through backward: raw calls into poisoned outputs, every element written,
+    within 0.1 of the float64 bf16 layer (e4m3's error: the Rust tests hold them to CPU models of the FP8 path);
+    a repeat bitwise; `MoE(fp8=True)` bitwise the raw calls; a stale Fp8Weights refused; after an update of the
+    weights the module requantizes (its output moves)."""
+    print(f"case fp8 {name}: H={H} I={I} E={E} k={k} T={T}")
+    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, 0.0)
+    layer = mm.Layer(H, I, E, k, T)
+    w8 = mm.Fp8Weights(layer)
+    w8.quantize(w1, w2)
+    y, saved = layer.forward_fp8(x, ids, w, w8, out=nan(T, H))
+    grads = (nan(T, H), nan(T, k, dtype=torch.float32), nan(E, 2 * I, H), nan(E, H, I))
+    dx, dtopk, dw1, dw2 = layer.backward(saved, dy, x, ids, w, w1, w2, grads=grads, w8=w8)
+    saved.check()
+    expect_error("the bf16 backward of an FP8 forward", mm.MegamoeError,
+                 lambda: layer.backward(saved, dy, x, ids, w, w1, w2), "")
+    xr, wr, w1r, w2r = (t.double().requires_grad_() for t in (x, w, w1, w2))
+    yr = reference(xr, ids, wr, w1r, w2r)
+    yr.backward(dy.double())
+    for tag, got, want in [("fp8 y", y, yr.detach()), ("fp8 dx", dx, xr.grad), ("fp8 dtopk", dtopk, wr.grad),
+                           ("fp8 dW1 bf16", dw1, w1r.grad), ("fp8 dW2 bf16", dw2, w2r.grad)]:
+        check_close(tag, got, want, tol=0.1)
+    y2, _ = layer.forward_fp8(x, ids, w, w8)
+    same_bits("fp8 y of a repeat", y2, y)
+    moe = mm.MoE(H, I, E, k, T, device=dev, fp8=True)
+    with torch.no_grad():
+        moe.w1.copy_(w1)
+        moe.w2.copy_(w2)
+    xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ya = moe(xa, ids.long(), wa)
+    ya.backward(dy)
+    same_bits("fp8 MoE y", ya.detach(), y)
+    same_bits("fp8 MoE dx", xa.grad, dx)
+    same_bits("fp8 MoE dtopk", wa.grad, dtopk)
+    same_bits("fp8 MoE dW1", moe.w1.grad, dw1)
+    same_bits("fp8 MoE dW2", moe.w2.grad, dw2)
+    expect_error("a stale Fp8Weights", ValueError,
+                 lambda: mm.moe_fp8(layer, w8, x, ids, w, w1 * 2, w2), "quantize")
+    with torch.no_grad():
+        moe.w2.mul_(0.5)  # an optimizer step's in-place update: the module requantizes
+    yb = moe(x, ids, w)
+    check_close("fp8 MoE y after halving W2 (requantized)", yb, (y.double() * 0.5), tol=0.02)
+    torch.cuda.synchronize()
+
+
 def expect_error(tag, exc, f, contains=""):
     try:
         f()
@@ -246,6 +291,8 @@ def bench():
 case("small", 256, 128, 8, 2, 100, False, 0.0)
 case("ragged, masked, z saved", 320, 192, 5, 3, 211, True, 0.1)
 case("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, False, 0.0)
+case_fp8("small", 512, 256, 8, 2, 200)
+case_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512)
 refusals()
 if os.environ.get("MEGAMOE_TORCH_BENCH") == "1":
     bench()

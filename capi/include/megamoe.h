@@ -44,6 +44,21 @@ int megamoe_backward(const MegamoeLayer *layer, uint64_t stream, const MegamoeSa
                      uint64_t x, uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx,
                      uint64_t dw1, uint64_t dw2, uint64_t dtopk, int wgrad_bf16, int accumulate);
 
+/* Blockwise FP8 (e4m3; 1 x 128 scales for activations, 128 x 128 for weights; H a multiple of 512, I of 128):
+ * weights quantized after each change of the bf16 ones, then the FP8 forward and its straight-through backward
+ * (which also takes the bf16 w1, w2 the codes came from). */
+typedef struct MegamoeFp8Weights MegamoeFp8Weights;
+int megamoe_fp8_weights_new(const MegamoeLayer *layer, MegamoeFp8Weights **out);
+int megamoe_fp8_weights_quantize(const MegamoeLayer *layer, uint64_t stream, const MegamoeFp8Weights *w8,
+                                 uint64_t w1, uint64_t w2);
+void megamoe_fp8_weights_free(MegamoeFp8Weights *w8);
+int megamoe_forward_fp8(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t x, uint64_t topk_ids,
+                        uint64_t topk_weights, const MegamoeFp8Weights *w8, uint64_t out, MegamoeSaved **saved);
+int megamoe_backward_fp8(const MegamoeLayer *layer, uint64_t stream, const MegamoeSaved *saved, uint64_t dy,
+                         uint64_t x, uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2,
+                         const MegamoeFp8Weights *w8, uint64_t dx, uint64_t dw1, uint64_t dw2, uint64_t dtopk,
+                         int wgrad_bf16, int accumulate);
+
 /* Synchronises; MEGAMOE_INVALID_ARGUMENT if the forward met an expert id outside -1..E (nothing was written). */
 int megamoe_saved_check(const MegamoeSaved *saved);
 size_t megamoe_saved_tokens(const MegamoeSaved *saved);

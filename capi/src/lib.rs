@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{result, sys, CudaEvent, CudaSlice, DeviceRepr};
 use half::bf16;
 use megamoe::gemm::WgradElem;
-use megamoe::layer::{Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
+use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
 use megamoe::{Error, Gpu, Result};
 
 /// The call succeeded.
@@ -120,9 +120,7 @@ impl MegamoeLayer {
     /// Run `f` on the layer, ordered after the caller's `stream` and before what the caller queues next on it.
     /// The second event is recorded whatever `f` returns, so work `f` launched before failing is still ordered.
     fn run(&self, stream: u64, f: impl FnOnce(&mut MoeLayer) -> Result<()>) -> Result<()> {
-        let mut st = self.state.lock().map_err(|_| {
-            Error::InvalidArgument("the layer is unusable: an earlier call panicked while holding it".into())
-        })?;
+        let mut st = lock(&self.state)?;
         let st = &mut *st;
         let caller = stream as sys::CUstream;
         let ours = self.gpu.stream();
@@ -477,26 +475,36 @@ pub unsafe extern "C" fn megamoe_backward(
         let l = layer_ref(layer)?;
         let s = saved_ref(saved)?;
         let _cur = CurrentCtx::enter(&l.gpu)?;
-        let t = s.saved.tokens();
-        let p = [x, topk_ids, topk_weights, w1, w2];
-        let acc = accumulate != 0;
-        if wgrad_bf16 != 0 {
-            backward::<bf16>(l, stream, &s.saved, t, p, [dy, dx, dw1, dw2, dtopk], acc)
-        } else {
-            backward::<f32>(l, stream, &s.saved, t, p, [dy, dx, dw1, dw2, dtopk], acc)
-        }
+        let b =
+            Bwd { l, stream, saved: &s.saved, p: [x, topk_ids, topk_weights, w1, w2], g: [dy, dx, dw1, dw2, dtopk] };
+        b.run(wgrad_bf16 != 0, accumulate != 0, None)
     })
 }
 
-fn backward<W: WgradElem>(
-    l: &MegamoeLayer,
+/// A backward's arguments at the boundary.
+struct Bwd<'a> {
+    l: &'a MegamoeLayer,
     stream: u64,
-    saved: &Saved,
-    t: usize,
+    saved: &'a Saved,
+    /// x, topk_ids, topk_weights, w1, w2.
     p: [u64; 5],
+    /// dy, dx, dw1, dw2, dtopk.
     g: [u64; 5],
-    accumulate: bool,
-) -> Result<()> {
+}
+
+impl Bwd<'_> {
+    fn run(&self, wgrad_bf16: bool, accumulate: bool, fp8: Option<&Mutex<Fp8Weights>>) -> Result<()> {
+        if wgrad_bf16 {
+            backward::<bf16>(self, accumulate, fp8)
+        } else {
+            backward::<f32>(self, accumulate, fp8)
+        }
+    }
+}
+
+fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&Mutex<Fp8Weights>>) -> Result<()> {
+    let (l, stream, saved, p, g) = (b.l, b.stream, b.saved, b.p, b.g);
+    let t = saved.tokens();
     let c = &l.cfg;
     let gpu = &*l.gpu;
     let inp = In::new(l, t, p)?;
@@ -509,7 +517,180 @@ fn backward<W: WgradElem>(
     check_disjoint(&[dx.span, dw1.span, dw2.span, dtopk.span], &[ins[0], ins[1], ins[2], ins[3], ins[4], dy.span])?;
     l.run(stream, |layer| {
         let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
-        layer.backward(saved, &dy, &inp.inputs(t), grads)
+        match fp8 {
+            None => layer.backward(saved, &dy, &inp.inputs(t), grads),
+            Some(w8) => layer.backward_fp8(saved, &dy, &inp.inputs(t), &*lock(w8)?, grads),
+        }
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
+    m.lock()
+        .map_err(|_| Error::InvalidArgument("the handle is unusable: an earlier call panicked while holding it".into()))
+}
+
+/// W1 and W2 quantized to blockwise FP8 (e4m3, 128 x 128 scales) for a layer's FP8 forward and backward. Made by
+/// [`megamoe_fp8_weights_new`], filled by [`megamoe_fp8_weights_quantize`], freed by [`megamoe_fp8_weights_free`].
+pub struct MegamoeFp8Weights {
+    gpu: Arc<Gpu>,
+    w: Mutex<Fp8Weights>,
+}
+
+fn fp8_ref<'a>(w: *const MegamoeFp8Weights) -> Result<&'a MegamoeFp8Weights> {
+    // SAFETY: as `layer_ref`, for `megamoe_fp8_weights_new`'s handles.
+    unsafe { w.as_ref() }.ok_or_else(|| Error::InvalidArgument("the FP8 weights handle is null".into()))
+}
+
+/// FP8 weight buffers for `layer` (H and I multiples of 128; the FP8 forward needs H a multiple of 512), not yet
+/// filled: quantize before the first FP8 forward, and after every change of the bf16 weights.
+///
+/// # Safety
+/// `layer` null or live; `out` null (refused) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_fp8_weights_new(
+    layer: *const MegamoeLayer,
+    out: *mut *mut MegamoeFp8Weights,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        if out.is_null() {
+            return bad("out is null".into());
+        }
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        let w = Fp8Weights::alloc(&lock(&l.state)?.layer)?;
+        let h = MegamoeFp8Weights { gpu: l.gpu.clone(), w: Mutex::new(w) };
+        // SAFETY: `out` is non-null and writable (the function's contract).
+        unsafe { *out = Box::into_raw(Box::new(h)) };
+        Ok(())
+    })
+}
+
+/// Quantize bf16 `w1` [E, 2I, H] and `w2` [E, H, I] into `w8` (after each optimizer step), ordered with `stream`
+/// as the layer's calls are.
+///
+/// # Safety
+/// Handles null or live; the addresses as [`megamoe_forward`]'s.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_fp8_weights_quantize(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    w8: *const MegamoeFp8Weights,
+    w1: u64,
+    w2: u64,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let q = fp8_ref(w8)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        let c = &l.cfg;
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        let w1 = borrow::<bf16>(&l.gpu, "w1", w1, e * 2 * i * h, ROWS)?;
+        let w2 = borrow::<bf16>(&l.gpu, "w2", w2, e * h * i, ROWS)?;
+        l.run(stream, |layer| lock(&q.w)?.quantize(&l.gpu, &w1, &w2, layer))
+    })
+}
+
+/// Free FP8 weights (null: nothing), in the device's stream order.
+///
+/// # Safety
+/// `w8` null or a live handle; no call may use it after.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_fp8_weights_free(w8: *mut MegamoeFp8Weights) {
+    if w8.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the function's contract.
+        let w = unsafe { Box::from_raw(w8) };
+        let _cur = CurrentCtx::enter(&w.gpu);
+        drop(w);
+    }));
+}
+
+/// The forward in blockwise FP8 ([`MoeLayer::forward_fp8`]: x and h quantized on the way, the weights from
+/// `w8`; H a multiple of 512, I of 128), as [`megamoe_forward`] otherwise. Its saved state is taken by
+/// [`megamoe_backward_fp8`] only.
+///
+/// # Safety
+/// As [`megamoe_forward`]; `w8` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_forward_fp8(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w8: *const MegamoeFp8Weights,
+    out: u64,
+    saved: *mut *mut MegamoeSaved,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let q = fp8_ref(w8)?;
+        if saved.is_null() {
+            return bad("saved is null".into());
+        }
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        let c = &l.cfg;
+        if tokens > c.max_tokens {
+            return bad(format!("{tokens} tokens > the layer's maximum {}", c.max_tokens));
+        }
+        let g = &*l.gpu;
+        let xb = borrow::<bf16>(g, "x", x, tokens * c.hidden, ROWS)?;
+        let ids = borrow::<i32>(g, "topk_ids", topk_ids, tokens * c.top_k, 4)?;
+        let w = borrow::<f32>(g, "topk_weights", topk_weights, tokens * c.top_k, 4)?;
+        let mut y = borrow::<bf16>(g, "out", out, tokens * c.hidden, ROWS)?;
+        check_disjoint(&[y.span], &[xb.span, ids.span, w.span])?;
+        let mut sv = None;
+        l.run(stream, |layer| {
+            let mut s = layer.alloc_saved(tokens)?;
+            let w8 = lock(&q.w)?;
+            let inp = Fp8Inputs { tokens, x: &xb, topk_ids: &ids, topk_weights: &w, weights: &w8 };
+            layer.forward_fp8(&inp, &mut y, &mut s)?;
+            sv = Some(s);
+            Ok(())
+        })?;
+        let s = MegamoeSaved { gpu: l.gpu.clone(), saved: sv.expect("set by a forward that returned Ok") };
+        // SAFETY: `saved` is non-null and writable (the function's contract).
+        unsafe { *saved = Box::into_raw(Box::new(s)) };
+        Ok(())
+    })
+}
+
+/// The backward of [`megamoe_forward_fp8`] ([`MoeLayer::backward_fp8`]: z recomputed in FP8, the GEMMs the
+/// layer's `MEGAMOE_FP8_BACKWARD` names in FP8, dx by default; the straight-through gradient), with the bf16
+/// weights `w8` was quantized from; as [`megamoe_backward`] otherwise.
+///
+/// # Safety
+/// As [`megamoe_backward`]; `w8` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_backward_fp8(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    saved: *const MegamoeSaved,
+    dy: u64,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w1: u64,
+    w2: u64,
+    w8: *const MegamoeFp8Weights,
+    dx: u64,
+    dw1: u64,
+    dw2: u64,
+    dtopk: u64,
+    wgrad_bf16: c_int,
+    accumulate: c_int,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let s = saved_ref(saved)?;
+        let q = fp8_ref(w8)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        let b =
+            Bwd { l, stream, saved: &s.saved, p: [x, topk_ids, topk_weights, w1, w2], g: [dy, dx, dw1, dw2, dtopk] };
+        b.run(wgrad_bf16 != 0, accumulate != 0, Some(&q.w))
     })
 }
 

@@ -346,3 +346,63 @@ gpu_test!(an_invalid_expert_id_is_reported_by_the_saved_check, {
     }
     assert!(g.download(&d.y).unwrap().iter().all(|v| v.is_nan()), "the failed forward wrote the output");
 });
+
+gpu_test!(fp8_layer_through_raw_pointers_matches_the_rust_api_bitwise, {
+    let g = gpu();
+    let s = Shape { h: 512, i: 256, e: 8, k: 2 };
+    let tokens = 200;
+    let inp = inputs(&mut rng(), s, tokens, Routing::Masked10);
+    let (c, l) = new_layer(0, s, tokens, false);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    let st = g.stream();
+    let d = Dev::new(&g, &inp);
+    let p = |v: &CudaSlice<bf16>| ptr(v, st);
+    let (x, ids, w, w1, w2) = (p(&d.x), ptr(&d.ids, st), ptr(&d.w, st), p(&d.w1), p(&d.w2));
+    let mut w8 = null_mut();
+    let mut saved = null_mut();
+    // SAFETY: live handles and allocations of the sizes the shapes ask.
+    unsafe {
+        assert_eq!(megamoe_fp8_weights_new(l, &mut w8), MEGAMOE_OK, "{}", last_error());
+        assert_eq!(megamoe_fp8_weights_quantize(l, 0, w8, w1, w2), MEGAMOE_OK, "{}", last_error());
+        let c = megamoe_forward_fp8(l, 0, tokens, x, ids, w, w8, p(&d.y), &mut saved);
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        // the bf16 backward refuses an FP8 forward's state
+        let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, st));
+        let c = megamoe_backward(l, 0, saved, p(&d.dy), x, ids, w, w1, w2, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "{}", last_error());
+        let c = megamoe_backward_fp8(l, 0, saved, p(&d.dy), x, ids, w, w1, w2, w8, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        check_and_free(saved);
+        megamoe_fp8_weights_free(w8);
+    }
+    g.sync().unwrap();
+    let got = download(&g, &d);
+    // the same through the Rust API
+    use megamoe::layer::{Fp8Inputs, Fp8Weights};
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens, Save::InputsOnly)).unwrap();
+    let mut r = Dev::new(&g, &inp);
+    let mut q = Fp8Weights::alloc(&layer).unwrap();
+    q.quantize(&g, &r.w1, &r.w2, &layer).unwrap();
+    let mut sv = layer.alloc_saved(tokens).unwrap();
+    let i8 = Fp8Inputs { tokens, x: &r.x, topk_ids: &r.ids, topk_weights: &r.w, weights: &q };
+    layer.forward_fp8(&i8, &mut r.y, &mut sv).unwrap();
+    let li = LayerInputs { tokens, x: &r.x, topk_ids: &r.ids, topk_weights: &r.w, w1: &r.w1, w2: &r.w2 };
+    let grads = Grads { dx: &mut r.dx, dw1: &mut r.dw1, dw2: &mut r.dw2, dtopk: &mut r.dtopk, accumulate: false };
+    layer.backward_fp8(&sv, &r.dy, &li, &q, grads).unwrap();
+    g.sync().unwrap();
+    let want = download(&g, &r);
+    let b16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (what, a, b) in
+        [("y", &got.0, &want.0), ("dx", &got.1, &want.1), ("dW1", &got.3, &want.3), ("dW2", &got.4, &want.4)]
+    {
+        assert!(b16(a) == b16(b), "FP8 {what} differs from the Rust API's");
+        assert!(a.iter().all(|v| !v.is_nan()), "FP8 {what} not fully written");
+    }
+    assert!(got.2.iter().zip(&want.2).all(|(a, b)| a.to_bits() == b.to_bits()), "FP8 dtopk differs");
+    // and near the bf16 layer's f64 reference (e4m3's error; tests/fp8.rs holds the path to CPU models of it)
+    let y: Vec<f64> = got.0.iter().map(|v| v.to_f64()).collect();
+    let e = check::close("FP8 y against the bf16 reference", &y, &common::reference_y(&inp), 0.1).unwrap();
+    eprintln!("FP8 y: rel err {e:.3e} from the bf16 reference");
+    // SAFETY: the live handle, freed once.
+    unsafe { megamoe_layer_free(l) };
+});

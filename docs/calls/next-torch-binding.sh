@@ -6,7 +6,7 @@
 #   mkdir -p .dev/b70/capi && cargo build --release -p megamoe-capi && cp target/release/libmegamoe_capi.so .dev/b70/capi/
 #   cp "$(cargo test --release -p megamoe-capi --test capi --no-run --message-format=json | grep -o '"executable":"[^"]*"' \
 #     | cut -d'"' -f4 | grep /deps/ | tail -1)" .dev/b70/capi/capi && for f in .dev/b70/capi/*; do strip $f; gzip -f $f; done
-# Predicted: capi 9/9 (bitwise the Rust API; rel err as layer_backward's, y/dx ~3-4e-3); the Python test "all
+# Predicted: capi 10/10 (bitwise the Rust API; rel err as layer_backward's, y/dx ~3-4e-3); the Python test "all
 # passed" twice (the default allocator and expandable segments: the extent check must accept a tensor spanning
 # several mappings; a fail there reads "past the end" on a valid tensor); the binding's 30B forward + backward by
 # autograd ~1.9-2.0x the torch._grouped_mm layer (the Rust bench's step ratio less a few tens of us of Python).
