@@ -362,3 +362,12 @@ class MoE(torch.nn.Module):
         if not self._w8.current(self.w1, self.w2):
             self._w8.quantize(self.w1.detach(), self.w2.detach())  # detach shares storage and version counter
         return moe_fp8(layer, self._w8, x, topk_ids, topk_weights, self.w1, self.w2)
+
+    def requantize(self):
+        """Quantize the weights again now. The module does it by itself when w1's or w2's version counter moves
+        (any in-place update of the parameters, an optimizer step's included); an update through `.data` does
+        not move it: call this after one."""
+        if self.fp8:
+            if self._w8 is None:
+                self._w8 = Fp8Weights(self.layer())
+            self._w8.quantize(self.w1.detach(), self.w2.detach())

@@ -122,22 +122,28 @@ def case(name, H, I, E, k, T, save_z, masked):
     torch.cuda.synchronize()
 
 
-def case_fp8(name, H, I, E, k, T):
+def case_fp8(name, H, I, E, k, T, masked=0.0):
     """The FP8 forward and its straight-through backward: raw calls into poisoned outputs, every element written,
     within 0.1 of the float64 bf16 layer (e4m3's error: the Rust tests hold them to CPU models of the FP8 path);
     a repeat bitwise; `MoE(fp8=True)` bitwise the raw calls; a stale Fp8Weights refused; after an update of the
     weights the module requantizes (its output moves)."""
-    print(f"case fp8 {name}: H={H} I={I} E={E} k={k} T={T}")
-    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, 0.0)
+    print(f"case fp8 {name}: H={H} I={I} E={E} k={k} T={T} masked={masked}")
+    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
     layer = mm.Layer(H, I, E, k, T)
     w8 = mm.Fp8Weights(layer)
+    expect_error("codes never quantized", mm.MegamoeError, lambda: layer.forward_fp8(x, ids, w, w8),
+                 "never quantized")
     w8.quantize(w1, w2)
     y, saved = layer.forward_fp8(x, ids, w, w8, out=nan(T, H))
     grads = (nan(T, H), nan(T, k, dtype=torch.float32), nan(E, 2 * I, H), nan(E, H, I))
     dx, dtopk, dw1, dw2 = layer.backward(saved, dy, x, ids, w, w1, w2, grads=grads, w8=w8)
     saved.check()
+    kept = tuple(t.clone() for t in grads)
     expect_error("the bf16 backward of an FP8 forward", mm.MegamoeError,
-                 lambda: layer.backward(saved, dy, x, ids, w, w1, w2), "")
+                 lambda: layer.backward(saved, dy, x, ids, w, w1, w2, grads=grads), "backward_fp8")
+    torch.cuda.synchronize()
+    for t, k0 in zip(grads, kept):
+        same_bits("gradients after a refused backward", t, k0)
     xr, wr, w1r, w2r = (t.double().requires_grad_() for t in (x, w, w1, w2))
     yr = reference(xr, ids, wr, w1r, w2r)
     yr.backward(dy.double())
@@ -291,7 +297,7 @@ def bench():
 case("small", 256, 128, 8, 2, 100, False, 0.0)
 case("ragged, masked, z saved", 320, 192, 5, 3, 211, True, 0.1)
 case("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, False, 0.0)
-case_fp8("small", 512, 256, 8, 2, 200)
+case_fp8("small, masked", 512, 256, 8, 2, 200, masked=0.1)
 case_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512)
 refusals()
 if os.environ.get("MEGAMOE_TORCH_BENCH") == "1":

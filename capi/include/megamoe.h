@@ -1,4 +1,4 @@
-/* megamoe's C ABI: the single-GPU MoE layer (bf16, forward and backward). Library: libmegamoe_capi.so
+/* megamoe's C ABI: the single-GPU MoE layer (bf16 or blockwise FP8, forward and backward). Library: libmegamoe_capi.so
  * (`cargo build --release -p megamoe-capi`). The conventions (status codes, device buffers checked before any
  * launch, ordering with the caller's stream, saved states) are in capi/src/lib.rs's module documentation;
  * python/megamoe_torch.py is a complete caller. Device buffers are passed as 64-bit device addresses, the

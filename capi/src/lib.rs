@@ -1,5 +1,5 @@
-//! megamoe's C ABI: the single-GPU MoE layer ([`megamoe::layer::MoeLayer`], bf16, forward and backward) for
-//! callers outside Rust.
+//! megamoe's C ABI: the single-GPU MoE layer ([`megamoe::layer::MoeLayer`], forward and backward, bf16 or
+//! blockwise FP8) for callers outside Rust.
 //!
 //! The C declarations are in `capi/include/megamoe.h`; `python/megamoe_torch.py` calls them from PyTorch
 //! through ctypes (nothing to compile on the Python side). Conventions:
@@ -21,8 +21,8 @@
 //!   the caller frees; several may be outstanding (micro-batches, pipeline schedules). A layer's calls are
 //!   serialised by a lock, so forward and backward may come from different threads (PyTorch runs the backward on
 //!   its own thread).
-//! - Not yet through this interface: CUDA-graph capture (each forward allocates its saved state), FP8 and
-//!   expert parallelism; the Rust API has them.
+//! - Not yet through this interface: CUDA-graph capture (each forward allocates its saved state) and expert
+//!   parallelism; the Rust API has them.
 use std::any::Any;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
@@ -493,7 +493,7 @@ struct Bwd<'a> {
 }
 
 impl Bwd<'_> {
-    fn run(&self, wgrad_bf16: bool, accumulate: bool, fp8: Option<&Mutex<Fp8Weights>>) -> Result<()> {
+    fn run(&self, wgrad_bf16: bool, accumulate: bool, fp8: Option<&MegamoeFp8Weights>) -> Result<()> {
         if wgrad_bf16 {
             backward::<bf16>(self, accumulate, fp8)
         } else {
@@ -502,7 +502,7 @@ impl Bwd<'_> {
     }
 }
 
-fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&Mutex<Fp8Weights>>) -> Result<()> {
+fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&MegamoeFp8Weights>) -> Result<()> {
     let (l, stream, saved, p, g) = (b.l, b.stream, b.saved, b.p, b.g);
     let t = saved.tokens();
     let c = &l.cfg;
@@ -519,7 +519,7 @@ fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&Mutex<Fp8W
         let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
         match fp8 {
             None => layer.backward(saved, &dy, &inp.inputs(t), grads),
-            Some(w8) => layer.backward_fp8(saved, &dy, &inp.inputs(t), &*lock(w8)?, grads),
+            Some(q) => layer.backward_fp8(saved, &dy, &inp.inputs(t), &filled(q)?.0, grads),
         }
     })
 }
@@ -533,7 +533,17 @@ fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
 /// [`megamoe_fp8_weights_new`], filled by [`megamoe_fp8_weights_quantize`], freed by [`megamoe_fp8_weights_free`].
 pub struct MegamoeFp8Weights {
     gpu: Arc<Gpu>,
-    w: Mutex<Fp8Weights>,
+    /// The codes, and whether a quantization has filled them (an FP8 call on unfilled codes is refused).
+    w: Mutex<(Fp8Weights, bool)>,
+}
+
+/// The codes of `q`, refused until a quantization filled them.
+fn filled(q: &MegamoeFp8Weights) -> Result<std::sync::MutexGuard<'_, (Fp8Weights, bool)>> {
+    let g = lock(&q.w)?;
+    if !g.1 {
+        return bad("the FP8 weights were never quantized: call megamoe_fp8_weights_quantize first".into());
+    }
+    Ok(g)
 }
 
 fn fp8_ref<'a>(w: *const MegamoeFp8Weights) -> Result<&'a MegamoeFp8Weights> {
@@ -558,7 +568,7 @@ pub unsafe extern "C" fn megamoe_fp8_weights_new(
         }
         let _cur = CurrentCtx::enter(&l.gpu)?;
         let w = Fp8Weights::alloc(&lock(&l.state)?.layer)?;
-        let h = MegamoeFp8Weights { gpu: l.gpu.clone(), w: Mutex::new(w) };
+        let h = MegamoeFp8Weights { gpu: l.gpu.clone(), w: Mutex::new((w, false)) };
         // SAFETY: `out` is non-null and writable (the function's contract).
         unsafe { *out = Box::into_raw(Box::new(h)) };
         Ok(())
@@ -586,7 +596,12 @@ pub unsafe extern "C" fn megamoe_fp8_weights_quantize(
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
         let w1 = borrow::<bf16>(&l.gpu, "w1", w1, e * 2 * i * h, ROWS)?;
         let w2 = borrow::<bf16>(&l.gpu, "w2", w2, e * h * i, ROWS)?;
-        l.run(stream, |layer| lock(&q.w)?.quantize(&l.gpu, &w1, &w2, layer))
+        l.run(stream, |layer| {
+            let mut g = lock(&q.w)?;
+            g.0.quantize(&l.gpu, &w1, &w2, layer)?;
+            g.1 = true;
+            Ok(())
+        })
     })
 }
 
@@ -645,8 +660,8 @@ pub unsafe extern "C" fn megamoe_forward_fp8(
         let mut sv = None;
         l.run(stream, |layer| {
             let mut s = layer.alloc_saved(tokens)?;
-            let w8 = lock(&q.w)?;
-            let inp = Fp8Inputs { tokens, x: &xb, topk_ids: &ids, topk_weights: &w, weights: &w8 };
+            let w8 = filled(q)?;
+            let inp = Fp8Inputs { tokens, x: &xb, topk_ids: &ids, topk_weights: &w, weights: &w8.0 };
             layer.forward_fp8(&inp, &mut y, &mut s)?;
             sv = Some(s);
             Ok(())
@@ -690,7 +705,7 @@ pub unsafe extern "C" fn megamoe_backward_fp8(
         let _cur = CurrentCtx::enter(&l.gpu)?;
         let b =
             Bwd { l, stream, saved: &s.saved, p: [x, topk_ids, topk_weights, w1, w2], g: [dy, dx, dw1, dw2, dtopk] };
-        b.run(wgrad_bf16 != 0, accumulate != 0, Some(&q.w))
+        b.run(wgrad_bf16 != 0, accumulate != 0, Some(q))
     })
 }
 

@@ -62,7 +62,16 @@ fn null_handles_are_refused_and_free_takes_null() {
         assert_eq!(megamoe_saved_check(null()), MEGAMOE_INVALID_ARGUMENT);
         assert!(last_error().contains("saved-state handle is null"));
         assert_eq!(megamoe_saved_tokens(null()), 0);
+        let mut w8 = null_mut();
+        assert_eq!(megamoe_fp8_weights_new(null(), &mut w8), MEGAMOE_INVALID_ARGUMENT);
+        assert!(w8.is_null());
+        let c = megamoe_forward_fp8(null(), 0, 1, 0, 0, 0, null(), 0, &mut saved);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+        assert_eq!(megamoe_fp8_weights_quantize(null(), 0, null(), 0, 0), MEGAMOE_INVALID_ARGUMENT);
+        let c = megamoe_backward_fp8(null(), 0, null(), 0, 0, 0, 0, 0, 0, null(), 0, 0, 0, 0, 1, 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
         megamoe_saved_free(null_mut());
+        megamoe_fp8_weights_free(null_mut());
         megamoe_layer_free(null_mut());
     }
 }
@@ -363,15 +372,20 @@ gpu_test!(fp8_layer_through_raw_pointers_matches_the_rust_api_bitwise, {
     // SAFETY: live handles and allocations of the sizes the shapes ask.
     unsafe {
         assert_eq!(megamoe_fp8_weights_new(l, &mut w8), MEGAMOE_OK, "{}", last_error());
+        // codes never quantized: refused
+        let c = megamoe_forward_fp8(l, 0, tokens, x, ids, w, w8, p(&d.y), &mut saved);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "{}", last_error());
+        assert!(last_error().contains("never quantized"), "{}", last_error());
         assert_eq!(megamoe_fp8_weights_quantize(l, 0, w8, w1, w2), MEGAMOE_OK, "{}", last_error());
         let c = megamoe_forward_fp8(l, 0, tokens, x, ids, w, w8, p(&d.y), &mut saved);
         assert_eq!(c, MEGAMOE_OK, "{}", last_error());
-        // the bf16 backward refuses an FP8 forward's state
         let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, st));
-        let c = megamoe_backward(l, 0, saved, p(&d.dy), x, ids, w, w1, w2, dx, dw1, dw2, dtopk, 1, 0);
-        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "{}", last_error());
         let c = megamoe_backward_fp8(l, 0, saved, p(&d.dy), x, ids, w, w1, w2, w8, dx, dw1, dw2, dtopk, 1, 0);
         assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        // the bf16 backward refuses an FP8 forward's state, writing nothing (the outputs are compared below)
+        let c = megamoe_backward(l, 0, saved, p(&d.dy), x, ids, w, w1, w2, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "{}", last_error());
+        assert!(last_error().contains("backward_fp8"), "{}", last_error());
         check_and_free(saved);
         megamoe_fp8_weights_free(w8);
     }
