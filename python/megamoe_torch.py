@@ -134,8 +134,27 @@ def trim_pool(device=None, keep_bytes=0):
     _check(lib().megamoe_trim_pool(_cuda_device(device).index, keep_bytes))
 
 
-class Saved:
+class _Handle:
+    """A library handle, freed with this object by the C function named `_free`."""
+    _free = None
+    handle = None
+
+    def free(self):
+        if self.handle:
+            getattr(lib(), self._free)(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class Saved(_Handle):
     """What a forward leaves for its backward (device memory, freed with this object)."""
+
+    _free = "megamoe_saved_free"
 
     def __init__(self, handle, layer):
         self.handle = handle
@@ -149,20 +168,10 @@ class Saved:
         """Synchronise and raise if the forward met an expert id outside -1..E (it then wrote nothing)."""
         _check(lib().megamoe_saved_check(self.handle))
 
-    def free(self):
-        if self.handle:
-            lib().megamoe_saved_free(self.handle)
-            self.handle = None
 
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:
-            pass
-
-
-class Layer:
+class Layer(_Handle):
     """The device state of one MoE layer (workspace for up to `max_tokens` tokens), on `device`."""
+    _free = "megamoe_layer_free"
 
     def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None):
         self.device = _cuda_device(device)
@@ -174,14 +183,6 @@ class Layer:
             _check(lib().megamoe_layer_new(self.device.index, hidden, intermediate, experts, top_k, max_tokens,
                                            int(bool(save_z)), ctypes.byref(h)))
         self.handle = h
-
-    def __del__(self):
-        try:
-            if self.handle:
-                lib().megamoe_layer_free(self.handle)
-                self.handle = None
-        except Exception:
-            pass
 
     def _inputs(self, x, topk_ids, topk_weights, w1, w2, tokens):
         H, I, E, k, d = self.hidden, self.intermediate, self.experts, self.top_k, self.device
@@ -248,9 +249,10 @@ class Layer:
         return dx, dtopk, dw1, dw2
 
 
-class Fp8Weights:
+class Fp8Weights(_Handle):
     """W1 and W2 of `layer`'s shapes in blockwise FP8 (device memory, freed with this object). `quantize(w1, w2)`
     after every change of the bf16 weights (an optimizer step); `MoE(fp8=True)` does it when their version moves."""
+    _free = "megamoe_fp8_weights_free"
 
     def __init__(self, layer):
         self.layer = layer
@@ -271,13 +273,6 @@ class Fp8Weights:
         """Whether the codes were quantized from these tensors as they are now (same storage, same version)."""
         return self.source == (w1.data_ptr(), w1._version, w2.data_ptr(), w2._version)
 
-    def __del__(self):
-        try:
-            if self.handle:
-                lib().megamoe_fp8_weights_free(self.handle)
-                self.handle = None
-        except Exception:
-            pass
 
 
 class _MoeFunction(torch.autograd.Function):

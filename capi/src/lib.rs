@@ -292,6 +292,55 @@ impl Drop for CurrentCtx {
     }
 }
 
+/// A handle that holds its device.
+trait OnGpu {
+    fn gpu(&self) -> &Gpu;
+}
+
+impl OnGpu for MegamoeLayer {
+    fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+}
+
+impl OnGpu for MegamoeSaved {
+    fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+}
+
+impl OnGpu for MegamoeFp8Weights {
+    fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+}
+
+/// Hand a new handle to the caller through `out` (checked non-null by the caller's entry point).
+///
+/// # Safety
+/// `out` must be writable.
+unsafe fn hand_out<T>(out: *mut *mut T, v: T) {
+    // SAFETY: the function's contract.
+    unsafe { *out = Box::into_raw(Box::new(v)) };
+}
+
+/// Free a handle of this crate (null: nothing), its device's context current while its buffers are released (in
+/// the device stream's order); never unwinds.
+///
+/// # Safety
+/// `p` must be null or a live handle of this crate's constructors, not used after.
+unsafe fn free_handle<T: OnGpu>(p: *mut T) {
+    if p.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the function's contract.
+        let b = unsafe { Box::from_raw(p) };
+        let _cur = CurrentCtx::enter(b.gpu());
+        drop(b);
+    }));
+}
+
 fn layer_ref<'a>(layer: *const MegamoeLayer) -> Result<&'a MegamoeLayer> {
     // SAFETY: a non-null handle is one `megamoe_layer_new` returned and the caller has not freed (the ABI's
     // contract).
@@ -379,7 +428,7 @@ pub unsafe extern "C" fn megamoe_layer_new(
         let after = driver("creating an event", ctx.new_event(None))?;
         let l = MegamoeLayer { gpu, cfg, state: Mutex::new(State { layer, before, after }) };
         // SAFETY: `out` is non-null and writable (the function's contract).
-        unsafe { *out = Box::into_raw(Box::new(l)) };
+        unsafe { hand_out(out, l) };
         Ok(())
     })
 }
@@ -390,15 +439,8 @@ pub unsafe extern "C" fn megamoe_layer_new(
 /// `layer` must be null or a handle from [`megamoe_layer_new`] not yet freed; no call may use it after.
 #[no_mangle]
 pub unsafe extern "C" fn megamoe_layer_free(layer: *mut MegamoeLayer) {
-    if layer.is_null() {
-        return;
-    }
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the function's contract.
-        let l = unsafe { Box::from_raw(layer) };
-        let _cur = CurrentCtx::enter(&l.gpu);
-        drop(l);
-    }));
+    // SAFETY: the function's contract.
+    unsafe { free_handle(layer) }
 }
 
 /// Forward for `tokens` tokens: `out[t] = sum_j topk_weights[t, j] * expert(topk_ids[t, j])(x[t])`, on the
@@ -440,7 +482,7 @@ pub unsafe extern "C" fn megamoe_forward(
         })?;
         let s = MegamoeSaved { gpu: l.gpu.clone(), saved: sv.expect("set by a forward that returned Ok") };
         // SAFETY: `saved` is non-null and writable (the function's contract).
-        unsafe { *saved = Box::into_raw(Box::new(s)) };
+        unsafe { hand_out(saved, s) };
         Ok(())
     })
 }
@@ -570,7 +612,7 @@ pub unsafe extern "C" fn megamoe_fp8_weights_new(
         let w = Fp8Weights::alloc(&lock(&l.state)?.layer)?;
         let h = MegamoeFp8Weights { gpu: l.gpu.clone(), w: Mutex::new((w, false)) };
         // SAFETY: `out` is non-null and writable (the function's contract).
-        unsafe { *out = Box::into_raw(Box::new(h)) };
+        unsafe { hand_out(out, h) };
         Ok(())
     })
 }
@@ -611,15 +653,8 @@ pub unsafe extern "C" fn megamoe_fp8_weights_quantize(
 /// `w8` null or a live handle; no call may use it after.
 #[no_mangle]
 pub unsafe extern "C" fn megamoe_fp8_weights_free(w8: *mut MegamoeFp8Weights) {
-    if w8.is_null() {
-        return;
-    }
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the function's contract.
-        let w = unsafe { Box::from_raw(w8) };
-        let _cur = CurrentCtx::enter(&w.gpu);
-        drop(w);
-    }));
+    // SAFETY: the function's contract.
+    unsafe { free_handle(w8) }
 }
 
 /// The forward in blockwise FP8 ([`MoeLayer::forward_fp8`]: x and h quantized on the way, the weights from
@@ -668,7 +703,7 @@ pub unsafe extern "C" fn megamoe_forward_fp8(
         })?;
         let s = MegamoeSaved { gpu: l.gpu.clone(), saved: sv.expect("set by a forward that returned Ok") };
         // SAFETY: `saved` is non-null and writable (the function's contract).
-        unsafe { *saved = Box::into_raw(Box::new(s)) };
+        unsafe { hand_out(saved, s) };
         Ok(())
     })
 }
@@ -741,15 +776,8 @@ pub unsafe extern "C" fn megamoe_saved_tokens(saved: *const MegamoeSaved) -> usi
 /// `saved` must be null or a live handle of [`megamoe_forward`]; no call may use it after.
 #[no_mangle]
 pub unsafe extern "C" fn megamoe_saved_free(saved: *mut MegamoeSaved) {
-    if saved.is_null() {
-        return;
-    }
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the function's contract.
-        let s = unsafe { Box::from_raw(saved) };
-        let _cur = CurrentCtx::enter(&s.gpu);
-        drop(s);
-    }));
+    // SAFETY: the function's contract.
+    unsafe { free_handle(saved) }
 }
 
 /// Copy the calling thread's last error message into `buf` (at most `len` bytes with the terminating NUL;
