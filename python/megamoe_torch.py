@@ -275,19 +275,35 @@ class Fp8Weights(_Handle):
 
 
 
+def _backward(ctx, dy, w8):
+    """dx, dtopk, dw1, dw2 for autograd. With `main_grad` f32 tensors on both weights (Megatron's gradient
+    accumulation fusion) the f32 weight gradients are added into them in place and none are returned
+    (`grad_added_to_main_grad` is set on the weights)."""
+    x, topk_ids, topk_weights, w1, w2 = ctx.saved_tensors
+    p1, p2 = ctx.params
+    m1, m2 = getattr(p1, "main_grad", None), getattr(p2, "main_grad", None)
+    if m1 is not None and m2 is not None:
+        T, k = topk_ids.shape
+        grads = (torch.empty_like(x), torch.empty((T, k), dtype=torch.float32, device=x.device), m1, m2)
+        dx, dtopk, _, _ = ctx.layer.backward(ctx.saved, dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
+                                             grads=grads, wgrad_dtype=torch.float32, accumulate=True, w8=w8)
+        p1.grad_added_to_main_grad = p2.grad_added_to_main_grad = True
+        return dx, dtopk, None, None
+    return ctx.layer.backward(ctx.saved, dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
+                              wgrad_dtype=w1.dtype, w8=w8)
+
+
 class _MoeFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, layer, x, topk_ids, topk_weights, w1, w2):
         y, saved = layer.forward(x, topk_ids, topk_weights, w1, w2)
-        ctx.layer, ctx.saved = layer, saved
+        ctx.layer, ctx.saved, ctx.params = layer, saved, (w1, w2)
         ctx.save_for_backward(x, topk_ids, topk_weights, w1, w2)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, topk_ids, topk_weights, w1, w2 = ctx.saved_tensors
-        dx, dtopk, dw1, dw2 = ctx.layer.backward(ctx.saved, dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
-                                                 wgrad_dtype=w1.dtype)
+        dx, dtopk, dw1, dw2 = _backward(ctx, dy, None)
         return None, dx, None, dtopk, dw1, dw2
 
 
@@ -295,15 +311,13 @@ class _MoeFp8Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, layer, w8, x, topk_ids, topk_weights, w1, w2):
         y, saved = layer.forward_fp8(x, topk_ids, topk_weights, w8)
-        ctx.layer, ctx.saved, ctx.w8 = layer, saved, w8
+        ctx.layer, ctx.saved, ctx.w8, ctx.params = layer, saved, w8, (w1, w2)
         ctx.save_for_backward(x, topk_ids, topk_weights, w1, w2)
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, topk_ids, topk_weights, w1, w2 = ctx.saved_tensors
-        dx, dtopk, dw1, dw2 = ctx.layer.backward(ctx.saved, dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
-                                                 wgrad_dtype=w1.dtype, w8=ctx.w8)
+        dx, dtopk, dw1, dw2 = _backward(ctx, dy, ctx.w8)
         return None, None, dx, None, dtopk, dw1, dw2
 
 
@@ -319,7 +333,9 @@ def moe_fp8(layer, w8, x, topk_ids, topk_weights, w1, w2):
 
 def moe(layer, x, topk_ids, topk_weights, w1, w2):
     """The layer with autograd: y [T, H]; gradients for x, topk_weights, w1 and w2. topk_ids may be int64
-    (converted); topk_weights of any float dtype (computed in float32, its gradient returned in its dtype)."""
+    (converted); topk_weights of any float dtype (computed in float32, its gradient returned in its dtype). With
+    f32 `main_grad` tensors on w1 and w2, their gradients are accumulated there in f32 instead (Megatron's
+    gradient accumulation fusion)."""
     ids = topk_ids.to(torch.int32).contiguous()
     w = topk_weights.to(torch.float32).contiguous()
     return _MoeFunction.apply(layer, x.contiguous(), ids, w, w1, w2)

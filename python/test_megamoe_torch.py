@@ -119,6 +119,18 @@ def case(name, H, I, E, k, T, save_z, masked):
         same_bits(f"autograd dtopk ({where})", wa.grad, dtopk)
         check_close(f"autograd dW1 bf16 ({where})", w1a.grad, w1r.grad)
         check_close(f"autograd dW2 bf16 ({where})", w2a.grad, w2r.grad)
+    # Megatron's main_grad: two micro-batches accumulate exactly twice the raw call's f32 weight gradients
+    w1m, w2m = w1.clone().requires_grad_(), w2.clone().requires_grad_()
+    w1m.main_grad = torch.zeros(w1.shape, dtype=torch.float32, device=dev)
+    w2m.main_grad = torch.zeros(w2.shape, dtype=torch.float32, device=dev)
+    for _ in range(2):
+        xm = x.clone().requires_grad_()
+        mm.moe(layer, xm, ids, w, w1m, w2m).backward(dy)
+        same_bits("main_grad micro-batch dx", xm.grad, dx)
+    same_bits("main_grad dW1 (2 micro-batches)", w1m.main_grad, 2 * dw1)
+    same_bits("main_grad dW2 (2 micro-batches)", w2m.main_grad, 2 * dw2)
+    if w1m.grad is not None or not getattr(w1m, "grad_added_to_main_grad", False):
+        fail("main_grad: a weight gradient was returned, or grad_added_to_main_grad not set")
     torch.cuda.synchronize()
 
 
