@@ -140,6 +140,33 @@ impl MegamoeLayer {
     }
 }
 
+impl MegamoeLayer {
+    /// A forward `f` into a fresh saved state for `tokens` tokens ([`MegamoeLayer::run`]'s ordering), the state
+    /// handed to the caller through `out` once `f` returned Ok.
+    ///
+    /// # Safety
+    /// `out` must be writable.
+    unsafe fn forward_saved(
+        &self,
+        stream: u64,
+        tokens: usize,
+        out: *mut *mut MegamoeSaved,
+        f: impl FnOnce(&mut MoeLayer, &mut Saved) -> Result<()>,
+    ) -> Result<()> {
+        let mut sv = None;
+        self.run(stream, |layer| {
+            let mut s = layer.alloc_saved(tokens)?;
+            f(layer, &mut s)?;
+            sv = Some(s);
+            Ok(())
+        })?;
+        let s = MegamoeSaved { gpu: self.gpu.clone(), saved: sv.expect("set by a forward that returned Ok") };
+        // SAFETY: the function's contract.
+        unsafe { hand_out(out, s) };
+        Ok(())
+    }
+}
+
 /// A caller's device buffer seen as a `CudaSlice` for the length of one call; never freed by megamoe.
 struct Borrowed<T> {
     slice: Option<CudaSlice<T>>,
@@ -475,15 +502,8 @@ pub unsafe extern "C" fn megamoe_forward(
         let inp = In::new(l, tokens, [x, topk_ids, topk_weights, w1, w2])?;
         let mut y = borrow::<bf16>(&l.gpu, "out", out, tokens * l.cfg.hidden, ROWS)?;
         check_disjoint(&[y.span], &inp.spans())?;
-        let mut sv = None;
-        l.run(stream, |layer| {
-            sv = Some(layer.forward(&inp.inputs(tokens), &mut y)?);
-            Ok(())
-        })?;
-        let s = MegamoeSaved { gpu: l.gpu.clone(), saved: sv.expect("set by a forward that returned Ok") };
         // SAFETY: `saved` is non-null and writable (the function's contract).
-        unsafe { hand_out(saved, s) };
-        Ok(())
+        unsafe { l.forward_saved(stream, tokens, saved, |layer, s| layer.forward_into(&inp.inputs(tokens), &mut y, s)) }
     })
 }
 
@@ -692,19 +712,14 @@ pub unsafe extern "C" fn megamoe_forward_fp8(
         let w = borrow::<f32>(g, "topk_weights", topk_weights, tokens * c.top_k, 4)?;
         let mut y = borrow::<bf16>(g, "out", out, tokens * c.hidden, ROWS)?;
         check_disjoint(&[y.span], &[xb.span, ids.span, w.span])?;
-        let mut sv = None;
-        l.run(stream, |layer| {
-            let mut s = layer.alloc_saved(tokens)?;
-            let w8 = filled(q)?;
-            let inp = Fp8Inputs { tokens, x: &xb, topk_ids: &ids, topk_weights: &w, weights: &w8.0 };
-            layer.forward_fp8(&inp, &mut y, &mut s)?;
-            sv = Some(s);
-            Ok(())
-        })?;
-        let s = MegamoeSaved { gpu: l.gpu.clone(), saved: sv.expect("set by a forward that returned Ok") };
         // SAFETY: `saved` is non-null and writable (the function's contract).
-        unsafe { hand_out(saved, s) };
-        Ok(())
+        unsafe {
+            l.forward_saved(stream, tokens, saved, |layer, s| {
+                let w8 = filled(q)?;
+                let inp = Fp8Inputs { tokens, x: &xb, topk_ids: &ids, topk_weights: &w, weights: &w8.0 };
+                layer.forward_fp8(&inp, &mut y, s)
+            })
+        }
     })
 }
 
