@@ -18,8 +18,10 @@ on it (events; no host synchronisation). Weight gradients are bf16 (as autograd 
 weights; each is the f32 sum rounded once). Every buffer is checked by the library before a launch (device, size
 of its allocation, 16-byte alignment, outputs disjoint from inputs): errors raise `MegamoeError` with the
 library's message. megamoe's workspace and saved states come from CUDA's default memory pool, kept cached
-between calls; `trim_pool()` hands it back. Not through these bindings yet: CUDA graph capture, expert parallelism
-(the Rust API has them). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` +
+between calls; `trim_pool()` hands it back. CUDA graphs: `Layer(..., saved_slots=n)` / `MoE(..., saved_slots=n)`
+gives the layer a ring of n saved states so that its forwards allocate nothing; then a forward and backward can
+be captured by `torch.cuda.graph` and replayed (a captured forward keeps one slot for its graph; a backward whose
+slot a later forward overwrote raises). Not through these bindings yet: expert parallelism (the Rust API has it). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` +
 `moe_fp8`, or `Layer.forward_fp8` / `backward(..., w8=)`.
 """
 import ctypes
@@ -65,6 +67,7 @@ def lib():
     vp = ctypes.c_void_p
     L.megamoe_layer_new.argtypes = [i32, sz, sz, sz, sz, sz, i32, ctypes.POINTER(vp)]
     L.megamoe_layer_free.argtypes = [vp]
+    L.megamoe_layer_reserve_saved.argtypes = [vp, sz]
     L.megamoe_layer_free.restype = None
     L.megamoe_forward.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, ctypes.POINTER(vp)]
     L.megamoe_backward.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32]
@@ -173,7 +176,7 @@ class Layer(_Handle):
     """The device state of one MoE layer (workspace for up to `max_tokens` tokens), on `device`."""
     _free = "megamoe_layer_free"
 
-    def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None):
+    def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, saved_slots=0):
         self.device = _cuda_device(device)
         self.hidden, self.intermediate, self.experts, self.top_k = hidden, intermediate, experts, top_k
         self.max_tokens = max_tokens
@@ -183,6 +186,16 @@ class Layer(_Handle):
             _check(lib().megamoe_layer_new(self.device.index, hidden, intermediate, experts, top_k, max_tokens,
                                            int(bool(save_z)), ctypes.byref(h)))
         self.handle = h
+        if saved_slots:
+            self.reserve_saved(saved_slots)
+
+    def reserve_saved(self, slots):
+        """A ring of `slots` saved states (each for max_tokens) that the forwards write in turn instead of
+        allocating one each (0: back to allocating), so that a forward and backward can be captured in a CUDA
+        graph. A captured forward keeps its slot for good: reserve one per forward to capture, plus one per eager
+        forward waiting for its backward. Not during a capture."""
+        with torch.cuda.device(self.device):
+            _check(lib().megamoe_layer_reserve_saved(self.handle, slots))
 
     def _inputs(self, x, topk_ids, topk_weights, w1, w2, tokens):
         H, I, E, k, d = self.hidden, self.intermediate, self.experts, self.top_k, self.device
@@ -345,9 +358,11 @@ class MoE(torch.nn.Module):
     """An MoE layer's experts as a module: parameters w1 [E, 2I, H] and w2 [E, H, I] in bf16; the routing
     (topk_ids, topk_weights) comes from the caller's router."""
 
-    def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False):
+    def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False,
+                 saved_slots=0):
         super().__init__()
         self.fp8 = fp8
+        self.saved_slots = saved_slots
         self._w8 = None
         dev = _cuda_device(device)
         self.cfg = (hidden, intermediate, experts, top_k, max_tokens, save_z)
@@ -360,7 +375,7 @@ class MoE(torch.nn.Module):
     def layer(self):
         dev = self.w1.device
         if self._layer is None or self._layer.device != dev:
-            self._layer = Layer(*self.cfg, device=dev)
+            self._layer = Layer(*self.cfg, device=dev, saved_slots=self.saved_slots)
             self._w8 = None
         return self._layer
 

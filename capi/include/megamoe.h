@@ -33,6 +33,13 @@ int megamoe_layer_new(int device, size_t hidden, size_t intermediate, size_t exp
                       size_t max_tokens, int save_z, MegamoeLayer **out);
 void megamoe_layer_free(MegamoeLayer *layer);
 
+/* A ring of `slots` saved states (each for max_tokens) that the forwards then write in turn instead of allocating
+ * one each (0: back to allocating): with it a forward and backward can be captured in a CUDA graph. A captured
+ * forward keeps its slot for good (its graph's replays rewrite it): reserve one slot per forward to capture plus
+ * one per eager forward waiting for its backward. A backward given a handle whose slot a later forward overwrote
+ * is refused (MEGAMOE_INVALID_ARGUMENT). Not during a capture. */
+int megamoe_layer_reserve_saved(const MegamoeLayer *layer, size_t slots);
+
 /* out[t] = sum_j topk_weights[t, j] * expert(topk_ids[t, j])(x[t]). x, out bf16 [T, H]; topk_ids int32 [T, k]
  * (-1: masked); topk_weights f32 [T, k]; w1 bf16 [E, 2I, H] (gate rows, then up rows); w2 bf16 [E, H, I]. */
 int megamoe_forward(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t x, uint64_t topk_ids,
@@ -61,7 +68,7 @@ int megamoe_backward_fp8(const MegamoeLayer *layer, uint64_t stream, const Megam
 
 /* Synchronises; MEGAMOE_INVALID_ARGUMENT if the forward met an expert id outside -1..E (nothing was written). */
 int megamoe_saved_check(const MegamoeSaved *saved);
-size_t megamoe_saved_tokens(const MegamoeSaved *saved);
+size_t megamoe_saved_tokens(const MegamoeSaved *saved); /* 0 for null or an overwritten ring slot */
 void megamoe_saved_free(MegamoeSaved *saved);
 
 /* Hand megamoe's cached pool memory on `device` back to the driver, keeping keep_bytes (synchronises). */

@@ -21,8 +21,12 @@
 //!   the caller frees; several may be outstanding (micro-batches, pipeline schedules). A layer's calls are
 //!   serialised by a lock, so forward and backward may come from different threads (PyTorch runs the backward on
 //!   its own thread).
-//! - Not yet through this interface: CUDA-graph capture (each forward allocates its saved state) and expert
-//!   parallelism; the Rust API has them.
+//! - CUDA graphs: after [`megamoe_layer_reserve_saved`] the forwards write a ring of saved states allocated
+//!   with it instead of allocating one each, so a forward and backward can be captured (PyTorch's
+//!   `torch.cuda.graph`) and replayed; a saved state overwritten by a later forward is refused by the backward
+//!   (a generation check on the host). The maps of buffers a capture meets first are recorded by the graph
+//!   (megamoe's `tensor_map::CaptureMaps`), so no eager call is needed first.
+//! - Not yet through this interface: expert parallelism; the Rust API has it.
 use std::any::Any;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void};
@@ -99,7 +103,8 @@ fn driver<T>(what: &str, r: std::result::Result<T, cudarc::driver::DriverError>)
 pub struct MegamoeLayer {
     gpu: Arc<Gpu>,
     cfg: LayerConfig,
-    state: Mutex<State>,
+    /// Shared with the saved states of its ring, which read their slot under the same lock.
+    state: Arc<Mutex<State>>,
 }
 
 struct State {
@@ -108,18 +113,70 @@ struct State {
     before: CudaEvent,
     /// Recorded on the layer's stream, waited for by the caller's.
     after: CudaEvent,
+    /// The saved states the forwards write in turn once [`megamoe_layer_reserve_saved`] made them (empty: each
+    /// forward allocates its own).
+    ring: Vec<RingSlot>,
+    /// The slot the next forward writes.
+    next: usize,
+    /// Forwards into ring slots so far: each one's generation (unique over the layer's life).
+    generations: u64,
+    /// Slots of replaced rings that a captured graph writes: kept until the layer is freed.
+    kept: Vec<Saved>,
+}
+
+/// One saved state of a layer's ring, and the generation of the forward that last wrote it (a handle records
+/// its forward's; a later forward into the slot makes the handle stale).
+struct RingSlot {
+    saved: Saved,
+    generation: u64,
+    /// Taken by a forward captured in a CUDA graph: its replays write the slot, so no other forward may.
+    captured: bool,
 }
 
 /// What a forward leaves for its backward. Made by [`megamoe_forward`], freed by [`megamoe_saved_free`].
 pub struct MegamoeSaved {
     gpu: Arc<Gpu>,
-    saved: Saved,
+    kind: SavedKind,
+}
+
+enum SavedKind {
+    /// Allocated by its forward, owned by the handle.
+    Own(Box<Saved>),
+    /// Slot `slot` of its layer's ring, as the forward that made the handle left it (`generation`).
+    Ring { state: Arc<Mutex<State>>, slot: usize, generation: u64 },
+}
+
+impl RingSlot {
+    /// The slot's state, if no later forward has overwritten it since the handle's (`generation`).
+    fn get(&self, slot: usize, generation: u64, slots: usize) -> Result<&Saved> {
+        if self.generation != generation {
+            return bad(format!(
+                "this saved state (slot {slot} of the layer's ring of {slots}) was overwritten by a later forward: \
+                 the ring (megamoe_layer_reserve_saved) holds the last {slots} forwards; reserve more slots for \
+                 more forwards waiting for their backward"
+            ));
+        }
+        Ok(&self.saved)
+    }
+}
+
+impl MegamoeSaved {
+    /// `f` on the state: the handle's own, or its ring slot under the layer's lock (refused once overwritten).
+    fn with<R>(&self, f: impl FnOnce(&Saved) -> Result<R>) -> Result<R> {
+        match &self.kind {
+            SavedKind::Own(s) => f(s),
+            SavedKind::Ring { state, slot, generation } => {
+                let st = lock(state)?;
+                f(st.ring[*slot].get(*slot, *generation, st.ring.len())?)
+            }
+        }
+    }
 }
 
 impl MegamoeLayer {
     /// Run `f` on the layer, ordered after the caller's `stream` and before what the caller queues next on it.
     /// The second event is recorded whatever `f` returns, so work `f` launched before failing is still ordered.
-    fn run(&self, stream: u64, f: impl FnOnce(&mut MoeLayer) -> Result<()>) -> Result<()> {
+    fn run(&self, stream: u64, f: impl FnOnce(&mut State) -> Result<()>) -> Result<()> {
         let mut st = lock(&self.state)?;
         let st = &mut *st;
         let caller = stream as sys::CUstream;
@@ -130,7 +187,7 @@ impl MegamoeLayer {
             result::event::record(st.before.cu_event(), caller)
         })?;
         driver("ordering the layer's stream after the caller's", ours.wait(&st.before))?;
-        let r = f(&mut st.layer);
+        let r = f(st);
         driver("recording the layer's event", st.after.record(ours))?;
         // SAFETY: as above.
         driver("ordering the caller's stream after the layer's", unsafe {
@@ -141,8 +198,9 @@ impl MegamoeLayer {
 }
 
 impl MegamoeLayer {
-    /// A forward `f` into a fresh saved state for `tokens` tokens ([`MegamoeLayer::run`]'s ordering), the state
-    /// handed to the caller through `out` once `f` returned Ok.
+    /// A forward `f` into a saved state for `tokens` tokens ([`MegamoeLayer::run`]'s ordering): the ring's next
+    /// slot when the layer has a ring, else a fresh one; the handle given to the caller through `out` once `f`
+    /// returned Ok.
     ///
     /// # Safety
     /// `out` must be writable.
@@ -153,14 +211,43 @@ impl MegamoeLayer {
         out: *mut *mut MegamoeSaved,
         f: impl FnOnce(&mut MoeLayer, &mut Saved) -> Result<()>,
     ) -> Result<()> {
-        let mut sv = None;
-        self.run(stream, |layer| {
-            let mut s = layer.alloc_saved(tokens)?;
-            f(layer, &mut s)?;
-            sv = Some(s);
+        let mut kind = None;
+        self.run(stream, |st| {
+            let capturing = self.gpu.capturing()?;
+            let State { layer, ring, next, generations, .. } = st;
+            // the next slot no captured graph holds, in turn
+            let n = ring.len();
+            let free = (0..n).map(|d| (*next + d) % n).find(|&i| !ring[i].captured);
+            match free {
+                None if capturing => {
+                    return bad(format!(
+                        "a forward captured in a CUDA graph needs a saved-state slot of its own, and {}: call \
+                         megamoe_layer_reserve_saved before the capture (one slot per captured forward, plus one \
+                         per eager forward waiting for its backward)",
+                        if n == 0 { "the layer has none".to_string() } else { format!("all {n} are held by graphs") }
+                    ));
+                }
+                // no ring, or every slot held by a graph: outside a capture the state is allocated
+                None => {
+                    let mut s = layer.alloc_saved(tokens)?;
+                    f(layer, &mut s)?;
+                    kind = Some(SavedKind::Own(Box::new(s)));
+                }
+                Some(slot) => {
+                    *next = (slot + 1) % n;
+                    // the slot's earlier handles go stale now, whether or not this forward succeeds
+                    *generations += 1;
+                    let r = &mut ring[slot];
+                    r.generation = *generations;
+                    // a captured forward keeps its slot for good (its graph's replays rewrite it)
+                    r.captured = capturing;
+                    f(layer, &mut r.saved)?;
+                    kind = Some(SavedKind::Ring { state: self.state.clone(), slot, generation: r.generation });
+                }
+            }
             Ok(())
         })?;
-        let s = MegamoeSaved { gpu: self.gpu.clone(), saved: sv.expect("set by a forward that returned Ok") };
+        let s = MegamoeSaved { gpu: self.gpu.clone(), kind: kind.expect("set by a forward that returned Ok") };
         // SAFETY: the function's contract.
         unsafe { hand_out(out, s) };
         Ok(())
@@ -453,7 +540,8 @@ pub unsafe extern "C" fn megamoe_layer_new(
         let ctx = gpu.context();
         let before = driver("creating an event", ctx.new_event(None))?;
         let after = driver("creating an event", ctx.new_event(None))?;
-        let l = MegamoeLayer { gpu, cfg, state: Mutex::new(State { layer, before, after }) };
+        let st = State { layer, before, after, ring: Vec::new(), next: 0, generations: 0, kept: Vec::new() };
+        let l = MegamoeLayer { gpu, cfg, state: Arc::new(Mutex::new(st)) };
         // SAFETY: `out` is non-null and writable (the function's contract).
         unsafe { hand_out(out, l) };
         Ok(())
@@ -468,6 +556,46 @@ pub unsafe extern "C" fn megamoe_layer_new(
 pub unsafe extern "C" fn megamoe_layer_free(layer: *mut MegamoeLayer) {
     // SAFETY: the function's contract.
     unsafe { free_handle(layer) }
+}
+
+/// Give the layer a ring of `slots` saved states, each for the layer's maximum tokens, which its forwards then
+/// write in turn instead of allocating one each (0: back to allocating). With a ring a forward allocates
+/// nothing, so it can be captured in a CUDA graph: a captured forward takes a slot for good (the graph's replays
+/// rewrite it), so reserve one slot per forward to capture, plus one per eager forward waiting for its backward
+/// (activation checkpointing and pipeline schedules keep several); an eager forward that finds every slot held by
+/// a graph allocates its own. The handle a forward returns refers to its slot: a backward (or
+/// [`megamoe_saved_check`]) given a handle whose slot a later forward has overwritten is refused with
+/// [`MEGAMOE_INVALID_ARGUMENT`]. Replacing a ring makes the old one's handles stale; its slots held by graphs are
+/// kept while the layer lives. Not during a capture (it allocates).
+///
+/// # Safety
+/// `layer` must be null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_layer_reserve_saved(layer: *const MegamoeLayer, slots: usize) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        if slots > 4096 {
+            return bad(format!("{slots} saved-state slots (at most 4096)"));
+        }
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        if l.gpu.capturing()? {
+            return bad("megamoe_layer_reserve_saved allocates, which a CUDA graph capture cannot record: call it \
+                        before the capture"
+                .into());
+        }
+        let mut st = lock(&l.state)?;
+        let mut ring = Vec::with_capacity(slots);
+        for _ in 0..slots {
+            ring.push(RingSlot { saved: st.layer.alloc_saved(l.cfg.max_tokens)?, generation: 0, captured: false });
+        }
+        // the old ring's handles go stale: generations are unique over the layer's life, so none matches a slot
+        // of the new ring. Its slots that graphs write are kept (a graph may be replayed as long as the layer
+        // lives); the others are released in stream order after the work queued on them
+        let old = std::mem::replace(&mut st.ring, ring);
+        st.kept.extend(old.into_iter().filter(|r| r.captured).map(|r| r.saved));
+        st.next = 0;
+        Ok(())
+    })
 }
 
 /// Forward for `tokens` tokens: `out[t] = sum_j topk_weights[t, j] * expert(topk_ids[t, j])(x[t])`, on the
@@ -537,8 +665,7 @@ pub unsafe extern "C" fn megamoe_backward(
         let l = layer_ref(layer)?;
         let s = saved_ref(saved)?;
         let _cur = CurrentCtx::enter(&l.gpu)?;
-        let b =
-            Bwd { l, stream, saved: &s.saved, p: [x, topk_ids, topk_weights, w1, w2], g: [dy, dx, dw1, dw2, dtopk] };
+        let b = Bwd { l, stream, saved: s, p: [x, topk_ids, topk_weights, w1, w2], g: [dy, dx, dw1, dw2, dtopk] };
         b.run(wgrad_bf16 != 0, accumulate != 0, None)
     })
 }
@@ -547,7 +674,7 @@ pub unsafe extern "C" fn megamoe_backward(
 struct Bwd<'a> {
     l: &'a MegamoeLayer,
     stream: u64,
-    saved: &'a Saved,
+    saved: &'a MegamoeSaved,
     /// x, topk_ids, topk_weights, w1, w2.
     p: [u64; 5],
     /// dy, dx, dw1, dw2, dtopk.
@@ -566,7 +693,13 @@ impl Bwd<'_> {
 
 fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&MegamoeFp8Weights>) -> Result<()> {
     let (l, stream, saved, p, g) = (b.l, b.stream, b.saved, b.p, b.g);
-    let t = saved.tokens();
+    // a ring slot's handle must be this layer's (its slot is read under this layer's lock below)
+    let own = match &saved.kind {
+        SavedKind::Own(s) => Some(s),
+        SavedKind::Ring { state, .. } if Arc::ptr_eq(state, &l.state) => None,
+        SavedKind::Ring { .. } => return bad("the saved state comes from another layer's forward".into()),
+    };
+    let t = saved.with(|s| Ok(s.tokens()))?;
     let c = &l.cfg;
     let gpu = &*l.gpu;
     let inp = In::new(l, t, p)?;
@@ -577,7 +710,13 @@ fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&MegamoeFp8
     let mut dtopk = borrow::<f32>(gpu, "dtopk", g[4], t * c.top_k, 4)?;
     let ins = inp.spans();
     check_disjoint(&[dx.span, dw1.span, dw2.span, dtopk.span], &[ins[0], ins[1], ins[2], ins[3], ins[4], dy.span])?;
-    l.run(stream, |layer| {
+    l.run(stream, |st| {
+        let State { layer, ring, .. } = st;
+        let saved = match (own, &saved.kind) {
+            (Some(s), _) => s,
+            (None, SavedKind::Ring { slot, generation, .. }) => ring[*slot].get(*slot, *generation, ring.len())?,
+            (None, SavedKind::Own(_)) => unreachable!("an owned state is `own`"),
+        };
         let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
         match fp8 {
             None => layer.backward(saved, &dy, &inp.inputs(t), grads),
@@ -658,9 +797,9 @@ pub unsafe extern "C" fn megamoe_fp8_weights_quantize(
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
         let w1 = borrow::<bf16>(&l.gpu, "w1", w1, e * 2 * i * h, ROWS)?;
         let w2 = borrow::<bf16>(&l.gpu, "w2", w2, e * h * i, ROWS)?;
-        l.run(stream, |layer| {
+        l.run(stream, |st| {
             let mut g = lock(&q.w)?;
-            g.0.quantize(&l.gpu, &w1, &w2, layer)?;
+            g.0.quantize(&l.gpu, &w1, &w2, &st.layer)?;
             g.1 = true;
             Ok(())
         })
@@ -753,8 +892,7 @@ pub unsafe extern "C" fn megamoe_backward_fp8(
         let s = saved_ref(saved)?;
         let q = fp8_ref(w8)?;
         let _cur = CurrentCtx::enter(&l.gpu)?;
-        let b =
-            Bwd { l, stream, saved: &s.saved, p: [x, topk_ids, topk_weights, w1, w2], g: [dy, dx, dw1, dw2, dtopk] };
+        let b = Bwd { l, stream, saved: s, p: [x, topk_ids, topk_weights, w1, w2], g: [dy, dx, dw1, dw2, dtopk] };
         b.run(wgrad_bf16 != 0, accumulate != 0, Some(q))
     })
 }
@@ -771,17 +909,17 @@ pub unsafe extern "C" fn megamoe_saved_check(saved: *const MegamoeSaved) -> c_in
     guard(|| {
         let s = saved_ref(saved)?;
         let _cur = CurrentCtx::enter(&s.gpu)?;
-        s.saved.check(&s.gpu)
+        s.with(|sv| sv.check(&s.gpu))
     })
 }
 
-/// Tokens of the forward that made `saved` (0 for null).
+/// Tokens of the forward that made `saved` (0 for null, or a ring slot a later forward overwrote).
 ///
 /// # Safety
 /// As [`megamoe_saved_check`].
 #[no_mangle]
 pub unsafe extern "C" fn megamoe_saved_tokens(saved: *const MegamoeSaved) -> usize {
-    saved_ref(saved).map_or(0, |s| s.saved.tokens())
+    saved_ref(saved).and_then(|s| s.with(|sv| Ok(sv.tokens()))).unwrap_or(0)
 }
 
 /// Free a saved state (null: nothing); its device memory is released in the layer's stream order, after the

@@ -420,3 +420,179 @@ gpu_test!(fp8_layer_through_raw_pointers_matches_the_rust_api_bitwise, {
     // SAFETY: the live handle, freed once.
     unsafe { megamoe_layer_free(l) };
 });
+
+/// New inputs into `d`'s buffers and its outputs poisoned again (NaN), on the layer's stream.
+fn load(g: &Gpu, d: &mut Dev, inp: &Inputs) {
+    g.write(&mut d.x, &inp.x).unwrap();
+    g.write(&mut d.ids, &inp.ids).unwrap();
+    g.write(&mut d.w, &inp.w).unwrap();
+    g.write(&mut d.w1, &inp.w1).unwrap();
+    g.write(&mut d.w2, &inp.w2).unwrap();
+    g.write(&mut d.dy, &inp.dy).unwrap();
+    for b in [&mut d.y, &mut d.dx, &mut d.dw1, &mut d.dw2] {
+        g.fill_bytes(b, 0xff).unwrap();
+    }
+    g.fill_bytes(&mut d.dtopk, 0xff).unwrap();
+}
+
+/// The forward alone through the ABI into `d.y` on the legacy default stream: its status and handle.
+fn forward_only(g: &Gpu, l: *const MegamoeLayer, d: &Dev, tokens: usize) -> (c_int, *mut MegamoeSaved) {
+    let s = g.stream();
+    let mut saved = null_mut();
+    // SAFETY: live allocations of the sizes the shapes ask.
+    let c = unsafe {
+        megamoe_forward(
+            l,
+            0,
+            tokens,
+            ptr(&d.x, s),
+            ptr(&d.ids, s),
+            ptr(&d.w, s),
+            ptr(&d.w1, s),
+            ptr(&d.w2, s),
+            ptr(&d.y, s),
+            &mut saved,
+        )
+    };
+    (c, saved)
+}
+
+/// The backward of `saved` through the ABI into `d`'s gradients: its status.
+fn backward_only(g: &Gpu, l: *const MegamoeLayer, d: &Dev, saved: *const MegamoeSaved) -> c_int {
+    let s = g.stream();
+    let p = |v: &CudaSlice<bf16>| ptr(v, s);
+    // SAFETY: as `forward_only`.
+    unsafe {
+        megamoe_backward(
+            l,
+            0,
+            saved,
+            p(&d.dy),
+            p(&d.x),
+            ptr(&d.ids, s),
+            ptr(&d.w, s),
+            p(&d.w1),
+            p(&d.w2),
+            p(&d.dx),
+            p(&d.dw1),
+            p(&d.dw2),
+            ptr(&d.dtopk, s),
+            1,
+            0,
+        )
+    }
+}
+
+// A layer with a ring of saved states (`megamoe_layer_reserve_saved`): its forward + backward captured in a CUDA
+// graph through the ABI on a caller's stream (the layer's stream joins the capture by the events; no eager call
+// first, so every tensor map is placed by a copy the graph records), replayed on new inputs: every element written,
+// within 1e-2 of the f64 reference and bitwise the eager calls on the same inputs. Then the ring's refusals: a
+// handle whose slot a later forward overwrote, and a capture when every slot is held by a graph.
+gpu_test!(a_step_captured_through_the_abi_with_a_ring_replays_bitwise, {
+    let g = gpu();
+    let (s, tokens) = (RAGGED, 97);
+    let mut r = rng();
+    let (a, b) = (inputs(&mut r, s, tokens, Routing::Uniform), inputs(&mut r, s, tokens, Routing::Masked10));
+    let (c, l) = new_layer(0, s, tokens, true);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    // SAFETY: the live handle.
+    assert_eq!(unsafe { megamoe_layer_reserve_saved(l, 2) }, MEGAMOE_OK, "{}", last_error());
+    let caller = g.context().new_stream().unwrap();
+    let mut d = Dev::new(&g, &a);
+    g.sync().unwrap();
+    let global = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+    caller.begin_capture(global).unwrap();
+    let captured = through_the_abi(&g, l, &caller, &mut d, tokens);
+    let graph = caller.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0)).unwrap().expect("a graph");
+    let mut e = Dev::new(&g, &a);
+    let b16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (inp, name) in [(&b, "B"), (&a, "A")] {
+        load(&g, &mut d, inp);
+        load(&g, &mut e, inp);
+        g.sync().unwrap();
+        graph.launch().unwrap();
+        caller.synchronize().unwrap();
+        let got = download(&g, &d);
+        let sv = through_the_abi(&g, l, &caller, &mut e, tokens);
+        caller.synchronize().unwrap();
+        check_and_free(sv);
+        let want = download(&g, &e);
+        for (what, x, y) in
+            [("y", &got.0, &want.0), ("dx", &got.1, &want.1), ("dW1", &got.3, &want.3), ("dW2", &got.4, &want.4)]
+        {
+            assert!(x.iter().all(|v| !v.is_nan()), "{name}: the replay left {what} unwritten");
+            assert!(b16(x) == b16(y), "{name}: the replay's {what} differs from the eager call's");
+        }
+        assert!(got.2.iter().zip(&want.2).all(|(x, y)| x.to_bits() == y.to_bits()), "{name}: dtopk differs");
+        let (mut outs, grads) = reference::forward_backward(&s, &[rank_input(inp)], &weights(inp)).unwrap();
+        let o = outs.remove(0);
+        let f = |v: &[bf16]| v.iter().map(|x| x.to_f64()).collect::<Vec<_>>();
+        for (what, x, want) in [("y", f(&got.0), &o.y), ("dx", f(&got.1), &o.dx), ("dW1", f(&got.3), &grads.dw1)] {
+            let err = check::close(&format!("replay {name} {what}"), &x, want, 1e-2).unwrap();
+            eprintln!("replay {name}: {what} rel err {err:.3e}");
+        }
+    }
+    // slot 0 is the graph's: two eager forwards both take slot 1, so the first one's handle is stale
+    let (c1, s1) = forward_only(&g, l, &e, tokens);
+    let (c2, s2) = forward_only(&g, l, &e, tokens);
+    assert_eq!((c1, c2), (MEGAMOE_OK, MEGAMOE_OK), "{}", last_error());
+    assert_eq!(backward_only(&g, l, &e, s1), MEGAMOE_INVALID_ARGUMENT, "a stale handle's backward was taken");
+    assert!(last_error().contains("overwritten"), "{}", last_error());
+    // SAFETY: live handles, each freed once.
+    unsafe {
+        assert_eq!(megamoe_saved_tokens(s1), 0);
+        assert_eq!(megamoe_saved_check(s1), MEGAMOE_INVALID_ARGUMENT);
+        megamoe_saved_free(s1);
+    }
+    assert_eq!(backward_only(&g, l, &e, s2), MEGAMOE_OK, "{}", last_error());
+    check_and_free(s2);
+    // a second capture takes slot 1; a third finds every slot held and is refused, saying what to do
+    let mut f = Dev::new(&g, &a);
+    g.sync().unwrap();
+    caller.begin_capture(global).unwrap();
+    let second = through_the_abi(&g, l, &caller, &mut f, tokens);
+    let graph2 = caller.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0)).unwrap().expect("a graph");
+    caller.begin_capture(global).unwrap();
+    let mut third = null_mut();
+    let cs = caller.cu_stream() as u64;
+    let st = g.stream();
+    // SAFETY: as `forward_only`.
+    let c = unsafe {
+        megamoe_forward(
+            l,
+            cs,
+            tokens,
+            ptr(&f.x, st),
+            ptr(&f.ids, st),
+            ptr(&f.w, st),
+            ptr(&f.w1, st),
+            ptr(&f.w2, st),
+            ptr(&f.y, st),
+            &mut third,
+        )
+    };
+    let msg = last_error();
+    let _ = caller.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+    assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "a capture with every slot held by a graph was taken: {msg}");
+    assert!(msg.contains("megamoe_layer_reserve_saved") && third.is_null(), "{msg}");
+    // an eager forward then allocates its own state; the first graph still replays bitwise
+    let (c3, s3) = forward_only(&g, l, &e, tokens);
+    assert_eq!(c3, MEGAMOE_OK, "{}", last_error());
+    check_and_free(s3);
+    load(&g, &mut d, &a);
+    g.sync().unwrap();
+    graph.launch().unwrap();
+    graph2.launch().unwrap();
+    caller.synchronize().unwrap();
+    // e.y: the eager forward on A just above
+    let (again, eager) = (download(&g, &d), download(&g, &e));
+    assert!(b16(&again.0) == b16(&eager.0), "the first graph's replay after a second capture differs from eager");
+    // SAFETY: the handles, each freed once; the graphs are dropped before the layer.
+    unsafe {
+        megamoe_saved_free(captured);
+        megamoe_saved_free(second);
+    }
+    drop((graph, graph2));
+    // SAFETY: the live handle, freed once.
+    unsafe { megamoe_layer_free(l) };
+});

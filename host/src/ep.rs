@@ -388,6 +388,7 @@ impl EpLayer {
                 bwd: None,
             });
         }
+        let maps = MapCache::new(&gpu)?;
         Ok(EpLayer {
             id: next_layer_id(),
             gpu,
@@ -400,7 +401,7 @@ impl EpLayer {
             ident: None,
             timeout_ns: DEFAULT_TIMEOUT_NS,
             withhold: None,
-            maps: MapCache::default(),
+            maps,
             pull: std::env::var("MEGAMOE_EP_PULL").is_ok_and(|v| v == "1"),
             scatter: std::env::var("MEGAMOE_EP_SCATTER").is_ok_and(|v| v == "1"),
         })

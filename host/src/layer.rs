@@ -31,7 +31,7 @@ use megamoe_kernels::params::{self, Combine, DtopkReduce, GroupedGemm, Route};
 use crate::error::{Error, Result};
 use crate::gemm::{m_grouped_launch, m_tiles_max, wgrad_launch, zero_gemm, WgradElem};
 use crate::runtime::{dptr, Gpu, Launch};
-use crate::tensor_map::{DeviceTensorMap, Dtype, Swizzle, TiledDesc};
+use crate::tensor_map::{CaptureMaps, DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
 mod fp8;
 use fp8::Operand;
@@ -383,11 +383,20 @@ struct Work {
 }
 
 /// Tensor maps by (address, rows, cols, box rows, box cols), encoded once per buffer and box.
-#[derive(Default)]
 pub(crate) struct MapCache {
-    maps: HashMap<(TiledDescKind, u64, u64, u64, u32, u32), DeviceTensorMap>,
+    maps: HashMap<(TiledDescKind, u64, u64, u64, u32, u32), CachedMap>,
     /// Set by the first lookup during a CUDA graph capture: the cache is never cleared after it.
     pinned: bool,
+    /// Slots for the maps of buffers first seen during a capture.
+    capture: CaptureMaps,
+}
+
+/// A cached map: its own device buffer (uploaded outside a capture), or a slot of [`CaptureMaps`] (made during a
+/// capture) with whether a copy of it has run outside a capture (until then the device slot is written only by
+/// the replays of the graph that recorded its copy, so every other use queues the copy again).
+enum CachedMap {
+    Own(DeviceTensorMap),
+    Slot { slot: usize, eager: bool },
 }
 
 /// Which kind of map a cache entry is.
@@ -404,6 +413,11 @@ enum TiledDescKind {
 }
 
 impl MapCache {
+    /// An empty cache with its capture slots, allocated on `g` (not during a capture).
+    pub(crate) fn new(g: &Gpu) -> Result<Self> {
+        Ok(MapCache { maps: HashMap::new(), pinned: false, capture: CaptureMaps::new(g)? })
+    }
+
     /// At the start of a call, before its first lookup: forget the maps of old calls once there are many (the
     /// buffers of calls long gone; the kernels that used them are ordered before any reuse of their memory),
     /// never once a capture pinned them, and never during a capture (which pins them: the call's maps must be the
@@ -450,20 +464,22 @@ impl MapCache {
         self.pinned |= capturing;
         let map = match self.maps.entry(key) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                if capturing {
-                    return Err(Error::InvalidArgument(format!(
-                        "a buffer at {:#x} ({} x {}) is new to this layer during a CUDA graph capture: its TMA tensor \
-                         map is encoded and uploaded on first use, which a capture cannot record. Run the same call \
-                         once outside the capture first, with the same buffers (forward_into with a Saved from \
-                         alloc_saved)",
-                        d.addr, d.dims[1], d.dims[0]
-                    )));
-                }
-                e.insert(DeviceTensorMap::new(g, d)?)
-            }
+            // a buffer new during a capture: its map goes into a capture slot by a copy the graph records
+            Entry::Vacant(e) if capturing => e.insert(CachedMap::Slot { slot: self.capture.put(g, &d)?, eager: false }),
+            Entry::Vacant(e) => e.insert(CachedMap::Own(DeviceTensorMap::new(g, d)?)),
         };
-        Ok(map.ptr(g))
+        Ok(match map {
+            CachedMap::Own(m) => m.ptr(g),
+            CachedMap::Slot { slot, eager } => {
+                // a slot's copy recorded by another capture has not run: queue it here too (outside a capture it
+                // runs now, and the slot holds the map from then on)
+                if !*eager {
+                    self.capture.copy(g, *slot)?;
+                    *eager = !capturing;
+                }
+                self.capture.addr(g, *slot)
+            }
+        })
     }
 }
 
@@ -506,7 +522,8 @@ impl MoeLayer {
             arrive: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
         };
         let id = LAYER_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(MoeLayer { gpu, cfg, work, maps: MapCache::default(), last_error: None, fp8: None, id })
+        let maps = MapCache::new(&gpu)?;
+        Ok(MoeLayer { gpu, cfg, work, maps, last_error: None, fp8: None, id })
     }
 
     /// The configuration.
@@ -787,10 +804,10 @@ impl MoeLayer {
 
     /// [`MoeLayer::forward`] into `saved` (from [`MoeLayer::alloc_saved`] of this layer, for at least
     /// `inp.tokens` tokens), which then holds this call's state for its backward (an earlier call's state in it
-    /// is replaced). Allocates nothing on the device and never synchronises: once every buffer has been seen by
-    /// one call outside a capture (the layer encodes a TMA tensor map per buffer the first time, which a capture
-    /// cannot do: that gives [`Error::InvalidArgument`]), the forward and backward can be captured in a CUDA
-    /// graph and replayed on new contents of the same buffers.
+    /// is replaced). Allocates nothing on the device and never synchronises, so the forward and backward can be
+    /// captured in a CUDA graph and replayed on new contents of the same buffers (a buffer's TMA tensor map, encoded
+    /// the first time the layer sees it, is placed by a copy the graph records when that is inside a capture:
+    /// [`crate::tensor_map::CaptureMaps`]).
     pub fn forward_into(&mut self, inp: &Inputs<'_>, out: &mut CudaSlice<bf16>, saved: &mut Saved) -> Result<()> {
         self.check_inputs(inp, ("out", out.len(), out.ordinal()))?;
         // the kernel policies read at launch, checked before the first one (an unknown value fails the call whole)

@@ -123,6 +123,44 @@ impl TiledDesc {
     }
 }
 
+/// The 128 bytes of the map `desc` describes (`cuTensorMapEncodeTiled`, a host computation: legal during a CUDA
+/// graph capture). `gpu`'s context is made current.
+pub fn encode(gpu: &Gpu, desc: &TiledDesc) -> Result<[u8; 128]> {
+    desc.validate()?;
+    let r = desc.dims.len();
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    let elem_strides = vec![1u32; r];
+    let swz = match desc.swizzle {
+        Swizzle::None => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+        Swizzle::B128 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+    };
+    gpu.context().bind_to_thread().ctx(|| "binding the context".into())?;
+    // SAFETY: every array has the rank's length; the map is written by the driver only.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            desc.dtype.cu(),
+            r as u32,
+            desc.addr as *mut std::ffi::c_void,
+            desc.dims.as_ptr(),
+            desc.strides.as_ptr(),
+            desc.box_dims.as_ptr(),
+            elem_strides.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swz,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        .result()
+    }
+    .ctx(|| format!("cuTensorMapEncodeTiled({desc:?})"))?;
+    let mut bytes = [0u8; 128];
+    for (c, w) in bytes.chunks_exact_mut(8).zip(map.opaque.iter()) {
+        c.copy_from_slice(&w.to_le_bytes());
+    }
+    Ok(bytes)
+}
+
 /// A tensor map in device memory.
 pub struct DeviceTensorMap {
     buf: CudaSlice<u8>,
@@ -132,35 +170,7 @@ pub struct DeviceTensorMap {
 impl DeviceTensorMap {
     /// Encode `desc` and copy the map into device memory on `gpu`.
     pub fn new(gpu: &Gpu, desc: TiledDesc) -> Result<Self> {
-        desc.validate()?;
-        let r = desc.dims.len();
-        let mut map = sys::CUtensorMap { opaque: [0; 16] };
-        let elem_strides = vec![1u32; r];
-        let swz = match desc.swizzle {
-            Swizzle::None => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
-            Swizzle::B128 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-        };
-        gpu.context().bind_to_thread().ctx(|| "binding the context".into())?;
-        // SAFETY: every array has the rank's length; the map is written by the driver only.
-        unsafe {
-            sys::cuTensorMapEncodeTiled(
-                &mut map,
-                desc.dtype.cu(),
-                r as u32,
-                desc.addr as *mut std::ffi::c_void,
-                desc.dims.as_ptr(),
-                desc.strides.as_ptr(),
-                desc.box_dims.as_ptr(),
-                elem_strides.as_ptr(),
-                CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                swz,
-                CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-            )
-            .result()
-        }
-        .ctx(|| format!("cuTensorMapEncodeTiled({desc:?})"))?;
-        let bytes: Vec<u8> = map.opaque.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let bytes = encode(gpu, &desc)?;
         let buf = gpu.upload(&bytes)?;
         Ok(DeviceTensorMap { buf, desc })
     }
@@ -173,6 +183,99 @@ impl DeviceTensorMap {
     /// What was encoded.
     pub fn desc(&self) -> &TiledDesc {
         &self.desc
+    }
+}
+
+/// Tensor maps for buffers first seen during a CUDA graph capture. A capture can record neither an allocation
+/// nor a copy from pageable memory, which is how [`DeviceTensorMap::new`] places a map; it can record a copy
+/// from page-locked memory, which reads its source at every replay. So this holds `SLOTS` device slots of 128
+/// bytes, allocated before any capture, and as many page-locked host slots: [`CaptureMaps::put`] encodes a map
+/// into the next host slot and [`CaptureMaps::copy`] queues its copy into the device slot on the stream (in a
+/// capture, a copy node that rewrites the map at every replay, ordered before the launches that read it, as an
+/// eager upload is). A slot is never reused: a graph keeps reading its host slot.
+pub struct CaptureMaps {
+    dev: CudaSlice<u8>,
+    host: PinnedBytes,
+    used: usize,
+}
+
+/// Page-locked host bytes (`cuMemHostAlloc`), freed on drop.
+struct PinnedBytes {
+    ptr: *mut u8,
+}
+
+// SAFETY: plain host memory owned by this value; only `&mut self` writes it.
+unsafe impl Send for PinnedBytes {}
+// SAFETY: as above; `&self` gives no access to the bytes.
+unsafe impl Sync for PinnedBytes {}
+
+impl Drop for PinnedBytes {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `malloc_host` and is freed once. `cuMemFreeHost` waits for the copies that
+        // still read it (it synchronises, as its documentation's note on earlier asynchronous errors says).
+        unsafe {
+            let _ = cudarc::driver::result::free_host(self.ptr as *mut std::ffi::c_void);
+        }
+    }
+}
+
+impl CaptureMaps {
+    /// Slots for maps first encoded during a capture (a layer's whole forward and backward use about a dozen).
+    pub const SLOTS: usize = 128;
+
+    /// [`CaptureMaps::SLOTS`] slots on `gpu` (not during a capture).
+    pub fn new(gpu: &Gpu) -> Result<Self> {
+        let len = Self::SLOTS * 128;
+        let mut dev = gpu.alloc::<u8>(len)?;
+        gpu.fill_bytes(&mut dev, 0)?;
+        gpu.context().bind_to_thread().ctx(|| "binding the context".into())?;
+        // SAFETY: a fresh allocation of `len` bytes, zeroed below before any use.
+        let ptr = unsafe { cudarc::driver::result::malloc_host(len, 0) }
+            .ctx(|| format!("allocating {len} bytes of page-locked host memory"))? as *mut u8;
+        // SAFETY: `ptr` holds `len` bytes.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        Ok(CaptureMaps { dev, host: PinnedBytes { ptr }, used: 0 })
+    }
+
+    /// Slots still free.
+    pub fn free_slots(&self) -> usize {
+        Self::SLOTS - self.used
+    }
+
+    /// Encode `desc` into the next free slot's host bytes: the slot, whose device bytes [`CaptureMaps::copy`]
+    /// writes. An error when the slots are used up (nothing changes then).
+    pub fn put(&mut self, gpu: &Gpu, desc: &TiledDesc) -> Result<usize> {
+        if self.used == Self::SLOTS {
+            return Err(Error::InvalidArgument(format!(
+                "more than {} tensor maps of buffers new to this layer were made during CUDA graph captures: run \
+                 the captured calls once outside the capture first, with the same buffers",
+                Self::SLOTS
+            )));
+        }
+        let bytes = encode(gpu, desc)?;
+        let slot = self.used;
+        // SAFETY: slot `used` lies inside the host allocation (`SLOTS` slots of 128 bytes); no copy has read it
+        // yet (slots are never reused).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.host.ptr.add(slot * 128), 128) };
+        self.used += 1;
+        Ok(slot)
+    }
+
+    /// Queue the copy of `slot`'s host bytes into its device slot on `gpu`'s stream (in a capture, a copy node
+    /// that runs at each replay; outside one, it runs once in stream order).
+    pub fn copy(&self, gpu: &Gpu, slot: usize) -> Result<()> {
+        assert!(slot < self.used, "slot {slot} was never filled");
+        // SAFETY: the slot's 128 bytes lie inside the page-locked allocation, which lives as long as `self`.
+        let src = unsafe { std::slice::from_raw_parts(self.host.ptr.add(slot * 128), 128) };
+        // SAFETY: the destination is the slot's 128 bytes of `dev`; the source is page-locked (a capture records
+        // its address and reads it at every replay: the layer that owns `self` must outlive its graphs).
+        unsafe { cudarc::driver::result::memcpy_htod_async(self.addr(gpu, slot), src, gpu.stream().cu_stream()) }
+            .ctx(|| "queueing a tensor map's copy from page-locked memory".into())
+    }
+
+    /// Device address of `slot`'s map.
+    pub fn addr(&self, gpu: &Gpu, slot: usize) -> u64 {
+        dptr(&self.dev, gpu.stream()) + (slot * 128) as u64
     }
 }
 
