@@ -73,6 +73,7 @@ def lib():
     L.megamoe_backward.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32]
     L.megamoe_saved_check.argtypes = [vp]
     L.megamoe_saved_tokens.argtypes = [vp]
+    L.megamoe_saved_status.argtypes = [vp]
     L.megamoe_saved_tokens.restype = sz
     L.megamoe_saved_free.argtypes = [vp]
     L.megamoe_saved_free.restype = None
@@ -86,7 +87,8 @@ def lib():
     L.megamoe_fp8_weights_free.restype = None
     L.megamoe_forward_fp8.argtypes = [vp, u64, sz, u64, u64, u64, vp, u64, ctypes.POINTER(vp)]
     L.megamoe_backward_fp8.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, vp, u64, u64, u64, u64, i32, i32]
-    for f in ("megamoe_layer_new", "megamoe_forward", "megamoe_backward", "megamoe_saved_check",
+    for f in ("megamoe_layer_new", "megamoe_layer_reserve_saved", "megamoe_forward", "megamoe_backward",
+              "megamoe_saved_check", "megamoe_saved_status",
               "megamoe_trim_pool", "megamoe_fp8_weights_new", "megamoe_fp8_weights_quantize",
               "megamoe_forward_fp8", "megamoe_backward_fp8"):
         getattr(L, f).restype = i32
@@ -165,6 +167,8 @@ class Saved(_Handle):
 
     @property
     def tokens(self):
+        """The forward's token count; raises if a later forward overwrote this state's ring slot."""
+        _check(lib().megamoe_saved_status(self.handle))
         return lib().megamoe_saved_tokens(self.handle)
 
     def check(self):

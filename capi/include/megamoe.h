@@ -68,6 +68,8 @@ int megamoe_backward_fp8(const MegamoeLayer *layer, uint64_t stream, const Megam
 
 /* Synchronises; MEGAMOE_INVALID_ARGUMENT if the forward met an expert id outside -1..E (nothing was written). */
 int megamoe_saved_check(const MegamoeSaved *saved);
+/* No synchronisation: MEGAMOE_INVALID_ARGUMENT for null or a ring slot a later forward overwrote. */
+int megamoe_saved_status(const MegamoeSaved *saved);
 size_t megamoe_saved_tokens(const MegamoeSaved *saved); /* 0 for null or an overwritten ring slot */
 void megamoe_saved_free(MegamoeSaved *saved);
 

@@ -913,6 +913,16 @@ pub unsafe extern "C" fn megamoe_saved_check(saved: *const MegamoeSaved) -> c_in
     })
 }
 
+/// Whether `saved` can still be used, without synchronising: [`MEGAMOE_OK`], or [`MEGAMOE_INVALID_ARGUMENT`] for
+/// null or a ring slot that a later forward overwrote (the message says which).
+///
+/// # Safety
+/// As [`megamoe_saved_check`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_saved_status(saved: *const MegamoeSaved) -> c_int {
+    guard(|| saved_ref(saved)?.with(|_| Ok(())))
+}
+
 /// Tokens of the forward that made `saved` (0 for null, or a ring slot a later forward overwrote).
 ///
 /// # Safety

@@ -541,6 +541,8 @@ gpu_test!(a_step_captured_through_the_abi_with_a_ring_replays_bitwise, {
     // SAFETY: live handles, each freed once.
     unsafe {
         assert_eq!(megamoe_saved_tokens(s1), 0);
+        assert_eq!(megamoe_saved_status(s1), MEGAMOE_INVALID_ARGUMENT);
+        assert_eq!(megamoe_saved_status(s2), MEGAMOE_OK, "{}", last_error());
         assert_eq!(megamoe_saved_check(s1), MEGAMOE_INVALID_ARGUMENT);
         megamoe_saved_free(s1);
     }

@@ -197,6 +197,17 @@ pub struct CaptureMaps {
     dev: CudaSlice<u8>,
     host: PinnedBytes,
     used: usize,
+    stream: std::sync::Arc<cudarc::driver::CudaStream>,
+}
+
+impl Drop for CaptureMaps {
+    fn drop(&mut self) {
+        // copies queued from the host slots may not have run yet: wait for them before the host memory goes
+        // (only a layer that ever placed such a map waits)
+        if self.used > 0 {
+            let _ = self.stream.synchronize();
+        }
+    }
 }
 
 /// Page-locked host bytes (`cuMemHostAlloc`), freed on drop.
@@ -211,8 +222,8 @@ unsafe impl Sync for PinnedBytes {}
 
 impl Drop for PinnedBytes {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `malloc_host` and is freed once. `cuMemFreeHost` waits for the copies that
-        // still read it (it synchronises, as its documentation's note on earlier asynchronous errors says).
+        // SAFETY: `ptr` came from `malloc_host` and is freed once, after the copies that read it (the owner's
+        // drop waits for its stream).
         unsafe {
             let _ = cudarc::driver::result::free_host(self.ptr as *mut std::ffi::c_void);
         }
@@ -234,7 +245,7 @@ impl CaptureMaps {
             .ctx(|| format!("allocating {len} bytes of page-locked host memory"))? as *mut u8;
         // SAFETY: `ptr` holds `len` bytes.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        Ok(CaptureMaps { dev, host: PinnedBytes { ptr }, used: 0 })
+        Ok(CaptureMaps { dev, host: PinnedBytes { ptr }, used: 0, stream: gpu.stream().clone() })
     }
 
     /// Slots still free.
