@@ -49,12 +49,6 @@ fn timed_reps() -> usize {
     std::env::var("MEGAMOE_BENCH_REPS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(20)
 }
 
-/// `f` with one pass's kernel choices: the gathering kernels' L2 hints (`l2`: evict-last share, streams evict-first)
-/// and the gathering producers' look-ahead hand-off.
-fn with_pass_knobs<R>(l2: (u8, bool), ahead: bool, f: impl FnOnce() -> R) -> R {
-    gemm::with_l2_gather(l2.0, || gemm::with_l2_stream(l2.1, || gemm::with_gather_ahead(ahead, f)))
-}
-
 fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng) -> megamoe::Result<()> {
     let (h, i, e, k) = (s.h, s.i, s.e, s.k);
     let x = rng.bf16_vec(tokens * h, 1.0);
@@ -143,34 +137,6 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let ahead_default = gemm::gather_ahead()?;
     let ahead_passes = (passes.len(), passes.len() + 1);
     passes.extend([(0, false, 2, false), (1, true, 2, true)]);
-    // the gathering kernels' L2 hints in four other settings than the default's (evict-last on k / 256 of the
-    // gathered row reads, `MEGAMOE_L2_GATHER`; evict-first on their streamed data, `MEGAMOE_L2_STREAM`; both off by
-    // default): a sixteenth, a quarter, a quarter with the streams, the streams alone; off when the default is not
-    // (evict-last lines are kept over every normal one, so marking all of x, 67 MB at 30B, more than L2, could crowd
-    // out the weights' reuse; a row read 8 times may end marked at 1 - (1 - f)^8). The forward alone and the z-saved
-    // step with bf16 weight gradients each, alternating with the default's
-    // (only where the hinted kernels are what runs: x and dy gathered in the producers on the run-time walk, the
-    // epilogue-warps SwiGLU and its backward; otherwise a hint is refused and there is no line)
-    let l2_kernels = cfg.gather == Gather::InProducer
-        && gemm::gemm_sched_dynamic()?
-        && gemm::swiglu_epilogue_warps()?
-        && dsw == gemm::Dsw::Ew7
-        && dy_default;
-    let l2_default = (gemm::l2_gather()?, gemm::l2_stream()?);
-    let mut l2_alts: Vec<(u8, bool)> =
-        [(16, false), (64, false), (64, true), (0, true)].into_iter().filter(|&a| a != l2_default).collect();
-    if l2_default != (0, false) {
-        l2_alts.truncate(3);
-        l2_alts.push((0, false));
-    }
-    if !l2_kernels {
-        println!("{name}: no L2-hint lines (the hinted kernels do not run with this run's kernel choices)");
-        l2_alts.clear();
-    }
-    let l2_passes = passes.len();
-    for _ in &l2_alts {
-        passes.extend([(0, false, 2, false), (1, true, 2, true)]);
-    }
     // heat: the GPU brought to the state a training loop runs in before anything is timed (under the 700 W cap the
     // clock falls within seconds of sustained work: a forward timed first, on a cold GPU, ran 11-15% faster than the
     // same process's forward timed later; a helper's audit of the benchmarks, 2026-12-05)
@@ -199,12 +165,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             g.fill_bytes(&mut out, 0xff)?;
         }
         let ahead = if pass == ahead_passes.0 || pass == ahead_passes.1 { !ahead_default } else { ahead_default };
-        let l2 = if (l2_passes..l2_passes + 2 * l2_alts.len()).contains(&pass) {
-            l2_alts[(pass - l2_passes) / 2]
-        } else {
-            l2_default
-        };
-        let ms = with_pass_knobs(l2, ahead, || {
+        let ms = gemm::with_gather_ahead(ahead, || {
             g.timed(|| {
                 let sv = layer.forward(&inp, &mut out)?;
                 if with_bwd && bf16_grads {
@@ -225,15 +186,6 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         })?;
         if rep >= 3 {
             times[pass].push(ms);
-        }
-        // outside the timed region: the L2's persisting (evict-last) lines back to normal, so a hinted pass does not
-        // leave x's rows marked for the next pass (the alternating A/B of the L2 hints)
-        g.context().bind_to_thread().map_err(|e| megamoe::Error::InvalidArgument(format!("bind_to_thread: {e:?}")))?;
-        // SAFETY: a driver call on the context just made current on this thread (the bench's GPU)
-        let rc = unsafe { cudarc::driver::sys::cuCtxResetPersistingL2Cache() };
-        if rc != cudarc::driver::sys::CUresult::CUDA_SUCCESS && pass == 0 && rep == 0 {
-            // checked, and said once; the timings go on (only the L2 hints' A/B lines may then carry marked lines)
-            println!("WARNING cuCtxResetPersistingL2Cache: {rc:?}: the L2 hints' alternating lines may carry lines marked by the pass before");
         }
         if with_bwd && rep == 2 + reps {
             checked.push((g.download(&gdx)?, g.download(&gtk)?));
@@ -418,23 +370,6 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         fbz_b2 * 1e3,
         fbz_b2 / ms_dy
     );
-    for (j, (k, stream)) in l2_alts.iter().enumerate() {
-        let (f, st) = (ms[l2_passes + 2 * j], ms[l2_passes + 2 * j + 1]);
-        println!(
-            "RESULT megamoe gathering kernels' L2 hints: evict-last on {k}/255 of the row reads, streams evict-first \
-             {stream} (default {}/255, {}) {name} T={tokens}: forward {:.0} us (default's {:.0} us: {:.3}x), \
-             forward+backward (z saved, bf16 weight gradients) {:.0} us (default's {:.0} us: {:.3}x) (medians of \
-             {reps}, alternating; the same kernels unless a gathering producer runs)",
-            l2_default.0,
-            l2_default.1,
-            f * 1e3,
-            ms[3] * 1e3,
-            ms[3] / f,
-            st * 1e3,
-            fbz_b2 * 1e3,
-            fbz_b2 / st
-        );
-    }
     let (ms_af, ms_as) = (ms[ahead_passes.0], ms[ahead_passes.1]);
     println!(
         "RESULT megamoe gathering producers' look-ahead hand-off {} {name} T={tokens}: forward {:.0} us (default's \
@@ -717,18 +652,6 @@ fn main() {
     let seed = Rng::fresh_seed();
     let mut rng = Rng::new(seed);
     println!("layer benchmark on {} (seed {seed})", g.name());
-    // MEGAMOE_BENCH_L2_PERSIST_MB=N: N MB of L2 set aside for persisting lines (the context's
-    // CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0 by default) before anything runs: whether the evict-last hint of
-    // MEGAMOE_L2_GATHER needs that set-aside is not documented; this asks it of the GPU (docs/NOTES.md 2026-12-05k)
-    if let Some(mb) = std::env::var("MEGAMOE_BENCH_L2_PERSIST_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
-        use cudarc::driver::sys;
-        let bound = g.context().bind_to_thread();
-        // SAFETY: driver calls on the context just made current on this thread; `got` is a local the call writes
-        let (set, mut got) =
-            (unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_PERSISTING_L2_CACHE_SIZE, mb << 20) }, 0);
-        let get = unsafe { sys::cuCtxGetLimit(&mut got, sys::CUlimit::CU_LIMIT_PERSISTING_L2_CACHE_SIZE) };
-        println!("L2 persisting set-aside: asked {mb} MB, set {set:?}, now {got} bytes ({get:?}; bind {bound:?})");
-    }
     let tokens = 16384;
     let mut ok = true;
     // MEGAMOE_BENCH_ONLY=235B (a substring of the shape name) runs one shape

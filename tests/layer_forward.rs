@@ -343,39 +343,6 @@ gpu_test!(in_producer_ahead_qwen3_30b_a3b_t4096_save_z, {
     in_producer_ahead(Shape::QWEN3_30B_A3B, 4096, Routing::Masked10, Save::WithZ, true, true)
 });
 
-/// As [`in_producer`] with dy gathered in the dh GEMM's producer too, both gathers' row reads under an L2
-/// evict-last hint on `k` / 255 of them (`MEGAMOE_L2_GATHER`) and, with `stream`, their kernels' streamed data
-/// evict-first (`MEGAMOE_L2_STREAM`), with or without the look-ahead hand-off: bitwise the gather pass's forward and
-/// backward (a cache hint moves no value).
-fn in_producer_l2(s: Shape, tokens: usize, routing: Routing, save: Save, (k, stream): (u8, bool), ahead: bool) {
-    use megamoe::gemm;
-    // the kernels that have a hinted form, whatever the environment says: the run-time walk, the epilogue-warps
-    // SwiGLU and its backward
-    let hinted = || {
-        gemm::with_l2_gather(k, || {
-            gemm::with_l2_stream(stream, || {
-                gemm::with_gather_ahead(ahead, || in_producer_with(s, tokens, routing, save, true))
-            })
-        })
-    };
-    gemm::with_gemm_sched(true, || {
-        gemm::with_swiglu_epilogue_warps(true, || gemm::with_dswiglu(gemm::Dsw::Ew7, hinted))
-    });
-}
-
-gpu_test!(in_producer_l2_all_ragged_save_z, {
-    in_producer_l2(RAGGED, 211, Routing::Uniform, Save::WithZ, (255, false), false)
-});
-gpu_test!(in_producer_l2_quarter_stream_ahead_half_empty, {
-    in_producer_l2(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly, (64, true), true)
-});
-gpu_test!(in_producer_l2_stream_only_ragged_save_z, {
-    in_producer_l2(RAGGED, 211, Routing::Uniform, Save::WithZ, (0, true), false)
-});
-gpu_test!(in_producer_l2_half_stream_qwen3_30b_a3b_t4096, {
-    in_producer_l2(Shape::QWEN3_30B_A3B, 4096, Routing::Masked10, Save::WithZ, (128, true), false)
-});
-
 gpu_test!(in_producer_ragged_save_z, { in_producer(RAGGED, 211, Routing::Uniform, Save::WithZ) });
 gpu_test!(in_producer_half_empty_inputs_only, { in_producer(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly) });
 gpu_test!(in_producer_one_token_save_z, { in_producer(SMALL, 1, Routing::Uniform, Save::WithZ) });

@@ -417,58 +417,6 @@ pub fn with_gather_ahead<R>(on: bool, f: impl FnOnce() -> R) -> R {
 }
 
 thread_local! {
-    static L2_GATHER: std::cell::Cell<Option<u8>> = const { std::cell::Cell::new(None) };
-}
-
-/// The gathering producers' L2 hint on the token rows they read (`grouped_gemm_swiglu_ew7_gather*`, GEMM1's x;
-/// `grouped_gemm_bt_dswiglu_ew7_gather*`, the dh GEMM's dy; the movers of dx's side copy of x's rows for dW1,
-/// `grouped_gemm_bt_bf16_cpx`; not the cooperative `grouped_gemm_swiglu_gather`), as k
-/// in 0..=255 ([`megamoe_kernels::params::GEMM_L2_GATHER_SHIFT`]): 0 none, else about k / 256 of the row reads (ptxas
-/// keeps the fraction in sixteenths) mark their L2 line evict-last; if the marked reads are drawn per access, a row
-/// read 8 times ends marked with probability 1 - (1 - f)^8 (40% at 1/16, 66% at 2/16, 90% at 4/16). Why: each token row is read once for each of its top-k experts, at times spread over the
-/// whole kernel, and x (67 MB at 30B, T = 16384) does not stay in L2 beside the streamed weights and outputs: GEMM1's
-/// gathering kernel read 1.31 GB from DRAM where x and W1 are 0.87 GB (ncu, an H100, docs/RESULTS.md 2026-12-05h
-/// call 3), i.e. x ~7 times. Not yet measured on a GPU (docs/NOTES.md 2026-12-05k). Bitwise the same.
-/// Only the `_l2` forms of the gathering kernels on the run-time walk take hints (another kernel asked for one is an
-/// `InvalidArgument`).
-/// `MEGAMOE_L2_GATHER` (read once) = `off` or unset 0, `sixteenth` 16, `eighth` 32, `quarter` 64, `half` 128,
-/// `all` 255; another value is an `InvalidArgument`; overridden on a thread by [`with_l2_gather`].
-pub fn l2_gather() -> Result<u8> {
-    static ENV: EnvPolicy<u8> = std::sync::OnceLock::new();
-    let table = [("off", 0), ("sixteenth", 16), ("eighth", 32), ("quarter", 64), ("half", 128), ("all", 255), ("", 0)];
-    policy(&L2_GATHER, &ENV, "MEGAMOE_L2_GATHER", &table)
-}
-
-/// Run `f` with the gathering producers' L2 evict-last hint at `k` / 255 of their row reads (0: none) for every
-/// launch prepared on this thread inside it.
-pub fn with_l2_gather<R>(k: u8, f: impl FnOnce() -> R) -> R {
-    with_override(&L2_GATHER, k, f)
-}
-
-thread_local! {
-    static L2_STREAM: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Whether the epilogue-warps gathering kernels (`grouped_gemm_swiglu_ew7_gather*`, `grouped_gemm_bt_dswiglu_ew7_gather*`)
-/// and dx's side copy mark what they stream L2 evict-first ([`megamoe_kernels::params::GEMM_L2_STREAM`]): GEMM1's z
-/// and h stores; the dh kernel's z loads, dz and s h stores (not its write-out of dy's rows); the side copy's
-/// stores of x's rows; each touched once, so that they do not
-/// displace the gathered token rows (read once for each of their experts). With [`l2_gather`]'s evict-last hint
-/// or alone. Not yet measured on a GPU (docs/NOTES.md 2026-12-05k). Bitwise the same. `MEGAMOE_L2_STREAM` (read
-/// once) = `first` on, `off` or unset off; another value is an `InvalidArgument`; overridden on a thread by
-/// [`with_l2_stream`].
-pub fn l2_stream() -> Result<bool> {
-    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
-    policy(&L2_STREAM, &ENV, "MEGAMOE_L2_STREAM", &[("first", true), ("off", false), ("", false)])
-}
-
-/// Run `f` with the gathering kernels' evict-first hint on their streamed data on or off for every launch prepared
-/// on this thread inside it.
-pub fn with_l2_stream<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    with_override(&L2_STREAM, on, f)
-}
-
-thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
@@ -500,26 +448,6 @@ pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm
     let k = sched_name(gemm_sched_dynamic()?, kernel);
     p.sched = if k.ends_with("_dyn") { gpu.tile_counters() } else { 0 };
     Ok(k)
-}
-
-/// The kernel that runs `kernel` with the L2 cache hints of `flags` ([`l2_gather`], [`l2_stream`]): the `_l2`
-/// form of a gathering kernel on the run-time walk, or of dx's kernel with the side copy of x's rows
-/// (`grouped_gemm_bt_bf16_cpx`), when a hint is set, `kernel` itself when none is; a hint asked
-/// of a kernel without an `_l2` form (the static walk, `MEGAMOE_GEMM_SCHED=static`, or the cooperative SwiGLU
-/// kernel, `MEGAMOE_SWIGLU=coop`) is an `InvalidArgument`, not a hint silently dropped.
-pub(crate) fn l2_name(kernel: &'static str, flags: u32) -> Result<&'static str> {
-    use megamoe_kernels::params::{GEMM_L2_GATHER_MASK, GEMM_L2_GATHER_SHIFT, GEMM_L2_STREAM};
-    let hinted = flags & GEMM_L2_STREAM != 0 || (flags >> GEMM_L2_GATHER_SHIFT) & GEMM_L2_GATHER_MASK != 0;
-    match (hinted, kernel) {
-        (false, k) => Ok(k),
-        (true, "grouped_gemm_swiglu_ew7_gather_dyn") => Ok("grouped_gemm_swiglu_ew7_gather_l2_dyn"),
-        (true, "grouped_gemm_bt_dswiglu_ew7_gather_dyn") => Ok("grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn"),
-        (true, "grouped_gemm_bt_bf16_cpx") => Ok("grouped_gemm_bt_bf16_cpx_l2"),
-        (true, k) => Err(Error::InvalidArgument(format!(
-            "MEGAMOE_L2_GATHER / MEGAMOE_L2_STREAM: {k} has no L2-hinted form (they take the epilogue-warps gathering \
-             kernels on the run-time tile walk and dx's side copy, the defaults)"
-        ))),
-    }
 }
 
 /// The name [`sched_variant`] maps `kernel` to: its `_dyn` form when `dynamic` and it has one, else itself.
@@ -1098,8 +1026,6 @@ pub(crate) fn check_policies() -> Result<()> {
     dswiglu_kernel()?;
     dy_gather_in_producer()?;
     gather_ahead()?;
-    l2_gather()?;
-    l2_stream()?;
     wgrad_sched()?;
     Ok(())
 }

@@ -621,15 +621,7 @@ impl MoeLayer {
         if p.a_rows != 0 && p.a_copy == 0 && crate::gemm::gather_ahead()? {
             p.flags |= params::GEMM_GATHER_AHEAD;
         }
-        // rows read from the tokens (a gathering producer, or the side copy's movers): the L2 hints by the policies
-        if p.a_rows != 0 && (p.a_copy == 0 || p.copy_cols != 0) {
-            p.flags |= u32::from(crate::gemm::l2_gather()?) << params::GEMM_L2_GATHER_SHIFT;
-            if crate::gemm::l2_stream()? {
-                p.flags |= params::GEMM_L2_STREAM;
-            }
-        }
         let kernel = crate::gemm::sched_variant(&self.gpu, kernel, &mut p)?;
-        let kernel = crate::gemm::l2_name(kernel, p.flags)?;
         let launch = m_grouped_launch(&self.gpu, kernel, sv.tokens * self.cfg.top_k, self.cfg.experts, p.n_tiles)?;
         // SAFETY: A and C hold slots rows (`rows_max`: the kernels clamp every tile's rows to it), B the experts'
         // weights; `arrive` holds m_tiles_max(slots) entries, at least the m-tiles the kernels walk; a `_dyn`
@@ -1375,34 +1367,6 @@ mod tests {
         assert_eq!(sched_name(true, "grouped_gemm_bt_dswiglu_ew7_gather"), "grouped_gemm_bt_dswiglu_ew7_gather_dyn");
         assert!(movers_variant("grouped_gemm_swiglu_ew7", true, true).is_err());
         assert!(movers_variant("grouped_gemm_bt_bf16", true, false).is_err());
-    }
-
-    #[test]
-    fn l2_hints_pick_the_l2_kernels_or_refuse() {
-        use crate::gemm::l2_name;
-        use megamoe_kernels::params::{GEMM_GATHER_AHEAD, GEMM_L2_GATHER_SHIFT, GEMM_L2_STREAM};
-        let (gx, gdy) = ("grouped_gemm_swiglu_ew7_gather_dyn", "grouped_gemm_bt_dswiglu_ew7_gather_dyn");
-        // no hint: the kernel itself, whatever else the flags hold
-        for k in [gx, gdy, "grouped_gemm_swiglu_ew7_gather", "grouped_gemm_bf16_dyn"] {
-            assert_eq!(l2_name(k, 0).unwrap(), k);
-            assert_eq!(l2_name(k, GEMM_GATHER_AHEAD).unwrap(), k);
-        }
-        for f in [GEMM_L2_STREAM, 64 << GEMM_L2_GATHER_SHIFT, (255 << GEMM_L2_GATHER_SHIFT) | GEMM_L2_STREAM] {
-            assert_eq!(l2_name(gx, f).unwrap(), "grouped_gemm_swiglu_ew7_gather_l2_dyn");
-            assert_eq!(l2_name(gdy, f).unwrap(), "grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn");
-            assert_eq!(l2_name("grouped_gemm_bt_bf16_cpx", f).unwrap(), "grouped_gemm_bt_bf16_cpx_l2");
-            // the static walk and the cooperative gather have no hinted form: refused, not dropped
-            assert!(l2_name("grouped_gemm_swiglu_ew7_gather", f).is_err());
-            assert!(l2_name("grouped_gemm_swiglu_gather", f).is_err());
-        }
-        // every name it gives is a kernel of the manifest
-        for k in [
-            "grouped_gemm_swiglu_ew7_gather_l2_dyn",
-            "grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn",
-            "grouped_gemm_bt_bf16_cpx_l2",
-        ] {
-            assert!(megamoe_kernels::manifest::KERNELS.iter().any(|m| m.name == k), "{k}");
-        }
     }
 
     #[test]

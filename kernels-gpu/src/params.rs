@@ -323,9 +323,7 @@ pub struct GroupedGemm {
     /// `arrive` but waited for by nobody. 0 elsewhere (the movers copy rows of K columns, the kernel's own A).
     pub copy_cols: u32,
     /// Bit 0 ([`GEMM_GATHER_AHEAD`]): the epilogue-warps gathering producers take the next tile and read its row
-    /// tokens while the current tile's k-steps run (one tile hand-off barrier off the critical path); bit 1
-    /// ([`GEMM_L2_STREAM`]): the `_l2` kernels' streamed data evict-first in L2; bits 8..16
-    /// ([`GEMM_L2_GATHER_SHIFT`]): their L2 evict-last fraction on the token rows they read; 0 otherwise.
+    /// tokens while the current tile's k-steps run (one tile hand-off barrier off the critical path); 0 otherwise.
     pub flags: u32,
     /// The dh GEMM gathering dy in its producer (`grouped_gemm_bt_dswiglu_ew7_gather`): bf16 [rows, K], where the
     /// tiles of n-tile 0 write the gathered rows in expert order (the copy dW2 reads); 0: none written.
@@ -334,21 +332,6 @@ pub struct GroupedGemm {
 
 /// [`GroupedGemm::flags`] bit: the gathering producers' look-ahead tile hand-off.
 pub const GEMM_GATHER_AHEAD: u32 = 1;
-
-/// [`GroupedGemm::flags`] bit: the `_l2` kernels mark what they stream L2 evict-first: the gathering epilogue-warps
-/// kernels' outputs (z, h; dz, s h) and the dh epilogue's z loads, and the side copy's stored rows
-/// (`grouped_gemm_bt_bf16_cpx_l2`), each touched once, so they do not displace the token rows read again. (Only
-/// the `_l2` kernels read it.)
-pub const GEMM_L2_STREAM: u32 = 2;
-
-/// [`GroupedGemm::flags`] bits 8..16: the `_l2` kernels' L2 hint on the token rows they read (the gathering producers'
-/// copies, the side copy's movers' loads), k in 0..=255:
-/// 0 none; else about k / 256 of the reads (in sixteenths) mark their line evict-last (`createpolicy.fractional`), so more of
-/// the tokens (each read once for each of its top-k experts, at times spread over the whole kernel) stay in L2
-/// between their reads instead of being evicted by the streamed weights and outputs. Values are unchanged.
-pub const GEMM_L2_GATHER_SHIFT: u32 = 8;
-/// The mask of [`GEMM_L2_GATHER_SHIFT`]'s field (after the shift).
-pub const GEMM_L2_GATHER_MASK: u32 = 0xff;
 
 /// The fused forward's GEMMs in one persistent launch (kernel `ffn_fused_fwd`, docs/FUSED.md step 1): GEMM1 +
 /// SwiGLU (`g1`, as `grouped_gemm_swiglu`) and GEMM2 (`g2`, as `grouped_gemm_bf16`, A = g1's h) over the same

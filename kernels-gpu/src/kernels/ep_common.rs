@@ -135,40 +135,27 @@ pub unsafe fn wait_flags(flags: u64, n: u32, per_rank: u32, me: &Me, phase: u32,
     all
 }
 
-/// [`copy_row`] with L2 cache policies on its loads and stores (`(read, write)`, each `None` for none: the side
-/// copy's `_l2` kernel passes them; with `None` it compiles to `copy_row`'s plain accesses). SAFETY: as [`copy_row`].
-#[inline(always)]
-pub unsafe fn copy_row_with(
-    src: *const [u32; 4],
-    dst: *mut [u32; 4],
-    chunks: u32,
-    lane: u32,
-    (read, write): (Option<u64>, Option<u64>),
-) {
-    let mut c = lane;
-    while c < chunks {
-        let mut v = [[0u32; 4]; 8];
-        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-            let ci = c + 32 * I as u32;
-            if ci < chunks {
-                v[I] = global::ld_v4_with(src.add(ci as usize), read);
-            }
-        });
-        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-            let ci = c + 32 * I as u32;
-            if ci < chunks {
-                global::st_v4_with(dst.add(ci as usize), v[I], write);
-            }
-        });
-        c += 256;
-    }
-}
-
 /// Copy one row of `chunks` 16-byte chunks from `src` to `dst` with the 32 lanes of a warp: each lane loads up
 /// to 8 of its chunks (lane, lane + 32, ...) before it stores them, so 4 KiB of a row are in flight per warp
 /// instead of 512 bytes (one load latency per 8 chunks, not per chunk).
 /// SAFETY: both rows 16-byte aligned global memory, valid for `chunks` chunks.
 #[inline(always)]
 pub unsafe fn copy_row(src: *const [u32; 4], dst: *mut [u32; 4], chunks: u32, lane: u32) {
-    copy_row_with(src, dst, chunks, lane, (None, None));
+    let mut c = lane;
+    while c < chunks {
+        let mut v = [[0u32; 4]; 8];
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let ci = c + 32 * I as u32;
+            if ci < chunks {
+                v[I] = global::ld_v4(src.add(ci as usize));
+            }
+        });
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let ci = c + 32 * I as u32;
+            if ci < chunks {
+                global::st_v4(dst.add(ci as usize), v[I]);
+            }
+        });
+        c += 256;
+    }
 }

@@ -78,7 +78,7 @@ unsafe fn fused<const MV: bool>(p: &FusedFfn) {
             let m_total = m_tiles(&p.g1);
             let (n1, n2, lag) = (p.g1.n_tiles, p.g2.n_tiles, p.lag);
             let part_of = |m: u32| mover_part(fused_gemm1_item(m, m_total, n1, n2, lag), b, grid);
-            move_rows::<false, false>(&p.g1, n1, part_of, t / 32 - 1, t % 32, p.g1.k);
+            move_rows::<false>(&p.g1, n1, part_of, t / 32 - 1, t % 32, p.g1.k);
         }
     } else {
         if MV {

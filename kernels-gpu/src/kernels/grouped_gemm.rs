@@ -208,11 +208,9 @@ unsafe fn grouped_gemm<
     const MV: bool,
     const DYN: bool,
     const SIDE: bool,
-    const L2: bool,
 >(
     p: &GroupedGemm,
 ) {
-    const { assert!(!L2 || SIDE, "the L2 hints of the side copy's movers") };
     const { assert!(!MV || (MC == 0 && !GATHER), "the overlapped gather runs in single-CTA TMA-producer kernels") };
     const {
         assert!(
@@ -300,7 +298,7 @@ unsafe fn grouped_gemm<
             let (b, grid) = (regs::bid(), regs::nctaid());
             let part_of = |m: u32| crate::scheduler::mover_part(m * p.n_tiles, b, grid);
             let cols = if SIDE { p.copy_cols } else { p.k };
-            move_rows::<true, L2>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, cols);
+            move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, cols);
         }
     } else {
         if MV {
@@ -449,8 +447,7 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
         sync::named_sync(1, 128);
         smem::st_u32(toks + 4 * t, tok);
         sync::named_sync(1, 128);
-        // no L2 hint here: its field in the producer's registers spilled this kernel (52 bytes)
-        let rows = GatherRows::new(x, (p.k * 2) as usize, toks, t, None);
+        let rows = GatherRows::new(x, (p.k * 2) as usize, toks, t);
         let mut kt = 0;
         while kt < kt_n {
             let s = Ring::<STAGES>::stage(it);
@@ -473,27 +470,6 @@ unsafe fn produce_gather(p: &GroupedGemm, base: u32, ring: Ring<STAGES>, total: 
     }
 }
 
-/// The gathering producers' L2 policy for the token rows they read, from `flags` ([`GEMM_L2_GATHER_SHIFT`]): `None`
-/// when the field is 0, else an evict-last policy on about k / 256 of the reads (in sixteenths).
-///
-/// [`GEMM_L2_GATHER_SHIFT`]: crate::params::GEMM_L2_GATHER_SHIFT
-#[inline(always)]
-pub(crate) fn l2_gather_policy(flags: u32) -> Option<u64> {
-    let k = (flags >> crate::params::GEMM_L2_GATHER_SHIFT) & crate::params::GEMM_L2_GATHER_MASK;
-    // k / 256: ptxas keeps the fraction as a 4-bit field n = trunc(f x 15.99) meaning (n + 1) / 16 (a helper's
-    // probe of createpolicy), so 16, 32, 64, 128, 255 give exactly 1, 2, 4, 8, 16 sixteenths (k / 255 gave one more)
-    (k != 0).then(|| global::policy_evict_last(k as f32 * (1.0 / 256.0)))
-}
-
-/// The epilogue-warps kernels' L2 policy for the data they stream (outputs written once, z read once), from
-/// `flags` ([`GEMM_L2_STREAM`]): evict-first, or `None`.
-///
-/// [`GEMM_L2_STREAM`]: crate::params::GEMM_L2_STREAM
-#[inline(always)]
-pub(crate) fn l2_stream_policy(flags: u32) -> Option<u64> {
-    (flags & crate::params::GEMM_L2_STREAM != 0).then(global::policy_evict_first)
-}
-
 /// One gathering thread's share of a tile's A, set up once a tile (`new`) and issued once a k-step (`issue`):
 /// thread `t` copies chunk t % 8 (16 bytes) of rows t / 8 + 16 i (i < 8) of each stage (128 rows x 64 bf16),
 /// each 8 lanes of a warp instruction reading one row's 128 contiguous bytes, row r from token `toks[r]` of `x`
@@ -506,9 +482,6 @@ pub(crate) fn l2_stream_policy(flags: u32) -> Option<u64> {
 pub(crate) struct GatherRows {
     /// Each row's source at column 0 plus this thread's chunk (`x` itself for rows past the expert's end).
     src: [*const u8; 8],
-    /// The copies' L2 policy ([`l2_gather_policy`]), when `hint`.
-    policy: u64,
-    hint: bool,
     /// Bytes each row's copies read: 16, or 0 past the expert's end.
     n: [u32; 8],
     /// Row t / 8's chunk in a stage (rows 16 i below it at 2048 i bytes more).
@@ -522,18 +495,10 @@ impl GatherRows {
     /// SAFETY: `toks` the tile's row tokens in shared memory (each below x's rows, or u32::MAX), written before a
     /// barrier this thread has passed and not rewritten before the next; `row_bytes` a multiple of 128, `t` < 128.
     #[inline(always)]
-    /// `policy`: the copies' L2 policy (`Some`: [`l2_gather_policy`]'s), or none.
-    pub(crate) unsafe fn new(x: *const u8, row_bytes: usize, toks: u32, t: u32, policy: Option<u64>) -> Self {
+    pub(crate) unsafe fn new(x: *const u8, row_bytes: usize, toks: u32, t: u32) -> Self {
         let (chunk, r0) = (t % 8, t / 8);
-        let mut rows = Self {
-            src: [x; 8],
-            policy: policy.unwrap_or(0),
-            hint: policy.is_some(),
-            n: [0; 8],
-            dst: r0 * 128 + ((chunk ^ (r0 % 8)) * 16),
-            r0,
-            chunk_at: chunk * 16,
-        };
+        let mut rows =
+            Self { src: [x; 8], n: [0; 8], dst: r0 * 128 + ((chunk ^ (r0 % 8)) * 16), r0, chunk_at: chunk * 16 };
         crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
             let tok = smem::ld_u32(toks + 4 * (r0 + 16 * I as u32));
             if tok != u32::MAX {
@@ -549,22 +514,14 @@ impl GatherRows {
     #[inline(always)]
     pub(crate) unsafe fn issue(&self, a_s: u32, kt: u32) {
         let col = (kt * BK * 2) as usize;
-        if self.hint {
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                cp_async::copy16_zfill_hint(a_s + self.dst + 2048 * I as u32, self.src[I].add(col), self.n[I],
-                                            self.policy);
-            });
-        } else {
-            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
-                cp_async::copy16_zfill(a_s + self.dst + 2048 * I as u32, self.src[I].add(col), self.n[I]);
-            });
-        }
+        crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+            cp_async::copy16_zfill(a_s + self.dst + 2048 * I as u32, self.src[I].add(col), self.n[I]);
+        });
     }
 
     /// The write-out of k-step `kt`'s copies from the stage at `a_s`: this thread's chunks of the tile's rows
     /// into `out` (the tile's first row of an expert-ordered buffer of rows of `row_bytes`), the rows past the
-    /// expert's end not (no L2 hint: a hinted store here made ptxas serialize the eight rows' loads and stores, a
-    /// helper's review). Each thread reads back only the chunks its own copies wrote. SAFETY: those copies
+    /// expert's end not. Each thread reads back only the chunks its own copies wrote. SAFETY: those copies
     /// landed (this thread's `cp.async` group waited for) and the stage not refilled since; `out` holds the
     /// tile's rows below its expert's end.
     #[inline(always)]
@@ -699,7 +656,7 @@ pub(crate) unsafe fn wait_rows(p: &GroupedGemm, ti: &Tile, m: u32) {
 /// SAFETY: all 32 lanes of each mover warp; `a_copy` holds the launch's rows and `a_rows` its tokens, of `cols`
 /// bf16 each, `cols` % 8 == 0.
 #[inline(always)]
-pub(crate) unsafe fn move_rows<const PULL: bool, const L2: bool>(
+pub(crate) unsafe fn move_rows<const PULL: bool>(
     p: &GroupedGemm,
     parts: u32,
     part_of: impl Fn(u32) -> u32,
@@ -711,8 +668,6 @@ pub(crate) unsafe fn move_rows<const PULL: bool, const L2: bool>(
     let off = p.offsets as *const u32;
     let m_total = m_tiles(p);
     let chunks = cols / 8;
-    // `L2` (the side copy's `_l2` kernel): the rows read under the evict-last policy, the copies stored evict-first
-    let (read, write) = if L2 { (l2_gather_policy(p.flags), l2_stream_policy(p.flags)) } else { (None, None) };
     let mut e = 0u32;
     let mut m = 0u32;
     while m < m_total {
@@ -741,7 +696,7 @@ pub(crate) unsafe fn move_rows<const PULL: bool, const L2: bool>(
                     (p.a_rows as *const [u32; 4]).add((tok * chunks) as usize)
                 };
                 let dst = (p.a_copy as *mut [u32; 4]).add((r * chunks) as usize);
-                crate::kernels::ep_common::copy_row_with(src, dst, chunks, lane, (read, write));
+                crate::kernels::ep_common::copy_row(src, dst, chunks, lane);
                 mine += 1;
                 r += stride;
             }
@@ -1576,7 +1531,7 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false, false, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_dswiglu`, launched in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`; an even grid):
@@ -1584,27 +1539,27 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
 /// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false, false, false, false>(&p);
+    grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false, false, false>(&p);
 }
 
 /// Row-scattered bf16 epilogue (`store_scatter`): C row row_slot[r] = (A_r . B_e^T) times w[row_slot[r]] (w
 /// optional), B K-major. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 1, false, false, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1612,13 +1567,13 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 2, false, false, false, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` with the side copy: warps 1..3 of the producer warpgroup copy the launch's rows of
@@ -1627,16 +1582,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
 /// walk. 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true, false>(&p);
-}
-
-/// As [`grouped_gemm_bt_bf16_cpx`] with the L2 cache hints of `p.flags` on the side copy (`GEMM_L2_GATHER_SHIFT`:
-/// the token rows read evict-last on a share of the reads, each row being read once for each of its experts;
-/// `GEMM_L2_STREAM`: the copied rows stored evict-first). A kernel of its own so that the default one's code stays
-/// as it was.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx_l2(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true, true>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16`, its tiles taken at run time from the counter `p.sched` (zeroed before the launch)
@@ -1644,20 +1590,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx_l2(p: GroupedGemm) {
 /// weights are being read stay few however the blocks' paces drift (`MEGAMOE_GEMM_SCHED=dynamic`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_dyn(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, true, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, false, true, false>(&p);
 }
 
 /// As `grouped_gemm_bf16`, with the run-time tile counter (see `grouped_gemm_bt_bf16_dyn`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_dyn(p: GroupedGemm) {
-    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, true, false, false>(&p);
+    grouped_gemm::<false, false, false, false, STAGES, 0, false, false, true, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 1, false, false, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1665,20 +1611,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mcb(p: GroupedGemm) {
-    grouped_gemm::<false, true, false, false, STAGES, 2, false, false, false, false, false>(&p);
+    grouped_gemm::<false, true, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false, false, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs (`.reqnctapercluster 2, 1, 1`, an even grid): n-tiles 2j and 2j + 1 of one
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 1, false, false, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu` in clusters of 2 CTAs sharing B: m-tiles 2i and 2i + 1 of one n-tile in lock step, each CTA loading
@@ -1686,7 +1632,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 2, false, false, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_swiglu`, with the gather of A overlapped (`a_copy`, `arrive`, `a_rows`, `row_slot`, `top_k`,
@@ -1694,12 +1640,12 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
 /// covers) while the GEMM runs ([`move_rows`]) and the TMA thread loads an m-tile's A once its rows are counted.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mv(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, false, STAGES, 0, false, true, false, false, false>(&p);
+    grouped_gemm::<true, false, false, false, STAGES, 0, false, true, false, false>(&p);
 }
 
 /// SwiGLU epilogue with A gathered from the tokens (`a_rows`, `row_slot`, `top_k`: no gathered copy of x).
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
-    grouped_gemm::<true, false, false, true, STAGES, 0, false, false, false, false, false>(&p);
+    grouped_gemm::<true, false, false, true, STAGES, 0, false, false, false, false>(&p);
 }

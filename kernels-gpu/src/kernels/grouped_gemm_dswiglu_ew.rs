@@ -37,8 +37,8 @@
 //! with the loads alone in 596 (no wgmma); together 760: the epilogue's 1 GB of z / dz / s h traffic and the main
 //! loop each need about the whole time.
 use crate::kernels::grouped_gemm::{
-    dsw_weight, dswiglu_elem, frag, l2_gather_policy, l2_stream_policy, m_tiles, mainloop_coop, sched_copy, t_lane,
-    tile_info, Acc, GatherRows, Tiles, A_BYTES, BK, DYN_Q, SMEM_BYTES, STAGE_BYTES,
+    dsw_weight, dswiglu_elem, frag, m_tiles, mainloop_coop, sched_copy, t_lane, tile_info, Acc, GatherRows, Tiles,
+    A_BYTES, BK, DYN_Q, SMEM_BYTES, STAGE_BYTES,
 };
 use crate::params::GroupedGemm;
 use crate::pipeline::{Ring, TileQueue};
@@ -118,7 +118,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
         if t == 0 {
             produce_bt::<BN, S, false>(&p, base, ring, (total(), 0), kt_n);
         } else if t >= 32 {
-            epilogue::<BN, EW, false, false>(&p, dh, (full, empty), (total(), 0), t / 32 - 1);
+            epilogue::<BN, EW, false>(&p, dh, (full, empty), (total(), 0), t / 32 - 1);
         }
     } else {
         regs::setmaxnreg_inc::<CONSUMER_REGS>();
@@ -157,23 +157,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm
 /// (the copy dW2 reads), so no gather pass of dy runs. Four epilogue warps (warpgroup 3).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather(p: GroupedGemm) {
-    gather_body::<false, false>(&p);
+    gather_body::<false>(&p);
 }
 
 /// As [`grouped_gemm_bt_dswiglu_ew7_gather`] with the run-time tile counter (see [`grouped_gemm_bt_dswiglu_ew7_dyn`]):
 /// thread 0 takes each tile and hands it to the other 127 gathering threads through shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_dyn(p: GroupedGemm) {
-    gather_body::<true, false>(&p);
-}
-
-/// As [`grouped_gemm_bt_dswiglu_ew7_gather_dyn`] with the L2 cache hints of `p.flags` (`GEMM_L2_GATHER_SHIFT`: the
-/// row copies evict-last on a share of the reads; `GEMM_L2_STREAM`: z loaded, dz and s h stored evict-first; dy's
-/// rows are written out without a hint). A kernel of its own so that the default one's code stays as it was (with the policies
-/// in its 128 registers the write-out of dy's rows lost its batched loads).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn(p: GroupedGemm) {
-    gather_body::<true, true>(&p);
+    gather_body::<true>(&p);
 }
 
 /// The `_ew7_gather` kernels: warpgroup 0 gathers A and loads B (`produce_gather`, `BN7 / 64` boxes of B 64 K x
@@ -181,7 +172,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_l2_dyn(p: G
 /// epilogue (four warps). SAFETY: every thread of the 512-thread launch, `SMEM_BYTES` of dynamic shared memory; `p`
 /// as the kernels' docs and `produce_gather` ask.
 #[inline(always)]
-unsafe fn gather_body<const DYN: bool, const L2: bool>(p: &GroupedGemm) {
+unsafe fn gather_body<const DYN: bool>(p: &GroupedGemm) {
     let base = smem::base();
     // the TMA thread's arrival and one per gathering thread's copies (`noinc`)
     let (ring, dh, (full, empty)) = setup::<S7, BN7, 4, DYN>(p, base, 129);
@@ -191,7 +182,7 @@ unsafe fn gather_body<const DYN: bool, const L2: bool>(p: &GroupedGemm) {
     let total = m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
-        produce_gather::<DYN, true, L2>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
+        produce_gather::<DYN, true>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
             let mut h = 0;
             while h < BN7 / 64 {
                 let col = (ti.n_tile * BN7 + 64 * h) as i32;
@@ -200,7 +191,7 @@ unsafe fn gather_body<const DYN: bool, const L2: bool>(p: &GroupedGemm) {
             }
         });
     } else if wg == 3 {
-        epilogue::<BN7, 4, DYN, L2>(p, dh, (full, empty), (total, queue), t / 32 - 12);
+        epilogue::<BN7, 4, DYN>(p, dh, (full, empty), (total, queue), t / 32 - 12);
     } else {
         consume::<S7, [f32; 96], true, DYN, true>(p, base, ring, dh, (full, empty), (total, queue), kt_n, wg - 1);
     }
@@ -223,7 +214,7 @@ macro_rules! ew7_body {
             // one call site for both groups of epilogue warps: warps 1..3 are w 0..2, warps 12..15 w 3..6
             if t >= 32 {
                 let w = if wg == 0 { t / 32 - 1 } else { t / 32 - 9 };
-                epilogue::<BN7, EW7, $dyn, false>(&$p, dh, (full, empty), (total, queue), w);
+                epilogue::<BN7, EW7, $dyn>(&$p, dh, (full, empty), (total, queue), w);
             }
         } else {
             consume::<S7, [f32; 96], true, $dyn, false>(
@@ -326,7 +317,7 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32, const DYN: bool>(
 /// (see the comment at that branch). SAFETY: the 128 threads of warpgroup 0, in uniform control flow between the barriers;
 /// K % 64 == 0, `a_rows` rows of K bf16, `a_out` (if set) `rows_max` rows of K bf16.
 #[inline(always)]
-pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool, const L2: bool>(
+pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S7>,
@@ -340,8 +331,6 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool, const L2: 
         crate::kernels::acquire_prefetch(p.map_b as *const u8);
     }
     let x = p.a_rows as *const u8;
-    // the `_l2` kernels only: the others keep their code as it was
-    let policy = if L2 { l2_gather_policy(p.flags) } else { None };
     let row_bytes = (p.k * 2) as usize;
     let toks = base + rows_at(S7, BN7);
     let slot = toks + 2 * 4 * crate::kernels_host::GEMM_BM;
@@ -365,7 +354,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool, const L2: 
     // it, returned (u32::MAX, u32::MAX when none)
     let k_steps = |it: &mut u32, ti: &Tile, tk: u32, ahead: u32| -> (u32, u32) {
         let (mut next_tile, mut next_tok) = (u32::MAX, u32::MAX);
-        let rows = GatherRows::new(x, row_bytes, tk, t, policy);
+        let rows = GatherRows::new(x, row_bytes, tk, t);
         // the tile's first row of the write-out (n-tile 0 only)
         let out = if OUT && p.a_out != 0 && ti.n_tile == 0 {
             (p.a_out as *mut u8).add(ti.row0 as usize * row_bytes)
@@ -516,7 +505,7 @@ pub(crate) unsafe fn consume<const S_: u32, A: Acc, const BT: bool, const DYN: b
 /// The epilogue warps (see the module), `EW_` of them, this one `w`, over tiles of `BN_` columns (lanes past
 /// `BN_ / 8` hold no columns). SAFETY: the `EW_` epilogue warps, in uniform control flow per warp.
 #[inline(always)]
-unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool, const HINT: bool>(
+unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool>(
     p: &GroupedGemm,
     dh: u32,
     (full, empty): (u32, u32),
@@ -533,9 +522,6 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool, const HINT: 
     let z = p.z as *const [u32; 4];
     let dz = p.c as *mut [u32; 4];
     let sh = p.sh as *mut [u32; 4];
-    // the `_l2` kernel only (`HINT`): the others keep their code as it was (in the plain `_ew7` kernels the hint
-    // spilled 4-8 bytes)
-    let stream = if HINT { l2_stream_policy(p.flags) } else { None };
     let mut taken = 0u32;
     let mut tiles = Tiles::<DYN, false>::new(p, total, queue);
     while let Some(tile) = tiles.next() {
@@ -572,8 +558,8 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool, const HINT: 
                 if live && in_rows && l + (B as u32) < ew_rows {
                     // SAFETY: a row below row_end <= rows_max (clamped) and 8 columns below n: inside z [rows_max, 2 n]
                     let zr = z.add((((ti.row0 + r) * 2 * n + col) / 8) as usize);
-                    g[B] = global::ld_v4_with(zr, stream);
-                    u[B] = global::ld_v4_with(zr.add((n / 8) as usize), stream);
+                    g[B] = global::ld_v4(zr);
+                    u[B] = global::ld_v4(zr.add((n / 8) as usize));
                 }
             });
             (g, u)
@@ -617,10 +603,10 @@ unsafe fn epilogue<const BN_: u32, const EW_: u32, const DYN: bool, const HINT: 
                 if live && tile_row(i).1 && i < ew_rows {
                     // SAFETY: as z's loads: inside dz [rows_max, 2 n] and sh [rows_max, n]; each element has one writer
                     let at = ((row * 2 * n + col) / 8) as usize;
-                    global::st_v4_with(dz.add(at), dg, stream);
-                    global::st_v4_with(dz.add(at + (n / 8) as usize), du, stream);
+                    global::st_v4(dz.add(at), dg);
+                    global::st_v4(dz.add(at + (n / 8) as usize), du);
                     if p.sh != 0 {
-                        global::st_v4_with(sh.add(((row * n + col) / 8) as usize), hs, stream);
+                        global::st_v4(sh.add(((row * n + col) / 8) as usize), hs);
                     }
                 }
                 // a lane past n adds 0 to the row's partial

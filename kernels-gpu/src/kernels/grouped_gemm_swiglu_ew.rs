@@ -20,7 +20,7 @@
 //! its g chunk (chunk l of the row) and u chunk (12 + l), h = silu(g) u, 16-byte stores of g and u into z and of h
 //! into c. Rows past the expert's end and columns past I are neither read nor written.
 use crate::kernels::grouped_gemm::{
-    l2_stream_policy, m_tiles, move_rows, swiglu_h, tile_info, wait_rows, GatherRows, Tiles, A_BYTES, BK,
+    m_tiles, move_rows, swiglu_h, tile_info, wait_rows, GatherRows, Tiles, A_BYTES, BK,
 };
 use crate::kernels::grouped_gemm_dswiglu_ew::{consume, produce_gather, queue_at, setup, stage_bytes};
 use crate::params::GroupedGemm;
@@ -38,21 +38,21 @@ const HALF: u32 = BN7 / 16;
 /// GEMM1 + SwiGLU by epilogue warps (see the module). 512 threads, `SMEM_BYTES` of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7(p: GroupedGemm) {
-    body::<false, 7, false, false, false>(&p);
+    body::<false, 7, false, false>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7`], its tiles taken at run time from the counter `p.sched` (zeroed before the
 /// launch; `MEGAMOE_GEMM_SCHED=dynamic`, as `grouped_gemm_bf16_dyn`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_dyn(p: GroupedGemm) {
-    body::<false, 7, true, false, false>(&p);
+    body::<false, 7, true, false>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7`] with x's rows copied into A by warps 1..3 while the GEMM runs (`a_copy` etc.,
 /// as `grouped_gemm_swiglu_mv`); four epilogue warps.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv(p: GroupedGemm) {
-    body::<true, 4, false, false, false>(&p);
+    body::<true, 4, false, false>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7_mv`] with the run-time tile counter (see [`grouped_gemm_swiglu_ew7_dyn`]); the
@@ -60,7 +60,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv(p: GroupedGemm) {
 /// copied by some block, and the producer of whichever block takes a tile waits for its m-tile's count).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv_dyn(p: GroupedGemm) {
-    body::<true, 4, true, false, false>(&p);
+    body::<true, 4, true, false>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7`] with A gathered from the tokens by warpgroup 0 while it loads each stage (`a_rows`,
@@ -68,28 +68,19 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv_dyn(p: GroupedGemm)
 /// epilogue warps (warpgroup 3).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_gather(p: GroupedGemm) {
-    body::<false, 4, false, true, false>(&p);
+    body::<false, 4, false, true>(&p);
 }
 
 /// As [`grouped_gemm_swiglu_ew7_gather`] with the run-time tile counter (see [`grouped_gemm_swiglu_ew7_dyn`]): thread
 /// 0 takes each tile and hands it to the other 127 gathering threads through shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_gather_dyn(p: GroupedGemm) {
-    body::<false, 4, true, true, false>(&p);
-}
-
-/// As [`grouped_gemm_swiglu_ew7_gather_dyn`] with the L2 cache hints of `p.flags` (`GEMM_L2_GATHER_SHIFT`: the row
-/// copies evict-last on a share of the reads; `GEMM_L2_STREAM`: z and h stored evict-first). A kernel of its own
-/// so that the default one's code stays as it was (the policies held in registers changed its schedule).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_gather_l2_dyn(p: GroupedGemm) {
-    body::<false, 4, true, true, true>(&p);
+    body::<false, 4, true, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const MV: bool, const EW: u32, const DYN: bool, const GATHER: bool, const L2: bool>(p: &GroupedGemm) {
+unsafe fn body<const MV: bool, const EW: u32, const DYN: bool, const GATHER: bool>(p: &GroupedGemm) {
     const { assert!(!GATHER || (!MV && EW == 4)) };
-    const { assert!(!L2 || GATHER) };
     let base = smem::base();
     // a gathering producer: the TMA thread's arrival and one per gathering thread's copies (`noinc`)
     let (ring, zt, bars) = setup::<S7, BN7, EW, DYN>(p, base, if GATHER { 129 } else { 1 });
@@ -99,21 +90,21 @@ unsafe fn body<const MV: bool, const EW: u32, const DYN: bool, const GATHER: boo
     let total = m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
     if GATHER && wg == 0 {
-        produce_gather_w1::<DYN, L2>(p, base, ring, (total, queue), kt_n);
+        produce_gather_w1::<DYN>(p, base, ring, (total, queue), kt_n);
     } else if t == 0 {
         produce::<MV, DYN>(p, base, ring, (total, queue), kt_n);
     } else if wg == 3 || (wg == 0 && !MV) {
         // one call site for every epilogue warp: warps 1..3 are w 0..2 and warpgroup 3 the rest
         if t >= 32 {
             let w = if wg == 0 { t / 32 - 1 } else { t / 32 - 12 + (EW - 4) };
-            epilogue::<EW, DYN, L2>(p, zt, bars, (total, queue), w);
+            epilogue::<EW, DYN>(p, zt, bars, (total, queue), w);
         }
     } else if wg == 0 {
         if t >= 32 {
             // the overlapped gather: tile m n_tiles + n is block (m n_tiles + n) % grid's
             let (b, grid) = (regs::bid(), regs::nctaid());
             let part_of = |m: u32| crate::scheduler::mover_part(m * p.n_tiles, b, grid);
-            move_rows::<true, false>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, p.k);
+            move_rows::<true>(p, p.n_tiles, part_of, t / 32 - 1, t % 32, p.k);
         }
     } else {
         let cw = regs::warpgroup() - 1;
@@ -160,14 +151,14 @@ unsafe fn produce<const MV: bool, const DYN: bool>(
 /// [`produce_gather`] with B's gate rows n0 .. n0 + 96 and up rows I + n0 .. (one box each, n0 = n_tile * 96).
 /// SAFETY: as `produce_gather`.
 #[inline(always)]
-unsafe fn produce_gather_w1<const DYN: bool, const L2: bool>(
+unsafe fn produce_gather_w1<const DYN: bool>(
     p: &GroupedGemm,
     base: u32,
     ring: Ring<S7>,
     (total, queue): (u32, u32),
     kt_n: u32,
 ) {
-    produce_gather::<DYN, false, L2>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
+    produce_gather::<DYN, false>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
         let (brow, n0) = (ti.e * p.n_b, ti.n_tile * (BN7 / 2));
         let kx = (kt * BK) as i32;
         tma::load_2d(b_s, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
@@ -178,7 +169,7 @@ unsafe fn produce_gather_w1<const DYN: bool, const L2: bool>(
 /// The epilogue warps (see the module), `EW_` of them, this one `w`. SAFETY: the `EW_` epilogue warps, in uniform
 /// control flow per warp.
 #[inline(always)]
-unsafe fn epilogue<const EW_: u32, const DYN: bool, const HINT: bool>(
+unsafe fn epilogue<const EW_: u32, const DYN: bool>(
     p: &GroupedGemm,
     zt: u32,
     (full, empty): (u32, u32),
@@ -191,8 +182,6 @@ unsafe fn epilogue<const EW_: u32, const DYN: bool, const HINT: bool>(
     // 16-byte chunks: z rows hold 2 n / 8, h rows ldc / 8
     let z = p.z as *mut [u32; 4];
     let c = p.c as *mut [u32; 4];
-    // the `_l2` kernel only (`HINT`): the others keep their code as it was
-    let stream = if HINT { l2_stream_policy(p.flags) } else { None };
     // lanes past the half's 12 chunks read chunk 0 (never used)
     let lc = if l < HALF { l } else { 0 };
     let mut taken = 0u32;
@@ -214,11 +203,11 @@ unsafe fn epilogue<const EW_: u32, const DYN: bool, const HINT: bool>(
                 // [rows_max, 2 n] and c [rows_max, ldc]; each element has one writer
                 if p.z != 0 {
                     let at = ((row * 2 * n + col) / 8) as usize;
-                    global::st_v4_with(z.add(at), g, stream);
-                    global::st_v4_with(z.add(at + (n / 8) as usize), u, stream);
+                    global::st_v4(z.add(at), g);
+                    global::st_v4(z.add(at + (n / 8) as usize), u);
                 }
                 if p.c != 0 {
-                    global::st_v4_with(c.add(((row * p.ldc + col) / 8) as usize), h, stream);
+                    global::st_v4(c.add(((row * p.ldc + col) / 8) as usize), h);
                 }
             }
             pair += EW_;

@@ -16,15 +16,6 @@ pub unsafe fn copy16_zfill(dst: u32, src: *const u8, n: u32) {
          n = in(reg32) n, options(nostack));
 }
 
-/// `cp.async.cg.shared.global.L2::cache_hint [dst], [src], 16, n, policy`: [`copy16_zfill`] with an L2 eviction
-/// policy for the line it reads (from [`super::global::policy_evict_last`]).
-/// SAFETY: as [`copy16_zfill`]; `policy` made by `createpolicy` (any value of it is only a hint).
-#[inline(always)]
-pub unsafe fn copy16_zfill_hint(dst: u32, src: *const u8, n: u32, policy: u64) {
-    asm!("cp.async.cg.shared.global.L2::cache_hint [{d}], [{s}], 16, {n}, {p};", d = in(reg32) dst, s = in(reg64) src,
-         n = in(reg32) n, p = in(reg64) policy, options(nostack));
-}
-
 /// `cp.async.commit_group`: close this thread's group of copies so far. SAFETY: any thread.
 #[inline(always)]
 pub unsafe fn commit_group() {
