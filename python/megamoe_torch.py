@@ -133,6 +133,16 @@ def _need(t, name, dtype, shape, device):
     return t.data_ptr()
 
 
+# Layers that a CUDA graph captured: a graph's replays read the layer's device memory and page-locked map slots,
+# so such a layer is kept alive with the process (PyTorch keeps nothing of ours alive for a graph).
+_captured_layers = []
+
+
+def _keep_if_capturing(layer):
+    if torch.cuda.is_current_stream_capturing() and not any(x is layer for x in _captured_layers):
+        _captured_layers.append(layer)
+
+
 def trim_pool(device=None, keep_bytes=0):
     """Hand the memory megamoe's freed buffers keep cached on `device` back to the driver (PyTorch's allocator
     cannot use it while megamoe holds it); synchronises megamoe's stream there."""
@@ -167,7 +177,8 @@ class Saved(_Handle):
 
     @property
     def tokens(self):
-        """The forward's token count; raises if a later forward overwrote this state's ring slot."""
+        """The forward's token count; raises if a later forward overwrote this state's ring slot (a forward on
+        another thread between the two calls below can still make it 0: the backward then refuses the state)."""
         _check(lib().megamoe_saved_status(self.handle))
         return lib().megamoe_saved_tokens(self.handle)
 
@@ -217,6 +228,7 @@ class Layer(_Handle):
             out = torch.empty((T, self.hidden), dtype=torch.bfloat16, device=self.device)
         po = _need(out, "out", torch.bfloat16, (T, self.hidden), self.device)
         s = ctypes.c_void_p()
+        _keep_if_capturing(self)
         _check(lib().megamoe_forward(self.handle, _stream(self.device), T, *ptrs, po, ctypes.byref(s)))
         return out, Saved(s, self)
 
@@ -231,6 +243,7 @@ class Layer(_Handle):
             out = torch.empty((T, H), dtype=torch.bfloat16, device=d)
         po = _need(out, "out", torch.bfloat16, (T, H), d)
         s = ctypes.c_void_p()
+        _keep_if_capturing(self)
         _check(lib().megamoe_forward_fp8(self.handle, _stream(d), T, px, pi, pw, w8.handle, po, ctypes.byref(s)))
         return out, Saved(s, self)
 
@@ -257,6 +270,7 @@ class Layer(_Handle):
              _need(dw1, "dw1", wgrad_dtype, (E, 2 * I, H), d), _need(dw2, "dw2", wgrad_dtype, (E, H, I), d)]
         pdy = _need(dy, "dy", torch.bfloat16, (T, H), d)
         flags = (int(wgrad_dtype == torch.bfloat16), int(bool(accumulate)))
+        _keep_if_capturing(self)
         if w8 is None:
             _check(lib().megamoe_backward(self.handle, _stream(d), saved.handle, pdy, *ptrs, g[0], g[2], g[3], g[1],
                                           *flags))

@@ -237,8 +237,8 @@ def case_graph(name, H, I, E, k, T, save_z, masked):
         for tag, g_, want in zip(("y", "dx", "dtopk", "dW1 bf16", "dW2 bf16"), got,
                                  (yr.detach(), xr.grad, wr.grad, w1r.grad, w2r.grad)):
             check_close(f"graph {trial} {tag}", g_, want)
-    # a ring slot overwritten before its backward: refused, not wrong gradients (slot 0 is the graph's, so two
-    # eager forwards share slot 1)
+    # a ring slot overwritten before its backward: refused, not wrong gradients (the graph holds one slot, so two
+    # eager forwards share the other)
     layer = moe.layer()
     _, s1 = layer.forward(x, ids, w, w1, w2)
     _, s2 = layer.forward(x, ids, w, w1, w2)

@@ -146,17 +146,17 @@ enum SavedKind {
     Ring { state: Arc<Mutex<State>>, slot: usize, generation: u64 },
 }
 
-impl RingSlot {
-    /// The slot's state, if no later forward has overwritten it since the handle's (`generation`).
-    fn get(&self, slot: usize, generation: u64, slots: usize) -> Result<&Saved> {
-        if self.generation != generation {
-            return bad(format!(
-                "this saved state (slot {slot} of the layer's ring of {slots}) was overwritten by a later forward: \
-                 the ring (megamoe_layer_reserve_saved) holds the last {slots} forwards; reserve more slots for \
-                 more forwards waiting for their backward"
-            ));
-        }
-        Ok(&self.saved)
+/// Slot `slot` of `ring`, if no later forward has overwritten it since the handle's (`generation`) and the ring
+/// was not replaced by a smaller one.
+fn ring_slot(ring: &mut [RingSlot], slot: usize, generation: u64) -> Result<&mut RingSlot> {
+    let slots = ring.len();
+    match ring.get_mut(slot) {
+        Some(r) if r.generation == generation => Ok(r),
+        _ => bad(format!(
+            "this saved state (slot {slot} of the layer's ring, now of {slots}) was overwritten by a later forward \
+             or the ring was replaced: the ring (megamoe_layer_reserve_saved) holds the last forwards, one a slot; \
+             reserve more slots for more forwards waiting for their backward"
+        )),
     }
 }
 
@@ -166,8 +166,8 @@ impl MegamoeSaved {
         match &self.kind {
             SavedKind::Own(s) => f(s),
             SavedKind::Ring { state, slot, generation } => {
-                let st = lock(state)?;
-                f(st.ring[*slot].get(*slot, *generation, st.ring.len())?)
+                let mut st = lock(state)?;
+                f(&ring_slot(&mut st.ring, *slot, *generation)?.saved)
             }
         }
     }
@@ -239,9 +239,9 @@ impl MegamoeLayer {
                     *generations += 1;
                     let r = &mut ring[slot];
                     r.generation = *generations;
+                    f(layer, &mut r.saved)?;
                     // a captured forward keeps its slot for good (its graph's replays rewrite it)
                     r.captured = capturing;
-                    f(layer, &mut r.saved)?;
                     kind = Some(SavedKind::Ring { state: self.state.clone(), slot, generation: r.generation });
                 }
             }
@@ -711,10 +711,23 @@ fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&MegamoeFp8
     let ins = inp.spans();
     check_disjoint(&[dx.span, dw1.span, dw2.span, dtopk.span], &[ins[0], ins[1], ins[2], ins[3], ins[4], dy.span])?;
     l.run(stream, |st| {
+        let capturing = l.gpu.capturing()?;
         let State { layer, ring, .. } = st;
         let saved = match (own, &saved.kind) {
+            // a graph's replays would read this state after the handle freed it
+            (Some(_), _) if capturing => {
+                return bad("a backward captured in a CUDA graph reads its forward's saved state at every replay: \
+                            give the layer a ring (megamoe_layer_reserve_saved) before the forward, so that the \
+                            state is a slot the graph holds"
+                    .into());
+            }
             (Some(s), _) => s,
-            (None, SavedKind::Ring { slot, generation, .. }) => ring[*slot].get(*slot, *generation, ring.len())?,
+            (None, SavedKind::Ring { slot, generation, .. }) => {
+                let r = ring_slot(ring, *slot, *generation)?;
+                // a captured backward of an eager forward's slot: the graph holds the slot from now on
+                r.captured |= capturing;
+                &r.saved
+            }
             (None, SavedKind::Own(_)) => unreachable!("an owned state is `own`"),
         };
         let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };

@@ -493,11 +493,22 @@ gpu_test!(a_step_captured_through_the_abi_with_a_ring_replays_bitwise, {
     let (s, tokens) = (RAGGED, 97);
     let mut r = rng();
     let (a, b) = (inputs(&mut r, s, tokens, Routing::Uniform), inputs(&mut r, s, tokens, Routing::Masked10));
+    let caller = g.context().new_stream().unwrap();
+    // another layer's eager step first: the kernel module and functions are loaded before the capture (the
+    // captured layer's map cache stays empty)
+    {
+        let (c, w) = new_layer(0, s, tokens, true);
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        let mut wd = Dev::new(&g, &a);
+        check_and_free(through_the_abi(&g, w, &caller, &mut wd, tokens));
+        // SAFETY: the live handle, freed once.
+        unsafe { megamoe_layer_free(w) };
+        g.sync().unwrap();
+    }
     let (c, l) = new_layer(0, s, tokens, true);
     assert_eq!(c, MEGAMOE_OK, "{}", last_error());
     // SAFETY: the live handle.
     assert_eq!(unsafe { megamoe_layer_reserve_saved(l, 2) }, MEGAMOE_OK, "{}", last_error());
-    let caller = g.context().new_stream().unwrap();
     let mut d = Dev::new(&g, &a);
     g.sync().unwrap();
     let global = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;

@@ -491,6 +491,8 @@ pub struct MoeLayer {
     maps: MapCache,
     /// The routing error word of the last forward (None before the first).
     last_error: Option<Arc<CudaSlice<u32>>>,
+    /// Error words replaced during a capture, freed by the next call outside one.
+    kept: Vec<Arc<CudaSlice<u32>>>,
     /// The FP8 forward's buffers, allocated by its first call.
     fp8: Option<fp8::Fp8Work>,
     /// Unique in the process: the [`Saved`] states it makes carry it.
@@ -523,7 +525,7 @@ impl MoeLayer {
         };
         let id = LAYER_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let maps = MapCache::new(&gpu)?;
-        Ok(MoeLayer { gpu, cfg, work, maps, last_error: None, fp8: None, id })
+        Ok(MoeLayer { gpu, cfg, work, maps, last_error: None, kept: Vec::new(), fp8: None, id })
     }
 
     /// The configuration.
@@ -915,7 +917,14 @@ impl MoeLayer {
         g.zero_words(dptr(saved.error.as_ref(), &s), 1)?;
         saved.tokens = tokens;
         saved.fp8 = false;
-        self.last_error = Some(saved.error.clone());
+        // the previous call's error word may be the last reference to its buffer: its free would be recorded by
+        // a capture (which only frees what it allocated), so during one it waits in `kept` for a later call
+        let old = self.last_error.replace(saved.error.clone());
+        if g.capturing()? {
+            self.kept.extend(old);
+        } else {
+            self.kept.clear();
+        }
         let sv: &Saved = saved;
         if tokens == 0 {
             return Ok(false);

@@ -202,10 +202,11 @@ pub struct CaptureMaps {
 
 impl Drop for CaptureMaps {
     fn drop(&mut self) {
-        // copies queued from the host slots may not have run yet: wait for them before the host memory goes
-        // (only a layer that ever placed such a map waits)
+        // copies from the host slots may still be queued, eagerly on the layer's stream or by a graph's replay on
+        // any stream: wait for the context's work before the host memory goes (only a layer that ever placed such
+        // a map waits; a graph replayed after its layer is gone is the caller's error, as documented)
         if self.used > 0 {
-            let _ = self.stream.synchronize();
+            let _ = self.stream.context().synchronize();
         }
     }
 }

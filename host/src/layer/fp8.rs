@@ -42,6 +42,18 @@ fn check_block_shape(what: &str, h: usize, i: usize) -> Result<()> {
     Ok(())
 }
 
+/// Refuse an allocation on `g`'s stream while it is being captured: a capture would record it as a graph
+/// allocation, valid only inside that graph, which the layer would then keep.
+fn no_alloc_in_capture(g: &Gpu, what: &str) -> Result<()> {
+    if g.capturing()? {
+        return Err(Error::InvalidArgument(format!(
+            "{what} allocates its buffers, which a CUDA graph capture cannot record: run it once outside the \
+             capture first"
+        )));
+    }
+    Ok(())
+}
+
 impl Fp8Weights {
     /// Buffers for `layer`'s weights (uninitialised: fill them with [`Fp8Weights::quantize`]). H and I must be
     /// multiples of 128.
@@ -342,6 +354,7 @@ impl MoeLayer {
     /// The FP8 buffers, allocated on first use (max_tokens rows).
     fn alloc_fp8(&mut self) -> Result<()> {
         if self.fp8.is_none() {
+            no_alloc_in_capture(&self.gpu, "the FP8 layer's first call")?;
             let (g, c) = (&self.gpu, &self.cfg);
             let (h, i) = (c.hidden, c.intermediate);
             let (tm, slots) = (c.max_tokens, c.max_tokens * c.top_k);
@@ -460,6 +473,7 @@ impl MoeLayer {
         let (g, c) = (self.gpu.clone(), self.cfg);
         let f = self.fp8.as_mut().expect("allocated above");
         if f.wgrad.is_none() {
+            no_alloc_in_capture(&g, "the FP8 layer's first FP8 weight-gradient backward")?;
             let kp = q::cols_grouped_kp(c.max_tokens * c.top_k, c.experts);
             let (ma, mb) = (c.hidden.max(2 * c.intermediate), c.hidden.max(c.intermediate));
             let i2 = 2 * c.intermediate;
@@ -501,6 +515,7 @@ impl MoeLayer {
         self.alloc_fp8()?;
         let f = self.fp8.as_mut().expect("allocated above");
         if f.dz8.is_none() {
+            no_alloc_in_capture(&g, "the FP8 layer's first backward with an FP8 dx")?;
             let i2 = 2 * c.intermediate;
             f.dz8 = Some((g.alloc((slots_max * i2).max(1))?, g.alloc((slots_max * i2 / 128).max(1))?));
         }
