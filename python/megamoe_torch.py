@@ -22,10 +22,14 @@ between calls; `trim_pool()` hands it back. CUDA graphs: `Layer(..., saved_slots
 gives the layer a ring of n saved states so that its forwards allocate nothing; then a forward and backward can
 be captured by `torch.cuda.graph` and replayed (a captured forward keeps one slot for its graph; a backward whose
 slot a later forward overwrote raises). Not through these bindings yet: expert parallelism (the Rust API has it). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` +
-`moe_fp8`, or `Layer.forward_fp8` / `backward(..., w8=)`.
+`moe_fp8`, or `Layer.forward_fp8` / `backward(..., w8=)`. torch.compile: `moe_op` / `MoE(..., op=True)`, the layer as
+custom operators (torch.library) that carry no state from forward to backward (the backward makes the routing
+again, ~30-40 us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring.
 """
 import ctypes
+import itertools
 import os
+import weakref
 
 import torch
 
@@ -68,6 +72,7 @@ def lib():
     L.megamoe_layer_new.argtypes = [i32, sz, sz, sz, sz, sz, i32, ctypes.POINTER(vp)]
     L.megamoe_layer_free.argtypes = [vp]
     L.megamoe_layer_reserve_saved.argtypes = [vp, sz]
+    L.megamoe_backward_routed.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32]
     L.megamoe_layer_free.restype = None
     L.megamoe_forward.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, ctypes.POINTER(vp)]
     L.megamoe_backward.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32]
@@ -88,6 +93,7 @@ def lib():
     L.megamoe_forward_fp8.argtypes = [vp, u64, sz, u64, u64, u64, vp, u64, ctypes.POINTER(vp)]
     L.megamoe_backward_fp8.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, vp, u64, u64, u64, u64, i32, i32]
     for f in ("megamoe_layer_new", "megamoe_layer_reserve_saved", "megamoe_forward", "megamoe_backward",
+              "megamoe_backward_routed",
               "megamoe_saved_check", "megamoe_saved_status",
               "megamoe_trim_pool", "megamoe_fp8_weights_new", "megamoe_fp8_weights_quantize",
               "megamoe_forward_fp8", "megamoe_backward_fp8"):
@@ -187,6 +193,11 @@ class Saved(_Handle):
         _check(lib().megamoe_saved_check(self.handle))
 
 
+# Live layers by id, for the custom operators (whose arguments are tensors and numbers, not Python objects).
+_layers = weakref.WeakValueDictionary()
+_layer_ids = itertools.count(1)
+
+
 class Layer(_Handle):
     """The device state of one MoE layer (workspace for up to `max_tokens` tokens), on `device`."""
     _free = "megamoe_layer_free"
@@ -195,6 +206,9 @@ class Layer(_Handle):
         self.device = _cuda_device(device)
         self.hidden, self.intermediate, self.experts, self.top_k = hidden, intermediate, experts, top_k
         self.max_tokens = max_tokens
+        self.save_z = bool(save_z)
+        self.id = next(_layer_ids)
+        _layers[self.id] = self
         torch.cuda.init()  # PyTorch's context first: megamoe retains the same primary context
         h = ctypes.c_void_p()
         with torch.cuda.device(self.device):
@@ -372,13 +386,94 @@ def moe(layer, x, topk_ids, topk_weights, w1, w2):
     return _MoeFunction.apply(layer, x.contiguous(), ids, w, w1, w2)
 
 
+def _op_forward_impl(x, topk_ids, topk_weights, w1, w2, layer_id):
+    layer = _layers[layer_id]
+    T = x.shape[0]
+    ptrs = layer._inputs(x, topk_ids, topk_weights, w1, w2, T)
+    out = torch.empty((T, layer.hidden), dtype=torch.bfloat16, device=layer.device)
+    _keep_if_capturing(layer)
+    # no saved state handed out: the layer's scratch state (its backward routes again)
+    _check(lib().megamoe_forward(layer.handle, _stream(layer.device), T, *ptrs, out.data_ptr(), None))
+    return out
+
+
+def _op_backward_impl(dy, x, topk_ids, topk_weights, w1, w2, layer_id):
+    layer = _layers[layer_id]
+    T, k, d = x.shape[0], layer.top_k, layer.device
+    ptrs = layer._inputs(x, topk_ids, topk_weights, w1, w2, T)
+    pdy = _need(dy, "dy", torch.bfloat16, (T, layer.hidden), d)
+    dx, dw1, dw2 = torch.empty_like(x), torch.empty_like(w1), torch.empty_like(w2)
+    dtopk = torch.empty((T, k), dtype=torch.float32, device=d)
+    _keep_if_capturing(layer)
+    _check(lib().megamoe_backward_routed(layer.handle, _stream(d), T, pdy, *ptrs, dx.data_ptr(), dw1.data_ptr(),
+                                         dw2.data_ptr(), dtopk.data_ptr(), 1, 0))
+    return dx, dtopk, dw1, dw2
+
+
+_HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+
+if _HAS_CUSTOM_OP:
+    @torch.library.custom_op("megamoe::moe_forward", mutates_args=())
+    def _op_forward(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w1: torch.Tensor,
+                    w2: torch.Tensor, layer_id: int) -> torch.Tensor:
+        return _op_forward_impl(x, topk_ids, topk_weights, w1, w2, layer_id)
+
+    @_op_forward.register_fake
+    def _(x, topk_ids, topk_weights, w1, w2, layer_id):
+        return x.new_empty((x.shape[0], w2.shape[1]))
+
+    @torch.library.custom_op("megamoe::moe_backward", mutates_args=())
+    def _op_backward(dy: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                     w1: torch.Tensor, w2: torch.Tensor,
+                     layer_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _op_backward_impl(dy, x, topk_ids, topk_weights, w1, w2, layer_id)
+
+    @_op_backward.register_fake
+    def _(dy, x, topk_ids, topk_weights, w1, w2, layer_id):
+        return (torch.empty_like(x), x.new_empty(topk_weights.shape, dtype=torch.float32), torch.empty_like(w1),
+                torch.empty_like(w2))
+
+    def _op_setup_context(ctx, inputs, output):
+        x, topk_ids, topk_weights, w1, w2, layer_id = inputs
+        ctx.save_for_backward(x, topk_ids, topk_weights, w1, w2)
+        ctx.layer_id = layer_id
+
+    def _op_autograd(ctx, dy):
+        x, topk_ids, topk_weights, w1, w2 = ctx.saved_tensors
+        dx, dtopk, dw1, dw2 = torch.ops.megamoe.moe_backward(dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
+                                                             ctx.layer_id)
+        return dx, None, dtopk, dw1, dw2, None
+
+    _op_forward.register_autograd(_op_autograd, setup_context=_op_setup_context)
+
+
+def moe_op(layer, x, topk_ids, topk_weights, w1, w2):
+    """`moe` as PyTorch custom operators (`torch.ops.megamoe.moe_forward` / `moe_backward`, torch.library): they
+    carry no Python object from forward to backward (the backward makes the routing again, ~30-40 us at the 30B
+    shape, and recomputes z), so `torch.compile` traces them without a graph break (fake implementations give the
+    shapes) and a CUDA graph captures them with no ring of saved states. The layer must recompute z
+    (`save_z=False`). Gradients bitwise `moe`'s; weight gradients in the weights' dtype (bf16)."""
+    if layer.save_z:
+        raise ValueError("moe_op needs a layer that recomputes z (save_z=False)")
+    if not _HAS_CUSTOM_OP:
+        raise RuntimeError("this PyTorch has no torch.library.custom_op (2.4 or later): use moe()")
+    ids = topk_ids.to(torch.int32).contiguous()
+    w = topk_weights.to(torch.float32).contiguous()
+    return torch.ops.megamoe.moe_forward(x.contiguous(), ids, w, w1, w2, layer.id)
+
+
 class MoE(torch.nn.Module):
     """An MoE layer's experts as a module: parameters w1 [E, 2I, H] and w2 [E, H, I] in bf16; the routing
-    (topk_ids, topk_weights) comes from the caller's router."""
+    (topk_ids, topk_weights) comes from the caller's router. `op=True`: through the custom operators (`moe_op`:
+    torch.compile without a graph break); `saved_slots`: a ring of saved states for CUDA-graph capture of the
+    default path; `fp8`: blockwise FP8."""
 
     def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False,
-                 saved_slots=0):
+                 saved_slots=0, op=False):
         super().__init__()
+        if op and (fp8 or save_z):
+            raise ValueError("op=True (the custom operators) takes neither fp8 nor save_z")
+        self.op = op
         self.fp8 = fp8
         self.saved_slots = saved_slots
         self._w8 = None
@@ -399,6 +494,8 @@ class MoE(torch.nn.Module):
 
     def forward(self, x, topk_ids, topk_weights):
         layer = self.layer()
+        if self.op:
+            return moe_op(layer, x, topk_ids, topk_weights, self.w1, self.w2)
         if not self.fp8:
             return moe(layer, x, topk_ids, topk_weights, self.w1, self.w2)
         if self._w8 is None:

@@ -8,7 +8,8 @@ values (y, dx, dtopk, dW1, dW2; f32 weight gradients); a repeat bitwise equal; t
 ids) bitwise the raw calls, also on a side stream; bf16 weight gradients within 1e-2. Then refusals: wrong
 dtype, shape or device in Python, and in the library a buffer smaller than the call needs and an invalid expert
 id. CUDA-graph capture of the forward and backward by autograd (a ring of saved states), replays bitwise the
-eager step. MEGAMOE_TORCH_BENCH=1 adds the 30B layer's forward + backward by autograd against the torch._grouped_mm layer
+eager step. The custom operators (`moe_op`) bitwise `moe`, under torch.compile(fullgraph=True) and in a CUDA
+graph. MEGAMOE_TORCH_BENCH=1 adds the 30B layer's forward + backward by autograd against the torch._grouped_mm layer
 (median of 10 after 3, CUDA events).
 """
 import ctypes
@@ -249,6 +250,75 @@ def case_graph(name, H, I, E, k, T, save_z, masked):
     torch.cuda.synchronize()
 
 
+def case_op(name, H, I, E, k, T, masked):
+    """The custom operators (`moe_op`): forward and backward bitwise the handle path (`moe`); `torch.compile` with
+    fullgraph=True (no graph break) of a function calling them, with the aot_eager backend (dynamo's tracing, the
+    fake implementations, the autograd registration) and with inductor where it runs, bitwise too; the op path in a
+    CUDA graph with no ring of saved states, replayed on new inputs bitwise the eager step; a layer keeping z
+    refused."""
+    print(f"case op {name}: H={H} I={I} E={E} k={k} T={T} masked={masked}")
+    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
+    layer = mm.Layer(H, I, E, k, T)
+
+    def run(f, x, ids, w, w1, w2, dy):
+        xa, wa, w1a, w2a = (t.clone().requires_grad_() for t in (x, w, w1, w2))
+        y = f(xa, ids, wa, w1a, w2a)
+        y.backward(dy)
+        torch.cuda.synchronize()
+        return (y.detach(), xa.grad, wa.grad, w1a.grad, w2a.grad)
+
+    def same(tag, got, want):
+        for n, g_, e_ in zip(("y", "dx", "dtopk", "dW1", "dW2"), got, want):
+            if g_ is None or torch.isnan(g_).any():
+                fail(f"{tag} {n}: missing or not fully written")
+                continue
+            same_bits(f"{tag} {n}", g_, e_)
+
+    want = run(lambda *a: mm.moe(layer, *a), x, ids, w, w1, w2, dy)
+    same("op against moe", run(lambda *a: mm.moe_op(layer, *a), x, ids, w, w1, w2, dy), want)
+    for backend in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        cf = torch.compile(lambda *a: mm.moe_op(layer, *a), backend=backend, fullgraph=True)
+        try:
+            got = run(cf, x, ids, w, w1, w2, dy)
+        except Exception as e:  # noqa: BLE001
+            if backend == "inductor":
+                print(f"  torch.compile inductor: not run here ({type(e).__name__}: {str(e)[:160]})")
+                continue
+            fail(f"torch.compile {backend} fullgraph: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        same(f"torch.compile {backend}", got, want)
+        print(f"  torch.compile {backend} fullgraph: bitwise the eager layer")
+    # a CUDA graph of the op path: no ring needed (nothing is carried from the forward to the backward)
+    sx, sw, sw1, sw2 = (t.clone().requires_grad_() for t in (x, w, w1, w2))
+    sids, sdy = ids.clone(), dy.clone()
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        mm.moe_op(layer, sx, sids, sw, sw1, sw2).backward(sdy)
+    torch.cuda.current_stream(dev).wait_stream(side)
+    sx.grad = sw.grad = sw1.grad = sw2.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gy = mm.moe_op(layer, sx, sids, sw, sw1, sw2)
+        gy.backward(sdy)
+    outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
+    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
+    with torch.no_grad():
+        for dst, src in ((sx, x), (sids, ids), (sw, w), (sdy, dy), (sw1, w1), (sw2, w2)):
+            dst.copy_(src)
+        for o in outs:
+            o.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    got = tuple(o.detach().clone() for o in outs)
+    same("op graph replay", got, run(lambda *a: mm.moe(layer, *a), x, ids, w, w1, w2, dy))
+    del graph
+    expect_error("moe_op on a layer keeping z", ValueError,
+                 lambda: mm.moe_op(mm.Layer(H, I, E, k, T, save_z=True), x, ids, w, w1, w2), "save_z")
+    torch.cuda.synchronize()
+
+
 def expect_error(tag, exc, f, contains=""):
     try:
         f()
@@ -382,6 +452,15 @@ def bench():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         moe_g(xa, ids64, wa).backward(dy)
+    layer_op = mm.Layer(H, I, E, k, T)
+
+    def ours_op():
+        xa.grad = wa.grad = W1.grad = W2.grad = None
+        mm.moe_op(layer_op, xa, ids64, wa, W1, W2).backward(dy)
+
+    t_op, t_ours3 = median_ms(ours_op), median_ms(ours)
+    print(f"RESULT torch-binding 30B T={T} fwd+bwd through the custom operators: {t_op:.3f} ms, the autograd Function "
+          f"{t_ours3:.3f} ms ({t_ours3 / t_op:.3f}x; the operators' backward makes the routing again)")
     t_graph, t_eager = median_ms(graph.replay), median_ms(ours)
     print(f"RESULT torch-binding 30B T={T} fwd+bwd as a CUDA graph: {t_graph:.3f} ms replayed, eager {t_eager:.3f} ms "
           f"({t_eager / t_graph:.3f}x), torch._grouped_mm layer {t_theirs:.3f} ms ({t_theirs / t_graph:.2f}x)")
@@ -392,6 +471,8 @@ case("ragged, masked, z saved", 320, 192, 5, 3, 211, True, 0.1)
 case("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, False, 0.0)
 case_graph("ragged, masked, z saved", 320, 192, 5, 3, 211, True, 0.1)
 case_graph("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, False, 0.0)
+case_op("ragged, masked", 320, 192, 5, 3, 211, 0.1)
+case_op("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, 0.0)
 case_fp8("small, masked", 512, 256, 8, 2, 200, masked=0.1)
 case_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512)
 refusals()

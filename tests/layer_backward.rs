@@ -439,3 +439,35 @@ gpu_test!(saved_state_of_another_layer_or_of_no_forward_is_refused, {
     a.backward(&saved_a, &dy, &li, grads).unwrap();
     g.sync().unwrap();
 });
+
+// The backward from `route_into`'s layout (the forward's inputs only, no forward state: what the PyTorch custom
+// operators use) is bitwise the backward from the forward's own `Saved`, outputs poisoned first (the state routed
+// first for other ids, then for the real ones: the layout is rewritten whole); a layer that keeps z refuses.
+gpu_test!(backward_from_route_into_matches_the_forwards_saved_state, {
+    let (g, inp, mut layer) = setup(RAGGED, 211, Routing::Masked10, Save::InputsOnly);
+    let want = run::<f32>(&g, &mut layer, &inp);
+    let d = device::<f32>(&g, &inp);
+    let Dev { x, w1, w2, dy, ids, w, mut dx, mut dtopk, mut dw1, mut dw2, .. } = d;
+    let li = LayerInputs { tokens: inp.tokens, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let mut saved = layer.alloc_saved(inp.tokens).unwrap();
+    // first routed for other ids (every slot on expert 0), then for the real ones
+    let other: Vec<i32> = vec![0; inp.ids.len()];
+    let other = g.upload(&other).unwrap();
+    layer.route_into(&other, inp.tokens, &mut saved).unwrap();
+    layer.route_into(&ids, inp.tokens, &mut saved).unwrap();
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward(&saved, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    assert!(bits16(&g.download(&dx).unwrap()) == bits16(&want.dx), "dx differs from the forward's state's");
+    assert!(bits32(&g.download(&dtopk).unwrap()) == bits32(&want.dtopk), "dtopk differs");
+    assert!(bits32(&g.download(&dw1).unwrap()) == bits32(&want.dw1), "dW1 differs");
+    assert!(bits32(&g.download(&dw2).unwrap()) == bits32(&want.dw2), "dW2 differs");
+    let cfg = LayerConfig::bf16(RAGGED.h, RAGGED.i, RAGGED.e, RAGGED.k, 211, Save::WithZ);
+    let mut kz = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut sz = kz.alloc_saved(211).unwrap();
+    match kz.route_into(&ids, inp.tokens, &mut sz) {
+        Err(megamoe::Error::InvalidArgument(m)) => eprintln!("refused as expected: {m}"),
+        other => panic!("a layer keeping z took route_into: {:?}", other.map(|_| ())),
+    }
+});

@@ -41,7 +41,8 @@ void megamoe_layer_free(MegamoeLayer *layer);
 int megamoe_layer_reserve_saved(const MegamoeLayer *layer, size_t slots);
 
 /* out[t] = sum_j topk_weights[t, j] * expert(topk_ids[t, j])(x[t]). x, out bf16 [T, H]; topk_ids int32 [T, k]
- * (-1: masked); topk_weights f32 [T, k]; w1 bf16 [E, 2I, H] (gate rows, then up rows); w2 bf16 [E, H, I]. */
+ * (-1: masked); topk_weights f32 [T, k]; w1 bf16 [E, 2I, H] (gate rows, then up rows); w2 bf16 [E, H, I].
+ * saved = NULL (save_z = 0 only): no state handed out (see megamoe_backward_routed). */
 int megamoe_forward(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t x, uint64_t topk_ids,
                     uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t out, MegamoeSaved **saved);
 
@@ -50,6 +51,13 @@ int megamoe_forward(const MegamoeLayer *layer, uint64_t stream, size_t tokens, u
 int megamoe_backward(const MegamoeLayer *layer, uint64_t stream, const MegamoeSaved *saved, uint64_t dy,
                      uint64_t x, uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx,
                      uint64_t dw1, uint64_t dw2, uint64_t dtopk, int wgrad_bf16, int accumulate);
+
+/* Backward without a saved state (a layer with save_z = 0): the routing is made again from topk_ids (~30-40 us),
+ * z recomputed; bitwise megamoe_backward. A forward given saved = NULL writes the layer's own scratch state. For
+ * callers that cannot carry a handle from forward to backward (PyTorch custom operators). */
+int megamoe_backward_routed(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t dy, uint64_t x,
+                            uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx,
+                            uint64_t dw1, uint64_t dw2, uint64_t dtopk, int wgrad_bf16, int accumulate);
 
 /* Blockwise FP8 (e4m3; 1 x 128 scales for activations, 128 x 128 for weights; H a multiple of 512, I of 128):
  * weights quantized after each change of the bf16 ones, then the FP8 forward and its straight-through backward

@@ -122,6 +122,9 @@ struct State {
     generations: u64,
     /// Slots of replaced rings that a captured graph writes: kept until the layer is freed.
     kept: Vec<Saved>,
+    /// The state of the calls that carry none (a forward given no `saved`, [`megamoe_backward_routed`]), for a
+    /// layer that recomputes z; allocated with the layer (the routing layout for max_tokens: 8 bytes a slot).
+    scratch: Option<Saved>,
 }
 
 /// One saved state of a layer's ring, and the generation of the forward that last wrote it (a handle records
@@ -540,7 +543,8 @@ pub unsafe extern "C" fn megamoe_layer_new(
         let ctx = gpu.context();
         let before = driver("creating an event", ctx.new_event(None))?;
         let after = driver("creating an event", ctx.new_event(None))?;
-        let st = State { layer, before, after, ring: Vec::new(), next: 0, generations: 0, kept: Vec::new() };
+        let scratch = if save_z == 0 { Some(layer.alloc_saved(cfg.max_tokens)?) } else { None };
+        let st = State { layer, before, after, ring: Vec::new(), next: 0, generations: 0, kept: Vec::new(), scratch };
         let l = MegamoeLayer { gpu, cfg, state: Arc::new(Mutex::new(st)) };
         // SAFETY: `out` is non-null and writable (the function's contract).
         unsafe { hand_out(out, l) };
@@ -602,8 +606,9 @@ pub unsafe extern "C" fn megamoe_layer_reserve_saved(layer: *const MegamoeLayer,
 /// layer's stream ordered with `stream` (module doc). Buffers: x, out bf16 `[tokens, H]`; topk_ids i32
 /// `[tokens, k]` (-1: a masked slot); topk_weights f32 `[tokens, k]`; w1 bf16 `[E, 2I, H]` (each expert's I gate
 /// rows, then its I up rows); w2 bf16 `[E, H, I]`; all contiguous. On success `*saved` holds what the backward
-/// needs. An expert id outside -1..E is found on the device: the call returns OK, writes nothing, and
-/// [`megamoe_saved_check`] reports it.
+/// needs. With `saved` null (a layer that recomputes z only) no state is handed out: the forward writes the
+/// layer's own scratch state, and its backward is [`megamoe_backward_routed`]. An expert id outside -1..E is
+/// found on the device: the call returns OK, writes nothing, and [`megamoe_saved_check`] reports it.
 ///
 /// # Safety
 /// `layer` must be null or a live handle; `saved` null or writable; the device addresses must stay allocated
@@ -623,13 +628,21 @@ pub unsafe extern "C" fn megamoe_forward(
 ) -> c_int {
     guard(|| {
         let l = layer_ref(layer)?;
-        if saved.is_null() {
-            return bad("saved is null".into());
-        }
         let _cur = CurrentCtx::enter(&l.gpu)?;
         let inp = In::new(l, tokens, [x, topk_ids, topk_weights, w1, w2])?;
         let mut y = borrow::<bf16>(&l.gpu, "out", out, tokens * l.cfg.hidden, ROWS)?;
         check_disjoint(&[y.span], &inp.spans())?;
+        if saved.is_null() {
+            return l.run(stream, |st| {
+                let State { layer, scratch, .. } = st;
+                let Some(s) = scratch.as_mut() else {
+                    return bad("saved is null: only a layer that recomputes z (save_z = 0) runs a forward without \
+                                handing out its saved state"
+                        .into());
+                };
+                layer.forward_into(&inp.inputs(tokens), &mut y, s)
+            });
+        }
         // SAFETY: `saved` is non-null and writable (the function's contract).
         unsafe { l.forward_saved(stream, tokens, saved, |layer, s| layer.forward_into(&inp.inputs(tokens), &mut y, s)) }
     })
@@ -667,6 +680,88 @@ pub unsafe extern "C" fn megamoe_backward(
         let _cur = CurrentCtx::enter(&l.gpu)?;
         let b = Bwd { l, stream, saved: s, p: [x, topk_ids, topk_weights, w1, w2], g: [dy, dx, dw1, dw2, dtopk] };
         b.run(wgrad_bf16 != 0, accumulate != 0, None)
+    })
+}
+
+/// Backward without a saved state, for a layer that recomputes z: the routing layout of `tokens` tokens of
+/// `topk_ids` is made again (three small launches, ~30-40 us at 30B, T = 16384) into the layer's scratch state,
+/// then the backward as [`megamoe_backward`] (z recomputed). For callers that cannot carry a handle from the
+/// forward to the backward (PyTorch custom operators, whose values are tensors). Bitwise the backward of the
+/// forward's own state on the same inputs.
+///
+/// # Safety
+/// As [`megamoe_backward`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_backward_routed(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    dy: u64,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w1: u64,
+    w2: u64,
+    dx: u64,
+    dw1: u64,
+    dw2: u64,
+    dtopk: u64,
+    wgrad_bf16: c_int,
+    accumulate: c_int,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        if wgrad_bf16 != 0 {
+            backward_routed::<bf16>(
+                l,
+                stream,
+                tokens,
+                [x, topk_ids, topk_weights, w1, w2],
+                [dy, dx, dw1, dw2, dtopk],
+                accumulate != 0,
+            )
+        } else {
+            backward_routed::<f32>(
+                l,
+                stream,
+                tokens,
+                [x, topk_ids, topk_weights, w1, w2],
+                [dy, dx, dw1, dw2, dtopk],
+                accumulate != 0,
+            )
+        }
+    })
+}
+
+fn backward_routed<W: WgradElem>(
+    l: &MegamoeLayer,
+    stream: u64,
+    t: usize,
+    p: [u64; 5],
+    g: [u64; 5],
+    accumulate: bool,
+) -> Result<()> {
+    let c = &l.cfg;
+    let gpu = &*l.gpu;
+    let inp = In::new(l, t, p)?;
+    let dy = borrow::<bf16>(gpu, "dy", g[0], t * c.hidden, ROWS)?;
+    let mut dx = borrow::<bf16>(gpu, "dx", g[1], t * c.hidden, ROWS)?;
+    let mut dw1 = borrow::<W>(gpu, "dw1", g[2], c.experts * 2 * c.intermediate * c.hidden, ROWS)?;
+    let mut dw2 = borrow::<W>(gpu, "dw2", g[3], c.experts * c.hidden * c.intermediate, ROWS)?;
+    let mut dtopk = borrow::<f32>(gpu, "dtopk", g[4], t * c.top_k, 4)?;
+    let ins = inp.spans();
+    check_disjoint(&[dx.span, dw1.span, dw2.span, dtopk.span], &[ins[0], ins[1], ins[2], ins[3], ins[4], dy.span])?;
+    l.run(stream, |st| {
+        let State { layer, scratch, .. } = st;
+        let Some(s) = scratch.as_mut() else {
+            return bad("megamoe_backward_routed: a layer that keeps z (save_z != 0) needs its forward's saved state \
+                        (megamoe_backward)"
+                .into());
+        };
+        layer.route_into(&inp.ids, t, s)?;
+        let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
+        layer.backward(s, &dy, &inp.inputs(t), grads)
     })
 }
 

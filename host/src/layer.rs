@@ -833,6 +833,37 @@ impl MoeLayer {
         r
     }
 
+    /// The routing layout of `tokens` tokens of `topk_ids` into `saved` (from this layer's
+    /// [`MoeLayer::alloc_saved`]), as a forward on those ids leaves it, without the forward's GEMMs: with it a
+    /// backward of a layer that recomputes z ([`Save::InputsOnly`]) needs only the forward's inputs, not the
+    /// [`Saved`] of the forward itself (a caller that cannot carry it from forward to backward: PyTorch's custom
+    /// operators, whose values are tensors). Costs the routing's three small launches (~30-40 us at 30B, T =
+    /// 16384). A layer that keeps z refuses (its backward reads the forward's z). Like the forward, an invalid
+    /// expert id is found on the device and [`MoeLayer::routing_error`] reports it.
+    pub fn route_into(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved) -> Result<()> {
+        let c = self.cfg;
+        if c.save != Save::InputsOnly {
+            return Err(Error::InvalidArgument(
+                "route_into: a layer that keeps z (Save::WithZ) needs its forward's saved state for the backward"
+                    .into(),
+            ));
+        }
+        if tokens > c.max_tokens {
+            return Err(Error::InvalidArgument(format!("{tokens} tokens > the configured maximum {}", c.max_tokens)));
+        }
+        self.check_buffers(&[("topk_ids", topk_ids.len(), tokens * c.top_k, topk_ids.ordinal())])?;
+        self.check_saved_owner(saved)?;
+        if saved.experts != c.experts || saved.row_slot.len() < (tokens * c.top_k).max(1) {
+            return Err(Error::InvalidArgument(format!(
+                "saved state does not fit this layer and {tokens} tokens: make it with this layer's alloc_saved"
+            )));
+        }
+        saved.complete = false;
+        self.route_call(topk_ids, tokens, saved)?;
+        saved.complete = true;
+        Ok(())
+    }
+
     /// `saved` made by this layer's [`MoeLayer::alloc_saved`] (an `InvalidArgument` saying so otherwise).
     fn check_saved_owner(&self, saved: &Saved) -> Result<()> {
         if saved.layer != self.id {
