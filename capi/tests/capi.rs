@@ -609,3 +609,54 @@ gpu_test!(a_step_captured_through_the_abi_with_a_ring_replays_bitwise, {
     // SAFETY: the live handle, freed once.
     unsafe { megamoe_layer_free(l) };
 });
+
+// The stateless pair the PyTorch custom operators use: a forward given no saved state (the layer's scratch) and
+// `megamoe_backward_routed` (the routing made again), bitwise the handle path on the same inputs, outputs poisoned
+// first; a layer that keeps z refuses both.
+gpu_test!(the_stateless_forward_and_routed_backward_match_the_handle_path, {
+    let g = gpu();
+    let (s, tokens) = (RAGGED, 97);
+    let inp = inputs(&mut rng(), s, tokens, Routing::Masked10);
+    let caller = g.context().new_stream().unwrap();
+    let (c, l) = new_layer(0, s, tokens, false);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    let mut want = Dev::new(&g, &inp);
+    check_and_free(through_the_abi(&g, l, &caller, &mut want, tokens));
+    let want = download(&g, &want);
+    let d = Dev::new(&g, &inp);
+    g.sync().unwrap();
+    let st = g.stream();
+    let p = |v: &CudaSlice<bf16>| ptr(v, st);
+    let (x, ids, w, w1, w2) = (p(&d.x), ptr(&d.ids, st), ptr(&d.w, st), p(&d.w1), p(&d.w2));
+    let cs = caller.cu_stream() as u64;
+    // SAFETY: live handles and allocations of the sizes the shapes ask.
+    unsafe {
+        let c = megamoe_forward(l, cs, tokens, x, ids, w, w1, w2, p(&d.y), null_mut());
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, st));
+        let c = megamoe_backward_routed(l, cs, tokens, p(&d.dy), x, ids, w, w1, w2, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    }
+    caller.synchronize().unwrap();
+    let got = download(&g, &d);
+    let b16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (what, a, b) in
+        [("y", &got.0, &want.0), ("dx", &got.1, &want.1), ("dW1", &got.3, &want.3), ("dW2", &got.4, &want.4)]
+    {
+        assert!(a.iter().all(|v| !v.is_nan()), "{what} not fully written");
+        assert!(b16(a) == b16(b), "the stateless path's {what} differs from the handle path's");
+    }
+    assert!(got.2.iter().zip(&want.2).all(|(a, b)| a.to_bits() == b.to_bits()), "dtopk differs");
+    let (c, lz) = new_layer(0, s, tokens, true);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    // SAFETY: as above.
+    unsafe {
+        let c = megamoe_forward(lz, cs, tokens, x, ids, w, w1, w2, p(&d.y), null_mut());
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "a layer keeping z ran a forward without a saved state");
+        let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, st));
+        let c = megamoe_backward_routed(lz, cs, tokens, p(&d.dy), x, ids, w, w1, w2, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "a layer keeping z ran the routed backward");
+        megamoe_layer_free(lz);
+        megamoe_layer_free(l);
+    }
+});

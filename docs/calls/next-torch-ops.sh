@@ -3,7 +3,7 @@
 # and the C ABI's stateless backward, any card. b72 = main 5963dc7: the capi and layer_backward test binaries
 # (release) and the release libmegamoe_capi.so (rebuild as next-torch-graphs.sh's header says, with layer_backward
 # for graph). Carry [".dev/b72"] (~3 min, bound 565 s).
-# Predicted: capi 11/11; layer_backward's route_into test bitwise the forward's state; the Python test "all passed"
+# Predicted: capi 12/12 (new: the stateless forward + routed backward bitwise the handle path); layer_backward's route_into test bitwise the forward's state; the Python test "all passed"
 # with both allocators: moe_op bitwise moe, torch.compile(fullgraph=True) with aot_eager bitwise (inductor too, or
 # reported as not run), the op path's CUDA graph bitwise; the bench's custom-operator line ~0.99x the autograd
 # Function (the routing again in the backward: ~35 us of ~8.7 ms).
