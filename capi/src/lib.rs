@@ -734,6 +734,35 @@ pub unsafe extern "C" fn megamoe_backward_routed(
     })
 }
 
+/// A backward's gradient buffers (and dy), borrowed and checked, beside its inputs: dy, dx, dw1, dw2, dtopk from
+/// `g`, each output disjoint from the others and from every input.
+struct BwdBufs<W> {
+    dy: Borrowed<bf16>,
+    dx: Borrowed<bf16>,
+    dw1: Borrowed<W>,
+    dw2: Borrowed<W>,
+    dtopk: Borrowed<f32>,
+}
+
+impl<W: WgradElem> BwdBufs<W> {
+    fn new(l: &MegamoeLayer, t: usize, p: [u64; 5], g: [u64; 5]) -> Result<(In, Self)> {
+        let c = &l.cfg;
+        let gpu = &*l.gpu;
+        let inp = In::new(l, t, p)?;
+        let b = BwdBufs {
+            dy: borrow::<bf16>(gpu, "dy", g[0], t * c.hidden, ROWS)?,
+            dx: borrow::<bf16>(gpu, "dx", g[1], t * c.hidden, ROWS)?,
+            dw1: borrow::<W>(gpu, "dw1", g[2], c.experts * 2 * c.intermediate * c.hidden, ROWS)?,
+            dw2: borrow::<W>(gpu, "dw2", g[3], c.experts * c.hidden * c.intermediate, ROWS)?,
+            dtopk: borrow::<f32>(gpu, "dtopk", g[4], t * c.top_k, 4)?,
+        };
+        let i = inp.spans();
+        let outs = [b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span];
+        check_disjoint(&outs, &[i[0], i[1], i[2], i[3], i[4], b.dy.span])?;
+        Ok((inp, b))
+    }
+}
+
 fn backward_routed<W: WgradElem>(
     l: &MegamoeLayer,
     stream: u64,
@@ -742,16 +771,7 @@ fn backward_routed<W: WgradElem>(
     g: [u64; 5],
     accumulate: bool,
 ) -> Result<()> {
-    let c = &l.cfg;
-    let gpu = &*l.gpu;
-    let inp = In::new(l, t, p)?;
-    let dy = borrow::<bf16>(gpu, "dy", g[0], t * c.hidden, ROWS)?;
-    let mut dx = borrow::<bf16>(gpu, "dx", g[1], t * c.hidden, ROWS)?;
-    let mut dw1 = borrow::<W>(gpu, "dw1", g[2], c.experts * 2 * c.intermediate * c.hidden, ROWS)?;
-    let mut dw2 = borrow::<W>(gpu, "dw2", g[3], c.experts * c.hidden * c.intermediate, ROWS)?;
-    let mut dtopk = borrow::<f32>(gpu, "dtopk", g[4], t * c.top_k, 4)?;
-    let ins = inp.spans();
-    check_disjoint(&[dx.span, dw1.span, dw2.span, dtopk.span], &[ins[0], ins[1], ins[2], ins[3], ins[4], dy.span])?;
+    let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
     l.run(stream, |st| {
         let State { layer, scratch, .. } = st;
         let Some(s) = scratch.as_mut() else {
@@ -760,8 +780,8 @@ fn backward_routed<W: WgradElem>(
                 .into());
         };
         layer.route_into(&inp.ids, t, s)?;
-        let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
-        layer.backward(s, &dy, &inp.inputs(t), grads)
+        let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
+        layer.backward(s, &b.dy, &inp.inputs(t), grads)
     })
 }
 
@@ -795,16 +815,7 @@ fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&MegamoeFp8
         SavedKind::Ring { .. } => return bad("the saved state comes from another layer's forward".into()),
     };
     let t = saved.with(|s| Ok(s.tokens()))?;
-    let c = &l.cfg;
-    let gpu = &*l.gpu;
-    let inp = In::new(l, t, p)?;
-    let dy = borrow::<bf16>(gpu, "dy", g[0], t * c.hidden, ROWS)?;
-    let mut dx = borrow::<bf16>(gpu, "dx", g[1], t * c.hidden, ROWS)?;
-    let mut dw1 = borrow::<W>(gpu, "dw1", g[2], c.experts * 2 * c.intermediate * c.hidden, ROWS)?;
-    let mut dw2 = borrow::<W>(gpu, "dw2", g[3], c.experts * c.hidden * c.intermediate, ROWS)?;
-    let mut dtopk = borrow::<f32>(gpu, "dtopk", g[4], t * c.top_k, 4)?;
-    let ins = inp.spans();
-    check_disjoint(&[dx.span, dw1.span, dw2.span, dtopk.span], &[ins[0], ins[1], ins[2], ins[3], ins[4], dy.span])?;
+    let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
     l.run(stream, |st| {
         let capturing = l.gpu.capturing()?;
         let State { layer, ring, .. } = st;
@@ -825,10 +836,10 @@ fn backward<W: WgradElem>(b: &Bwd<'_>, accumulate: bool, fp8: Option<&MegamoeFp8
             }
             (None, SavedKind::Own(_)) => unreachable!("an owned state is `own`"),
         };
-        let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate };
+        let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
         match fp8 {
-            None => layer.backward(saved, &dy, &inp.inputs(t), grads),
-            Some(q) => layer.backward_fp8(saved, &dy, &inp.inputs(t), &filled(q)?.0, grads),
+            None => layer.backward(saved, &b.dy, &inp.inputs(t), grads),
+            Some(q) => layer.backward_fp8(saved, &b.dy, &inp.inputs(t), &filled(q)?.0, grads),
         }
     })
 }
