@@ -484,6 +484,14 @@ class MoE(torch.nn.Module):
         torch.nn.init.normal_(self.w1, std=hidden ** -0.5)
         torch.nn.init.normal_(self.w2, std=intermediate ** -0.5)
         self._layer = None
+        if op:
+            self.layer()  # made now, not in forward: torch.compile cannot trace a layer's creation (ctypes)
+
+    def _apply(self, fn, *args, **kwargs):
+        r = super()._apply(fn, *args, **kwargs)
+        if self.op:
+            self.layer()  # after .to() / .cuda(): the layer of the new device, made outside forward
+        return r
 
     def layer(self):
         dev = self.w1.device
