@@ -187,6 +187,32 @@ def case_fp8(name, H, I, E, k, T, masked=0.0):
     torch.cuda.synchronize()
 
 
+def capture(step, params):
+    """PyTorch's capture recipe: one warm-up `step()` on a side stream, the `.grad` of `params` cleared (so that the
+    captured backward allocates them in the graph's pool), then `step()` captured: the graph and what the captured
+    step returned."""
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    for p in params:
+        p.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    return graph, out
+
+
+def step_of(f, x, ids, w, dy):
+    """A forward by `f` and its backward from dy: returns y."""
+    def step():
+        y = f(x, ids, w)
+        y.backward(dy)
+        return y
+    return step
+
+
 def case_graph(name, H, I, E, k, T, save_z, masked):
     """CUDA-graph capture through the bindings: a module with a ring of two saved states (one for the captured
     forward, one for eager calls), one warm-up step on a side stream as PyTorch's recipe has it, then
@@ -201,16 +227,7 @@ def case_graph(name, H, I, E, k, T, save_z, masked):
         moe.w1.copy_(w1)
         moe.w2.copy_(w2)
     sx, sids, sw, sdy = x.clone().requires_grad_(), ids.clone(), w.clone().requires_grad_(), dy.clone()
-    side = torch.cuda.Stream(dev)
-    side.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(side):
-        moe(sx, sids, sw).backward(sdy)
-    torch.cuda.current_stream(dev).wait_stream(side)
-    sx.grad = sw.grad = moe.w1.grad = moe.w2.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gy = moe(sx, sids, sw)
-        gy.backward(sdy)
+    graph, gy = capture(step_of(moe, sx, sids, sw, sdy), (sx, sw, moe.w1, moe.w2))
     outs = (gy, sx.grad, sw.grad, moe.w1.grad, moe.w2.grad)
     for trial in ("B", "C"):
         x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
@@ -308,16 +325,8 @@ def case_op(name, H, I, E, k, T, masked):
     # a CUDA graph of the op path: no ring needed (nothing is carried from the forward to the backward)
     sx, sw, sw1, sw2 = (t.clone().requires_grad_() for t in (x, w, w1, w2))
     sids, sdy = ids.clone(), dy.clone()
-    side = torch.cuda.Stream(dev)
-    side.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(side):
-        mm.moe_op(layer, sx, sids, sw, sw1, sw2).backward(sdy)
-    torch.cuda.current_stream(dev).wait_stream(side)
-    sx.grad = sw.grad = sw1.grad = sw2.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gy = mm.moe_op(layer, sx, sids, sw, sw1, sw2)
-        gy.backward(sdy)
+    op = lambda x_, ids_, w_: mm.moe_op(layer, x_, ids_, w_, sw1, sw2)  # noqa: E731
+    graph, gy = capture(step_of(op, sx, sids, sw, sdy), (sx, sw, sw1, sw2))
     outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
     with torch.no_grad():
@@ -459,15 +468,7 @@ def bench():
     with torch.no_grad():
         moe_g.w1.copy_(w1)
         moe_g.w2.copy_(w2)
-    side = torch.cuda.Stream(dev)
-    side.wait_stream(torch.cuda.current_stream(dev))
-    with torch.cuda.stream(side):
-        moe_g(xa, ids64, wa).backward(dy)
-    torch.cuda.current_stream(dev).wait_stream(side)
-    xa.grad = wa.grad = moe_g.w1.grad = moe_g.w2.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        moe_g(xa, ids64, wa).backward(dy)
+    graph, _ = capture(step_of(moe_g, xa, ids64, wa, dy), (xa, wa, moe_g.w1, moe_g.w2))
     layer_op = mm.Layer(H, I, E, k, T)
 
     def ours_op():
