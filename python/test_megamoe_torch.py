@@ -204,6 +204,19 @@ def capture(step, params):
     return graph, out
 
 
+def replay(graph, statics, values, outs):
+    """New contents of the captured step's static inputs (`statics` from `values`), its outputs poisoned (NaN),
+    one replay: copies of the outputs."""
+    with torch.no_grad():
+        for dst, src in zip(statics, values):
+            dst.copy_(src)
+        for o in outs:
+            o.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return tuple(o.detach().clone() for o in outs)
+
+
 def step_of(f, x, ids, w, dy):
     """A forward by `f` and its backward from dy: returns y."""
     def step():
@@ -231,14 +244,7 @@ def case_graph(name, H, I, E, k, T, save_z, masked):
     outs = (gy, sx.grad, sw.grad, moe.w1.grad, moe.w2.grad)
     for trial in ("B", "C"):
         x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
-        with torch.no_grad():
-            for dst, src in ((sx, x), (sids, ids), (sw, w), (sdy, dy), (moe.w1, w1), (moe.w2, w2)):
-                dst.copy_(src)
-            for o in outs:
-                o.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        got = tuple(o.detach().clone() for o in outs)
+        got = replay(graph, (sx, sids, sw, sdy, moe.w1, moe.w2), (x, ids, w, dy, w1, w2), outs)
         xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
         w1a, w2a = w1.clone().requires_grad_(), w2.clone().requires_grad_()
         ya = mm.moe(moe.layer(), xa, ids, wa, w1a, w2a)
@@ -329,14 +335,7 @@ def case_op(name, H, I, E, k, T, masked):
     graph, gy = capture(step_of(op, sx, sids, sw, sdy), (sx, sw, sw1, sw2))
     outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
-    with torch.no_grad():
-        for dst, src in ((sx, x), (sids, ids), (sw, w), (sdy, dy), (sw1, w1), (sw2, w2)):
-            dst.copy_(src)
-        for o in outs:
-            o.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    got = tuple(o.detach().clone() for o in outs)
+    got = replay(graph, (sx, sids, sw, sdy, sw1, sw2), (x, ids, w, dy, w1, w2), outs)
     same("op graph replay", got, run(lambda *a: mm.moe(layer, *a), x, ids, w, w1, w2, dy))
     del graph
     expect_error("moe_op on a layer keeping z", ValueError,
