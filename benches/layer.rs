@@ -137,6 +137,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let ahead_default = gemm::gather_ahead()?;
     let ahead_passes = (passes.len(), passes.len() + 1);
     passes.extend([(0, false, 2, false), (1, true, 2, true)]);
+    // the routing made the other way (`MEGAMOE_ROUTE`: one `route_fused` launch, or the error word's memset and the
+    // three launches): the forward alone and the z-saved step with bf16 weight gradients, alternating likewise
+    let route_default = megamoe::route::route_kernels()?;
+    let route_other = match route_default {
+        megamoe::route::RouteKernels::Fused => megamoe::route::RouteKernels::Split,
+        megamoe::route::RouteKernels::Split => megamoe::route::RouteKernels::Fused,
+    };
+    let route_passes = (passes.len(), passes.len() + 1);
+    passes.extend([(0, false, 2, false), (1, true, 2, true)]);
     // heat: the GPU brought to the state a training loop runs in before anything is timed (under the 700 W cap the
     // clock falls within seconds of sustained work: a forward timed first, on a cold GPU, ran 11-15% faster than the
     // same process's forward timed later; a helper's audit of the benchmarks, 2026-12-05)
@@ -165,23 +174,28 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             g.fill_bytes(&mut out, 0xff)?;
         }
         let ahead = if pass == ahead_passes.0 || pass == ahead_passes.1 { !ahead_default } else { ahead_default };
-        let ms = gemm::with_gather_ahead(ahead, || {
-            g.timed(|| {
-                let sv = layer.forward(&inp, &mut out)?;
-                if with_bwd && bf16_grads {
-                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-                    if pass == dsw_pass {
-                        gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
-                    } else if pass == dy_pass {
-                        gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
-                    } else {
+        let rk = if pass == route_passes.0 || pass == route_passes.1 { route_other } else { route_default };
+        let ms = megamoe::route::with_route_kernels(rk, || {
+            gemm::with_gather_ahead(ahead, || {
+                g.timed(|| {
+                    let sv = layer.forward(&inp, &mut out)?;
+                    if with_bwd && bf16_grads {
+                        let gr =
+                            Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
+                        if pass == dsw_pass {
+                            gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                        } else if pass == dy_pass {
+                            gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
+                        } else {
+                            layer.backward(&sv, &ddy, &inp, gr)?;
+                        }
+                    } else if with_bwd {
+                        let gr =
+                            Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
                         layer.backward(&sv, &ddy, &inp, gr)?;
                     }
-                } else if with_bwd {
-                    let gr = Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
-                    layer.backward(&sv, &ddy, &inp, gr)?;
-                }
-                Ok(())
+                    Ok(())
+                })
             })
         })?;
         if rep >= 3 {
@@ -369,6 +383,18 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_dy * 1e3,
         fbz_b2 * 1e3,
         fbz_b2 / ms_dy
+    );
+    let (ms_rf, ms_rs) = (ms[route_passes.0], ms[route_passes.1]);
+    println!(
+        "RESULT megamoe routing {route_other:?} (the default {route_default:?}) {name} T={tokens}: forward {:.0} us \
+         (default's {:.0} us: {:.3}x), forward+backward (z saved, bf16 weight gradients) {:.0} us (default's {:.0} us: \
+         {:.3}x) (medians of {reps}, alternating)",
+        ms_rf * 1e3,
+        ms[3] * 1e3,
+        ms[3] / ms_rf,
+        ms_rs * 1e3,
+        fbz_b2 * 1e3,
+        fbz_b2 / ms_rs
     );
     let (ms_af, ms_as) = (ms[ahead_passes.0], ms[ahead_passes.1]);
     println!(
@@ -617,26 +643,45 @@ fn step(
 /// dx, dW1, dW2 (bf16) and dtopk of [`step`].
 type BfGrads<'a> = (&'a mut CudaSlice<bf16>, &'a mut CudaSlice<bf16>, &'a mut CudaSlice<bf16>, &'a mut CudaSlice<f32>);
 
-/// The routing layout alone (`route_count`, `route_scan`, `route_place`, each launch bracketed by device events,
-/// so launch gaps are not counted): top-8 of `e` experts for `tokens` tokens; medians of the timed reps.
+/// The routing layout alone, both forms alternating (`route_fused`; `route_count`, `route_scan`, `route_place`),
+/// each launch bracketed by device events (so launch gaps are not counted): top-8 of `e` experts for `tokens`
+/// tokens; medians of the timed reps.
 fn bench_routing(g: &Arc<Gpu>, tokens: usize, k: usize, e: usize, rng: &mut Rng) -> megamoe::Result<()> {
+    use megamoe::route::{with_route_kernels, RouteKernels};
     let ids = rng.topk_ids(tokens, k, e);
     let reps = timed_reps();
-    let mut t = [Vec::new(), Vec::new(), Vec::new()];
+    let forms = [RouteKernels::Fused, RouteKernels::Split];
+    let mut t: [Vec<Vec<(&'static str, f64)>>; 2] = [Vec::new(), Vec::new()];
     for rep in 0..3 + reps {
-        let (_, ms) = megamoe::route::layout(g, &ids, e, megamoe_kernels::kernels_host::GEMM_BM, 0xff, true)?;
-        if rep >= 3 {
-            for (v, m) in t.iter_mut().zip(ms) {
-                v.push(m * 1e3);
+        for (i, &form) in forms.iter().enumerate() {
+            let gm = megamoe_kernels::kernels_host::GEMM_BM;
+            let (_, ms) = with_route_kernels(form, || megamoe::route::layout(g, &ids, e, gm, 0xff, true))?;
+            if rep >= 3 {
+                t[i].push(ms);
             }
         }
     }
-    let [c, s, p] = t.map(median);
+    let mut all = [0.0; 2];
+    let mut each = [String::new(), String::new()];
+    for i in 0..2 {
+        let launches = t[i][0].len();
+        let mut parts = Vec::new();
+        for l in 0..launches {
+            let us = median(t[i].iter().map(|v| v[l].1 * 1e3).collect());
+            all[i] += us;
+            parts.push(format!("{} {us:.1} us", t[i][0][l].0));
+        }
+        each[i] = parts.join(", ");
+    }
     println!(
-        "RESULT megamoe routing layout T={tokens} top-{k} E={e} ({} slots): count {c:.1} us, scan {s:.1} us, place \
-         {p:.1} us, {:.1} us in all (each launch timed alone, median of {reps})",
+        "RESULT megamoe routing layout T={tokens} top-{k} E={e} ({} slots): fused {:.1} us ({}); split {:.1} us ({}); \
+         split / fused {:.2}x (alternating, each launch timed alone, median of {reps})",
         tokens * k,
-        c + s + p
+        all[0],
+        each[0],
+        all[1],
+        each[1],
+        all[1] / all[0]
     );
     Ok(())
 }

@@ -1,13 +1,13 @@
-//! The routing layout on the device (`route_count`, `route_scan`, `route_place`) against its CPU model
-//! (`megamoe::route_layout::model`, itself unit-tested against a stable sort) on random routings: masked slots,
-//! empty experts, all slots on one expert, slot counts that are not multiples of the chunk, E = 1 and E = 4096,
-//! and invalid ids (the error word set, offsets all zero, rows untouched). Outputs are poisoned before each run.
-//! GPU tests: ignored without a GPU.
+//! The routing layout on the device, both forms (`route_fused`, one launch; `route_count`, `route_scan`,
+//! `route_place`), against its CPU model (`megamoe::route_layout::model`, itself unit-tested against a stable sort)
+//! on random routings: masked slots, empty experts, all slots on one expert, slot counts that are not multiples of
+//! the chunk, E = 1 and E = 4096, and invalid ids (the error word set, offsets all zero, rows untouched). Outputs and
+//! the error word are poisoned before each run. GPU tests: ignored without a GPU.
 mod common;
 
 use common::{gpu, rng};
 use megamoe::rng::Rng;
-use megamoe::route::{self, HostLayout};
+use megamoe::route::{self, with_route_kernels, HostLayout, RouteKernels};
 use megamoe::route_layout::{chunk_slots, model, Layout};
 use megamoe::Gpu;
 use megamoe_kernels::kernels_host::GEMM_BM;
@@ -37,8 +37,19 @@ fn expected(ids: &[i32], experts: usize) -> HostLayout {
     HostLayout { error, counts, offsets, tile_offsets, row_slot, slot_row }
 }
 
+/// Both routing forms against the model (the fused one must run as one launch).
 fn compare(g: &Gpu, ids: &[i32], experts: usize, what: &str) {
-    let (got, _) = route::layout(g, ids, experts, GEMM_BM, POISON, false).unwrap();
+    for k in [RouteKernels::Fused, RouteKernels::Split] {
+        let (got, ms) = with_route_kernels(k, || route::layout(g, ids, experts, GEMM_BM, POISON, false)).unwrap();
+        let names: Vec<&str> = ms.iter().map(|&(n, _)| n).collect();
+        let want_names: &[&str] =
+            if k == RouteKernels::Fused { &["route_fused"] } else { &["route_count", "route_scan", "route_place"] };
+        assert_eq!(names, want_names, "{what}: the launches of {k:?}");
+        check(&got, ids, experts, &format!("{what} ({k:?})"));
+    }
+}
+
+fn check(got: &HostLayout, ids: &[i32], experts: usize, what: &str) {
     let want = expected(ids, experts);
     let what = format!("{what}: {} slots, E = {experts}", ids.len());
     assert_eq!(got.error, want.error, "{what}: error word");
@@ -123,10 +134,39 @@ gpu_test!(route_invalid_ids_set_the_error_word, {
             ids[s] = bad[r.below(bad.len())];
         }
         compare(&g, &ids, e, "invalid ids");
-        let (got, _) = route::layout(&g, &ids, e, GEMM_BM, POISON, false).unwrap();
-        assert_eq!(got.error, 1);
-        assert!(got.row_slot.iter().all(|&v| v == POISON_U32), "rows written despite the error");
-        assert!(got.slot_row.iter().all(|&v| v == POISON_U32 as i32), "slots written despite the error");
+        for k in [RouteKernels::Fused, RouteKernels::Split] {
+            let (got, _) = with_route_kernels(k, || route::layout(&g, &ids, e, GEMM_BM, POISON, false)).unwrap();
+            assert_eq!(got.error, 1);
+            assert!(got.row_slot.iter().all(|&v| v == POISON_U32), "rows written despite the error ({k:?})");
+            assert!(got.slot_row.iter().all(|&v| v == POISON_U32 as i32), "slots written despite the error ({k:?})");
+        }
+    }
+});
+
+gpu_test!(route_fused_reuses_its_barrier_word_over_calls_of_any_grid, {
+    // one barrier word over 60 routings of 1..128 blocks, valid and invalid: each leaves the word with no arrivals
+    // and its generation two on (two barriers), or one on with an invalid id (the second barrier is skipped)
+    let g = gpu();
+    let mut r = rng();
+    let mut word = g.alloc::<u32>(1).unwrap();
+    g.fill_bytes(&mut word, 0).unwrap();
+    let mut gen = 0u32;
+    for i in 0..60 {
+        let e = [1usize, 8, 128, 4096][i % 4];
+        let slots = [1usize, 700, 5000, 131_072, 1 << 20][r.below(5)];
+        let mut ids = topk(&mut r, slots, 1, e, 0.2);
+        let invalid = i % 7 == 3;
+        if invalid {
+            ids[r.below(slots)] = -5;
+        }
+        let (got, ms) =
+            with_route_kernels(RouteKernels::Fused, || route::layout_on(&g, &ids, e, GEMM_BM, POISON, false, &word))
+                .unwrap();
+        assert_eq!(ms.len(), 1);
+        check(&got, &ids, e, &format!("call {i}, one barrier word"));
+        let w = g.download(&word).unwrap()[0];
+        gen = (gen + if invalid { 1 } else { 2 }) & 0xfff;
+        assert_eq!(w, gen << 20, "call {i}: the barrier word after the routing");
     }
 });
 
@@ -135,19 +175,24 @@ gpu_test!(route_timing_at_the_benchmark_size, {
     let mut r = rng();
     for &(tokens, k, e) in &[(16384usize, 8usize, 128usize), (131_072, 8, 4096)] {
         let ids = topk(&mut r, tokens, k, e, 0.0);
-        let mut best = [f64::MAX; 3];
-        for _ in 0..10 {
-            let (_, ms) = route::layout(&g, &ids, e, GEMM_BM, POISON, true).unwrap();
-            for i in 0..3 {
-                best[i] = best[i].min(ms[i]);
+        for form in [RouteKernels::Fused, RouteKernels::Split] {
+            let mut best: Vec<(&str, f64)> = Vec::new();
+            for _ in 0..10 {
+                let (_, ms) = with_route_kernels(form, || route::layout(&g, &ids, e, GEMM_BM, POISON, true)).unwrap();
+                if best.is_empty() {
+                    best = ms;
+                } else {
+                    for (b, m) in best.iter_mut().zip(ms) {
+                        b.1 = b.1.min(m.1);
+                    }
+                }
             }
+            let each: Vec<String> = best.iter().map(|(n, ms)| format!("{n} {:.1} us", ms * 1e3)).collect();
+            eprintln!(
+                "routing of {} slots, E = {e}, {form:?}: {} (best of 10, each launch timed alone)",
+                tokens * k,
+                each.join(", ")
+            );
         }
-        eprintln!(
-            "routing of {} slots, E = {e}: count {:.1} us, scan {:.1} us, place {:.1} us (best of 10, each launch timed alone)",
-            tokens * k,
-            best[0] * 1e3,
-            best[1] * 1e3,
-            best[2] * 1e3
-        );
     }
 });

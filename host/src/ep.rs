@@ -319,6 +319,8 @@ struct RankWork {
     slot_row: CudaSlice<i32>,
     /// u32 [`crate::route::workspace_words`]: the routing's per-chunk counts.
     route_chunks: CudaSlice<u32>,
+    /// u32 \[1\]: `route_fused`'s grid-barrier word (zeroed once; each routing leaves it ready).
+    route_barrier: CudaSlice<u32>,
     h: CudaSlice<bf16>,
     y: CudaSlice<bf16>,
     bwd: Option<BwdWork>,
@@ -375,8 +377,11 @@ impl EpLayer {
         for _ in 0..world {
             let mut route_error = gpu.alloc::<u32>(1)?;
             gpu.fill_bytes(&mut route_error, 0)?;
+            let mut route_barrier = gpu.alloc::<u32>(1)?;
+            gpu.fill_bytes(&mut route_barrier, 0)?;
             ranks.push(RankWork {
                 route_error,
+                route_barrier,
                 counts: gpu.alloc(cfg.experts)?,
                 offsets: gpu.alloc(cfg.experts + 1)?,
                 tile_offsets: gpu.alloc(cfg.experts + 1)?,
@@ -608,7 +613,6 @@ impl EpLayer {
         self.fwd_call = call;
         // each rank's routing layout over its own slots and the E global experts
         for (i, w) in inp.iter().zip(self.ranks.iter_mut()) {
-            g.fill_bytes(&mut w.route_error, 0)?;
             let route = Route {
                 topk_ids: dptr(i.topk_ids, &s),
                 counts: dptr(&w.counts, &s),
@@ -618,14 +622,16 @@ impl EpLayer {
                 slot_row: dptr(&w.slot_row, &s),
                 error: dptr(&w.route_error, &s),
                 chunk_counts: dptr(&w.route_chunks, &s),
+                barrier: dptr(&w.route_barrier, &s),
+                timeout_ns: 0,
                 slots: (i.tokens * c.top_k) as u32,
                 experts: e as u32,
                 tile_m: kh::GEMM_BM,
                 chunk: 0,
             };
             // SAFETY: the routing buffers hold E, E + 1 and max_slots entries, the chunk workspace covers
-            // max_slots; ids are range-checked on the device; with 0 slots the kernels only write zero counts and
-            // offsets.
+            // max_slots, the barrier word is the rank's own; ids are range-checked on the device; with 0 slots the
+            // kernels only write zero counts and offsets (and the error word).
             unsafe { crate::route::launch(&g, &route)? };
         }
         let mut ranks = [NO_RANK; MAX_RANKS];
@@ -1148,7 +1154,15 @@ impl EpLayer {
             }
         }
         for (r, w) in self.ranks.iter().enumerate() {
-            if self.gpu.download(&w.route_error)?[0] != 0 {
+            let word = self.gpu.download(&w.route_error)?[0];
+            if word == megamoe_kernels::params::ROUTE_TIMEOUT {
+                return Err(Error::Timeout {
+                    rank: r,
+                    phase: "the routing's grid barrier (its blocks not all resident)",
+                    timeout_ms: crate::route::ROUTE_TIMEOUT_NS / 1_000_000,
+                });
+            }
+            if word != 0 {
                 return Err(Error::InvalidArgument(format!(
                     "rank {r}: topk_ids holds an expert id outside -1..{}: that rank sent no rows and wrote none of its \
                      outputs (out; in a backward dx and dtopk); the other ranks' results are those of a call without \

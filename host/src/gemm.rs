@@ -506,12 +506,12 @@ pub fn with_wgrad_sched<R>(k: WgradSched, f: impl FnOnce() -> R) -> R {
 }
 
 /// A kernel choice read once from its environment variable (or the message naming a value it does not know).
-type EnvPolicy<T> = std::sync::OnceLock<std::result::Result<T, String>>;
+pub(crate) type EnvPolicy<T> = std::sync::OnceLock<std::result::Result<T, String>>;
 
 /// A kernel choice: the thread's override `key` if one is set (the `with_*` functions), else environment variable
 /// `var` looked up in `table` (name, choice; "" is the unset variable's) once per process and kept in `env`;
 /// another value is an `InvalidArgument` naming the table's names.
-fn policy<T: Copy + Send + Sync + 'static>(
+pub(crate) fn policy<T: Copy + Send + Sync + 'static>(
     key: &'static std::thread::LocalKey<std::cell::Cell<Option<T>>>,
     env: &'static EnvPolicy<T>,
     var: &str,
@@ -535,7 +535,7 @@ fn policy<T: Copy + Send + Sync + 'static>(
 
 /// Run `f` with the thread's policy override `key` set to `v`, the previous override restored after (on unwinding
 /// too): the `with_*` functions of the kernel choices.
-fn with_override<T: Copy + 'static, R>(
+pub(crate) fn with_override<T: Copy + 'static, R>(
     key: &'static std::thread::LocalKey<std::cell::Cell<Option<T>>>,
     v: T,
     f: impl FnOnce() -> R,

@@ -376,6 +376,8 @@ struct Work {
     partial: CudaSlice<f32>,
     /// u32 [`crate::route::workspace_words`]: the routing's per-chunk counts (used within one forward).
     route_chunks: CudaSlice<u32>,
+    /// u32 \[1\]: `route_fused`'s grid-barrier word (zeroed once; each routing leaves it ready).
+    route_barrier: CudaSlice<u32>,
     /// u32 [m-tiles at most]: `ffn_fused_fwd`'s per-m-tile counts of stored h (zeroed before each launch).
     ready: CudaSlice<u32>,
     /// u32 [m-tiles at most]: the overlapped gather's per-m-tile counts of copied rows (zeroed before each launch).
@@ -520,6 +522,11 @@ impl MoeLayer {
             dz: gpu.alloc(slots * 2 * i)?,
             partial: gpu.alloc(slots * n_tiles_i)?,
             route_chunks: gpu.alloc(crate::route::workspace_words(slots, cfg.experts))?,
+            route_barrier: {
+                let mut b = gpu.alloc::<u32>(1)?;
+                gpu.fill_bytes(&mut b, 0)?;
+                b
+            },
             ready: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
             arrive: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
         };
@@ -938,14 +945,12 @@ impl MoeLayer {
         Ok(())
     }
 
-    /// The call's routing layout into `saved`: its error word zeroed, then the `route_*` kernels over `tokens`
-    /// tokens of `topk_ids` (false for no tokens: nothing to launch).
+    /// The call's routing layout into `saved` (its error word written by the routing, or zeroed for no tokens): the
+    /// `route_*` kernels over `tokens` tokens of `topk_ids` (false for no tokens: nothing to launch).
     fn route_call(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved) -> Result<bool> {
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let (e, slots) = (self.cfg.experts, tokens * self.cfg.top_k);
-        // the call's error word, zeroed in stream order
-        g.zero_words(dptr(saved.error.as_ref(), &s), 1)?;
         saved.tokens = tokens;
         saved.fp8 = false;
         // the previous call's error word may be the last reference to its buffer: its free would be recorded by
@@ -958,6 +963,8 @@ impl MoeLayer {
         }
         let sv: &Saved = saved;
         if tokens == 0 {
+            // the call's error word, zeroed in stream order (a routing writes it otherwise)
+            g.zero_words(dptr(sv.error.as_ref(), &s), 1)?;
             return Ok(false);
         }
         let route = Route {
@@ -969,13 +976,16 @@ impl MoeLayer {
             slot_row: dptr(&sv.slot_row, &s),
             error: dptr(sv.error.as_ref(), &s),
             chunk_counts: dptr(&self.work.route_chunks, &s),
+            barrier: dptr(&self.work.route_barrier, &s),
+            timeout_ns: 0,
             slots: slots as u32,
             experts: e as u32,
             tile_m: kh::GEMM_BM,
             chunk: 0,
         };
         // SAFETY: the routing buffers hold E, E + 1 and slots entries, the chunk workspace covers max_tokens * k
-        // slots; ids are range-checked on the device. With an invalid id, route_scan writes zero offsets: the
+        // slots, the barrier word is the layer's own (its calls are ordered on the stream); ids are range-checked
+        // on the device; the routing writes the error word. With an invalid id, route_scan writes zero offsets: the
         // gathers and grouped GEMMs after it have no rows, and the combine returns at once (out untouched).
         unsafe { crate::route::launch(&g, &route)? };
         Ok(true)
@@ -1312,6 +1322,13 @@ fn split_combine(c: &Combine, n: usize) -> (Combine, Combine) {
 /// Read a routing error word (synchronises).
 fn check_word(gpu: &Gpu, word: &CudaSlice<u32>, experts: usize) -> Result<()> {
     let w = gpu.download(word)?[0];
+    if w == params::ROUTE_TIMEOUT {
+        return Err(Error::Timeout {
+            rank: 0,
+            phase: "the routing's grid barrier (its blocks not all resident)",
+            timeout_ms: crate::route::ROUTE_TIMEOUT_NS / 1_000_000,
+        });
+    }
     if w == params::FUSED_TIMEOUT {
         return Err(Error::Timeout {
             rank: 0,

@@ -1,48 +1,90 @@
-//! The routing layout's three launches (`route_count`, `route_scan`, `route_place`; the algorithm in
-//! `megamoe_kernels::route`): their launch configurations in one place, for the layer, the EP layer and the
-//! tests, and a self-contained call for tests and benchmarks.
+//! The routing layout's launches: `route_fused` (one launch, the default where its grid fits on the device at
+//! once) or the three launches `route_count`, `route_scan`, `route_place` (the algorithm in
+//! `megamoe_kernels::route`); their launch configurations in one place, for the layer, the EP layer and the tests,
+//! and a self-contained call for tests and benchmarks.
 use cudarc::driver::CudaSlice;
 use megamoe_kernels::params::Route;
 use megamoe_kernels::route::{self as rt, SCAN_THREADS, THREADS};
 
 use crate::error::{Error, Result};
+use crate::gemm::{policy, with_override, EnvPolicy};
 use crate::runtime::{dptr, Gpu, Launch};
 
 /// The most experts the routing (and so the layer and the weight gradients) supports.
 pub const MAX_EXPERTS: usize = 4096;
+
+/// Bound of each wait of `route_fused`'s grid barrier (its blocks all resident: microseconds normally; only a
+/// device shared with other work that holds every SM for this long ends it, with `params::ROUTE_TIMEOUT`).
+pub const ROUTE_TIMEOUT_NS: u64 = 10_000_000_000;
 
 /// u32 words of the chunk-count workspace (`Route::chunk_counts`) for calls of at most `max_slots` slots.
 pub fn workspace_words(max_slots: usize, experts: usize) -> usize {
     rt::max_chunks(max_slots.min(u32::MAX as usize) as u32) as usize * experts
 }
 
-/// The three launches of `p` (with `p.chunk` set to `route::chunk_slots(p.slots)`) on `g`'s stream; with
-/// `timed`, each bracketed by device events (synchronises; milliseconds of count, scan, place).
+/// Which kernels make the routing layout: [`RouteKernels::Fused`] (`route_fused`, one launch with two grid
+/// barriers; the default since the fortieth session) or [`RouteKernels::Split`] (`route_count`, `route_scan`,
+/// `route_place`, with the error word zeroed before them: four stream operations). The same outputs.
+/// `MEGAMOE_ROUTE` (read once) = `fused` (or unset) or `split`; overridden on a thread by [`with_route_kernels`].
+/// `Fused` falls back to `Split` where the grid does not fit on the device at once or no barrier word is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteKernels {
+    Fused,
+    Split,
+}
+
+thread_local! {
+    static ROUTE_KERNELS: std::cell::Cell<Option<RouteKernels>> = const { std::cell::Cell::new(None) };
+}
+
+/// The routing kernels on this thread ([`RouteKernels`]).
+pub fn route_kernels() -> Result<RouteKernels> {
+    static ENV: EnvPolicy<RouteKernels> = std::sync::OnceLock::new();
+    let table = [("fused", RouteKernels::Fused), ("split", RouteKernels::Split), ("", RouteKernels::Fused)];
+    policy(&ROUTE_KERNELS, &ENV, "MEGAMOE_ROUTE", &table)
+}
+
+/// Run `f` with the routing kernels `k` for every routing launched on this thread inside it.
+pub fn with_route_kernels<R>(k: RouteKernels, f: impl FnOnce() -> R) -> R {
+    with_override(&ROUTE_KERNELS, k, f)
+}
+
+/// The launches of `p` (with `p.chunk` set to `route::chunk_slots(p.slots)`) on `g`'s stream: `route_fused` when
+/// [`route_kernels`] is `Fused`, `p.barrier` is set and its grid fits on the device at once, else the error word
+/// zeroed and the three launches. With `timed`, each launch bracketed by device events (synchronises); returns
+/// each launch's name and milliseconds (0 untimed).
 ///
 /// # Safety
 /// Every pointer of `p` must hold what [`Route`] documents; `p.chunk_counts` at least
-/// [`workspace_words`]`(p.slots, p.experts)` words; the error word zero before the call.
-pub unsafe fn launch_timed(g: &Gpu, p: &Route, timed: bool) -> Result<[f64; 3]> {
+/// [`workspace_words`]`(p.slots, p.experts)` words; `p.barrier` 0 or a u32 only routings on this stream use,
+/// zero before its first routing (each leaves it so).
+pub unsafe fn launch_timed(g: &Gpu, p: &Route, timed: bool) -> Result<Vec<(&'static str, f64)>> {
     if p.experts == 0 || p.experts as usize > MAX_EXPERTS {
         return Err(Error::InvalidArgument(format!("{} experts (1..={MAX_EXPERTS} supported)", p.experts)));
     }
-    let p = Route { chunk: rt::chunk_slots(p.slots), ..*p };
+    let p = Route { chunk: rt::chunk_slots(p.slots), timeout_ns: ROUTE_TIMEOUT_NS, ..*p };
     let grid = rt::grid(p.slots, p.chunk);
-    let launches = [
-        ("route_count", Launch::new(grid, THREADS, rt::chunk_smem(p.experts))),
-        ("route_scan", Launch::new(1, SCAN_THREADS, rt::scan_smem(p.experts))),
-        ("route_place", Launch::new(grid, THREADS, rt::chunk_smem(p.experts))),
-    ];
-    let mut ms = [0.0; 3];
-    for (i, (k, l)) in launches.into_iter().enumerate() {
+    let fused = Launch::new(grid, THREADS, rt::fused_smem(p.experts));
+    let use_fused = p.barrier != 0
+        && route_kernels()? == RouteKernels::Fused
+        && grid <= megamoe_kernels::grid::MAX_BLOCKS
+        && grid <= g.max_resident_blocks("route_fused", fused)?;
+    let launches: Vec<(&'static str, Launch)> = if use_fused {
+        vec![("route_fused", fused)]
+    } else {
+        g.zero_words(p.error, 1)?;
+        vec![
+            ("route_count", Launch::new(grid, THREADS, rt::chunk_smem(p.experts))),
+            ("route_scan", Launch::new(1, SCAN_THREADS, rt::scan_smem(p.experts))),
+            ("route_place", Launch::new(grid, THREADS, rt::chunk_smem(p.experts))),
+        ]
+    };
+    let mut ms = Vec::with_capacity(launches.len());
+    for (k, l) in launches {
         // SAFETY: the caller's promise on p; the configurations are the kernels' (manifest bounds, shared memory
-        // from the same functions the kernels use).
+        // from the same functions the kernels use; route_fused's grid resident at once, checked above).
         let f = || unsafe { g.launch(k, l, &p) };
-        if timed {
-            ms[i] = g.timed(f)?;
-        } else {
-            f()?;
-        }
+        ms.push((k, if timed { g.timed(f)? } else { f().map(|_| 0.0)? }));
     }
     Ok(ms)
 }
@@ -72,8 +114,9 @@ pub struct HostLayout {
     pub slot_row: Vec<i32>,
 }
 
-/// Upload `ids`, fill every output with `poison` bytes, run the three launches and download the outputs
-/// (synchronises). With `timed`, also the milliseconds of each launch.
+/// Upload `ids`, fill every output (and the error word) with `poison` bytes, run the routing launches
+/// ([`launch_timed`], with a fresh zeroed barrier word) and download the outputs (synchronises). With `timed`, also
+/// each launch's name and milliseconds.
 pub fn layout(
     g: &Gpu,
     ids: &[i32],
@@ -81,7 +124,23 @@ pub fn layout(
     tile_m: u32,
     poison: u8,
     timed: bool,
-) -> Result<(HostLayout, [f64; 3])> {
+) -> Result<(HostLayout, Vec<(&'static str, f64)>)> {
+    let mut barrier = g.alloc::<u32>(1)?;
+    g.fill_bytes(&mut barrier, 0)?;
+    layout_on(g, ids, experts, tile_m, poison, timed, &barrier)
+}
+
+/// [`layout`] with the grid-barrier word `barrier` (zero before its first routing; each routing leaves it
+/// ready), so that tests can run many routings on one word.
+pub fn layout_on(
+    g: &Gpu,
+    ids: &[i32],
+    experts: usize,
+    tile_m: u32,
+    poison: u8,
+    timed: bool,
+    barrier: &CudaSlice<u32>,
+) -> Result<(HostLayout, Vec<(&'static str, f64)>)> {
     let slots = ids.len();
     if tile_m == 0 || experts == 0 || experts > MAX_EXPERTS || slots >= 1 << 31 {
         return Err(crate::Error::InvalidArgument(format!(
@@ -90,7 +149,7 @@ pub fn layout(
     }
     let d_ids: CudaSlice<i32> = if slots == 0 { g.alloc(1)? } else { g.upload(ids)? };
     let mut error = g.alloc::<u32>(1)?;
-    g.fill_bytes(&mut error, 0)?;
+    g.fill_bytes(&mut error, poison)?;
     let mut counts = g.alloc::<u32>(experts)?;
     let mut offsets = g.alloc::<u32>(experts + 1)?;
     let mut tile_offsets = g.alloc::<u32>(experts + 1)?;
@@ -113,12 +172,14 @@ pub fn layout(
         slot_row: dptr(&slot_row, s),
         error: dptr(&error, s),
         chunk_counts: dptr(&ws, s),
+        barrier: dptr(barrier, s),
+        timeout_ns: 0,
         slots: slots as u32,
         experts: experts as u32,
         tile_m,
         chunk: 0,
     };
-    // SAFETY: every buffer is sized as Route documents; the workspace by workspace_words; the error word zeroed.
+    // SAFETY: every buffer is sized as Route documents; the workspace by workspace_words; the barrier word the caller's.
     let ms = unsafe { launch_timed(g, &p, timed)? };
     let mut row_slot = g.download(&row_slot)?;
     let mut slot_row = g.download(&slot_row)?;

@@ -74,6 +74,8 @@ struct Loaded {
     smem_limit: u32,
     /// The co-resident clusters (`max_active_clusters`) and the shared memory they were queried for.
     clusters: Option<(u32, u32)>,
+    /// The co-resident blocks on the device (`max_resident_blocks`): block size, shared memory, blocks.
+    blocks: Option<(u32, u32, u32)>,
 }
 
 /// One GPU: its primary context, a stream, the lazily loaded module, and its functions.
@@ -345,7 +347,7 @@ impl Gpu {
         let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
         if !funcs.contains_key(kernel) {
             let func = module.load_function(kernel).map_err(|_| Error::MissingKernel(kernel.into()))?;
-            funcs.insert(kernel, Loaded { func, smem_limit: 48 * 1024, clusters: None });
+            funcs.insert(kernel, Loaded { func, smem_limit: 48 * 1024, clusters: None, blocks: None });
         }
         let l = funcs.get_mut(kernel).expect("inserted above");
         if cfg.smem > l.smem_limit {
@@ -390,6 +392,37 @@ impl Gpu {
         let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = funcs.get_mut(kernel) {
             l.clusters = Some((cfg.smem, n));
+        }
+        Ok(n)
+    }
+
+    /// How many blocks of `kernel` with `cfg`'s block and shared memory can be resident on the device at once
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor` times the SMs, when nothing else runs): a grid of at most
+    /// that many may wait on itself (a grid barrier). Queried once per kernel, block and shared-memory size.
+    pub fn max_resident_blocks(&self, kernel: &'static str, cfg: Launch) -> Result<u32> {
+        let key = (cfg.block, cfg.smem);
+        {
+            let funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((b, m, n)) = funcs.get(kernel).and_then(|l| l.blocks) {
+                if (b, m) == key {
+                    return Ok(n);
+                }
+            }
+        }
+        let func = self.prepare(kernel, &cfg)?;
+        let per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(cfg.block, cfg.smem as usize, None)
+            .ctx(|| format!("querying the active blocks of {kernel}"))?;
+        let n = per_sm.saturating_mul(self.sm_count);
+        if debug_enabled() {
+            eprintln!(
+                "[megamoe] {kernel}: at most {n} resident blocks ({per_sm} an SM, {} B of shared memory)",
+                cfg.smem
+            );
+        }
+        let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = funcs.get_mut(kernel) {
+            l.blocks = Some((key.0, key.1, n));
         }
         Ok(n)
     }

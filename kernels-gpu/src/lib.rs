@@ -28,6 +28,7 @@ macro_rules! unroll {
 pub mod desc;
 pub mod ep;
 pub mod fp8;
+pub mod grid;
 pub mod manifest;
 pub mod params;
 #[cfg(target_arch = "nvptx64")]

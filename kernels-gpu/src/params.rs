@@ -155,10 +155,18 @@ pub struct Route {
     pub slot_row: u64,
     /// u32 \[1\], the call's routing error word, zero before `route_count`: set to 1 there when an id is outside
     /// -1..E. When set, `route_scan` writes all-zero offsets and tile offsets and `route_place` writes nothing.
+    /// `route_fused` writes it whole (0, 1, or [`ROUTE_TIMEOUT`]): no zeroing before it.
     pub error: u64,
     /// u32 [chunks, E], workspace (`route::max_chunks(max slots)` rows): each chunk's rows per expert
     /// (`route_count`), then each chunk's first row per expert (`route_scan`, read by `route_place`).
+    /// `route_fused`: each chunk's rows per expert, then each chunk's rows of each expert in earlier chunks.
     pub chunk_counts: u64,
+    /// `route_fused` only: u32 \[1\], its grid barrier's word ([`crate::grid`]; zero before the first call, left
+    /// ready by each call).
+    pub barrier: u64,
+    /// `route_fused` only: bound of each grid-barrier wait, in nanoseconds of `%globaltimer` (on expiry the error
+    /// word is set to [`ROUTE_TIMEOUT`] and nothing past the counts is written).
+    pub timeout_ns: u64,
     /// Slots = tokens * k.
     pub slots: u32,
     /// Experts.
@@ -169,6 +177,10 @@ pub struct Route {
     /// for it).
     pub chunk: u32,
 }
+
+/// The routing error word's value when `route_fused`'s grid barrier expired (its blocks were not all resident
+/// within the bound): the layout is not written, and every kernel after it writes nothing, as for an invalid id.
+pub const ROUTE_TIMEOUT: u32 = 0x7f00_0002;
 
 /// Row gather (kernel `gather_rows`): dst\[r\] = src[row_slot\[r\] / k] for r < offsets\[E\], rows of `cols` bf16.
 #[derive(Clone, Copy, Debug)]
@@ -788,7 +800,7 @@ mod tests {
     fn parameter_blocks_are_whole_8_byte_words_without_padding() {
         // every block is u64 fields then u32 fields in pairs: no implicit padding, a multiple of 8 bytes
         let sizes = [
-            ("Route", size_of::<Route>(), 8 * 8 + 4 * 4),
+            ("Route", size_of::<Route>(), 10 * 8 + 4 * 4),
             ("MatrixTest", size_of::<MatrixTest>(), 3 * 8),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
             ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),

@@ -130,6 +130,21 @@ pub const fn scan_smem(experts: u32) -> u32 {
     scan_scratch_at(experts) + 4 * 32
 }
 
+/// Byte offset of `route_fused`'s two control words in its shared memory (after one u32 per expert).
+pub const fn fused_ctl_at(experts: u32) -> u32 {
+    4 * experts
+}
+
+/// Byte offset of `route_fused`'s block-scan scratch (after the control words, 16 bytes).
+pub const fn fused_scratch_at(experts: u32) -> u32 {
+    fused_ctl_at(experts) + 16
+}
+
+/// Dynamic shared memory of `route_fused`: one u32 per expert, the control words, 32 words of scratch.
+pub const fn fused_smem(experts: u32) -> u32 {
+    fused_scratch_at(experts) + 4 * 32
+}
+
 #[cfg(not(target_arch = "nvptx64"))]
 /// The outputs of the routing layout (the CPU model writes the same buffers the kernels do).
 pub struct Layout<'a> {
@@ -155,22 +170,7 @@ pub fn model(ids: &[i32], experts: u32, tile_m: u32, chunk: u32, out: &mut Layou
     let slots = ids.len() as u32;
     let e_n = experts as usize;
     let n_chunks = chunks(slots, chunk);
-    // route_count
-    let mut error = false;
-    for c in 0..grid(slots, chunk) {
-        let row = &mut out.chunk_counts[c as usize * e_n..(c as usize + 1) * e_n];
-        row.fill(0);
-        let lo = c * chunk;
-        let hi = if lo + chunk < slots { lo + chunk } else { slots };
-        for s in lo..hi {
-            let raw = ids[s as usize];
-            error |= invalid(raw, experts);
-            let e = expert_of(raw, experts);
-            if e >= 0 {
-                row[e as usize] += 1;
-            }
-        }
-    }
+    let error = model_count(ids, experts, chunk, out.chunk_counts);
     // route_scan, thread by thread as the kernel splits the work: 1. segment sums and the group scan
     let cc = &mut *out.chunk_counts;
     let group = scan_group(experts);
@@ -236,50 +236,139 @@ pub fn model(ids: &[i32], experts: u32, tile_m: u32, chunk: u32, out: &mut Layou
     // route_place
     let mut run = Run::new(e_n);
     for c in 0..n_chunks {
-        let starts = &out.chunk_counts[c as usize * e_n..(c as usize + 1) * e_n];
-        run.load(starts);
-        let lo = c * chunk;
-        let hi = if lo + chunk < slots { lo + chunk } else { slots };
-        let mut base = lo;
-        while base < hi {
-            for w in 0..WARPS {
-                // the warp's 32 slots; lanes past the chunk hold -1
-                let mut id = [-1i32; 32];
-                for (lane, v) in id.iter_mut().enumerate() {
-                    let s = base + w * 32 + lane as u32;
-                    if s < hi {
-                        *v = expert_of(ids[s as usize], experts);
-                    }
+        run.load(&out.chunk_counts[c as usize * e_n..(c as usize + 1) * e_n]);
+        model_place(ids, experts, chunk, c, &mut run, out);
+    }
+    false
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+/// CPU model of `route_fused`, phase by phase: the counts as `route_count`; after the first grid barrier, block b's
+/// experts `segment(b, grid, E)` scanned over the chunks (each chunk's prefix written over its count); after the
+/// second, each block's offsets from the counts and its chunk's first rows (offset plus prefix), then its rows as
+/// `route_place`. The same outputs and error word as [`model`]; `chunk_counts` ends holding the prefixes.
+pub fn model_fused(ids: &[i32], experts: u32, tile_m: u32, chunk: u32, out: &mut Layout<'_>) -> bool {
+    let slots = ids.len() as u32;
+    let e_n = experts as usize;
+    let n = grid(slots, chunk);
+    assert!(n <= MAX_CHUNKS, "route_fused scans at most {MAX_CHUNKS} chunks (four strips of a warp)");
+    // 1. counts; the first barrier ORs the error
+    let error = model_count(ids, experts, chunk, out.chunk_counts);
+    // 2. each block's experts, one warp an expert: strips of 32 chunks, exclusive prefixes
+    for b in 0..n {
+        let (lo, hi) = segment(b, n, experts);
+        for e in lo as usize..hi as usize {
+            let mut carry = 0u32;
+            for c in 0..n as usize {
+                let at = c * e_n + e;
+                let v = out.chunk_counts[at];
+                if !error {
+                    out.chunk_counts[at] = carry;
                 }
-                for lane in 0..32u32 {
-                    let s = base + w * 32 + lane;
-                    let mine = id[lane as usize];
-                    let mask = match_any(&id, mine);
-                    if mine < 0 {
-                        if s < hi {
-                            out.slot_row[s as usize] = -1;
-                        }
-                        continue;
-                    }
-                    let rank = (mask & ((1u32 << lane) - 1)).count_ones();
-                    let row = run.get(mine as usize) + rank;
-                    out.row_slot[row as usize] = s;
-                    out.slot_row[s as usize] = row as i32;
-                }
-                // the highest lane of each group advances the expert's running row
-                for lane in 0..32u32 {
-                    let mine = id[lane as usize];
-                    let mask = match_any(&id, mine);
-                    if mine >= 0 && highest_lane(mask) == lane {
-                        let e = mine as usize;
-                        run.set(e, run.get(e) + mask.count_ones());
-                    }
-                }
+                carry += v;
             }
-            base += THREADS;
+            out.counts[e] = carry;
+        }
+    }
+    if error {
+        out.offsets[..=e_n].fill(0);
+        out.tile_offsets[..=e_n].fill(0);
+        return true;
+    }
+    // 3. per block: offsets from the counts (block 0 writes them), the chunk's first rows, its rows
+    let mut run = Run::new(e_n);
+    for c in 0..n {
+        let (mut o, mut tl) = (0u32, 0u32);
+        for e in 0..e_n {
+            let k = out.counts[e];
+            if c == 0 {
+                out.offsets[e] = o;
+                out.tile_offsets[e] = tl;
+            }
+            run.set(e, o + out.chunk_counts[c as usize * e_n + e]);
+            o += k;
+            tl += k.div_ceil(tile_m);
+        }
+        if c == 0 {
+            out.offsets[e_n] = o;
+            out.tile_offsets[e_n] = tl;
+        }
+        if chunks(slots, chunk) > 0 {
+            model_place(ids, experts, chunk, c, &mut run, out);
         }
     }
     false
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+/// `route_count` (and `route_fused`'s first phase) over every chunk: `chunk_counts` rows (one row of zeros for no
+/// slots); returns whether an id lies outside -1..E.
+fn model_count(ids: &[i32], experts: u32, chunk: u32, chunk_counts: &mut [u32]) -> bool {
+    let slots = ids.len() as u32;
+    let e_n = experts as usize;
+    let mut error = false;
+    for c in 0..grid(slots, chunk) {
+        let row = &mut chunk_counts[c as usize * e_n..(c as usize + 1) * e_n];
+        row.fill(0);
+        let lo = c * chunk;
+        let hi = if lo + chunk < slots { lo + chunk } else { slots };
+        for s in lo..hi {
+            let raw = ids[s as usize];
+            error |= invalid(raw, experts);
+            let e = expert_of(raw, experts);
+            if e >= 0 {
+                row[e as usize] += 1;
+            }
+        }
+    }
+    error
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+/// The place step of chunk `c` (`route_place`, `route_fused`'s last): rounds of [`THREADS`] slots, warps in turn,
+/// lanes grouped by expert, from the running rows `run` (each expert's first row in the chunk; advanced here).
+fn model_place(ids: &[i32], experts: u32, chunk: u32, c: u32, run: &mut Run, out: &mut Layout<'_>) {
+    let slots = ids.len() as u32;
+    let lo = c * chunk;
+    let hi = if lo + chunk < slots { lo + chunk } else { slots };
+    let mut base = lo;
+    while base < hi {
+        for w in 0..WARPS {
+            // the warp's 32 slots; lanes past the chunk hold -1
+            let mut id = [-1i32; 32];
+            for (lane, v) in id.iter_mut().enumerate() {
+                let s = base + w * 32 + lane as u32;
+                if s < hi {
+                    *v = expert_of(ids[s as usize], experts);
+                }
+            }
+            for lane in 0..32u32 {
+                let s = base + w * 32 + lane;
+                let mine = id[lane as usize];
+                let mask = match_any(&id, mine);
+                if mine < 0 {
+                    if s < hi {
+                        out.slot_row[s as usize] = -1;
+                    }
+                    continue;
+                }
+                let rank = (mask & ((1u32 << lane) - 1)).count_ones();
+                let row = run.get(mine as usize) + rank;
+                out.row_slot[row as usize] = s;
+                out.slot_row[s as usize] = row as i32;
+            }
+            // the highest lane of each group advances the expert's running row
+            for lane in 0..32u32 {
+                let mine = id[lane as usize];
+                let mask = match_any(&id, mine);
+                if mine >= 0 && highest_lane(mask) == lane {
+                    let e = mine as usize;
+                    run.set(e, run.get(e) + mask.count_ones());
+                }
+            }
+        }
+        base += THREADS;
+    }
 }
 
 #[cfg(not(target_arch = "nvptx64"))]
@@ -375,6 +464,13 @@ mod tests {
     }
 
     fn check(ids: &[i32], experts: u32, chunk: u32) {
+        if grid(ids.len() as u32, chunk) <= MAX_CHUNKS {
+            check_one(ids, experts, chunk, true);
+        }
+        check_one(ids, experts, chunk, false);
+    }
+
+    fn check_one(ids: &[i32], experts: u32, chunk: u32, fused: bool) {
         let tile_m = 128;
         let slots = ids.len();
         let e_n = experts as usize;
@@ -392,9 +488,13 @@ mod tests {
             slot_row: &mut slot_row,
             chunk_counts: &mut ws,
         };
-        let err = model(ids, experts, tile_m, chunk, &mut out);
+        let err = if fused {
+            model_fused(ids, experts, tile_m, chunk, &mut out)
+        } else {
+            model(ids, experts, tile_m, chunk, &mut out)
+        };
         let (rc, ro, rt, rrs, rsr, rerr) = reference(ids, experts, tile_m);
-        let what = format!("{slots} slots, E = {experts}, chunk {chunk}");
+        let what = format!("{slots} slots, E = {experts}, chunk {chunk}, fused {fused}");
         assert_eq!(err, rerr, "{what}: error word");
         assert_eq!(counts, rc, "{what}: counts");
         assert_eq!(offsets, ro, "{what}: offsets");

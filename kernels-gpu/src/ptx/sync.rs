@@ -99,6 +99,22 @@ pub unsafe fn atom_add_relaxed_gpu(p: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `atom.acq_rel.gpu.global.cas.b32`: swap in `new` if `*p` holds `cmp`; returns the value found.
+/// SAFETY: any thread; `p` 4-byte aligned global memory.
+#[inline(always)]
+pub unsafe fn atom_cas_acq_rel_gpu(p: *mut u32, cmp: u32, new: u32) -> u32 {
+    let old: u32;
+    asm!("atom.acq_rel.gpu.global.cas.b32 {o}, [{p}], {c}, {n};", o = out(reg32) old, p = in(reg64) p,
+         c = in(reg32) cmp, n = in(reg32) new, options(nostack));
+    old
+}
+
+/// `st.relaxed.gpu.global.u32`. SAFETY: any thread; `p` 4-byte aligned global memory.
+#[inline(always)]
+pub unsafe fn st_relaxed_gpu(p: *mut u32, v: u32) {
+    asm!("st.relaxed.gpu.global.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack));
+}
+
 /// `ld.relaxed.gpu.global.u32`. SAFETY: any thread; `p` 4-byte aligned global memory.
 #[inline(always)]
 pub unsafe fn ld_relaxed_gpu(p: *const u32) -> u32 {
