@@ -218,6 +218,33 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     }
     let ms: Vec<f64> = times.into_iter().map(median).collect();
     let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[5]);
+    // the forward with the host running ahead (10 forwards between two events, as a training loop enqueues them),
+    // the routing forms alternating: what the routing costs when its launches are not waiting for the host
+    let mut ahead_ms = [Vec::new(), Vec::new()];
+    for rep in 0..3 + reps {
+        for (i, &rk) in [route_default, route_other].iter().enumerate() {
+            let layer = &mut all[0];
+            let t = megamoe::route::with_route_kernels(rk, || {
+                g.timed(|| {
+                    for _ in 0..10 {
+                        layer.forward(&inp, &mut out)?;
+                    }
+                    Ok(())
+                })
+            })?;
+            if rep >= 3 {
+                ahead_ms[i].push(t / 10.0);
+            }
+        }
+    }
+    let [fd, fo] = ahead_ms.map(median);
+    println!(
+        "RESULT megamoe forward, 10 back to back, routing {route_default:?} against {route_other:?} {name} \
+         T={tokens}: {:.0} us against {:.0} us a forward ({:.3}x; medians of {reps}, alternating)",
+        fd * 1e3,
+        fo * 1e3,
+        fo / fd
+    );
     if let Some(secs) = soak::seconds() {
         // steps back to back for `secs` seconds each (the z-saved forward + backward, f32 then bf16 weight
         // gradients; a device wait every 10 steps only), with wall-clock bounds to match the GPU's power and clock
@@ -661,6 +688,20 @@ fn bench_routing(g: &Arc<Gpu>, tokens: usize, k: usize, e: usize, rng: &mut Rng)
             }
         }
     }
+    // back to back: 50 routings between two events, the forms alternating (the GPU's time when the host runs ahead)
+    let mut b2b = [Vec::new(), Vec::new()];
+    for _ in 0..5 {
+        for (i, &form) in forms.iter().enumerate() {
+            let gm = megamoe_kernels::kernels_host::GEMM_BM;
+            b2b[i].push(with_route_kernels(form, || megamoe::route::time_back_to_back(g, &ids, e, gm, 50))? * 1e3);
+        }
+    }
+    let [bf, bs] = b2b.map(median);
+    println!(
+        "RESULT megamoe routing layout back to back T={tokens} top-{k} E={e}: fused {bf:.1} us, split {bs:.1} us a \
+         routing (50 between two events, median of 5, alternating): split / fused {:.2}x",
+        bs / bf
+    );
     let mut all = [0.0; 2];
     let mut each = [String::new(), String::new()];
     for i in 0..2 {
@@ -711,7 +752,8 @@ fn main() {
         }
     }
     // after the shapes, so the launch numbering of their passes (MEGAMOE_BENCH_REPS=1 profiles) is unchanged
-    if only.is_empty() {
+    // MEGAMOE_BENCH_ONLY=routing runs the routing alone
+    if only.is_empty() || only == "routing" {
         for e in [128, 4096] {
             if let Err(err) = bench_routing(&g, tokens, 8, e, &mut rng) {
                 println!("FAILED routing layout E={e}: {err}");

@@ -195,3 +195,55 @@ pub fn layout_on(
     };
     Ok((out, ms))
 }
+
+/// Milliseconds a routing of `ids` takes on `g`'s stream, `reps` routings back to back between two device events
+/// after 3 warm-ups, on buffers allocated once (the GPU's time when the host runs ahead, as in a training loop;
+/// the form [`route_kernels`] picks). Synchronises.
+pub fn time_back_to_back(g: &Gpu, ids: &[i32], experts: usize, tile_m: u32, reps: usize) -> Result<f64> {
+    let slots = ids.len();
+    if tile_m == 0 || experts == 0 || experts > MAX_EXPERTS || slots == 0 || slots >= 1 << 31 || reps == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "route::time_back_to_back: tile_m {tile_m}, {experts} experts, {slots} slots, {reps} reps"
+        )));
+    }
+    let d_ids: CudaSlice<i32> = g.upload(ids)?;
+    let error = g.alloc::<u32>(1)?;
+    let counts = g.alloc::<u32>(experts)?;
+    let offsets = g.alloc::<u32>(experts + 1)?;
+    let tile_offsets = g.alloc::<u32>(experts + 1)?;
+    let row_slot = g.alloc::<u32>(slots)?;
+    let slot_row = g.alloc::<i32>(slots)?;
+    let ws = g.alloc::<u32>(workspace_words(slots, experts))?;
+    let mut barrier = g.alloc::<u32>(1)?;
+    g.fill_bytes(&mut barrier, 0)?;
+    let s = g.stream();
+    let p = Route {
+        topk_ids: dptr(&d_ids, s),
+        counts: dptr(&counts, s),
+        offsets: dptr(&offsets, s),
+        tile_offsets: dptr(&tile_offsets, s),
+        row_slot: dptr(&row_slot, s),
+        slot_row: dptr(&slot_row, s),
+        error: dptr(&error, s),
+        chunk_counts: dptr(&ws, s),
+        barrier: dptr(&barrier, s),
+        timeout_ns: 0,
+        slots: slots as u32,
+        experts: experts as u32,
+        tile_m,
+        chunk: 0,
+    };
+    // SAFETY: every buffer is sized as Route documents; the workspace by workspace_words; the barrier word zeroed
+    // and only these routings use it.
+    for _ in 0..3 {
+        unsafe { launch(g, &p)? };
+    }
+    let ms = g.timed(|| {
+        for _ in 0..reps {
+            // SAFETY: as above.
+            unsafe { launch(g, &p)? };
+        }
+        Ok(())
+    })?;
+    Ok(ms / reps as f64)
+}
