@@ -146,6 +146,10 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     };
     let route_passes = (passes.len(), passes.len() + 1);
     passes.extend([(0, false, 2, false), (1, true, 2, true)]);
+    // programmatic dependent launch the other way (`MEGAMOE_PDL`), likewise
+    let pdl_default = megamoe::pdl_enabled()?;
+    let pdl_passes = (passes.len(), passes.len() + 1);
+    passes.extend([(0, false, 2, false), (1, true, 2, true)]);
     // heat: the GPU brought to the state a training loop runs in before anything is timed (under the 700 W cap the
     // clock falls within seconds of sustained work: a forward timed first, on a cold GPU, ran 11-15% faster than the
     // same process's forward timed later; a helper's audit of the benchmarks, 2026-12-05)
@@ -175,26 +179,39 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         }
         let ahead = if pass == ahead_passes.0 || pass == ahead_passes.1 { !ahead_default } else { ahead_default };
         let rk = if pass == route_passes.0 || pass == route_passes.1 { route_other } else { route_default };
-        let ms = megamoe::route::with_route_kernels(rk, || {
-            gemm::with_gather_ahead(ahead, || {
-                g.timed(|| {
-                    let sv = layer.forward(&inp, &mut out)?;
-                    if with_bwd && bf16_grads {
-                        let gr =
-                            Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-                        if pass == dsw_pass {
-                            gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
-                        } else if pass == dy_pass {
-                            gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
-                        } else {
+        let pdl = if pass == pdl_passes.0 || pass == pdl_passes.1 { !pdl_default } else { pdl_default };
+        let ms = megamoe::with_pdl(pdl, || {
+            megamoe::route::with_route_kernels(rk, || {
+                gemm::with_gather_ahead(ahead, || {
+                    g.timed(|| {
+                        let sv = layer.forward(&inp, &mut out)?;
+                        if with_bwd && bf16_grads {
+                            let gr = Grads {
+                                dx: &mut gdx,
+                                dw1: &mut gw1b,
+                                dw2: &mut gw2b,
+                                dtopk: &mut gtk,
+                                accumulate: false,
+                            };
+                            if pass == dsw_pass {
+                                gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                            } else if pass == dy_pass {
+                                gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
+                            } else {
+                                layer.backward(&sv, &ddy, &inp, gr)?;
+                            }
+                        } else if with_bwd {
+                            let gr = Grads {
+                                dx: &mut gdx,
+                                dw1: &mut gw1,
+                                dw2: &mut gw2,
+                                dtopk: &mut gtk,
+                                accumulate: false,
+                            };
                             layer.backward(&sv, &ddy, &inp, gr)?;
                         }
-                    } else if with_bwd {
-                        let gr =
-                            Grads { dx: &mut gdx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut gtk, accumulate: false };
-                        layer.backward(&sv, &ddy, &inp, gr)?;
-                    }
-                    Ok(())
+                        Ok(())
+                    })
                 })
             })
         })?;
@@ -218,18 +235,21 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     }
     let ms: Vec<f64> = times.into_iter().map(median).collect();
     let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[5]);
-    // the forward with the host running ahead (10 forwards between two events, as a training loop enqueues them),
-    // the routing forms alternating: what the routing costs when its launches are not waiting for the host
-    let mut ahead_ms = [Vec::new(), Vec::new()];
+    // the forward with the host running ahead (10 forwards between two events, as a training loop enqueues them):
+    // the default, the routing the other way, programmatic dependent launch the other way, alternating
+    let mut ahead_ms = [Vec::new(), Vec::new(), Vec::new()];
+    let configs = [(route_default, pdl_default), (route_other, pdl_default), (route_default, !pdl_default)];
     for rep in 0..3 + reps {
-        for (i, &rk) in [route_default, route_other].iter().enumerate() {
+        for (i, &(rk, pdl)) in configs.iter().enumerate() {
             let layer = &mut all[0];
-            let t = megamoe::route::with_route_kernels(rk, || {
-                g.timed(|| {
-                    for _ in 0..10 {
-                        layer.forward(&inp, &mut out)?;
-                    }
-                    Ok(())
+            let t = megamoe::with_pdl(pdl, || {
+                megamoe::route::with_route_kernels(rk, || {
+                    g.timed(|| {
+                        for _ in 0..10 {
+                            layer.forward(&inp, &mut out)?;
+                        }
+                        Ok(())
+                    })
                 })
             })?;
             if rep >= 3 {
@@ -237,13 +257,17 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             }
         }
     }
-    let [fd, fo] = ahead_ms.map(median);
+    let [fd, fr, fp] = ahead_ms.map(median);
     println!(
-        "RESULT megamoe forward, 10 back to back, routing {route_default:?} against {route_other:?} {name} \
-         T={tokens}: {:.0} us against {:.0} us a forward ({:.3}x; medians of {reps}, alternating)",
+        "RESULT megamoe forward, 10 back to back {name} T={tokens}: {:.0} us a forward (routing {route_default:?}, \
+         PDL {pdl_default}); routing {route_other:?} {:.0} us ({:.3}x); PDL {} {:.0} us ({:.3}x) (default / variant; \
+         medians of {reps}, alternating)",
         fd * 1e3,
-        fo * 1e3,
-        fo / fd
+        fr * 1e3,
+        fd / fr,
+        !pdl_default,
+        fp * 1e3,
+        fd / fp
     );
     if let Some(secs) = soak::seconds() {
         // steps back to back for `secs` seconds each (the z-saved forward + backward, f32 then bf16 weight
@@ -422,6 +446,20 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_rs * 1e3,
         fbz_b2 * 1e3,
         fbz_b2 / ms_rs
+    );
+    let (ms_pf, ms_ps) = (ms[pdl_passes.0], ms[pdl_passes.1]);
+    println!(
+        "RESULT megamoe programmatic dependent launch {} (the default {}) {name} T={tokens}: forward {:.0} us \
+         (default's {:.0} us: {:.3}x), forward+backward (z saved, bf16 weight gradients) {:.0} us (default's {:.0} us: \
+         {:.3}x) (medians of {reps}, alternating)",
+        if pdl_default { "off" } else { "on" },
+        if pdl_default { "on" } else { "off" },
+        ms_pf * 1e3,
+        ms[3] * 1e3,
+        ms[3] / ms_pf,
+        ms_ps * 1e3,
+        fbz_b2 * 1e3,
+        fbz_b2 / ms_ps
     );
     let (ms_af, ms_as) = (ms[ahead_passes.0], ms[ahead_passes.1]);
     println!(

@@ -17,13 +17,14 @@
 //! ```
 use std::sync::Arc;
 
-pub use megamoe_host::runtime::{Gpu, Image, Launch, LaunchTime};
+pub use megamoe_host::runtime::{pdl_enabled, with_pdl, Gpu, Image, Launch, LaunchTime};
 pub use megamoe_host::{
     check, ep, fp8, gemm, layer, matmul64, reference, rng, route, selftest, tensor_map, tiles, Error, Result,
 };
 /// The expert-parallel layout math shared with the kernels (owners, receive rows, the symmetric workspace, phases).
 pub use megamoe_kernels::ep as ep_layout;
-/// The routing layout's chunking math and its CPU model (what `route_count`, `route_scan`, `route_place` compute).
+/// The routing layout's chunking math and its CPU models (what `route_fused`, and `route_count`, `route_scan`,
+/// `route_place`, compute).
 pub use megamoe_kernels::route as route_layout;
 pub use megamoe_kernels::{desc, manifest, params, swizzle};
 

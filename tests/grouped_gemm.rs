@@ -200,11 +200,11 @@ gpu_test!(kn_clusters_match_single_cta, clusters_match_single_cta(&[0, 1, 300, 1
 gpu_test!(kn_clusters_one_small_expert, clusters_match_single_cta(&[130], 512, 64, BLayout::KN));
 /// The run-time tile counter (`gemm::with_gemm_sched(true)`: `grouped_gemm_bf16_dyn` / `grouped_gemm_bt_bf16_dyn`,
 /// clusters pinned off): C bitwise the static walk's (each tile computed alike by whichever block takes it),
-/// checked against the f64 reference inside `run_seeded`, and the counter left at the tile count (the run-time walk
-/// ran, not the static fallback) and the kernel asserted. Then three rounds (`run_launches`: C poisoned, one
-/// prepared GEMM launched twice, checked against the reference): each round's first launch follows a launch, so
-/// with more tiles than blocks a counter not zeroed in between would leave all but each block's first tile
-/// unwritten (NaN in the reference check).
+/// checked against the f64 reference inside `run_seeded`, the counter left at 0 by the launch's last take, and
+/// the kernel asserted. Then five rounds (`run_launches`: C poisoned, one prepared GEMM launched twice, checked
+/// against the reference), the last two with programmatic dependent launch (no memset of the counter): each round's
+/// first launch follows a launch, so with more tiles than blocks a counter not reset in between would leave all but
+/// each block's first tile unwritten (NaN in the reference check).
 fn dyn_sched_matches_static(counts: &[u32], n: usize, k: usize, layout: BLayout) {
     let g = gpu();
     let want = match layout {
@@ -220,14 +220,17 @@ fn dyn_sched_matches_static(counts: &[u32], n: usize, k: usize, layout: BLayout)
     });
     assert_eq!(kernel, want, "MEGAMOE_GEMM_SCHED=dynamic: the kernel launched");
     assert!(stat == dynamic, "{layout:?} counts {counts:?}: the run-time walk's C differs from the static walk's");
-    // the run-time walk ran: one counter increment per tile taken
-    let tiles = *gemm::tile_offsets(counts).last().unwrap() as usize * n.div_ceil(256);
-    assert_eq!(g.tile_counter_value().unwrap() as usize, tiles, "the tile counter after the run-time walk");
-    // repeated launches of one prepared GEMM, each checked against the reference (NaN: an unwritten tile)
-    let outs: Vec<Vec<u16>> = (0..3)
-        .map(|_| {
-            gemm::with_clusters(false, false, || {
-                gemm::with_gemm_sched(true, || run_launches(counts, n, k, layout, seed ^ 1, 2).1)
+    // the run-time walk ran to its end: the launch's last take (the tile count's) reset the counter to 0
+    assert_eq!(g.tile_counter_value().unwrap(), 0, "the tile counter after the run-time walk");
+    // repeated launches of one prepared GEMM, each checked against the reference (NaN: an unwritten tile); the
+    // last two rounds with programmatic dependent launch, where no memset zeroes the counter between launches
+    // (each launch's last take does)
+    let outs: Vec<Vec<u16>> = (0..5)
+        .map(|i| {
+            megamoe::with_pdl(i >= 3, || {
+                gemm::with_clusters(false, false, || {
+                    gemm::with_gemm_sched(true, || run_launches(counts, n, k, layout, seed ^ 1, 2).1)
+                })
             })
         })
         .collect();
@@ -491,7 +494,6 @@ gpu_test!(ew7_dyn_sched_matches_static, {
 fn ew7_dyn_sched(counts: &[u32]) {
     let g = gpu();
     let counts = counts.to_vec();
-    let m_tiles = *gemm::tile_offsets(&counts).last().unwrap() as usize;
     let (i, k) = (192, 128);
     let seed = Rng::fresh_seed();
     for keep_z in [false, true] {
@@ -503,7 +505,9 @@ fn ew7_dyn_sched(counts: &[u32]) {
         let stat = run(false);
         g.fill_tile_counter(0xff).unwrap();
         let dynamic = run(true);
-        assert_eq!(g.tile_counter_value().unwrap() as usize, m_tiles * i.div_ceil(96), "GEMM1 + SwiGLU's tile counter");
+        assert_eq!(g.tile_counter_value().unwrap(), 0, "GEMM1 + SwiGLU's tile counter (reset by its last take)");
+        let again = megamoe::with_pdl(true, || run(true));
+        assert!(again == dynamic, "GEMM1 + SwiGLU z {keep_z}: with programmatic dependent launch");
         assert!(stat == dynamic, "GEMM1 + SwiGLU z {keep_z}: the run-time walk's h / z differ from the static walk's");
     }
     let run = |dynamic| {
@@ -512,7 +516,9 @@ fn ew7_dyn_sched(counts: &[u32]) {
     let stat = run(false);
     g.fill_tile_counter(0xff).unwrap();
     let dynamic = run(true);
-    assert_eq!(g.tile_counter_value().unwrap() as usize, m_tiles * i.div_ceil(192), "dh + SwiGLU's tile counter");
+    assert_eq!(g.tile_counter_value().unwrap(), 0, "dh + SwiGLU's tile counter (reset by its last take)");
+    let again = megamoe::with_pdl(true, || run(true));
+    assert!(again == dynamic, "dh + SwiGLU backward: with programmatic dependent launch");
     assert!(stat == dynamic, "dh + SwiGLU backward: the run-time walk's dz / partials differ from the static walk's");
 }
 

@@ -245,6 +245,27 @@ fn assert_bitwise(what: &str, o: &Out, other: &Out) {
     }
 }
 
+// Programmatic dependent launch (`MEGAMOE_PDL=on`: each kernel scheduled while the one before it ends, waiting at its
+// entry; the run-time tile counters reset by each launch's last take instead of memsets): every output bitwise the
+// plain launches', three times in a row (each launch of a counter after another), at the 30B shape (more tiles than
+// blocks in every GEMM) with z saved and recomputed, and the ragged shape with masked slots.
+gpu_test!(programmatic_dependent_launch_matches_plain_launches, {
+    for (s, tokens, routing, save) in [
+        (Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ),
+        (Shape::QWEN3_30B_A3B, 1024, Routing::Masked10, Save::InputsOnly),
+        (RAGGED, 211, Routing::Masked10, Save::WithZ),
+    ] {
+        let (g, inp, mut layer) = setup(s, tokens, routing, save);
+        let o = megamoe::with_pdl(false, || run::<f32>(&g, &mut layer, &inp));
+        for i in 0..3 {
+            let op = megamoe::with_pdl(true, || run::<f32>(&g, &mut layer, &inp));
+            let what = format!("{tokens} tokens {routing:?} {save:?}, PDL round {i}");
+            assert!(bits16(&o.y) == bits16(&op.y), "{what}: y differs");
+            assert_bitwise(&what, &o, &op);
+        }
+    }
+});
+
 // The weight gradients in 2-CTA clusters (`WgradSched::Clusters`; at the 30B shape dW2 has 16 m-tiles and dW1 12,
 // so `grouped_wgrad_f32_mc` and, with dx's combine, `_mv_mc` run): every output bitwise the single-CTA schedule's.
 gpu_test!(clustered_weight_gradients_match_the_single_cta_qwen3_30b_a3b_t1024, {

@@ -76,6 +76,39 @@ struct Loaded {
     clusters: Option<(u32, u32)>,
     /// The co-resident blocks on the device (`max_resident_blocks`): block size, shared memory, blocks.
     blocks: Option<(u32, u32, u32)>,
+    /// Whether the kernel's PTX holds `griddepcontrol.wait` (its entry waits for the grids it depends on), so it
+    /// may be launched with programmatic stream serialization ([`pdl_enabled`]).
+    pdl: bool,
+}
+
+thread_local! {
+    static PDL: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether kernels are launched with programmatic dependent launch (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`,
+/// Hopper): each kernel whose entry waits for its predecessors (`griddepcontrol.wait`, the module's kernels of the
+/// layer's chains) may then be scheduled while the kernel before it on the stream finishes, its blocks taking the
+/// SMs that grid leaves and running up to their wait, and the run-time tile counters are not zeroed before their
+/// launches (each launch's last take resets its counter, `scheduler::last_take`), so no memset node sits between
+/// the GEMMs. The same bits either way. `MEGAMOE_PDL` (read once) = `on` or `off` (or unset: off); overridden on a
+/// thread by [`with_pdl`].
+pub fn pdl_enabled() -> Result<bool> {
+    static ENV: crate::gemm::EnvPolicy<bool> = std::sync::OnceLock::new();
+    crate::gemm::policy(&PDL, &ENV, "MEGAMOE_PDL", &[("on", true), ("off", false), ("", false)])
+}
+
+/// Run `f` with programmatic dependent launch on or off for every launch enqueued on this thread inside it.
+pub fn with_pdl<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    crate::gemm::with_override(&PDL, on, f)
+}
+
+/// Whether the body of entry `kernel` in `ptx` holds `griddepcontrol.wait`.
+fn ptx_entry_waits(ptx: &str, kernel: &str) -> bool {
+    let head = format!(".entry {kernel}(");
+    let Some(at) = ptx.find(&head) else { return false };
+    let body = &ptx[at + head.len()..];
+    let end = body.find(".entry ").unwrap_or(body.len());
+    body[..end].contains("griddepcontrol.wait")
 }
 
 /// One GPU: its primary context, a stream, the lazily loaded module, and its functions.
@@ -347,7 +380,8 @@ impl Gpu {
         let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
         if !funcs.contains_key(kernel) {
             let func = module.load_function(kernel).map_err(|_| Error::MissingKernel(kernel.into()))?;
-            funcs.insert(kernel, Loaded { func, smem_limit: 48 * 1024, clusters: None, blocks: None });
+            let pdl = ptx_entry_waits(self.image.ptx, kernel);
+            funcs.insert(kernel, Loaded { func, smem_limit: 48 * 1024, clusters: None, blocks: None, pdl });
         }
         let l = funcs.get_mut(kernel).expect("inserted above");
         if cfg.smem > l.smem_limit {
@@ -394,6 +428,12 @@ impl Gpu {
             l.clusters = Some((cfg.smem, n));
         }
         Ok(n)
+    }
+
+    /// Whether loaded `kernel`'s entry waits for its predecessors (`griddepcontrol.wait` in its PTX).
+    fn waits_for_predecessors(&self, kernel: &'static str) -> bool {
+        let funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
+        funcs.get(kernel).is_some_and(|l| l.pdl)
     }
 
     /// How many blocks of `kernel` with `cfg`'s block and shared memory can be resident on the device at once
@@ -472,7 +512,8 @@ impl Gpu {
         cfg: Launch,
         params: &P,
     ) -> Result<()> {
-        if counter != 0 {
+        // with programmatic dependent launch the counter is left zero by the previous launch's last take
+        if counter != 0 && !pdl_enabled()? {
             self.zero_words(counter, 1)?;
         }
         self.launch(kernel, cfg, params)
@@ -500,15 +541,40 @@ impl Gpu {
         self.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
         let before = if self.profiling.load(Ordering::Relaxed) { Some(self.event_now()?) } else { None };
         let mut args = [params as *const P as *mut std::ffi::c_void];
-        result::launch_kernel(
-            func.cu_function(),
-            cfg.grid,
-            (cfg.block, 1, 1),
-            cfg.smem,
-            self.stream.cu_stream(),
-            &mut args,
-        )
-        .ctx(|| format!("launching {kernel} ({cfg:?})"))?;
+        if pdl_enabled()? && self.waits_for_predecessors(kernel) {
+            use cudarc::driver::sys;
+            // SAFETY: a zeroed attribute is a valid value of the plain-data union; the id picks its field.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let lc = sys::CUlaunchConfig {
+                gridDimX: cfg.grid.0,
+                gridDimY: cfg.grid.1,
+                gridDimZ: cfg.grid.2,
+                blockDimX: cfg.block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: cfg.smem,
+                hStream: self.stream.cu_stream(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: the function and configuration checked by `prepare`; `args` holds the one parameter block the
+            // caller vouches for; the kernel waits for its predecessors before any memory access.
+            unsafe { sys::cuLaunchKernelEx(&lc, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
+                .result()
+                .ctx(|| format!("launching {kernel} ({cfg:?}, programmatic dependent launch)"))?;
+        } else {
+            result::launch_kernel(
+                func.cu_function(),
+                cfg.grid,
+                (cfg.block, 1, 1),
+                cfg.smem,
+                self.stream.cu_stream(),
+                &mut args,
+            )
+            .ctx(|| format!("launching {kernel} ({cfg:?})"))?;
+        }
         if let Some(a) = before {
             let b = self.event_now()?;
             if let Some(log) = self.prof.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {

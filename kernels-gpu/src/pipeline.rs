@@ -298,26 +298,39 @@ impl<const PAIRS: bool> TileWalk<PAIRS> {
     }
 
     /// On to the next index. With the counter, call it once the current tile's loads are issued: nothing is
-    /// published through it (relaxed; its latency hides behind the ring's stages in flight). SAFETY: the thread
-    /// that made the walk, once per tile it took; with `PAIRS` and the counter, both CTAs of the cluster alike
-    /// (the peer waits for the leader's index).
+    /// published through it (relaxed; its latency hides behind the ring's stages in flight). The counter resets
+    /// itself: a walk of `units` indices takes exactly `units` of them from it (every block whose first index is
+    /// below `units` takes one per further tile and a last one past the end; `crate::scheduler`'s tests), so the
+    /// take that finds `units - 1` is the launch's last and stores 0, and the next launch finds it zero with no
+    /// memset between them. SAFETY: the thread that made the walk, once per tile it took; with `PAIRS` and the
+    /// counter, both CTAs of the cluster alike (the peer waits for the leader's index).
     #[inline(always)]
     pub unsafe fn advance(&mut self) {
         let grid = crate::ptx::regs::nctaid() / Self::DIV;
         self.index = if self.sched.is_null() {
             self.index + grid
         } else if !PAIRS {
-            grid + crate::ptx::sync::atom_add_relaxed_gpu(self.sched, 1)
+            grid + self.take()
         } else {
             let j = self.j;
             self.j += 1;
             if crate::ptx::regs::bid() % 2 == 0 {
-                let v = grid + crate::ptx::sync::atom_add_relaxed_gpu(self.sched, 1);
+                let v = grid + self.take();
                 self.chan.send(j, v);
                 v
             } else {
                 self.chan.recv(j)
             }
         };
+    }
+
+    /// One index from the counter; the launch's last take (`units - 1`) resets it to 0. SAFETY: as `advance`.
+    #[inline(always)]
+    unsafe fn take(&self) -> u32 {
+        let old = crate::ptx::sync::atom_add_relaxed_gpu(self.sched, 1);
+        if crate::scheduler::last_take(old, self.total / Self::DIV) {
+            crate::ptx::sync::st_relaxed_gpu(self.sched, 0);
+        }
+        old
     }
 }

@@ -243,6 +243,15 @@ pub fn busiest_first_tile(i: u32, per: u32, expert_at: impl Fn(u32) -> u32) -> u
     expert_at(i / per) * per + i % per
 }
 
+/// Whether the run-time counter's take that returned `old` is a launch's last of a walk over `units` indices:
+/// every block whose first index (its block id, or its cluster's) is below `units` takes one index per further
+/// tile and one past the end, `units` takes in all, so the one that finds `units - 1` comes after every other and
+/// may reset the counter to 0 for the next launch (`pipeline::TileWalk`).
+#[inline(always)]
+pub const fn last_take(old: u32, units: u32) -> bool {
+    units > 0 && old == units - 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -623,5 +632,49 @@ mod tests {
             assert_eq!(t / per, order[(i / per) as usize]);
         }
         assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn the_counter_is_taken_units_times_and_its_last_take_is_last() {
+        // blocks of a grid walk `units` indices from a counter in random interleavings: every index below `units`
+        // is processed once, the counter is taken exactly `units` times, and the take that `last_take` names
+        // comes after every other (so its reset is never followed by a take of the same launch)
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..3000 {
+            let grid = 1 + next(40) as u32;
+            let units = next(120) as u32;
+            let mut counter = 0u32;
+            let mut index: std::vec::Vec<u32> = (0..grid).collect();
+            let mut done = std::vec![0u32; units as usize];
+            let mut takes = 0u32;
+            let mut last_seen = false;
+            loop {
+                let live: std::vec::Vec<usize> = (0..grid as usize).filter(|&b| index[b] < units).collect();
+                if live.is_empty() {
+                    break;
+                }
+                let b = live[next(live.len())];
+                done[index[b] as usize] += 1;
+                let old = counter;
+                counter += 1;
+                takes += 1;
+                assert!(!last_seen, "a take after the last one");
+                if last_take(old, units) {
+                    last_seen = true;
+                    counter = 0;
+                }
+                index[b] = grid + old;
+            }
+            assert!(done.iter().all(|&d| d == 1), "grid {grid} units {units}: {done:?}");
+            assert_eq!(takes, units, "grid {grid} units {units}");
+            assert_eq!(counter, 0, "grid {grid} units {units}: the counter after the launch");
+            assert_eq!(last_seen, units > 0);
+        }
     }
 }

@@ -7,6 +7,7 @@ use crate::ptx::{global, math, regs};
 /// One block per token, 256 threads, 8 columns (16 bytes) a step. No barriers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn combine_rows(p: Combine) {
+    crate::kernels::pdl_entry();
     let t = regs::bid();
     if t >= p.tokens || routing_failed(p.error) {
         return;

@@ -35,12 +35,14 @@ use crate::scheduler::{fused_gemm1_item, fused_item, fused_items, fused_lag_min,
 /// 384 threads, `grouped_gemm::SMEM_BYTES` of dynamic shared memory, grid <= the SM count (all blocks resident).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ffn_fused_fwd(p: FusedFfn) {
+    crate::kernels::pdl_entry();
     fused::<false>(&p);
 }
 
 /// As `ffn_fused_fwd`, with GEMM1's gather of x overlapped (`g1.a_copy` etc., as `grouped_gemm_swiglu_mv`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ffn_fused_fwd_mv(p: FusedFfn) {
+    crate::kernels::pdl_entry();
     fused::<true>(&p);
 }
 

@@ -5,6 +5,7 @@ use crate::ptx::{global, regs};
 /// One block per possible row (grid = slots); blocks past offsets[E] return. 128 threads.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gather_rows(p: Gather) {
+    crate::kernels::pdl_entry();
     let r = regs::bid();
     let rows = *(p.offsets as *const u32).add(p.experts as usize);
     if r >= rows {

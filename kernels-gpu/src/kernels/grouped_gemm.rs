@@ -1531,6 +1531,7 @@ unsafe fn store_dswiglu(
 /// DSW_SMEM_BYTES of dynamic shared memory (a 3-stage ring and the z staging).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, true, true, false, DSW_STAGES, 0, false, false, false, false>(&p);
 }
 
@@ -1539,6 +1540,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu(p: GroupedGemm) {
 /// rows) once, multicast into both (a quarter less L2 -> SM traffic). n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, true, true, false, DSW_STAGES, 1, false, false, false, false>(&p);
 }
 
@@ -1546,12 +1548,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_mc(p: GroupedGemm) {
 /// optional), B K-major. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, false, false, false, STAGES, 0, false, false, false, false>(&p);
 }
 
@@ -1559,6 +1563,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, false, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
@@ -1567,12 +1572,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_mcb(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, false, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
 /// Plain bf16 epilogue, B_e stored [K, N] (map_b over [E * K, N], box 64 x 64). 384 threads, SMEM_BYTES.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, true, false, false, STAGES, 0, false, false, false, false>(&p);
 }
 
@@ -1582,6 +1589,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
 /// walk. 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true>(&p);
 }
 
@@ -1590,12 +1598,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx(p: GroupedGemm) {
 /// weights are being read stay few however the blocks' paces drift (`MEGAMOE_GEMM_SCHED=dynamic`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, true, false, false, STAGES, 0, false, false, true, false>(&p);
 }
 
 /// As `grouped_gemm_bf16`, with the run-time tile counter (see `grouped_gemm_bt_bf16_dyn`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, false, false, false, STAGES, 0, false, false, true, false>(&p);
 }
 
@@ -1603,6 +1613,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_dyn(p: GroupedGemm) {
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, true, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
@@ -1611,12 +1622,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_mcb(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<false, true, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
 /// SwiGLU epilogue (B = W1 [E, 2I, H], n = I). 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<true, false, false, false, STAGES, 0, false, false, false, false>(&p);
 }
 
@@ -1624,6 +1637,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu(p: GroupedGemm) {
 /// m-tile in lock step, CTA 0 loading their shared A once, multicast into both. n_tiles must be even.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<true, false, false, false, STAGES, 1, false, false, false, false>(&p);
 }
 
@@ -1632,6 +1646,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mc(p: GroupedGemm) {
 /// the last runs its peer's tile and stores nothing.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<true, false, false, false, STAGES, 2, false, false, false, false>(&p);
 }
 
@@ -1640,6 +1655,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mcb(p: GroupedGemm) {
 /// covers) while the GEMM runs ([`move_rows`]) and the TMA thread loads an m-tile's A once its rows are counted.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mv(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<true, false, false, false, STAGES, 0, false, true, false, false>(&p);
 }
 
@@ -1647,5 +1663,6 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_mv(p: GroupedGemm) {
 /// 384 threads, SMEM_BYTES of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_gather(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     grouped_gemm::<true, false, false, true, STAGES, 0, false, false, false, false>(&p);
 }

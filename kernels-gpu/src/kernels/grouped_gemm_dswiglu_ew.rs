@@ -106,6 +106,7 @@ const _: () = assert!(
 /// up (the partial sums' columns); n a multiple of 64.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     let base = smem::base();
     let (ring, dh, (full, empty)) = setup::<S, BN, EW, false>(&p, base, 1);
     let t = regs::tid();
@@ -141,6 +142,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
 /// the m64n192 accumulators (96) fit and the m64n256 ones (128) do not. `n_tiles` = n / 192 rounded up.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     ew7_body!(p, false);
 }
 
@@ -148,6 +150,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
 /// launch; `MEGAMOE_GEMM_SCHED=dynamic`, as `grouped_gemm_bf16_dyn`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     ew7_body!(p, true);
 }
 
@@ -157,6 +160,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm
 /// (the copy dW2 reads), so no gather pass of dy runs. Four epilogue warps (warpgroup 3).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     gather_body::<false>(&p);
 }
 
@@ -164,6 +168,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather(p: GroupedG
 /// thread 0 takes each tile and hands it to the other 127 gathering threads through shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     gather_body::<true>(&p);
 }
 

@@ -120,6 +120,7 @@ pub(crate) unsafe fn read_slot(slots: u32, l: u32) -> MTile {
 /// engine (whole 64-row groups of one expert; the others from registers).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     grouped_gemm_fp8_body::<true, false, false, false, false>(&p);
 }
 
@@ -128,6 +129,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8(p: GroupedGemmFp8) {
 /// same 64 of u (two 64-row boxes of B, each with its 128 x 128 block's scale).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     grouped_gemm_fp8_body::<true, false, true, false, false>(&p);
 }
 
@@ -138,6 +140,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu(p: GroupedGemmFp8) {
 /// the copy engine for whole 64-row groups) and its scales (`c_scales` [rows, N / 128]). N a multiple of 128.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu_q(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     grouped_gemm_fp8_body::<true, false, true, true, false>(&p);
 }
 
@@ -145,6 +148,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_swiglu_q(p: GroupedGemmFp8) {
 /// even): CTA 0 multicasts the pair's A into both CTAs, each loads its own B (a quarter less L2 -> SM traffic).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_mc(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     grouped_gemm_fp8_body::<true, true, false, false, false>(&p);
 }
 
@@ -152,12 +156,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_mc(p: GroupedGemmFp8) {
 /// blocks summed by the tensor cores as one K): the ceiling of the pipeline and tile, for the benchmark.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_probe(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     grouped_gemm_fp8_body::<true, false, false, false, true>(&p);
 }
 
 /// As `grouped_gemm_fp8`, every row of C stored from registers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8_regs(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     grouped_gemm_fp8_body::<false, false, false, false, false>(&p);
 }
 

@@ -81,6 +81,7 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 /// 384 threads, FP8W_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     body::<false, false>(&p);
 }
 
@@ -89,6 +90,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
 /// codes `ct` [N, Kp] and their scales `c_scales` [Kp / 128, N / 128].
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     body::<true, true>(&p);
 }
 
@@ -96,6 +98,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8)
 /// 128), C = h's codes [rows, N] (`c`, `map_c` in 64 x 128 boxes) and scales [rows, N / 128] (`c_scales`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
     body::<true, false>(&p);
 }
 

@@ -38,6 +38,7 @@ const HALF: u32 = BN7 / 16;
 /// GEMM1 + SwiGLU by epilogue warps (see the module). 512 threads, `SMEM_BYTES` of dynamic shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     body::<false, 7, false, false>(&p);
 }
 
@@ -45,6 +46,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7(p: GroupedGemm) {
 /// launch; `MEGAMOE_GEMM_SCHED=dynamic`, as `grouped_gemm_bf16_dyn`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     body::<false, 7, true, false>(&p);
 }
 
@@ -52,6 +54,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_dyn(p: GroupedGemm) {
 /// as `grouped_gemm_swiglu_mv`); four epilogue warps.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     body::<true, 4, false, false>(&p);
 }
 
@@ -60,6 +63,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv(p: GroupedGemm) {
 /// copied by some block, and the producer of whichever block takes a tile waits for its m-tile's count).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     body::<true, 4, true, false>(&p);
 }
 
@@ -68,6 +72,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_mv_dyn(p: GroupedGemm)
 /// epilogue warps (warpgroup 3).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_gather(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     body::<false, 4, false, true>(&p);
 }
 
@@ -75,6 +80,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_gather(p: GroupedGemm)
 /// 0 takes each tile and hands it to the other 127 gathering threads through shared memory.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_swiglu_ew7_gather_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
     body::<false, 4, true, true>(&p);
 }
 

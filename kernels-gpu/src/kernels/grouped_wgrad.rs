@@ -96,12 +96,14 @@ pub(crate) fn expert_rows(r0: u32, r1: u32, rows_max: u32) -> (u32, u32) {
 /// 384 threads, WGRAD_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32(p: WgradGemm) {
+    crate::kernels::pdl_entry();
     grouped_wgrad::<false, false, false>(&p);
 }
 
 /// As `grouped_wgrad_f32`, and the producer warpgroup's warps 1..3 run `p.combine` meanwhile ([`combine`]).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv(p: WgradGemm) {
+    crate::kernels::pdl_entry();
     grouped_wgrad::<true, false, false>(&p);
 }
 
@@ -109,12 +111,14 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv(p: WgradGemm) {
 /// `accumulate`, the copy engine's bf16 add into C).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16(p: WgradGemm) {
+    crate::kernels::pdl_entry();
     grouped_wgrad::<false, true, false>(&p);
 }
 
 /// As `grouped_wgrad_bf16`, with the combine of `grouped_wgrad_f32_mv`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv(p: WgradGemm) {
+    crate::kernels::pdl_entry();
     grouped_wgrad::<true, true, false>(&p);
 }
 
@@ -124,24 +128,28 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv(p: WgradGemm) {
 /// hands it to its peer. An even number of m-tiles (`p.clusters`: the host's check).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mc(p: WgradGemm) {
+    crate::kernels::pdl_entry();
     grouped_wgrad::<false, false, true>(&p);
 }
 
 /// `grouped_wgrad_f32_mv` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_mv_mc(p: WgradGemm) {
+    crate::kernels::pdl_entry();
     grouped_wgrad::<true, false, true>(&p);
 }
 
 /// `grouped_wgrad_bf16` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mc(p: WgradGemm) {
+    crate::kernels::pdl_entry();
     grouped_wgrad::<false, true, true>(&p);
 }
 
 /// `grouped_wgrad_bf16_mv` in 2-CTA clusters (as `grouped_wgrad_f32_mc`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv_mc(p: WgradGemm) {
+    crate::kernels::pdl_entry();
     grouped_wgrad::<true, true, true>(&p);
 }
 
@@ -530,6 +538,7 @@ pub(crate) unsafe fn store_bf16<const NA: usize>(out: &COut, acc: &[f32; NA], y:
 /// the routing error word is set. 256 threads, no barriers.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn dtopk_reduce(p: crate::params::DtopkReduce) {
+    crate::kernels::pdl_entry();
     let slot = regs::bid() * 256 + regs::tid();
     if slot >= p.slots || routing_failed(p.error) {
         return;

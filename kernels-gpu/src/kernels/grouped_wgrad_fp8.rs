@@ -61,6 +61,7 @@ unsafe fn tile_info(p: &WgradFp8, tile: u32) -> Tile {
 /// 384 threads, WGRAD_FP8_SMEM bytes of dynamic shared memory, grid <= the SM count; C f32.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_f32(p: WgradFp8) {
+    crate::kernels::pdl_entry();
     body::<false, false, false, false>(&p);
 }
 
@@ -68,6 +69,7 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_f32(p: WgradFp8) {
 /// rounded tile to C, as `grouped_wgrad_bf16` does).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_bf16(p: WgradFp8) {
+    crate::kernels::pdl_entry();
     body::<true, false, false, false>(&p);
 }
 
@@ -75,12 +77,14 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_bf16(p: WgradFp8) {
 /// multiply-add per element with sa[row] sb[block] (the forward's), half the work of the outer product.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_f32(p: WgradFp8) {
+    crate::kernels::pdl_entry();
     body::<false, false, true, false>(&p);
 }
 
 /// As `grouped_wgrad_fp8_bf16` with B's scales per 128 x 128 block.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_bf16(p: WgradFp8) {
+    crate::kernels::pdl_entry();
     body::<true, false, true, false>(&p);
 }
 
@@ -88,12 +92,14 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_bf16(p: WgradFp8) {
 /// `grouped_wgrad_f32_mv`'s: the layer's dx sum under its weight gradients).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_f32_mv(p: WgradFp8) {
+    crate::kernels::pdl_entry();
     body::<false, false, true, true>(&p);
 }
 
 /// As `grouped_wgrad_fp8b_bf16` with the combine of `grouped_wgrad_fp8b_f32_mv`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_bf16_mv(p: WgradFp8) {
+    crate::kernels::pdl_entry();
     body::<true, false, true, true>(&p);
 }
 
@@ -102,6 +108,7 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8b_bf16_mv(p: WgradFp8) {
 /// path's ceiling in the benchmark.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_wgrad_fp8_probe(p: WgradFp8) {
+    crate::kernels::pdl_entry();
     body::<true, true, false, false>(&p);
 }
 

@@ -41,6 +41,18 @@ pub(crate) unsafe fn acquire_prefetch(map: *const u8) {
     crate::ptx::tma::prefetch_tensormap(map);
 }
 
+/// The first statement of every kernel of the layer's chains (programmatic dependent launch, `MEGAMOE_PDL`):
+/// let the next grid of the stream be scheduled now (its blocks take SMs as this grid's blocks leave and wait at
+/// their own entry), then wait for the grids this one depends on to end (their memory visible) before touching
+/// any memory. Both are no-ops for a grid launched without programmatic stream serialization. The host launches a
+/// kernel with it only when its PTX holds the wait (`Gpu`'s module scan).
+/// SAFETY: at a kernel's entry, every thread, before any global or shared-memory access.
+#[inline(always)]
+pub(crate) unsafe fn pdl_entry() {
+    crate::ptx::sync::grid_dep_launch_dependents();
+    crate::ptx::sync::grid_dep_wait();
+}
+
 /// Whether the routing error word at `word` (a u32 written by `route_count`; 0 = no word) is set. Every
 /// thread reads it once at kernel entry, before any barrier: one address written by an earlier launch, so
 /// the answer is the same in every thread and an early return on it never splits a barrier.

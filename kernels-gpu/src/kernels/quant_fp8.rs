@@ -41,6 +41,7 @@ const _: () = assert!(ROWS_UNITS == 4, "the unrolled loops of quantize_fp8_rows 
 /// the scale. No block barriers; a unit past the end is skipped by the whole warp (its shuffles stay uniform).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_rows(p: QuantFp8) {
+    crate::kernels::pdl_entry();
     let g0 = (regs::bid() * 8 + regs::tid() / 32) * ROWS_UNITS;
     let lane = regs::tid() % 32;
     let kbs = p.cols / 128;
@@ -70,6 +71,7 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_rows(p: QuantFp8) {
 /// memory): thread t converts 64 values of row t / 2; the block's largest magnitude through one barrier.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks(p: QuantFp8) {
+    crate::kernels::pdl_entry();
     let cbs = p.cols / 128;
     let (bi, bj) = (regs::bid() / cbs, regs::bid() % cbs);
     let t = regs::tid();
@@ -116,6 +118,7 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks(p: QuantFp8) {
 /// reads), its amax reduced as `quantize_fp8_blocks` does, then thread t writes 64 codes of output row t / 2.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_blocks_t(p: QuantFp8T) {
+    crate::kernels::pdl_entry();
     const PITCH: u32 = 264; // bytes per staged row of 128 bf16 (+8)
     let (r_blocks, c_blocks) = (p.batch_rows / 128, p.cols / 128);
     let per = r_blocks * c_blocks;
@@ -189,6 +192,7 @@ const _: () =
 /// flight to approach the memory's bandwidth.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
+    crate::kernels::pdl_entry();
     cols_grouped::<false>(&p);
 }
 
@@ -198,6 +202,7 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped(p: QuantFp8Cols) {
 /// an SM.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn quantize_fp8_cols_grouped_rows(p: QuantFp8Cols) {
+    crate::kernels::pdl_entry();
     cols_grouped::<true>(&p);
 }
 

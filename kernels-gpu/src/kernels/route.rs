@@ -110,6 +110,7 @@ unsafe fn store_chunk_counts(p: &Route, c: u32, cnt: u32) {
 /// `route::chunk_smem(E)` bytes of shared memory; grid `route::grid(slots, chunk)`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_count(p: Route) {
+    crate::kernels::pdl_entry();
     let c = regs::bid();
     let cnt = smem::base();
     if count_chunk(&p, c, cnt) {
@@ -125,6 +126,7 @@ pub unsafe extern "ptx-kernel" fn route_count(p: Route) {
 /// segments. Shared memory: `route::scan_smem(E)` bytes.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_scan(p: Route) {
+    crate::kernels::pdl_entry();
     // read once at entry, the same in every thread (written by an earlier launch)
     let failed = routing_failed(p.error);
     let t = regs::tid();
@@ -279,6 +281,7 @@ unsafe fn place_chunk(p: &Route, c: u32, run: u32) {
 /// `route::grid(slots, chunk)`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_place(p: Route) {
+    crate::kernels::pdl_entry();
     if routing_failed(p.error) {
         return;
     }
@@ -337,6 +340,7 @@ unsafe fn grid_step(p: &Route, flag: bool, first: bool, ctl: u32) -> (bool, bool
 /// `route::fused_smem(E)` bytes; grid `route::grid(slots, chunk)`, at most [`route::MAX_CHUNKS`].
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn route_fused(p: Route) {
+    crate::kernels::pdl_entry();
     let c = regs::bid();
     let n = regs::nctaid();
     let t = regs::tid();

@@ -12,6 +12,7 @@ const THREADS: u32 = crate::kernels_host::WGRAD_MAPS_THREADS;
 /// Grid: ceil(2 E / THREADS) blocks of THREADS threads. Thread i writes map i = (expert i / 2, operand i % 2).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn wgrad_expert_maps(p: WgradMaps) {
+    crate::kernels::pdl_entry();
     // the weight gradient returns at entry on the same word, reading none of these maps
     if routing_failed(p.error) {
         return;

@@ -139,3 +139,20 @@ pub unsafe fn atom_max_relaxed_gpu(p: *mut u32, v: u32) -> u32 {
          options(nostack));
     old
 }
+
+/// `griddepcontrol.wait`: wait until every grid this one depends on programmatically (a launch with programmatic
+/// stream serialization) has completed and its memory is visible; returns at once in a grid launched without it.
+/// SAFETY: any thread; before its first access to memory an earlier grid of the stream writes or reads.
+#[inline(always)]
+pub unsafe fn grid_dep_wait() {
+    asm!("griddepcontrol.wait;", options(nostack));
+}
+
+/// `griddepcontrol.launch_dependents`: this block allows the next grid of the stream (launched with programmatic
+/// stream serialization) to be scheduled before this grid ends (once every block has allowed it or exited). It
+/// publishes nothing: the next grid's `griddepcontrol.wait` still waits for this grid's end.
+/// SAFETY: any thread.
+#[inline(always)]
+pub unsafe fn grid_dep_launch_dependents() {
+    asm!("griddepcontrol.launch_dependents;", options(nostack));
+}
