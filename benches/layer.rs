@@ -258,6 +258,45 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         }
     }
     let [fd, fr, fp] = ahead_ms.map(median);
+    // the forward timed alone (idle GPU at its start, as the medians above) through `forward` (a new Saved: seven
+    // device allocations) and through `forward_into` a Saved allocated once, alternating; and the host's time to
+    // enqueue each (its launches not waited for): how much of a lone forward is the GPU waiting for the host
+    let mut into_ms = [Vec::new(), Vec::new()];
+    let mut host_us = [Vec::new(), Vec::new()];
+    let mut sv_once = all[0].alloc_saved(tokens)?;
+    for rep in 0..3 + reps {
+        for i in 0..2 {
+            let layer = &mut all[0];
+            let mut host = 0.0;
+            let t = g.timed(|| {
+                let t0 = std::time::Instant::now();
+                if i == 0 {
+                    let sv = layer.forward(&inp, &mut out)?;
+                    host = t0.elapsed().as_secs_f64() * 1e6;
+                    drop(sv);
+                } else {
+                    layer.forward_into(&inp, &mut out, &mut sv_once)?;
+                    host = t0.elapsed().as_secs_f64() * 1e6;
+                }
+                Ok(())
+            })?;
+            if rep >= 3 {
+                into_ms[i].push(t);
+                host_us[i].push(host);
+            }
+        }
+    }
+    let [f_new, f_into] = into_ms.map(median);
+    let [h_new, h_into] = host_us.map(median);
+    println!(
+        "RESULT megamoe forward alone, new Saved against one allocated once {name} T={tokens}: forward {:.0} us \
+         (host enqueue {h_new:.0} us), forward_into {:.0} us (host enqueue {h_into:.0} us): {:.3}x (medians of {reps}, \
+         alternating; back to back a forward takes {:.0} us)",
+        f_new * 1e3,
+        f_into * 1e3,
+        f_new / f_into,
+        fd * 1e3
+    );
     println!(
         "RESULT megamoe forward, 10 back to back {name} T={tokens}: {:.0} us a forward (routing {route_default:?}, \
          PDL {pdl_default}); routing {route_other:?} {:.0} us ({:.3}x); PDL {} {:.0} us ({:.3}x) (default / variant; \
