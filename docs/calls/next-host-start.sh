@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in the fortieth session after next-pdl.sh (call 3: the layer's PDL test cut at 90 s; PDL on 0.990-0.994x;
-# a lone forward 2440 us against 2380 back to back). b76 = main (this commit's parent) (`BDIR=/work/main/.dev/b76
+# a lone forward 2440 us against 2380 back to back). b76 = main 5ac0103 (`BDIR=/work/main/.dev/b76
 # bash docs/calls/2026-12-04c-build.sh main layer_backward`, gemm dropped). Carry [".dev/b76"] (~4.5 min, bound 290 s).
 # 1. the layer's PDL test whole (3 configurations x 4 forward + 2 backwards, 30B T = 1024), 2. the 30B layer bench:
 # the lone forward through `forward` (seven allocations) against `forward_into` (one Saved), host enqueue times.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in the fortieth session: programmatic dependent launch (MEGAMOE_PDL=on: griddepcontrol at each chain
 # kernel's entry, cuLaunchKernelEx with programmatic stream serialization, self-resetting tile counters, no memsets
-# between the GEMMs), any card. b75 = main (this commit's parent) (`BDIR=/work/main/.dev/b75 bash
+# between the GEMMs), any card. b75 = main d0cbbef (`BDIR=/work/main/.dev/b75 bash
 # docs/calls/2026-12-04c-build.sh main layer_forward layer_backward graph grouped_gemm route`). Carry [".dev/b75"]
 # (~7-8 min, bound 565 s).
 # 1. the run-time walks' tests (counter 0 after each launch; repeated launches with PDL and no memset), 2. the

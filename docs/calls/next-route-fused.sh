@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in the fortieth session: `route_fused` (the routing layout in one launch, two grid barriers; the default)
+# Run in the fortieth session (docs/RESULTS.md 2026-12-06c call 1). Prepared then: `route_fused` (the routing layout in one launch, two grid barriers; the default)
 # on the GPU, any card. b73 = main edb7c26 (`BDIR=/work/main/.dev/b73 bash docs/calls/2026-12-04c-build.sh main
 # layer_forward layer_backward graph ep route`). Carry [".dev/b73"] (~5-7 min, bound 565 s).
 # The tests first (route: both forms against the CPU model, the error word poisoned, one barrier word over 60 calls

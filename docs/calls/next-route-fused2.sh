@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in the fortieth session after next-route-fused.sh (call 1: every test that finished passed, but in the
 # layer's launch profile route_fused read 44-48 us, the forward's routing A/B 0.994x, the step's 1.006x): where the
-# time goes. b74 = main (this commit's parent) (`BDIR=/work/main/.dev/b74 bash docs/calls/2026-12-04c-build.sh main
+# time goes. b74 = main 97486c4 (`BDIR=/work/main/.dev/b74 bash docs/calls/2026-12-04c-build.sh main
 # layer_forward graph route`). Carry [".dev/b74"] (~7 min, bound 565 s).
 # 1. the route test's per-launch timings (printed now), 2. the routing alone (layer bench MEGAMOE_BENCH_ONLY=routing:
 # each launch timed alone, and 50 routings back to back between two events), 3. the 30B layer bench (its launch
