@@ -487,8 +487,9 @@ impl Gpu {
     /// [`Gpu::launch_counted`] after `before` (a launch that prepares what the kernel reads: the weight gradients'
     /// per-expert tensor maps), all of it enqueued under the same lock, whole (the prepared data, like the
     /// counter, is one per device). Stream order is what keeps `before` from rewriting data an earlier kernel
-    /// still reads: no launch here may use programmatic dependent launch (a `before` overlapping the previous
-    /// grid would then have to wait for it, `griddepcontrol.wait`), and a CUDA graph holding such a triple must
+    /// still reads: with programmatic dependent launch ([`pdl_enabled`]) `before` may be scheduled while the
+    /// previous grid ends, and its entry's `griddepcontrol.wait` (`wgrad_expert_maps` has it, as every kernel the
+    /// attribute is given to) holds its writes until that grid is done; a CUDA graph holding such a triple must
     /// not be replayed beside other work on this device. SAFETY: as [`Gpu::launch`], for both launches.
     pub(crate) unsafe fn launch_counted_after<P: Copy, Q: Copy>(
         &self,
