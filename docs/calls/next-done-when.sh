@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Fortieth session: `DW=b77 bash docs/calls/next-done-when.sh`, carry [".dev/b77"], runs it on another build (b77 = main
+# after the fortieth session: route_fused, the back-to-back forward lines, PyTorch's back-to-back forward; rebuild with
+# `BDIR=/work/main/.dev/b77 bash docs/calls/2026-12-04c-build.sh main layer_forward layer_backward graph ep`).
 # Prepared in the thirty-fourth session (not run): issue 4's "done when", measured in one call on the H200: the
 # layer against PyTorch's (next-headline.sh: medians, 6 s soaks, joules a step), then each GEMM of the layer at
 # both shapes against cuBLAS's dense GEMM alternating (benches/gemm.rs) and torch._grouped_mm on the same counts
@@ -16,10 +19,11 @@
 # the joules a launch of batched over dense within 3% of the model's (dense + ~0.13 J a GB of extra output).
 t0=$(date +%s); O=$OUT
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-OUT=$O/h HEADLINE_BIN=b68/main bash "$(dirname "$0")/next-headline.sh"
-. "$(dirname "$0")/prelude.sh" b68
+DW=${DW:-b68}
+OUT=$O/h HEADLINE_BIN=$DW/main bash "$(dirname "$0")/next-headline.sh"
+. "$(dirname "$0")/prelude.sh" $DW
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
-B=b68/main
+B=$DW/main
 B0=${BOUND:-565}; BOUND=$(( B0 - ($(date +%s) - t0) )); echo "headline took $(( B0 - BOUND )) s"
 MEGAMOE_GEMM_COUNTS_DIR=$OUT/r timeout $(to 330 60) $B/gemm --bench > $OUT/r/gemm.txt 2>&1
 echo "== gemm (both shapes) rc $? at $(el) s"

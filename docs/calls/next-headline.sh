@@ -25,6 +25,6 @@ MEGAMOE_SOAK=6 MEGAMOE_TORCH_LOOP=0 MEGAMOE_BENCH_ONLY=30B PYTHONUNBUFFERED=1 ti
 echo "== torch rc $? at $(el) s"
 kill $smi
 grep -h "^MEGAMOE_SKIP_IDLE\|^MEGAMOE_A_MAPS" $OUT/r/layer.txt
-grep -h "^RESULT megamoe forward Qwen\|^RESULT megamoe forward+backward (z saved\|^RESULT pytorch torch._grouped_mm" $OUT/r/layer.txt $OUT/r/torch.txt | cut -c1-220
+grep -h "^RESULT megamoe forward Qwen\|^RESULT megamoe forward, 10 back\|^RESULT megamoe forward alone\|^RESULT megamoe forward+backward (z saved\|^RESULT pytorch torch._grouped_mm" $OUT/r/layer.txt $OUT/r/torch.txt | cut -c1-260
 python3 ../benches/energy.py $OUT/r layer.txt torch.txt
 echo "total $(el) s"

@@ -844,7 +844,7 @@ impl MoeLayer {
     /// [`MoeLayer::alloc_saved`]), as a forward on those ids leaves it, without the forward's GEMMs: with it a
     /// backward of a layer that recomputes z ([`Save::InputsOnly`]) needs only the forward's inputs, not the
     /// [`Saved`] of the forward itself (a caller that cannot carry it from forward to backward: PyTorch's custom
-    /// operators, whose values are tensors). Costs the routing's three small launches (~30-40 us at 30B, T =
+    /// operators, whose values are tensors). Costs the routing's launch (one ~13 us launch at 30B, T =
     /// 16384). A layer that keeps z refuses (its backward reads the forward's z). Like the forward, an invalid
     /// expert id is found on the device and [`MoeLayer::routing_error`] reports it.
     pub fn route_into(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved) -> Result<()> {

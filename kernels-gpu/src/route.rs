@@ -1,5 +1,5 @@
-//! Routing layout math (pure; shared by the host and the kernels `route_count`, `route_scan`, `route_place`),
-//! and a CPU model of the exact algorithm those kernels run.
+//! Routing layout math (pure; shared by the host and the kernels `route_fused`, `route_count`, `route_scan`,
+//! `route_place`), and CPU models of the exact algorithms those kernels run.
 //!
 //! The slots are cut into chunks of [`chunk_slots`] slots (at most [`MAX_CHUNKS`] chunks).
 //! 1. `route_count`, one block per chunk: the chunk's rows per expert, `chunk_counts[c * E + e]` (shared-memory
@@ -12,6 +12,10 @@
 //!    each warp groups its lanes by expert (`match.any.sync`); a lane's row is the expert's running row (shared
 //!    memory, from step 2) plus the lanes of its group below it; the warps take their turn in order (one barrier
 //!    each), the highest lane of each group advancing the running row. So each expert's rows follow slot order.
+//!
+//! `route_fused` runs the same three steps in one launch of one block per chunk (all resident at once), its step 2
+//! spread over the blocks between two grid barriers ([`crate::grid`]): each block scans its share of the experts
+//! over the chunks, then each block computes the offsets itself and its chunk's first rows ([`model_fused`]).
 
 /// Threads per block of `route_count` and `route_place`.
 pub const THREADS: u32 = 256;

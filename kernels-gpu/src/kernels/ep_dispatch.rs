@@ -7,7 +7,7 @@
 //! every block at its start (docs/EP.md; a counter never advanced or exhausted: the kernel moves nothing and
 //! empties the rank's local layout).
 //!
-//! Per rank r (its routing layout already computed by `route_count`, `route_scan`, `route_place` over its own
+//! Per rank r (its routing layout already computed by `route_fused` (or the three-launch form) over its own
 //! slots and the E global experts):
 //! 1. block 0 writes r's counts row into row r of every rank's `counts` (zeros when r's routing failed: it then
 //!    pushes no row, `EpRank::route_error`); block barrier, `fence.acq_rel.sys`, `st.release.sys` of

@@ -1,9 +1,11 @@
 //! Routing layout on the device, deterministic and without a host round trip: per-expert counts, offsets and
 //! m-tile offsets, and the expert-ordered rows (slots of one expert in increasing slot order).
 //!
-//! Three launches over chunks of slots (the algorithm and its CPU model: [`crate::route`]): `route_count` (one
-//! block per chunk: per-chunk counts), `route_scan` (one block: counts, offsets, tile offsets, each chunk's first
-//! row per expert), `route_place` (one block per chunk: the rows). An id outside -1..E sets the call's error
+//! One launch, `route_fused` (the default: one block per chunk of slots, the phases between two grid barriers),
+//! or three (`MEGAMOE_ROUTE=split`) over the same chunks (the algorithm and its CPU models: [`crate::route`]):
+//! `route_count` (one block per chunk: per-chunk counts), `route_scan` (one block: counts, offsets, tile offsets,
+//! each chunk's first row per expert), `route_place` (one block per chunk: the rows). An id outside -1..E sets the
+//! call's error
 //! word (`route_count`); then `route_scan` writes all-zero offsets and tile offsets (every gather and grouped
 //! GEMM of the call has no rows) and `route_place` writes nothing, and the kernels that write the layer's
 //! outputs (`combine_rows`, `dtopk_reduce`, `grouped_wgrad_f32`) return at once: nothing is written. Invalid
