@@ -147,49 +147,23 @@ pub fn layout_on(
             "route::layout: tile_m {tile_m} (> 0), {experts} experts (1..={MAX_EXPERTS}), {slots} slots (< 2^31)"
         )));
     }
-    let d_ids: CudaSlice<i32> = if slots == 0 { g.alloc(1)? } else { g.upload(ids)? };
-    let mut error = g.alloc::<u32>(1)?;
-    g.fill_bytes(&mut error, poison)?;
-    let mut counts = g.alloc::<u32>(experts)?;
-    let mut offsets = g.alloc::<u32>(experts + 1)?;
-    let mut tile_offsets = g.alloc::<u32>(experts + 1)?;
-    let mut row_slot = g.alloc::<u32>(slots.max(1))?;
-    let mut slot_row = g.alloc::<i32>(slots.max(1))?;
-    let mut ws = g.alloc::<u32>(workspace_words(slots, experts))?;
-    g.fill_bytes(&mut counts, poison)?;
-    g.fill_bytes(&mut offsets, poison)?;
-    g.fill_bytes(&mut tile_offsets, poison)?;
-    g.fill_bytes(&mut row_slot, poison)?;
-    g.fill_bytes(&mut slot_row, poison)?;
-    g.fill_bytes(&mut ws, poison)?;
-    let s = g.stream();
-    let p = Route {
-        topk_ids: dptr(&d_ids, s),
-        counts: dptr(&counts, s),
-        offsets: dptr(&offsets, s),
-        tile_offsets: dptr(&tile_offsets, s),
-        row_slot: dptr(&row_slot, s),
-        slot_row: dptr(&slot_row, s),
-        error: dptr(&error, s),
-        chunk_counts: dptr(&ws, s),
-        barrier: dptr(barrier, s),
-        timeout_ns: 0,
-        slots: slots as u32,
-        experts: experts as u32,
-        tile_m,
-        chunk: 0,
-    };
+    let mut b = Bufs::new(g, ids, experts)?;
+    for buf in [&mut b.error, &mut b.counts, &mut b.offsets, &mut b.tile_offsets, &mut b.row_slot, &mut b.ws] {
+        g.fill_bytes(buf, poison)?;
+    }
+    g.fill_bytes(&mut b.slot_row, poison)?;
+    let p = b.params(g, barrier, tile_m);
     // SAFETY: every buffer is sized as Route documents; the workspace by workspace_words; the barrier word the caller's.
     let ms = unsafe { launch_timed(g, &p, timed)? };
-    let mut row_slot = g.download(&row_slot)?;
-    let mut slot_row = g.download(&slot_row)?;
+    let mut row_slot = g.download(&b.row_slot)?;
+    let mut slot_row = g.download(&b.slot_row)?;
     row_slot.truncate(slots);
     slot_row.truncate(slots);
     let out = HostLayout {
-        error: g.download(&error)?[0],
-        counts: g.download(&counts)?,
-        offsets: g.download(&offsets)?,
-        tile_offsets: g.download(&tile_offsets)?,
+        error: g.download(&b.error)?[0],
+        counts: g.download(&b.counts)?,
+        offsets: g.download(&b.offsets)?,
+        tile_offsets: g.download(&b.tile_offsets)?,
         row_slot,
         slot_row,
     };
@@ -206,33 +180,10 @@ pub fn time_back_to_back(g: &Gpu, ids: &[i32], experts: usize, tile_m: u32, reps
             "route::time_back_to_back: tile_m {tile_m}, {experts} experts, {slots} slots, {reps} reps"
         )));
     }
-    let d_ids: CudaSlice<i32> = g.upload(ids)?;
-    let error = g.alloc::<u32>(1)?;
-    let counts = g.alloc::<u32>(experts)?;
-    let offsets = g.alloc::<u32>(experts + 1)?;
-    let tile_offsets = g.alloc::<u32>(experts + 1)?;
-    let row_slot = g.alloc::<u32>(slots)?;
-    let slot_row = g.alloc::<i32>(slots)?;
-    let ws = g.alloc::<u32>(workspace_words(slots, experts))?;
+    let b = Bufs::new(g, ids, experts)?;
     let mut barrier = g.alloc::<u32>(1)?;
     g.fill_bytes(&mut barrier, 0)?;
-    let s = g.stream();
-    let p = Route {
-        topk_ids: dptr(&d_ids, s),
-        counts: dptr(&counts, s),
-        offsets: dptr(&offsets, s),
-        tile_offsets: dptr(&tile_offsets, s),
-        row_slot: dptr(&row_slot, s),
-        slot_row: dptr(&slot_row, s),
-        error: dptr(&error, s),
-        chunk_counts: dptr(&ws, s),
-        barrier: dptr(&barrier, s),
-        timeout_ns: 0,
-        slots: slots as u32,
-        experts: experts as u32,
-        tile_m,
-        chunk: 0,
-    };
+    let p = b.params(g, &barrier, tile_m);
     // SAFETY: every buffer is sized as Route documents; the workspace by workspace_words; the barrier word zeroed
     // and only these routings use it.
     for _ in 0..3 {
@@ -246,4 +197,58 @@ pub fn time_back_to_back(g: &Gpu, ids: &[i32], experts: usize, tile_m: u32, reps
         Ok(())
     })?;
     Ok(ms / reps as f64)
+}
+
+/// The device buffers of one routing of `ids` (the ids uploaded; outputs and workspace uninitialised), for
+/// [`layout_on`] and [`time_back_to_back`].
+struct Bufs {
+    ids: CudaSlice<i32>,
+    error: CudaSlice<u32>,
+    counts: CudaSlice<u32>,
+    offsets: CudaSlice<u32>,
+    tile_offsets: CudaSlice<u32>,
+    row_slot: CudaSlice<u32>,
+    slot_row: CudaSlice<i32>,
+    ws: CudaSlice<u32>,
+    slots: usize,
+    experts: usize,
+}
+
+impl Bufs {
+    fn new(g: &Gpu, ids: &[i32], experts: usize) -> Result<Bufs> {
+        let slots = ids.len();
+        Ok(Bufs {
+            ids: if slots == 0 { g.alloc(1)? } else { g.upload(ids)? },
+            error: g.alloc(1)?,
+            counts: g.alloc(experts)?,
+            offsets: g.alloc(experts + 1)?,
+            tile_offsets: g.alloc(experts + 1)?,
+            row_slot: g.alloc(slots.max(1))?,
+            slot_row: g.alloc(slots.max(1))?,
+            ws: g.alloc(workspace_words(slots, experts))?,
+            slots,
+            experts,
+        })
+    }
+
+    /// The parameter block over these buffers with the grid-barrier word `barrier`.
+    fn params(&self, g: &Gpu, barrier: &CudaSlice<u32>, tile_m: u32) -> Route {
+        let s = g.stream();
+        Route {
+            topk_ids: dptr(&self.ids, s),
+            counts: dptr(&self.counts, s),
+            offsets: dptr(&self.offsets, s),
+            tile_offsets: dptr(&self.tile_offsets, s),
+            row_slot: dptr(&self.row_slot, s),
+            slot_row: dptr(&self.slot_row, s),
+            error: dptr(&self.error, s),
+            chunk_counts: dptr(&self.ws, s),
+            barrier: dptr(barrier, s),
+            timeout_ns: 0,
+            slots: self.slots as u32,
+            experts: self.experts as u32,
+            tile_m,
+            chunk: 0,
+        }
+    }
 }

@@ -23,13 +23,9 @@ fn chunk_range(p: &Route, c: u32) -> (u32, u32) {
     (lo, lo.saturating_add(p.chunk).min(p.slots))
 }
 
-/// Block-wide exclusive scan of one u32 per thread over `warps` warps; returns (exclusive prefix, block total).
-/// Uses shared words 0..warps at `scratch`. SAFETY: all threads of the block (`warps` * 32, at most 32 warps),
-/// uniformly.
+/// Inclusive scan of one u32 per lane over the warp (`lane` this thread's). SAFETY: every lane of the warp.
 #[inline(always)]
-unsafe fn block_scan(v: u32, scratch: u32, warps: u32) -> (u32, u32) {
-    let lane = regs::tid() % 32;
-    let w = regs::tid() / 32;
+unsafe fn warp_scan(v: u32, lane: u32) -> u32 {
     let mut incl = v;
     let mut d = 1;
     while d < 32 {
@@ -39,21 +35,24 @@ unsafe fn block_scan(v: u32, scratch: u32, warps: u32) -> (u32, u32) {
         }
         d *= 2;
     }
+    incl
+}
+
+/// Block-wide exclusive scan of one u32 per thread over `warps` warps; returns (exclusive prefix, block total).
+/// Uses shared words 0..warps at `scratch`. SAFETY: all threads of the block (`warps` * 32, at most 32 warps),
+/// uniformly.
+#[inline(always)]
+unsafe fn block_scan(v: u32, scratch: u32, warps: u32) -> (u32, u32) {
+    let lane = regs::tid() % 32;
+    let w = regs::tid() / 32;
+    let incl = warp_scan(v, lane);
     if lane == 31 {
         smem::st_u32(scratch + 4 * w, incl);
     }
     sync::block_sync();
     // every warp scans the warp totals (warps <= 32) and picks its own prefix
     let x = if lane < warps { smem::ld_u32(scratch + 4 * lane) } else { 0 };
-    let mut xi = x;
-    let mut d = 1;
-    while d < 32 {
-        let o = warp::shfl_up(xi, d);
-        if lane >= d {
-            xi += o;
-        }
-        d *= 2;
-    }
+    let xi = warp_scan(x, lane);
     let before = warp::shfl_idx(xi - x, w);
     let total = warp::shfl_idx(xi, 31);
     sync::block_sync();
@@ -377,15 +376,7 @@ pub unsafe extern "ptx-kernel" fn route_fused(p: Route) {
         unroll!(i in [0, 1, 2, 3] {
             // warp-uniform: n is the grid's
             if (i as u32) * 32 < n {
-                let mut incl = v[i];
-                let mut d = 1;
-                while d < 32 {
-                    let o = warp::shfl_up(incl, d);
-                    if lane >= d {
-                        incl += o;
-                    }
-                    d *= 2;
-                }
+                let incl = warp_scan(v[i], lane);
                 let ch = i as u32 * 32 + lane;
                 if !failed && ch < n {
                     *cc.add(ch as usize * stride + e as usize) = carry + incl - v[i];
