@@ -138,6 +138,9 @@ pub struct Gpu {
     /// Held while a counter's zeroing and its kernel are enqueued, so that host threads sharing this device do
     /// not interleave them (zero, zero, kernel, kernel would start the second kernel from the first's count).
     counted: Mutex<()>,
+    /// Set by [`Gpu::fill_tile_counter`]: the next counted launch zeroes the counter even under programmatic
+    /// dependent launch (which otherwise relies on each launch's last take leaving it zero).
+    counter_filled: AtomicBool,
     /// The weight gradients' per-expert tensor maps ([`WGRAD_MAPS_EXPERTS`] x 2 x 128 bytes), written by
     /// `wgrad_expert_maps` just before each weight-gradient kernel under `counted` (`gemm::launch_wgrad`).
     expert_maps: CudaSlice<u8>,
@@ -257,6 +260,7 @@ impl Gpu {
             profiling: AtomicBool::new(false),
             tile_counters,
             counted: Mutex::new(()),
+            counter_filled: AtomicBool::new(false),
             expert_maps,
         });
         c.insert(ordinal, g.clone());
@@ -297,6 +301,7 @@ impl Gpu {
     /// the run-time walk cannot leave the value a previous one did).
     #[doc(hidden)]
     pub fn fill_tile_counter(&self, byte: u8) -> Result<()> {
+        self.counter_filled.store(true, Ordering::Relaxed);
         // SAFETY: the counter is a live allocation of one u32.
         unsafe { result::memset_d8_async(self.tile_counters(), byte, 4, self.stream.cu_stream()) }
             .ctx(|| "filling the tile counter".to_string())
@@ -513,8 +518,9 @@ impl Gpu {
         cfg: Launch,
         params: &P,
     ) -> Result<()> {
-        // with programmatic dependent launch the counter is left zero by the previous launch's last take
-        if counter != 0 && !pdl_enabled()? {
+        // with programmatic dependent launch the counter is left zero by the previous launch's last take (unless a
+        // test filled it: `fill_tile_counter`, zeroed once here)
+        if counter != 0 && (!pdl_enabled()? || self.counter_filled.swap(false, Ordering::Relaxed)) {
             self.zero_words(counter, 1)?;
         }
         self.launch(kernel, cfg, params)

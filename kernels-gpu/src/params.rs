@@ -179,7 +179,8 @@ pub struct Route {
 }
 
 /// The routing error word's value when `route_fused`'s grid barrier expired (its blocks were not all resident
-/// within the bound): the layout is not written, and every kernel after it writes nothing, as for an invalid id.
+/// within the bound): the offsets and tile offsets are zero (no gather or GEMM after it has rows) and the rows are
+/// not written, and the kernels that write the layer's outputs return at once, as for an invalid id.
 pub const ROUTE_TIMEOUT: u32 = 0x7f00_0002;
 
 /// Row gather (kernel `gather_rows`): dst\[r\] = src[row_slot\[r\] / k] for r < offsets\[E\], rows of `cols` bf16.

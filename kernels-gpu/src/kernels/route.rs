@@ -325,6 +325,20 @@ unsafe fn grid_step(p: &Route, flag: bool, first: bool, ctl: u32) -> (bool, bool
     (smem::ld_u32(ctl) != 0, smem::ld_u32(ctl + 4) != 0)
 }
 
+/// All-zero `offsets` and `tile_offsets` (E + 1 each): every gather and grouped GEMM after a failed routing has
+/// no rows, so none reads `row_slot` (left as it was). Several blocks may store the same zeros. SAFETY: the
+/// threads of one block.
+#[inline(always)]
+unsafe fn zero_offsets(p: &Route) {
+    let (offsets, tile_offsets) = (p.offsets as *mut u32, p.tile_offsets as *mut u32);
+    let mut e = regs::tid();
+    while e <= p.experts {
+        *offsets.add(e as usize) = 0;
+        *tile_offsets.add(e as usize) = 0;
+        e += THREADS;
+    }
+}
+
 /// The routing layout in one launch, one block of [`THREADS`] per chunk (all resident at once: the host checks the
 /// grid against the device's occupancy), three phases between two grid barriers ([`crate::grid`], the word
 /// `p.barrier`):
@@ -332,7 +346,8 @@ unsafe fn grid_step(p: &Route, flag: bool, first: bool, ctl: u32) -> (bool, bool
 ///    flags, its last arrival writes the error word;
 /// 2. block b takes the experts `route::segment(b, grid, E)`: per expert, a warp scans the chunks' counts
 ///    (exclusive, up to 128 chunks as four 32-lane strips), writes each chunk's prefix back over its count and
-///    the total to `counts`; with an invalid id block 0 then writes zero offsets and the call ends;
+///    the total to `counts`; with an invalid id block 0 then writes zero offsets and the call ends (and every block
+///    does on an expired barrier: the error word then holds `ROUTE_TIMEOUT`, and no later kernel has rows);
 /// 3. after the second barrier every block computes the offsets and tile offsets from `counts` (block 0 writes
 ///    them), its chunk's first row of each expert (offset plus prefix), and places its chunk's rows as
 ///    `route_place`.
@@ -358,6 +373,7 @@ pub unsafe extern "ptx-kernel" fn route_fused(p: Route) {
     let bad = sync::block_count(bad) != 0;
     let (released, failed) = grid_step(&p, bad, true, ctl);
     if !released {
+        zero_offsets(&p);
         return;
     }
     // 2. the chunk scans of block c's experts, one warp an expert
@@ -391,18 +407,13 @@ pub unsafe extern "ptx-kernel" fn route_fused(p: Route) {
     }
     if failed {
         if c == 0 {
-            let (offsets, tile_offsets) = (p.offsets as *mut u32, p.tile_offsets as *mut u32);
-            let mut e = t;
-            while e <= n_e {
-                *offsets.add(e as usize) = 0;
-                *tile_offsets.add(e as usize) = 0;
-                e += THREADS;
-            }
+            zero_offsets(&p);
         }
         return;
     }
     let (released, _) = grid_step(&p, false, false, ctl);
     if !released {
+        zero_offsets(&p);
         return;
     }
     // 3. offsets over every expert (thread t a run of consecutive experts), chunk c's first rows, its rows
