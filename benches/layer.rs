@@ -286,6 +286,33 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             }
         }
     }
+    // the same lone forward_into right after 1 GiB of memset on the stream (the GPU busy, and every launch of the
+    // forward enqueued before the memset ends): if the lone forward's extra time is the GPU waiting for the host
+    // or starting from idle, this one loses it; alternating with the plain lone forward_into
+    let mut busy = g.alloc::<u8>(1 << 30)?;
+    let mut after_busy = [Vec::new(), Vec::new()];
+    for rep in 0..3 + reps {
+        for (i, pre) in [false, true].into_iter().enumerate() {
+            if pre {
+                g.fill_bytes(&mut busy, 0x11)?;
+            }
+            let layer = &mut all[0];
+            let t = g.timed(|| layer.forward_into(&inp, &mut out, &mut sv_once))?;
+            if rep >= 3 {
+                after_busy[i].push(t);
+            }
+        }
+    }
+    drop(busy);
+    let [f_idle, f_busy] = after_busy.map(median);
+    println!(
+        "RESULT megamoe forward alone after an idle GPU against after 1 GiB of memset {name} T={tokens}: {:.0} us \
+         against {:.0} us ({:.3}x; medians of {reps}, alternating; back to back a forward takes {:.0} us)",
+        f_idle * 1e3,
+        f_busy * 1e3,
+        f_idle / f_busy,
+        fd * 1e3
+    );
     let [f_new, f_into] = into_ms.map(median);
     let [h_new, h_into] = host_us.map(median);
     println!(
