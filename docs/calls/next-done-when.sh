@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fortieth session: `DW=b77 bash docs/calls/next-done-when.sh`, carry [".dev/b77"], runs it on another build (b77 = main 8f564e0
+# Fortieth session: `DW=b77 bash docs/calls/next-done-when.sh`, carry [".dev/b77"], runs it on another build (b77 = main 4adec86
 # after the fortieth session: route_fused, the back-to-back forward lines, PyTorch's back-to-back forward; rebuild with
 # `BDIR=/work/main/.dev/b77 bash docs/calls/2026-12-04c-build.sh main layer_forward layer_backward graph ep`).
 # Prepared in the thirty-fourth session (not run): issue 4's "done when", measured in one call on the H200: the

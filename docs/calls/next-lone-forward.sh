@@ -3,7 +3,7 @@
 # 2026-12-06c call 4: 2519 us timed alone against 2396 a forward back to back, the host's enqueue only 23-28 us).
 # b78 = main 166469a's layer bench (`BDIR=/work/main/.dev/b78 bash docs/calls/2026-12-04c-build.sh main layer_backward`,
 # then only layer kept). Carry [".dev/b78"] (~2 min, bound 300 s), any card; on an H200 the done-when call
-# (DW=b77 next-done-when.sh) prints the same lines from b77's bench but not the memset one.
+# (DW=b77 next-done-when.sh, b77 = the same main) prints the same lines.
 # Predicted: if the GPU waits for the host or restarts from idle, the forward after 1 GiB of memset is within 1% of
 # the back-to-back forward and 3-5% under the idle one; if not, the two lone forwards read alike and the cause is
 # elsewhere (clocks: the smi samples beside the run).
