@@ -17,7 +17,7 @@
 //! ```
 use std::sync::Arc;
 
-pub use megamoe_host::runtime::{pdl_enabled, with_pdl, Gpu, Image, Launch, LaunchTime};
+pub use megamoe_host::runtime::{pdl_enabled, ptx_entry_waits, with_pdl, Gpu, Image, Launch, LaunchTime};
 pub use megamoe_host::{
     check, ep, fp8, gemm, layer, matmul64, reference, rng, route, selftest, tensor_map, tiles, Error, Result,
 };

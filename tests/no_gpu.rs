@@ -38,3 +38,29 @@ fn embedded_cubin_is_an_elf_when_present() {
         assert_eq!(&c[..4], b"\x7fELF");
     }
 }
+
+/// Programmatic dependent launch (`MEGAMOE_PDL=on`) is given only to kernels whose entry waits for their
+/// predecessors (`megamoe::ptx_entry_waits`, the host's scan): every kernel of the layer's chains has the wait, and
+/// before any global memory access of its own (the wait's `asm!` is a memory clobber, so no access moves above
+/// it); the expert-parallel and self-test kernels have none and always launch plainly.
+#[test]
+fn the_layer_kernels_wait_for_their_predecessors_before_any_global_access() {
+    let ptx = megamoe::kernels::IMAGE.ptx;
+    for k in manifest::KERNELS {
+        let chain = !(k.name.starts_with("selftest_") || k.name.starts_with("ep_"));
+        assert_eq!(megamoe::ptx_entry_waits(ptx, k.name), chain, "{}: griddepcontrol.wait", k.name);
+        if !chain {
+            continue;
+        }
+        let head = format!(".entry {}(", k.name);
+        let body = &ptx[ptx.find(&head).unwrap()..];
+        let body = &body[..body[head.len()..].find(".entry ").map_or(body.len(), |e| e + head.len())];
+        let wait = body.find("griddepcontrol.wait").unwrap();
+        for access in ["ld.global", "st.global", "atom.", "red.", "cp.async", "ld.volatile", "ld.acquire", "ld.relaxed"]
+        {
+            if let Some(at) = body.find(access) {
+                assert!(wait < at, "{}: {access} before griddepcontrol.wait", k.name);
+            }
+        }
+    }
+}

@@ -103,7 +103,8 @@ pub fn with_pdl<R>(on: bool, f: impl FnOnce() -> R) -> R {
 }
 
 /// Whether the body of entry `kernel` in `ptx` holds `griddepcontrol.wait`.
-fn ptx_entry_waits(ptx: &str, kernel: &str) -> bool {
+#[doc(hidden)]
+pub fn ptx_entry_waits(ptx: &str, kernel: &str) -> bool {
     let head = format!(".entry {kernel}(");
     let Some(at) = ptx.find(&head) else { return false };
     let body = &ptx[at + head.len()..];
