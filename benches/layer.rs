@@ -14,6 +14,9 @@
 //! uniformly at random (benches/common/routing_env.rs; benches/torch_layer.py draws the same distribution).
 //! `MEGAMOE_BENCH_PHASES=1`: then one more forward + backward of each save mode with device events around every
 //! launch (`Gpu::profile_start`), printed as `PHASE` lines: each kernel's time in place and the idle time before it.
+//! Where the GPU waits for the host (a forward's first launches after an idle GPU), an event pair also times the
+//! host's launch call: the routing read 37-48 us there against 12.7 us back to back (docs/RESULTS.md 2026-12-06c);
+//! benches/trace_forward.py reads each kernel on the GPU's own clock.
 //! `MEGAMOE_SOAK=S`: S seconds of z-saved forward + backward steps back to back per weight-gradient type (`SOAK`
 //! lines with wall-clock bounds, for power and clock samples taken beside the run). `MEGAMOE_BENCH_HEAT=S` (default
 //! 3): S seconds of untimed forward + backward steps before the first timing, so every figure is taken in the power
