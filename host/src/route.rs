@@ -50,9 +50,10 @@ pub fn with_route_kernels<R>(k: RouteKernels, f: impl FnOnce() -> R) -> R {
 }
 
 /// The launches of `p` (with `p.chunk` set to `route::chunk_slots(p.slots)`) on `g`'s stream: `route_fused` when
-/// [`route_kernels`] is `Fused`, `p.barrier` is set and its grid fits on the device at once, else the error word
-/// zeroed and the three launches. With `timed`, each launch bracketed by device events (synchronises); returns
-/// each launch's name and milliseconds (0 untimed).
+/// [`route_kernels`] is `Fused`, `p.barrier` is set and its grid fits on the device at once (a cooperative
+/// launch: the driver checks it against what else runs), else the error word zeroed and the three launches. With
+/// `timed`, each launch bracketed by device events (synchronises); returns each launch's name and milliseconds (0
+/// untimed).
 ///
 /// # Safety
 /// Every pointer of `p` must hold what [`Route`] documents; `p.chunk_counts` at least
@@ -65,24 +66,31 @@ pub unsafe fn launch_timed(g: &Gpu, p: &Route, timed: bool) -> Result<Vec<(&'sta
     let p = Route { chunk: rt::chunk_slots(p.slots), timeout_ns: ROUTE_TIMEOUT_NS, ..*p };
     let grid = rt::grid(p.slots, p.chunk);
     let fused = Launch::new(grid, THREADS, rt::fused_smem(p.experts));
-    let use_fused = p.barrier != 0
+    let try_fused = p.barrier != 0
         && route_kernels()? == RouteKernels::Fused
         && grid <= megamoe_kernels::grid::MAX_BLOCKS
         && grid <= g.max_resident_blocks("route_fused", fused)?;
-    let launches: Vec<(&'static str, Launch)> = if use_fused {
-        vec![("route_fused", fused)]
-    } else {
-        g.zero_words(p.error, 1)?;
-        vec![
-            ("route_count", Launch::new(grid, THREADS, rt::chunk_smem(p.experts))),
-            ("route_scan", Launch::new(1, SCAN_THREADS, rt::scan_smem(p.experts))),
-            ("route_place", Launch::new(grid, THREADS, rt::chunk_smem(p.experts))),
-        ]
-    };
+    if try_fused {
+        // a cooperative launch: the driver refuses a grid that cannot be resident at once (another context's
+        // work, an MPS limit), and then the three launches run instead
+        let mut launched = false;
+        // SAFETY: the caller's promise on p; route_fused's configuration from the functions the kernel uses.
+        let mut f = || unsafe { g.launch_cooperative("route_fused", fused, &p) }.map(|ok| launched = ok);
+        let t = if timed { g.timed(f)? } else { f().map(|_| 0.0)? };
+        if launched {
+            return Ok(vec![("route_fused", t)]);
+        }
+    }
+    g.zero_words(p.error, 1)?;
+    let launches = [
+        ("route_count", Launch::new(grid, THREADS, rt::chunk_smem(p.experts))),
+        ("route_scan", Launch::new(1, SCAN_THREADS, rt::scan_smem(p.experts))),
+        ("route_place", Launch::new(grid, THREADS, rt::chunk_smem(p.experts))),
+    ];
     let mut ms = Vec::with_capacity(launches.len());
     for (k, l) in launches {
         // SAFETY: the caller's promise on p; the configurations are the kernels' (manifest bounds, shared memory
-        // from the same functions the kernels use; route_fused's grid resident at once, checked above).
+        // from the same functions the kernels use).
         let f = || unsafe { g.launch(k, l, &p) };
         ms.push((k, if timed { g.timed(f)? } else { f().map(|_| 0.0)? }));
     }

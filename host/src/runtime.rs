@@ -535,26 +535,65 @@ impl Gpu {
     /// `params` must be the argument type the kernel declares, and every pointer in it must be valid for what the
     /// kernel does with it at `cfg`.
     pub unsafe fn launch<P: Copy>(&self, kernel: &'static str, cfg: Launch, params: &P) -> Result<()> {
+        self.launch_with(kernel, cfg, params, false).map(|_| ())
+    }
+
+    /// [`Gpu::launch`] as a cooperative launch (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`): the driver launches the grid
+    /// only if every block of it can be resident at once, for a kernel whose blocks wait for each other (a grid
+    /// barrier). `Ok(false)` when the grid cannot be (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`: nothing was
+    /// launched; the caller takes another path), `Ok(true)` when launched.
+    ///
+    /// # Safety
+    /// As [`Gpu::launch`].
+    pub(crate) unsafe fn launch_cooperative<P: Copy>(
+        &self,
+        kernel: &'static str,
+        cfg: Launch,
+        params: &P,
+    ) -> Result<bool> {
+        self.launch_with(kernel, cfg, params, true)
+    }
+
+    /// The launch itself: with programmatic stream serialization when [`pdl_enabled`] and the kernel waits for its
+    /// predecessors, cooperative when asked (`cuLaunchKernelEx` with those attributes), else a plain launch.
+    /// `Ok(false)` only for a cooperative grid too large to be resident. SAFETY: as [`Gpu::launch`].
+    unsafe fn launch_with<P: Copy>(
+        &self,
+        kernel: &'static str,
+        cfg: Launch,
+        params: &P,
+        cooperative: bool,
+    ) -> Result<bool> {
+        use cudarc::driver::sys;
         let func = self.prepare(kernel, &cfg)?;
         if debug_enabled() {
             eprintln!(
-                "[megamoe] launch {kernel} on device {}: grid {:?} block {} smem {} B, params {} B",
+                "[megamoe] launch {kernel} on device {}: grid {:?} block {} smem {} B, params {} B{}",
                 self.ordinal,
                 cfg.grid,
                 cfg.block,
                 cfg.smem,
-                std::mem::size_of::<P>()
+                std::mem::size_of::<P>(),
+                if cooperative { ", cooperative" } else { "" }
             );
         }
         self.ctx.bind_to_thread().ctx(|| "binding the context".into())?;
         let before = if self.profiling.load(Ordering::Relaxed) { Some(self.event_now()?) } else { None };
         let mut args = [params as *const P as *mut std::ffi::c_void];
+        // SAFETY: a zeroed attribute is a valid value of the plain-data union; each id picks its field.
+        let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+        let mut n = 0;
         if pdl_enabled()? && self.waits_for_predecessors(kernel) {
-            use cudarc::driver::sys;
-            // SAFETY: a zeroed attribute is a valid value of the plain-data union; the id picks its field.
-            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attr.value.programmaticStreamSerializationAllowed = 1;
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        if cooperative {
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attrs[n].value.cooperative = 1;
+            n += 1;
+        }
+        if n > 0 {
             let lc = sys::CUlaunchConfig {
                 gridDimX: cfg.grid.0,
                 gridDimY: cfg.grid.1,
@@ -564,14 +603,16 @@ impl Gpu {
                 blockDimZ: 1,
                 sharedMemBytes: cfg.smem,
                 hStream: self.stream.cu_stream(),
-                attrs: &mut attr,
-                numAttrs: 1,
+                attrs: attrs.as_mut_ptr(),
+                numAttrs: n as u32,
             };
             // SAFETY: the function and configuration checked by `prepare`; `args` holds the one parameter block the
-            // caller vouches for; the kernel waits for its predecessors before any memory access.
-            unsafe { sys::cuLaunchKernelEx(&lc, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
-                .result()
-                .ctx(|| format!("launching {kernel} ({cfg:?}, programmatic dependent launch)"))?;
+            // caller vouches for; with programmatic serialization the kernel waits for its predecessors first.
+            let r = unsafe { sys::cuLaunchKernelEx(&lc, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) };
+            if cooperative && r == sys::CUresult::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE {
+                return Ok(false);
+            }
+            r.result().ctx(|| format!("launching {kernel} ({cfg:?}, {n} launch attributes)"))?;
         } else {
             result::launch_kernel(
                 func.cu_function(),
@@ -589,7 +630,7 @@ impl Gpu {
                 log.push((kernel, a, b));
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A device event recorded on this device's stream now.
