@@ -42,14 +42,15 @@ pub(crate) unsafe fn acquire_prefetch(map: *const u8) {
 }
 
 /// The first statement of every kernel of the layer's chains (programmatic dependent launch, `MEGAMOE_PDL`):
-/// let the next grid of the stream be scheduled now (its blocks take SMs as this grid's blocks leave and wait at
-/// their own entry), then wait for the grids this one depends on to end (their memory visible) before touching
-/// any memory. Both are no-ops for a grid launched without programmatic stream serialization. The host launches a
-/// kernel with it only when its PTX holds the wait (`Gpu`'s module scan).
+/// wait for the grids this one depends on to end (their memory visible) before touching any memory. A no-op for a
+/// grid launched without programmatic stream serialization. The host launches a kernel with it only when its PTX
+/// holds the wait (`Gpu`'s module scan). No kernel triggers its dependents early (`griddepcontrol.launch_dependents`):
+/// the next grid is scheduled as this one's blocks leave, which saves the launch latency at each boundary. The
+/// trigger at entry measured slower on every line (docs/RESULTS.md 2026-12-06d call 2: the forward 0.993x back to
+/// back against 1.006x without it, the step 0.986x against 0.990x; a trigger at each block's last tile between).
 /// SAFETY: at a kernel's entry, every thread, before any global or shared-memory access.
 #[inline(always)]
 pub(crate) unsafe fn pdl_entry() {
-    crate::ptx::sync::grid_dep_launch_dependents();
     crate::ptx::sync::grid_dep_wait();
 }
 
