@@ -240,9 +240,17 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let (ms_f, ms_fb, ms_fbz, ms_fg) = (ms[0], ms[1], ms[2], ms[5]);
     // the forward with the host running ahead (10 forwards between two events, as a training loop enqueues them):
     // the default, the routing the other way, programmatic dependent launch the other way, alternating
+    // and one default forward timed alone in the same rotation (a lone forward against back to back at the same
+    // clock and heat: timed in separate phases the two read 5-7% apart on both sides, PyTorch's too)
     let mut ahead_ms = [Vec::new(), Vec::new(), Vec::new()];
+    let mut lone_ms = Vec::new();
     let configs = [(route_default, pdl_default), (route_other, pdl_default), (route_default, !pdl_default)];
     for rep in 0..3 + reps {
+        let layer = &mut all[0];
+        let t = g.timed(|| layer.forward(&inp, &mut out).map(drop))?;
+        if rep >= 3 {
+            lone_ms.push(t);
+        }
         for (i, &(rk, pdl)) in configs.iter().enumerate() {
             let layer = &mut all[0];
             let t = megamoe::with_pdl(pdl, || {
@@ -261,6 +269,14 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         }
     }
     let [fd, fr, fp] = ahead_ms.map(median);
+    let f_lone = median(lone_ms);
+    println!(
+        "RESULT megamoe forward alone against 10 back to back, in one rotation {name} T={tokens}: {:.0} us alone, \
+         {:.0} us a forward back to back ({:.3}x; medians of {reps})",
+        f_lone * 1e3,
+        fd * 1e3,
+        f_lone / fd
+    );
     // the forward timed alone (idle GPU at its start, as the medians above) through `forward` (a new Saved: seven
     // device allocations) and through `forward_into` a Saved allocated once, alternating; and the host's time to
     // enqueue each (its launches not waited for): how much of a lone forward is the GPU waiting for the host

@@ -35,6 +35,27 @@ def timeit(fn, reps=REPS, warm=WARM):
     return ts[len(ts) // 2]
 
 
+def timeit_rotation(fns, reps=REPS, warm=WARM):
+    """The medians in ms of each of `fns`, timed as `timeit` times one but in rotation (each rep calls every fn in
+    turn), so that clock and heat drift fall on all alike."""
+    if SMOKE:
+        return [timeit(fn) for fn in fns]
+    for _ in range(warm):
+        for fn in fns:
+            fn()
+    torch.cuda.synchronize()
+    ts = [[] for _ in fns]
+    for _ in range(reps):
+        for t, fn in zip(ts, fns):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            t.append(a.elapsed_time(b))
+    return [sorted(t)[len(t) // 2] for t in ts]
+
+
 def device_name():
     return "the CPU (smoke run)" if SMOKE else torch.cuda.get_device_name()
 

@@ -19,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from torch_common import DEV as dev, timeit
+from torch_common import DEV as dev, timeit, timeit_rotation
 
 torch.manual_seed(torch.seed())
 
@@ -114,6 +114,13 @@ for name, H, I in [("Qwen3-30B-A3B", 2048, 768), ("Qwen3-235B-A22B", 4096, 1536)
             ms10 = timeit(lambda: [f(x, ids, w, W1, W2) for _ in range(10)], reps=reps) / 10
             print(f"RESULT pytorch {lname} forward, 10 back to back {name} T={T}: {ms10 * 1e3:.0f} us a forward, "
                   f"{flops / ms10 / 1e9:.0f} TFLOP/s (median of {reps})")
+            # the two in one rotation (timed in separate phases they read ~6% apart), as the layer benchmark's
+            # "forward alone against 10 back to back, in one rotation" line
+            one, ten = timeit_rotation([lambda: f(x, ids, w, W1, W2),
+                                        lambda: [f(x, ids, w, W1, W2) for _ in range(10)]], reps=reps)
+            print(f"RESULT pytorch {lname} forward alone against 10 back to back, in one rotation {name} T={T}: "
+                  f"{one * 1e3:.0f} us alone, {ten * 1e2:.0f} us a forward back to back ({one / (ten / 10):.3f}x; "
+                  f"medians of {reps})")
         xr, W1r, W2r, wr = [t.detach().clone().requires_grad_(True) for t in (x, W1, W2, w)]
 
         def fb():
