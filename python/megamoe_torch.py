@@ -24,7 +24,9 @@ be captured by `torch.cuda.graph` and replayed (a captured forward keeps one slo
 slot a later forward overwrote raises). Not through these bindings yet: expert parallelism (the Rust API has it). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` +
 `moe_fp8`, or `Layer.forward_fp8` / `backward(..., w8=)`. torch.compile: `moe_op` / `MoE(..., op=True)`, the layer as
 custom operators (torch.library) that carry no state from forward to backward (the backward makes the routing
-again, ~13 us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring.
+again, ~13 us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring. In FP8 too:
+`moe_op_fp8` / `MoE(..., op=True, fp8=True)`, the FP8 weights as six tensors (`fp8_codes`, an operator: quantized
+in the call unless given).
 """
 import ctypes
 import itertools
@@ -92,8 +94,14 @@ def lib():
     L.megamoe_fp8_weights_free.restype = None
     L.megamoe_forward_fp8.argtypes = [vp, u64, sz, u64, u64, u64, vp, u64, ctypes.POINTER(vp)]
     L.megamoe_backward_fp8.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, vp, u64, u64, u64, u64, i32, i32]
+    cp = ctypes.POINTER(u64)
+    L.megamoe_fp8_quantize_into.argtypes = [vp, u64, u64, u64, cp]
+    L.megamoe_forward_fp8_codes.argtypes = [vp, u64, sz, u64, u64, u64, cp, u64]
+    L.megamoe_backward_routed_fp8.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, cp, u64, u64, u64, u64, i32,
+                                              i32]
     for f in ("megamoe_layer_new", "megamoe_layer_reserve_saved", "megamoe_forward", "megamoe_backward",
-              "megamoe_backward_routed",
+              "megamoe_backward_routed", "megamoe_fp8_quantize_into", "megamoe_forward_fp8_codes",
+              "megamoe_backward_routed_fp8",
               "megamoe_saved_check", "megamoe_saved_status",
               "megamoe_trim_pool", "megamoe_fp8_weights_new", "megamoe_fp8_weights_quantize",
               "megamoe_forward_fp8", "megamoe_backward_fp8"):
@@ -447,6 +455,152 @@ if _HAS_CUSTOM_OP:
     _op_forward.register_autograd(_op_autograd, setup_context=_op_setup_context)
 
 
+_CODE_NAMES = ("w1_codes", "w1_scales", "w2_codes", "w2_scales", "w1t_codes", "w1t_scales")
+
+
+def _code_specs(layer):
+    """The six FP8 weight buffers of the custom operators' FP8 form: (name, dtype, shape), in the C ABI's order."""
+    E, H, I = layer.experts, layer.hidden, layer.intermediate
+    shapes = ((E * 2 * I, H), (E * 2 * I // 128, H // 128), (E * H, I), (E * H // 128, I // 128), (E * H, 2 * I),
+              (E * H // 128, 2 * I // 128))
+    return [(n, torch.uint8 if n.endswith("codes") else torch.float32, sh) for n, sh in zip(_CODE_NAMES, shapes)]
+
+
+def _codes_arg(layer, codes):
+    """The six buffers checked (dtype, shape, device, contiguity) as the C ABI's array of six addresses."""
+    if len(codes) != 6:
+        raise ValueError(f"codes must be the six tensors of fp8_codes, got {len(codes)}")
+    ptrs = [_need(t, n, dt, sh, layer.device) for t, (n, dt, sh) in zip(codes, _code_specs(layer))]
+    return (ctypes.c_uint64 * 6)(*ptrs)
+
+
+def _op_fp8_quantize_impl(w1, w2, layer_id):
+    layer = _layers[layer_id]
+    E, H, I, d = layer.experts, layer.hidden, layer.intermediate, layer.device
+    p1 = _need(w1, "w1", torch.bfloat16, (E, 2 * I, H), d)
+    p2 = _need(w2, "w2", torch.bfloat16, (E, H, I), d)
+    codes = tuple(torch.empty(sh, dtype=dt, device=d) for _, dt, sh in _code_specs(layer))
+    _keep_if_capturing(layer)
+    _check(lib().megamoe_fp8_quantize_into(layer.handle, _stream(d), p1, p2, _codes_arg(layer, codes)))
+    return codes
+
+
+def _op_forward_fp8_impl(x, topk_ids, topk_weights, codes, layer_id):
+    layer = _layers[layer_id]
+    T, H, k, d = x.shape[0], layer.hidden, layer.top_k, layer.device
+    px = _need(x, "x", torch.bfloat16, (T, H), d)
+    pi = _need(topk_ids, "topk_ids", torch.int32, (T, k), d)
+    pw = _need(topk_weights, "topk_weights", torch.float32, (T, k), d)
+    arr = _codes_arg(layer, codes)
+    out = torch.empty((T, H), dtype=torch.bfloat16, device=d)
+    _keep_if_capturing(layer)
+    _check(lib().megamoe_forward_fp8_codes(layer.handle, _stream(d), T, px, pi, pw, arr, out.data_ptr()))
+    return out
+
+
+def _op_backward_fp8_impl(dy, x, topk_ids, topk_weights, w1, w2, codes, layer_id):
+    layer = _layers[layer_id]
+    T, k, d = x.shape[0], layer.top_k, layer.device
+    ptrs = layer._inputs(x, topk_ids, topk_weights, w1, w2, T)
+    pdy = _need(dy, "dy", torch.bfloat16, (T, layer.hidden), d)
+    arr = _codes_arg(layer, codes)
+    dx, dw1, dw2 = torch.empty_like(x), torch.empty_like(w1), torch.empty_like(w2)
+    dtopk = torch.empty((T, k), dtype=torch.float32, device=d)
+    _keep_if_capturing(layer)
+    _check(lib().megamoe_backward_routed_fp8(layer.handle, _stream(d), T, pdy, *ptrs, arr, dx.data_ptr(),
+                                             dw1.data_ptr(), dw2.data_ptr(), dtopk.data_ptr(), 1, 0))
+    return dx, dtopk, dw1, dw2
+
+
+if _HAS_CUSTOM_OP:
+    _T = torch.Tensor
+
+    @torch.library.custom_op("megamoe::fp8_quantize", mutates_args=())
+    def _op_fp8_quantize(w1: _T, w2: _T, layer_id: int) -> tuple[_T, _T, _T, _T, _T, _T]:
+        return _op_fp8_quantize_impl(w1, w2, layer_id)
+
+    @_op_fp8_quantize.register_fake
+    def _(w1, w2, layer_id):
+        E, H = w1.shape[0], w1.shape[2]
+        I = w2.shape[2]
+        shapes = ((E * 2 * I, H), (E * 2 * I // 128, H // 128), (E * H, I), (E * H // 128, I // 128),
+                  (E * H, 2 * I), (E * H // 128, 2 * I // 128))
+        return tuple(w1.new_empty(sh, dtype=torch.uint8 if j % 2 == 0 else torch.float32)
+                     for j, sh in enumerate(shapes))
+
+    @torch.library.custom_op("megamoe::moe_forward_fp8", mutates_args=())
+    def _op_forward_fp8(x: _T, topk_ids: _T, topk_weights: _T, w1: _T, w2: _T, w1_codes: _T, w1_scales: _T,
+                        w2_codes: _T, w2_scales: _T, w1t_codes: _T, w1t_scales: _T, layer_id: int) -> _T:
+        codes = (w1_codes, w1_scales, w2_codes, w2_scales, w1t_codes, w1t_scales)
+        return _op_forward_fp8_impl(x, topk_ids, topk_weights, codes, layer_id)
+
+    @_op_forward_fp8.register_fake
+    def _(x, topk_ids, topk_weights, w1, w2, w1_codes, w1_scales, w2_codes, w2_scales, w1t_codes, w1t_scales,
+          layer_id):
+        return x.new_empty((x.shape[0], w2.shape[1]))
+
+    @torch.library.custom_op("megamoe::moe_backward_fp8", mutates_args=())
+    def _op_backward_fp8(dy: _T, x: _T, topk_ids: _T, topk_weights: _T, w1: _T, w2: _T, w1_codes: _T,
+                         w1_scales: _T, w2_codes: _T, w2_scales: _T, w1t_codes: _T, w1t_scales: _T,
+                         layer_id: int) -> tuple[_T, _T, _T, _T]:
+        codes = (w1_codes, w1_scales, w2_codes, w2_scales, w1t_codes, w1t_scales)
+        return _op_backward_fp8_impl(dy, x, topk_ids, topk_weights, w1, w2, codes, layer_id)
+
+    @_op_backward_fp8.register_fake
+    def _(dy, x, topk_ids, topk_weights, w1, w2, w1_codes, w1_scales, w2_codes, w2_scales, w1t_codes, w1t_scales,
+          layer_id):
+        return (torch.empty_like(x), x.new_empty(topk_weights.shape, dtype=torch.float32), torch.empty_like(w1),
+                torch.empty_like(w2))
+
+    def _op_fp8_setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:11])
+        ctx.layer_id = inputs[11]
+
+    def _op_fp8_autograd(ctx, dy):
+        x, topk_ids, topk_weights, w1, w2, *codes = ctx.saved_tensors
+        dx, dtopk, dw1, dw2 = torch.ops.megamoe.moe_backward_fp8(dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
+                                                                 *codes, ctx.layer_id)
+        return (dx, None, dtopk, dw1, dw2) + (None,) * 7
+
+    _op_forward_fp8.register_autograd(_op_fp8_autograd, setup_context=_op_fp8_setup_context)
+
+
+def fp8_codes(layer, w1, w2):
+    """W1 and W2 quantized to blockwise FP8 as six tensors (`torch.ops.megamoe.fp8_quantize`: W1's codes uint8
+    [E 2I, H] and scales f32 [E 2I / 128, H / 128], W2's [E H, I] and [E H / 128, I / 128], W1 transposed per
+    expert [E H, 2I] and [E H / 128, 2I / 128]), for `moe_op_fp8(..., codes=)`: quantize once after each optimizer
+    step instead of at every forward. No gradient flows through them."""
+    if not _HAS_CUSTOM_OP:
+        raise RuntimeError("this PyTorch has no torch.library.custom_op (2.4 or later): use moe_fp8()")
+    return torch.ops.megamoe.fp8_quantize(w1.detach(), w2.detach(), layer.id)
+
+
+def moe_op_fp8(layer, x, topk_ids, topk_weights, w1, w2, codes=None):
+    """`moe_fp8` as PyTorch custom operators (`torch.ops.megamoe.moe_forward_fp8` / `moe_backward_fp8`): no Python
+    object carried from forward to backward (the backward makes the routing again), so torch.compile traces them
+    without a graph break. The FP8 weights are tensors: `codes` from `fp8_codes(layer, w1, w2)` (the caller keeps
+    them current with w1, w2: nothing checks it), or None to quantize w1, w2 in this call (an operator in the
+    graph: ~2.5 GB of traffic at the 30B shape, so quantize once a step for several micro-batches). The layer must
+    recompute z (`save_z=False`). Outputs and gradients bitwise `moe_fp8`'s on codes of the same weights (w1, w2's
+    gradients the straight-through ones, in bf16)."""
+    if layer.save_z:
+        raise ValueError("moe_op_fp8 needs a layer that recomputes z (save_z=False)")
+    if not _HAS_CUSTOM_OP:
+        raise RuntimeError("this PyTorch has no torch.library.custom_op (2.4 or later): use moe_fp8()")
+    if codes is None:
+        codes = fp8_codes(layer, w1, w2)
+    elif len(codes) != 6:
+        raise ValueError(f"codes must be the six tensors of fp8_codes, got {len(codes)}")
+    else:
+        # before the operator (its own checks would come from inside it); dtype and shape only: traceable
+        for t, (n, dt, sh) in zip(codes, _code_specs(layer)):
+            if t.dtype != dt or tuple(t.shape) != sh:
+                raise ValueError(f"{n} must be {dt} of shape {sh}, got {t.dtype} of shape {tuple(t.shape)}")
+    ids = topk_ids.to(torch.int32).contiguous()
+    w = topk_weights.to(torch.float32).contiguous()
+    return torch.ops.megamoe.moe_forward_fp8(x.contiguous(), ids, w, w1, w2, *codes, layer.id)
+
+
 def moe_op(layer, x, topk_ids, topk_weights, w1, w2):
     """`moe` as PyTorch custom operators (`torch.ops.megamoe.moe_forward` / `moe_backward`, torch.library): they
     carry no Python object from forward to backward (the backward makes the routing again, ~13 us at the 30B
@@ -466,13 +620,14 @@ class MoE(torch.nn.Module):
     """An MoE layer's experts as a module: parameters w1 [E, 2I, H] and w2 [E, H, I] in bf16; the routing
     (topk_ids, topk_weights) comes from the caller's router. `op=True`: through the custom operators (`moe_op`:
     torch.compile without a graph break); `saved_slots`: a ring of saved states for CUDA-graph capture of the
-    default path; `fp8`: blockwise FP8."""
+    default path; `fp8`: blockwise FP8 (with `op=True`: `moe_op_fp8`, the weights quantized by an operator in
+    every forward)."""
 
     def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False,
                  saved_slots=0, op=False):
         super().__init__()
-        if op and (fp8 or save_z):
-            raise ValueError("op=True (the custom operators) takes neither fp8 nor save_z")
+        if op and save_z:
+            raise ValueError("op=True (the custom operators) recomputes z: save_z must be False")
         self.op = op
         self.fp8 = fp8
         self.saved_slots = saved_slots
@@ -503,6 +658,9 @@ class MoE(torch.nn.Module):
     def forward(self, x, topk_ids, topk_weights):
         layer = self.layer()
         if self.op:
+            if self.fp8:
+                # the codes made by an operator in this call: nothing outside the graph to keep current
+                return moe_op_fp8(layer, x, topk_ids, topk_weights, self.w1, self.w2)
             return moe_op(layer, x, topk_ids, topk_weights, self.w1, self.w2)
         if not self.fp8:
             return moe(layer, x, topk_ids, topk_weights, self.w1, self.w2)

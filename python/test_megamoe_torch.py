@@ -187,6 +187,94 @@ def case_fp8(name, H, I, E, k, T, masked=0.0):
     torch.cuda.synchronize()
 
 
+def case_op_fp8(name, H, I, E, k, T, masked):
+    """The custom operators' FP8 form (`moe_op_fp8`): forward and backward bitwise the handle path (`forward_fp8`,
+    `backward(..., w8=)`) with the codes quantized in the call and given from `fp8_codes`; `torch.compile` with
+    fullgraph=True of a function calling it (aot_eager, and inductor where it runs) and of `MoE(op=True,
+    fp8=True)`, bitwise too; a CUDA graph of the op path replayed on new inputs bitwise the eager step; codes of a
+    wrong shape and a layer keeping z refused."""
+    print(f"case op fp8 {name}: H={H} I={I} E={E} k={k} T={T} masked={masked}")
+    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
+    layer = mm.Layer(H, I, E, k, T)
+
+    def handle_path(x, ids, w, w1, w2, dy):
+        w8 = mm.Fp8Weights(layer)
+        w8.quantize(w1, w2)
+        y, saved = layer.forward_fp8(x, ids, w, w8, out=nan(T, H))
+        grads = (nan(T, H), nan(T, k, dtype=torch.float32), nan(E, 2 * I, H), nan(E, H, I))
+        dx, dtopk, dw1, dw2 = layer.backward(saved, dy, x, ids, w, w1, w2, grads=grads, w8=w8)
+        torch.cuda.synchronize()
+        return (y, dx, dtopk, dw1, dw2)
+
+    def run(f, x, ids, w, w1, w2, dy):
+        xa, wa, w1a, w2a = (t.clone().requires_grad_() for t in (x, w, w1, w2))
+        y = f(xa, ids, wa, w1a, w2a)
+        y.backward(dy)
+        torch.cuda.synchronize()
+        return (y.detach(), xa.grad, wa.grad, w1a.grad, w2a.grad)
+
+    def same(tag, got, want):
+        for n, g_, e_ in zip(("y", "dx", "dtopk", "dW1", "dW2"), got, want):
+            if g_ is None or torch.isnan(g_).any():
+                fail(f"{tag} {n}: missing or not fully written")
+                continue
+            same_bits(f"{tag} {n}", g_, e_)
+
+    want = handle_path(x, ids, w, w1, w2, dy)
+    same("op fp8 (codes in the call) against the handle path", run(lambda *a: mm.moe_op_fp8(layer, *a), x, ids, w,
+                                                                  w1, w2, dy), want)
+    codes = mm.fp8_codes(layer, w1, w2)
+    same("op fp8 (codes given) against the handle path",
+         run(lambda x_, ids_, w_, w1_, w2_: mm.moe_op_fp8(layer, x_, ids_, w_, w1_, w2_, codes=codes), x, ids, w, w1,
+             w2, dy), want)
+    for backend in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        cf = torch.compile(lambda *a: mm.moe_op_fp8(layer, *a), backend=backend, fullgraph=True)
+        try:
+            got = run(cf, x, ids, w, w1, w2, dy)
+        except Exception as e:  # noqa: BLE001
+            from torch.utils._triton import has_triton
+            if backend == "inductor" and not has_triton():
+                print(f"  torch.compile inductor: not run here, no Triton ({type(e).__name__}: {str(e)[:160]})")
+                continue
+            fail(f"torch.compile {backend} fullgraph (fp8): {type(e).__name__}: {str(e)[:300]}")
+            continue
+        same(f"torch.compile {backend} (fp8)", got, want)
+        print(f"  torch.compile {backend} fullgraph (fp8): bitwise the handle path")
+    torch._dynamo.reset()
+    mod = mm.MoE(H, I, E, k, T, device=dev, op=True, fp8=True)
+    with torch.no_grad():
+        mod.w1.copy_(w1)
+        mod.w2.copy_(w2)
+    cm = torch.compile(mod, backend="aot_eager", fullgraph=True)
+    try:
+        xm, wm = x.clone().requires_grad_(), w.clone().requires_grad_()
+        ym = cm(xm, ids, wm)
+        ym.backward(dy)
+        torch.cuda.synchronize()
+        same("compiled MoE(op=True, fp8=True)", (ym.detach(), xm.grad, wm.grad, mod.w1.grad, mod.w2.grad), want)
+        print("  torch.compile of MoE(op=True, fp8=True): bitwise the handle path")
+    except Exception as e:  # noqa: BLE001
+        fail(f"torch.compile of MoE(op=True, fp8=True): {type(e).__name__}: {str(e)[:300]}")
+    # a CUDA graph of the op path, the codes made inside it: replays follow new weights
+    sx, sw, sw1, sw2 = (t.clone().requires_grad_() for t in (x, w, w1, w2))
+    sids, sdy = ids.clone(), dy.clone()
+    op = lambda x_, ids_, w_: mm.moe_op_fp8(layer, x_, ids_, w_, sw1, sw2)  # noqa: E731
+    graph, gy = capture(step_of(op, sx, sids, sw, sdy), (sx, sw, sw1, sw2))
+    outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
+    x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
+    got = replay(graph, (sx, sids, sw, sdy, sw1, sw2), (x, ids, w, dy, w1, w2), outs)
+    same("op fp8 graph replay", got, handle_path(x, ids, w, w1, w2, dy))
+    del graph
+    bad = list(codes)
+    bad[2] = bad[2][:-1]
+    expect_error("codes of a wrong shape", ValueError,
+                 lambda: mm.moe_op_fp8(layer, x, ids, w, w1, w2, codes=tuple(bad)), "w2_codes")
+    expect_error("moe_op_fp8 on a layer keeping z", ValueError,
+                 lambda: mm.moe_op_fp8(mm.Layer(H, I, E, k, T, save_z=True), x, ids, w, w1, w2), "save_z")
+    torch.cuda.synchronize()
+
+
 def capture(step, params):
     """PyTorch's capture recipe: one warm-up `step()` on a side stream, the `.grad` of `params` cleared (so that the
     captured backward allocates them in the graph's pool), then `step()` captured: the graph and what the captured
@@ -491,6 +579,8 @@ case_op("ragged, masked", 320, 192, 5, 3, 211, 0.1)
 case_op("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, 0.0)
 case_fp8("small, masked", 512, 256, 8, 2, 200, masked=0.1)
 case_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512)
+case_op_fp8("small, masked", 512, 256, 8, 2, 200, 0.1)
+case_op_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, 0.0)
 refusals()
 if os.environ.get("MEGAMOE_TORCH_BENCH") == "1":
     bench()

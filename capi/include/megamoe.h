@@ -74,6 +74,20 @@ int megamoe_backward_fp8(const MegamoeLayer *layer, uint64_t stream, const Megam
                          const MegamoeFp8Weights *w8, uint64_t dx, uint64_t dw1, uint64_t dw2, uint64_t dtopk,
                          int wgrad_bf16, int accumulate);
 
+/* The FP8 weights as the caller's own buffers (PyTorch tensors, for custom operators): `codes` points to six
+ * device addresses, in order: W1 codes u8 [E*2I, H], W1 scales f32 [E*2I/128, H/128], W2 codes u8 [E*H, I],
+ * W2 scales f32 [E*H/128, I/128], W1^T codes u8 [E*H, 2I], W1^T scales f32 [E*H/128, 2I/128]. The forward and
+ * backward carry no state (a layer with save_z = 0): the backward makes the routing again. Bitwise the handle
+ * path (megamoe_forward_fp8 / megamoe_backward_fp8) on codes of the same weights. */
+int megamoe_fp8_quantize_into(const MegamoeLayer *layer, uint64_t stream, uint64_t w1, uint64_t w2,
+                              const uint64_t *codes);
+int megamoe_forward_fp8_codes(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t x,
+                              uint64_t topk_ids, uint64_t topk_weights, const uint64_t *codes, uint64_t out);
+int megamoe_backward_routed_fp8(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t dy, uint64_t x,
+                                uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2,
+                                const uint64_t *codes, uint64_t dx, uint64_t dw1, uint64_t dw2, uint64_t dtopk,
+                                int wgrad_bf16, int accumulate);
+
 /* Synchronises; MEGAMOE_INVALID_ARGUMENT if the forward met an expert id outside -1..E (nothing was written). */
 int megamoe_saved_check(const MegamoeSaved *saved);
 /* No synchronisation: MEGAMOE_INVALID_ARGUMENT for null or a ring slot a later forward overwrote. */

@@ -1016,6 +1016,209 @@ pub unsafe extern "C" fn megamoe_backward_fp8(
     })
 }
 
+/// The caller's FP8 weight codes as the layer's [`Fp8Weights`], borrowed: six device addresses at `codes`, in
+/// this order: W1's codes u8 `[E 2I, H]`, W1's scales f32 `[E 2I / 128, H / 128]`, W2's codes u8 `[E H, I]`,
+/// W2's scales f32 `[E H / 128, I / 128]`, W1's transposed codes u8 `[E H, 2I]` and their scales f32
+/// `[E H / 128, 2I / 128]` (each expert's W1 transposed, for an FP8 dx). Its slices are leaked, never freed,
+/// when it drops.
+struct BorrowedFp8 {
+    w: std::mem::ManuallyDrop<Fp8Weights>,
+    spans: [Span; 6],
+}
+
+impl Drop for BorrowedFp8 {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and never used after.
+        let w = unsafe { std::mem::ManuallyDrop::take(&mut self.w) };
+        w.w1.leak();
+        w.w1_scales.leak();
+        w.w2.leak();
+        w.w2_scales.leak();
+        if let Some((q, s)) = w.w1t {
+            q.leak();
+            s.leak();
+        }
+    }
+}
+
+/// The six code buffers at `codes` (see [`BorrowedFp8`]), checked as every borrowed buffer is, pairwise disjoint.
+///
+/// # Safety
+/// `codes` null (refused) or readable for six `u64`.
+unsafe fn borrow_fp8(l: &MegamoeLayer, codes: *const u64) -> Result<BorrowedFp8> {
+    if codes.is_null() {
+        return bad("codes is null: six device addresses expected (megamoe_fp8_quantize_into's buffers)".into());
+    }
+    // SAFETY: non-null and readable for six u64 (the function's contract).
+    let q = unsafe { std::slice::from_raw_parts(codes, 6) };
+    let (g, c) = (&*l.gpu, &l.cfg);
+    let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+    if h % 128 != 0 || i % 128 != 0 {
+        return bad(format!("FP8 weights are quantized in 128 x 128 blocks: H {h} and I {i} must be multiples of 128"));
+    }
+    let mut w1 = borrow::<u8>(g, "W1 codes", q[0], e * 2 * i * h, ROWS)?;
+    let mut w1s = borrow::<f32>(g, "W1 scales", q[1], e * 2 * i / 128 * (h / 128), 4)?;
+    let mut w2 = borrow::<u8>(g, "W2 codes", q[2], e * h * i, ROWS)?;
+    let mut w2s = borrow::<f32>(g, "W2 scales", q[3], e * h / 128 * (i / 128), 4)?;
+    let mut w1t = borrow::<u8>(g, "W1^T codes", q[4], e * 2 * i * h, ROWS)?;
+    let mut w1ts = borrow::<f32>(g, "W1^T scales", q[5], e * 2 * i / 128 * (h / 128), 4)?;
+    let spans = [w1.span, w1s.span, w2.span, w2s.span, w1t.span, w1ts.span];
+    check_disjoint(&spans, &[])?;
+    let take = |s: &mut Option<CudaSlice<u8>>| s.take().expect("a non-empty buffer");
+    let takef = |s: &mut Option<CudaSlice<f32>>| s.take().expect("a non-empty buffer");
+    let w = Fp8Weights {
+        w1: take(&mut w1.slice),
+        w1_scales: takef(&mut w1s.slice),
+        w2: take(&mut w2.slice),
+        w2_scales: takef(&mut w2s.slice),
+        w1t: Some((take(&mut w1t.slice), takef(&mut w1ts.slice))),
+    };
+    Ok(BorrowedFp8 { w: std::mem::ManuallyDrop::new(w), spans })
+}
+
+/// Quantize bf16 `w1` [E, 2I, H] and `w2` [E, H, I] into the caller's six code buffers at `codes` (their order
+/// and shapes: [`megamoe_forward_fp8_codes`]), ordered with `stream`: the FP8 weights as plain buffers (PyTorch
+/// tensors) instead of a [`MegamoeFp8Weights`] handle, for callers whose values are tensors (custom operators).
+///
+/// # Safety
+/// `layer` null or live; `codes` null or readable for six `u64`; the addresses as [`megamoe_forward`]'s.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_fp8_quantize_into(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    w1: u64,
+    w2: u64,
+    codes: *const u64,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        let c = &l.cfg;
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        // SAFETY: the function's contract.
+        let mut q = unsafe { borrow_fp8(l, codes) }?;
+        let w1 = borrow::<bf16>(&l.gpu, "w1", w1, e * 2 * i * h, ROWS)?;
+        let w2 = borrow::<bf16>(&l.gpu, "w2", w2, e * h * i, ROWS)?;
+        check_disjoint(&q.spans, &[w1.span, w2.span])?;
+        l.run(stream, |st| q.w.quantize(&l.gpu, &w1, &w2, &st.layer))
+    })
+}
+
+/// The FP8 forward of a layer that recomputes z (save_z = 0), on the weights' codes in the caller's buffers and
+/// with no saved state handed out (the layer's scratch state, as [`megamoe_forward`] given none): for callers
+/// that carry no handle from forward to backward; the backward is [`megamoe_backward_routed_fp8`]. `codes`: six
+/// device addresses, W1's codes u8 `[E 2I, H]`, W1's scales f32 `[E 2I / 128, H / 128]`, W2's codes u8
+/// `[E H, I]`, W2's scales f32 `[E H / 128, I / 128]`, W1's transposed codes u8 `[E H, 2I]` and their scales f32
+/// `[E H / 128, 2I / 128]`, as [`megamoe_fp8_quantize_into`] writes them (the forward reads the first four).
+/// Bitwise [`megamoe_forward_fp8`] on codes of the same weights.
+///
+/// # Safety
+/// As [`megamoe_forward`]; `codes` null or readable for six `u64`.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_forward_fp8_codes(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    codes: *const u64,
+    out: u64,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        let c = &l.cfg;
+        if tokens > c.max_tokens {
+            return bad(format!("{tokens} tokens > the layer's maximum {}", c.max_tokens));
+        }
+        // SAFETY: the function's contract.
+        let q = unsafe { borrow_fp8(l, codes) }?;
+        let g = &*l.gpu;
+        let xb = borrow::<bf16>(g, "x", x, tokens * c.hidden, ROWS)?;
+        let ids = borrow::<i32>(g, "topk_ids", topk_ids, tokens * c.top_k, 4)?;
+        let w = borrow::<f32>(g, "topk_weights", topk_weights, tokens * c.top_k, 4)?;
+        let mut y = borrow::<bf16>(g, "out", out, tokens * c.hidden, ROWS)?;
+        let mut ins = vec![xb.span, ids.span, w.span];
+        ins.extend(q.spans);
+        check_disjoint(&[y.span], &ins)?;
+        l.run(stream, |st| {
+            let State { layer, scratch, .. } = st;
+            let Some(s) = scratch.as_mut() else {
+                return bad("megamoe_forward_fp8_codes: a layer that keeps z (save_z != 0) has no scratch state: \
+                            use megamoe_forward_fp8"
+                    .into());
+            };
+            let inp = Fp8Inputs { tokens, x: &xb, topk_ids: &ids, topk_weights: &w, weights: &q.w };
+            layer.forward_fp8(&inp, &mut y, s)
+        })
+    })
+}
+
+/// The backward of [`megamoe_forward_fp8_codes`] without a saved state: the routing layout made again from
+/// `topk_ids` (one ~13 us launch at 30B) into the layer's scratch state, then [`megamoe_backward_fp8`]'s
+/// straight-through backward on the codes at `codes` (all six: the transposed W1 serves an FP8 dx) and the bf16
+/// `w1`, `w2` they were quantized from. Bitwise [`megamoe_backward_fp8`] of the forward's own state.
+///
+/// # Safety
+/// As [`megamoe_backward`]; `codes` null or readable for six `u64`.
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_backward_routed_fp8(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    dy: u64,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w1: u64,
+    w2: u64,
+    codes: *const u64,
+    dx: u64,
+    dw1: u64,
+    dw2: u64,
+    dtopk: u64,
+    wgrad_bf16: c_int,
+    accumulate: c_int,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        // SAFETY: the function's contract.
+        let q = unsafe { borrow_fp8(l, codes) }?;
+        let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
+        if wgrad_bf16 != 0 {
+            backward_routed_fp8::<bf16>(l, stream, tokens, p, g, &q, accumulate != 0)
+        } else {
+            backward_routed_fp8::<f32>(l, stream, tokens, p, g, &q, accumulate != 0)
+        }
+    })
+}
+
+fn backward_routed_fp8<W: WgradElem>(
+    l: &MegamoeLayer,
+    stream: u64,
+    t: usize,
+    p: [u64; 5],
+    g: [u64; 5],
+    q: &BorrowedFp8,
+    accumulate: bool,
+) -> Result<()> {
+    let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
+    check_disjoint(&[b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span], &q.spans)?;
+    l.run(stream, |st| {
+        let State { layer, scratch, .. } = st;
+        let Some(s) = scratch.as_mut() else {
+            return bad("megamoe_backward_routed_fp8: a layer that keeps z (save_z != 0) has no scratch state: use \
+                        megamoe_backward_fp8 with its forward's saved state"
+                .into());
+        };
+        layer.route_into_fp8(&inp.ids, t, s)?;
+        let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
+        layer.backward_fp8(s, &b.dy, &inp.inputs(t), &q.w, grads)
+    })
+}
+
 /// Wait for the forward of `saved` and every backward of it queued so far, and report what the device found:
 /// [`MEGAMOE_INVALID_ARGUMENT`] for an expert id outside -1..E (those calls wrote nothing),
 /// [`MEGAMOE_TIMEOUT`] for an expired device wait. Synchronises the layer's stream: for tests and debugging,

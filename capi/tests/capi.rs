@@ -70,6 +70,11 @@ fn null_handles_are_refused_and_free_takes_null() {
         assert_eq!(megamoe_fp8_weights_quantize(null(), 0, null(), 0, 0), MEGAMOE_INVALID_ARGUMENT);
         let c = megamoe_backward_fp8(null(), 0, null(), 0, 0, 0, 0, 0, 0, null(), 0, 0, 0, 0, 1, 0);
         assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+        assert_eq!(megamoe_fp8_quantize_into(null(), 0, 0, 0, null()), MEGAMOE_INVALID_ARGUMENT);
+        assert!(last_error().contains("layer handle is null"));
+        assert_eq!(megamoe_forward_fp8_codes(null(), 0, 1, 0, 0, 0, null(), 0), MEGAMOE_INVALID_ARGUMENT);
+        let c = megamoe_backward_routed_fp8(null(), 0, 1, 0, 0, 0, 0, 0, 0, null(), 0, 0, 0, 0, 1, 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
         megamoe_saved_free(null_mut());
         megamoe_fp8_weights_free(null_mut());
         megamoe_layer_free(null_mut());
@@ -391,6 +396,81 @@ gpu_test!(fp8_layer_through_raw_pointers_matches_the_rust_api_bitwise, {
     }
     g.sync().unwrap();
     let got = download(&g, &d);
+    // the codes in the caller's buffers (the custom operators' FP8 form): quantized into them, the forward with no
+    // saved state and the backward that routes again, bitwise the handle path, into newly poisoned outputs
+    let (e, h, i) = (s.e, s.h, s.i);
+    let code_bufs: Vec<CudaSlice<u8>> = [e * 2 * i * h, e * h * i, e * 2 * i * h]
+        .iter()
+        .map(|&n| {
+            let mut b = g.alloc::<u8>(n).unwrap();
+            g.fill_bytes(&mut b, 0x7f).unwrap();
+            b
+        })
+        .collect();
+    let scale_bufs: Vec<CudaSlice<f32>> =
+        [e * 2 * i / 128 * (h / 128), e * h / 128 * (i / 128), e * 2 * i / 128 * (h / 128)]
+            .iter()
+            .map(|&n| {
+                let mut b = g.alloc::<f32>(n).unwrap();
+                g.fill_bytes(&mut b, 0xff).unwrap();
+                b
+            })
+            .collect();
+    let codes: [u64; 6] = [
+        ptr(&code_bufs[0], st),
+        ptr(&scale_bufs[0], st),
+        ptr(&code_bufs[1], st),
+        ptr(&scale_bufs[1], st),
+        ptr(&code_bufs[2], st),
+        ptr(&scale_bufs[2], st),
+    ];
+    let d2 = Dev::new(&g, &inp);
+    let y_between = g.alloc::<bf16>(tokens * s.h).unwrap();
+    let p2 = |v: &CudaSlice<bf16>| ptr(v, st);
+    let (x2, ids2, w2_, w12, w22) = (p2(&d2.x), ptr(&d2.ids, st), ptr(&d2.w, st), p2(&d2.w1), p2(&d2.w2));
+    let (dx2, dw12, dw22, dtopk2) = (p2(&d2.dx), p2(&d2.dw1), p2(&d2.dw2), ptr(&d2.dtopk, st));
+    // SAFETY: live handles and allocations of the sizes the shapes ask; `codes` six addresses.
+    unsafe {
+        // a codes buffer overlapping another is refused before any launch
+        let mut bad = codes;
+        bad[2] = bad[0];
+        assert_eq!(megamoe_fp8_quantize_into(l, 0, w12, w22, bad.as_ptr()), MEGAMOE_INVALID_ARGUMENT);
+        assert!(last_error().contains("overlaps"), "{}", last_error());
+        assert_eq!(megamoe_fp8_quantize_into(l, 0, w12, w22, codes.as_ptr()), MEGAMOE_OK, "{}", last_error());
+        let c = megamoe_forward_fp8_codes(l, 0, tokens, x2, ids2, w2_, codes.as_ptr(), p2(&d2.y));
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        // a bf16 forward between, with no saved state: it rewrites the scratch state, which the backward routes again
+        let c = megamoe_forward(l, 0, tokens, x2, ids2, w2_, w12, w22, ptr(&y_between, st), null_mut());
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        let c = megamoe_backward_routed_fp8(
+            l,
+            0,
+            tokens,
+            p2(&d2.dy),
+            x2,
+            ids2,
+            w2_,
+            w12,
+            w22,
+            codes.as_ptr(),
+            dx2,
+            dw12,
+            dw22,
+            dtopk2,
+            1,
+            0,
+        );
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    }
+    g.sync().unwrap();
+    let got2 = download(&g, &d2);
+    let b16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (what, a, b) in
+        [("y", &got2.0, &got.0), ("dx", &got2.1, &got.1), ("dW1", &got2.3, &got.3), ("dW2", &got2.4, &got.4)]
+    {
+        assert!(b16(a) == b16(b), "FP8 {what} through the caller's codes differs from the handle path's");
+    }
+    assert!(got2.2.iter().zip(&got.2).all(|(a, b)| a.to_bits() == b.to_bits()), "FP8 dtopk (codes) differs");
     // the same through the Rust API
     use megamoe::layer::{Fp8Inputs, Fp8Weights};
     let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens, Save::InputsOnly)).unwrap();

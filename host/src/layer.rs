@@ -848,13 +848,25 @@ impl MoeLayer {
     /// 16384). A layer that keeps z refuses (its backward reads the forward's z). Like the forward, an invalid
     /// expert id is found on the device and [`MoeLayer::routing_error`] reports it.
     pub fn route_into(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved) -> Result<()> {
-        let c = self.cfg;
-        if c.save != Save::InputsOnly {
+        if self.cfg.save != Save::InputsOnly {
             return Err(Error::InvalidArgument(
                 "route_into: a layer that keeps z (Save::WithZ) needs its forward's saved state for the backward"
                     .into(),
             ));
         }
+        self.route_layout(topk_ids, tokens, saved, false)
+    }
+
+    /// [`MoeLayer::route_into`] for [`MoeLayer::backward_fp8`]: the layout an FP8 forward on `topk_ids` leaves in
+    /// `saved`, so that its backward needs only the forward's inputs and quantized weights. Any save mode (the
+    /// FP8 forward keeps no z: its backward recomputes z from the tokens' codes).
+    pub fn route_into_fp8(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved) -> Result<()> {
+        self.route_layout(topk_ids, tokens, saved, true)
+    }
+
+    /// The routing layout alone into `saved`, marked as a bf16 (`fp8` false) or an FP8 forward's.
+    fn route_layout(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved, fp8: bool) -> Result<()> {
+        let c = self.cfg;
         if tokens > c.max_tokens {
             return Err(Error::InvalidArgument(format!("{tokens} tokens > the configured maximum {}", c.max_tokens)));
         }
@@ -867,6 +879,7 @@ impl MoeLayer {
         }
         saved.complete = false;
         self.route_call(topk_ids, tokens, saved)?;
+        saved.fp8 = fp8;
         saved.complete = true;
         Ok(())
     }
