@@ -19,25 +19,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from torch_common import DEV as dev, timeit, timeit_rotation
+from torch_common import DEV as dev, grouped, timeit, timeit_rotation
 
 torch.manual_seed(torch.seed())
-
-
-def grouped(x, ids, w, W1, W2):
-    T, k = ids.shape
-    I = W2.shape[2]
-    flat = ids.flatten()
-    order = torch.argsort(flat, stable=True)
-    tok = order // k
-    counts = torch.bincount(flat, minlength=W1.shape[0])
-    offs = torch.cumsum(counts, 0).to(torch.int32)
-    xs = x[tok]
-    z = torch._grouped_mm(xs, W1.transpose(1, 2), offs=offs)
-    h = F.silu(z[:, :I]) * z[:, I:]
-    y = torch._grouped_mm(h, W2.transpose(1, 2), offs=offs)
-    y = y * w.flatten()[order].unsqueeze(1).to(y.dtype)
-    return torch.zeros_like(x).index_add_(0, tok, y)
 
 
 def loop(x, ids, w, W1, W2):
