@@ -11,9 +11,9 @@ echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 BOUND=${BOUND:-400}
 export MEGAMOE_LIB=$PWD/b85/capi/libmegamoe_capi.so
-for s in 30B 235B; do
-  PYTHONUNBUFFERED=1 timeout $(to 200 0) python3 ../benches/torch_rotation.py $s > $OUT/r/rotation_$s.txt 2>&1
-  echo "== rotation $s rc $? at $(el) s"
-  grep -h "^RESULT\|^check\|^HEAT\|FAILED\|Error\|Traceback" $OUT/r/rotation_$s.txt | cut -c1-300
+for shape in 30B 235B; do
+  PYTHONUNBUFFERED=1 timeout $(to 200 0) python3 ../benches/torch_rotation.py $shape > $OUT/r/rotation_$shape.txt 2>&1
+  echo "== rotation $shape rc $? at $(el) s"
+  grep -h "^RESULT\|^check\|^HEAT\|FAILED\|Error\|Traceback" $OUT/r/rotation_$shape.txt | cut -c1-300
 done
 echo "total $(el) s"
