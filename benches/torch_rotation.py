@@ -104,6 +104,19 @@ def main():
                 torch.cuda.synchronize()
         torch.cuda.synchronize()
         print(f"HEAT {n} steps of each, alternating, in {heat:.1f} s")
+    # the host's time to enqueue one forward (the call returns before the GPU is done), each after a device wait:
+    # what a forward timed alone on an idle GPU waits for before its first kernel, at most
+    host = {our_forward: [], their_forward: []}
+    for _ in range(10):
+        for f in host:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            f()
+            host[f].append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    h_ours, h_theirs = (sorted(v)[len(v) // 2] for v in host.values())
+    print(f"RESULT rotation {name} T={T} host enqueue of one forward: megamoe {h_ours:.0f} us (bindings, ctypes), "
+          f"torch._grouped_mm {h_theirs:.0f} us (medians of 10)")
     fns = [our_forward, their_forward, our_forwards, their_forwards, our_step, their_step]
     f1, t1, f10, t10, s1, ts1 = timeit_rotation(fns, reps=reps)
     f10, t10 = f10 / 10, t10 / 10
