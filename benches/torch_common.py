@@ -39,19 +39,7 @@ def timeit(fn, reps=REPS, warm=WARM):
         t0 = time.perf_counter()
         fn()
         return (time.perf_counter() - t0) * 1e3
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return timeit_rotation([fn], reps, warm)[0]
 
 
 def timeit_rotation(fns, reps=REPS, warm=WARM):

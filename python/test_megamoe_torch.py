@@ -206,56 +206,17 @@ def case_op_fp8(name, H, I, E, k, T, masked):
         torch.cuda.synchronize()
         return (y, dx, dtopk, dw1, dw2)
 
-    def run(f, x, ids, w, w1, w2, dy):
-        xa, wa, w1a, w2a = (t.clone().requires_grad_() for t in (x, w, w1, w2))
-        y = f(xa, ids, wa, w1a, w2a)
-        y.backward(dy)
-        torch.cuda.synchronize()
-        return (y.detach(), xa.grad, wa.grad, w1a.grad, w2a.grad)
-
-    def same(tag, got, want):
-        for n, g_, e_ in zip(("y", "dx", "dtopk", "dW1", "dW2"), got, want):
-            if g_ is None or torch.isnan(g_).any():
-                fail(f"{tag} {n}: missing or not fully written")
-                continue
-            same_bits(f"{tag} {n}", g_, e_)
-
-    want = handle_path(x, ids, w, w1, w2, dy)
-    same("op fp8 (codes in the call) against the handle path", run(lambda *a: mm.moe_op_fp8(layer, *a), x, ids, w,
-                                                                  w1, w2, dy), want)
+    args = (x, ids, w, w1, w2, dy)
+    want = handle_path(*args)
+    same_five("op fp8 (codes in the call) against the handle path",
+              autograd_step(lambda *a: mm.moe_op_fp8(layer, *a), *args), want)
     codes = mm.fp8_codes(layer, w1, w2)
-    same("op fp8 (codes given) against the handle path",
-         run(lambda x_, ids_, w_, w1_, w2_: mm.moe_op_fp8(layer, x_, ids_, w_, w1_, w2_, codes=codes), x, ids, w, w1,
-             w2, dy), want)
-    for backend in ("aot_eager", "inductor"):
-        torch._dynamo.reset()
-        cf = torch.compile(lambda *a: mm.moe_op_fp8(layer, *a), backend=backend, fullgraph=True)
-        try:
-            got = run(cf, x, ids, w, w1, w2, dy)
-        except Exception as e:  # noqa: BLE001
-            from torch.utils._triton import has_triton
-            if backend == "inductor" and not has_triton():
-                print(f"  torch.compile inductor: not run here, no Triton ({type(e).__name__}: {str(e)[:160]})")
-                continue
-            fail(f"torch.compile {backend} fullgraph (fp8): {type(e).__name__}: {str(e)[:300]}")
-            continue
-        same(f"torch.compile {backend} (fp8)", got, want)
-        print(f"  torch.compile {backend} fullgraph (fp8): bitwise the handle path")
-    torch._dynamo.reset()
-    mod = mm.MoE(H, I, E, k, T, device=dev, op=True, fp8=True)
-    with torch.no_grad():
-        mod.w1.copy_(w1)
-        mod.w2.copy_(w2)
-    cm = torch.compile(mod, backend="aot_eager", fullgraph=True)
-    try:
-        xm, wm = x.clone().requires_grad_(), w.clone().requires_grad_()
-        ym = cm(xm, ids, wm)
-        ym.backward(dy)
-        torch.cuda.synchronize()
-        same("compiled MoE(op=True, fp8=True)", (ym.detach(), xm.grad, wm.grad, mod.w1.grad, mod.w2.grad), want)
-        print("  torch.compile of MoE(op=True, fp8=True): bitwise the handle path")
-    except Exception as e:  # noqa: BLE001
-        fail(f"torch.compile of MoE(op=True, fp8=True): {type(e).__name__}: {str(e)[:300]}")
+    same_five("op fp8 (codes given) against the handle path",
+              autograd_step(lambda x_, ids_, w_, w1_, w2_: mm.moe_op_fp8(layer, x_, ids_, w_, w1_, w2_, codes=codes),
+                            *args), want)
+    check_compiled(" (fp8)", lambda *a: mm.moe_op_fp8(layer, *a), args, want)
+    check_compiled_module("MoE(op=True, fp8=True)", mm.MoE(H, I, E, k, T, device=dev, op=True, fp8=True), *args,
+                          want)
     # a CUDA graph of the op path, the codes made inside it: replays follow new weights
     sx, sw, sw1, sw2 = (t.clone().requires_grad_() for t in (x, w, w1, w2))
     sids, sdy = ids.clone(), dy.clone()
@@ -264,7 +225,7 @@ def case_op_fp8(name, H, I, E, k, T, masked):
     outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
     got = replay(graph, (sx, sids, sw, sdy, sw1, sw2), (x, ids, w, dy, w1, w2), outs)
-    same("op fp8 graph replay", got, handle_path(x, ids, w, w1, w2, dy))
+    same_five("op fp8 graph replay", got, handle_path(x, ids, w, w1, w2, dy))
     del graph
     bad = list(codes)
     bad[2] = bad[2][:-1]
@@ -361,6 +322,61 @@ def case_graph(name, H, I, E, k, T, save_z, masked):
     torch.cuda.synchronize()
 
 
+def autograd_step(f, x, ids, w, w1, w2, dy):
+    """f(x, ids, w, w1, w2) on fresh leaf copies, then the backward of dy: (y, dx, dtopk, dW1, dW2)."""
+    xa, wa, w1a, w2a = (t.clone().requires_grad_() for t in (x, w, w1, w2))
+    y = f(xa, ids, wa, w1a, w2a)
+    y.backward(dy)
+    torch.cuda.synchronize()
+    return (y.detach(), xa.grad, wa.grad, w1a.grad, w2a.grad)
+
+
+def same_five(tag, got, want):
+    """y, dx, dtopk, dW1, dW2 each present, fully written and bitwise `want`'s."""
+    for n, g_, e_ in zip(("y", "dx", "dtopk", "dW1", "dW2"), got, want):
+        if g_ is None or torch.isnan(g_).any():
+            fail(f"{tag} {n}: missing or not fully written")
+            continue
+        same_bits(f"{tag} {n}", g_, e_)
+
+
+def check_compiled(tag, f, args, want):
+    """torch.compile(f, fullgraph=True) with aot_eager and inductor (reported as not run where there is no
+    Triton): its step bitwise `want`."""
+    for backend in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        cf = torch.compile(f, backend=backend, fullgraph=True)
+        try:
+            got = autograd_step(cf, *args)
+        except Exception as e:  # noqa: BLE001
+            from torch.utils._triton import has_triton
+            if backend == "inductor" and not has_triton():
+                print(f"  torch.compile inductor: not run here, no Triton ({type(e).__name__}: {str(e)[:160]})")
+                continue
+            fail(f"torch.compile {backend} fullgraph{tag}: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        same_five(f"torch.compile {backend}{tag}", got, want)
+        print(f"  torch.compile {backend} fullgraph{tag}: bitwise the eager layer")
+
+
+def check_compiled_module(tag, mod, x, ids, w, w1, w2, dy, want):
+    """The module `mod` (given w1, w2) under torch.compile(fullgraph=True, aot_eager): its step bitwise `want`."""
+    torch._dynamo.reset()
+    with torch.no_grad():
+        mod.w1.copy_(w1)
+        mod.w2.copy_(w2)
+    cm = torch.compile(mod, backend="aot_eager", fullgraph=True)
+    try:
+        xm, wm = x.clone().requires_grad_(), w.clone().requires_grad_()
+        ym = cm(xm, ids, wm)
+        ym.backward(dy)
+        torch.cuda.synchronize()
+        same_five(f"compiled {tag}", (ym.detach(), xm.grad, wm.grad, mod.w1.grad, mod.w2.grad), want)
+        print(f"  torch.compile of {tag}: bitwise the eager layer")
+    except Exception as e:  # noqa: BLE001
+        fail(f"torch.compile of {tag}: {type(e).__name__}: {str(e)[:300]}")
+
+
 def case_op(name, H, I, E, k, T, masked):
     """The custom operators (`moe_op`): forward and backward bitwise the handle path (`moe`); `torch.compile` with
     fullgraph=True (no graph break) of a function calling them, with the aot_eager backend (dynamo's tracing, the
@@ -371,51 +387,12 @@ def case_op(name, H, I, E, k, T, masked):
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
     layer = mm.Layer(H, I, E, k, T)
 
-    def run(f, x, ids, w, w1, w2, dy):
-        xa, wa, w1a, w2a = (t.clone().requires_grad_() for t in (x, w, w1, w2))
-        y = f(xa, ids, wa, w1a, w2a)
-        y.backward(dy)
-        torch.cuda.synchronize()
-        return (y.detach(), xa.grad, wa.grad, w1a.grad, w2a.grad)
-
-    def same(tag, got, want):
-        for n, g_, e_ in zip(("y", "dx", "dtopk", "dW1", "dW2"), got, want):
-            if g_ is None or torch.isnan(g_).any():
-                fail(f"{tag} {n}: missing or not fully written")
-                continue
-            same_bits(f"{tag} {n}", g_, e_)
-
-    want = run(lambda *a: mm.moe(layer, *a), x, ids, w, w1, w2, dy)
-    same("op against moe", run(lambda *a: mm.moe_op(layer, *a), x, ids, w, w1, w2, dy), want)
-    for backend in ("aot_eager", "inductor"):
-        torch._dynamo.reset()
-        cf = torch.compile(lambda *a: mm.moe_op(layer, *a), backend=backend, fullgraph=True)
-        try:
-            got = run(cf, x, ids, w, w1, w2, dy)
-        except Exception as e:  # noqa: BLE001
-            from torch.utils._triton import has_triton
-            if backend == "inductor" and not has_triton():
-                print(f"  torch.compile inductor: not run here, no Triton ({type(e).__name__}: {str(e)[:160]})")
-                continue
-            fail(f"torch.compile {backend} fullgraph: {type(e).__name__}: {str(e)[:300]}")
-            continue
-        same(f"torch.compile {backend}", got, want)
-        print(f"  torch.compile {backend} fullgraph: bitwise the eager layer")
+    args = (x, ids, w, w1, w2, dy)
+    want = autograd_step(lambda *a: mm.moe(layer, *a), *args)
+    same_five("op against moe", autograd_step(lambda *a: mm.moe_op(layer, *a), *args), want)
+    check_compiled("", lambda *a: mm.moe_op(layer, *a), args, want)
     # the module form under torch.compile(fullgraph=True): its layer is made in __init__, not traced
-    torch._dynamo.reset()
-    mod = mm.MoE(H, I, E, k, T, device=dev, op=True)
-    with torch.no_grad():
-        mod.w1.copy_(w1)
-        mod.w2.copy_(w2)
-    cm = torch.compile(mod, backend="aot_eager", fullgraph=True)
-    try:
-        xm, wm = x.clone().requires_grad_(), w.clone().requires_grad_()
-        ym = cm(xm, ids, wm)
-        ym.backward(dy)
-        torch.cuda.synchronize()
-        same("compiled MoE(op=True)", (ym.detach(), xm.grad, wm.grad, mod.w1.grad, mod.w2.grad), want)
-    except Exception as e:  # noqa: BLE001
-        fail(f"torch.compile of MoE(op=True): {type(e).__name__}: {str(e)[:300]}")
+    check_compiled_module("MoE(op=True)", mm.MoE(H, I, E, k, T, device=dev, op=True), *args, want)
     # a CUDA graph of the op path: no ring needed (nothing is carried from the forward to the backward)
     sx, sw, sw1, sw2 = (t.clone().requires_grad_() for t in (x, w, w1, w2))
     sids, sdy = ids.clone(), dy.clone()
@@ -424,7 +401,7 @@ def case_op(name, H, I, E, k, T, masked):
     outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
     got = replay(graph, (sx, sids, sw, sdy, sw1, sw2), (x, ids, w, dy, w1, w2), outs)
-    same("op graph replay", got, run(lambda *a: mm.moe(layer, *a), x, ids, w, w1, w2, dy))
+    same_five("op graph replay", got, autograd_step(lambda *a: mm.moe(layer, *a), x, ids, w, w1, w2, dy))
     del graph
     expect_error("moe_op on a layer keeping z", ValueError,
                  lambda: mm.moe_op(mm.Layer(H, I, E, k, T, save_z=True), x, ids, w, w1, w2), "save_z")
@@ -511,15 +488,7 @@ def bench():
         moe.w1.copy_(w1)
         moe.w2.copy_(w2)
 
-    def grouped(x, ids, w, W1, W2):  # the torch._grouped_mm layer of benches/torch_layer.py
-        flat = ids.flatten()
-        order = torch.argsort(flat, stable=True)
-        tok = order // k
-        offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
-        z = torch._grouped_mm(x[tok], W1.transpose(1, 2), offs=offs)
-        h = F.silu(z[:, :I]) * z[:, I:]
-        y = torch._grouped_mm(h, W2.transpose(1, 2), offs=offs) * w.flatten()[order].unsqueeze(1).to(x.dtype)
-        return torch.zeros_like(x).index_add_(0, tok, y)
+    from torch_common import grouped  # the torch._grouped_mm layer of benches/torch_layer.py
 
     W1, W2 = w1.clone().requires_grad_(), w2.clone().requires_grad_()
     xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()

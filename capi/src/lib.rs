@@ -712,24 +712,11 @@ pub unsafe extern "C" fn megamoe_backward_routed(
     guard(|| {
         let l = layer_ref(layer)?;
         let _cur = CurrentCtx::enter(&l.gpu)?;
+        let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
         if wgrad_bf16 != 0 {
-            backward_routed::<bf16>(
-                l,
-                stream,
-                tokens,
-                [x, topk_ids, topk_weights, w1, w2],
-                [dy, dx, dw1, dw2, dtopk],
-                accumulate != 0,
-            )
+            backward_routed::<bf16>(l, stream, tokens, p, g, accumulate != 0, None)
         } else {
-            backward_routed::<f32>(
-                l,
-                stream,
-                tokens,
-                [x, topk_ids, topk_weights, w1, w2],
-                [dy, dx, dw1, dw2, dtopk],
-                accumulate != 0,
-            )
+            backward_routed::<f32>(l, stream, tokens, p, g, accumulate != 0, None)
         }
     })
 }
@@ -763,6 +750,8 @@ impl<W: WgradElem> BwdBufs<W> {
     }
 }
 
+/// The routed backward (the routing made again into the layer's scratch state), bf16 or, with `fp8`, the FP8
+/// straight-through one on the caller's codes.
 fn backward_routed<W: WgradElem>(
     l: &MegamoeLayer,
     stream: u64,
@@ -770,18 +759,30 @@ fn backward_routed<W: WgradElem>(
     p: [u64; 5],
     g: [u64; 5],
     accumulate: bool,
+    fp8: Option<&BorrowedFp8>,
 ) -> Result<()> {
     let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
+    if let Some(q) = fp8 {
+        check_disjoint(&[b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span], &q.spans)?;
+    }
     l.run(stream, |st| {
         let State { layer, scratch, .. } = st;
         let Some(s) = scratch.as_mut() else {
-            return bad("megamoe_backward_routed: a layer that keeps z (save_z != 0) needs its forward's saved state \
-                        (megamoe_backward)"
+            return bad("the routed backward: a layer that keeps z (save_z != 0) needs its forward's saved state \
+                        (megamoe_backward, megamoe_backward_fp8)"
                 .into());
         };
-        layer.route_into(&inp.ids, t, s)?;
         let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
-        layer.backward(s, &b.dy, &inp.inputs(t), grads)
+        match fp8 {
+            None => {
+                layer.route_into(&inp.ids, t, s)?;
+                layer.backward(s, &b.dy, &inp.inputs(t), grads)
+            }
+            Some(q) => {
+                layer.route_into_fp8(&inp.ids, t, s)?;
+                layer.backward_fp8(s, &b.dy, &inp.inputs(t), &q.w, grads)
+            }
+        }
     })
 }
 
@@ -1188,34 +1189,10 @@ pub unsafe extern "C" fn megamoe_backward_routed_fp8(
         let q = unsafe { borrow_fp8(l, codes) }?;
         let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
         if wgrad_bf16 != 0 {
-            backward_routed_fp8::<bf16>(l, stream, tokens, p, g, &q, accumulate != 0)
+            backward_routed::<bf16>(l, stream, tokens, p, g, accumulate != 0, Some(&q))
         } else {
-            backward_routed_fp8::<f32>(l, stream, tokens, p, g, &q, accumulate != 0)
+            backward_routed::<f32>(l, stream, tokens, p, g, accumulate != 0, Some(&q))
         }
-    })
-}
-
-fn backward_routed_fp8<W: WgradElem>(
-    l: &MegamoeLayer,
-    stream: u64,
-    t: usize,
-    p: [u64; 5],
-    g: [u64; 5],
-    q: &BorrowedFp8,
-    accumulate: bool,
-) -> Result<()> {
-    let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
-    check_disjoint(&[b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span], &q.spans)?;
-    l.run(stream, |st| {
-        let State { layer, scratch, .. } = st;
-        let Some(s) = scratch.as_mut() else {
-            return bad("megamoe_backward_routed_fp8: a layer that keeps z (save_z != 0) has no scratch state: use \
-                        megamoe_backward_fp8 with its forward's saved state"
-                .into());
-        };
-        layer.route_into_fp8(&inp.ids, t, s)?;
-        let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
-        layer.backward_fp8(s, &b.dy, &inp.inputs(t), &q.w, grads)
     })
 }
 
