@@ -674,7 +674,7 @@ class MoE(torch.nn.Module):
         """Quantize the weights again now. The module does it by itself when w1's or w2's version counter moves
         (any in-place update of the parameters, an optimizer step's included); an update through `.data` does
         not move it: call this after one."""
-        if self.fp8:
+        if self.fp8 and not self.op:  # the operators quantize in each call
             if self._w8 is None:
                 self._w8 = Fp8Weights(self.layer())
             self._w8.quantize(self.w1.detach(), self.w2.detach())

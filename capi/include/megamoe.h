@@ -77,7 +77,8 @@ int megamoe_backward_fp8(const MegamoeLayer *layer, uint64_t stream, const Megam
 /* The FP8 weights as the caller's own buffers (PyTorch tensors, for custom operators): `codes` points to six
  * device addresses, in order: W1 codes u8 [E*2I, H], W1 scales f32 [E*2I/128, H/128], W2 codes u8 [E*H, I],
  * W2 scales f32 [E*H/128, I/128], W1^T codes u8 [E*H, 2I], W1^T scales f32 [E*H/128, 2I/128]. The forward and
- * backward carry no state (a layer with save_z = 0): the backward makes the routing again. Bitwise the handle
+ * backward carry no state (a layer with save_z = 0): the backward makes the routing again. All six
+ * buffers must be valid in every call (the forward reads the first four). Bitwise the handle
  * path (megamoe_forward_fp8 / megamoe_backward_fp8) on codes of the same weights. */
 int megamoe_fp8_quantize_into(const MegamoeLayer *layer, uint64_t stream, uint64_t w1, uint64_t w2,
                               const uint64_t *codes);

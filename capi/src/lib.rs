@@ -1110,7 +1110,8 @@ pub unsafe extern "C" fn megamoe_fp8_quantize_into(
 /// that carry no handle from forward to backward; the backward is [`megamoe_backward_routed_fp8`]. `codes`: six
 /// device addresses, W1's codes u8 `[E 2I, H]`, W1's scales f32 `[E 2I / 128, H / 128]`, W2's codes u8
 /// `[E H, I]`, W2's scales f32 `[E H / 128, I / 128]`, W1's transposed codes u8 `[E H, 2I]` and their scales f32
-/// `[E H / 128, 2I / 128]`, as [`megamoe_fp8_quantize_into`] writes them (the forward reads the first four).
+/// `[E H / 128, 2I / 128]`, as [`megamoe_fp8_quantize_into`] writes them (all six checked, the forward reads the
+/// first four; the quantization writes W1's transpose whatever the layer's FP8 backward).
 /// Bitwise [`megamoe_forward_fp8`] on codes of the same weights.
 ///
 /// # Safety

@@ -1108,7 +1108,11 @@ impl MoeLayer {
             return bad("the saved state comes from forward_fp8: its backward is backward_fp8".into());
         }
         if !saved.fp8 && fp8.is_some() {
-            return bad("backward_fp8 takes the saved state of forward_fp8; this one comes from forward".into());
+            return bad(
+                "backward_fp8 takes the saved state of forward_fp8 or route_into_fp8; this one comes from forward or \
+                 route_into"
+                    .into(),
+            );
         }
         if let Some(w) = fp8 {
             self.check_fp8_weights(w, c.fp8_backward.dx())?;

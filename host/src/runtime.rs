@@ -87,8 +87,10 @@ thread_local! {
 
 /// Whether kernels are launched with programmatic dependent launch (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`,
 /// Hopper): each kernel whose entry waits for its predecessors (`griddepcontrol.wait`, the module's kernels of the
-/// layer's chains) may then be scheduled while the kernel before it on the stream finishes, its blocks taking the
-/// SMs that grid leaves and running up to their wait, and the run-time tile counters are not zeroed before their
+/// layer's chains) is then launched without waiting for the kernel before it on the stream to be retired: no
+/// kernel triggers early, so its grid starts once every block of the previous one has exited and waits at its
+/// entry for that grid's memory (what is saved is the launch latency at each boundary, not overlap of blocks),
+/// and the run-time tile counters are not zeroed before their
 /// launches (each launch's last take resets its counter, `scheduler::last_take`), so no memset node sits between
 /// the GEMMs. The same bits either way. `MEGAMOE_PDL` (read once) = `on` or `off` (or unset: off); overridden on a
 /// thread by [`with_pdl`].

@@ -45,7 +45,7 @@ pub(crate) unsafe fn acquire_prefetch(map: *const u8) {
 /// wait for the grids this one depends on to end (their memory visible) before touching any memory. A no-op for a
 /// grid launched without programmatic stream serialization. The host launches a kernel with it only when its PTX
 /// holds the wait (`Gpu`'s module scan). No kernel triggers its dependents early (`griddepcontrol.launch_dependents`):
-/// the next grid is scheduled as this one's blocks leave, which saves the launch latency at each boundary. The
+/// the next grid starts once every block of this one has exited, which saves the launch latency at each boundary. The
 /// trigger at entry measured slower on every line (docs/RESULTS.md 2026-12-06d call 2: the forward 0.993x back to
 /// back against 1.006x without it, the step 0.986x against 0.990x; a trigger at each block's last tile between).
 /// SAFETY: at a kernel's entry, every thread, before any global or shared-memory access.
