@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Forty-first session: the review mends and the Python test's refactor (shared autograd_step / same_five /
 # check_compiled helpers) on a GPU: capi whole, python/test_megamoe_torch.py (no bench), benches/bindings_host.py.
-# b86 = main's capi test binary and release libmegamoe_capi.so after the mends (as next-pick5.sh's b85). Carry
+# b86 = main 73cec38's capi test binary and release libmegamoe_capi.so after the mends (as next-pick5.sh's b85). Carry
 # [".dev/b86"] (~1 min, any card).
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 . "$(dirname "$0")/prelude.sh" b86
