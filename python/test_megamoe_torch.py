@@ -218,15 +218,9 @@ def case_op_fp8(name, H, I, E, k, T, masked):
     check_compiled_module("MoE(op=True, fp8=True)", mm.MoE(H, I, E, k, T, device=dev, op=True, fp8=True), *args,
                           want)
     # a CUDA graph of the op path, the codes made inside it: replays follow new weights
-    sx, sw, sw1, sw2 = (t.clone().requires_grad_() for t in (x, w, w1, w2))
-    sids, sdy = ids.clone(), dy.clone()
-    op = lambda x_, ids_, w_: mm.moe_op_fp8(layer, x_, ids_, w_, sw1, sw2)  # noqa: E731
-    graph, gy = capture(step_of(op, sx, sids, sw, sdy), (sx, sw, sw1, sw2))
-    outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
-    got = replay(graph, (sx, sids, sw, sdy, sw1, sw2), (x, ids, w, dy, w1, w2), outs)
+    got = op_graph_replay(lambda *a: mm.moe_op_fp8(layer, *a), args, (x, ids, w, w1, w2, dy))
     same_five("op fp8 graph replay", got, handle_path(x, ids, w, w1, w2, dy))
-    del graph
     bad = list(codes)
     bad[2] = bad[2][:-1]
     expect_error("codes of a wrong shape", ValueError,
@@ -361,6 +355,22 @@ def check_compiled(tag, f, args, want):
             print(f"  torch.compile {backend} fullgraph{tag}: bitwise the eager layer")
 
 
+def op_graph_replay(f, args, new):
+    """The step of f(x, ids, w, w1, w2) (an operator path: nothing carried from forward to backward, so no ring)
+    captured in a CUDA graph on copies of `args` (x, ids, w, w1, w2, dy), then replayed once on `new`: its outputs
+    (y, dx, dtopk, dW1, dW2)."""
+    x, ids, w, w1, w2, dy = args
+    sx, sw, sw1, sw2 = (t.clone().requires_grad_() for t in (x, w, w1, w2))
+    sids, sdy = ids.clone(), dy.clone()
+    op = lambda x_, ids_, w_: f(x_, ids_, w_, sw1, sw2)  # noqa: E731
+    graph, gy = capture(step_of(op, sx, sids, sw, sdy), (sx, sw, sw1, sw2))
+    outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
+    x, ids, w, w1, w2, dy = new
+    got = replay(graph, (sx, sids, sw, sdy, sw1, sw2), (x, ids, w, dy, w1, w2), outs)
+    del graph
+    return got
+
+
 def check_compiled_module(tag, mod, x, ids, w, w1, w2, dy, want):
     """The module `mod` (given w1, w2) under torch.compile(fullgraph=True, aot_eager): its step bitwise `want`."""
     torch._dynamo.reset()
@@ -396,15 +406,9 @@ def case_op(name, H, I, E, k, T, masked):
     # the module form under torch.compile(fullgraph=True): its layer is made in __init__, not traced
     check_compiled_module("MoE(op=True)", mm.MoE(H, I, E, k, T, device=dev, op=True), *args, want)
     # a CUDA graph of the op path: no ring needed (nothing is carried from the forward to the backward)
-    sx, sw, sw1, sw2 = (t.clone().requires_grad_() for t in (x, w, w1, w2))
-    sids, sdy = ids.clone(), dy.clone()
-    op = lambda x_, ids_, w_: mm.moe_op(layer, x_, ids_, w_, sw1, sw2)  # noqa: E731
-    graph, gy = capture(step_of(op, sx, sids, sw, sdy), (sx, sw, sw1, sw2))
-    outs = (gy, sx.grad, sw.grad, sw1.grad, sw2.grad)
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
-    got = replay(graph, (sx, sids, sw, sdy, sw1, sw2), (x, ids, w, dy, w1, w2), outs)
+    got = op_graph_replay(lambda *a: mm.moe_op(layer, *a), args, (x, ids, w, w1, w2, dy))
     same_five("op graph replay", got, autograd_step(lambda *a: mm.moe(layer, *a), x, ids, w, w1, w2, dy))
-    del graph
     expect_error("moe_op on a layer keeping z", ValueError,
                  lambda: mm.moe_op(mm.Layer(H, I, E, k, T, save_z=True), x, ids, w, w1, w2), "save_z")
     torch.cuda.synchronize()
@@ -504,18 +508,10 @@ def bench():
         xa.grad = wa.grad = W1.grad = W2.grad = None
         grouped(xa, ids64, wa, W1, W2).backward(dy)
 
-    def median_ms(f, n=10):
-        for _ in range(3):
-            f()
-        times = []
-        for _ in range(n):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            f()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        return sorted(times)[n // 2]
+    from torch_common import timeit
+
+    def median_ms(f):
+        return timeit(f, reps=10)
 
     t_ours, t_theirs = median_ms(ours), median_ms(theirs)
     t_ours2 = median_ms(ours)
