@@ -43,7 +43,7 @@ def device_activities(prof):
 
 def steps_of(acts):
     """`acts` cut at the marker kernels: the activities after each marker up to the next one (the marker left out)."""
-    cuts = [i for i, a in enumerate(acts) if a[0].startswith(MARK)]
+    cuts = [i for i, a in enumerate(acts) if MARK in a[0]]
     return [acts[a + 1:b] for a, b in zip(cuts, cuts[1:] + [len(acts)])]
 
 
@@ -136,7 +136,8 @@ def main():
             torch.cuda.synchronize()
     per = steps_of(device_activities(prof))
     if len(per) != STEPS * len(sides):
-        raise SystemExit(f"expected {STEPS * len(sides)} marked steps, found {len(per)}")
+        names = sorted({a[0][:50] for a in device_activities(prof)})[:40]
+        raise SystemExit(f"expected {STEPS * len(sides)} marked steps, found {len(per)}; names: {names}")
     for i, side in enumerate(sides):
         sel = per[i * STEPS + 1:(i + 1) * STEPS]
         show(side, sel[len(sel) // 2])
