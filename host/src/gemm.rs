@@ -455,6 +455,7 @@ pub(crate) fn sched_name(dynamic: bool, kernel: &'static str) -> &'static str {
     match (dynamic, kernel) {
         (true, "grouped_gemm_bf16") => "grouped_gemm_bf16_dyn",
         (true, "grouped_gemm_bt_bf16") => "grouped_gemm_bt_bf16_dyn",
+        (true, "grouped_gemm_bt_bf16_cpx") => "grouped_gemm_bt_bf16_cpx_dyn",
         (true, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_dyn",
         (true, "grouped_gemm_swiglu_ew7_mv") => "grouped_gemm_swiglu_ew7_mv_dyn",
         (true, "grouped_gemm_swiglu_ew7_gather") => "grouped_gemm_swiglu_ew7_gather_dyn",

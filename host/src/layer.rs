@@ -1434,6 +1434,10 @@ mod tests {
         );
         assert_eq!(
             sched_name(true, movers_variant("grouped_gemm_bt_bf16", true, true).unwrap()),
+            "grouped_gemm_bt_bf16_cpx_dyn"
+        );
+        assert_eq!(
+            sched_name(false, movers_variant("grouped_gemm_bt_bf16", true, true).unwrap()),
             "grouped_gemm_bt_bf16_cpx"
         );
         assert_eq!(sched_name(true, "grouped_gemm_swiglu_ew7_gather"), "grouped_gemm_swiglu_ew7_gather_dyn");

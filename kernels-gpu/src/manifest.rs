@@ -71,6 +71,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_swiglu_mv", 384, true, true),
     k("grouped_gemm_bt_bf16", 384, true, true),
     k("grouped_gemm_bt_bf16_cpx", 384, true, true),
+    k("grouped_gemm_bt_bf16_cpx_dyn", 384, true, true),
     k("grouped_gemm_bt_bf16_dyn", 384, true, true),
     k("grouped_gemm_bf16_dyn", 384, true, true),
     k2("grouped_gemm_bt_bf16_mc", 384, true, true),

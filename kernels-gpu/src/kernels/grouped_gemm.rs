@@ -214,14 +214,15 @@ unsafe fn grouped_gemm<
     const { assert!(!MV || (MC == 0 && !GATHER), "the overlapped gather runs in single-CTA TMA-producer kernels") };
     const {
         assert!(
-            !SIDE || (MV && BT && !SWIGLU && !DSW && !DYN && !SCATTER),
-            "the side copy: the movers of the plain bf16 B N-major kernel, static walk"
+            !SIDE || (MV && BT && !SWIGLU && !DSW && !SCATTER),
+            "the side copy: the movers of the plain bf16 B N-major kernel"
         )
     };
     const {
         assert!(
-            !DYN || (MC == 0 && !GATHER && !MV && !DSW),
-            "the run-time tile counter: single-CTA cooperative kernels with a TMA producer, no movers"
+            !DYN || (MC == 0 && !GATHER && (!MV || SIDE) && !DSW),
+            "the run-time tile counter: single-CTA cooperative kernels with a TMA producer, no movers but the side \
+             copy's (whose rows no tile waits for)"
         )
     };
     const { assert!(!GATHER || S == STAGES, "the gathering producer uses the STAGES ring and the row tokens") };
@@ -1591,6 +1592,16 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16(p: GroupedGemm) {
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx(p: GroupedGemm) {
     crate::kernels::pdl_entry();
     grouped_gemm::<false, true, false, false, STAGES, 0, false, true, false, true>(&p);
+}
+
+/// As `grouped_gemm_bt_bf16_cpx` with the run-time tile walk of `grouped_gemm_bt_bf16_dyn` (the counter `p.sched`,
+/// zeroed before the launch). The movers' share of the side copy stays the static one (m-tile m's rows split over
+/// the blocks that own its tiles in the static walk): no tile waits for those rows, so which block computes a tile
+/// does not matter to them.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_bf16_cpx_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
+    grouped_gemm::<false, true, false, false, STAGES, 0, false, true, true, true>(&p);
 }
 
 /// As `grouped_gemm_bt_bf16`, its tiles taken at run time from the counter `p.sched` (zeroed before the launch)
