@@ -7,7 +7,7 @@
 # gather pass, bitwise, both walks), layer_backward and graph whole; then benches/trace_step.py through b87's
 # library (main ecddda2, the static `_cpx`) and b88's, alternating, at 30B and 235B.
 # Build: `BDIR=/work/main/.dev/b88 bash docs/calls/2026-12-04c-build.sh main layer_forward layer_backward graph`,
-# the capi as next-trace-step.sh's header with b88. Carry [".dev/b87", ".dev/b88"] (~7 min, any card).
+# the capi as next-trace-step.sh's header with b88. `TESTS=0`: the traces only. Carry [".dev/b87", ".dev/b88"] (~7 min, any card).
 # Predicted (H100): 235B dx 9165 -> 5500-6200 us, the step 29.0 -> 25.5-26.3 ms; 30B dx 1488 -> 1380-1490 us (level
 # to -7%); every test passes. On an H200 (2026-12-05g: the static walk level there) 235B -0..-10%, 30B level.
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
@@ -16,9 +16,11 @@ trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 for f in b87/*/*.gz; do [ -f "$f" ] && gunzip -f "$f"; done
 BOUND=${BOUND:-560}
 B=b88/main
-t layer_forward 120 300 in_producer
-t layer_backward 150 200
-t graph 130 150
+if [ "${TESTS:-1}" = 1 ]; then
+  t layer_forward 120 300 in_producer
+  t layer_backward 150 200
+  t graph 130 150
+fi
 for rep in 1 2; do
   for lib in b87 b88; do
     for shape in 30B 235B; do
