@@ -1136,7 +1136,8 @@ gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
 
 gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     // the FP8 forward saves no z or x rows: backward_fp8 recomputes them in either mode, bit for bit the same
-    // (bf16 weight gradients, accumulated onto random values); backward_fp8 refuses a bf16 forward's state
+    // (bf16 weight gradients, accumulated onto random values), and the same again with dy gathered by the pass
+    // instead of the dh GEMM's producer (`MEGAMOE_DY_GATHER=pass`); backward_fp8 refuses a bf16 forward's state
     use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, MoeLayer, Save};
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
@@ -1145,36 +1146,39 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
     let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
     let mut outs = Vec::new();
-    for save in [Save::InputsOnly, Save::WithZ] {
-        let mut layer = MoeLayer::new(g.clone(), straight_cfg(h, i, e, k, t, save)).unwrap();
-        let mut fw = Fp8Weights::alloc(&layer).unwrap();
-        fw.quantize(&g, &w1, &w2, &layer).unwrap();
-        let mut saved = layer.alloc_saved(t).unwrap();
-        let mut out = g.alloc::<bf16>(t * h).unwrap();
-        let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
-        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
-        let mut dx = g.alloc::<bf16>(t * h).unwrap();
-        g.fill_bytes(&mut dx, 0xff).unwrap();
-        let (mut gw1, mut gw2) = (g.upload(&gw1_0).unwrap(), g.upload(&gw2_0).unwrap());
-        let mut dtopk = g.alloc::<f32>(t * k).unwrap();
-        let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
-        layer.backward_fp8(&saved, &dy, &inp16, &fw, grads).unwrap();
-        let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits() as u32).collect::<Vec<u32>>();
-        let tk: Vec<u32> = g.download(&dtopk).unwrap().into_iter().map(f32::to_bits).collect();
-        outs.push((
-            bits(g.download(&dx).unwrap()),
-            bits(g.download(&gw1).unwrap()),
-            bits(g.download(&gw2).unwrap()),
-            tk,
-        ));
-        // a bf16 forward's state is refused
-        let sv16 = layer.forward(&inp16, &mut out).unwrap();
-        let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
-        let err = layer.backward_fp8(&sv16, &dy, &inp16, &fw, grads).unwrap_err();
-        assert!(format!("{err:?}").contains("forward_fp8"), "{err:?}");
+    for (save, dy_in_producer) in [(Save::InputsOnly, true), (Save::WithZ, true), (Save::WithZ, false)] {
+        megamoe::gemm::with_dy_gather(dy_in_producer, || {
+            let mut layer = MoeLayer::new(g.clone(), straight_cfg(h, i, e, k, t, save)).unwrap();
+            let mut fw = Fp8Weights::alloc(&layer).unwrap();
+            fw.quantize(&g, &w1, &w2, &layer).unwrap();
+            let mut saved = layer.alloc_saved(t).unwrap();
+            let mut out = g.alloc::<bf16>(t * h).unwrap();
+            let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
+            layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+            let mut dx = g.alloc::<bf16>(t * h).unwrap();
+            g.fill_bytes(&mut dx, 0xff).unwrap();
+            let (mut gw1, mut gw2) = (g.upload(&gw1_0).unwrap(), g.upload(&gw2_0).unwrap());
+            let mut dtopk = g.alloc::<f32>(t * k).unwrap();
+            let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
+            layer.backward_fp8(&saved, &dy, &inp16, &fw, grads).unwrap();
+            let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits() as u32).collect::<Vec<u32>>();
+            let tk: Vec<u32> = g.download(&dtopk).unwrap().into_iter().map(f32::to_bits).collect();
+            outs.push((
+                bits(g.download(&dx).unwrap()),
+                bits(g.download(&gw1).unwrap()),
+                bits(g.download(&gw2).unwrap()),
+                tk,
+            ));
+            // a bf16 forward's state is refused
+            let sv16 = layer.forward(&inp16, &mut out).unwrap();
+            let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
+            let err = layer.backward_fp8(&sv16, &dy, &inp16, &fw, grads).unwrap_err();
+            assert!(format!("{err:?}").contains("forward_fp8"), "{err:?}");
+        });
     }
     assert!(outs[0].0.iter().all(|&v| v != 0xffff), "dx not fully written");
     assert!(outs[0] == outs[1], "the two save modes give different gradients");
+    assert!(outs[1] == outs[2], "dy gathered by the dh GEMM's producer and by the pass give different gradients");
 });
 
 gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {

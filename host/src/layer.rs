@@ -594,8 +594,10 @@ impl MoeLayer {
             pad: 0,
         };
         let slots = (sv.tokens * self.cfg.top_k) as u32;
-        // SAFETY: rows < offsets[E] <= slots; src holds T rows, dst slots rows of `bytes`.
-        unsafe { g.launch("gather_rows", Launch::new(slots, 128, 0), &p) }
+        let rpb = megamoe_kernels::scheduler::gather_rows_per_block(p.cols / 8, 128);
+        // SAFETY: rows < offsets[E] <= slots (the blocks cover slots rows, rpb a block); src holds T rows, dst
+        // slots rows of `bytes`.
+        unsafe { g.launch("gather_rows", Launch::new(slots.div_ceil(rpb), 128, 0), &p) }
     }
 
     /// The overlapped gather ([`Gather::Overlapped`]) of `p`'s A: its producer warpgroup's idle warps copy the
@@ -1177,11 +1179,12 @@ impl MoeLayer {
                 (zp, ws_rows)
             }
         };
-        // dy rows: with the in-producer gather (bf16 backward, the seven-warp SwiGLU backward) gathered by the dh
-        // GEMM's producer, which also writes them in expert order for dW2 (no gather pass of dy); else by the gather
+        // dy rows: with the in-producer gather (the seven-warp SwiGLU backward; bf16 weight gradients, the FP8
+        // backward's too since 2026-12-06e) gathered by the dh GEMM's producer, which also writes them in expert
+        // order for dW2 (no gather pass of dy); else by the gather
         // pass (overlapped with the dh + SwiGLU backward GEMM by movers, it measured ~200 us slower at 30B:
         // docs/NOTES.md)
-        let dy_in_producer = fp8.is_none()
+        let dy_in_producer = !wgrad8
             && c.gather == Gather::InProducer
             && crate::gemm::dswiglu_kernel()? == crate::tiles::Dsw::Ew7
             && crate::gemm::dy_gather_in_producer()?;

@@ -199,6 +199,20 @@ pub const fn mover_rows(row0: u32, n: u32, parts: u32, w: u32) -> (u32, u32) {
     (row0 + n + parts * w, 3 * parts)
 }
 
+/// Rows a `gather_rows` block of `threads` threads copies, for rows of `chunks` 16-byte chunks: one (its threads
+/// loop over the row) when a row has at least as many chunks as the block has threads, else as many whole rows as
+/// fit, a row's chunks on consecutive threads (the FP8 forward's scale rows are 4 chunks at H = 2048: one row a
+/// block left 124 of 128 threads idle and made the launch 131072 blocks of one 64-byte row). Host and kernel share
+/// it: the host's grid is the rows divided by it, rounded up.
+#[inline(always)]
+pub const fn gather_rows_per_block(chunks: u32, threads: u32) -> u32 {
+    if chunks == 0 || chunks >= threads {
+        1
+    } else {
+        threads / chunks
+    }
+}
+
 /// A lag of the fused walk with which, in its middle part, every GEMM2 item within `grid` positions after a
 /// GEMM1 item of m-tile m is of an m-tile below m: `ffn_fused_fwd` then rarely has to count a GEMM1 tile at once
 /// (it defers the count past its block's next item only when that item cannot depend on it).
@@ -255,6 +269,25 @@ pub const fn last_take(old: u32, units: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every row of every block is whole and each thread has at most one row: the rows a block takes times their
+    /// chunks fit the block, and a row at least a block wide goes alone.
+    #[test]
+    fn gather_rows_per_block_fits_whole_rows() {
+        for threads in [32u32, 128, 256] {
+            for chunks in 0..600u32 {
+                let r = gather_rows_per_block(chunks, threads);
+                assert!(r >= 1);
+                if chunks >= threads || chunks == 0 {
+                    assert_eq!(r, 1, "chunks {chunks}");
+                } else {
+                    assert!(r * chunks <= threads && (r + 1) * chunks > threads, "chunks {chunks}: {r}");
+                }
+            }
+        }
+        assert_eq!(gather_rows_per_block(4, 128), 32);
+        assert_eq!(gather_rows_per_block(256, 128), 1);
+    }
     use std::vec::Vec;
 
     fn prefix(v: &[u32]) -> Vec<u32> {
