@@ -1135,8 +1135,9 @@ gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
 });
 
 gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
-    // the FP8 forward saves no z or x rows: backward_fp8 recomputes them in either mode, bit for bit the same
-    // (bf16 weight gradients, accumulated onto random values), and the same again with dy gathered by the pass
+    // with Save::WithZ the FP8 forward's GEMM1 stores z (`grouped_gemm_fp8w_swiglu_qz`) and backward_fp8 reads it;
+    // with Save::InputsOnly backward_fp8 recomputes it: the outputs and gradients bit for bit the same (bf16
+    // weight gradients, accumulated onto random values), and the same again with dy gathered by the pass
     // instead of the dh GEMM's producer (`MEGAMOE_DY_GATHER=pass`); backward_fp8 refuses a bf16 forward's state
     use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, MoeLayer, Save};
     let g = gpu();
@@ -1146,13 +1147,25 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
     let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
     let mut outs = Vec::new();
-    for (save, dy_in_producer) in [(Save::InputsOnly, true), (Save::WithZ, true), (Save::WithZ, false)] {
+    use megamoe::layer::{Fp8Backward as M, LayerConfig};
+    let runs = [
+        (Save::InputsOnly, true, M::Straight),
+        (Save::WithZ, true, M::Straight),
+        (Save::WithZ, false, M::Straight),
+        (Save::InputsOnly, true, M::Dx),
+        (Save::WithZ, true, M::Dx),
+        (Save::InputsOnly, true, M::DxWgrad),
+        (Save::WithZ, true, M::DxWgrad),
+    ];
+    for (save, dy_in_producer, mode) in runs {
         megamoe::gemm::with_dy_gather(dy_in_producer, || {
-            let mut layer = MoeLayer::new(g.clone(), straight_cfg(h, i, e, k, t, save)).unwrap();
+            let cfg = LayerConfig { fp8_backward: mode, ..straight_cfg(h, i, e, k, t, save) };
+            let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
             let mut fw = Fp8Weights::alloc(&layer).unwrap();
             fw.quantize(&g, &w1, &w2, &layer).unwrap();
             let mut saved = layer.alloc_saved(t).unwrap();
             let mut out = g.alloc::<bf16>(t * h).unwrap();
+            g.fill_bytes(&mut out, 0xff).unwrap();
             let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
             layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
             let mut dx = g.alloc::<bf16>(t * h).unwrap();
@@ -1164,6 +1177,7 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
             let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits() as u32).collect::<Vec<u32>>();
             let tk: Vec<u32> = g.download(&dtopk).unwrap().into_iter().map(f32::to_bits).collect();
             outs.push((
+                bits(g.download(&out).unwrap()),
                 bits(g.download(&dx).unwrap()),
                 bits(g.download(&gw1).unwrap()),
                 bits(g.download(&gw2).unwrap()),
@@ -1176,9 +1190,13 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
             assert!(format!("{err:?}").contains("forward_fp8"), "{err:?}");
         });
     }
-    assert!(outs[0].0.iter().all(|&v| v != 0xffff), "dx not fully written");
-    assert!(outs[0] == outs[1], "the two save modes give different gradients");
+    assert!(outs[0].0.iter().all(|&v| v != 0xffff), "y not fully written");
+    assert!(outs[0].1.iter().all(|&v| v != 0xffff), "dx not fully written");
+    assert!(outs[0] == outs[1], "the two save modes give different outputs or gradients");
     assert!(outs[1] == outs[2], "dy gathered by the dh GEMM's producer and by the pass give different gradients");
+    assert!(outs[3] == outs[4], "with the FP8 dx the two save modes give different outputs or gradients");
+    assert!(outs[5] == outs[6], "with FP8 dx and weight gradients the two save modes differ");
+    assert!(outs[0].0 == outs[3].0 && outs[3].0 == outs[5].0, "the forward depends on the backward's mode");
 });
 
 gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {

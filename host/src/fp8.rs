@@ -737,6 +737,8 @@ impl<'a> Operands<'a> {
             k: k as u32,
             rows_max: rows as u32,
             ct: 0,
+            z: 0,
+            map_z: 0,
             kp: 0,
             pad: 0,
         };

@@ -304,9 +304,13 @@ pub struct Saved {
     z: Option<CudaSlice<bf16>>,
     /// The expert-ordered rows of x (bf16 [slots, H]), `Save::WithZ` unless `Gather::InProducer`.
     xs: Option<CudaSlice<bf16>>,
-    /// Written by [`MoeLayer::forward_fp8`]: only [`MoeLayer::backward_fp8`] takes it (its z and xs, if any, are
-    /// not that forward's).
+    /// Written by [`MoeLayer::forward_fp8`]: only [`MoeLayer::backward_fp8`] takes it (its xs, if any, is not that
+    /// forward's; its z is only if `z_fp8`).
     fp8: bool,
+    /// z written by this call's [`MoeLayer::forward_fp8`] (`Save::WithZ` and the 128 x 256 FP8 kernels:
+    /// `grouped_gemm_fp8w_swiglu_qz`), bitwise the z its backward would recompute: [`MoeLayer::backward_fp8`]
+    /// reads it instead (without FP8 weight gradients, whose recompute also makes dW2's operand).
+    z_fp8: bool,
 }
 
 impl Saved {
@@ -802,6 +806,7 @@ impl MoeLayer {
             z: if with_z { Some(g.alloc((slots * 2 * c.intermediate).max(1))?) } else { None },
             xs: if with_z && c.gather != Gather::InProducer { Some(g.alloc((slots * c.hidden).max(1))?) } else { None },
             fp8: false,
+            z_fp8: false,
         })
     }
 
@@ -968,6 +973,7 @@ impl MoeLayer {
         let (e, slots) = (self.cfg.experts, tokens * self.cfg.top_k);
         saved.tokens = tokens;
         saved.fp8 = false;
+        saved.z_fp8 = false;
         // the previous call's error word may be the last reference to its buffer: its free would be recorded by
         // a capture (which only frees what it allocated), so during one it waits in `kept` for a later call
         let old = self.last_error.replace(saved.error.clone());
@@ -1166,6 +1172,8 @@ impl MoeLayer {
         // the z the dh epilogue reads, and its buffer's rows
         let (z_ptr, z_rows) = match (fp8, &saved.z) {
             // with FP8 weight gradients the recompute also writes h^T's block codes, dW2's B
+            // the FP8 forward's own z (no recompute: no x codes, no GEMM)
+            (Some(_), Some(z)) if saved.z_fp8 && !wgrad8 => (dptr(z, &s), z.len() / (2 * i2)),
             (Some(w), _) => (self.recompute_z_fp8(inp.x, t, w, saved, wgrad8)?, ws_rows),
             (None, Some(z)) => (dptr(z, &s), z.len() / (2 * i2)),
             (None, None) => {

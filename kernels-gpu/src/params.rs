@@ -778,6 +778,10 @@ pub struct GroupedGemmFp8 {
     /// `grouped_gemm_fp8w_swiglu_zt`: e4m3 [N, Kp], h transposed per expert in 128 x 128 blocks (the weight
     /// gradient dW2's B operand, as `quantize_fp8_cols_grouped` with `block` writes it); 0 otherwise.
     pub ct: u64,
+    /// `grouped_gemm_fp8w_swiglu_qz`: z, bf16 [rows, 2N] (the rows the call routes: at most `rows_max`); 0 otherwise.
+    pub z: u64,
+    /// `grouped_gemm_fp8w_swiglu_qz`: tensor map of z, bf16 [rows, 2N], box 64 x 64, 128-byte swizzle; 0 otherwise.
+    pub map_z: u64,
     /// Experts.
     pub experts: u32,
     /// Columns N per expert (a multiple of 128).
@@ -808,7 +812,7 @@ mod tests {
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 10 * 8 + 8 * 4),
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
-            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 11 * 8 + 6 * 4),
+            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 13 * 8 + 6 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 22 * 8 + 12 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),

@@ -2,7 +2,7 @@
 //! codes and scales gathered into expert order (half the bytes of the bf16 gather), GEMM1 with the SwiGLU
 //! epilogue in FP8 quantizing h as it stores it, GEMM2 in FP8, the combine as in bf16. The weights come quantized
 //! ([`Fp8Weights`]: once per optimizer step, not per call). [`MoeLayer::backward_fp8`]: its backward, z
-//! recomputed in FP8 as the forward computed it, then the backward on the bf16 x, W1 and W2, with the GEMMs
+//! stored by the forward's GEMM1 (`Save::WithZ`) or recomputed in FP8 as the forward computed it, then the backward on the bf16 x, W1 and W2, with the GEMMs
 //! `LayerConfig::fp8_backward` names in FP8 (dx by default) and the rest in bf16 (straight-through: the
 //! quantizers taken as the identity).
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -244,6 +244,15 @@ impl MoeLayer {
         if !routed {
             return Ok(());
         }
+        // GEMM1 + SwiGLU with h quantized in its epilogue (`grouped_gemm_fp8_swiglu_q`, bitwise the two kernels
+        // in a row), or (MEGAMOE_FP8_HQ=pass) h stored in bf16 and quantized by a pass
+        let fused = std::env::var("MEGAMOE_FP8_HQ").map_or(true, |v| v != "pass");
+        // the fused kernel in 128 x 256 tiles (128-row boxes of W1), or with MEGAMOE_FP8_TILES=128 in pairs of
+        // 128 x 128 tiles
+        let wide = fused && plain_kernel() == "grouped_gemm_fp8w";
+        // a layer that saves z gets it from GEMM1 (the 128 x 256 kernel: `_qz`), so its backward skips the
+        // recompute (set before the launches: a call that fails leaves `saved` incomplete, refused by a backward)
+        saved.z_fp8 = wide && saved.z.is_some();
         let sv: &Saved = saved;
         let s = g.stream().clone();
         let slots_max = c.max_tokens * k;
@@ -255,13 +264,10 @@ impl MoeLayer {
         let gemm = |sa: u64, sb: u64, cp: u64, n: usize, kk: usize, maps: [u64; 3]| {
             fp8_params(&c, &s, sv, sa, sb, cp, (n, kk), maps)
         };
-        // GEMM1 + SwiGLU with h quantized in its epilogue (`grouped_gemm_fp8_swiglu_q`, bitwise the two kernels
-        // in a row), or (MEGAMOE_FP8_HQ=pass) h stored in bf16 and quantized by a pass
-        let fused = std::env::var("MEGAMOE_FP8_HQ").map_or(true, |v| v != "pass");
-        // the fused kernel in 128 x 256 tiles (128-row boxes of W1), or with MEGAMOE_FP8_TILES=128 in pairs of
-        // 128 x 128 tiles
-        let wide = fused && plain_kernel() == "grouped_gemm_fp8w";
-        let (k1, map_c1, c1, c1_scales) = if wide {
+        let zs = if sv.z_fp8 { sv.z.as_ref().map(|z| (dptr(z, &s), z.len() / (2 * i))) } else { None };
+        let (k1, map_c1, c1, c1_scales) = if let (true, Some(_)) = (wide, zs) {
+            ("grouped_gemm_fp8w_swiglu_qz", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
+        } else if wide {
             ("grouped_gemm_fp8w_swiglu_q", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
         } else if fused {
             ("grouped_gemm_fp8_swiglu_q", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
@@ -275,10 +281,13 @@ impl MoeLayer {
         ];
         let mut p1 = gemm(xs8s, dptr(&w.w1_scales, &s), c1, i, h, maps1);
         p1.c_scales = c1_scales;
+        if let (true, Some((zp, z_rows))) = (wide, zs) {
+            (p1.z, p1.map_z) = (zp, self.maps.get(&g, zp, z_rows, 2 * i, 64, 64)?);
+        }
         let cfg1 = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
         // SAFETY: the parameter block's buffers hold the shapes checked above (A, h or its codes and scales:
-        // slots_max rows; W1: E * 2I rows of H); rows are bounded by the device offsets, offsets[E] <= t k <=
-        // slots_max.
+        // slots_max rows; W1: E * 2I rows of H; z, with `_qz`, the saved state's rows, at least t k, of 2I); rows
+        // are bounded by the device offsets, offsets[E] <= t k <= slots_max.
         unsafe { g.launch(k1, cfg1, &p1)? };
         if !fused {
             unsafe { q::quantize_rows_raw(&g, hp, h8, h8s, t * k, i)? };
@@ -301,8 +310,10 @@ impl MoeLayer {
     /// tokens' codes and W1's (the z the forward computed), then dh with the SwiGLU backward, dtopk, dx and the
     /// weight gradients as [`MoeLayer::backward`] computes them, on the bf16 x, W1 and W2, with the GEMMs
     /// `LayerConfig::fp8_backward` names in FP8 (dx by default, from dz's row codes and W1's transposed codes): the
-    /// straight-through gradient (each quantizer taken as the identity). Whatever the layer's save mode, the FP8 forward saves no z
-    /// or x rows: this backward recomputes z and gathers x. Writes as [`MoeLayer::backward`] does (nothing when
+    /// straight-through gradient (each quantizer taken as the identity). With `Save::WithZ` the FP8 forward's GEMM1
+    /// stored z (`grouped_gemm_fp8w_swiglu_qz`, the 128 x 256 kernels) and this backward reads it unless its weight
+    /// gradients are FP8 (their recompute also makes dW2's B); otherwise it recomputes z. It gathers x (the FP8
+    /// forward keeps no x rows). Writes as [`MoeLayer::backward`] does (nothing when
     /// the forward saw a bad expert id); asynchronous, no host synchronisation.
     pub fn backward_fp8<W: WgradElem>(
         &mut self,
@@ -667,6 +678,8 @@ fn fp8_params(
         k: k as u32,
         rows_max: (cfg.max_tokens * cfg.top_k) as u32,
         ct: 0,
+        z: 0,
+        map_z: 0,
         kp: 0,
         pad: 0,
     }

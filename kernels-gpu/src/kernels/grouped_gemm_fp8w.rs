@@ -82,7 +82,7 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false>(&p);
+    body::<false, false, false>(&p);
 }
 
 /// GEMM1 + SwiGLU for the FP8 backward's z recompute (see `epilogue_swiglu_zt`): B = W1 [E * 2N, K] (N = I),
@@ -91,7 +91,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, true>(&p);
+    body::<true, true, false>(&p);
 }
 
 /// GEMM1 + SwiGLU with h quantized (see the module's documentation): B = W1 [E * 2N, K] (N = I, a multiple of
@@ -99,11 +99,21 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8)
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false>(&p);
+    body::<true, false, false>(&p);
+}
+
+/// As `grouped_gemm_fp8w_swiglu_q`, storing z too (the FP8 forward of a layer that saves z for its backward):
+/// z [rows, 2N] bf16 (`z`, `map_z` in 64 x 64 boxes), the bits `grouped_gemm_fp8w` and the z recompute store
+/// (`store_z`); h's codes then go through the warpgroup's second staging box (see `consume`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_qz(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<true, false, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const SW: bool, const ZT: bool>(p: &GroupedGemmFp8) {
+unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool>(p: &GroupedGemmFp8) {
+    const { assert!(!QZ || (SW && !ZT), "z with h's row codes: the SwiGLU form of the forward") };
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
         return;
@@ -123,7 +133,7 @@ unsafe fn body<const SW: bool, const ZT: bool>(p: &GroupedGemmFp8) {
         }
     } else {
         regs::setmaxnreg_inc::<232>();
-        consume::<SW, ZT>(p, base, ring, total(), regs::warpgroup() - 1);
+        consume::<SW, ZT, QZ>(p, base, ring, total(), regs::warpgroup() - 1);
     }
 }
 
@@ -180,7 +190,7 @@ fn promote_half<const H: usize>(acc: &mut [f32; 128], part: &[f32; 64], wa: f32,
 }
 
 #[inline(always)]
-unsafe fn consume<const SW: bool, const ZT: bool>(
+unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool>(
     p: &GroupedGemmFp8,
     base: u32,
     ring: Ring<STAGES>,
@@ -204,6 +214,9 @@ unsafe fn consume<const SW: bool, const ZT: bool>(
             // the map this warpgroup's stores go through (its thread 0 issues them; here, where no accumulator is
             // live yet: at the role's start it cost the SwiGLU kernel's register allocation 32 B of spills)
             crate::kernels::acquire_host_map(p.map_c);
+            if QZ {
+                crate::kernels::acquire_host_map(p.map_z);
+            }
         }
         // the tile from its slot, once its first stage has landed
         ring.wait_full(it);
@@ -261,6 +274,12 @@ unsafe fn consume<const SW: bool, const ZT: bool>(
         let row0w = ti.row0 + cw * 64;
         if SW && ZT {
             epilogue_swiglu_zt(p, &acc, &ti, (r, c0, row0w), (wst, base + RED_AT + 32 * (l % 2)), cw, &mut boxes);
+        } else if SW && QZ {
+            // z through the staging boxes in turn (4 a whole tile: box 0 first, box 1 last), then h's codes through
+            // box 1 once every store has read it (`epilogue_swiglu_q` waits `.read 0`): the next tile's first z box
+            // (0) then waits `.read 1` with only the codes' store (box 1) allowed in flight
+            store_z(p.map_z, p.z, p.n, &acc, &ti, (r, c0, row0w), wst, cw, &mut boxes);
+            epilogue_swiglu_q(p, &acc, &ti, (r, c0, row0w), wst + C_BOX, cw);
         } else if SW {
             epilogue_swiglu_q(p, &acc, &ti, (r, c0, row0w), wst, cw);
         } else if row0w + 64 <= ti.row_end {
@@ -401,28 +420,8 @@ unsafe fn epilogue_swiglu_zt(
     let t = regs::tid() % 128;
     let lane = t % 32;
     let (row_a, row_b) = (row0w + r, row0w + r + 8);
-    let ldz = 2 * p.n;
     // z, as the plain kernel stores it
-    if row0w + 64 <= ti.row_end {
-        crate::unroll!(B in [0, 1, 2, 3] {
-            let col = if B < 2 { ti.n_tile * 128 + 64 * B as u32 } else { p.n + ti.n_tile * 128 + 64 * (B as u32 - 2) };
-            crate::kernels::grouped_gemm::store_box(p.map_c, col, row0w, wst + (*boxes % 2) * C_BOX, cw, |j, h| {
-                math::pack_bf16x2(acc[4 * (8 * B + j) + 2 * h], acc[4 * (8 * B + j) + 2 * h + 1])
-            });
-            *boxes += 1;
-        });
-    } else {
-        let z = p.c as *mut u32;
-        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
-            let col = if J < 16 { ti.n_tile * 128 } else { p.n + ti.n_tile * 128 - 128 } + 8 * J as u32 + c0;
-            if row_a < ti.row_end {
-                *z.add(((row_a * ldz + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J], acc[4 * J + 1]);
-            }
-            if row_b < ti.row_end {
-                *z.add(((row_b * ldz + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
-            }
-        });
-    }
+    store_z(p.map_c, p.c, p.n, acc, ti, (r, c0, row0w), wst, cw, boxes);
     // h, zero past the expert's end, and this thread's largest magnitude
     let mut hw = [0u32; 32];
     let mut m = 0f32;
@@ -505,4 +504,46 @@ unsafe fn epilogue_swiglu_zt(
     }
     // every thread's reads of the staging before the next tile's z stores rewrite it
     sync::named_sync(bar, 128);
+}
+
+/// z of a SwiGLU-form tile (g in accumulator columns 0..128, u in 128..256) into z [rows, 2N] bf16 at `zp`: g into
+/// columns 128 n_tile .., u into N + 128 n_tile .., as the plain kernel stores the same elements (the same rounding:
+/// the same bits); whole 64-row groups through the warpgroup's staging boxes (alternating from `boxes`, 4 a tile)
+/// and the copy engine (`map`: z in 64 x 64 boxes), the rest from registers. SAFETY: all 128 threads of the
+/// warpgroup, in uniform control flow.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_z(
+    map: u64,
+    zp: u64,
+    n: u32,
+    acc: &[f32; 128],
+    ti: &MTile,
+    (r, c0, row0w): (u32, u32, u32),
+    wst: u32,
+    cw: u32,
+    boxes: &mut u32,
+) {
+    let (row_a, row_b) = (row0w + r, row0w + r + 8);
+    let ldz = 2 * n;
+    if row0w + 64 <= ti.row_end {
+        crate::unroll!(B in [0, 1, 2, 3] {
+            let col = if B < 2 { ti.n_tile * 128 + 64 * B as u32 } else { n + ti.n_tile * 128 + 64 * (B as u32 - 2) };
+            crate::kernels::grouped_gemm::store_box(map, col, row0w, wst + (*boxes % 2) * C_BOX, cw, |j, h| {
+                math::pack_bf16x2(acc[4 * (8 * B + j) + 2 * h], acc[4 * (8 * B + j) + 2 * h + 1])
+            });
+            *boxes += 1;
+        });
+    } else {
+        let z = zp as *mut u32;
+        crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+            let col = if J < 16 { ti.n_tile * 128 } else { n + ti.n_tile * 128 - 128 } + 8 * J as u32 + c0;
+            if row_a < ti.row_end {
+                *z.add(((row_a * ldz + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J], acc[4 * J + 1]);
+            }
+            if row_b < ti.row_end {
+                *z.add(((row_b * ldz + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
+            }
+        });
+    }
 }
