@@ -2,7 +2,7 @@
 # Forty-second session: two fixes the step traces of other modes found (next-trace-modes.sh, an H100): `gather_rows`
 # took one row a block, so the FP8 forward's gather of its scale rows (64 bytes at 30B) ran 131072 blocks in 81 us,
 # twice a step; and the FP8 backward gathered dy by a pass (328 us) before a non-gathering dh (813) where the bf16
-# backward's gathering dh takes ~1010. b89 = main 3cd3b2e-or-later (the gather's whole short rows, the FP8 backward's
+# backward's gathering dh takes ~1010. b89 = main a617e4a (the gather's whole short rows, the FP8 backward's
 # dy in the producer): tests fp8 (incl. the FP8 backward bitwise with dy by the pass), layer_forward (the gather
 # pass in every Gather::Pass case), graph; then trace_step.py modes fp8 and recompute through b88 and b89.
 # Build: `BDIR=/work/main/.dev/b89 bash docs/calls/2026-12-04c-build.sh main fp8 layer_forward graph`, the capi as
