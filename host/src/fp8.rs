@@ -739,7 +739,12 @@ impl<'a> Operands<'a> {
             ct: 0,
             z: 0,
             map_z: 0,
+            a_rows: 0,
+            a_copy: 0,
+            row_slot: 0,
             kp: 0,
+            top_k: 0,
+            copy_cols: 0,
             pad: 0,
         };
         let cfg = launch_cfg(gpu, kernel, rows, e, n, tile_cols(kernel))?;
@@ -759,7 +764,7 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
 pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
-    } else if kernel == "grouped_gemm_fp8w" {
+    } else if kernel == "grouped_gemm_fp8w" || kernel == "grouped_gemm_fp8w_cpx" {
         kh::FP8W_BN as usize
     } else {
         kh::FP8_BN as usize

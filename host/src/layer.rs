@@ -1166,7 +1166,14 @@ impl MoeLayer {
         let dx8 = fp8.is_some() && c.fp8_backward.dx();
         // with the in-producer gather and z saved, dx's idle producer warps copy x's rows for dW1 (the side copy)
         let side_copy = fp8.is_none() && c.gather == Gather::InProducer && saved.xs.is_none() && saved.z.is_some();
-        if !wgrad8 && !side_copy && (fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped))) {
+        // the FP8 backward with an FP8 dx and bf16 weight gradients: the FP8 dx kernel's idle warps copy them
+        // (`grouped_gemm_fp8w_cpx`), so no gather pass
+        let side_copy8 = dx8 && !wgrad8 && fp8::plain_kernel() == "grouped_gemm_fp8w";
+        if !wgrad8
+            && !side_copy
+            && !side_copy8
+            && (fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped)))
+        {
             self.gather(dptr(inp.x, &s), xs.0, saved)?;
         }
         // the z the dh epilogue reads, and its buffer's rows
@@ -1263,7 +1270,7 @@ impl MoeLayer {
                 let dz = dptr(&self.work.dz, &s);
                 self.quantize_cols_fp8(Operand::Dz, dz, 2 * i2, false, None, true, saved)?;
             }
-            self.dx_fp8(w, slots, saved, wgrad8)?;
+            self.dx_fp8(w, slots, saved, wgrad8, side_copy8.then_some((dptr(inp.x, &s), xs.0)))?;
         } else {
             let map_dz = self.maps.get(&g, dptr(&self.work.dz, &s), ws_rows, 2 * i2, kh::GEMM_BM, 64)?;
             let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), c.experts * 2 * i2, h2, 64, 64)?;

@@ -122,6 +122,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_fp8w_swiglu_q", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_zt", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_qz", 384, true, true),
+    k("grouped_gemm_fp8w_cpx", 384, true, true),
     k2("grouped_gemm_fp8_mc", 384, true, true),
     k("grouped_gemm_fp8_swiglu", 384, true, true),
     k("grouped_gemm_fp8_swiglu_q", 384, true, true),

@@ -782,6 +782,14 @@ pub struct GroupedGemmFp8 {
     pub z: u64,
     /// `grouped_gemm_fp8w_swiglu_qz`: tensor map of z, bf16 [rows, 2N], box 64 x 64, 128-byte swizzle; 0 otherwise.
     pub map_z: u64,
+    /// `grouped_gemm_fp8w_cpx` (the side copy, by the producer warpgroup's idle warps while the GEMM runs): the
+    /// tokens' rows, bf16 [tokens, copy_cols]; 0 otherwise.
+    pub a_rows: u64,
+    /// `grouped_gemm_fp8w_cpx`: where row r of the routing goes, bf16 [rows_max, copy_cols]: token
+    /// row_slot\[r\] / top_k's row; 0 otherwise.
+    pub a_copy: u64,
+    /// `grouped_gemm_fp8w_cpx`: u32 [rows_max], the slot of each expert-ordered row; 0 otherwise.
+    pub row_slot: u64,
     /// Experts.
     pub experts: u32,
     /// Columns N per expert (a multiple of 128).
@@ -792,6 +800,10 @@ pub struct GroupedGemmFp8 {
     pub rows_max: u32,
     /// `grouped_gemm_fp8w_swiglu_zt`: Kp, `ct`'s columns; 0 otherwise.
     pub kp: u32,
+    /// `grouped_gemm_fp8w_cpx`: slots per token; 0 otherwise.
+    pub top_k: u32,
+    /// `grouped_gemm_fp8w_cpx`: the copied rows' bf16 columns (a multiple of 8); 0 otherwise.
+    pub copy_cols: u32,
     /// Unused (the block stays whole 8-byte words).
     pub pad: u32,
 }
@@ -812,7 +824,7 @@ mod tests {
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 10 * 8 + 8 * 4),
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
-            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 13 * 8 + 6 * 4),
+            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 16 * 8 + 8 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 22 * 8 + 12 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),

@@ -450,7 +450,16 @@ impl MoeLayer {
     /// 1 x 128 blocks, then `grouped_gemm_fp8w` against W1's transposed codes (checked present by
     /// `check_fp8_weights`).
     /// `quantized`: dz's row codes are already there (written by the column quantizer's pass, `rows`).
-    pub(super) fn dx_fp8(&mut self, w: &Fp8Weights, slots: usize, sv: &Saved, quantized: bool) -> Result<()> {
+    /// `side`: (x, its expert-ordered copy) for the side copy (`grouped_gemm_fp8w_cpx`: the producer warpgroup's
+    /// idle warps copy x's rows for dW1 while dx runs; the 128 x 256 kernel only).
+    pub(super) fn dx_fp8(
+        &mut self,
+        w: &Fp8Weights,
+        slots: usize,
+        sv: &Saved,
+        quantized: bool,
+        side: Option<(u64, u64)>,
+    ) -> Result<()> {
         let c = self.cfg;
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
         let g = self.gpu.clone();
@@ -470,11 +479,20 @@ impl MoeLayer {
             self.maps.get_u8(&g, dptr(w1t, &s), e * h, 2 * i, 128)?,
             self.maps.get(&g, ys, slots_max, h, 64, 64)?,
         ];
-        let p = fp8_params(&c, &s, sv, dz8s, dptr(w1ts, &s), ys, (h, 2 * i), maps);
-        let k1 = plain_kernel();
+        let mut p = fp8_params(&c, &s, sv, dz8s, dptr(w1ts, &s), ys, (h, 2 * i), maps);
+        let k1 = match side {
+            Some((x, xs)) if plain_kernel() == "grouped_gemm_fp8w" => {
+                (p.a_rows, p.a_copy, p.row_slot) = (x, xs, dptr(&sv.row_slot, &s));
+                (p.top_k, p.copy_cols) = (c.top_k as u32, h as u32);
+                "grouped_gemm_fp8w_cpx"
+            }
+            Some(_) => return Err(Error::InvalidArgument("the FP8 side copy needs the 128 x 256 kernel".into())),
+            None => plain_kernel(),
+        };
         let cfg = q::launch_cfg(&g, k1, slots_max, e, h, q::tile_cols(k1))?;
         // SAFETY: dz's codes and scales hold slots_max rows of 2I, W1^T E * H rows of 2I with its block scales, ys
-        // slots_max rows of H (H a multiple of 512); rows are bounded by the device offsets, offsets[E] <= slots.
+        // slots_max rows of H (H a multiple of 512); rows are bounded by the device offsets, offsets[E] <= slots;
+        // with the side copy x holds the call's tokens and the copy slots_max rows of H, row_slot the call's slots.
         unsafe { g.launch(k1, cfg, &p) }
     }
 
@@ -642,7 +660,7 @@ impl MoeLayer {
 /// SwiGLU then in the same tiles), or with `MEGAMOE_FP8_TILES=128` (read at each call, for the benchmark's A/B)
 /// `grouped_gemm_fp8` (128 x 128; the same bits). The wide tiles made the 30B FP8 forward 1.098x faster
 /// (twelfth session, call G).
-fn plain_kernel() -> &'static str {
+pub(super) fn plain_kernel() -> &'static str {
     match std::env::var("MEGAMOE_FP8_TILES") {
         Ok(v) if v == "128" => "grouped_gemm_fp8",
         _ => "grouped_gemm_fp8w",
@@ -680,7 +698,12 @@ fn fp8_params(
         ct: 0,
         z: 0,
         map_z: 0,
+        a_rows: 0,
+        a_copy: 0,
+        row_slot: 0,
         kp: 0,
+        top_k: 0,
+        copy_cols: 0,
         pad: 0,
     }
 }

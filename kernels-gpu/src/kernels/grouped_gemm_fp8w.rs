@@ -46,6 +46,13 @@ const _: () = assert!(
 const _: () = assert!(crate::kernels_host::FP8W_SMEM <= 232448, "sm_90 allows at most 227 KiB of shared memory");
 const _: () = assert!(STAGE_BYTES % 1024 == 0 && STAGING % 1024 == 0, "128-byte swizzle needs 1024-byte alignment");
 
+/// Registers of the side-copy kernel's producer warpgroup (its mover warps' eight 16-byte loads in flight) and of
+/// each consumer thread.
+const CPX_PRODUCER_REGS: u32 = 56;
+const CPX_CONSUMER_REGS: u32 = 224;
+const _: () =
+    assert!(128 * CPX_PRODUCER_REGS + 256 * CPX_CONSUMER_REGS <= 384 * 168, "setmaxnreg.inc would wait forever");
+
 /// Columns of C per tile: 256, or (SwiGLU) 128 of h from 128 rows of g and the same 128 of u.
 #[inline(always)]
 const fn tile_cols<const SW: bool>() -> u32 {
@@ -82,7 +89,18 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false>(&p);
+    body::<false, false, false, false>(&p);
+}
+
+/// As `grouped_gemm_fp8w` with the side copy (the FP8 backward's dx copying x's rows for dW1): the producer
+/// warpgroup's warps 1..3 copy the routing's rows of `a_rows` (`copy_cols` bf16 a row, token row_slot[r] / top_k)
+/// into `a_copy` while the GEMM runs ([`copy_side`]), waited for by nobody in the kernel. The producer warpgroup
+/// keeps 56 registers for their eight loads in flight, the consumers 224 (128 x 56 + 256 x 224 = the 384 x 168 the
+/// launch allocates; at the bf16 `_mv` kernels' 72 / 216 the consumers spilled 8 bytes).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_cpx(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, true>(&p);
 }
 
 /// GEMM1 + SwiGLU for the FP8 backward's z recompute (see `epilogue_swiglu_zt`): B = W1 [E * 2N, K] (N = I),
@@ -91,7 +109,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, true, false>(&p);
+    body::<true, true, false, false>(&p);
 }
 
 /// GEMM1 + SwiGLU with h quantized (see the module's documentation): B = W1 [E * 2N, K] (N = I, a multiple of
@@ -99,7 +117,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8)
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, false>(&p);
+    body::<true, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_fp8w_swiglu_q`, storing z too (the FP8 forward of a layer that saves z for its backward):
@@ -108,11 +126,12 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) 
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_qz(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, true>(&p);
+    body::<true, false, true, false>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool>(p: &GroupedGemmFp8) {
+unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool>(p: &GroupedGemmFp8) {
+    const { assert!(!CPX || !SW, "the side copy: the plain kernel (the FP8 dx)") };
     const { assert!(!QZ || (SW && !ZT), "z with h's row codes: the SwiGLU form of the forward") };
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
@@ -127,12 +146,22 @@ unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool>(p: &GroupedGemmFp
     sync::block_sync();
     let total = || crate::kernels::grouped_gemm_fp8::m_tiles(p) * (p.n / tile_cols::<SW>());
     if t / 128 == 0 {
-        regs::setmaxnreg_dec::<40>();
+        if CPX {
+            regs::setmaxnreg_dec::<CPX_PRODUCER_REGS>();
+        } else {
+            regs::setmaxnreg_dec::<40>();
+        }
         if t == 0 {
             produce::<SW>(p, base, ring, total());
+        } else if CPX && t >= 32 {
+            copy_side(p, t / 32 - 1, t % 32);
         }
     } else {
-        regs::setmaxnreg_inc::<232>();
+        if CPX {
+            regs::setmaxnreg_inc::<CPX_CONSUMER_REGS>();
+        } else {
+            regs::setmaxnreg_inc::<232>();
+        }
         consume::<SW, ZT, QZ>(p, base, ring, total(), regs::warpgroup() - 1);
     }
 }
@@ -545,5 +574,23 @@ unsafe fn store_z(
                 *z.add(((row_b * ldz + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
             }
         });
+    }
+}
+
+/// The side copy's mover warp `w` (0..3) of every block: the routing's rows r = w + 3 (bid + grid i) below
+/// offsets[E] (and `rows_max`), each token row_slot[r] / top_k's `copy_cols` bf16 of `a_rows` into row r of
+/// `a_copy`, 16 bytes a lane, eight loads in flight ([`crate::kernels::ep_common::copy_row`]). Nothing in the
+/// kernel waits for it; the next kernel on the stream reads the copy.
+#[inline(always)]
+unsafe fn copy_side(p: &GroupedGemmFp8, w: u32, lane: u32) {
+    let rows = (*(p.offsets as *const u32).add(p.experts as usize)).min(p.rows_max);
+    let chunks = p.copy_cols / 8;
+    let mut r = w + 3 * regs::bid();
+    while r < rows {
+        let tok = *(p.row_slot as *const u32).add(r as usize) / p.top_k;
+        let src = (p.a_rows as *const [u32; 4]).add((tok * chunks) as usize);
+        let dst = (p.a_copy as *mut [u32; 4]).add((r * chunks) as usize);
+        crate::kernels::ep_common::copy_row(src, dst, chunks, lane);
+        r += 3 * regs::nctaid();
     }
 }
