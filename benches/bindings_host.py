@@ -14,7 +14,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megamoe_torch as mm  # noqa: E402
+from torch_common import layer_inputs  # noqa: E402
 
 
 def median_us(f, n=50):
@@ -32,11 +34,7 @@ def median_us(f, n=50):
 def main():
     H, I, E, k, T = 2048, 768, 128, 8, 16384
     dev = torch.device("cuda")
-    x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)]).to(torch.int32)
-    w = torch.rand(T, k, device=dev)
-    w1 = (torch.randn(E, 2 * I, H, device=dev) * (1.7 / H ** 0.5)).to(torch.bfloat16)
-    w2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)
+    x, ids, w, w1, w2, _ = layer_inputs(T, H, I, E, k, dev)
     y = torch.empty(T, H, device=dev, dtype=torch.bfloat16)
     layer = mm.Layer(H, I, E, k, T, device=dev)
     for _ in range(10):

@@ -33,6 +33,19 @@ def grouped(x, ids, w, W1, W2):
     return torch.zeros_like(x).index_add_(0, tok, y)
 
 
+def layer_inputs(T, H, I, E, k, dev):
+    """Random inputs of one MoE layer as the benches draw them: x [T, H] bf16, top-k expert ids [T, k] int32 (k
+    distinct experts a token, uniform), routing weights [T, k] f32 in [0, 1), W1 [E, 2I, H] and W2 [E, H, I] bf16
+    (scaled so that z and y stay O(1)), and an output gradient dy [T, H] bf16 (drawn last)."""
+    x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)]).to(torch.int32)
+    w = torch.rand(T, k, device=dev)
+    w1 = (torch.randn(E, 2 * I, H, device=dev) * (1.7 / H ** 0.5)).to(torch.bfloat16)
+    w2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)
+    dy = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+    return x, ids, w, w1, w2, dy
+
+
 def timeit(fn, reps=REPS, warm=WARM):
     """The median in ms of `reps` calls of fn, each bracketed by CUDA events, after `warm` warm-up calls."""
     if SMOKE:

@@ -17,7 +17,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megamoe_torch as mm  # noqa: E402
+from torch_common import layer_inputs  # noqa: E402
 
 
 ANNOTATIONS = ("lone_forward", "b2b_forwards")
@@ -64,11 +66,7 @@ def main():
     dev = torch.device("cuda")
     torch.manual_seed(1)
     layer = mm.Layer(H, I, E, k, T, device=dev)
-    x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)]).to(torch.int32)
-    w = torch.rand(T, k, device=dev)
-    w1 = (torch.randn(E, 2 * I, H, device=dev) * (1.7 / H ** 0.5)).to(torch.bfloat16)
-    w2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)
+    x, ids, w, w1, w2, _ = layer_inputs(T, H, I, E, k, dev)
     out = torch.empty(T, H, device=dev, dtype=torch.bfloat16)
     knobs = {v: os.environ.get(v, "") for v in ("MEGAMOE_PDL", "MEGAMOE_ROUTE")}
     print(f"trace of the forward, T={T}, on {torch.cuda.get_device_name()}, knobs {knobs}")

@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megamoe_torch as mm  # noqa: E402
-from torch_common import grouped  # noqa: E402
+from torch_common import grouped, layer_inputs  # noqa: E402
 
 SHAPES = {"30B": ("Qwen3-30B-A3B", 2048, 768), "235B": ("Qwen3-235B-A22B", 4096, 1536)}
 STEPS = 6
@@ -88,12 +88,7 @@ def main():
     T, E, k = 16384, 128, 8
     dev = torch.device("cuda")
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
-    x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)]).to(torch.int32)
-    w = torch.rand(T, k, device=dev)
-    w1 = (torch.randn(E, 2 * I, H, device=dev) * (1.7 / H ** 0.5)).to(torch.bfloat16)
-    w2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)
-    dy = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
+    x, ids, w, w1, w2, dy = layer_inputs(T, H, I, E, k, dev)
     print(f"trace of the step: {name} layer, T={T}, E={E}, top-{k}, on {torch.cuda.get_device_name()}, "
           f"library {mm.lib().megamoe_version().decode()}, torch {torch.__version__}, ours in mode {mode}")
 

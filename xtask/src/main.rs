@@ -373,6 +373,7 @@ fn bundle_bench(dir: &Path) -> Res {
     for f in [
         "torch_layer.py",
         "torch_rotation.py",
+        "trace_step.py",
         "h200.sh",
         "torch_common.py",
         "torch_gemm.py",
