@@ -788,7 +788,7 @@ pub struct GroupedGemmFp8 {
     /// `grouped_gemm_fp8w_cpx`: where row r of the routing goes, bf16 [rows_max, copy_cols]: token
     /// row_slot\[r\] / top_k's row; 0 otherwise.
     pub a_copy: u64,
-    /// `grouped_gemm_fp8w_cpx`: u32 [rows_max], the slot of each expert-ordered row; 0 otherwise.
+    /// `grouped_gemm_fp8w_cpx`: u32 \[rows_max\], the slot of each expert-ordered row; 0 otherwise.
     pub row_slot: u64,
     /// Experts.
     pub experts: u32,
