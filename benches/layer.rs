@@ -8,7 +8,9 @@
 //! Last, the z-saved forward + backward (bf16 weight gradients) captured once in a CUDA graph and replayed,
 //! alternating with the same step launched eagerly; the graph's dx checked bitwise against the eager step's. Then
 //! the forward in blockwise FP8 (`MoeLayer::forward_fp8`, weights quantized beforehand) alternating with the bf16
-//! forward (its output fully written and within 0.1 of the bf16 output: the format's error is ~6e-2).
+//! forward (its output fully written and within 0.1 of the bf16 output: the format's error is ~6e-2), the FP8
+//! steps with z recomputed per `Fp8Backward` mode, and the FP8 step with z saved (FP8 dx) alternating with the bf16
+//! step with z saved (its dx fully written and within 0.1 of the bf16 step's).
 //!
 //! `MEGAMOE_BENCH_ROUTING=zipf:S` (or `balanced`) routes the tokens with skewed (or equal) expert loads instead of
 //! uniformly at random (benches/common/routing_env.rs; benches/torch_layer.py draws the same distribution).
@@ -758,8 +760,57 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         mb16 * 1e3,
         mb16 / mb8
     );
+    // the FP8 step as a layer that saves z runs it (`Save::WithZ`: GEMM1 stores z, `backward_fp8` reads it; FP8 dx,
+    // bf16 weight gradients) alternating with the bf16 step with z saved (the headline step), on the same inputs
+    let (written_z8, dz8) = {
+        let mut lz8 = MoeLayer::new(
+            g.clone(),
+            LayerConfig { fp8_backward: Fp8Backward::Dx, save: Save::WithZ, ..*all[1].config() },
+        )?;
+        let mut w8z = Fp8Weights::alloc(&lz8)?;
+        w8z.quantize(g, &dw1, &dw2, &lz8)?;
+        let inp8z = Fp8Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, weights: &w8z };
+        let (mut sv8z, mut sv16z) = (lz8.alloc_saved(tokens)?, all[1].alloc_saved(tokens)?);
+        let (mut dx8z, mut w1z, mut w2z) =
+            (g.alloc::<bf16>(tokens * h)?, g.alloc::<bf16>(e * 2 * i * h)?, g.alloc::<bf16>(e * h * i)?);
+        g.fill_bytes(&mut dx8z, 0xff)?;
+        let (mut t8, mut t16) = (Vec::new(), Vec::new());
+        for rep in 0..3 + reps {
+            let a = g.timed(|| {
+                lz8.forward_fp8(&inp8z, &mut out8, &mut sv8z)?;
+                let gr = Grads { dx: &mut dx8z, dw1: &mut w1z, dw2: &mut w2z, dtopk: &mut gtk, accumulate: false };
+                lz8.backward_fp8(&sv8z, &ddy, &inp, &w8z, gr)
+            })?;
+            let b = g.timed(|| {
+                all[1].forward_into(&inp, &mut out, &mut sv16z)?;
+                let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
+                all[1].backward(&sv16z, &ddy, &inp, gr)
+            })?;
+            if rep >= 3 {
+                t8.push(a);
+                t16.push(b);
+            }
+        }
+        let (m8, m16) = (median(t8), median(t16));
+        let (a8, a16) = (g.download(&dx8z)?, g.download(&gdx)?);
+        let written = a8.iter().all(|v| !v.is_nan());
+        let (q8, q16): (Vec<f64>, Vec<f64>) = a8.iter().zip(&a16).map(|(a, b)| (a.to_f64(), b.to_f64())).unzip();
+        let d = check::rel_err(&q8, &q16);
+        println!(
+            "RESULT megamoe forward+backward FP8, z saved (Fp8Backward::Dx, bf16 weight gradients) {name} \
+             T={tokens}: {:.0} us (median of {reps}, alternating with the bf16 forward+backward, z saved, bf16 \
+             weight gradients: {:.0} us, {:.3}x); dx rel diff to the bf16 step's {d:.1e}, all written: {written}",
+            m8 * 1e3,
+            m16 * 1e3,
+            m16 / m8
+        );
+        (written, d)
+    };
     let err = err.max(err_dx).max(err_tk);
     if err.is_nan()
+        || !written_z8
+        || dz8.is_nan()
+        || dz8 > 0.1
         || err > 1e-2
         || !written
         || !same
