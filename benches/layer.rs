@@ -690,15 +690,19 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let (mut tb8, mut tb16) = (Vec::new(), Vec::new());
     for rep in 0..3 + reps {
         let a = g.timed(|| {
-            layer.forward_fp8(&inp8, &mut out8, &mut sv8)?;
-            let gr = Grads { dx: &mut gdx8, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-            layer.backward_fp8(&sv8, &ddy, &inp, &w8, gr)
+            fp8_step(
+                layer,
+                &mut sv8,
+                &inp8,
+                &inp,
+                &w8,
+                &mut out8,
+                &ddy,
+                &mut (&mut gdx8, &mut gw1b, &mut gw2b, &mut gtk),
+            )
         })?;
-        let b = g.timed(|| {
-            layer.forward_into(&inp, &mut out, &mut sv16)?;
-            let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-            layer.backward(&sv16, &ddy, &inp, gr)
-        })?;
+        let b =
+            g.timed(|| step(layer, &mut sv16, &inp, &mut out, &ddy, &mut (&mut gdx, &mut gw1b, &mut gw2b, &mut gtk)))?;
         // the modes in a rotating order (call H at 235B: Dx, timed right after the bf16 step every rep, read 0.971x
         // while DxWgrad read 1.053x: the step before a timed one sets its power state)
         let nm = mruns.len();
@@ -706,10 +710,8 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
             let mr = &mut mruns[(j + rep) % nm];
             let inp8m = Fp8Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dw, weights: &mr.w8 };
             let c = g.timed(|| {
-                mr.layer.forward_fp8(&inp8m, &mut out8, &mut mr.sv)?;
-                let gr =
-                    Grads { dx: &mut mr.dx, dw1: &mut mr.dw1, dw2: &mut mr.dw2, dtopk: &mut gtk, accumulate: false };
-                mr.layer.backward_fp8(&mr.sv, &ddy, &inp, &mr.w8, gr)
+                let gr = &mut (&mut mr.dx, &mut mr.dw1, &mut mr.dw2, &mut gtk);
+                fp8_step(&mut mr.layer, &mut mr.sv, &inp8m, &inp, &mr.w8, &mut out8, &ddy, gr)
             })?;
             if rep >= 3 {
                 mr.times.push(c);
@@ -777,14 +779,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         let (mut t8, mut t16) = (Vec::new(), Vec::new());
         for rep in 0..3 + reps {
             let a = g.timed(|| {
-                lz8.forward_fp8(&inp8z, &mut out8, &mut sv8z)?;
-                let gr = Grads { dx: &mut dx8z, dw1: &mut w1z, dw2: &mut w2z, dtopk: &mut gtk, accumulate: false };
-                lz8.backward_fp8(&sv8z, &ddy, &inp, &w8z, gr)
+                let gr = &mut (&mut dx8z, &mut w1z, &mut w2z, &mut gtk);
+                fp8_step(&mut lz8, &mut sv8z, &inp8z, &inp, &w8z, &mut out8, &ddy, gr)
             })?;
             let b = g.timed(|| {
-                all[1].forward_into(&inp, &mut out, &mut sv16z)?;
-                let gr = Grads { dx: &mut gdx, dw1: &mut gw1b, dw2: &mut gw2b, dtopk: &mut gtk, accumulate: false };
-                all[1].backward(&sv16z, &ddy, &inp, gr)
+                step(&mut all[1], &mut sv16z, &inp, &mut out, &ddy, &mut (&mut gdx, &mut gw1b, &mut gw2b, &mut gtk))
             })?;
             if rep >= 3 {
                 t8.push(a);
@@ -839,6 +838,24 @@ fn step(
     layer.forward_into(inp, out, sv)?;
     let grads = Grads { dx: &mut *gr.0, dw1: &mut *gr.1, dw2: &mut *gr.2, dtopk: &mut *gr.3, accumulate: false };
     layer.backward(sv, dy, inp, grads)
+}
+
+/// [`step`] in FP8: `forward_fp8` into `sv`, then `backward_fp8` (bf16 weight gradients into `gr`) on the bf16
+/// inputs the weights `w8` came from.
+#[allow(clippy::too_many_arguments)]
+fn fp8_step(
+    layer: &mut MoeLayer,
+    sv: &mut Saved,
+    inp8: &Fp8Inputs<'_>,
+    inp: &Inputs<'_>,
+    w8: &Fp8Weights,
+    out: &mut CudaSlice<bf16>,
+    dy: &CudaSlice<bf16>,
+    gr: &mut BfGrads<'_>,
+) -> megamoe::Result<()> {
+    layer.forward_fp8(inp8, out, sv)?;
+    let grads = Grads { dx: &mut *gr.0, dw1: &mut *gr.1, dw2: &mut *gr.2, dtopk: &mut *gr.3, accumulate: false };
+    layer.backward_fp8(sv, dy, inp, w8, grads)
 }
 
 /// dx, dW1, dW2 (bf16) and dtopk of [`step`].
