@@ -580,7 +580,9 @@ unsafe fn store_z(
 /// The side copy's mover warp `w` (0..3) of every block: the routing's rows r = w + 3 (bid + grid i) below
 /// offsets[E] (and `rows_max`), each token row_slot[r] / top_k's `copy_cols` bf16 of `a_rows` into row r of
 /// `a_copy`, 16 bytes a lane, eight loads in flight ([`crate::kernels::ep_common::copy_row`]). Nothing in the
-/// kernel waits for it; the next kernel on the stream reads the copy.
+/// kernel waits for it; the next kernel on the stream reads the copy. SAFETY: `row_slot` holds the routing's slots
+/// (offsets[E] of them, each below tokens x top_k), `a_rows` the tokens' rows and `a_copy` `rows_max` rows, of
+/// `copy_cols` bf16 each (a multiple of 8); no barrier inside (the movers run beside the GEMM's roles).
 #[inline(always)]
 unsafe fn copy_side(p: &GroupedGemmFp8, w: u32, lane: u32) {
     let rows = (*(p.offsets as *const u32).add(p.experts as usize)).min(p.rows_max);
