@@ -68,7 +68,8 @@ pub enum Gather {
     /// policy) it runs `grouped_gemm_swiglu_ew7_gather` (the whole producer warpgroup gathering, four epilogue
     /// warps), else the cooperative `grouped_gemm_swiglu_gather`. The backward (z saved) then copies x's rows for
     /// dW1 in dx's idle producer warps while dx runs (the side copy, `grouped_gemm_bt_bf16_cpx`, `_cpx_dyn` under
-    /// the run-time tile walk; with z recomputed, by the pass before the recompute); dx is summed by dW2's and dW1's idle warps as with
+    /// the run-time tile walk; with z recomputed, by the pass before the recompute); dx is summed by dW2's and
+    /// dW1's idle warps as with
     /// [`Gather::Overlapped`]. The default with [`Forward::Launches`]: at 30B on an H200, alternating in one run,
     /// 1.047x the forward and 1.013x the forward + backward (z saved) of [`Gather::Overlapped`], and no copy of x
     /// kept for the backward (docs/RESULTS.md 2026-12-05h).

@@ -2,7 +2,8 @@
 //! codes and scales gathered into expert order (half the bytes of the bf16 gather), GEMM1 with the SwiGLU
 //! epilogue in FP8 quantizing h as it stores it, GEMM2 in FP8, the combine as in bf16. The weights come quantized
 //! ([`Fp8Weights`]: once per optimizer step, not per call). [`MoeLayer::backward_fp8`]: its backward, z
-//! stored by the forward's GEMM1 (`Save::WithZ`) or recomputed in FP8 as the forward computed it, then the backward on the bf16 x, W1 and W2, with the GEMMs
+//! stored by the forward's GEMM1 (`Save::WithZ`) or recomputed in FP8 as the forward computed it, then the
+//! backward on the bf16 x, W1 and W2, with the GEMMs
 //! `LayerConfig::fp8_backward` names in FP8 (dx by default) and the rest in bf16 (straight-through: the
 //! quantizers taken as the identity).
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -264,8 +265,9 @@ impl MoeLayer {
         let gemm = |sa: u64, sb: u64, cp: u64, n: usize, kk: usize, maps: [u64; 3]| {
             fp8_params(&c, &s, sv, sa, sb, cp, (n, kk), maps)
         };
+        // `z_fp8` (set above) holds only with the wide kernels
         let zs = if sv.z_fp8 { sv.z.as_ref().map(|z| (dptr(z, &s), z.len() / (2 * i))) } else { None };
-        let (k1, map_c1, c1, c1_scales) = if let (true, Some(_)) = (wide, zs) {
+        let (k1, map_c1, c1, c1_scales) = if zs.is_some() {
             ("grouped_gemm_fp8w_swiglu_qz", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
         } else if wide {
             ("grouped_gemm_fp8w_swiglu_q", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
@@ -281,7 +283,7 @@ impl MoeLayer {
         ];
         let mut p1 = gemm(xs8s, dptr(&w.w1_scales, &s), c1, i, h, maps1);
         p1.c_scales = c1_scales;
-        if let (true, Some((zp, z_rows))) = (wide, zs) {
+        if let Some((zp, z_rows)) = zs {
             (p1.z, p1.map_z) = (zp, self.maps.get(&g, zp, z_rows, 2 * i, 64, 64)?);
         }
         let cfg1 = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
