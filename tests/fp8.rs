@@ -1134,20 +1134,66 @@ gpu_test!(layer_fp8_wide_tiles_are_bitwise_the_128_ones, {
     assert!(outs[0] == outs[1], "128 x 256 and 128 x 128 tiles differ in the layer");
 });
 
+/// The bits of one FP8 step on `b`'s inputs: `forward_fp8` of a layer saving `save` whose backward runs `mode`,
+/// then `backward_fp8` with bf16 weight gradients accumulated onto `gw0` (y, dx, dW1, dW2, dtopk); every output
+/// poisoned first. Then checks that `backward_fp8` refuses a bf16 forward's state.
+#[allow(clippy::type_complexity)]
+fn fp8_step_bits(
+    g: &Arc<Gpu>,
+    b: &LayerBufs,
+    (t, h, i, e, k): (usize, usize, usize, usize, usize),
+    save: megamoe::layer::Save,
+    mode: megamoe::layer::Fp8Backward,
+    gw0: (&[bf16], &[bf16]),
+) -> (Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>) {
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer};
+    let LayerBufs { x, ids, wts, w1, w2, dy } = b;
+    let inp16 = Inputs { tokens: t, x, topk_ids: ids, topk_weights: wts, w1, w2 };
+    let cfg = LayerConfig { fp8_backward: mode, ..straight_cfg(h, i, e, k, t, save) };
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut fw = Fp8Weights::alloc(&layer).unwrap();
+    fw.quantize(g, w1, w2, &layer).unwrap();
+    let mut saved = layer.alloc_saved(t).unwrap();
+    let mut out = g.alloc::<bf16>(t * h).unwrap();
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    let inp = Fp8Inputs { tokens: t, x, topk_ids: ids, topk_weights: wts, weights: &fw };
+    layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+    let mut dx = g.alloc::<bf16>(t * h).unwrap();
+    g.fill_bytes(&mut dx, 0xff).unwrap();
+    let (mut gw1, mut gw2) = (g.upload(gw0.0).unwrap(), g.upload(gw0.1).unwrap());
+    let mut dtopk = g.alloc::<f32>(t * k).unwrap();
+    g.fill_bytes(&mut dtopk, 0xff).unwrap();
+    let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
+    layer.backward_fp8(&saved, dy, &inp16, &fw, grads).unwrap();
+    let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits() as u32).collect::<Vec<u32>>();
+    let tk: Vec<u32> = g.download(&dtopk).unwrap().into_iter().map(f32::to_bits).collect();
+    let res = (
+        bits(g.download(&out).unwrap()),
+        bits(g.download(&dx).unwrap()),
+        bits(g.download(&gw1).unwrap()),
+        bits(g.download(&gw2).unwrap()),
+        tk,
+    );
+    // a bf16 forward's state is refused
+    let sv16 = layer.forward(&inp16, &mut out).unwrap();
+    let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
+    let err = layer.backward_fp8(&sv16, dy, &inp16, &fw, grads).unwrap_err();
+    assert!(format!("{err:?}").contains("forward_fp8"), "{err:?}");
+    res
+}
+
 gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     // with Save::WithZ the FP8 forward's GEMM1 stores z (`grouped_gemm_fp8w_swiglu_qz`) and backward_fp8 reads it;
     // with Save::InputsOnly backward_fp8 recomputes it: the outputs and gradients bit for bit the same (bf16
     // weight gradients, accumulated onto random values), and the same again with dy gathered by the pass
     // instead of the dh GEMM's producer (`MEGAMOE_DY_GATHER=pass`); backward_fp8 refuses a bf16 forward's state
-    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, MoeLayer, Save};
+    use megamoe::layer::{Fp8Backward as M, Save};
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
-    let (t, h, i, e, k) = (250, 512, 256, 8, 4);
-    let LayerBufs { x, ids, wts, w1, w2, dy } = LayerBufs::new(&g, &mut r, (t, h, i, e, k));
+    let dims = (250, 512, 256, 8, 4);
+    let (_, h, i, e, _) = dims;
+    let b = LayerBufs::new(&g, &mut r, dims);
     let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
-    let inp16 = Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, w1: &w1, w2: &w2 };
-    let mut outs = Vec::new();
-    use megamoe::layer::{Fp8Backward as M, LayerConfig};
     let runs = [
         (Save::InputsOnly, true, M::Straight),
         (Save::WithZ, true, M::Straight),
@@ -1157,37 +1203,10 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
         (Save::InputsOnly, true, M::DxWgrad),
         (Save::WithZ, true, M::DxWgrad),
     ];
+    let mut outs = Vec::new();
     for (save, dy_in_producer, mode) in runs {
         megamoe::gemm::with_dy_gather(dy_in_producer, || {
-            let cfg = LayerConfig { fp8_backward: mode, ..straight_cfg(h, i, e, k, t, save) };
-            let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
-            let mut fw = Fp8Weights::alloc(&layer).unwrap();
-            fw.quantize(&g, &w1, &w2, &layer).unwrap();
-            let mut saved = layer.alloc_saved(t).unwrap();
-            let mut out = g.alloc::<bf16>(t * h).unwrap();
-            g.fill_bytes(&mut out, 0xff).unwrap();
-            let inp = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &wts, weights: &fw };
-            layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
-            let mut dx = g.alloc::<bf16>(t * h).unwrap();
-            g.fill_bytes(&mut dx, 0xff).unwrap();
-            let (mut gw1, mut gw2) = (g.upload(&gw1_0).unwrap(), g.upload(&gw2_0).unwrap());
-            let mut dtopk = g.alloc::<f32>(t * k).unwrap();
-            let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
-            layer.backward_fp8(&saved, &dy, &inp16, &fw, grads).unwrap();
-            let bits = |v: Vec<bf16>| v.into_iter().map(|x| x.to_bits() as u32).collect::<Vec<u32>>();
-            let tk: Vec<u32> = g.download(&dtopk).unwrap().into_iter().map(f32::to_bits).collect();
-            outs.push((
-                bits(g.download(&out).unwrap()),
-                bits(g.download(&dx).unwrap()),
-                bits(g.download(&gw1).unwrap()),
-                bits(g.download(&gw2).unwrap()),
-                tk,
-            ));
-            // a bf16 forward's state is refused
-            let sv16 = layer.forward(&inp16, &mut out).unwrap();
-            let grads = Grads { dx: &mut dx, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: true };
-            let err = layer.backward_fp8(&sv16, &dy, &inp16, &fw, grads).unwrap_err();
-            assert!(format!("{err:?}").contains("forward_fp8"), "{err:?}");
+            outs.push(fp8_step_bits(&g, &b, dims, save, mode, (&gw1_0, &gw2_0)));
         });
     }
     assert!(outs[0].0.iter().all(|&v| v != 0xffff), "y not fully written");
@@ -1197,6 +1216,35 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     assert!(outs[3] == outs[4], "with the FP8 dx the two save modes give different outputs or gradients");
     assert!(outs[5] == outs[6], "with FP8 dx and weight gradients the two save modes differ");
     assert!(outs[0].0 == outs[3].0 && outs[3].0 == outs[5].0, "the forward depends on the backward's mode");
+});
+
+gpu_test!(fp8_x_gathered_in_the_producer_is_bitwise_the_pass, {
+    // x's codes and scales read from the tokens' rows by the 128 x 256 GEMMs' producer (`_gather`: the forward's
+    // GEMM1 in both save modes, the z recompute by the plain kernel and, with FP8 weight gradients, by `_zt`)
+    // against the pass's expert-ordered copy (MEGAMOE_FP8_GATHER=pass, read per call): y and every gradient bit
+    // for bit; ragged counts (~17 rows an expert: every tile partial, rows past each expert's end zero-filled)
+    use megamoe::layer::{Fp8Backward as M, Save};
+    let g = gpu();
+    let mut r = Rng::new(Rng::fresh_seed());
+    let dims = (133, 1024, 256, 24, 3);
+    let (_, h, i, e, _) = dims;
+    let b = LayerBufs::new(&g, &mut r, dims);
+    let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
+    for (save, mode) in [(Save::InputsOnly, M::Straight), (Save::WithZ, M::Dx), (Save::InputsOnly, M::DxWgrad)] {
+        let mut outs = Vec::new();
+        for knob in [None, Some("pass")] {
+            match knob {
+                Some(v) => std::env::set_var("MEGAMOE_FP8_GATHER", v),
+                None => std::env::remove_var("MEGAMOE_FP8_GATHER"),
+            }
+            outs.push(fp8_step_bits(&g, &b, dims, save, mode, (&gw1_0, &gw2_0)));
+        }
+        std::env::remove_var("MEGAMOE_FP8_GATHER");
+        assert!(outs[0].0.iter().all(|&v| v != 0xffff), "y not fully written ({save:?}, {mode:?})");
+        assert!(outs[0].1.iter().all(|&v| v != 0xffff), "dx not fully written ({save:?}, {mode:?})");
+        assert!(outs[0].4.iter().all(|&v| v != u32::MAX), "dtopk not fully written ({save:?}, {mode:?})");
+        assert!(outs[0] == outs[1], "the producer's gather and the pass differ ({save:?}, {mode:?})");
+    }
 });
 
 gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {

@@ -764,7 +764,7 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
 pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
-    } else if kernel == "grouped_gemm_fp8w" || kernel == "grouped_gemm_fp8w_cpx" {
+    } else if matches!(kernel, "grouped_gemm_fp8w" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather") {
         kh::FP8W_BN as usize
     } else {
         kh::FP8_BN as usize

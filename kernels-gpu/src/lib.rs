@@ -165,11 +165,14 @@ pub mod kernels_host {
     pub const FP8W_BN: u32 = 256;
     /// Pipeline stages of `grouped_gemm_fp8w` (A 128 rows x 128 bytes + B 256 x 128: 48 KiB a stage).
     pub const FP8W_STAGES: u32 = 4;
-    /// Shared memory of `grouped_gemm_fp8w`: the ring, the staging, the ring's barriers, the tile slots.
+    /// Shared memory of `grouped_gemm_fp8w`: the ring, the staging, the ring's barriers, the tile slots, the zt
+    /// epilogue's reduction, the gathering producer's row tokens.
     pub const FP8W_SMEM: u32 =
-        FP8W_STAGES * (128 + 256) * 128 + GEMM_STAGING + 16 * FP8W_STAGES + FP8_SLOTS * 16 + FP8W_RED;
+        FP8W_STAGES * (128 + 256) * 128 + GEMM_STAGING + 16 * FP8W_STAGES + FP8_SLOTS * 16 + FP8W_RED + FP8W_TOKS;
     /// The block-amax reduction of `grouped_gemm_fp8w_swiglu_zt`: two tiles' (by parity) 8 warps' maxima, f32.
     pub const FP8W_RED: u32 = 64;
+    /// The gathering `grouped_gemm_fp8w` kernels' row tokens of two tiles (by the block's tile parity): u32 [2][128].
+    pub const FP8W_TOKS: u32 = 2 * 4 * 128;
     /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns),
     /// one consumer warp's 16 rows.
     pub const WGRAD_C_BOX: (u32, u32) = (16, 32);

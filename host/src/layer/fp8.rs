@@ -257,10 +257,13 @@ impl MoeLayer {
         let sv: &Saved = saved;
         let s = g.stream().clone();
         let slots_max = c.max_tokens * k;
-        self.quantize_tokens(inp.x, t, sv)?;
+        // the wide kernels gather x's codes and scales in GEMM1's producer (`_gather`), unless MEGAMOE_FP8_GATHER=pass
+        let ga = wide && producer_gather();
+        self.quantize_tokens(inp.x, t, sv, ga)?;
         let f = self.fp8.as_ref().expect("allocated above");
         // the GEMMs with cached tensor maps (encoded on a buffer's first call: then capturable in a CUDA graph)
         let (xs8, xs8s, h8, h8s) = (dptr(&f.xs8, &s), dptr(&f.xs8_scales, &s), dptr(&f.h8, &s), dptr(&f.h8_scales, &s));
+        let (x8, x8s) = (dptr(&f.x8, &s), dptr(&f.x8_scales, &s));
         let (hp, ys) = (dptr(&self.work.h, &s), dptr(&self.work.ys, &s));
         let gemm = |sa: u64, sb: u64, cp: u64, n: usize, kk: usize, maps: [u64; 3]| {
             fp8_params(&c, &s, sv, sa, sb, cp, (n, kk), maps)
@@ -268,28 +271,35 @@ impl MoeLayer {
         // `z_fp8` (set above) holds only with the wide kernels
         let zs = if sv.z_fp8 { sv.z.as_ref().map(|z| (dptr(z, &s), z.len() / (2 * i))) } else { None };
         let (k1, map_c1, c1, c1_scales) = if zs.is_some() {
-            ("grouped_gemm_fp8w_swiglu_qz", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
+            let k1 = if ga { "grouped_gemm_fp8w_swiglu_qz_gather" } else { "grouped_gemm_fp8w_swiglu_qz" };
+            (k1, self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
         } else if wide {
-            ("grouped_gemm_fp8w_swiglu_q", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
+            let k1 = if ga { "grouped_gemm_fp8w_swiglu_q_gather" } else { "grouped_gemm_fp8w_swiglu_q" };
+            (k1, self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
         } else if fused {
             ("grouped_gemm_fp8_swiglu_q", self.maps.get_u8(&g, h8, slots_max, i, 64)?, h8, h8s)
         } else {
             ("grouped_gemm_fp8_swiglu", self.maps.get(&g, hp, slots_max, i, 64, 64)?, hp, 0)
         };
+        // gathered: A read from the tokens' codes by row_slot (no map of A)
         let maps1 = [
-            self.maps.get_u8(&g, xs8, slots_max, h, 128)?,
+            if ga { 0 } else { self.maps.get_u8(&g, xs8, slots_max, h, 128)? },
             self.maps.get_u8(&g, dptr(&w.w1, &s), e * 2 * i, h, if wide { 128 } else { 64 })?,
             map_c1,
         ];
-        let mut p1 = gemm(xs8s, dptr(&w.w1_scales, &s), c1, i, h, maps1);
+        let mut p1 = gemm(if ga { x8s } else { xs8s }, dptr(&w.w1_scales, &s), c1, i, h, maps1);
         p1.c_scales = c1_scales;
+        if ga {
+            (p1.a_rows, p1.row_slot, p1.top_k) = (x8, dptr(&sv.row_slot, &s), k as u32);
+        }
         if let Some((zp, z_rows)) = zs {
             (p1.z, p1.map_z) = (zp, self.maps.get(&g, zp, z_rows, 2 * i, 64, 64)?);
         }
         let cfg1 = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
         // SAFETY: the parameter block's buffers hold the shapes checked above (A, h or its codes and scales:
         // slots_max rows; W1: E * 2I rows of H; z, with `_qz`, the saved state's rows, at least t k, of 2I); rows
-        // are bounded by the device offsets, offsets[E] <= t k <= slots_max.
+        // are bounded by the device offsets, offsets[E] <= t k <= slots_max. Gathered: x's codes and scales hold
+        // max_tokens >= t rows, the routing's row_slot (this call's) tokens below t.
         unsafe { g.launch(k1, cfg1, &p1)? };
         if !fused {
             unsafe { q::quantize_rows_raw(&g, hp, h8, h8s, t * k, i)? };
@@ -385,8 +395,9 @@ impl MoeLayer {
         Ok(())
     }
 
-    /// The tokens x [T, H] quantized once (1 x 128 scales), their codes and scales gathered into expert order.
-    fn quantize_tokens(&mut self, x: &CudaSlice<bf16>, t: usize, sv: &Saved) -> Result<()> {
+    /// The tokens x [T, H] quantized once (1 x 128 scales), their codes and scales gathered into expert order
+    /// unless `in_producer` (the `_gather` kernels read them from the tokens' rows).
+    fn quantize_tokens(&mut self, x: &CudaSlice<bf16>, t: usize, sv: &Saved, in_producer: bool) -> Result<()> {
         self.alloc_fp8()?;
         let (g, h) = (self.gpu.clone(), self.cfg.hidden);
         let s = g.stream().clone();
@@ -394,6 +405,9 @@ impl MoeLayer {
         let (x8, x8s, xs8, xs8s) = (dptr(&f.x8, &s), dptr(&f.x8_scales, &s), dptr(&f.xs8, &s), dptr(&f.xs8_scales, &s));
         // SAFETY: x holds T rows of H (checked by the callers), the code and scale buffers max_tokens rows.
         unsafe { q::quantize_rows_raw(&g, dptr(x, &s), x8, x8s, t, h)? };
+        if in_producer {
+            return Ok(());
+        }
         // codes and scales into expert order (H and H / 32 bytes a row: H a multiple of 512 keeps both 16-byte rows)
         self.gather_bytes(x8, xs8, h, sv)?;
         self.gather_bytes(x8s, xs8s, h / 32, sv)
@@ -415,20 +429,30 @@ impl MoeLayer {
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let slots_max = c.max_tokens * c.top_k;
-        self.quantize_tokens(x, t, sv)?;
+        // the 128 x 256 kernels gather x's codes in their producer (as the forward's GEMM1)
+        let ga = (ht || plain_kernel() == "grouped_gemm_fp8w") && producer_gather();
+        self.quantize_tokens(x, t, sv, ga)?;
         let f = self.fp8.as_ref().expect("allocated by quantize_tokens");
         let (xs8, xs8s, zp) = (dptr(&f.xs8, &s), dptr(&f.xs8_scales, &s), dptr(&self.work.z, &s));
+        let (x8, x8s) = (dptr(&f.x8, &s), dptr(&f.x8_scales, &s));
         let maps = [
-            self.maps.get_u8(&g, xs8, slots_max, h, 128)?,
+            if ga { 0 } else { self.maps.get_u8(&g, xs8, slots_max, h, 128)? },
             self.maps.get_u8(&g, dptr(&w.w1, &s), e * 2 * i, h, 128)?,
             self.maps.get(&g, zp, slots_max, 2 * i, 64, 64)?,
         ];
         let w1s = dptr(&w.w1_scales, &s);
+        let sa = if ga { x8s } else { xs8s };
+        let gathered = |mut p: GroupedGemmFp8| {
+            if ga {
+                (p.a_rows, p.row_slot, p.top_k) = (x8, dptr(&sv.row_slot, &s), c.top_k as u32);
+            }
+            p
+        };
         if ht {
             let (ct, cts, kp) = self.operand(Operand::B)?;
-            let mut p = fp8_params(&c, &s, sv, xs8s, w1s, zp, (i, h), maps);
+            let mut p = gathered(fp8_params(&c, &s, sv, sa, w1s, zp, (i, h), maps));
             (p.ct, p.c_scales, p.kp) = (ct, cts, kp as u32);
-            let k1 = "grouped_gemm_fp8w_swiglu_zt";
+            let k1 = if ga { "grouped_gemm_fp8w_swiglu_zt_gather" } else { "grouped_gemm_fp8w_swiglu_zt" };
             let cfg = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
             // SAFETY: as the plain launch below (z slots_max rows of 2I), and h^T's codes I rows of Kp with their
             // [Kp / 128, I / 128] scales in operand B (Kp covers any routing of max_tokens tokens; the K block of a
@@ -436,8 +460,8 @@ impl MoeLayer {
             unsafe { g.launch(k1, cfg, &p)? };
             return Ok(zp);
         }
-        let p = fp8_params(&c, &s, sv, xs8s, w1s, zp, (2 * i, h), maps);
-        let k1 = plain_kernel();
+        let p = gathered(fp8_params(&c, &s, sv, sa, w1s, zp, (2 * i, h), maps));
+        let k1 = if ga { "grouped_gemm_fp8w_gather" } else { plain_kernel() };
         let cfg = q::launch_cfg(&g, k1, slots_max, e, 2 * i, q::tile_cols(k1))?;
         // SAFETY: the codes and scales hold slots_max rows of H, W1 E * 2I rows of H with its block scales, z
         // slots_max rows of 2I (2I a multiple of 256); rows are bounded by the device offsets, offsets[E] <= t k
@@ -662,6 +686,12 @@ impl MoeLayer {
 /// SwiGLU then in the same tiles), or with `MEGAMOE_FP8_TILES=128` (read at each call, for the benchmark's A/B)
 /// `grouped_gemm_fp8` (128 x 128; the same bits). The wide tiles made the 30B FP8 forward 1.098x faster
 /// (twelfth session, call G).
+/// Whether the 128 x 256 FP8 GEMMs over x's codes gather them in their producer (the default) or read a copy in
+/// expert order made by a pass (`MEGAMOE_FP8_GATHER=pass`).
+pub(super) fn producer_gather() -> bool {
+    std::env::var("MEGAMOE_FP8_GATHER").map_or(true, |v| v != "pass")
+}
+
 pub(super) fn plain_kernel() -> &'static str {
     match std::env::var("MEGAMOE_FP8_TILES") {
         Ok(v) if v == "128" => "grouped_gemm_fp8",

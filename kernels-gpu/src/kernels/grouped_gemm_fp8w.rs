@@ -20,7 +20,7 @@ use crate::fp8::scale_and_factor;
 use crate::kernels::routing_failed;
 use crate::params::GroupedGemmFp8;
 use crate::pipeline::Ring;
-use crate::ptx::{fence, global, math, regs, smem, sync, tma, warp, wgmma};
+use crate::ptx::{cp_async, fence, global, math, mbarrier, regs, smem, sync, tma, warp, wgmma};
 use crate::scheduler::MTile;
 
 const STAGES: u32 = crate::kernels_host::FP8W_STAGES;
@@ -39,8 +39,11 @@ const SLOT_AT: u32 = STAGING + 4 * C_BOX + Ring::<STAGES>::BYTES;
 const _: () = assert!(SLOTS > STAGES + 1 && SLOT_AT % 16 == 0, "tile slots");
 /// The zt epilogue's block-amax reduction: [tile parity][warpgroup][warp] f32.
 const RED_AT: u32 = SLOT_AT + 16 * SLOTS;
+/// The gathering producer's row tokens, u32 [2][BM]: the block's tile l in half l % 2 (see [`produce_gather`]).
+const TOKS_AT: u32 = RED_AT + crate::kernels_host::FP8W_RED;
 const _: () = assert!(
-    RED_AT + crate::kernels_host::FP8W_RED == crate::kernels_host::FP8W_SMEM,
+    TOKS_AT + crate::kernels_host::FP8W_TOKS == crate::kernels_host::FP8W_SMEM
+        && 2 * BM * 4 == crate::kernels_host::FP8W_TOKS,
     "host and kernel agree on the shared memory"
 );
 const _: () = assert!(crate::kernels_host::FP8W_SMEM <= 232448, "sm_90 allows at most 227 KiB of shared memory");
@@ -89,7 +92,16 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, false>(&p);
+    body::<false, false, false, false, false>(&p);
+}
+
+/// As `grouped_gemm_fp8w` with A gathered from the tokens by the producer warpgroup ([`produce_gather`]: no
+/// expert-ordered copy of the codes): row r of A is token row_slot\[r\] / top_k of `a_rows` (e4m3 [tokens, K]),
+/// its scales that token's row of `sa` ([tokens, K / 128]); `map_a` unused. The FP8 backward's z recompute.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_gather(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, true>(&p);
 }
 
 /// As `grouped_gemm_fp8w` with the side copy (the FP8 backward's dx copying x's rows for dW1): the producer
@@ -100,7 +112,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_cpx(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, true>(&p);
+    body::<false, false, false, true, false>(&p);
 }
 
 /// GEMM1 + SwiGLU for the FP8 backward's z recompute (see `epilogue_swiglu_zt`): B = W1 [E * 2N, K] (N = I),
@@ -109,7 +121,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_cpx(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, true, false, false>(&p);
+    body::<true, true, false, false, false>(&p);
+}
+
+/// `grouped_gemm_fp8w_swiglu_zt` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt_gather(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<true, true, false, false, true>(&p);
 }
 
 /// GEMM1 + SwiGLU with h quantized (see the module's documentation): B = W1 [E * 2N, K] (N = I, a multiple of
@@ -117,7 +136,15 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8)
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, false, false>(&p);
+    body::<true, false, false, false, false>(&p);
+}
+
+/// `grouped_gemm_fp8w_swiglu_q` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`): the
+/// FP8 forward with no gathered copy of x's codes.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q_gather(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<true, false, false, false, true>(&p);
 }
 
 /// As `grouped_gemm_fp8w_swiglu_q`, storing z too (the FP8 forward of a layer that saves z for its backward):
@@ -126,12 +153,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) 
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_qz(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, true, false>(&p);
+    body::<true, false, true, false, false>(&p);
+}
+
+/// `grouped_gemm_fp8w_swiglu_qz` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_qz_gather(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<true, false, true, false, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool>(p: &GroupedGemmFp8) {
+unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, const GA: bool>(p: &GroupedGemmFp8) {
     const { assert!(!CPX || !SW, "the side copy: the plain kernel (the FP8 dx)") };
+    const { assert!(!(CPX && GA), "the side copy's warps are the gathering producer's") };
     const { assert!(!QZ || (SW && !ZT), "z with h's row codes: the SwiGLU form of the forward") };
     // read once by every thread before the first barrier: the whole block returns or none
     if routing_failed(p.error) {
@@ -141,28 +176,32 @@ unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool>(
     let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
     let t = regs::tid();
     if t == 0 {
-        ring.init(8); // one arrival per consumer warp
+        // one arrival per consumer warp; the gathering producer's stages complete with one arrival carrying B's
+        // bytes and one per thread whose `cp.async` copies landed
+        ring.init_with(if GA { 1 + 128 } else { 1 }, 8);
     }
     sync::block_sync();
     let total = || crate::kernels::grouped_gemm_fp8::m_tiles(p) * (p.n / tile_cols::<SW>());
     if t / 128 == 0 {
-        if CPX {
+        if CPX || GA {
             regs::setmaxnreg_dec::<CPX_PRODUCER_REGS>();
         } else {
             regs::setmaxnreg_dec::<40>();
         }
-        if t == 0 {
+        if GA {
+            produce_gather::<SW>(p, base, ring, total());
+        } else if t == 0 {
             produce::<SW>(p, base, ring, total());
         } else if CPX && t >= 32 {
             copy_side(p, t / 32 - 1, t % 32);
         }
     } else {
-        if CPX {
+        if CPX || GA {
             regs::setmaxnreg_inc::<CPX_CONSUMER_REGS>();
         } else {
             regs::setmaxnreg_inc::<232>();
         }
-        consume::<SW, ZT, QZ>(p, base, ring, total(), regs::warpgroup() - 1);
+        consume::<SW, ZT, QZ, GA>(p, base, ring, total(), regs::warpgroup() - 1);
     }
 }
 
@@ -198,6 +237,65 @@ unsafe fn produce<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAG
     }
 }
 
+/// The gathering producer (all 128 threads of warpgroup 0): per stage, A's 128 rows x 128 code bytes from the
+/// tokens' rows (row r of the tile: token row_slot[r] / top_k of `a_rows`, zero past the expert's end) by 16-byte
+/// `cp.async` into the layout the TMA would have made ([`crate::kernels::grouped_gemm::GatherRows`]: 128 bytes a
+/// k-step, as the bf16 gather's 64 elements), each thread's copies arriving on the stage's full barrier when they
+/// land (`.noinc`); thread 0 loads B's two boxes by TMA with their bytes and writes the tile's slot, as
+/// [`produce`]. The tile's row tokens pass through shared memory (half l % 2 of `TOKS_AT` for the block's tile l,
+/// between two barriers of the 128 threads, named barrier 1), where the consumers read their rows' tokens for the
+/// scales too (published by the stage's arrivals as the slot is). A half is rewritten for tile l + 2 only after
+/// this thread's wait for the empty stage of tile l + 1's last k-step, which the consumers release after their
+/// reads of tile l's tokens: K / 128 >= STAGES k-steps a tile (K a multiple of 512). SAFETY: every thread of
+/// warpgroup 0, uniform control flow; row_slot holds the routing's slots (below tokens x top_k) for the rows below
+/// offsets[E], `a_rows` [tokens, K] codes.
+#[inline(always)]
+unsafe fn produce_gather<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+    let t = regs::tid();
+    let mb = p.map_b as *const u8;
+    if t == 0 {
+        crate::kernels::acquire_prefetch(mb);
+    }
+    let kb_n = p.k / BK;
+    let mut it = 0u32;
+    let mut l = 0u32;
+    let mut tile = regs::bid();
+    while tile < total {
+        let ti = tile_info::<SW>(p, tile);
+        let (b0, b1) = (b_row::<SW>(p, &ti, 0) as i32, b_row::<SW>(p, &ti, 1) as i32);
+        // thread t looks up row t (u32::MAX past the expert's end: zero-filled, nothing read); the barrier before:
+        // every thread has taken the last tile's tokens into its registers
+        let row = ti.row0 + t;
+        let tok = if row < ti.row_end { *(p.row_slot as *const u32).add(row as usize) / p.top_k } else { u32::MAX };
+        let toks = base + TOKS_AT + (l % 2) * (4 * BM);
+        sync::named_sync(1, 128);
+        smem::st_u32(toks + 4 * t, tok);
+        sync::named_sync(1, 128);
+        let rows = crate::kernels::grouped_gemm::GatherRows::new(p.a_rows as *const u8, p.k as usize, toks, t);
+        let mut kb = 0;
+        while kb < kb_n {
+            ring.wait_empty(it);
+            let fb = ring.full_bar(it);
+            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+            if t == 0 {
+                if kb == 0 {
+                    // the tile's slot, published by this thread's arrival below; its previous tile is done
+                    smem::st_v4(base + SLOT_AT + 16 * (l % SLOTS), [ti.e, ti.row0, ti.row_end, ti.n_tile]);
+                }
+                mbarrier::arrive_expect_tx(fb, 2 * B_HALF);
+                tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, b0, fb);
+                tma::load_2d(st + A_BYTES + B_HALF, mb, (kb * BK) as i32, b1, fb);
+            }
+            rows.issue(st, kb);
+            cp_async::mbarrier_arrive_noinc(fb);
+            it += 1;
+            kb += 1;
+        }
+        l += 1;
+        tile += regs::nctaid();
+    }
+}
+
 /// This warpgroup's four wgmma m64n128k32 of column half `h` of the stage at `st` into `part` (overwritten), as
 /// one commit group.
 #[inline(always)]
@@ -219,7 +317,7 @@ fn promote_half<const H: usize>(acc: &mut [f32; 128], part: &[f32; 64], wa: f32,
 }
 
 #[inline(always)]
-unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool>(
+unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool>(
     p: &GroupedGemmFp8,
     base: u32,
     ring: Ring<STAGES>,
@@ -250,13 +348,29 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool>(
         // the tile from its slot, once its first stage has landed
         ring.wait_full(it);
         // scale rows (element indices): A's rows r, r + 8 (rows past the buffer are TMA's zeros: row 0's scales
-        // will do), B's 128 x 128 blocks of the tile's two column halves (with SwiGLU: g's and u's)
+        // will do; gathered, the rows' tokens, and token 0's past the expert's end, where the rows are zeros), B's
+        // 128 x 128 blocks of the tile's two column halves (with SwiGLU: g's and u's)
         let (ia, ib, iw0, iw1) = {
             let ti = slot(base, l);
             let row_a = ti.row0 + cw * 64 + r;
             let row_b = row_a + 8;
-            let ia = if row_a < p.rows_max { row_a } else { 0 } * kb_n;
-            let ib = if row_b < p.rows_max { row_b } else { 0 } * kb_n;
+            // the producer's row tokens of this tile (u32::MAX past the expert's end)
+            let toks = base + TOKS_AT + (l % 2) * (4 * BM);
+            let src = |row: u32| unsafe {
+                if GA {
+                    let tok = smem::ld_u32(toks + 4 * (row - ti.row0));
+                    if tok != u32::MAX {
+                        tok
+                    } else {
+                        0
+                    }
+                } else if row < p.rows_max {
+                    row
+                } else {
+                    0
+                }
+            };
+            let (ia, ib) = (src(row_a) * kb_n, src(row_b) * kb_n);
             (ia, ib, b_row::<SW>(p, &ti, 0) / 128 * kb_n, b_row::<SW>(p, &ti, 1) / 128 * kb_n)
         };
         {
@@ -276,6 +390,10 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool>(
         let mut kb = 0;
         while kb < kb_n {
             ring.wait_full(it);
+            if GA {
+                // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
+                fence::proxy_async_shared_cta();
+            }
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             let s = sc(kb);
             issue_half(st, cw, 0, &mut part);
