@@ -2,7 +2,8 @@
 //! E 128, top-8) with 2048 tokens per rank and uniform routing, in its four modes (push or pull dispatch, copy
 //! or scatter combine) alternating within each repetition: the whole forward's device-event time and, timed
 //! apart, its stages (dispatch kernel, every rank's GEMMs, combine kernel), 3 warm-ups, median of 20; beside a
-//! device-to-device memcpy of the push dispatch's bytes measured in the same run. Emulated ranks share one GPU,
+//! device-to-device memcpy of the push dispatch's bytes measured in the same run. Each mode's whole forward is also
+//! timed with the GEMMs on the static tile walk (`gemm::with_gemm_sched(false)`), alternating. Emulated ranks share one GPU,
 //! so every "peer" store goes to the same HBM: these figures are the kernels' memory efficiency, not NVLink's.
 //!
 //! Correctness in the same run, for every mode: every rank's output poisoned, then checked fully written and
@@ -70,7 +71,9 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         .collect();
     // the four forward modes alternate within each repetition, so the power state is shared
     const MODES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
-    let mut times = vec![[(); 4].map(|_| Vec::new()); MODES.len()];
+    // and each mode's whole forward with the GEMMs on the static tile walk (the expert-parallel layer's walk
+    // before the forty-third session), alternating
+    let mut times = vec![[(); 5].map(|_| Vec::new()); MODES.len()];
     for rep in 0..23 {
         for (m, &(pull, scatter)) in MODES.iter().enumerate() {
             layer.set_pull_dispatch(pull);
@@ -78,8 +81,9 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
             let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
             let (_, t) = layer.forward_timed(&inp, &mut o)?;
             let total = g.timed(|| layer.forward(&inp, &mut o).map(|_| ()))?;
+            let fixed = megamoe::gemm::with_gemm_sched(false, || g.timed(|| layer.forward(&inp, &mut o).map(|_| ())))?;
             if rep >= 3 {
-                for (v, x) in times[m].iter_mut().zip([t.dispatch_ms, t.gemm_ms, t.combine_ms, total]) {
+                for (v, x) in times[m].iter_mut().zip([t.dispatch_ms, t.gemm_ms, t.combine_ms, total, fixed]) {
                     v.push(x);
                 }
             }
@@ -125,7 +129,7 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     let m = median(tm);
     let gbs = |bytes: usize, ms: f64| bytes as f64 / (ms * 1e-3) / 1e9;
     for (&(pull, scatter), t) in MODES.iter().zip(times) {
-        let [d, gm, c, total] = t.map(median);
+        let [d, gm, c, total, fixed] = t.map(median);
         let mode = format!(
             "{} dispatch, {} combine",
             if pull { "pull" } else { "push" },
@@ -138,14 +142,17 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         println!(
             "RESULT ep forward, {mode} (EP = {WORLD} emulated, Qwen3-30B-A3B, {TOKENS} tokens/rank, {rows} rows): \
              {:.0} us whole (median of 20, modes alternating) | stages timed apart: dispatch {:.0} us ({:.0} GB/s \
-             of {} MB), GEMMs {:.0} us, combine {:.0} us ({} MB returned by the kernel)",
+             of {} MB), GEMMs {:.0} us, combine {:.0} us ({} MB returned by the kernel); the GEMMs on the static \
+             tile walk {:.0} us whole ({:.3}x)",
             total * 1e3,
             d * 1e3,
             gbs(moved, d),
             moved / 1_000_000,
             gm * 1e3,
             c * 1e3,
-            back / 1_000_000
+            back / 1_000_000,
+            fixed * 1e3,
+            fixed / total
         );
     }
     println!(

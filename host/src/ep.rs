@@ -725,17 +725,20 @@ impl EpLayer {
 
     /// One M-grouped GEMM launch over rank r's receive rows (with [`Pass::Prepare`], its kernel and launch
     /// chosen, not launched).
-    fn mgemm(&self, kernel: &'static str, p: GroupedGemm, pass: Pass) -> Result<()> {
+    fn mgemm(&self, kernel: &'static str, mut p: GroupedGemm, pass: Pass) -> Result<()> {
         let recv = self.group.layout.max_recv as u32;
         let per = (self.cfg.experts / self.world()) as u32;
         let kernel = crate::gemm::kernel_for(&self.gpu, kernel, &p)?;
+        // the run-time tile walk, as the local layer's GEMMs
+        let kernel = crate::gemm::sched_variant(&self.gpu, kernel, &mut p)?;
         let launch = m_grouped_launch(&self.gpu, kernel, recv as usize, per as usize, p.n_tiles)?;
         if pass == Pass::Prepare {
             return Ok(());
         }
         // SAFETY: A holds max_recv rows, C max_recv rows of ldc; the local offsets the kernels read are clamped to
-        // max_recv on the device; B holds the rank's experts.
-        unsafe { self.gpu.launch(kernel, launch, &p) }
+        // max_recv on the device; B holds the rank's experts; a `_dyn` kernel's counter (`p.sched`) is zeroed
+        // first.
+        unsafe { self.gpu.launch_counted(p.sched, kernel, launch, &p) }
     }
 
     /// Rank r's GEMM1 + SwiGLU over its received x rows: h, and z when `z` is non-zero.
@@ -785,17 +788,19 @@ impl EpLayer {
             // SAFETY: as `mgemm`; the movers copy rows r < the local offsets' end (<= max_recv) from the rank and
             // slot recv_meta[r] names (written by this call's dispatch for every such row), x of that rank
             // holding its tokens' rows.
+            let mut p = p;
             let kernel = crate::gemm::kernel_for(&self.gpu, "grouped_gemm_swiglu", &p)?;
             let kernel = if kernel == "grouped_gemm_swiglu_ew7" {
                 "grouped_gemm_swiglu_ew7_mv"
             } else {
                 "grouped_gemm_swiglu_mv"
             };
+            let kernel = crate::gemm::sched_variant(&self.gpu, kernel, &mut p)?;
             let launch = m_grouped_launch(&self.gpu, kernel, recv, per, p.n_tiles)?;
             if pass == Pass::Prepare {
                 return Ok(());
             }
-            return unsafe { self.gpu.launch(kernel, launch, &p) };
+            return unsafe { self.gpu.launch_counted(p.sched, kernel, launch, &p) };
         }
         self.mgemm("grouped_gemm_swiglu", p, pass)
     }

@@ -427,8 +427,8 @@ thread_local! {
 /// fewer experts' weights are read at once. The default since the thirty-second session (docs/RESULTS.md 2026-12-05g):
 /// on an H100 at 235B it lifted GEMM1 + SwiGLU from 0.63 to 0.82 of cuBLAS and dx from 0.68 to 0.89 (235B GEMM1's
 /// DRAM reads 8.0 -> 6.8 GB, floor 5.1), and it was level at 30B (both cards) and at 235B on the H200. The same
-/// bits either way (each tile computed alike by whichever block). The expert-parallel layer's GEMMs keep the
-/// static walk. `MEGAMOE_GEMM_SCHED` (read once) = `dynamic` or unset on, `static` off (every grid-th tile, the
+/// bits either way (each tile computed alike by whichever block). The expert-parallel layer's GEMMs take it too
+/// (their row-scattered GEMM2 `grouped_gemm_bf16_scatter` included) since the forty-third session. `MEGAMOE_GEMM_SCHED` (read once) = `dynamic` or unset on, `static` off (every grid-th tile, the
 /// walk before); another value is an `InvalidArgument`; overridden on a thread by [`with_gemm_sched`].
 pub fn gemm_sched_dynamic() -> Result<bool> {
     static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
@@ -454,6 +454,7 @@ pub(crate) fn sched_variant(gpu: &Gpu, kernel: &'static str, p: &mut GroupedGemm
 pub(crate) fn sched_name(dynamic: bool, kernel: &'static str) -> &'static str {
     match (dynamic, kernel) {
         (true, "grouped_gemm_bf16") => "grouped_gemm_bf16_dyn",
+        (true, "grouped_gemm_bf16_scatter") => "grouped_gemm_bf16_scatter_dyn",
         (true, "grouped_gemm_bt_bf16") => "grouped_gemm_bt_bf16_dyn",
         (true, "grouped_gemm_bt_bf16_cpx") => "grouped_gemm_bt_bf16_cpx_dyn",
         (true, "grouped_gemm_swiglu_ew7") => "grouped_gemm_swiglu_ew7_dyn",

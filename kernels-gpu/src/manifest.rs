@@ -62,6 +62,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("combine_rows", 256, true, false),
     k("grouped_gemm_bf16", 384, true, true),
     k("grouped_gemm_bf16_scatter", 384, true, true),
+    k("grouped_gemm_bf16_scatter_dyn", 384, true, true),
     k2("grouped_gemm_bf16_mc", 384, true, true),
     k2("grouped_gemm_bf16_mcb", 384, true, true),
     k("grouped_gemm_swiglu", 384, true, true),

@@ -1553,6 +1553,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter(p: GroupedGemm) {
     grouped_gemm::<false, false, false, false, STAGES, 0, true, false, false, false>(&p);
 }
 
+/// As `grouped_gemm_bf16_scatter`, with the run-time tile counter (see `grouped_gemm_bt_bf16_dyn`): the
+/// expert-parallel layer's GEMM2 on the walk its other GEMMs take.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16_scatter_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
+    grouped_gemm::<false, false, false, false, STAGES, 0, true, false, true, false>(&p);
+}
+
 /// Plain bf16 epilogue. 384 threads, SMEM_BYTES of dynamic shared memory; grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bf16(p: GroupedGemm) {
