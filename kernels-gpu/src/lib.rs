@@ -171,7 +171,7 @@ pub mod kernels_host {
         FP8W_STAGES * (128 + 256) * 128 + GEMM_STAGING + 16 * FP8W_STAGES + FP8_SLOTS * 16 + FP8W_RED + FP8W_TOKS;
     /// The block-amax reduction of `grouped_gemm_fp8w_swiglu_zt`: two tiles' (by parity) 8 warps' maxima, f32.
     pub const FP8W_RED: u32 = 64;
-    /// The gathering `grouped_gemm_fp8w` kernels' row tokens of two tiles (by the block's tile parity): u32 [2][128].
+    /// The gathering `grouped_gemm_fp8w` kernels' row tokens of two tiles (by the block's tile parity): u32 `[2][128]`.
     pub const FP8W_TOKS: u32 = 2 * 4 * 128;
     /// Rows and columns of the boxes the weight-gradient epilogue stores (f32, 128-byte swizzle: 32 columns),
     /// one consumer warp's 16 rows.
