@@ -785,11 +785,11 @@ impl EpLayer {
                 timeout_ns: self.timeout_ns,
                 ..p
             };
+            // the static tile walk: the run-time one measured 1.3-2.8% slower in the pull modes (docs/RESULTS.md
+            // 2026-12-06f call 3: a tile taken at run time waits for rows another block's movers pull)
             // SAFETY: as `mgemm`; the movers copy rows r < the local offsets' end (<= max_recv) from the rank and
             // slot recv_meta[r] names (written by this call's dispatch for every such row), x of that rank
             // holding its tokens' rows.
-            // the static tile walk: the run-time one measured 1.3-2.8% slower in the pull modes (docs/RESULTS.md
-            // 2026-12-06f call 3: a tile taken at run time waits for rows another block's movers pull)
             let kernel = crate::gemm::kernel_for(&self.gpu, "grouped_gemm_swiglu", &p)?;
             let kernel = if kernel == "grouped_gemm_swiglu_ew7" {
                 "grouped_gemm_swiglu_ew7_mv"

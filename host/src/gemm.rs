@@ -428,9 +428,10 @@ thread_local! {
 /// on an H100 at 235B it lifted GEMM1 + SwiGLU from 0.63 to 0.82 of cuBLAS and dx from 0.68 to 0.89 (235B GEMM1's
 /// DRAM reads 8.0 -> 6.8 GB, floor 5.1), and it was level at 30B (both cards) and at 235B on the H200. The same
 /// bits either way (each tile computed alike by whichever block). The expert-parallel layer's GEMMs take it too
-/// (their row-scattered GEMM2 `grouped_gemm_bf16_scatter` included) since the forty-third session, but for the pull
-/// dispatch's GEMM1, whose movers pull the rows (static: 1.3-2.8% faster emulated). `MEGAMOE_GEMM_SCHED` (read once) = `dynamic` or unset on, `static` off (every grid-th tile, the
-/// walk before); another value is an `InvalidArgument`; overridden on a thread by [`with_gemm_sched`].
+/// (their row-scattered GEMM2 `grouped_gemm_bf16_scatter` included) since the forty-third session, but for the
+/// pull dispatch's GEMM1, whose movers pull the rows (static: 1.3-2.8% faster emulated). `MEGAMOE_GEMM_SCHED`
+/// (read once) = `dynamic` or unset on, `static` off (every grid-th tile, the walk before); another value is an
+/// `InvalidArgument`; overridden on a thread by [`with_gemm_sched`].
 pub fn gemm_sched_dynamic() -> Result<bool> {
     static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
     policy(&GEMM_SCHED, &ENV, "MEGAMOE_GEMM_SCHED", &[("dynamic", true), ("static", false), ("", true)])

@@ -290,7 +290,7 @@ impl MoeLayer {
         let mut p1 = gemm(if ga { x8s } else { xs8s }, dptr(&w.w1_scales, &s), c1, i, h, maps1);
         p1.c_scales = c1_scales;
         if ga {
-            (p1.a_rows, p1.row_slot, p1.top_k) = (x8, dptr(&sv.row_slot, &s), k as u32);
+            p1 = tokens_a(p1, x8, dptr(&sv.row_slot, &s), k);
         }
         if let Some((zp, z_rows)) = zs {
             (p1.z, p1.map_z) = (zp, self.maps.get(&g, zp, z_rows, 2 * i, 64, 64)?);
@@ -442,12 +442,7 @@ impl MoeLayer {
         ];
         let w1s = dptr(&w.w1_scales, &s);
         let sa = if ga { x8s } else { xs8s };
-        let gathered = |mut p: GroupedGemmFp8| {
-            if ga {
-                (p.a_rows, p.row_slot, p.top_k) = (x8, dptr(&sv.row_slot, &s), c.top_k as u32);
-            }
-            p
-        };
+        let gathered = |p: GroupedGemmFp8| if ga { tokens_a(p, x8, dptr(&sv.row_slot, &s), c.top_k) } else { p };
         if ht {
             let (ct, cts, kp) = self.operand(Operand::B)?;
             let mut p = gathered(fp8_params(&c, &s, sv, sa, w1s, zp, (i, h), maps));
@@ -686,17 +681,24 @@ impl MoeLayer {
 /// SwiGLU then in the same tiles), or with `MEGAMOE_FP8_TILES=128` (read at each call, for the benchmark's A/B)
 /// `grouped_gemm_fp8` (128 x 128; the same bits). The wide tiles made the 30B FP8 forward 1.098x faster
 /// (twelfth session, call G).
-/// Whether the 128 x 256 FP8 GEMMs over x's codes gather them in their producer (the default) or read a copy in
-/// expert order made by a pass (`MEGAMOE_FP8_GATHER=pass`).
-pub(super) fn producer_gather() -> bool {
-    std::env::var("MEGAMOE_FP8_GATHER").map_or(true, |v| v != "pass")
-}
-
 pub(super) fn plain_kernel() -> &'static str {
     match std::env::var("MEGAMOE_FP8_TILES") {
         Ok(v) if v == "128" => "grouped_gemm_fp8",
         _ => "grouped_gemm_fp8w",
     }
+}
+
+/// Whether the 128 x 256 FP8 GEMMs over x's codes gather them in their producer (the default) or read a copy in
+/// expert order made by a pass (`MEGAMOE_FP8_GATHER=pass`, read at each call, for the benchmark's A/B; the same
+/// bits).
+pub(super) fn producer_gather() -> bool {
+    std::env::var("MEGAMOE_FP8_GATHER").map_or(true, |v| v != "pass")
+}
+
+/// `p` reading A from the tokens' rows (`x8`: x's codes [T, H], its scales already in `p.sa`) by the routing's
+/// `row_slot` (row r is token row_slot\[r\] / top_k): the fields the `_gather` kernels read.
+fn tokens_a(p: GroupedGemmFp8, x8: u64, row_slot: u64, top_k: usize) -> GroupedGemmFp8 {
+    GroupedGemmFp8 { a_rows: x8, row_slot, top_k: top_k as u32, ..p }
 }
 
 /// The parameter block of an FP8 GEMM over the routing of `sv` (a layer of `cfg`, its stream `s`): A's scales
