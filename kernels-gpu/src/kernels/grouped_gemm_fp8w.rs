@@ -355,6 +355,9 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             let row_a = ti.row0 + cw * 64 + r;
             let row_b = row_a + 8;
             // the producer's row tokens of this tile (u32::MAX past the expert's end)
+            // SAFETY (the loads in `src`): `row - ti.row0` < BM (row within the tile), so inside the tokens' half;
+            // written before the stage's arrivals this thread has waited on (`wait_full` above), and rewritten only
+            // two tiles later (see `produce_gather`)
             let toks = base + TOKS_AT + (l % 2) * (4 * BM);
             let src = |row: u32| unsafe {
                 if GA {
