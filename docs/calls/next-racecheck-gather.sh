@@ -19,9 +19,8 @@ mca=""; "$cs" --help 2>&1 | grep -q "racecheck-memcpy-async" && mca="--racecheck
 for spec in "layer_forward in_producer_ragged_save_z" "layer_forward in_producer_dy_ragged_save_z" \
             "fp8 fp8_x_gathered_in_the_producer_is_bitwise_the_pass"; do
   set -- $spec
-  for opt in "" "$mca"; do
-    [ -z "$opt" ] && tag=default || tag=no_memcpy_async
-    [ "$tag" = no_memcpy_async ] && [ -z "$mca" ] && continue
+  for tag in default no_memcpy_async; do
+    opt=""; [ "$tag" = no_memcpy_async ] && { [ -n "$mca" ] || continue; opt="$mca"; }
     timeout $(to 60 20) "$cs" --tool racecheck $opt --error-exitcode 9 b96/main/$1 --include-ignored --exact $2 \
       --test-threads=1 > $OUT/r/racecheck_${2}_$tag.txt 2>&1
     echo "== racecheck $2 ($tag) rc $? at $(el) s"
