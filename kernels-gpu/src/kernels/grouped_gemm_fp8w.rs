@@ -332,59 +332,56 @@ unsafe fn issue_half(st: u32, cw: u32, h: u32, part: &mut [f32; 64]) {
 
 /// The two consumer warpgroups' column halves in strict turn (`ORD` 1..=3; 0: each warpgroup issues freely).
 /// Named barriers 5 (warpgroup 0 hands over to 1) and 6 (1 to 0), 256 threads each: the giver's 128 threads
-/// arrive, the taker's 128 wait. Warpgroup 0 takes its first half without waiting, and after its last tile waits
-/// once more, for warpgroup 1's last hand-over: both run the same tiles, so the same number of halves, and every
-/// arrival is waited for before the block exits. A barrier's arrivals never run a generation ahead: a warpgroup
-/// gives half n + 1 only after taking it, which needs the other's hand-over of half n.
-struct Order<const ORD: u32> {
-    cw: u32,
-    halves: u32,
-}
+/// arrive, the taker's 128 wait. Warpgroup 0 takes its block's first half without waiting, and after its last tile
+/// waits once more, for warpgroup 1's last hand-over: both run the same tiles, so the same number of halves, and
+/// every arrival is waited for before the block exits. A barrier's arrivals never run a generation ahead: a
+/// warpgroup gives half n + 1 only after taking it, which needs the other's hand-over of half n. (No count of
+/// halves is kept: the gathering SwiGLU kernels spilled 4-16 B with one.)
+struct Order<const ORD: u32>;
 
 impl<const ORD: u32> Order<ORD> {
-    /// Before a half's wgmma: wait for the other warpgroup's hand-over.
+    /// Before a half's wgmma: wait for the other warpgroup's hand-over; `first`: warpgroup `cw`'s first half of
+    /// the block.
     /// SAFETY: all 128 threads of the warpgroup, uniformly; both warpgroups run the same halves.
     #[inline(always)]
-    unsafe fn take(&mut self) {
-        if ORD != 0 {
-            if self.cw == 1 || self.halves > 0 {
-                sync::named_sync(6 - self.cw, 256);
-            }
-            self.halves += 1;
+    unsafe fn take(cw: u32, first: bool) {
+        if ORD != 0 && (cw == 1 || !first) {
+            sync::named_sync(6 - cw, 256);
         }
     }
 
-    /// The tensor cores are (nearly) free of this warpgroup's half: the other warpgroup may issue.
+    /// The tensor cores are nearly free of this warpgroup's half: the other warpgroup may issue.
     /// SAFETY: as [`Self::take`].
     #[inline(always)]
-    unsafe fn give(&self) {
+    unsafe fn give(cw: u32) {
         if ORD != 0 {
-            sync::named_arrive(5 + self.cw, 256);
+            sync::named_arrive(5 + cw, 256);
         }
     }
 
-    /// After the last tile: warpgroup 0 waits for warpgroup 1's last hand-over.
+    /// After the last tile (`any`: the block ran at least one half): warpgroup 0 waits for warpgroup 1's last
+    /// hand-over.
     /// SAFETY: as [`Self::take`].
     #[inline(always)]
-    unsafe fn finish(&self) {
-        if ORD != 0 && self.cw == 0 && self.halves > 0 {
+    unsafe fn finish(cw: u32, any: bool) {
+        if ORD != 0 && cw == 0 && any {
             sync::named_sync(6, 256);
         }
     }
 }
 
-/// One column half `h` of the stage at `st` into `part`: taken in turn ([`Order`]), issued, waited for, handed
+/// One column half `h` of the stage at `st` into `part` (`first`: see [`Order::take`]): taken in turn, issued, waited for, handed
 /// over. With `ORD` n in 1..=3 the half's four wgmma are two commit groups, the first n of them and the rest, and
 /// the hand-over comes when the first group has completed: the other warpgroup's issue then queues behind the
 /// rest. (At completion, n = 4, is not offered: with one group ptxas sinks `BAR.ARV` below the promotion's FFMA,
 /// even past a second, empty `wgmma.wait_group`.)
 #[inline(always)]
-unsafe fn run_half<const ORD: u32>(st: u32, cw: u32, h: u32, part: &mut [f32; 64], ord: &mut Order<ORD>) {
+unsafe fn run_half<const ORD: u32>(st: u32, cw: u32, h: u32, part: &mut [f32; 64], first: bool) {
     if ORD == 0 {
         issue_half(st, cw, h, part);
         wgmma::wait_group::<0>();
     } else {
-        ord.take();
+        Order::<ORD>::take(cw, first);
         let a = crate::ptx::warp::uniform(st + cw * (A_BYTES / 2));
         let b = crate::ptx::warp::uniform(st + A_BYTES + h * B_HALF);
         let (da, db) = (SmemDesc::k_major_sw128(a), SmemDesc::k_major_sw128(b));
@@ -398,7 +395,7 @@ unsafe fn run_half<const ORD: u32>(st: u32, cw: u32, h: u32, part: &mut [f32; 64
         });
         wgmma::commit_group();
         wgmma::wait_group::<1>();
-        ord.give();
+        Order::<ORD>::give(cw);
         wgmma::wait_group::<0>();
     }
     wgmma::fence_operand_64(part);
@@ -436,7 +433,6 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
     let wst = base + STAGING + cw * 2 * C_BOX;
     let mut boxes = 0u32;
     let mut l = 0u32;
-    let mut ord = Order::<ORD> { cw, halves: 0 };
     let mut tile = regs::bid();
     while tile < total {
         if l == 0 && t == 0 {
@@ -501,9 +497,9 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             }
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             let s = sc(kb);
-            run_half(st, cw, 0, &mut part, &mut ord);
+            run_half::<ORD>(st, cw, 0, &mut part, l == 0 && kb == 0);
             promote_half::<0>(&mut acc, &part, s.0 * s.2, s.1 * s.2);
-            run_half(st, cw, 1, &mut part, &mut ord);
+            run_half::<ORD>(st, cw, 1, &mut part, false);
             // both halves' wgmma have read the stage
             if lane == 0 {
                 ring.release_prev(it + 1);
@@ -554,7 +550,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
         l += 1;
         tile += regs::nctaid();
     }
-    ord.finish();
+    Order::<ORD>::finish(cw, l > 0 && kb_n > 0);
     // the staging must not be freed (block exit) before the copy engine has read it
     if t == 0 {
         tma::wait_group::<0>();
