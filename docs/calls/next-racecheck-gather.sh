@@ -9,8 +9,9 @@
 # Predicted: the same LDGSTS write-write reports on the bf16 kernels (the tool's model of cp.async completed by
 # mbarrier arrivals, not by cp.async.wait_group), none on the non-gathering TMA kernels; with memcpy-async race
 # detection off, none.
+# RC=b100 (forty-fourth session): b96's layer_forward with b98's fp8; carry [".dev/b100"].
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-. "$(dirname "$0")/prelude.sh" b96
+. "$(dirname "$0")/prelude.sh" ${RC:-b96}
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 BOUND=${BOUND:-300}
 cs="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
@@ -21,7 +22,7 @@ for spec in "layer_forward in_producer_ragged_save_z" "layer_forward in_producer
   set -- $spec
   for tag in default no_memcpy_async; do
     opt=""; [ "$tag" = no_memcpy_async ] && { [ -n "$mca" ] || continue; opt="$mca"; }
-    timeout $(to 60 20) "$cs" --tool racecheck $opt --error-exitcode 9 b96/main/$1 --include-ignored --exact $2 \
+    timeout $(to 60 20) "$cs" --tool racecheck $opt --error-exitcode 9 ${RC:-b96}/main/$1 --include-ignored --exact $2 \
       --test-threads=1 > $OUT/r/racecheck_${2}_$tag.txt 2>&1
     echo "== racecheck $2 ($tag) rc $? at $(el) s"
     grep -E "SUMMARY|test result" $OUT/r/racecheck_${2}_$tag.txt | head -2
