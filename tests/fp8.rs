@@ -637,21 +637,6 @@ gpu_test!(gemm_wide_tiles_qwen3_30b_gemm2_shape, {
     assert!(a == b, "the 128 x 256 kernel differs from the 128 x 128 one");
 });
 
-gpu_test!(gemm_wide_ordered_halves_give_the_same_bits, {
-    // the experiments with the warpgroups' halves in strict turn (`_ord1` .. `_ord3`): only the issue order
-    // changes, so bitwise `Wide`; ragged experts with zero- and one-row ones (one tile per block and many)
-    let seed = Rng::fresh_seed();
-    for (counts, n, k) in
-        [(&[0u32, 1, 300, 129, 0, 64, 17, 250][..], 512, 384), (&[700, 0, 513, 1, 1024, 129][..], 2048, 768)]
-    {
-        let a = gemm_run_with(counts, n, k, seed, Fp8Variant::Wide);
-        for v in [Fp8Variant::WideOrd1, Fp8Variant::WideOrd2, Fp8Variant::WideOrd3] {
-            let b = gemm_run_with(counts, n, k, seed, v);
-            assert!(a == b, "{v:?} differs from the 128 x 256 kernel (N {n}, K {k})");
-        }
-    }
-});
-
 /// GEMM1 with the SwiGLU epilogue in FP8 on fresh inputs: h against silu(g) u of the f64 product of the
 /// dequantized operands.
 fn swiglu_run(counts: &[u32], i: usize, k: usize) {

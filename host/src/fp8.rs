@@ -480,13 +480,6 @@ pub enum Fp8Variant {
     /// warpgroup; N a multiple of 256). What `prepare` picks when N allows it (twelfth session, call G: 1.15x the
     /// 128 x 128 tiles on the 30B GEMM2 shape, 1.01x on GEMM1's; bitwise the same).
     Wide,
-    /// Experiment: `Wide` with the consumer warpgroups' column halves in strict turn, each handed over when its
-    /// first wgmma has completed (`grouped_gemm_fp8w_ord1`); bitwise `Wide`.
-    WideOrd1,
-    /// Experiment: as `WideOrd1`, handed over after two of a half's four wgmma (`grouped_gemm_fp8w_ord2`).
-    WideOrd2,
-    /// Experiment: as `WideOrd1`, handed over after three of a half's four wgmma (`grouped_gemm_fp8w_ord3`).
-    WideOrd3,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -508,9 +501,6 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::Clusters => "grouped_gemm_fp8_mc",
             Fp8Variant::Probe => "grouped_gemm_fp8_probe",
             Fp8Variant::Wide => "grouped_gemm_fp8w",
-            Fp8Variant::WideOrd1 => "grouped_gemm_fp8w_ord1",
-            Fp8Variant::WideOrd2 => "grouped_gemm_fp8w_ord2",
-            Fp8Variant::WideOrd3 => "grouped_gemm_fp8w_ord3",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;
@@ -774,15 +764,7 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
 pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
-    } else if matches!(
-        kernel,
-        "grouped_gemm_fp8w"
-            | "grouped_gemm_fp8w_cpx"
-            | "grouped_gemm_fp8w_gather"
-            | "grouped_gemm_fp8w_ord1"
-            | "grouped_gemm_fp8w_ord2"
-            | "grouped_gemm_fp8w_ord3"
-    ) {
+    } else if matches!(kernel, "grouped_gemm_fp8w" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather") {
         kh::FP8W_BN as usize
     } else {
         kh::FP8_BN as usize

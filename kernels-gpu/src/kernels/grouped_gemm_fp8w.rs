@@ -92,32 +92,7 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, 0>(&p);
-}
-
-/// Experiment (not in the layer): `grouped_gemm_fp8w` with the two consumer warpgroups' column halves in strict
-/// turn (see [`Order`]): warpgroup 1 issues a half once warpgroup 0's same half is (nearly) done, and warpgroup 0
-/// its next once warpgroup 1's is, so a warpgroup's promotion runs under the other's wgmma. `_ordN` hands over
-/// when the first N of the half's four wgmma have completed (see [`run_half`]). Bitwise `grouped_gemm_fp8w`: only
-/// the issue order changes.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_ord1(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, 1>(&p);
-}
-
-/// As `grouped_gemm_fp8w_ord1`, handing over after two of a half's four wgmma.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_ord2(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, 2>(&p);
-}
-
-/// As `grouped_gemm_fp8w_ord1`, handing over after three of a half's four wgmma.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_ord3(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, 3>(&p);
+    body::<false, false, false, false, false>(&p);
 }
 
 /// As `grouped_gemm_fp8w` with A gathered from the tokens by the producer warpgroup ([`produce_gather`]: no
@@ -126,7 +101,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_ord3(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_gather(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, false, true, 0>(&p);
+    body::<false, false, false, false, true>(&p);
 }
 
 /// As `grouped_gemm_fp8w` with the side copy (the FP8 backward's dx copying x's rows for dW1): the producer
@@ -137,7 +112,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_gather(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_cpx(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, true, false, 0>(&p);
+    body::<false, false, false, true, false>(&p);
 }
 
 /// GEMM1 + SwiGLU for the FP8 backward's z recompute (see `epilogue_swiglu_zt`): B = W1 [E * 2N, K] (N = I),
@@ -146,14 +121,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_cpx(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, true, false, false, false, 0>(&p);
+    body::<true, true, false, false, false>(&p);
 }
 
 /// `grouped_gemm_fp8w_swiglu_zt` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt_gather(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, true, false, false, true, 0>(&p);
+    body::<true, true, false, false, true>(&p);
 }
 
 /// GEMM1 + SwiGLU with h quantized (see the module's documentation): B = W1 [E * 2N, K] (N = I, a multiple of
@@ -161,7 +136,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt_gather(p: GroupedG
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, false, false, false, 0>(&p);
+    body::<true, false, false, false, false>(&p);
 }
 
 /// `grouped_gemm_fp8w_swiglu_q` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`): the
@@ -169,7 +144,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) 
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q_gather(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, false, false, true, 0>(&p);
+    body::<true, false, false, false, true>(&p);
 }
 
 /// As `grouped_gemm_fp8w_swiglu_q`, storing z too (the FP8 forward of a layer that saves z for its backward):
@@ -178,20 +153,18 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q_gather(p: GroupedGe
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_qz(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, true, false, false, 0>(&p);
+    body::<true, false, true, false, false>(&p);
 }
 
 /// `grouped_gemm_fp8w_swiglu_qz` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_qz_gather(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, true, false, true, 0>(&p);
+    body::<true, false, true, false, true>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, const GA: bool, const ORD: u32>(
-    p: &GroupedGemmFp8,
-) {
+unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, const GA: bool>(p: &GroupedGemmFp8) {
     const { assert!(!CPX || !SW, "the side copy: the plain kernel (the FP8 dx)") };
     const { assert!(!(CPX && GA), "the side copy's warps are the gathering producer's") };
     const { assert!(!QZ || (SW && !ZT), "z with h's row codes: the SwiGLU form of the forward") };
@@ -228,7 +201,7 @@ unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, 
         } else {
             regs::setmaxnreg_inc::<232>();
         }
-        consume::<SW, ZT, QZ, GA, ORD>(p, base, ring, total(), regs::warpgroup() - 1);
+        consume::<SW, ZT, QZ, GA>(p, base, ring, total(), regs::warpgroup() - 1);
     }
 }
 
@@ -330,77 +303,6 @@ unsafe fn issue_half(st: u32, cw: u32, h: u32, part: &mut [f32; 64]) {
     crate::kernels::grouped_gemm_fp8::issue_block(st + cw * (A_BYTES / 2), st + A_BYTES + h * B_HALF, part, false);
 }
 
-/// The two consumer warpgroups' column halves in strict turn (`ORD` 1..=3; 0: each warpgroup issues freely).
-/// Named barriers 5 (warpgroup 0 hands over to 1) and 6 (1 to 0), 256 threads each: the giver's 128 threads
-/// arrive, the taker's 128 wait. Warpgroup 0 takes its block's first half without waiting, and after its last tile
-/// waits once more, for warpgroup 1's last hand-over: both run the same tiles, so the same number of halves, and
-/// every arrival is waited for before the block exits. A barrier's arrivals never run a generation ahead: a
-/// warpgroup gives half n + 1 only after taking it, which needs the other's hand-over of half n. (No count of
-/// halves is kept: the gathering SwiGLU kernels spilled 4-16 B with one.)
-struct Order<const ORD: u32>;
-
-impl<const ORD: u32> Order<ORD> {
-    /// Before a half's wgmma: wait for the other warpgroup's hand-over; `first`: warpgroup `cw`'s first half of
-    /// the block.
-    /// SAFETY: all 128 threads of the warpgroup, uniformly; both warpgroups run the same halves.
-    #[inline(always)]
-    unsafe fn take(cw: u32, first: bool) {
-        if ORD != 0 && (cw == 1 || !first) {
-            sync::named_sync(6 - cw, 256);
-        }
-    }
-
-    /// The tensor cores are nearly free of this warpgroup's half: the other warpgroup may issue.
-    /// SAFETY: as [`Self::take`].
-    #[inline(always)]
-    unsafe fn give(cw: u32) {
-        if ORD != 0 {
-            sync::named_arrive(5 + cw, 256);
-        }
-    }
-
-    /// After the last tile (`any`: the block ran at least one half): warpgroup 0 waits for warpgroup 1's last
-    /// hand-over.
-    /// SAFETY: as [`Self::take`].
-    #[inline(always)]
-    unsafe fn finish(cw: u32, any: bool) {
-        if ORD != 0 && cw == 0 && any {
-            sync::named_sync(6, 256);
-        }
-    }
-}
-
-/// One column half `h` of the stage at `st` into `part` (`first`: see [`Order::take`]): taken in turn, issued, waited for, handed
-/// over. With `ORD` n in 1..=3 the half's four wgmma are two commit groups, the first n of them and the rest, and
-/// the hand-over comes when the first group has completed: the other warpgroup's issue then queues behind the
-/// rest. (At completion, n = 4, is not offered: with one group ptxas sinks `BAR.ARV` below the promotion's FFMA,
-/// even past a second, empty `wgmma.wait_group`.)
-#[inline(always)]
-unsafe fn run_half<const ORD: u32>(st: u32, cw: u32, h: u32, part: &mut [f32; 64], first: bool) {
-    if ORD == 0 {
-        issue_half(st, cw, h, part);
-        wgmma::wait_group::<0>();
-    } else {
-        Order::<ORD>::take(cw, first);
-        let a = crate::ptx::warp::uniform(st + cw * (A_BYTES / 2));
-        let b = crate::ptx::warp::uniform(st + A_BYTES + h * B_HALF);
-        let (da, db) = (SmemDesc::k_major_sw128(a), SmemDesc::k_major_sw128(b));
-        wgmma::fence();
-        crate::unroll!(KS in [0, 1, 2, 3] {
-            let off = 32 * KS as u32;
-            wgmma::m64n128k32_f32_e4m3_ss(part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
-            if KS + 1 == ORD as usize {
-                wgmma::commit_group();
-            }
-        });
-        wgmma::commit_group();
-        wgmma::wait_group::<1>();
-        Order::<ORD>::give(cw);
-        wgmma::wait_group::<0>();
-    }
-    wgmma::fence_operand_64(part);
-}
-
 /// Half `H` of the accumulator (columns 128 H ..) += part * (row scale * the half's block scale): `wa` for the
 /// fragment's rows r, `wb` for r + 8.
 #[inline(always)]
@@ -415,7 +317,7 @@ fn promote_half<const H: usize>(acc: &mut [f32; 128], part: &[f32; 64], wa: f32,
 }
 
 #[inline(always)]
-unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool, const ORD: u32>(
+unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool>(
     p: &GroupedGemmFp8,
     base: u32,
     ring: Ring<STAGES>,
@@ -497,9 +399,13 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             }
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             let s = sc(kb);
-            run_half::<ORD>(st, cw, 0, &mut part, l == 0 && kb == 0);
+            issue_half(st, cw, 0, &mut part);
+            wgmma::wait_group::<0>();
+            wgmma::fence_operand_64(&mut part);
             promote_half::<0>(&mut acc, &part, s.0 * s.2, s.1 * s.2);
-            run_half::<ORD>(st, cw, 1, &mut part, false);
+            issue_half(st, cw, 1, &mut part);
+            wgmma::wait_group::<0>();
+            wgmma::fence_operand_64(&mut part);
             // both halves' wgmma have read the stage
             if lane == 0 {
                 ring.release_prev(it + 1);
@@ -550,7 +456,6 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
         l += 1;
         tile += regs::nctaid();
     }
-    Order::<ORD>::finish(cw, l > 0 && kb_n > 0);
     // the staging must not be freed (block exit) before the copy engine has read it
     if t == 0 {
         tma::wait_group::<0>();
