@@ -174,7 +174,9 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
         rank_experts(p.experts, p.offsets as *const u32, base + ORDER_AT, t);
     }
     if t == 0 {
-        queue.init(8);
+        // every lane of the 8 consumer warps gives a slot back (`pop_each_lane`: each lane releases its own read,
+        // no warp barrier between the reads and one lane's arrival, which racecheck reports as a hazard)
+        queue.init(8 * 32);
         if MC {
             // before `ring.init`, whose `fence.mbarrier_init` covers these barriers too
             PairChannel::<PAIR_Q>::at(base + CHAN_AT).init();
@@ -378,7 +380,7 @@ unsafe fn consume<const BF: bool, const MC: bool>(
     let mut it = 0u32;
     let mut j = 0u32;
     loop {
-        let (tile, rows) = queue.pop(j);
+        let (tile, rows) = queue.pop_each_lane(j);
         j += 1;
         if tile >= total {
             break;

@@ -128,7 +128,9 @@ unsafe fn body<const BF: bool, const PROBE: bool, const BLK: bool, const MV: boo
         rank_experts(p.experts, p.tile_offsets as *const u32, base + ORDER_AT, t);
     }
     if t == 0 {
-        queue.init(8);
+        // every lane of the 8 consumer warps gives a slot back (`pop_each_lane`: each lane releases its own read,
+        // no warp barrier between the reads and one lane's arrival, which racecheck reports as a hazard)
+        queue.init(8 * 32);
         ring.init(8); // one arrival per consumer warp (and the mbarrier-init fence for both)
     }
     sync::block_sync();
@@ -258,7 +260,7 @@ unsafe fn consume<const BF: bool, const PROBE: bool, const BLK: bool>(
     let mut it = 0u32;
     let mut q = 0u32;
     loop {
-        let (tile, _) = queue.pop(q);
+        let (tile, _) = queue.pop_each_lane(q);
         q += 1;
         if tile >= total {
             break;

@@ -4,12 +4,12 @@
 //! 137-143: wait on the slot's `empty`, store both, arrive on its `full`), then loads its `kt_n` k-tiles into the ring
 //! (`Ring::produce`; kt_n = the expert's rows / 64 rounded up: 0 for an expert without rows), then takes the next index
 //! (`TileWalk::advance`), and at the end pushes an index past the last. The consumer warps (`consume`, 357-417) pop
-//! each index (`TileQueue::pop` 148-157: wait on `full`, read the slot, lane 0 arrives on `empty`), run `kstep`
+//! each index (`TileQueue::pop_each_lane`: wait on `full`, read the slot, every lane arrives on `empty`), run `kstep`
 //! (318-342) per k-tile (wait_full, the wgmma's reads, `wait_group 1`, release of the previous k-tile's stage when kt >
 //! 0), then `wait_group 0` and the release of the last stage when kt_n > 0; then, when the warpgroup's rows are inside
 //! M, the epilogue: per warp `store` (f32, up to 8 boxes of 16 x 32) or `store_bf16` (up to 4 of 16 x 64), each box
 //! through `box_out` (472-494; lane 0: `wait_group.read 0` at the tile's first box, else `.read 1`; the warp's writes
-//! into its staging box B % 2; lane 0's store and commit); at the end lane 0's `wait_group 0`. `queue.init(8)`,
+//! into its staging box B % 2; lane 0's store and commit); at the end lane 0's `wait_group 0`. `queue.init(8 * 32)`,
 //! `ring.init(8)`: one arrival per consumer warp (168-177).
 //!
 //! The cluster forms (`p.clusters`, MC; `MEGAMOE_WGRAD_SCHED=clusters` or unset, the default, where the m-tiles are
@@ -149,9 +149,9 @@ pub fn model(c: &Wgrad, mutation: Mutation) -> Model {
             if cluster { (0..c.s).map(|i| m.region(&format!("{p}stage{i}.mc"), false)).collect() } else { Vec::new() };
         let stage = (0..c.s as usize).map(|i| own[i] | mc.get(i).copied().unwrap_or(0)).collect();
         let ring = Ring::named(&mut m, &p, c.s, 1, release_count, stage);
-        // `queue.init(8)`
+        // `queue.init(8 * 32)`: every lane of the 8 consumer warps gives a slot back
         let qfull: Vec<u8> = (0..c.q).map(|i| m.mbar(&format!("{p}queue.full[{i}]"), 1)).collect();
-        let qempty: Vec<u8> = (0..c.q).map(|i| m.mbar(&format!("{p}queue.empty[{i}]"), 8)).collect();
+        let qempty: Vec<u8> = (0..c.q).map(|i| m.mbar(&format!("{p}queue.empty[{i}]"), 8 * 32)).collect();
         let slot: Vec<Mask> = (0..c.q).map(|i| m.region(&format!("{p}slot{i}"), false)).collect();
         cta.push(Cta { ring, qfull, qempty, slot, own, mc });
     }
@@ -253,7 +253,8 @@ pub fn model(c: &Wgrad, mutation: Mutation) -> Model {
                 let pop = |j: u32, ops: &mut Vec<Op>| {
                     let (s, ph) = ((j % c.q) as usize, (j / c.q) as i64);
                     ops.push(Op::Wait { bar: me.qfull[s], parity: ((j / c.q) & 1) as u8, phase: ph });
-                    let arrive = Op::Arrive { bar: me.qempty[s], count: warps, phase: ph };
+                    // `pop_each_lane`: each of the actor's lanes arrives (32 a warp)
+                    let arrive = Op::Arrive { bar: me.qempty[s], count: 32 * warps, phase: ph };
                     if mutation == Mutation::PopReleaseBeforeRead {
                         ops.extend([Op::BeginRead(me.slot[s]), arrive, Op::EndRead(me.slot[s])]);
                     } else {
