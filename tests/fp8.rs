@@ -1218,15 +1218,14 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     assert!(outs[0].0 == outs[3].0 && outs[3].0 == outs[5].0, "the forward depends on the backward's mode");
 });
 
-gpu_test!(fp8_x_gathered_in_the_producer_is_bitwise_the_pass, {
-    // x's codes and scales read from the tokens' rows by the 128 x 256 GEMMs' producer (`_gather`: the forward's
-    // GEMM1 in both save modes, the z recompute by the plain kernel and, with FP8 weight gradients, by `_zt`)
-    // against the pass's expert-ordered copy (MEGAMOE_FP8_GATHER=pass, read per call): y and every gradient bit
-    // for bit; ragged counts (~17 rows an expert: every tile partial, rows past each expert's end zero-filled)
+/// x's codes and scales read from the tokens' rows by the 128 x 256 GEMMs' producer (`_gather`: the forward's GEMM1
+/// in both save modes, the z recompute by the plain kernel and, with FP8 weight gradients, by `_zt`) against the
+/// pass's expert-ordered copy (MEGAMOE_FP8_GATHER=pass, read per call): y and every gradient bit for bit, at
+/// `dims` = (tokens, H, I, E, k).
+fn x_gathered_is_the_pass(dims: (usize, usize, usize, usize, usize)) {
     use megamoe::layer::{Fp8Backward as M, Save};
     let g = gpu();
     let mut r = Rng::new(Rng::fresh_seed());
-    let dims = (133, 1024, 256, 24, 3);
     let (_, h, i, e, _) = dims;
     let b = LayerBufs::new(&g, &mut r, dims);
     let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
@@ -1245,7 +1244,14 @@ gpu_test!(fp8_x_gathered_in_the_producer_is_bitwise_the_pass, {
         assert!(outs[0].4.iter().all(|&v| v != u32::MAX), "dtopk not fully written ({save:?}, {mode:?})");
         assert!(outs[0] == outs[1], "the producer's gather and the pass differ ({save:?}, {mode:?})");
     }
-});
+}
+
+// ragged counts (~17 rows an expert: every tile partial, rows past each expert's end zero-filled), 8 k-blocks a
+// tile over a 4-stage ring
+gpu_test!(fp8_x_gathered_in_the_producer_is_bitwise_the_pass, x_gathered_is_the_pass((133, 1024, 256, 24, 3)));
+// ~256 rows an expert: mostly whole tiles (the partner of layer_forward's `in_producer_fp8_test_dims` for
+// racecheck, docs/NOTES.md 2026-12-06g)
+gpu_test!(fp8_x_gathered_in_the_producer_whole_tiles, x_gathered_is_the_pass((2048, 1024, 256, 24, 3)));
 
 gpu_test!(layer_forward_fp8_replays_as_a_cuda_graph, {
     // after one eager call on the same buffers, the FP8 forward captured once and replayed on new contents of x:

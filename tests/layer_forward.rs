@@ -344,6 +344,11 @@ gpu_test!(in_producer_ahead_qwen3_30b_a3b_t4096_save_z, {
 });
 
 gpu_test!(in_producer_ragged_save_z, { in_producer(RAGGED, 211, Routing::Uniform, Save::WithZ) });
+// the shape of fp8's `fp8_x_gathered_in_the_producer_is_bitwise_the_pass` (~17 rows an expert, K = 1024: every ring
+// refilled), for racecheck to compare the bf16 and FP8 gathering producers (docs/NOTES.md 2026-12-06g)
+gpu_test!(in_producer_fp8_test_dims, {
+    in_producer(Shape { h: 1024, i: 256, e: 24, k: 3 }, 133, Routing::Uniform, Save::WithZ)
+});
 gpu_test!(in_producer_half_empty_inputs_only, { in_producer(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly) });
 gpu_test!(in_producer_one_token_save_z, { in_producer(SMALL, 1, Routing::Uniform, Save::WithZ) });
 gpu_test!(in_producer_qwen3_30b_a3b_t4096_save_z, {
