@@ -78,6 +78,7 @@ pub use ring::{mainloop_coop, Ring};
 
 mod ep;
 mod ew7;
+mod fp8w;
 mod gemm;
 mod pingpong;
 mod ring;
