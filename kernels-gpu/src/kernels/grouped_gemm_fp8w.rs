@@ -246,7 +246,8 @@ unsafe fn produce<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAG
 /// between two barriers of the 128 threads, named barrier 1), where the consumers read their rows' tokens for the
 /// scales too (published by the stage's arrivals as the slot is). A half is rewritten for tile l + 2 only after
 /// this thread's wait for the empty stage of tile l + 1's last k-step, which the consumers release after their
-/// reads of tile l's tokens: K / 128 >= STAGES k-steps a tile (K a multiple of 512). SAFETY: every thread of
+/// reads of tile l's tokens: K / 128 >= STAGES k-steps a tile (K a multiple of 512; the model `protocol::fp8w`
+/// finds the race at 2 K / 128 - 1 < STAGES and none at or above). SAFETY: every thread of
 /// warpgroup 0, uniform control flow; row_slot holds the routing's slots (below tokens x top_k) for the rows below
 /// offsets[E], `a_rows` [tokens, K] codes.
 #[inline(always)]
