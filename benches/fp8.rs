@@ -141,6 +141,11 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let mut c8w = s(g.alloc::<bf16>(m * n))?;
         s(g.fill_bytes(&mut c8w, 0xff))?;
         let p8w = prep(&mut c8w, Fp8Variant::Wide)?;
+        // the 128 x 256 main loop without the promotion, two ways (probes: their C is not the product, not checked)
+        let mut c8q1 = s(g.alloc::<bf16>(m * n))?;
+        let p8q1 = prep(&mut c8q1, Fp8Variant::WideProbe1)?;
+        let mut c8q2 = s(g.alloc::<bf16>(m * n))?;
+        let p8q2 = prep(&mut c8q2, Fp8Variant::WideProbe2)?;
         let p16 = s(GroupedGemmArgs {
             a: &da,
             b: &dw,
@@ -163,9 +168,11 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 &mut || s(p8c.launch(g)),
                 &mut || s(p8p.launch(g)),
                 &mut || s(p8w.launch(g)),
+                &mut || s(p8q1.launch(g)),
+                &mut || s(p8q2.launch(g)),
             ],
         )?;
-        drop((p8, p16, p8r, p8c, p8p, p8w));
+        drop((p8, p16, p8r, p8c, p8p, p8w, p8q1, p8q2));
         // checks: every element written; rows of experts 0, E/2, E-1 against the dequantized f64 product
         let c = s(g.download(&c8))?;
         let written = c.iter().all(|v| !v.is_nan()) && s(g.download(&c16))?.iter().all(|v| !v.is_nan());
@@ -258,7 +265,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
              err {err:.1e} against the dequantized f64 product, all written: {written} | FP8 with C from registers {:.0} us \
              ({:.2}x the staged), in 2-CTA clusters sharing A {:.0} us ({:.2}x the staged), both bitwise the staged: \
              {same} | probe without the promotion {:.0} us {:.0} TFLOP/s | 128 x 256 tiles {:.0} us {:.0} TFLOP/s \
-             ({:.3}x the staged), bitwise the staged: {same_w}{}",
+             ({:.3}x the staged), bitwise the staged: {same_w} | 128 x 256 probes without the promotion: halves in \
+             turn {:.0} us {:.0} TFLOP/s, halves straight {:.0} us {:.0} TFLOP/s{}",
             t[0],
             tf(t[0]),
             tf(t[0]) / FP8_PEAK,
@@ -277,6 +285,10 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             t[5],
             tf(t[5]),
             t[0] / t[5],
+            t[6],
+            tf(t[6]),
+            t[7],
+            tf(t[7]),
             if good { "" } else { " FAILED" }
         );
     }

@@ -480,6 +480,12 @@ pub enum Fp8Variant {
     /// warpgroup; N a multiple of 256). What `prepare` picks when N allows it (twelfth session, call G: 1.15x the
     /// 128 x 128 tiles on the 30B GEMM2 shape, 1.01x on GEMM1's; bitwise the same).
     Wide,
+    /// Not a GEMM: `grouped_gemm_fp8w_probe1`, `Wide`'s main loop without the promotion (each half still issued
+    /// and waited for in turn; C is not the product), for the benchmark.
+    WideProbe1,
+    /// Not a GEMM: `grouped_gemm_fp8w_probe2`, `Wide`'s main loop with both halves accumulated straight across
+    /// the blocks (no promotion, no wait between halves; C is not the product), for the benchmark.
+    WideProbe2,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -501,6 +507,8 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::Clusters => "grouped_gemm_fp8_mc",
             Fp8Variant::Probe => "grouped_gemm_fp8_probe",
             Fp8Variant::Wide => "grouped_gemm_fp8w",
+            Fp8Variant::WideProbe1 => "grouped_gemm_fp8w_probe1",
+            Fp8Variant::WideProbe2 => "grouped_gemm_fp8w_probe2",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;
@@ -764,7 +772,9 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
 pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
-    } else if matches!(kernel, "grouped_gemm_fp8w" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather") {
+    } else if kernel.starts_with("grouped_gemm_fp8w_probe")
+        || matches!(kernel, "grouped_gemm_fp8w" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather")
+    {
         kh::FP8W_BN as usize
     } else {
         kh::FP8_BN as usize

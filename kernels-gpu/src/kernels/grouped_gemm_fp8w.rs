@@ -92,7 +92,25 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, false, false>(&p);
+    body::<false, false, false, false, false, 0>(&p);
+}
+
+/// Probes, not GEMMs (C is not the product; the scales ignored): `grouped_gemm_fp8w`'s main loop without the
+/// promotion, to split the tensor pipe's idle time. `_probe1`: each half still issued, waited for and handed on in
+/// turn (the warpgroup's serial issue, wait; no FFMA). `_probe2`: both halves accumulated straight into the
+/// accumulator across the tile's blocks (the bf16 kernels' main loop: `wait_group 1`, the previous block's stage
+/// released), so only the data path and the tile boundary are left.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe1(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, 1>(&p);
+}
+
+/// See `grouped_gemm_fp8w_probe1`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe2(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, 2>(&p);
 }
 
 /// As `grouped_gemm_fp8w` with A gathered from the tokens by the producer warpgroup ([`produce_gather`]: no
@@ -101,7 +119,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_gather(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, false, true>(&p);
+    body::<false, false, false, false, true, 0>(&p);
 }
 
 /// As `grouped_gemm_fp8w` with the side copy (the FP8 backward's dx copying x's rows for dW1): the producer
@@ -112,7 +130,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_gather(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_cpx(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, true, false>(&p);
+    body::<false, false, false, true, false, 0>(&p);
 }
 
 /// GEMM1 + SwiGLU for the FP8 backward's z recompute (see `epilogue_swiglu_zt`): B = W1 [E * 2N, K] (N = I),
@@ -121,14 +139,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_cpx(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, true, false, false, false>(&p);
+    body::<true, true, false, false, false, 0>(&p);
 }
 
 /// `grouped_gemm_fp8w_swiglu_zt` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt_gather(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, true, false, false, true>(&p);
+    body::<true, true, false, false, true, 0>(&p);
 }
 
 /// GEMM1 + SwiGLU with h quantized (see the module's documentation): B = W1 [E * 2N, K] (N = I, a multiple of
@@ -136,7 +154,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_zt_gather(p: GroupedG
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, false, false, false>(&p);
+    body::<true, false, false, false, false, 0>(&p);
 }
 
 /// `grouped_gemm_fp8w_swiglu_q` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`): the
@@ -144,7 +162,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q(p: GroupedGemmFp8) 
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q_gather(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, false, false, true>(&p);
+    body::<true, false, false, false, true, 0>(&p);
 }
 
 /// As `grouped_gemm_fp8w_swiglu_q`, storing z too (the FP8 forward of a layer that saves z for its backward):
@@ -153,18 +171,20 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_q_gather(p: GroupedGe
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_qz(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, true, false, false>(&p);
+    body::<true, false, true, false, false, 0>(&p);
 }
 
 /// `grouped_gemm_fp8w_swiglu_qz` with A gathered by the producer warpgroup (as `grouped_gemm_fp8w_gather`).
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_swiglu_qz_gather(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<true, false, true, false, true>(&p);
+    body::<true, false, true, false, true, 0>(&p);
 }
 
 #[inline(always)]
-unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, const GA: bool>(p: &GroupedGemmFp8) {
+unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, const GA: bool, const PROBE: u32>(
+    p: &GroupedGemmFp8,
+) {
     const { assert!(!CPX || !SW, "the side copy: the plain kernel (the FP8 dx)") };
     const { assert!(!(CPX && GA), "the side copy's warps are the gathering producer's") };
     const { assert!(!QZ || (SW && !ZT), "z with h's row codes: the SwiGLU form of the forward") };
@@ -201,7 +221,7 @@ unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, 
         } else {
             regs::setmaxnreg_inc::<232>();
         }
-        consume::<SW, ZT, QZ, GA>(p, base, ring, total(), regs::warpgroup() - 1);
+        consume::<SW, ZT, QZ, GA, PROBE>(p, base, ring, total(), regs::warpgroup() - 1);
     }
 }
 
@@ -318,7 +338,7 @@ fn promote_half<const H: usize>(acc: &mut [f32; 128], part: &[f32; 64], wa: f32,
 }
 
 #[inline(always)]
-unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool>(
+unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool, const PROBE: u32>(
     p: &GroupedGemmFp8,
     base: u32,
     ring: Ring<STAGES>,
@@ -399,6 +419,39 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 fence::proxy_async_shared_cta();
             }
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+            if PROBE == 2 {
+                // both halves straight into the accumulator's halves, the previous block's stage released once
+                // its wgmma have completed
+                let (a0, a1) = acc.split_at_mut(64);
+                let (a0, a1) = (&mut *(a0.as_mut_ptr() as *mut [f32; 64]), &mut *(a1.as_mut_ptr() as *mut [f32; 64]));
+                let (a, b) = (st + cw * (A_BYTES / 2), st + A_BYTES);
+                crate::kernels::grouped_gemm_fp8::issue_block(a, b, a0, kb > 0);
+                crate::kernels::grouped_gemm_fp8::issue_block(a, b + B_HALF, a1, kb > 0);
+                wgmma::wait_group::<2>();
+                if kb > 0 && lane == 0 {
+                    ring.release_prev(it);
+                }
+                it += 1;
+                kb += 1;
+                continue;
+            }
+            if PROBE == 1 {
+                // each half into the one partial, added (its result read only at the tile's end, so ptxas keeps
+                // the wgmma), waited for in turn
+                let a = st + cw * (A_BYTES / 2);
+                crate::kernels::grouped_gemm_fp8::issue_block(a, st + A_BYTES, &mut part, true);
+                wgmma::wait_group::<0>();
+                wgmma::fence_operand_64(&mut part);
+                crate::kernels::grouped_gemm_fp8::issue_block(a, st + A_BYTES + B_HALF, &mut part, true);
+                wgmma::wait_group::<0>();
+                wgmma::fence_operand_64(&mut part);
+                if lane == 0 {
+                    ring.release_prev(it + 1);
+                }
+                it += 1;
+                kb += 1;
+                continue;
+            }
             let s = sc(kb);
             issue_half(st, cw, 0, &mut part);
             wgmma::wait_group::<0>();
@@ -414,6 +467,18 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             promote_half::<1>(&mut acc, &part, s.0 * s.3, s.1 * s.3);
             it += 1;
             kb += 1;
+        }
+        if PROBE == 1 {
+            // the partial's sum as the tile's first half (C is not the product)
+            acc[..64].copy_from_slice(&part);
+        }
+        if PROBE == 2 {
+            // the last block's wgmma, then its stage (kb_n >= 1: the host's K check)
+            wgmma::wait_group::<0>();
+            wgmma::fence_operand_128(&mut acc);
+            if lane == 0 {
+                ring.release_prev(it);
+            }
         }
         // clamped by the producer (`walk_lookup`): row0 <= row_end <= rows_max whatever the device offsets say.
         // The min is a no-op on its values, kept: without it LLVM lays the register-path stores out anew (32 more
