@@ -96,10 +96,11 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
 }
 
 /// Probes, not GEMMs (C is not the product; the scales ignored): `grouped_gemm_fp8w`'s main loop without the
-/// promotion, to split the tensor pipe's idle time. `_probe1`: each half still issued, waited for and handed on in
-/// turn (the warpgroup's serial issue, wait; no FFMA). `_probe2`: both halves accumulated straight into the
-/// accumulator across the tile's blocks (the bf16 kernels' main loop: `wait_group 1`, the previous block's stage
-/// released), so only the data path and the tile boundary are left.
+/// promotion, to split the tensor pipe's idle time. `_probe1`: each half still issued into the one partial and
+/// waited for before the next (the warpgroup's serial issue-then-wait; no FFMA). `_probe2`: both halves accumulated
+/// straight into the accumulator across the tile's blocks (as the bf16 kernels' main loop: `wait_group 2` leaves
+/// the block's two groups in flight and the previous block's stage is released), so only the data path and the
+/// tile boundary are left.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe1(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
@@ -423,6 +424,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 // both halves straight into the accumulator's halves, the previous block's stage released once
                 // its wgmma have completed
                 let (a0, a1) = acc.split_at_mut(64);
+                // SAFETY: two disjoint runs of exactly 64 elements of `acc`
                 let (a0, a1) = (&mut *(a0.as_mut_ptr() as *mut [f32; 64]), &mut *(a1.as_mut_ptr() as *mut [f32; 64]));
                 let (a, b) = (st + cw * (A_BYTES / 2), st + A_BYTES);
                 crate::kernels::grouped_gemm_fp8::issue_block(a, b, a0, kb > 0);
