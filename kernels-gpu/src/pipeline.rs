@@ -119,8 +119,8 @@ impl<const Q: u32> TileQueue<Q> {
         TileQueue { full: at, empty: at + 8 * Q, slots: at + 16 * Q }
     }
 
-    /// Initialise every barrier: `empty` expects `arrivals` arrivals a phase (one per popping warp for
-    /// [`TileQueue::pop`], 32 per popping warp for [`TileQueue::pop_each_lane`]). SAFETY: one thread, before the
+    /// Initialise every barrier: `empty` expects `arrivals` arrivals a phase (32 per popping warp for
+    /// [`TileQueue::pop_each_lane`]). SAFETY: one thread, before the
     /// block barrier that publishes the queue (and before a `fence::mbarrier_init`, as [`Ring::init`] issues).
     #[inline(always)]
     pub unsafe fn init(&self, arrivals: u32) {
@@ -143,23 +143,10 @@ impl<const Q: u32> TileQueue<Q> {
         mbarrier::arrive(self.full + 8 * s);
     }
 
-    /// Consumer warp (every lane): the `j`-th tile index and its `aux`; lane 0 gives the slot back once the warp
-    /// has read it. SAFETY: every lane of each consumer warp, in order of `j`.
-    #[inline(always)]
-    pub unsafe fn pop(&self, j: u32) -> (u32, u32) {
-        let s = j % Q;
-        mbarrier::wait_parity(self.full + 8 * s, (j / Q) & 1);
-        let [tile, aux] = crate::ptx::smem::ld_v2(self.slots + 8 * s);
-        crate::ptx::sync::warp_sync();
-        if crate::ptx::regs::tid() % 32 == 0 {
-            mbarrier::arrive(self.empty + 8 * s);
-        }
-        (tile, aux)
-    }
-
-    /// As [`TileQueue::pop`], but every lane gives the slot back once it has read it (no lane test, no warp
-    /// barrier: the queue was initialised with 32 arrivals per consumer warp). SAFETY: every lane of each
-    /// consumer warp, in order of `j`.
+    /// Consumer warp (every lane): the `j`-th tile index and its `aux`; every lane gives the slot back once it has
+    /// read it (the queue initialised with 32 arrivals per consumer warp: each lane's arrival releases its own read,
+    /// with no warp barrier between the reads and one lane's arrival, which racecheck reports as a hazard).
+    /// SAFETY: every lane of each consumer warp, in order of `j`.
     #[inline(always)]
     pub unsafe fn pop_each_lane(&self, j: u32) -> (u32, u32) {
         let s = j % Q;

@@ -99,7 +99,7 @@ pub enum Mutation {
     ReleaseAtFirstKstep,
     /// `TileQueue::push` without its wait on the slot's `empty`.
     PushWithoutWait,
-    /// `TileQueue::pop` gives the slot back before reading it.
+    /// `TileQueue::pop_each_lane` gives the slot back before reading it.
     PopReleaseBeforeRead,
     /// `consume` without the final `wait_group 0`.
     NoFinalWait,
