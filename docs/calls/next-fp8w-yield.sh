@@ -7,7 +7,8 @@
 # b106 = main 0d2e0de+: fp8 bench, fp8 tests, layer bench; `grouped_gemm_fp8w_yf` is the plain wide kernel's
 # patched twin. b107 = the same with every FP8 128 x 256 kernel of the layer patched (manifest: `ky` on the nine
 # grouped_gemm_fp8w* kernels). Carry [".dev/b106", ".dev/b107"].
-# Predicted: bitwise (b107's whole fp8 test binary passes; the bench's check of the twin); the twin 1.02-1.08x the
+# Predicted: bitwise (b106's gemm_wide tests and the bench's check of the twin; b107's whole fp8 test binary when
+# the twin gains); the twin 1.02-1.08x the
 # plain wide kernel at both shapes, tensor pipe 64% -> 66-70%; then (only if the twin gains > 1%) the FP8 forward
 # at 30B 1-4% faster in b107 than b106 against the same bf16 forward. Under 1.01x: the yield bit is not what
 # holds the other warpgroup back (the other lead: the accumulators' register-file traffic beside the FFMA).
@@ -16,8 +17,7 @@ echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 for f in b107/*/*.gz; do [ -f "$f" ] && gunzip -f "$f" && chmod +x "${f%.gz}"; done
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 BOUND=${BOUND:-560}
-B=b107/main; t fp8 150 300
-B=b106/main
+B=b106/main; t fp8 60 300 gemm_wide
 for sh in 30B 235B; do
   MEGAMOE_BENCH_ONLY=$sh timeout $(to 120 200) $B/fp8_bench --bench > $OUT/r/fp8_bench_$sh.txt 2>&1
   echo "== fp8_bench $sh rc $? at $(el) s"
@@ -36,6 +36,7 @@ ncu_table $OUT/r/ncu.csv | sed 's/average_warp_latency_issue_//g'
 gain=$(grep -h "GEMM1 (plain)" $OUT/r/fp8_bench_30B.txt | grep -oE "\(([0-9.]+)x the 128 x 256\)" | grep -oE "[0-9.]+" | head -1)
 echo "twin / wide at 30B GEMM1: ${gain:-none}"
 if [ -n "$gain" ] && python3 -c "import sys; sys.exit(0 if float('$gain') > 1.01 else 1)"; then
+  B=b107/main; t fp8 150 120
   for b in b106 b107 b106 b107; do
     (( $(el) > BOUND - 100 )) && break
     MEGAMOE_BENCH_ONLY=30B timeout $(to 150 5) $b/main/layer --bench > $OUT/r/layer_$b.txt 2>&1
