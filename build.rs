@@ -113,17 +113,17 @@ fn main() {
     }
 }
 
-/// The post-pass on the cubin (kernels-gpu/src/sass.rs) for the manifest's `ffma_yield` kernels, in place; its
+/// The post-pass on the cubin (kernels-gpu/src/sass.rs) for the manifest's `ffma_reuse` kernels, in place; its
 /// report, one line a kernel. A marked kernel with no long FFMA run fails the build (ptxas changed its code, and
 /// the kernel would silently be its unpatched twin).
 fn patch_cubin(cubin: &Path) -> String {
     let mut elf = fs::read(cubin).unwrap();
     let mut report = String::new();
-    for k in manifest::KERNELS.iter().filter(|k| k.ffma_yield) {
-        let done = sass::yield_in_ffma_runs(&mut elf, k.name)
+    for k in manifest::KERNELS.iter().filter(|k| k.ffma_reuse) {
+        let done = sass::reuse_in_ffma_runs(&mut elf, k.name)
             .unwrap_or_else(|e| panic!("megamoe: the SASS pass refused `{}` in the cubin: {e:?}", k.name));
         if done.changed == 0 {
-            panic!("megamoe: `{}` is marked ffma_yield but has no FFMA run to patch ({done:?})", k.name);
+            panic!("megamoe: `{}` is marked ffma_reuse but has no FFMA run to patch ({done:?})", k.name);
         }
         report.push_str(&format!(
             "{}: {} FFMA runs of >= {}, {} FFMA, {} changed\n",

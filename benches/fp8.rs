@@ -146,10 +146,10 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let p8q1 = prep(&mut c8q1, Fp8Variant::WideProbe1)?;
         let mut c8q2 = s(g.alloc::<bf16>(m * n))?;
         let p8q2 = prep(&mut c8q2, Fp8Variant::WideProbe2)?;
-        // its twin with the FFMA runs let yield after ptxas (bitwise the staged kernel, checked)
+        // its twin with chained reuse flags in the FFMA runs (bitwise the staged kernel, checked)
         let mut c8y = s(g.alloc::<bf16>(m * n))?;
         s(g.fill_bytes(&mut c8y, 0xff))?;
-        let p8y = prep(&mut c8y, Fp8Variant::WideYield)?;
+        let p8y = prep(&mut c8y, Fp8Variant::WideReuse)?;
         let p16 = s(GroupedGemmArgs {
             a: &da,
             b: &dw,
@@ -272,8 +272,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
              ({:.2}x the staged), in 2-CTA clusters sharing A {:.0} us ({:.2}x the staged), both bitwise the staged: \
              {same} | probe without the promotion {:.0} us {:.0} TFLOP/s | 128 x 256 tiles {:.0} us {:.0} TFLOP/s \
              ({:.3}x the staged), bitwise the staged: {same_w} | 128 x 256 probes without the promotion: halves in \
-             turn {:.0} us {:.0} TFLOP/s, halves straight {:.0} us {:.0} TFLOP/s | 128 x 256 with the FFMA runs let \
-             yield {:.0} us {:.0} TFLOP/s ({:.3}x the 128 x 256), bitwise the staged: {same_y}{}",
+             turn {:.0} us {:.0} TFLOP/s, halves straight {:.0} us {:.0} TFLOP/s | 128 x 256 with the FFMA runs' reuse \
+             chained {:.0} us {:.0} TFLOP/s ({:.3}x the 128 x 256), bitwise the staged: {same_y}{}",
             t[0],
             tf(t[0]),
             tf(t[0]) / FP8_PEAK,

@@ -1,21 +1,26 @@
-//! A post-pass on the cubin ptxas writes (sm_90a): lets the warp scheduler switch warps inside long runs of FFMA.
+//! A post-pass on the cubin ptxas writes (sm_90a): chains the operand-reuse flags through long runs of FFMA.
 //!
 //! The blockwise-FP8 GEMMs promote each 128-deep block's partial product into the f32 accumulator with 64 FFMA
-//! a warp in a row (`grouped_gemm_fp8w`'s `promote_half`). ptxas marks every other one with an operand-reuse
-//! flag, and an instruction that fills the reuse cache also carries the "no yield" bit (bit 45 of the
-//! instruction's upper word), so the scheduler stays on that warp for the next instruction: the run issues in
-//! pairs that the other warpgroup's wgmma issue waits behind. This pass, for the kernels the manifest marks
-//! (`KernelSpec::ffma_yield`), clears the reuse flags (bits 58..61) and the no-yield bit of each such FFMA in runs
-//! of at least [`MIN_RUN`] FFMA, nothing else. DeepGEMM does the same to its FP8 kernels (its README: "FFMA SASS
-//! interleaving"); the encoding facts (FFMA with three register sources has 0x223 in bits 0..11 of the lower
-//! word; every reuse-flagged FFMA has bit 45 set) were checked against `cuobjdump -sass` of this module, 5564
-//! FFMA.
+//! a warp in a row (`grouped_gemm_fp8w`'s `promote_half`: acc = part * scale + acc, one scale register for the
+//! whole run in the second source slot). ptxas marks only every other FFMA's scale with the reuse flag, so half
+//! of them read the scale from the register file beside the partial and the accumulator (a bank conflict where
+//! two of the three share a bank), while the tensor cores' accumulators use the same register file. This pass,
+//! for the kernels the manifest marks (`KernelSpec::ffma_reuse`), sets the second slot's reuse flag (bit 59 of
+//! the instruction's upper word) and the no-yield bit (bit 45, which ptxas sets with every reuse flag: a warp
+//! switch would invalidate the operand cache) on each FFMA of a run of at least [`MIN_RUN`] whose next
+//! instruction is an FFMA reading the same register in the same slot, which the first does not write; nothing
+//! else. The encoding facts were checked against `cuobjdump -sass` of this module: an FFMA with three register
+//! sources has 0x223 in bits 0..11 of the lower word (5564 of them), its destination in bits 16..23, its sources
+//! in bits 24..31 and 32..39 and bits 0..7 of the upper word, its predicate in bits 12..15 (7: none); every
+//! reuse-flagged FFMA has bit 45 set.
 //!
-//! Why it cannot change a result: the reuse flags only say that a source may be read again from the operand
-//! cache instead of the register file (cleared, the next instruction reads the register file), and the yield
-//! bit is a scheduling hint; the pass allows a warp switch only after instructions whose reuse flags it cleared,
-//! so no instruction reads a cache that a switch could have invalidated. Stall counts, barriers and the
-//! instructions themselves are untouched.
+//! The reverse (every reuse flag of the runs cleared and switching allowed, as DeepGEMM does to its FP8 kernels'
+//! FFMA) was built first and measured slower: 0.95-0.97x, tensor pipe 64% -> 61%, dispatch stalls +33%
+//! (docs/RESULTS.md 2026-12-06h call 2).
+//!
+//! A wrong flag would read a stale operand; the pass sets one only where the register is not written between the
+//! two reads and no switch can come between them, and the GEMM's results are compared bitwise with the unpatched
+//! kernel's in the tests and the benchmark.
 //!
 //! Plain code with no dependencies (no allocation), so `build.rs` compiles this file as it is (`#[path]`) and the
 //! host tests below check it.
@@ -24,17 +29,17 @@
 /// address or epilogue arithmetic stay as ptxas scheduled them).
 pub const MIN_RUN: usize = 16;
 
-const REUSE_BITS: u64 = 0xf << 58;
+const REUSE_B: u64 = 1 << 59;
 const NO_YIELD_BIT: u64 = 1 << 45;
 
-/// What [`yield_in_ffma_runs`] did to one kernel.
+/// What [`reuse_in_ffma_runs`] did to one kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Patched {
     /// Runs of at least [`MIN_RUN`] FFMA found.
     pub runs: usize,
     /// FFMA in those runs.
     pub ffma: usize,
-    /// Instructions changed (their reuse flags and no-yield bit cleared).
+    /// Instructions changed (the second slot's reuse flag and the no-yield bit set).
     pub changed: usize,
 }
 
@@ -49,13 +54,19 @@ pub enum Error {
     Misaligned,
 }
 
-/// Is the 16-byte instruction (lower, upper words) an FFMA with three register sources (any rounding mode)?
+/// Is the instruction whose lower word is `lo` an FFMA with three register sources (any rounding mode)?
 pub fn is_ffma_rrr(lo: u64) -> bool {
     lo & 0xfff == 0x223
 }
 
+/// The destination and second source registers of an FFMA's lower word (255: RZ), and whether it runs
+/// unpredicated.
+fn fields(lo: u64) -> (u64, u64, bool) {
+    ((lo >> 16) & 0xff, (lo >> 32) & 0xff, (lo >> 12) & 0xf == 7)
+}
+
 /// The pass over kernel `kernel`'s code in the ELF image `elf` (a cubin), in place.
-pub fn yield_in_ffma_runs(elf: &mut [u8], kernel: &str) -> Result<Patched, Error> {
+pub fn reuse_in_ffma_runs(elf: &mut [u8], kernel: &str) -> Result<Patched, Error> {
     let (off, size) = text_section(elf, kernel)?;
     if size % 16 != 0 {
         return Err(Error::Misaligned);
@@ -83,11 +94,12 @@ pub fn patch_code(code: &mut [u8]) -> Patched {
         }
         done.runs += 1;
         done.ffma += i - start;
-        for j in start..i {
+        for j in start..i - 1 {
+            let ((d, b, always), (_, b_next, always_next)) = (fields(lo(code, j)), fields(lo(code, j + 1)));
             let at = 16 * j + 8;
             let hi = u64::from_le_bytes(code[at..at + 8].try_into().unwrap());
-            if hi & REUSE_BITS != 0 {
-                code[at..at + 8].copy_from_slice(&(hi & !(REUSE_BITS | NO_YIELD_BIT)).to_le_bytes());
+            if always && always_next && b == b_next && b != 255 && d != b && hi & REUSE_B == 0 {
+                code[at..at + 8].copy_from_slice(&(hi | REUSE_B | NO_YIELD_BIT).to_le_bytes());
                 done.changed += 1;
             }
         }
@@ -146,7 +158,7 @@ mod tests {
     }
 
     #[test]
-    fn a_long_run_loses_its_reuse_flags_and_no_yield_bits_only() {
+    fn a_long_run_reuses_its_scale_through_to_its_last_ffma() {
         let mut ins = std::vec![OTHER];
         for _ in 0..MIN_RUN / 2 {
             ins.extend([PLAIN, REUSED]);
@@ -160,12 +172,32 @@ mod tests {
         assert_eq!(out[ins.len() - 1], OTHER);
         for (j, (&(lo, hi), &(lo0, hi0))) in out.iter().zip(&ins).enumerate().skip(1).take(MIN_RUN) {
             assert_eq!(lo, lo0, "instruction {j}: the lower word is never touched");
-            if hi0 & REUSE_BITS != 0 {
-                assert_eq!(hi, hi0 & !(REUSE_BITS | NO_YIELD_BIT), "instruction {j}");
-                assert_eq!(hi, 0x000f_c200_0000_00d0, "as ptxas encodes an FFMA without reuse");
+            if hi0 & REUSE_B == 0 {
+                assert_eq!(hi, hi0 | REUSE_B | NO_YIELD_BIT, "instruction {j}");
+                assert_eq!(hi, 0x080f_e200_0000_00d1, "as ptxas encodes the same FFMA with R4.reuse");
             } else {
-                assert_eq!(hi, hi0, "instruction {j}: no reuse flag, unchanged");
+                assert_eq!(hi, hi0, "instruction {j}: already flagged, unchanged");
             }
+        }
+    }
+
+    #[test]
+    fn no_flag_where_the_next_read_differs_or_the_register_is_written() {
+        // R4 written by the first (its destination), another register in the next one's slot, a predicated FFMA
+        let writes_r4 = (0x0000_0004_1804_7223, PLAIN.1);
+        let other_b = (0x0000_0005_18d1_7223, PLAIN.1);
+        let predicated = (PLAIN.0 & !0xf000, PLAIN.1);
+        let mut ins = std::vec![PLAIN; MIN_RUN];
+        ins[3] = writes_r4;
+        ins[7] = other_b;
+        ins[11] = predicated;
+        let mut c = code(&ins);
+        let done = patch_code(&mut c);
+        // flagged: every FFMA but the last, those three and the ones before the other register and the predicated
+        assert_eq!(done.changed, MIN_RUN - 1 - 5);
+        let out = words(&c);
+        for j in [3, 6, 7, 10, 11, MIN_RUN - 1] {
+            assert_eq!(out[j], ins[j], "instruction {j}");
         }
     }
 
@@ -212,12 +244,12 @@ mod tests {
         let run: Vec<_> = (0..MIN_RUN).map(|j| if j % 2 == 0 { PLAIN } else { REUSED }).collect();
         let mut f = elf(&code(&run));
         let before = f.clone();
-        assert_eq!(yield_in_ffma_runs(&mut f, "kx"), Err(Error::NoKernel));
-        assert_eq!(yield_in_ffma_runs(&mut f, "k").map(|p| p.changed), Ok(MIN_RUN / 2));
+        assert_eq!(reuse_in_ffma_runs(&mut f, "kx"), Err(Error::NoKernel));
+        assert_eq!(reuse_in_ffma_runs(&mut f, "k").map(|p| p.changed), Ok(MIN_RUN / 2));
         let changed: Vec<usize> = (0..f.len()).filter(|&i| f[i] != before[i]).collect();
         assert!(changed.iter().all(|&i| (128..128 + 16 * MIN_RUN).contains(&i) && i % 16 >= 8));
         // a second pass finds nothing left to change
-        assert_eq!(yield_in_ffma_runs(&mut f, "k").map(|p| p.changed), Ok(0));
+        assert_eq!(reuse_in_ffma_runs(&mut f, "k").map(|p| p.changed), Ok(0));
     }
 
     #[test]
@@ -225,18 +257,18 @@ mod tests {
         let mut f = elf(&code(&[PLAIN]));
         let good = f.clone();
         f[4] = 1; // ELF32
-        assert_eq!(yield_in_ffma_runs(&mut f, "k"), Err(Error::NotElf));
+        assert_eq!(reuse_in_ffma_runs(&mut f, "k"), Err(Error::NotElf));
         let mut f = good.clone();
         f[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes()); // section headers past the end
-        assert_eq!(yield_in_ffma_runs(&mut f, "k"), Err(Error::NotElf));
+        assert_eq!(reuse_in_ffma_runs(&mut f, "k"), Err(Error::NotElf));
         let mut f = good.clone();
         let size_at = f.len() - 64 + 32; // .text.k's size: past the file's end, then not a whole instruction
         let size = u64::from_le_bytes(f[size_at..size_at + 8].try_into().unwrap());
         f[size_at..size_at + 8].copy_from_slice(&(size + 10_000).to_le_bytes());
-        assert_eq!(yield_in_ffma_runs(&mut f, "k"), Err(Error::NotElf));
+        assert_eq!(reuse_in_ffma_runs(&mut f, "k"), Err(Error::NotElf));
         let mut f = good;
         f[size_at..size_at + 8].copy_from_slice(&(size - 8).to_le_bytes());
-        assert_eq!(yield_in_ffma_runs(&mut f, "k"), Err(Error::Misaligned));
-        assert_eq!(yield_in_ffma_runs(&mut [0u8; 3], "k"), Err(Error::NotElf));
+        assert_eq!(reuse_in_ffma_runs(&mut f, "k"), Err(Error::Misaligned));
+        assert_eq!(reuse_in_ffma_runs(&mut [0u8; 3], "k"), Err(Error::NotElf));
     }
 }

@@ -95,10 +95,10 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
     body::<false, false, false, false, false, 0>(&p);
 }
 
-/// `grouped_gemm_fp8w` itself, a second instance under another name whose promotions' FFMA runs build.rs lets
-/// yield after ptxas (manifest `ffma_yield`, the `sass` module), so the two are timed side by side in one binary.
+/// `grouped_gemm_fp8w` itself, a second instance under another name whose promotions' FFMA runs build.rs gives
+/// chained reuse flags after ptxas (manifest `ffma_reuse`, the `sass` module), so the two are timed side by side in one binary.
 #[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_yf(p: GroupedGemmFp8) {
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_rc(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
     body::<false, false, false, false, false, 0>(&p);
 }
