@@ -10,10 +10,6 @@ use std::process::Command;
 #[path = "kernels-gpu/src/manifest.rs"]
 mod manifest;
 
-#[allow(dead_code)]
-#[path = "kernels-gpu/src/sass.rs"]
-mod sass;
-
 const SETUP_HINT: &str = "run `cargo xtask setup` (README, Quick start): it installs Debian's rustc-web, \
                           cargo-web, rust-web-src and LLVM 22, and ptxas from PyPI";
 
@@ -96,46 +92,19 @@ fn main() {
                 panic!("megamoe: ptxas rejected the kernels:\n{report}");
             }
             fs::write(&report_path, &report).unwrap();
-            fs::write(out.join("sass.txt"), patch_cubin(&cubin_path)).unwrap();
         }
         None => {
             println!("cargo:warning=megamoe: ptxas not found; only PTX is embedded (the driver JIT-compiles it). {SETUP_HINT}");
             fs::write(&cubin_path, b"").unwrap();
             fs::write(&report_path, "ptxas was not found at build time\n").unwrap();
-            fs::write(out.join("sass.txt"), "no cubin: nothing patched\n").unwrap();
         }
     }
     // a stable copy for tooling (`cargo xtask check-kernels`, MEGAMOE_DEBUG dumps)
     let stable = root.join("target/kernels");
     fs::create_dir_all(&stable).unwrap();
-    for f in ["megamoe.ptx", "megamoe.cubin", "ptxas.txt", "sass.txt"] {
+    for f in ["megamoe.ptx", "megamoe.cubin", "ptxas.txt"] {
         fs::copy(out.join(f), stable.join(f)).unwrap();
     }
-}
-
-/// The post-pass on the cubin (kernels-gpu/src/sass.rs) for the manifest's `ffma_reuse` kernels, in place; its
-/// report, one line a kernel. A marked kernel with no long FFMA run fails the build (ptxas changed its code, and
-/// the kernel would silently be its unpatched twin).
-fn patch_cubin(cubin: &Path) -> String {
-    let mut elf = fs::read(cubin).unwrap();
-    let mut report = String::new();
-    for k in manifest::KERNELS.iter().filter(|k| k.ffma_reuse) {
-        let done = sass::reuse_in_ffma_runs(&mut elf, k.name)
-            .unwrap_or_else(|e| panic!("megamoe: the SASS pass refused `{}` in the cubin: {e:?}", k.name));
-        if done.changed == 0 {
-            panic!("megamoe: `{}` is marked ffma_reuse but has no FFMA run to patch ({done:?})", k.name);
-        }
-        report.push_str(&format!(
-            "{}: {} FFMA runs of >= {}, {} FFMA, {} changed\n",
-            k.name,
-            done.runs,
-            sass::MIN_RUN,
-            done.ffma,
-            done.changed
-        ));
-    }
-    fs::write(cubin, &elf).unwrap();
-    report
 }
 
 /// Appended to the copied manifest: a workspace of its own and the device build's profile.

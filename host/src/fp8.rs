@@ -486,9 +486,6 @@ pub enum Fp8Variant {
     /// Not a GEMM: `grouped_gemm_fp8w_probe2`, `Wide`'s main loop with both halves accumulated straight across
     /// the blocks (no promotion, no wait between halves; C is not the product), for the benchmark.
     WideProbe2,
-    /// `Wide` itself as a second kernel (`grouped_gemm_fp8w_rc`) whose promotions' FFMA runs build.rs gives
-    /// chained reuse flags after ptxas (kernels-gpu's `sass` module), for the benchmark and the tests: the same bits as `Wide`.
-    WideReuse,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -512,7 +509,6 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::Wide => "grouped_gemm_fp8w",
             Fp8Variant::WideProbe1 => "grouped_gemm_fp8w_probe1",
             Fp8Variant::WideProbe2 => "grouped_gemm_fp8w_probe2",
-            Fp8Variant::WideReuse => "grouped_gemm_fp8w_rc",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;
@@ -777,10 +773,7 @@ pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
     } else if kernel.starts_with("grouped_gemm_fp8w_probe")
-        || matches!(
-            kernel,
-            "grouped_gemm_fp8w" | "grouped_gemm_fp8w_rc" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather"
-        )
+        || matches!(kernel, "grouped_gemm_fp8w" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather")
     {
         kh::FP8W_BN as usize
     } else {

@@ -36,8 +36,6 @@ pub mod pipeline;
 #[cfg(test)]
 mod protocol;
 pub mod route;
-#[cfg(not(target_arch = "nvptx64"))]
-pub mod sass;
 pub mod scheduler;
 pub mod swizzle;
 

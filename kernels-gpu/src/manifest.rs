@@ -22,28 +22,20 @@ pub struct KernelSpec {
     /// Blocks an SM must fit (with `max_threads > 0`), written as `.minnctapersm`: ptxas then caps the registers
     /// at 65536 / (max_threads * min_blocks).
     pub min_blocks: u32,
-    /// build.rs chains the operand-reuse flags through the kernel's long FFMA runs after ptxas (the `sass`
-    /// module: the FP8 promotions' scale read once a run instead of every other FFMA).
-    pub ffma_reuse: bool,
 }
 
 const fn k(name: &'static str, max_threads: u32, spill_free: bool, mma: bool) -> KernelSpec {
-    KernelSpec { name, max_threads, spill_free, mma, cluster: 1, min_blocks: 1, ffma_reuse: false }
+    KernelSpec { name, max_threads, spill_free, mma, cluster: 1, min_blocks: 1 }
 }
 
 const fn k2(name: &'static str, max_threads: u32, spill_free: bool, mma: bool) -> KernelSpec {
-    KernelSpec { name, max_threads, spill_free, mma, cluster: 2, min_blocks: 1, ffma_reuse: false }
+    KernelSpec { name, max_threads, spill_free, mma, cluster: 2, min_blocks: 1 }
 }
 
 /// A spill-free kernel without tensor cores that must fit `min_blocks` blocks an SM (a memory-bound kernel whose
 /// bandwidth needs the loads of several blocks in flight).
 const fn kb(name: &'static str, max_threads: u32, min_blocks: u32) -> KernelSpec {
-    KernelSpec { name, max_threads, spill_free: true, mma: false, cluster: 1, min_blocks, ffma_reuse: false }
-}
-
-/// A spill-free tensor-core kernel whose FFMA runs build.rs patches (`KernelSpec::ffma_reuse`).
-const fn kr(name: &'static str, max_threads: u32) -> KernelSpec {
-    KernelSpec { name, max_threads, spill_free: true, mma: true, cluster: 1, min_blocks: 1, ffma_reuse: true }
+    KernelSpec { name, max_threads, spill_free: true, mma: false, cluster: 1, min_blocks }
 }
 
 /// Every kernel in the module.
@@ -130,7 +122,6 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_fp8w", 384, true, true),
     k("grouped_gemm_fp8w_probe1", 384, true, true),
     k("grouped_gemm_fp8w_probe2", 384, true, true),
-    kr("grouped_gemm_fp8w_rc", 384),
     k("grouped_gemm_fp8w_swiglu_q", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_zt", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_qz", 384, true, true),

@@ -95,14 +95,6 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
     body::<false, false, false, false, false, 0>(&p);
 }
 
-/// `grouped_gemm_fp8w` itself, a second instance under another name whose promotions' FFMA runs build.rs gives
-/// chained reuse flags after ptxas (manifest `ffma_reuse`, the `sass` module), so the two are timed side by side in one binary.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_rc(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, 0>(&p);
-}
-
 /// Probes, not GEMMs (C is not the product; the scales ignored): `grouped_gemm_fp8w`'s main loop without the
 /// promotion, to split the tensor pipe's idle time. `_probe1`: each half still issued into the one partial and
 /// waited for before the next (the warpgroup's serial issue-then-wait; no FFMA). `_probe2`: both halves accumulated
