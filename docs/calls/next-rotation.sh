@@ -7,10 +7,11 @@
 # Predicted (H200): forward 2.45-2.50x alone and back to back alike, step 1.90-1.97x (call 4's separate runs:
 # 2.48-2.49x in their own rotations, step 1.93x).
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-. "$(dirname "$0")/prelude.sh" b85
+ROT=${ROT:-b85} # another build: ROT=bNN (bNN/capi/libmegamoe_capi.so.gz), e.g. b105 (main 8a6c828)
+. "$(dirname "$0")/prelude.sh" $ROT
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
 BOUND=${BOUND:-400}
-export MEGAMOE_LIB=$PWD/b85/capi/libmegamoe_capi.so
+export MEGAMOE_LIB=$PWD/$ROT/capi/libmegamoe_capi.so
 for shape in 30B 235B; do
   PYTHONUNBUFFERED=1 timeout $(to 200 0) python3 ../benches/torch_rotation.py $shape > $OUT/r/rotation_$shape.txt 2>&1
   echo "== rotation $shape rc $? at $(el) s"
