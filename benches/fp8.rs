@@ -54,6 +54,49 @@ fn once(g: &Gpu, f: &mut dyn FnMut() -> R<()>) -> R<f64> {
 }
 
 /// Medians of `fs` timed alternating.
+/// The timeline kernel's records (u64 [blocks][8 warps][16 k-blocks][5 clocks]) as medians in cycles: the wait for
+/// the stage and half 0's wgmma, half 0's promotion, half 1's issue and wgmma, half 1's promotion, a whole k-block
+/// (one reading to the next k-block's), and the second warpgroup's lag behind the first at half 0's wait.
+fn timeline_summary(rec: &[u64], blocks: usize, kb_n: usize) -> String {
+    let at = |b: usize, w: usize, kb: usize, i: usize| rec[((b * 8 + w) * 16 + kb) * 5 + i];
+    let med = |mut v: Vec<i64>| -> i64 {
+        if v.is_empty() {
+            return -1;
+        }
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (mut parts, mut kblock, mut lag) = (vec![Vec::new(); 4], Vec::new(), Vec::new());
+    let kb_n = kb_n.min(16);
+    for b in 0..blocks {
+        for w in 0..8 {
+            for kb in 0..kb_n {
+                let c: Vec<u64> = (0..5).map(|i| at(b, w, kb, i)).collect();
+                if c[0] == 0 || c.windows(2).any(|p| p[1] < p[0]) {
+                    continue;
+                }
+                for (i, v) in parts.iter_mut().enumerate() {
+                    v.push((c[i + 1] - c[i]) as i64);
+                }
+                if kb + 1 < kb_n && at(b, w, kb + 1, 0) > c[0] {
+                    kblock.push((at(b, w, kb + 1, 0) - c[0]) as i64);
+                }
+                if w < 4 && at(b, w + 4, kb, 1) != 0 {
+                    lag.push(at(b, w + 4, kb, 1) as i64 - c[1] as i64);
+                }
+            }
+        }
+    }
+    let n = parts[0].len();
+    let [w0, p0, w1, p1] = [0, 1, 2, 3].map(|i| med(std::mem::take(&mut parts[i])));
+    format!(
+        "median cycles over {n} records: stage wait + half 0's wgmma {w0}, its promotion {p0}, half 1's issue + wgmma \
+         {w1}, its promotion {p1}; a k-block {}; warpgroup 1 behind warpgroup 0 at half 0's wait {}",
+        med(kblock),
+        med(lag)
+    )
+}
+
 fn medians(g: &Gpu, fs: &mut [&mut dyn FnMut() -> R<()>]) -> R<Vec<f64>> {
     s(g.sync())?;
     let mut t = vec![Vec::new(); fs.len()];
@@ -179,6 +222,39 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let same = s(g.download(&c8r))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits())
             && s(g.download(&c8c))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
         let same_w = s(g.download(&c8w))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
+        // the wide kernel's timeline on the GPU's clock (the same C, its consumer warps' clock at five points of
+        // 16 k-blocks of each block's second tile)
+        let (timeline, same_t) = {
+            let mut c8t = s(g.alloc::<bf16>(m * n))?;
+            s(g.fill_bytes(&mut c8t, 0xff))?;
+            let args = GroupedGemmFp8Args {
+                a: qa,
+                a_scales: sa,
+                b: qb,
+                b_scales: sb,
+                offsets: &doff,
+                tile_offsets: &dtil,
+                c: &mut c8t,
+                experts: e,
+                n,
+                k: kk,
+                rows_max: m,
+            };
+            let pt = s(args.prepare_with(g, Fp8Variant::WideTimeline))?;
+            let mut buf = s(g.alloc::<u64>(pt.blocks() * fp8::PreparedFp8::TIMELINE_PER_BLOCK))?;
+            s(g.fill_bytes(&mut buf, 0))?;
+            let blocks = pt.blocks();
+            let pt = s(pt.timeline(g, &mut buf))?;
+            for _ in 0..3 {
+                s(pt.launch(g))?;
+            }
+            s(g.sync())?;
+            drop(pt);
+            let rec = s(g.download(&buf))?;
+            let same_t = s(g.download(&c8t))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
+            (timeline_summary(&rec, blocks, kk / 128), same_t)
+        };
+        println!("RESULT fp8-timeline {name} {what}: {timeline}; its C bitwise the staged kernel's: {same_t}");
         let (hq, hs) = (s(g.download(qa))?, s(g.download(sa))?);
         let (hqb, hsb) = (s(g.download(qb))?, s(g.download(sb))?);
         let (mut got, mut want) = (Vec::new(), Vec::new());
@@ -254,7 +330,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             );
         }
         let err = check::rel_err(&got, &want);
-        let good = written && same && same_w && err <= 1e-2;
+        let good = written && same && same_w && same_t && err <= 1e-2;
         ok &= good;
         let flop = 2.0 * m as f64 * n as f64 * kk as f64;
         let tf = |us: f64| flop / us * 1e-6;

@@ -360,6 +360,31 @@ impl<P: Copy> PreparedFp8Launch<'_, P> {
     }
 }
 
+impl<'a> PreparedFp8Launch<'a, GroupedGemmFp8> {
+    /// Records per block of [`Fp8Variant::WideTimeline`]: 8 consumer warps x 16 k-blocks x 5 clock readings.
+    pub const TIMELINE_PER_BLOCK: usize = 8 * 16 * 5;
+
+    /// Blocks of the launch.
+    pub fn blocks(&self) -> usize {
+        self.launch.as_ref().map_or(0, |(cfg, _)| cfg.grid.0 as usize)
+    }
+
+    /// For [`Fp8Variant::WideTimeline`] only: where its clock records go, u64 [blocks][8][16][5] (zero-filled
+    /// where a block has no second tile or a tile fewer than 16 k-blocks).
+    pub fn timeline(mut self, gpu: &Gpu, buf: &'a mut CudaSlice<u64>) -> Result<Self> {
+        let ck = Check { what: self.what, ordinal: self.ordinal };
+        if self.kernel != "grouped_gemm_fp8w_timeline" {
+            return ck.bad(format!("{} records no timeline", self.kernel));
+        }
+        ck.buf("timeline buffer", buf, self.blocks() * Self::TIMELINE_PER_BLOCK)?;
+        let s = gpu.stream().clone();
+        if let Some((_, p)) = self.launch.as_mut() {
+            p.ct = dptr(buf, &s);
+        }
+        Ok(self)
+    }
+}
+
 impl<'a, W: WgradElem> WgradFp8Args<'a, W> {
     /// Check the arguments and encode the tensor maps.
     pub fn prepare(self, gpu: &Gpu) -> Result<PreparedWgradFp8<'a>> {
@@ -486,6 +511,9 @@ pub enum Fp8Variant {
     /// Not a GEMM: `grouped_gemm_fp8w_probe2`, `Wide`'s main loop with both halves accumulated straight across
     /// the blocks (no promotion, no wait between halves; C is not the product), for the benchmark.
     WideProbe2,
+    /// `Wide` itself (`grouped_gemm_fp8w_timeline`: the same C) that also records its consumer warps' clock at
+    /// five points of 16 k-blocks into the buffer [`PreparedFp8Launch::timeline`] gives, for the benchmark.
+    WideTimeline,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -509,6 +537,7 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::Wide => "grouped_gemm_fp8w",
             Fp8Variant::WideProbe1 => "grouped_gemm_fp8w_probe1",
             Fp8Variant::WideProbe2 => "grouped_gemm_fp8w_probe2",
+            Fp8Variant::WideTimeline => "grouped_gemm_fp8w_timeline",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;
@@ -773,7 +802,10 @@ pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
     } else if kernel.starts_with("grouped_gemm_fp8w_probe")
-        || matches!(kernel, "grouped_gemm_fp8w" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather")
+        || matches!(
+            kernel,
+            "grouped_gemm_fp8w" | "grouped_gemm_fp8w_timeline" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather"
+        )
     {
         kh::FP8W_BN as usize
     } else {

@@ -122,6 +122,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_fp8w", 384, true, true),
     k("grouped_gemm_fp8w_probe1", 384, true, true),
     k("grouped_gemm_fp8w_probe2", 384, true, true),
+    k("grouped_gemm_fp8w_timeline", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_q", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_zt", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_qz", 384, true, true),

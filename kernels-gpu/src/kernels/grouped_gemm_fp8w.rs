@@ -107,6 +107,16 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe1(p: GroupedGemmFp8) {
     body::<false, false, false, false, false, 1>(&p);
 }
 
+/// Not a GEMM's launch to time: `grouped_gemm_fp8w` itself (the same C) whose consumer warps' lane 0 also write
+/// `%clock64` at five points of each of the first 16 k-blocks of the block's second tile into `p.ct` (u64
+/// [grid][8 warps][16][5]: before the stage's wait; after half 0's wgmma wait; after its promotion; after half 1's
+/// wait; after its promotion), to measure the promotion's length against the wgmma's on the GPU's clock.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_timeline(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, 3>(&p);
+}
+
 /// See `grouped_gemm_fp8w_probe1`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe2(p: GroupedGemmFp8) {
@@ -454,19 +464,33 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 kb += 1;
                 continue;
             }
+            // the timeline probe's records (PROBE 3 only): lane 0 of each consumer warp, the block's second tile
+            let rec = PROBE == 3 && l == 1 && lane == 0 && kb < 16;
+            let at = (((regs::bid() * 8 + cw * 4 + t / 32) * 16 + kb) * 5) as usize;
+            let mark = |i: usize, dep: f32| {
+                if rec {
+                    // SAFETY: the probe's buffer holds [grid][8][16][5] (checked by the host's `timeline`)
+                    unsafe { *(p.ct as *mut u64).add(at + i) = regs::clock64_after(dep.to_bits()) };
+                }
+            };
+            mark(0, 0.0);
             let s = sc(kb);
             issue_half(st, cw, 0, &mut part);
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut part);
+            mark(1, part[0]);
             promote_half::<0>(&mut acc, &part, s.0 * s.2, s.1 * s.2);
+            mark(2, acc[63]);
             issue_half(st, cw, 1, &mut part);
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut part);
+            mark(3, part[0]);
             // both halves' wgmma have read the stage
             if lane == 0 {
                 ring.release_prev(it + 1);
             }
             promote_half::<1>(&mut acc, &part, s.0 * s.3, s.1 * s.3);
+            mark(4, acc[127]);
             it += 1;
             kb += 1;
         }

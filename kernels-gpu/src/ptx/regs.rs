@@ -59,6 +59,16 @@ pub fn globaltimer() -> u64 {
     t
 }
 
+/// `%clock64` read after `dep` is computed (an input the read does not use, so the PTX orders the read after the
+/// value's last write); for timeline probes.
+#[inline(always)]
+pub fn clock64_after(dep: u32) -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register; `dep` is only named in a comment
+    unsafe { asm!("// after {d}", "mov.u64 {t}, %clock64;", d = in(reg32) dep, t = out(reg64) t, options(nostack)) };
+    t
+}
+
 /// The SM's 64-bit cycle counter (`%clock64`); for self-test timings.
 #[inline(always)]
 pub fn clock64() -> u64 {
