@@ -3,8 +3,8 @@
 # `grouped_gemm_fp8w_timeline` (the wide kernel, the same C, whose consumer warps' lane 0 store `%clock64` at five
 # points of 16 k-blocks of each block's second tile) on the fp8 bench's `RESULT fp8-timeline` lines (medians in
 # cycles). Carry [".dev/b109"].
-# Predicted (30B GEMM1 plain, K = 2048): a k-block ~1550-1650 cycles (860 us over the block's ~16 x 48 tiles'
-# k-blocks at the clock); half 1's issue + wgmma ~500 (its own 256 and the other warpgroup's half queued before it);
+# Predicted (30B GEMM1 plain, K = 2048): a k-block ~1600-2200 cycles (860 us over an SM's ~790 tile k-blocks, at
+# 1.75-1.98 GHz; the whole k-block's wgmma at the datasheet rate ~1024); half 1's issue + wgmma ~500 (its own 256 and the other warpgroup's half queued before it);
 # each promotion 150-400. P ~ 400: the FFMA run is serialised (against the other warpgroup's wgmma in the register
 # file); P ~ 150 with half 1's wgmma well over 512: the pipe does not run the two warpgroups' queues back to back.
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
