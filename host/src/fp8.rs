@@ -369,7 +369,7 @@ impl<'a> PreparedFp8Launch<'a, GroupedGemmFp8> {
         self.launch.as_ref().map_or(0, |(cfg, _)| cfg.grid.0 as usize)
     }
 
-    /// For [`Fp8Variant::WideTimeline`] only: where its clock records go, u64 [blocks][8][16][5] (zero-filled
+    /// For [`Fp8Variant::WideTimeline`] only: where its clock records go, `u64 [blocks][8][16][5]` (zero-filled
     /// where a block has no second tile or a tile fewer than 16 k-blocks).
     pub fn timeline(mut self, gpu: &Gpu, buf: &'a mut CudaSlice<u64>) -> Result<Self> {
         let ck = Check { what: self.what, ordinal: self.ordinal };
