@@ -512,7 +512,8 @@ pub enum Fp8Variant {
     /// the blocks (no promotion, no wait between halves; C is not the product), for the benchmark.
     WideProbe2,
     /// `Wide` itself (`grouped_gemm_fp8w_timeline`: the same C) that also records its consumer warps' clock at
-    /// five points of 16 k-blocks into the buffer [`PreparedFp8Launch::timeline`] gives, for the benchmark.
+    /// five points of 16 k-blocks into the buffer [`PreparedFp8Launch::timeline`] gives (none without it), for the
+    /// benchmark.
     WideTimeline,
 }
 

@@ -464,12 +464,14 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 kb += 1;
                 continue;
             }
-            // the timeline probe's records (PROBE 3 only): lane 0 of each consumer warp, the block's second tile
-            let rec = PROBE == 3 && l == 1 && lane == 0 && kb < 16;
+            // the timeline probe's records (PROBE 3 only, where the host gave a buffer): lane 0 of each consumer
+            // warp, the block's second tile
+            let rec = PROBE == 3 && p.ct != 0 && l == 1 && lane == 0 && kb < 16;
             let at = (((regs::bid() * 8 + cw * 4 + t / 32) * 16 + kb) * 5) as usize;
             let mark = |i: usize, dep: f32| {
                 if rec {
-                    // SAFETY: the probe's buffer holds [grid][8][16][5] (checked by the host's `timeline`)
+                    // SAFETY: a non-null `ct` is the probe's buffer of [grid][8][16][5] (checked by the host's
+                    // `timeline`, the only setter)
                     unsafe { *(p.ct as *mut u64).add(at + i) = regs::clock64_after(dep.to_bits()) };
                 }
             };
