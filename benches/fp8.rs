@@ -239,6 +239,12 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let (timeline, same_t) = {
             let rec = s(g.download(&buf))?;
             let same_t = s(g.download(&c8t))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
+            if let Ok(dir) = std::env::var("MEGAMOE_TIMELINE_DUMP") {
+                // the raw records for a reading beyond the medians (u64 little-endian, the kernel's layout)
+                let path = format!("{dir}/timeline-{name}-{}.bin", what.replace(' ', "_"));
+                let bytes: Vec<u8> = rec.iter().flat_map(|v| v.to_le_bytes()).collect();
+                std::fs::write(&path, bytes).map_err(|e| format!("{path}: {e}"))?;
+            }
             (timeline_summary(&rec, blocks_t, kk / 128), same_t)
         };
         println!("RESULT fp8-timeline {name} {what}: {timeline}; its C bitwise the staged kernel's: {same_t}");
