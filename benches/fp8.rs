@@ -191,13 +191,29 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let p8q2 = prep(&mut c8q2, Fp8Variant::WideProbe2)?;
         // the 128 x 256 kernel recording its consumer warps' clock at five points of 16 k-blocks of each block's
         // second tile (the same C, checked)
-        let mut c8t = s(g.alloc::<bf16>(m * n))?;
-        s(g.fill_bytes(&mut c8t, 0xff))?;
-        let pt = prep(&mut c8t, Fp8Variant::WideTimeline)?;
-        let blocks_t = pt.blocks();
-        let mut buf = s(g.alloc::<u64>(blocks_t * fp8::PreparedFp8::TIMELINE_PER_BLOCK))?;
-        s(g.fill_bytes(&mut buf, 0))?;
-        let pt = s(pt.timeline(g, &mut buf))?;
+        // (and the twins with the scale products after half 0's wait, `_sl`, and the scales a block ahead, `_sla`)
+        let tl_kinds = [Fp8Variant::WideTimeline, Fp8Variant::WideScLateTimeline, Fp8Variant::WideScAheadTimeline];
+        let mut c8t: Vec<_> = (0..3).map(|_| s(g.alloc::<bf16>(m * n))).collect::<R<_>>()?;
+        let mut bufs = Vec::new();
+        for c in c8t.iter_mut() {
+            s(g.fill_bytes(c, 0xff))?;
+        }
+        let mut pts = Vec::new();
+        for (c, v) in c8t.iter_mut().zip(tl_kinds) {
+            let pt = prep(c, v)?;
+            let mut buf = s(g.alloc::<u64>(pt.blocks() * fp8::PreparedFp8::TIMELINE_PER_BLOCK))?;
+            s(g.fill_bytes(&mut buf, 0))?;
+            bufs.push((pt.blocks(), buf));
+            pts.push(pt);
+        }
+        let mut pts: Vec<_> =
+            pts.into_iter().zip(bufs.iter_mut()).map(|(pt, (_, buf))| s(pt.timeline(g, buf))).collect::<R<_>>()?;
+        let mut c8sl = s(g.alloc::<bf16>(m * n))?;
+        let mut c8sa = s(g.alloc::<bf16>(m * n))?;
+        s(g.fill_bytes(&mut c8sl, 0xff))?;
+        s(g.fill_bytes(&mut c8sa, 0xff))?;
+        let p8sl = prep(&mut c8sl, Fp8Variant::WideScLate)?;
+        let p8sa = prep(&mut c8sa, Fp8Variant::WideScAhead)?;
         let p16 = s(GroupedGemmArgs {
             a: &da,
             b: &dw,
@@ -222,32 +238,43 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 &mut || s(p8w.launch(g)),
                 &mut || s(p8q1.launch(g)),
                 &mut || s(p8q2.launch(g)),
+                &mut || s(p8sl.launch(g)),
+                &mut || s(p8sa.launch(g)),
             ],
         )?;
-        for _ in 0..3 {
-            s(pt.launch(g))?;
+        for pt in pts.iter_mut() {
+            for _ in 0..3 {
+                s(pt.launch(g))?;
+            }
         }
         s(g.sync())?;
-        drop((p8, p16, p8r, p8c, p8p, p8w, p8q1, p8q2, pt));
+        drop((p8, p16, p8r, p8c, p8p, p8w, p8q1, p8q2, pts, p8sl, p8sa));
         // checks: every element written; rows of experts 0, E/2, E-1 against the dequantized f64 product
         let c = s(g.download(&c8))?;
         let written = c.iter().all(|v| !v.is_nan()) && s(g.download(&c16))?.iter().all(|v| !v.is_nan());
         let same = s(g.download(&c8r))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits())
             && s(g.download(&c8c))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
         let same_w = s(g.download(&c8w))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
-        // the wide kernel's timeline on the GPU's clock (launched after the medians, above)
-        let (timeline, same_t) = {
-            let rec = s(g.download(&buf))?;
-            let same_t = s(g.download(&c8t))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
+        let same_as = |d: &CudaSlice<bf16>| -> R<bool> {
+            Ok(s(g.download(d))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()))
+        };
+        let same_twins = same_as(&c8sl)? && same_as(&c8sa)?;
+        // the wide kernel's timelines on the GPU's clock (launched after the medians, above)
+        let mut same_t = true;
+        for ((v, (blocks_t, buf)), ct) in tl_kinds.iter().zip(&bufs).zip(&c8t) {
+            let rec = s(g.download(buf))?;
+            let same = same_as(ct)?;
+            same_t &= same;
+            let tag = format!("{v:?}");
             if let Ok(dir) = std::env::var("MEGAMOE_TIMELINE_DUMP") {
                 // the raw records for a reading beyond the medians (u64 little-endian, the kernel's layout)
-                let path = format!("{dir}/timeline-{name}-{}.bin", what.replace(' ', "_"));
+                let path = format!("{dir}/timeline-{name}-{}-{tag}.bin", what.replace(' ', "_"));
                 let bytes: Vec<u8> = rec.iter().flat_map(|v| v.to_le_bytes()).collect();
                 std::fs::write(&path, bytes).map_err(|e| format!("{path}: {e}"))?;
             }
-            (timeline_summary(&rec, blocks_t, kk / 128), same_t)
-        };
-        println!("RESULT fp8-timeline {name} {what}: {timeline}; its C bitwise the staged kernel's: {same_t}");
+            let timeline = timeline_summary(&rec, *blocks_t, kk / 128);
+            println!("RESULT fp8-timeline {name} {what} {tag}: {timeline}; its C bitwise the staged kernel's: {same}");
+        }
         let (hq, hs) = (s(g.download(qa))?, s(g.download(sa))?);
         let (hqb, hsb) = (s(g.download(qb))?, s(g.download(sb))?);
         let (mut got, mut want) = (Vec::new(), Vec::new());
@@ -323,7 +350,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             );
         }
         let err = check::rel_err(&got, &want);
-        let good = written && same && same_w && same_t && err <= 1e-2;
+        let good = written && same && same_w && same_t && same_twins && err <= 1e-2;
         ok &= good;
         let flop = 2.0 * m as f64 * n as f64 * kk as f64;
         let tf = |us: f64| flop / us * 1e-6;
@@ -335,7 +362,9 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
              ({:.2}x the staged), in 2-CTA clusters sharing A {:.0} us ({:.2}x the staged), both bitwise the staged: \
              {same} | probe without the promotion {:.0} us {:.0} TFLOP/s | 128 x 256 tiles {:.0} us {:.0} TFLOP/s \
              ({:.3}x the staged), bitwise the staged: {same_w} | 128 x 256 probes without the promotion: halves in \
-             turn {:.0} us {:.0} TFLOP/s, halves straight {:.0} us {:.0} TFLOP/s{}",
+             turn {:.0} us {:.0} TFLOP/s, halves straight {:.0} us {:.0} TFLOP/s | the wide kernel's twins, scale \
+             products after half 0's wait {:.0} us ({:.3}x the wide), and the scales a block ahead {:.0} us ({:.3}x the \
+             wide), bitwise: {same_twins}{}",
             t[0],
             tf(t[0]),
             tf(t[0]) / FP8_PEAK,
@@ -358,6 +387,10 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             tf(t[6]),
             t[7],
             tf(t[7]),
+            t[8],
+            t[5] / t[8],
+            t[9],
+            t[5] / t[9],
             if good { "" } else { " FAILED" }
         );
     }

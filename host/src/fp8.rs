@@ -361,7 +361,7 @@ impl<P: Copy> PreparedFp8Launch<'_, P> {
 }
 
 impl<'a> PreparedFp8Launch<'a, GroupedGemmFp8> {
-    /// Records per block of [`Fp8Variant::WideTimeline`]: 8 consumer warps x 16 k-blocks x 5 clock readings.
+    /// Records per block of [`Fp8Variant::WideTimeline`] (and the other `*Timeline` variants): 8 consumer warps x 16 k-blocks x 5 clock readings.
     pub const TIMELINE_PER_BLOCK: usize = 8 * 16 * 5;
 
     /// Blocks of the launch.
@@ -369,11 +369,11 @@ impl<'a> PreparedFp8Launch<'a, GroupedGemmFp8> {
         self.launch.as_ref().map_or(0, |(cfg, _)| cfg.grid.0 as usize)
     }
 
-    /// For [`Fp8Variant::WideTimeline`] only: where its clock records go, `u64 [blocks][8][16][5]` (zero-filled
+    /// For [`Fp8Variant::WideTimeline`] and the other `*Timeline` variants only: where its clock records go, `u64 [blocks][8][16][5]` (zero-filled
     /// where a block has no second tile or a tile fewer than 16 k-blocks).
     pub fn timeline(mut self, gpu: &Gpu, buf: &'a mut CudaSlice<u64>) -> Result<Self> {
         let ck = Check { what: self.what, ordinal: self.ordinal };
-        if self.kernel != "grouped_gemm_fp8w_timeline" {
+        if !(self.kernel.starts_with("grouped_gemm_fp8w") && self.kernel.ends_with("_timeline")) {
             return ck.bad(format!("{} records no timeline", self.kernel));
         }
         ck.buf("timeline buffer", buf, self.blocks() * Self::TIMELINE_PER_BLOCK)?;
@@ -515,6 +515,15 @@ pub enum Fp8Variant {
     /// five points of 16 k-blocks into the buffer [`PreparedFp8Launch::timeline`] gives (none without it), for the
     /// benchmark.
     WideTimeline,
+    /// `Wide`'s twin (`grouped_gemm_fp8w_sl`: the same C) whose scale products wait for half 0's wgmma, so
+    /// that ptxas cannot place them (and the wait for the scales' loads) inside its wgmma sequence, for the benchmark.
+    WideScLate,
+    /// As `WideScLate`, the scales also loaded a block ahead (`grouped_gemm_fp8w_sla`), for the benchmark.
+    WideScAhead,
+    /// `WideScLate` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_sl_timeline`).
+    WideScLateTimeline,
+    /// `WideScAhead` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_sla_timeline`).
+    WideScAheadTimeline,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -539,6 +548,10 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::WideProbe1 => "grouped_gemm_fp8w_probe1",
             Fp8Variant::WideProbe2 => "grouped_gemm_fp8w_probe2",
             Fp8Variant::WideTimeline => "grouped_gemm_fp8w_timeline",
+            Fp8Variant::WideScLate => "grouped_gemm_fp8w_sl",
+            Fp8Variant::WideScAhead => "grouped_gemm_fp8w_sla",
+            Fp8Variant::WideScLateTimeline => "grouped_gemm_fp8w_sl_timeline",
+            Fp8Variant::WideScAheadTimeline => "grouped_gemm_fp8w_sla_timeline",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;
@@ -802,12 +815,7 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
 pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
-    } else if kernel.starts_with("grouped_gemm_fp8w_probe")
-        || matches!(
-            kernel,
-            "grouped_gemm_fp8w" | "grouped_gemm_fp8w_timeline" | "grouped_gemm_fp8w_cpx" | "grouped_gemm_fp8w_gather"
-        )
-    {
+    } else if kernel.starts_with("grouped_gemm_fp8w") && !kernel.starts_with("grouped_gemm_fp8w_swiglu") {
         kh::FP8W_BN as usize
     } else {
         kh::FP8_BN as usize

@@ -88,6 +88,18 @@ unsafe fn slot(base: u32, l: u32) -> MTile {
     crate::kernels::grouped_gemm_fp8::read_slot(base + SLOT_AT, l)
 }
 
+/// `body`'s `PROBE` (0: the GEMM): the main loop without the promotion, each half waited for in turn (a probe).
+const NOPROMO_SERIAL: u32 = 1;
+/// The main loop without the promotion, both halves straight across the blocks (a probe).
+const NOPROMO_STRAIGHT: u32 = 2;
+/// Bit: the consumer warps record `%clock64` at five points of 16 k-blocks (the same C).
+const TIMELINE: u32 = 4;
+/// Bit: the block's scale products made after half 0's wait, through a data dependence on its partial, so ptxas
+/// cannot hoist them (and with them the wait for the scales' loads) between half 0's wgmma (the same C).
+const SC_LATE: u32 = 8;
+/// Bit: the block's four scales loaded a block ahead (the same C).
+const SC_AHEAD: u32 = 16;
+
 /// 384 threads, FP8W_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
@@ -104,7 +116,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe1(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, 1>(&p);
+    body::<false, false, false, false, false, NOPROMO_SERIAL>(&p);
 }
 
 /// Not a GEMM's launch to time: `grouped_gemm_fp8w` itself (the same C) whose consumer warps' lane 0 also write
@@ -114,14 +126,45 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe1(p: GroupedGemmFp8) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_timeline(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, 3>(&p);
+    body::<false, false, false, false, false, TIMELINE>(&p);
+}
+
+/// Twins of `grouped_gemm_fp8w` (the same C) for the benchmark: the scale products after half 0's wait
+/// (`_sl`), and also the scales loaded a block ahead (`_sla`); each with the timeline's records (`_timeline`). Why:
+/// the timeline showed half 0 of each block taking ~120 cycles more of the pipe than half 1, and the SASS has
+/// ptxas's scale products (waiting on the block's scale loads) between half 0's first and second wgmma.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sl(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, SC_LATE>(&p);
+}
+
+/// See `grouped_gemm_fp8w_sl`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sla(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, { SC_LATE | SC_AHEAD }>(&p);
+}
+
+/// See `grouped_gemm_fp8w_sl`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sl_timeline(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, { SC_LATE | TIMELINE }>(&p);
+}
+
+/// See `grouped_gemm_fp8w_sl`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sla_timeline(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, { SC_LATE | SC_AHEAD | TIMELINE }>(&p);
 }
 
 /// See `grouped_gemm_fp8w_probe1`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe2(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, 2>(&p);
+    body::<false, false, false, false, false, NOPROMO_STRAIGHT>(&p);
 }
 
 /// As `grouped_gemm_fp8w` with A gathered from the tokens by the producer warpgroup ([`produce_gather`]: no
@@ -422,6 +465,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
         };
         let mut acc = [0f32; 128];
         let mut part = [0f32; 64];
+        let mut s_next = if PROBE & SC_AHEAD != 0 { sc(0) } else { (0.0, 0.0, 0.0, 0.0) };
         let mut kb = 0;
         while kb < kb_n {
             ring.wait_full(it);
@@ -430,7 +474,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 fence::proxy_async_shared_cta();
             }
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            if PROBE == 2 {
+            if PROBE == NOPROMO_STRAIGHT {
                 // both halves straight into the accumulator's halves, the previous block's stage released once
                 // its wgmma have completed
                 let (a0, a1) = acc.split_at_mut(64);
@@ -447,7 +491,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 kb += 1;
                 continue;
             }
-            if PROBE == 1 {
+            if PROBE == NOPROMO_SERIAL {
                 // each half into the one partial, added (its result read only at the tile's end, so ptxas keeps
                 // the wgmma), waited for in turn
                 let a = st + cw * (A_BYTES / 2);
@@ -464,9 +508,9 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 kb += 1;
                 continue;
             }
-            // the timeline probe's records (PROBE 3 only, where the host gave a buffer): lane 0 of each consumer
-            // warp, the block's second tile
-            let rec = PROBE == 3 && p.ct != 0 && l == 1 && lane == 0 && kb < 16;
+            // the timeline probe's records (where the host gave a buffer): lane 0 of each consumer warp, the
+            // block's second tile
+            let rec = PROBE & TIMELINE != 0 && p.ct != 0 && l == 1 && lane == 0 && kb < 16;
             let at = (((regs::bid() * 8 + cw * 4 + t / 32) * 16 + kb) * 5) as usize;
             let mark = |i: usize, dep: f32| {
                 if rec {
@@ -476,11 +520,25 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 }
             };
             mark(0, 0.0);
-            let s = sc(kb);
+            let s = if PROBE & SC_AHEAD != 0 {
+                let s = s_next;
+                // the next block's (the last block reloads its own)
+                s_next = sc(if kb + 1 < kb_n { kb + 1 } else { kb });
+                s
+            } else {
+                sc(kb)
+            };
             issue_half(st, cw, 0, &mut part);
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut part);
             mark(1, part[0]);
+            // the row scales, made to depend on the partial where asked (x + 0 * part = x bitwise: part is finite,
+            // a sum of 128 products of e4m3 values, and x a positive scale or +0)
+            let s = if PROBE & SC_LATE != 0 {
+                (math::fma(part[0], 0.0, s.0), math::fma(part[0], 0.0, s.1), s.2, s.3)
+            } else {
+                s
+            };
             promote_half::<0>(&mut acc, &part, s.0 * s.2, s.1 * s.2);
             mark(2, acc[63]);
             issue_half(st, cw, 1, &mut part);
@@ -496,11 +554,11 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             it += 1;
             kb += 1;
         }
-        if PROBE == 1 {
+        if PROBE == NOPROMO_SERIAL {
             // the partial's sum as the tile's first half (C is not the product)
             acc[..64].copy_from_slice(&part);
         }
-        if PROBE == 2 {
+        if PROBE == NOPROMO_STRAIGHT {
             // the last block's wgmma, then its stage (kb_n >= 1: the host's K check)
             wgmma::wait_group::<0>();
             wgmma::fence_operand_128(&mut acc);
