@@ -197,7 +197,10 @@ fn check_kernels() -> Res {
         return Err(format!("cuobjdump failed: {}", String::from_utf8_lossy(&sass.stderr)));
     }
     let sass = String::from_utf8_lossy(&sass.stdout).into_owned();
-    println!("{:<36} {:>6} {:>7} {:>7} {:>6} {:>9}", "kernel", "stack", "spill-s", "spill-l", "GMMA", "desc-R2UR");
+    println!(
+        "{:<36} {:>6} {:>7} {:>7} {:>6} {:>9} {:>8}",
+        "kernel", "stack", "spill-s", "spill-l", "GMMA", "desc-R2UR", "LDG-wait"
+    );
     for k in manifest::KERNELS {
         let Some((_, stack, ss, sl)) = props.iter().find(|p| p.0 == k.name) else {
             errors.push(format!("{}: not in the ptxas report", k.name));
@@ -207,7 +210,18 @@ fn check_kernels() -> Res {
         // HGMMA: bf16 / f16 wgmma; QGMMA: the FP8 form
         let hgmma = body.map(|b| b.matches("HGMMA").count() + b.matches("QGMMA").count()).unwrap_or(0);
         let r2ur = body.map(gmma_fed_by_r2ur).unwrap_or(0);
-        println!("{:<36} {:>6} {:>7} {:>7} {:>6} {:>9}", k.name, stack, ss, sl, hgmma, r2ur);
+        let ldg_wait = body.map(ldg_waits_inside_gmma_runs).unwrap_or(0);
+        println!("{:<36} {:>6} {:>7} {:>7} {:>6} {:>9} {:>8}", k.name, stack, ss, sl, hgmma, r2ur, ldg_wait);
+        if ldg_wait != 0 && !LDG_WAIT_KNOWN.contains(&k.name) {
+            errors.push(format!(
+                "{}: {ldg_wait} instruction(s) inside a run of wgmma wait on a global load, so the rest of the run \
+                 is issued only when the load returns (see ldg_waits_inside_gmma_runs)",
+                k.name
+            ));
+        }
+        if ldg_wait == 0 && LDG_WAIT_KNOWN.contains(&k.name) {
+            println!("  ({} no longer waits on a global load inside its wgmma: drop it from LDG_WAIT_KNOWN)", k.name);
+        }
         if k.spill_free && (*stack != 0 || *ss != 0 || *sl != 0) {
             errors.push(format!("{}: stack frame {stack} B, spills {ss}/{sl} B (marked spill-free)", k.name));
         }
@@ -271,6 +285,61 @@ fn gmma_fed_by_r2ur(sass: &str) -> usize {
         }
     }
     fed
+}
+
+/// Kernels whose SASS is known to hold an instruction waiting on a global load inside a run of wgmma: the FP8
+/// kernels' scale products (docs/RESULTS.md 2026-12-06i call 1; docs/wip/fp8w-late-scales.patch moves the wide
+/// kernels'). In the 128-column kernels the scales are loaded a block ahead, but the next block's loads share the
+/// scoreboard, so the product waits for them too. Any other kernel with such a wait fails `check-kernels`.
+const LDG_WAIT_KNOWN: &[&str] = &[
+    "grouped_gemm_fp8",
+    "grouped_gemm_fp8_regs",
+    "grouped_gemm_fp8_mc",
+    "grouped_gemm_fp8_swiglu",
+    "grouped_gemm_fp8_swiglu_q",
+    "grouped_gemm_fp8w",
+    "grouped_gemm_fp8w_swiglu_q",
+    "grouped_gemm_fp8w_swiglu_zt",
+    "grouped_gemm_fp8w_cpx",
+];
+
+/// How many instructions of `sass` sit inside a run of wgmma (after a HGMMA / QGMMA that more of its commit group
+/// follow, before the group's last, the one marked `gsb0`) and wait on a scoreboard that a global load (`LDG`) set
+/// last. The warp issues in order, so the rest of the run waits for the load (hundreds of cycles from L2) while
+/// the tensor cores may run dry: ptxas put the wide FP8 kernel's scale products there (2026-12-06i). Read from the
+/// control bits of each instruction's second encoding word: write scoreboard bits 46..48 (7: none), wait mask bits
+/// 52..57. A straight scan of the listing (branches not followed): a lint, not a proof.
+fn ldg_waits_inside_gmma_runs(sass: &str) -> usize {
+    let mut from_ldg = [false; 6];
+    let (mut in_run, mut count) = (false, 0);
+    let mut lines = sass.lines().peekable();
+    while let Some(l) = lines.next() {
+        let t = l.trim_start();
+        // an instruction line: "/*addr*/ OPCODE ... ; /* 0xlo */", then a line holding "/* 0xhi */"
+        let Some((_, rest)) = t.strip_prefix("/*").and_then(|r| r.split_once("*/")) else { continue };
+        let Some(op) = rest.split(';').next().map(str::trim).filter(|o| !o.is_empty()) else { continue };
+        let hi = lines.peek().and_then(|n| {
+            let n = n.trim();
+            n.strip_prefix("/* 0x").and_then(|h| h.strip_suffix("*/")).map(str::trim)
+        });
+        let Some(hi) = hi.and_then(|h| u64::from_str_radix(h, 16).ok()) else { continue };
+        lines.next();
+        // the opcode without its predicate guard
+        let opcode = op.strip_prefix('@').map_or(op, |g| g.split_once(' ').map_or(g, |(_, o)| o.trim_start()));
+        let gmma = opcode.starts_with("HGMMA.") || opcode.starts_with("QGMMA.");
+        let wait = (hi >> 52) & 0x3f;
+        if in_run && !gmma && (0..6).any(|b| wait >> b & 1 == 1 && from_ldg[b]) {
+            count += 1;
+        }
+        let wbar = ((hi >> 46) & 7) as usize;
+        if wbar < 6 {
+            from_ldg[wbar] = opcode.starts_with("LDG");
+        }
+        if gmma {
+            in_run = !op.contains("gsb0");
+        }
+    }
+    count
 }
 
 /// The SASS of one function in a `cuobjdump --dump-sass` listing.
