@@ -53,7 +53,6 @@ fn once(g: &Gpu, f: &mut dyn FnMut() -> R<()>) -> R<f64> {
     Ok(s(a.elapsed_ms(&b))? as f64 * 1e3)
 }
 
-/// Medians of `fs` timed alternating.
 /// The timeline kernel's records (u64 [blocks][8 warps][16 k-blocks][5 clocks]) as medians in cycles: the wait for
 /// the stage and half 0's wgmma, half 0's promotion, half 1's issue and wgmma, half 1's promotion, a whole k-block
 /// (one reading to the next k-block's), and the second warpgroup's lag behind the first at half 0's wait.
@@ -97,6 +96,7 @@ fn timeline_summary(rec: &[u64], blocks: usize, kb_n: usize) -> String {
     )
 }
 
+/// Medians of `fs` timed alternating.
 fn medians(g: &Gpu, fs: &mut [&mut dyn FnMut() -> R<()>]) -> R<Vec<f64>> {
     s(g.sync())?;
     let mut t = vec![Vec::new(); fs.len()];
