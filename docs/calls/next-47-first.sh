@@ -6,7 +6,7 @@ O=$OUT; here=$(dirname "$0")
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 mkdir -p $O/scale $O/rot
 OUT=$O/scale MODE=${MODE:-full} bash $here/next-fp8w-scale-order.sh
-case $gpu in
+case ${FORCE_GPU:-$gpu} in
   *H200*) OUT=$O/rot ROT=b113 BOUND=${ROT_BOUND:-330} bash $here/next-rotation.sh;;
   *) echo "not an H200 ($gpu): no rotation";;
 esac
