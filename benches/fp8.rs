@@ -192,8 +192,14 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         // the 128 x 256 kernel recording its consumer warps' clock at five points of 16 k-blocks of each block's
         // second tile (the same C, checked)
         // (and the twins with the scale products after half 0's wait, `_sl`, and the scales a block ahead, `_sla`)
-        let tl_kinds = [Fp8Variant::WideTimeline, Fp8Variant::WideScLateTimeline, Fp8Variant::WideScAheadTimeline];
-        let mut c8t: Vec<_> = (0..3).map(|_| s(g.alloc::<bf16>(m * n))).collect::<R<_>>()?;
+        // (and the no-load probe's: its C not the product, not checked)
+        let tl_kinds = [
+            Fp8Variant::WideTimeline,
+            Fp8Variant::WideScLateTimeline,
+            Fp8Variant::WideScAheadTimeline,
+            Fp8Variant::WideNoLoadTimeline,
+        ];
+        let mut c8t: Vec<_> = tl_kinds.iter().map(|_| s(g.alloc::<bf16>(m * n))).collect::<R<_>>()?;
         let mut bufs = Vec::new();
         for c in c8t.iter_mut() {
             s(g.fill_bytes(c, 0xff))?;
@@ -214,6 +220,12 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         s(g.fill_bytes(&mut c8sa, 0xff))?;
         let p8sl = prep(&mut c8sl, Fp8Variant::WideScLate)?;
         let p8sa = prep(&mut c8sa, Fp8Variant::WideScAhead)?;
+        // the wide kernel and its halves-straight probe with the producer's loads stopped after the ring's first fill
+        // (probes: C not the product, not checked)
+        let mut c8nl = s(g.alloc::<bf16>(m * n))?;
+        let p8nl = prep(&mut c8nl, Fp8Variant::WideNoLoad)?;
+        let mut c8q2nl = s(g.alloc::<bf16>(m * n))?;
+        let p8q2nl = prep(&mut c8q2nl, Fp8Variant::WideProbe2NoLoad)?;
         let p16 = s(GroupedGemmArgs {
             a: &da,
             b: &dw,
@@ -240,6 +252,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 &mut || s(p8q2.launch(g)),
                 &mut || s(p8sl.launch(g)),
                 &mut || s(p8sa.launch(g)),
+                &mut || s(p8nl.launch(g)),
+                &mut || s(p8q2nl.launch(g)),
             ],
         )?;
         for pt in pts.iter_mut() {
@@ -248,7 +262,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             }
         }
         s(g.sync())?;
-        drop((p8, p16, p8r, p8c, p8p, p8w, p8q1, p8q2, pts, p8sl, p8sa));
+        drop((p8, p16, p8r, p8c, p8p, p8w, p8q1, p8q2, pts, p8sl, p8sa, p8nl, p8q2nl));
         // checks: every element written; rows of experts 0, E/2, E-1 against the dequantized f64 product
         let c = s(g.download(&c8))?;
         let written = c.iter().all(|v| !v.is_nan()) && s(g.download(&c16))?.iter().all(|v| !v.is_nan());
@@ -263,8 +277,9 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let mut same_t = true;
         for ((v, (blocks_t, buf)), ct) in tl_kinds.iter().zip(&bufs).zip(&c8t) {
             let rec = s(g.download(buf))?;
-            let same = same_as(ct)?;
-            same_t &= same;
+            let probe = *v == Fp8Variant::WideNoLoadTimeline;
+            let same = if probe { false } else { same_as(ct)? };
+            same_t &= same || probe;
             let tag = format!("{v:?}");
             if let Ok(dir) = std::env::var("MEGAMOE_TIMELINE_DUMP") {
                 // the raw records for a reading beyond the medians (u64 little-endian, the kernel's layout)
@@ -273,7 +288,12 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 std::fs::write(&path, bytes).map_err(|e| format!("{path}: {e}"))?;
             }
             let timeline = timeline_summary(&rec, *blocks_t, kk / 128);
-            println!("RESULT fp8-timeline {name} {what} {tag}: {timeline}; its C bitwise the staged kernel's: {same}");
+            let c_is = if probe {
+                "a probe, its C not the product".to_string()
+            } else {
+                format!("its C bitwise the staged kernel's: {same}")
+            };
+            println!("RESULT fp8-timeline {name} {what} {tag}: {timeline}; {c_is}");
         }
         let (hq, hs) = (s(g.download(qa))?, s(g.download(sa))?);
         let (hqb, hsb) = (s(g.download(qb))?, s(g.download(sb))?);
@@ -364,7 +384,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
              ({:.3}x the staged), bitwise the staged: {same_w} | 128 x 256 probes without the promotion: halves in \
              turn {:.0} us {:.0} TFLOP/s, halves straight {:.0} us {:.0} TFLOP/s | the wide kernel's twins, scale \
              products after half 0's wait {:.0} us ({:.3}x the wide), and the scales a block ahead {:.0} us ({:.3}x the \
-             wide), bitwise: {same_twins}{}",
+             wide), bitwise: {same_twins} | no-load probes (the producer's loads stopped after the ring's first fill): \
+             the wide kernel {:.0} us ({:.3}x the wide), halves straight {:.0} us ({:.3}x halves straight){}",
             t[0],
             tf(t[0]),
             tf(t[0]) / FP8_PEAK,
@@ -391,6 +412,10 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             t[5] / t[8],
             t[9],
             t[5] / t[9],
+            t[10],
+            t[5] / t[10],
+            t[11],
+            t[7] / t[11],
             if good { "" } else { " FAILED" }
         );
     }

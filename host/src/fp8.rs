@@ -524,6 +524,13 @@ pub enum Fp8Variant {
     WideScLateTimeline,
     /// `WideScAhead` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_sla_timeline`).
     WideScAheadTimeline,
+    /// Not a GEMM: `Wide` whose producer stops loading after the ring's first fill (`grouped_gemm_fp8w_nl`: the
+    /// consumers run on stale stages with no TMA traffic; C is not the product), for the benchmark.
+    WideNoLoad,
+    /// Not a GEMM: `WideProbe2` with the loads stopped as `WideNoLoad` (`grouped_gemm_fp8w_probe2_nl`).
+    WideProbe2NoLoad,
+    /// Not a GEMM: `WideNoLoad` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_nl_timeline`).
+    WideNoLoadTimeline,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -552,6 +559,9 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::WideScAhead => "grouped_gemm_fp8w_sla",
             Fp8Variant::WideScLateTimeline => "grouped_gemm_fp8w_sl_timeline",
             Fp8Variant::WideScAheadTimeline => "grouped_gemm_fp8w_sla_timeline",
+            Fp8Variant::WideNoLoad => "grouped_gemm_fp8w_nl",
+            Fp8Variant::WideProbe2NoLoad => "grouped_gemm_fp8w_probe2_nl",
+            Fp8Variant::WideNoLoadTimeline => "grouped_gemm_fp8w_nl_timeline",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;

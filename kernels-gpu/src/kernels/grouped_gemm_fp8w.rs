@@ -99,6 +99,12 @@ const TIMELINE: u32 = 4;
 const SC_LATE: u32 = 8;
 /// Bit: the block's four scales loaded a block ahead (the same C).
 const SC_AHEAD: u32 = 16;
+/// Bit (a probe: C is not the product): the producer loads only the ring's first `STAGES` stages (real codes of
+/// the block's first tile), then completes every later stage with no bytes, so the consumers run on stale stages
+/// with no TMA traffic (neither L2's reads nor shared memory's writes) beside their wgmma.
+const NO_LOAD: u32 = 32;
+/// The probe bits that replace the main loop (`NOPROMO_SERIAL`, `NOPROMO_STRAIGHT`).
+const LOOP: u32 = 3;
 
 /// 384 threads, FP8W_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
@@ -165,6 +171,31 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sla_timeline(p: GroupedGemmF
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe2(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
     body::<false, false, false, false, false, NOPROMO_STRAIGHT>(&p);
+}
+
+/// Probes, not GEMMs (C is not the product): `grouped_gemm_fp8w` (`_nl`), its `_probe2` (`_probe2_nl`) and its
+/// timeline (`_nl_timeline`) with the producer's loads stopped after the ring's first fill (see `NO_LOAD`): what the
+/// consumers reach with no TMA traffic beside them. Why: `_probe2` ran at ~1130 cycles a 128-deep block, where
+/// shared memory's 128 bytes a cycle would put it if the wgmma's reads (A and B of each m64n128k32: 96 KB a block
+/// for the two warpgroups) and the TMA's writes (48 KB) share that port.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_nl(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, NO_LOAD>(&p);
+}
+
+/// See `grouped_gemm_fp8w_nl`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe2_nl(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, { NOPROMO_STRAIGHT | NO_LOAD }>(&p);
+}
+
+/// See `grouped_gemm_fp8w_nl`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_nl_timeline(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, { NO_LOAD | TIMELINE }>(&p);
 }
 
 /// As `grouped_gemm_fp8w` with A gathered from the tokens by the producer warpgroup ([`produce_gather`]: no
@@ -265,7 +296,7 @@ unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, 
         if GA {
             produce_gather::<SW>(p, base, ring, total());
         } else if t == 0 {
-            produce::<SW>(p, base, ring, total());
+            produce::<SW, PROBE>(p, base, ring, total());
         } else if CPX && t >= 32 {
             copy_side(p, t / 32 - 1, t % 32);
         }
@@ -280,7 +311,7 @@ unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, 
 }
 
 #[inline(always)]
-unsafe fn produce<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+unsafe fn produce<const SW: bool, const PROBE: u32>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     crate::kernels::acquire_prefetch(ma);
     crate::kernels::acquire_prefetch(mb);
@@ -298,11 +329,15 @@ unsafe fn produce<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAG
                 ring.wait_empty(it);
                 smem::st_v4(base + SLOT_AT + 16 * (l % SLOTS), [ti.e, ti.row0, ti.row_end, ti.n_tile]);
             }
-            let fb = ring.produce(it, STAGE_BYTES);
+            // the no-load probe: after the ring's first fill, the stage completes with no bytes (stale data)
+            let load = PROBE & NO_LOAD == 0 || it < STAGES;
+            let fb = ring.produce(it, if load { STAGE_BYTES } else { 0 });
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            tma::load_2d(st, ma, (kb * BK) as i32, ti.row0 as i32, fb);
-            tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, b0, fb);
-            tma::load_2d(st + A_BYTES + B_HALF, mb, (kb * BK) as i32, b1, fb);
+            if load {
+                tma::load_2d(st, ma, (kb * BK) as i32, ti.row0 as i32, fb);
+                tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, b0, fb);
+                tma::load_2d(st + A_BYTES + B_HALF, mb, (kb * BK) as i32, b1, fb);
+            }
             it += 1;
             kb += 1;
         }
@@ -474,7 +509,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 fence::proxy_async_shared_cta();
             }
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            if PROBE == NOPROMO_STRAIGHT {
+            if PROBE & LOOP == NOPROMO_STRAIGHT {
                 // both halves straight into the accumulator's halves, the previous block's stage released once
                 // its wgmma have completed
                 let (a0, a1) = acc.split_at_mut(64);
@@ -491,7 +526,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 kb += 1;
                 continue;
             }
-            if PROBE == NOPROMO_SERIAL {
+            if PROBE & LOOP == NOPROMO_SERIAL {
                 // each half into the one partial, added (its result read only at the tile's end, so ptxas keeps
                 // the wgmma), waited for in turn
                 let a = st + cw * (A_BYTES / 2);
@@ -554,11 +589,11 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             it += 1;
             kb += 1;
         }
-        if PROBE == NOPROMO_SERIAL {
+        if PROBE & LOOP == NOPROMO_SERIAL {
             // the partial's sum as the tile's first half (C is not the product)
             acc[..64].copy_from_slice(&part);
         }
-        if PROBE == NOPROMO_STRAIGHT {
+        if PROBE & LOOP == NOPROMO_STRAIGHT {
             // the last block's wgmma, then its stage (kb_n >= 1: the host's K check)
             wgmma::wait_group::<0>();
             wgmma::fence_operand_128(&mut acc);
