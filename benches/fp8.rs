@@ -192,12 +192,13 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         // the 128 x 256 kernel recording its consumer warps' clock at five points of 16 k-blocks of each block's
         // second tile (the same C, checked)
         // (and the twins with the scale products after half 0's wait, `_sl`, and the scales a block ahead, `_sla`)
-        // (and the no-load probe's: its C not the product, not checked)
+        // (and the probes': the no-load and the halves-in-turn ones, their C not the product, not checked)
         let tl_kinds = [
             Fp8Variant::WideTimeline,
             Fp8Variant::WideScLateTimeline,
             Fp8Variant::WideScAheadTimeline,
             Fp8Variant::WideNoLoadTimeline,
+            Fp8Variant::WideProbe1Timeline,
         ];
         let mut c8t: Vec<_> = tl_kinds.iter().map(|_| s(g.alloc::<bf16>(m * n))).collect::<R<_>>()?;
         let mut bufs = Vec::new();
@@ -277,7 +278,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let mut same_t = true;
         for ((v, (blocks_t, buf)), ct) in tl_kinds.iter().zip(&bufs).zip(&c8t) {
             let rec = s(g.download(buf))?;
-            let probe = *v == Fp8Variant::WideNoLoadTimeline;
+            let probe = matches!(v, Fp8Variant::WideNoLoadTimeline | Fp8Variant::WideProbe1Timeline);
             let same = if probe { false } else { same_as(ct)? };
             same_t &= same || probe;
             let tag = format!("{v:?}");

@@ -531,6 +531,9 @@ pub enum Fp8Variant {
     WideProbe2NoLoad,
     /// Not a GEMM: `WideNoLoad` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_nl_timeline`).
     WideNoLoadTimeline,
+    /// Not a GEMM: `WideProbe1` recording the timeline as `WideTimeline` does, clocks 1 and 2 both after half
+    /// 0's wait (`grouped_gemm_fp8w_probe1_timeline`).
+    WideProbe1Timeline,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -562,6 +565,7 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::WideNoLoad => "grouped_gemm_fp8w_nl",
             Fp8Variant::WideProbe2NoLoad => "grouped_gemm_fp8w_probe2_nl",
             Fp8Variant::WideNoLoadTimeline => "grouped_gemm_fp8w_nl_timeline",
+            Fp8Variant::WideProbe1Timeline => "grouped_gemm_fp8w_probe1_timeline",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;

@@ -130,6 +130,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_fp8w_nl", 384, true, true),
     k("grouped_gemm_fp8w_probe2_nl", 384, true, true),
     k("grouped_gemm_fp8w_nl_timeline", 384, true, true),
+    k("grouped_gemm_fp8w_probe1_timeline", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_q", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_zt", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_qz", 384, true, true),

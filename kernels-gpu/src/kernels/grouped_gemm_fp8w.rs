@@ -191,6 +191,14 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe2_nl(p: GroupedGemmFp8)
     body::<false, false, false, false, false, { NOPROMO_STRAIGHT | NO_LOAD }>(&p);
 }
 
+/// `grouped_gemm_fp8w_probe1` with the timeline's records (clocks 1 and 2 both after half 0's wait): whether a
+/// block's first half holds the pipe longer than its second without the promotion and the scales' loads too.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe1_timeline(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, { NOPROMO_SERIAL | TIMELINE }>(&p);
+}
+
 /// See `grouped_gemm_fp8w_nl`.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_nl_timeline(p: GroupedGemmFp8) {
@@ -509,6 +517,17 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 fence::proxy_async_shared_cta();
             }
             let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+            // the timeline probe's records (where the host gave a buffer): lane 0 of each consumer warp, the
+            // block's second tile
+            let rec = PROBE & TIMELINE != 0 && p.ct != 0 && l == 1 && lane == 0 && kb < 16;
+            let at = (((regs::bid() * 8 + cw * 4 + t / 32) * 16 + kb) * 5) as usize;
+            let mark = |i: usize, dep: f32| {
+                if rec {
+                    // SAFETY: a non-null `ct` is the probe's buffer of [grid][8][16][5] (checked by the host's
+                    // `timeline`, the only setter)
+                    unsafe { *(p.ct as *mut u64).add(at + i) = regs::clock64_after(dep.to_bits()) };
+                }
+            };
             if PROBE & LOOP == NOPROMO_STRAIGHT {
                 // both halves straight into the accumulator's halves, the previous block's stage released once
                 // its wgmma have completed
@@ -529,31 +548,26 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             if PROBE & LOOP == NOPROMO_SERIAL {
                 // each half into the one partial, added (its result read only at the tile's end, so ptxas keeps
                 // the wgmma), waited for in turn
+                // (with TIMELINE, the wide kernel's five clocks: 1 and 2 both after half 0's wait, no promotion)
                 let a = st + cw * (A_BYTES / 2);
+                mark(0, 0.0);
                 crate::kernels::grouped_gemm_fp8::issue_block(a, st + A_BYTES, &mut part, true);
                 wgmma::wait_group::<0>();
                 wgmma::fence_operand_64(&mut part);
+                mark(1, part[0]);
+                mark(2, part[1]);
                 crate::kernels::grouped_gemm_fp8::issue_block(a, st + A_BYTES + B_HALF, &mut part, true);
                 wgmma::wait_group::<0>();
                 wgmma::fence_operand_64(&mut part);
+                mark(3, part[0]);
                 if lane == 0 {
                     ring.release_prev(it + 1);
                 }
+                mark(4, part[1]);
                 it += 1;
                 kb += 1;
                 continue;
             }
-            // the timeline probe's records (where the host gave a buffer): lane 0 of each consumer warp, the
-            // block's second tile
-            let rec = PROBE & TIMELINE != 0 && p.ct != 0 && l == 1 && lane == 0 && kb < 16;
-            let at = (((regs::bid() * 8 + cw * 4 + t / 32) * 16 + kb) * 5) as usize;
-            let mark = |i: usize, dep: f32| {
-                if rec {
-                    // SAFETY: a non-null `ct` is the probe's buffer of [grid][8][16][5] (checked by the host's
-                    // `timeline`, the only setter)
-                    unsafe { *(p.ct as *mut u64).add(at + i) = regs::clock64_after(dep.to_bits()) };
-                }
-            };
             mark(0, 0.0);
             let s = if PROBE & SC_AHEAD != 0 {
                 let s = s_next;
