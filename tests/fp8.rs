@@ -637,21 +637,6 @@ gpu_test!(gemm_wide_tiles_qwen3_30b_gemm2_shape, {
     assert!(a == b, "the 128 x 256 kernel differs from the 128 x 128 one");
 });
 
-gpu_test!(gemm_wide_scale_order_twins_give_the_same_bits, {
-    // the wide kernel's twins with the scale products after half 0's wait (`_sl`) and the scales loaded a block
-    // ahead (`_sla`): bitwise the wide kernel, at K = 128 (one block: the ahead form reloads its own), 384 and 768
-    let seed = Rng::fresh_seed();
-    for (counts, n, k) in [(&[0, 1, 300, 129, 0, 64, 17, 250][..], 512, 384), (&[700, 0, 513, 1, 129][..], 256, 128)] {
-        let a = gemm_run_with(counts, n, k, seed, Fp8Variant::Wide);
-        for v in [Fp8Variant::WideScLate, Fp8Variant::WideScAhead] {
-            assert!(gemm_run_with(counts, n, k, seed, v) == a, "{v:?} differs from the wide kernel (N {n}, K {k})");
-        }
-    }
-    let counts = [700, 0, 513, 1, 1024, 129, 300, 64];
-    let a = gemm_run_with(&counts, 2048, 768, seed, Fp8Variant::Wide);
-    assert!(gemm_run_with(&counts, 2048, 768, seed, Fp8Variant::WideScAhead) == a, "the ahead twin at K = 768");
-});
-
 /// GEMM1 with the SwiGLU epilogue in FP8 on fresh inputs: h against silu(g) u of the f64 product of the
 /// dequantized operands.
 fn swiglu_run(counts: &[u32], i: usize, k: usize) {

@@ -515,15 +515,6 @@ pub enum Fp8Variant {
     /// five points of 16 k-blocks into the buffer [`PreparedFp8Launch::timeline`] gives (none without it), for the
     /// benchmark.
     WideTimeline,
-    /// `Wide`'s twin (`grouped_gemm_fp8w_sl`: the same C) whose scale products wait for half 0's wgmma, so
-    /// that ptxas cannot place them (and the wait for the scales' loads) inside its wgmma sequence, for the benchmark.
-    WideScLate,
-    /// As `WideScLate`, the scales also loaded a block ahead (`grouped_gemm_fp8w_sla`), for the benchmark.
-    WideScAhead,
-    /// `WideScLate` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_sl_timeline`).
-    WideScLateTimeline,
-    /// `WideScAhead` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_sla_timeline`).
-    WideScAheadTimeline,
     /// Not a GEMM: `Wide` whose producer stops loading after the ring's first fill (`grouped_gemm_fp8w_nl`: the
     /// consumers run on stale stages with no TMA traffic; C is not the product), for the benchmark.
     WideNoLoad,
@@ -558,10 +549,6 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::WideProbe1 => "grouped_gemm_fp8w_probe1",
             Fp8Variant::WideProbe2 => "grouped_gemm_fp8w_probe2",
             Fp8Variant::WideTimeline => "grouped_gemm_fp8w_timeline",
-            Fp8Variant::WideScLate => "grouped_gemm_fp8w_sl",
-            Fp8Variant::WideScAhead => "grouped_gemm_fp8w_sla",
-            Fp8Variant::WideScLateTimeline => "grouped_gemm_fp8w_sl_timeline",
-            Fp8Variant::WideScAheadTimeline => "grouped_gemm_fp8w_sla_timeline",
             Fp8Variant::WideNoLoad => "grouped_gemm_fp8w_nl",
             Fp8Variant::WideProbe2NoLoad => "grouped_gemm_fp8w_probe2_nl",
             Fp8Variant::WideNoLoadTimeline => "grouped_gemm_fp8w_nl_timeline",

@@ -94,11 +94,6 @@ const NOPROMO_SERIAL: u32 = 1;
 const NOPROMO_STRAIGHT: u32 = 2;
 /// Bit: the consumer warps record `%clock64` at five points of 16 k-blocks (the same C).
 const TIMELINE: u32 = 4;
-/// Bit: the block's scale products made after half 0's wait, through a data dependence on its partial, so ptxas
-/// cannot hoist them (and with them the wait for the scales' loads) between half 0's wgmma (the same C).
-const SC_LATE: u32 = 8;
-/// Bit: the block's four scales loaded a block ahead (the same C).
-const SC_AHEAD: u32 = 16;
 /// Bit (a probe: C is not the product): the producer loads only the ring's first `STAGES` stages (real codes of
 /// the block's first tile), then completes every later stage with no bytes, so the consumers run on stale stages
 /// with no TMA traffic (neither L2's reads nor shared memory's writes) beside their wgmma.
@@ -133,37 +128,6 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe1(p: GroupedGemmFp8) {
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_timeline(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
     body::<false, false, false, false, false, TIMELINE>(&p);
-}
-
-/// Twins of `grouped_gemm_fp8w` (the same C) for the benchmark: the scale products after half 0's wait
-/// (`_sl`), and also the scales loaded a block ahead (`_sla`); each with the timeline's records (`_timeline`). Why:
-/// the timeline showed half 0 of each block taking ~120 cycles more of the pipe than half 1, and the SASS has
-/// ptxas's scale products (waiting on the block's scale loads) between half 0's first and second wgmma.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sl(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, SC_LATE>(&p);
-}
-
-/// See `grouped_gemm_fp8w_sl`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sla(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, { SC_LATE | SC_AHEAD }>(&p);
-}
-
-/// See `grouped_gemm_fp8w_sl`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sl_timeline(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, { SC_LATE | TIMELINE }>(&p);
-}
-
-/// See `grouped_gemm_fp8w_sl`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_sla_timeline(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, { SC_LATE | SC_AHEAD | TIMELINE }>(&p);
 }
 
 /// See `grouped_gemm_fp8w_probe1`.
@@ -508,7 +472,6 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
         };
         let mut acc = [0f32; 128];
         let mut part = [0f32; 64];
-        let mut s_next = if PROBE & SC_AHEAD != 0 { sc(0) } else { (0.0, 0.0, 0.0, 0.0) };
         let mut kb = 0;
         while kb < kb_n {
             ring.wait_full(it);
@@ -569,25 +532,11 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 continue;
             }
             mark(0, 0.0);
-            let s = if PROBE & SC_AHEAD != 0 {
-                let s = s_next;
-                // the next block's (the last block reloads its own)
-                s_next = sc(if kb + 1 < kb_n { kb + 1 } else { kb });
-                s
-            } else {
-                sc(kb)
-            };
+            let s = sc(kb);
             issue_half(st, cw, 0, &mut part);
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut part);
             mark(1, part[0]);
-            // the row scales, made to depend on the partial where asked (x + 0 * part = x bitwise: part is finite,
-            // a sum of 128 products of e4m3 values, and x a positive scale or +0)
-            let s = if PROBE & SC_LATE != 0 {
-                (math::fma(part[0], 0.0, s.0), math::fma(part[0], 0.0, s.1), s.2, s.3)
-            } else {
-                s
-            };
             promote_half::<0>(&mut acc, &part, s.0 * s.2, s.1 * s.2);
             mark(2, acc[63]);
             issue_half(st, cw, 1, &mut part);
