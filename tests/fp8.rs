@@ -637,6 +637,50 @@ gpu_test!(gemm_wide_tiles_qwen3_30b_gemm2_shape, {
     assert!(a == b, "the 128 x 256 kernel differs from the 128 x 128 one");
 });
 
+gpu_test!(gemm_192_tiles_give_the_same_bits, {
+    // 128 x 192 tiles (one m64n192k32 group and one promotion a block, a tile's columns in one or two of W's
+    // 128-row scale blocks: both parities of n0 % 128 at N = 384): bitwise the 128 x 128 kernel, each run also
+    // against the f64 reference (inside gemm_run_with); ragged experts, zero- and one-row ones, K = 384; then the
+    // 30B GEMM1 width (N = 1536, eight tiles a row) with many tiles a block, K = 768
+    let seed = Rng::fresh_seed();
+    let counts = [0, 1, 300, 129, 0, 64, 17, 250];
+    let a = gemm_run_with(&counts, 384, 384, seed, Fp8Variant::Wide192);
+    let b = gemm_run_with(&counts, 384, 384, seed, Fp8Variant::Staged);
+    assert!(a == b, "the 128 x 192 kernel differs from the 128 x 128 one (N 384)");
+    let counts = [700, 0, 513, 1, 1024, 129, 300, 64];
+    let a = gemm_run_with(&counts, 1536, 768, seed, Fp8Variant::Wide192);
+    let b = gemm_run_with(&counts, 1536, 768, seed, Fp8Variant::Wide);
+    assert!(a == b, "the 128 x 192 kernel differs from the 128 x 256 one (N 1536)");
+});
+
+gpu_test!(gemm_192_tiles_refuse_n_not_a_multiple_of_384, {
+    // N = 256: a multiple of the scale blocks' 128, not of 384 (a 192-column tile would straddle an expert's
+    // weights); refused before anything runs, C untouched
+    let g = gpu();
+    let (a, sa) = (g.alloc::<u8>(64 * 128).unwrap(), g.alloc::<f32>(64).unwrap());
+    let (b, sb) = (g.alloc::<u8>(256 * 128).unwrap(), g.alloc::<f32>(2).unwrap());
+    let (off, til) = (g.upload(&[0u32, 64]).unwrap(), g.upload(&[0u32, 1]).unwrap());
+    let mut c = g.alloc::<bf16>(64 * 256).unwrap();
+    g.fill_bytes(&mut c, 0xff).unwrap();
+    let args = GroupedGemmFp8Args {
+        a: &a,
+        a_scales: &sa,
+        b: &b,
+        b_scales: &sb,
+        offsets: &off,
+        tile_offsets: &til,
+        c: &mut c,
+        experts: 1,
+        n: 256,
+        k: 128,
+        rows_max: 64,
+    };
+    let e = args.prepare_with(&g, Fp8Variant::Wide192).err().expect("N = 256 accepted for 192-column tiles");
+    assert!(format!("{e:?}").contains("384"), "{e:?}");
+    g.sync().unwrap();
+    assert!(g.download(&c).unwrap().iter().all(|v| v.to_bits() == 0xffff), "a refused call wrote C");
+});
+
 /// GEMM1 with the SwiGLU epilogue in FP8 on fresh inputs: h against silu(g) u of the f64 product of the
 /// dequantized operands.
 fn swiglu_run(counts: &[u32], i: usize, k: usize) {

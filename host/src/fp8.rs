@@ -525,6 +525,10 @@ pub enum Fp8Variant {
     /// Not a GEMM: `WideProbe1` recording the timeline as `WideTimeline` does, clocks 1 and 2 both after half
     /// 0's wait (`grouped_gemm_fp8w_probe1_timeline`).
     WideProbe1Timeline,
+    /// Tiles of 128 x 192 (`grouped_gemm_fp8w192`: one commit group and one promotion a 128-deep block a
+    /// warpgroup, where `Wide` runs two halves in turn; the same C, bitwise). N a multiple of 384. For the
+    /// benchmark while it is measured against `Wide`.
+    Wide192,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -553,9 +557,16 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::WideProbe2NoLoad => "grouped_gemm_fp8w_probe2_nl",
             Fp8Variant::WideNoLoadTimeline => "grouped_gemm_fp8w_nl_timeline",
             Fp8Variant::WideProbe1Timeline => "grouped_gemm_fp8w_probe1_timeline",
+            Fp8Variant::Wide192 => "grouped_gemm_fp8w192",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
-        ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;
+        // the 128 x 192 tiles: N a multiple of 192 and of the weights' 128-row scale blocks
+        let n_unit = match variant {
+            Fp8Variant::Clusters => 2 * tile_cols(kernel),
+            Fp8Variant::Wide192 => 384,
+            _ => tile_cols(kernel),
+        };
+        ck.multiple("N", self.n, n_unit)?;
         let op = Operands {
             a: self.a,
             a_scales: self.a_scales,
@@ -568,7 +579,9 @@ impl<'a> GroupedGemmFp8Args<'a> {
             k: self.k,
             rows_max: self.rows_max,
         };
-        op.prepare(gpu, &ck, kernel, self.n, self.n, kh::FP8_BN as usize)
+        // B in boxes of 128 rows (two a 256-column tile), or of 96 (two a 192-column tile)
+        let b_box = if variant == Fp8Variant::Wide192 { 96 } else { kh::FP8_BN as usize };
+        op.prepare(gpu, &ck, kernel, self.n, self.n, b_box)
     }
 }
 
@@ -816,6 +829,8 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
 pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
+    } else if kernel == "grouped_gemm_fp8w192" {
+        192
     } else if kernel.starts_with("grouped_gemm_fp8w") && !kernel.starts_with("grouped_gemm_fp8w_swiglu") {
         kh::FP8W_BN as usize
     } else {
