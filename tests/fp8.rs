@@ -645,12 +645,18 @@ gpu_test!(gemm_192_tiles_give_the_same_bits, {
     let seed = Rng::fresh_seed();
     let counts = [0, 1, 300, 129, 0, 64, 17, 250];
     let a = gemm_run_with(&counts, 384, 384, seed, Fp8Variant::Wide192);
-    let b = gemm_run_with(&counts, 384, 384, seed, Fp8Variant::Staged);
-    assert!(a == b, "the 128 x 192 kernel differs from the 128 x 128 one (N 384)");
+    let b0 = gemm_run_with(&counts, 384, 384, seed, Fp8Variant::Staged);
+    assert!(a == b0, "the 128 x 192 kernel differs from the 128 x 128 one (N 384)");
     let counts = [700, 0, 513, 1, 1024, 129, 300, 64];
     let a = gemm_run_with(&counts, 1536, 768, seed, Fp8Variant::Wide192);
     let b = gemm_run_with(&counts, 1536, 768, seed, Fp8Variant::Wide);
     assert!(a == b, "the 128 x 192 kernel differs from the 128 x 256 one (N 1536)");
+    // the form that takes the next block's turn early: the same bits (K = 384: three turns a tile; K = 768)
+    let c = gemm_run_with(&counts, 1536, 768, seed, Fp8Variant::Wide192Ahead);
+    assert!(a == c, "the 128 x 192 kernel taking its turns ahead differs (N 1536)");
+    let counts = [0, 1, 300, 129, 0, 64, 17, 250];
+    let a = gemm_run_with(&counts, 384, 384, seed, Fp8Variant::Wide192Ahead);
+    assert!(a == b0, "the 128 x 192 kernel taking its turns ahead differs (N 384)");
 });
 
 gpu_test!(gemm_192_tiles_refuse_n_not_a_multiple_of_384, {
