@@ -192,7 +192,12 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         // the 128 x 256 kernel recording its consumer warps' clock at five points of 16 k-blocks of each block's
         // second tile (the same C, checked)
         // (and the probes': the no-load and the halves-in-turn ones, their C not the product, not checked)
-        let tl_kinds = [Fp8Variant::WideTimeline, Fp8Variant::WideNoLoadTimeline, Fp8Variant::WideProbe1Timeline];
+        let tl_kinds = [
+            Fp8Variant::WideTimeline,
+            Fp8Variant::WideNoLoadTimeline,
+            Fp8Variant::WideProbe1Timeline,
+            Fp8Variant::WideAheadTimeline,
+        ];
         let mut c8t: Vec<_> = tl_kinds.iter().map(|_| s(g.alloc::<bf16>(m * n))).collect::<R<_>>()?;
         let mut bufs = Vec::new();
         for c in c8t.iter_mut() {
@@ -221,6 +226,10 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let mut c8w3a = s(g.alloc::<bf16>(m * n))?;
         s(g.fill_bytes(&mut c8w3a, 0xff))?;
         let p8w3a = if n % 384 == 0 { Some(prep(&mut c8w3a, Fp8Variant::Wide192Ahead)?) } else { None };
+        // the wide kernel taking each next block's turn during the current one's half 1 (bitwise the staged)
+        let mut c8wa = s(g.alloc::<bf16>(m * n))?;
+        s(g.fill_bytes(&mut c8wa, 0xff))?;
+        let p8wa = prep(&mut c8wa, Fp8Variant::WideAhead)?;
         let p16 = s(GroupedGemmArgs {
             a: &da,
             b: &dw,
@@ -250,6 +259,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 // (a launch of nothing where N does not allow the 192-column tiles: its median not printed)
                 &mut || p8w3.as_ref().map_or(Ok(()), |p| s(p.launch(g))),
                 &mut || p8w3a.as_ref().map_or(Ok(()), |p| s(p.launch(g))),
+                &mut || s(p8wa.launch(g)),
             ],
         )?;
         for pt in pts.iter_mut() {
@@ -260,13 +270,14 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         s(g.sync())?;
         drop((p8, p16, p8r, p8c, p8p, p8w, p8q1, p8q2, pts, p8nl, p8q2nl));
         let has_w3 = p8w3.is_some();
-        drop((p8w3, p8w3a));
+        drop((p8w3, p8w3a, p8wa));
         // checks: every element written; rows of experts 0, E/2, E-1 against the dequantized f64 product
         let c = s(g.download(&c8))?;
         let written = c.iter().all(|v| !v.is_nan()) && s(g.download(&c16))?.iter().all(|v| !v.is_nan());
         let same = s(g.download(&c8r))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits())
             && s(g.download(&c8c))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
         let same_w = s(g.download(&c8w))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
+        let same_wa = s(g.download(&c8wa))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
         let same_w3 = !has_w3
             || (s(g.download(&c8w3))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits())
                 && s(g.download(&c8w3a))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()));
@@ -384,7 +395,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             );
         }
         let err = check::rel_err(&got, &want);
-        let good = written && same && same_w && same_w3 && same_t && err <= 1e-2;
+        let good = written && same && same_w && same_wa && same_w3 && same_t && err <= 1e-2;
         ok &= good;
         let flop = 2.0 * m as f64 * n as f64 * kk as f64;
         let tf = |us: f64| flop / us * 1e-6;
@@ -398,7 +409,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
              ({:.3}x the staged), bitwise the staged: {same_w} | 128 x 256 probes without the promotion: halves in \
              turn {:.0} us {:.0} TFLOP/s, halves straight {:.0} us {:.0} TFLOP/s | no-load probes (the producer's \
              loads stopped after the ring's first fill): the wide kernel {:.0} us ({:.3}x the wide), halves straight \
-             {:.0} us ({:.3}x halves straight) | 128 x 192 tiles {w3}{}",
+             {:.0} us ({:.3}x halves straight) | the wide kernel's next turn ahead {:.0} us ({:.3}x the wide), \
+             bitwise the staged: {same_wa} | 128 x 192 tiles {w3}{}",
             t[0],
             tf(t[0]),
             tf(t[0]) / FP8_PEAK,
@@ -425,6 +437,8 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             t[5] / t[8],
             t[9],
             t[7] / t[9],
+            t[12],
+            t[5] / t[12],
             if good { "" } else { " FAILED" }
         );
     }

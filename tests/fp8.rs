@@ -659,6 +659,20 @@ gpu_test!(gemm_192_tiles_give_the_same_bits, {
     assert!(a == b0, "the 128 x 192 kernel taking its turns ahead differs (N 384)");
 });
 
+gpu_test!(gemm_wide_ahead_gives_the_same_bits, {
+    // the wide kernel taking each next block's turn during the current one's half 1: bitwise the wide kernel at
+    // K = 128 (one block: no turn ahead), 384 and 768, ragged experts
+    let seed = Rng::fresh_seed();
+    for (counts, n, k) in [(&[0, 1, 300, 129, 0, 64, 17, 250][..], 512, 384), (&[700, 0, 513, 1, 129][..], 256, 128)] {
+        let a = gemm_run_with(counts, n, k, seed, Fp8Variant::Wide);
+        let b = gemm_run_with(counts, n, k, seed, Fp8Variant::WideAhead);
+        assert!(a == b, "the wide kernel with its turns ahead differs (N {n}, K {k})");
+    }
+    let counts = [700, 0, 513, 1, 1024, 129, 300, 64];
+    let a = gemm_run_with(&counts, 2048, 768, seed, Fp8Variant::Wide);
+    assert!(gemm_run_with(&counts, 2048, 768, seed, Fp8Variant::WideAhead) == a, "ahead, N 2048, K 768");
+});
+
 gpu_test!(gemm_192_tiles_refuse_n_not_a_multiple_of_384, {
     // N = 256: a multiple of the scale blocks' 128, not of 384 (a 192-column tile would straddle an expert's
     // weights); refused before anything runs, C untouched

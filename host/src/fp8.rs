@@ -532,6 +532,11 @@ pub enum Fp8Variant {
     /// `Wide192` taking each next block's turn (stage wait, descriptors, scale loads) while the current block's
     /// wgmma run (`grouped_gemm_fp8w192_ahead`; the same C), for the benchmark.
     Wide192Ahead,
+    /// `Wide` taking each next block's turn (its stage's wait, its scale loads) while the current block's half 1
+    /// runs (`grouped_gemm_fp8w_ahead`; the same C), for the benchmark.
+    WideAhead,
+    /// `WideAhead` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_ahead_timeline`).
+    WideAheadTimeline,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -562,6 +567,8 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::WideProbe1Timeline => "grouped_gemm_fp8w_probe1_timeline",
             Fp8Variant::Wide192 => "grouped_gemm_fp8w192",
             Fp8Variant::Wide192Ahead => "grouped_gemm_fp8w192_ahead",
+            Fp8Variant::WideAhead => "grouped_gemm_fp8w_ahead",
+            Fp8Variant::WideAheadTimeline => "grouped_gemm_fp8w_ahead_timeline",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
         // the 128 x 192 tiles: N a multiple of 192 and of the weights' 128-row scale blocks

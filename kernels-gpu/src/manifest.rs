@@ -121,6 +121,8 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_fp8_probe", 384, true, true),
     k("grouped_gemm_fp8w", 384, true, true),
     k("grouped_gemm_fp8w192", 384, true, true),
+    k("grouped_gemm_fp8w_ahead", 384, true, true),
+    k("grouped_gemm_fp8w_ahead_timeline", 384, true, true),
     k("grouped_gemm_fp8w192_ahead", 384, true, true),
     k("grouped_gemm_fp8w_probe1", 384, true, true),
     k("grouped_gemm_fp8w_probe2", 384, true, true),

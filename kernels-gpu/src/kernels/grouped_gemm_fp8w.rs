@@ -324,6 +324,9 @@ const TIMELINE: u32 = 4;
 /// the block's first tile), then completes every later stage with no bytes, so the consumers run on stale stages
 /// with no TMA traffic (neither L2's reads nor shared memory's writes) beside their wgmma.
 const NO_LOAD: u32 = 32;
+/// Bit: the consumers take the next block's turn (its stage's wait and its scale loads) while the current block's
+/// half 1 runs (the same C).
+const AHEAD: u32 = 8;
 /// The probe bits that replace the main loop (`NOPROMO_SERIAL`, `NOPROMO_STRAIGHT`).
 const LOOP: u32 = 3;
 
@@ -361,6 +364,24 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_timeline(p: GroupedGemmFp8) 
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe2(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
     body::<false, false, false, false, false, NOPROMO_STRAIGHT>(&p);
+}
+
+/// Twins of `grouped_gemm_fp8w` (the same C) for the benchmark: the next block's turn (its stage's wait and its four
+/// scale loads) taken while the current block's half 1 runs, so that after half 1's promotion the next half 0
+/// issues at once (`_ahead`), and the same with the timeline's records (`_ahead_timeline`). Why: in the
+/// halves-in-turn probe's timeline a block's first half costs ~90 cycles more than its second with no promotion
+/// and no scale loads (docs/RESULTS.md 2026-12-06j call 3), on each warpgroup's serial chain.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_ahead(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, AHEAD>(&p);
+}
+
+/// See `grouped_gemm_fp8w_ahead`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_ahead_timeline(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, { AHEAD | TIMELINE }>(&p);
 }
 
 /// Probes, not GEMMs (C is not the product): `grouped_gemm_fp8w` (`_nl`), its `_probe2` (`_probe2_nl`) and its
@@ -698,14 +719,21 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
         };
         let mut acc = [0f32; 128];
         let mut part = [0f32; 64];
-        let mut kb = 0;
-        while kb < kb_n {
+        // block `it`'s stage, once its data has landed
+        let stage_of = |it: u32| unsafe {
             ring.wait_full(it);
             if GA {
                 // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
                 fence::proxy_async_shared_cta();
             }
-            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+            base + Ring::<STAGES>::stage(it) * STAGE_BYTES
+        };
+        // with AHEAD, block 0's stage and scales here, each next block's while the current block's half 1 runs
+        let (mut st_next, mut s_next) =
+            if PROBE & AHEAD != 0 { (stage_of(it), sc(0)) } else { (0, (0.0, 0.0, 0.0, 0.0)) };
+        let mut kb = 0;
+        while kb < kb_n {
+            let st = if PROBE & AHEAD != 0 { st_next } else { stage_of(it) };
             // the timeline probe's records (where the host gave a buffer): lane 0 of each consumer warp, the
             // block's second tile
             let rec = PROBE & TIMELINE != 0 && p.ct != 0 && l == 1 && lane == 0 && kb < 16;
@@ -758,7 +786,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 continue;
             }
             mark(0, 0.0);
-            let s = sc(kb);
+            let s = if PROBE & AHEAD != 0 { s_next } else { sc(kb) };
             issue_half(st, cw, 0, &mut part);
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut part);
@@ -766,6 +794,9 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             promote_half::<0>(&mut acc, &part, s.0 * s.2, s.1 * s.2);
             mark(2, acc[63]);
             issue_half(st, cw, 1, &mut part);
+            if PROBE & AHEAD != 0 && kb + 1 < kb_n {
+                (st_next, s_next) = (stage_of(it + 1), sc(kb + 1));
+            }
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut part);
             mark(3, part[0]);
