@@ -199,18 +199,7 @@ unsafe fn consume192<const AHEAD: bool>(p: &GroupedGemmFp8, base: u32, ring: Rin
             (src(row_a) * kb_n, src(row_a + 8) * kb_n, n0 / 128 * kb_n, n0 % 128 != 0)
         };
         let iw1 = iw0 + kb_n;
-        {
-            let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
-            global::prefetch_l1(sa.add(ia as usize));
-            global::prefetch_l1(sa.add(ib as usize));
-            global::prefetch_l1(sb.add(iw0 as usize));
-            global::prefetch_l1(sb.add(iw1 as usize));
-        }
-        let sc = |kb: u32| unsafe {
-            let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
-            let ld = |q: *const f32, i: u32| unsafe { global::ld_nc_f32(q.add(i as usize)) };
-            (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw0 + kb), ld(sb, iw1 + kb))
-        };
+        let sc = scales(p, (ia, ib, iw0, iw1));
         let mut acc = [0f32; 96];
         let mut part = [0f32; 96];
         // block kb's stage (after its wait): the descriptors of the warpgroup's 64 rows of A and all 192 rows of B
@@ -289,6 +278,23 @@ unsafe fn consume192<const AHEAD: bool>(p: &GroupedGemmFp8, base: u32, ring: Rin
     // the staging must not be freed (block exit) before the copy engine has read it
     if t == 0 {
         tma::wait_group::<0>();
+    }
+}
+
+/// The tile's scale rows into L1 at once (the element indices of A's rows r, r + 8 and of B's two 128-row blocks, at
+/// block 0), and their block `kb`'s four scales on each call: (A row r, A row r + 8, B block 0, B block 1).
+/// SAFETY: the indices inside `sa` and `sb` for every block `kb` asked (the callers' rows are clamped to the buffers).
+#[inline(always)]
+unsafe fn scales(p: &GroupedGemmFp8, (ia, ib, iw0, iw1): (u32, u32, u32, u32)) -> impl Fn(u32) -> (f32, f32, f32, f32) {
+    let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
+    global::prefetch_l1(sa.add(ia as usize));
+    global::prefetch_l1(sa.add(ib as usize));
+    global::prefetch_l1(sb.add(iw0 as usize));
+    global::prefetch_l1(sb.add(iw1 as usize));
+    move |kb: u32| {
+        // SAFETY: as the function's
+        let ld = |q: *const f32, i: u32| unsafe { global::ld_nc_f32(q.add(i as usize)) };
+        (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw0 + kb), ld(sb, iw1 + kb))
     }
 }
 
@@ -705,18 +711,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             let (ia, ib) = (src(row_a) * kb_n, src(row_b) * kb_n);
             (ia, ib, b_row::<SW>(p, &ti, 0) / 128 * kb_n, b_row::<SW>(p, &ti, 1) / 128 * kb_n)
         };
-        {
-            let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
-            global::prefetch_l1(sa.add(ia as usize));
-            global::prefetch_l1(sa.add(ib as usize));
-            global::prefetch_l1(sb.add(iw0 as usize));
-            global::prefetch_l1(sb.add(iw1 as usize));
-        }
-        let sc = |kb: u32| unsafe {
-            let (sa, sb) = (p.sa as *const f32, p.sb as *const f32);
-            let ld = |q: *const f32, i: u32| unsafe { global::ld_nc_f32(q.add(i as usize)) };
-            (ld(sa, ia + kb), ld(sa, ib + kb), ld(sb, iw0 + kb), ld(sb, iw1 + kb))
-        };
+        let sc = scales(p, (ia, ib, iw0, iw1));
         let mut acc = [0f32; 128];
         let mut part = [0f32; 64];
         // block `it`'s stage, once its data has landed
