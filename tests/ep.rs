@@ -836,3 +836,136 @@ gpu_test!(backward_refuses_another_layers_saved_state, {
         bufs.assert_poison(&g, l != st, &what);
     }
 });
+
+/// The single-GPU FP8 forward's output on all tokens (weights quantized by the layer), as raw bits, poisoned
+/// before and checked fully written.
+fn ep1_fp8_bits(g: &Arc<Gpu>, inp: &Inputs) -> Vec<u16> {
+    use megamoe::layer::{Fp8Inputs, Fp8Weights};
+    let s = inp.shape;
+    let mut layer =
+        MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, inp.tokens.max(1), Save::InputsOnly)).unwrap();
+    let up = |v: &[bf16]| g.upload(if v.is_empty() { &[bf16::ZERO][..] } else { v }).unwrap();
+    let (x, w1, w2) = (up(&inp.x), g.upload(&inp.w1).unwrap(), g.upload(&inp.w2).unwrap());
+    let mut fw = Fp8Weights::alloc(&layer).unwrap();
+    fw.quantize(g, &w1, &w2, &layer).unwrap();
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let mut out = g.alloc::<bf16>(inp.tokens * s.h).unwrap();
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    let mut saved = layer.alloc_saved(inp.tokens).unwrap();
+    let li = Fp8Inputs { tokens: inp.tokens, x: &x, topk_ids: &ids, topk_weights: &w, weights: &fw };
+    layer.forward_fp8(&li, &mut out, &mut saved).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let bits: Vec<u16> = g.download(&out).unwrap().iter().map(|v| v.to_bits()).collect();
+    assert!(bits.iter().all(|&b| b != 0xffff), "the single-GPU FP8 forward left poison in its output");
+    bits
+}
+
+/// The FP8 forward at EP = R (rows sent as codes and scales) against the single-GPU FP8 forward on the same
+/// tokens, bitwise, every output poisoned first; against the f64 bf16 reference within the format's error; twice
+/// (a new epoch); its saved state refused by the bf16 backward; bad FP8 arguments refused.
+fn check_ep_fp8(s: Shape, tokens: &[usize], routing: EpRouting) {
+    use megamoe::ep::RankFp8Inputs;
+    let g = gpu();
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, tokens, routing);
+    let want = ep1_fp8_bits(&g, &inp);
+    let world = tokens.len();
+    let mut layer = ep_layer(&g, s, tokens, Mode::PUSH);
+    let mut r = upload_ranks(&g, &inp, tokens);
+    let mut w8 = Vec::new();
+    for rank in 0..world {
+        let mut w = layer.alloc_fp8_weights().unwrap();
+        layer.quantize_fp8_weights(&mut w, &r.w1[rank], &r.w2[rank]).unwrap();
+        w8.push(w);
+    }
+    let mut saved = None;
+    for call in 0..2 {
+        for o in r.out.iter_mut() {
+            g.fill_bytes(o, 0xff).unwrap();
+        }
+        {
+            let Ranks { x, ids, w, out, .. } = &mut r;
+            let fi: Vec<RankFp8Inputs<'_>> = (0..world)
+                .map(|i| RankFp8Inputs {
+                    tokens: tokens[i],
+                    x: &x[i],
+                    topk_ids: &ids[i],
+                    topk_weights: &w[i],
+                    weights: &w8[i],
+                })
+                .collect();
+            let mut outs: Vec<&mut CudaSlice<bf16>> = out.iter_mut().collect();
+            saved = Some(layer.forward_fp8(&fi, &mut outs).unwrap());
+        }
+        layer.check().unwrap();
+        let y = compare(&g, &r, s.h, &want);
+        if call == 0 {
+            let d = check::rel_err(&y, &reference_over_ranks(&inp, tokens));
+            eprintln!(
+                "FP8 EP = {world}: bitwise the single-GPU FP8 forward; rel err {d:.3e} against the bf16 reference"
+            );
+            assert!(d < 0.1, "the FP8 EP forward is {d} away from the bf16 reference");
+        }
+    }
+    // the bf16 backward refuses the FP8 forward's state before anything runs
+    let mut b = RankBufs::<f32>::new(&g, &inp, tokens);
+    b.poison(&g);
+    refused(b.backward(&mut layer, saved.as_ref().unwrap(), &rank_inputs(&r)), "of an FP8 forward", "FP8 state");
+    b.assert_poison(&g, true, "the bf16 backward of an FP8 forward");
+    // bad arguments: one rank's W2 codes for another shape, then a rank missing; nothing launched (the outputs
+    // keep their poison)
+    for o in r.out.iter_mut() {
+        g.fill_bytes(o, 0xff).unwrap();
+    }
+    let mut short = layer.alloc_fp8_weights().unwrap();
+    short.w2 = g.alloc::<u8>(short.w2.len() - 128).unwrap();
+    let Ranks { x, ids, w, out, .. } = &mut r;
+    let mut fi: Vec<RankFp8Inputs<'_>> = (0..world)
+        .map(|i| RankFp8Inputs { tokens: tokens[i], x: &x[i], topk_ids: &ids[i], topk_weights: &w[i], weights: &w8[i] })
+        .collect();
+    fi[world - 1].weights = &short;
+    let mut outs: Vec<&mut CudaSlice<bf16>> = out.iter_mut().collect();
+    let e = layer.forward_fp8(&fi, &mut outs).unwrap_err().to_string();
+    assert!(e.contains(&format!("rank {}: W2's codes has", world - 1)), "{e}");
+    fi.pop();
+    let e = layer.forward_fp8(&fi, &mut outs).unwrap_err().to_string();
+    assert!(e.contains(&format!("{} inputs for {world} ranks", world - 1)), "{e}");
+    g.sync().unwrap();
+    for (rank, o) in r.out.iter().enumerate() {
+        assert!(g.download(o).unwrap().iter().all(|v| v.to_bits() == 0xffff), "rank {rank}: a refused call wrote");
+    }
+}
+
+gpu_test!(fp8_ep2_uneven_one_rank_empty, { check_ep_fp8(MEDIUM, &[37, 0], EpRouting::Layer(Routing::Uniform)) });
+gpu_test!(fp8_ep4_every_row_to_one_rank_that_has_no_tokens, {
+    check_ep_fp8(MEDIUM, &[50, 0, 123, 7], EpRouting::AllOnRank(1))
+});
+gpu_test!(fp8_ep8_uneven_masked, {
+    check_ep_fp8(MEDIUM, &[13, 0, 77, 150, 1, 64, 200, 31], EpRouting::Layer(Routing::Masked10))
+});
+
+gpu_test!(fp8_ep_refuses_widths_the_fp8_kernels_do_not_take, {
+    // H = 256 (SMALL) is not a multiple of 512
+    let g = gpu();
+    let mut rng = rng();
+    let tokens = [20, 9];
+    let inp = ep_inputs(&mut rng, SMALL, &tokens, EpRouting::Layer(Routing::Uniform));
+    let mut layer = ep_layer(&g, SMALL, &tokens, Mode::PUSH);
+    let mut r = upload_ranks(&g, &inp, &tokens);
+    let w8: Vec<_> = (0..2).map(|_| layer.alloc_fp8_weights().unwrap()).collect();
+    let Ranks { x, ids, w, out, .. } = &mut r;
+    let fi: Vec<megamoe::ep::RankFp8Inputs<'_>> = (0..2)
+        .map(|i| megamoe::ep::RankFp8Inputs {
+            tokens: tokens[i],
+            x: &x[i],
+            topk_ids: &ids[i],
+            topk_weights: &w[i],
+            weights: &w8[i],
+        })
+        .collect();
+    let mut outs: Vec<&mut CudaSlice<bf16>> = out.iter_mut().collect();
+    let e = layer.forward_fp8(&fi, &mut outs).unwrap_err().to_string();
+    assert!(e.contains("H = 256 must be a multiple of 512"), "{e}");
+});

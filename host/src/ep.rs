@@ -29,8 +29,10 @@ use megamoe_kernels::kernels_host as kh;
 use megamoe_kernels::params::{self, DtopkReduce, EpParams, EpRank, GroupedGemm, Route, MAX_RANKS};
 
 use crate::error::{Context, Error, Result};
+use crate::fp8 as q;
 use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm, WgradElem};
-use crate::layer::{LayerConfig, MapCache};
+use crate::layer::fp8::{fp8_gemm, no_alloc_in_capture, plain_kernel};
+use crate::layer::{Fp8Weights, LayerConfig, MapCache};
 use crate::runtime::{dptr, Gpu, Launch};
 
 /// Threads per block of `ep_dispatch` and `ep_combine`.
@@ -200,6 +202,21 @@ pub struct RankInputs<'a> {
     pub w2: &'a CudaSlice<bf16>,
 }
 
+/// One rank's inputs of an FP8 forward ([`EpLayer::forward_fp8`]; device buffers on the layer's GPU).
+pub struct RankFp8Inputs<'a> {
+    /// Tokens T_r (may be 0).
+    pub tokens: usize,
+    /// bf16 [T_r, H] (at least): quantized by the call (1 x 128 blocks), then sent as codes.
+    pub x: &'a CudaSlice<bf16>,
+    /// i32 [T_r, k] (at least), global expert ids, -1 = masked.
+    pub topk_ids: &'a CudaSlice<i32>,
+    /// f32 [T_r, k] (at least).
+    pub topk_weights: &'a CudaSlice<f32>,
+    /// This rank's E / R experts' W1 and W2 in blockwise FP8 ([`EpLayer::alloc_fp8_weights`],
+    /// [`EpLayer::quantize_fp8_weights`]).
+    pub weights: &'a Fp8Weights,
+}
+
 /// Device milliseconds of the communication stages of one forward ([`EpLayer::forward_timed`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StageTimes {
@@ -223,6 +240,9 @@ pub struct EpSaved {
     layer: u64,
     call: u32,
     tokens: Vec<usize>,
+    /// Made by [`EpLayer::forward_fp8`]: the workspace holds the rows' FP8 codes, not the bf16 rows the backward
+    /// reads.
+    fp8: bool,
 }
 
 impl EpSaved {
@@ -248,8 +268,33 @@ impl EpSaved {
                 "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()
             );
         }
+        if self.fp8 {
+            return bad("the saved state is of an FP8 forward (`EpLayer::forward_fp8`), whose workspace holds the \
+                        rows' codes, not the bf16 rows this backward reads: the EP layer has no FP8 backward yet"
+                .into());
+        }
         Ok(())
     }
+}
+
+/// Rank r's buffers of `list` (name, elements, elements needed, device) against their exact lengths for its `per`
+/// experts and the layer's device `me`.
+fn check_exact(r: usize, list: &[(&str, usize, usize, usize)], per: usize, me: usize) -> Result<()> {
+    for &(name, got, need, _) in list {
+        if got != need {
+            return Err(Error::InvalidArgument(format!(
+                "rank {r}: {name} has {got} elements, the rank's {per} experts need {need}"
+            )));
+        }
+    }
+    for &(name, _, _, d) in list {
+        if d != me {
+            return Err(Error::InvalidArgument(format!(
+                "rank {r}: {name} lives on device {d}, the layer on device {me}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A new [`EpLayer`]'s id, unique in the process (the identity an [`EpSaved`] carries).
@@ -296,6 +341,7 @@ const NO_RANK: EpRank = EpRank {
     tokens: 0,
     pad: 0,
     route_error: 0,
+    x_scales: 0,
 };
 
 /// Whether a step of a call launches its kernels or only prepares them. Every call runs its GEMMs' steps once
@@ -324,6 +370,21 @@ struct RankWork {
     h: CudaSlice<bf16>,
     y: CudaSlice<bf16>,
     bwd: Option<BwdWork>,
+    /// The FP8 forward's buffers (allocated at the first [`EpLayer::forward_fp8`]).
+    fp8: Option<Fp8Work>,
+}
+
+/// One rank's buffers of the FP8 forward: its tokens' codes and scales (the dispatch sends them), h's codes and
+/// scales over its receive rows (GEMM1's epilogue writes them, GEMM2 reads them).
+struct Fp8Work {
+    /// e4m3 [max_tokens, H].
+    x8: CudaSlice<u8>,
+    /// f32 [max_tokens, H / 128].
+    x8s: CudaSlice<f32>,
+    /// e4m3 [max_recv, I].
+    h8: CudaSlice<u8>,
+    /// f32 [max_recv, I / 128].
+    h8s: CudaSlice<f32>,
 }
 
 /// The MoE layer at EP = R, R ranks emulated on one GPU (forward).
@@ -391,6 +452,7 @@ impl EpLayer {
                 h: gpu.alloc(recv * cfg.intermediate)?,
                 y: gpu.alloc(recv * cfg.hidden)?,
                 bwd: None,
+                fp8: None,
             });
         }
         let maps = MapCache::new(&gpu)?;
@@ -496,54 +558,66 @@ impl EpLayer {
     /// reads topk_ids and topk_weights for every slot, so a short buffer would be read past its end.
     fn check_inputs(&self, inp: &[RankInputs<'_>], outs: Option<&[&mut CudaSlice<bf16>]>) -> Result<()> {
         let c = &self.cfg;
+        self.check_ranks(inp.len(), outs)?;
+        let per = c.experts / self.world();
+        let me = self.gpu.ordinal();
+        for (r, i) in inp.iter().enumerate() {
+            self.check_tokens(r, (i.tokens, i.x, i.topk_ids, i.topk_weights), outs.map(|o| &*o[r]))?;
+            let exact = [
+                ("W1", i.w1.len(), per * 2 * c.intermediate * c.hidden, i.w1.ordinal()),
+                ("W2", i.w2.len(), per * c.hidden * c.intermediate, i.w2.ordinal()),
+            ];
+            check_exact(r, &exact, per, me)?;
+        }
+        Ok(())
+    }
+
+    /// One input a rank (and with `outs`, one output).
+    fn check_ranks(&self, inputs: usize, outs: Option<&[&mut CudaSlice<bf16>]>) -> Result<()> {
         let r_n = self.world();
         let bad = |s: String| Err(Error::InvalidArgument(s));
-        if inp.len() != r_n {
-            return bad(format!("{} inputs for {r_n} ranks", inp.len()));
+        if inputs != r_n {
+            return bad(format!("{inputs} inputs for {r_n} ranks"));
         }
         if let Some(o) = outs.filter(|o| o.len() != r_n) {
             return bad(format!("{} outputs for {r_n} ranks", o.len()));
         }
-        let per = c.experts / r_n;
+        Ok(())
+    }
+
+    /// Rank r's tokens (x, topk_ids, topk_weights) and output: counts, lengths, devices.
+    fn check_tokens(
+        &self,
+        r: usize,
+        (t, x, ids, tw): (usize, &CudaSlice<bf16>, &CudaSlice<i32>, &CudaSlice<f32>),
+        out: Option<&CudaSlice<bf16>>,
+    ) -> Result<()> {
+        let c = &self.cfg;
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if t > c.max_tokens {
+            return bad(format!("rank {r}: {t} tokens > the configured maximum {}", c.max_tokens));
+        }
+        let at_least = [
+            ("x", Some(x.len()), t * c.hidden),
+            ("topk_ids", Some(ids.len()), t * c.top_k),
+            ("topk_weights", Some(tw.len()), t * c.top_k),
+            ("out", out.map(|o| o.len()), t * c.hidden),
+        ];
+        for (name, got, need) in at_least {
+            if let Some(got) = got.filter(|&got| got < need) {
+                return bad(format!("rank {r}: {name} has {got} elements, the layer needs {need}"));
+            }
+        }
         let me = self.gpu.ordinal();
-        for (r, i) in inp.iter().enumerate() {
-            let t = i.tokens;
-            if t > c.max_tokens {
-                return bad(format!("rank {r}: {t} tokens > the configured maximum {}", c.max_tokens));
-            }
-            let out = outs.map(|o| &*o[r]);
-            let at_least = [
-                ("x", Some(i.x.len()), t * c.hidden),
-                ("topk_ids", Some(i.topk_ids.len()), t * c.top_k),
-                ("topk_weights", Some(i.topk_weights.len()), t * c.top_k),
-                ("out", out.map(|o| o.len()), t * c.hidden),
-            ];
-            for (name, got, need) in at_least {
-                if let Some(got) = got.filter(|&got| got < need) {
-                    return bad(format!("rank {r}: {name} has {got} elements, the layer needs {need}"));
-                }
-            }
-            let exact = [
-                ("W1", i.w1.len(), per * 2 * c.intermediate * c.hidden),
-                ("W2", i.w2.len(), per * c.hidden * c.intermediate),
-            ];
-            for (name, got, need) in exact {
-                if got != need {
-                    return bad(format!("rank {r}: {name} has {got} elements, the rank's {per} experts need {need}"));
-                }
-            }
-            let ords = [
-                ("x", Some(i.x.ordinal())),
-                ("topk_ids", Some(i.topk_ids.ordinal())),
-                ("topk_weights", Some(i.topk_weights.ordinal())),
-                ("W1", Some(i.w1.ordinal())),
-                ("W2", Some(i.w2.ordinal())),
-                ("out", out.map(|o| o.ordinal())),
-            ];
-            for (name, d) in ords {
-                if let Some(d) = d.filter(|&d| d != me) {
-                    return bad(format!("rank {r}: {name} lives on device {d}, the layer on device {me}"));
-                }
+        let ords = [
+            ("x", Some(x.ordinal())),
+            ("topk_ids", Some(ids.ordinal())),
+            ("topk_weights", Some(tw.ordinal())),
+            ("out", out.map(|o| o.ordinal())),
+        ];
+        for (name, d) in ords {
+            if let Some(d) = d.filter(|&d| d != me) {
+                return bad(format!("rank {r}: {name} lives on device {d}, the layer on device {me}"));
             }
         }
         Ok(())
@@ -596,8 +670,6 @@ impl EpLayer {
         self.check_inputs(inp, Some(&*outs))?;
         let g = self.gpu.clone();
         let s = g.stream().clone();
-        let c = self.cfg;
-        let e = c.experts;
         // every step of the GEMMs that can fail (their tensor maps, kernel choices), before the call's first
         // launch: a call that fails has launched nothing and left the workspace, and the saved state of the
         // previous forward, as they were (old calls' maps forgotten first, never between a lookup and its launch)
@@ -611,28 +683,8 @@ impl EpLayer {
         // from here the workspace holds this call's state (or a failed call's): older forwards' saved states
         // are refused by the backward
         self.fwd_call = call;
-        // each rank's routing layout over its own slots and the E global experts
-        for (i, w) in inp.iter().zip(self.ranks.iter_mut()) {
-            let route = Route {
-                topk_ids: dptr(i.topk_ids, &s),
-                counts: dptr(&w.counts, &s),
-                offsets: dptr(&w.offsets, &s),
-                tile_offsets: dptr(&w.tile_offsets, &s),
-                row_slot: dptr(&w.row_slot, &s),
-                slot_row: dptr(&w.slot_row, &s),
-                error: dptr(&w.route_error, &s),
-                chunk_counts: dptr(&w.route_chunks, &s),
-                barrier: dptr(&w.route_barrier, &s),
-                timeout_ns: 0,
-                slots: (i.tokens * c.top_k) as u32,
-                experts: e as u32,
-                tile_m: kh::GEMM_BM,
-                chunk: 0,
-            };
-            // SAFETY: the routing buffers hold E, E + 1 and max_slots entries, the chunk workspace covers
-            // max_slots, the barrier word is the rank's own; ids are range-checked on the device; with 0 slots the
-            // kernels only write zero counts and offsets (and the error word).
-            unsafe { crate::route::launch(&g, &route)? };
+        for (r, i) in inp.iter().enumerate() {
+            self.route(r, i.tokens, i.topk_ids)?;
         }
         let mut ranks = [NO_RANK; MAX_RANKS];
         for (r, ((i, o), w)) in inp.iter().zip(outs.iter()).zip(&self.ranks).enumerate() {
@@ -650,8 +702,222 @@ impl EpLayer {
         };
         let gemm_ms = if timed { g.timed(gemms)? } else { gemms().map(|_| 0.0)? };
         let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
-        let saved = EpSaved { layer: self.id, call, tokens: inp.iter().map(|i| i.tokens).collect() };
+        let saved = EpSaved { layer: self.id, call, tokens: inp.iter().map(|i| i.tokens).collect(), fp8: false };
         Ok((saved, StageTimes { dispatch_ms, gemm_ms, combine_ms }))
+    }
+
+    /// Buffers for one rank's FP8 weights (its E / R experts; uninitialised: fill them with
+    /// [`EpLayer::quantize_fp8_weights`]). H and I must be multiples of 128.
+    pub fn alloc_fp8_weights(&self) -> Result<Fp8Weights> {
+        let c = &self.cfg;
+        Fp8Weights::alloc_shape(&self.gpu, (c.experts / self.world(), c.hidden, c.intermediate), false)
+    }
+
+    /// Quantize one rank's bf16 W1 [E / R, 2I, H] and W2 [E / R, H, I] into `w8` in 128 x 128 blocks (after each
+    /// optimizer step; asynchronous): each expert's codes and scales are the single-GPU layer's for that expert.
+    pub fn quantize_fp8_weights(&self, w8: &mut Fp8Weights, w1: &CudaSlice<bf16>, w2: &CudaSlice<bf16>) -> Result<()> {
+        let c = &self.cfg;
+        let shape = (c.experts / self.world(), c.hidden, c.intermediate);
+        w8.quantize_shape(&self.gpu, w1, w2, shape, self.gpu.ordinal())
+    }
+
+    /// The forward at EP = R in blockwise FP8, with the rows sent as FP8: each rank quantizes its tokens (1 x 128
+    /// scales), the dispatch sends each routed row's codes and scales to its expert's owner (about half the bf16
+    /// rows' bytes), the owner runs the FP8 GEMM1 with the SwiGLU and h's quantization in its epilogue and the FP8
+    /// GEMM2 over its receive rows, and the bf16 results travel back and are summed as in [`EpLayer::forward`].
+    /// Bitwise the single-GPU [`crate::layer::MoeLayer::forward_fp8`] on the ranks' tokens concatenated in rank
+    /// order with the experts' weights concatenated likewise. Needs H a multiple of 512 and I of 128; uses the push
+    /// dispatch and the copying combine whatever [`EpLayer::set_pull_dispatch`] and
+    /// [`EpLayer::set_scatter_combine`] say. The saved state is refused by [`EpLayer::backward`] (no FP8 backward
+    /// at EP yet). Asynchronous, no host synchronisation; the first call allocates the FP8 buffers (then capturable
+    /// in a CUDA graph as [`EpLayer::forward`]).
+    pub fn forward_fp8(&mut self, inp: &[RankFp8Inputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<EpSaved> {
+        self.run_fp8(inp, outs, false).map(|(s, _)| s)
+    }
+
+    /// [`EpLayer::forward_fp8`] with device-event times (the dispatch's include the tokens' quantization).
+    pub fn forward_fp8_timed(
+        &mut self,
+        inp: &[RankFp8Inputs<'_>],
+        outs: &mut [&mut CudaSlice<bf16>],
+    ) -> Result<(EpSaved, StageTimes)> {
+        self.run_fp8(inp, outs, true)
+    }
+
+    /// The FP8 forward's arguments: the shapes the FP8 kernels take, and each rank's tokens, output and weights.
+    fn check_fp8_inputs(&self, inp: &[RankFp8Inputs<'_>], outs: &[&mut CudaSlice<bf16>]) -> Result<()> {
+        let c = &self.cfg;
+        let (h, i) = (c.hidden, c.intermediate);
+        if h % 512 != 0 || i % 128 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "forward_fp8: H = {h} must be a multiple of 512 and I = {i} of 128"
+            )));
+        }
+        self.check_ranks(inp.len(), Some(outs))?;
+        let per = c.experts / self.world();
+        let me = self.gpu.ordinal();
+        for (r, x) in inp.iter().enumerate() {
+            self.check_tokens(r, (x.tokens, x.x, x.topk_ids, x.topk_weights), Some(&*outs[r]))?;
+            let w = x.weights;
+            let exact = [
+                ("W1's codes", w.w1.len(), per * 2 * i * h, w.w1.ordinal()),
+                ("W1's scales", w.w1_scales.len(), per * 2 * i / 128 * (h / 128), w.w1_scales.ordinal()),
+                ("W2's codes", w.w2.len(), per * h * i, w.w2.ordinal()),
+                ("W2's scales", w.w2_scales.len(), per * h / 128 * (i / 128), w.w2_scales.ordinal()),
+            ];
+            check_exact(r, &exact, per, me)?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's FP8 buffers, once.
+    fn alloc_fp8(&mut self) -> Result<()> {
+        if self.ranks.iter().all(|w| w.fp8.is_some()) {
+            return Ok(());
+        }
+        no_alloc_in_capture(&self.gpu, "the EP layer's first FP8 forward")?;
+        let c = self.cfg;
+        let recv = self.group.layout.max_recv as usize;
+        for w in self.ranks.iter_mut() {
+            w.fp8 = Some(Fp8Work {
+                x8: self.gpu.alloc(c.max_tokens * c.hidden)?,
+                x8s: self.gpu.alloc(c.max_tokens * c.hidden / 128)?,
+                h8: self.gpu.alloc(recv * c.intermediate)?,
+                h8s: self.gpu.alloc(recv * c.intermediate / 128)?,
+            });
+        }
+        Ok(())
+    }
+
+    fn run_fp8(
+        &mut self,
+        inp: &[RankFp8Inputs<'_>],
+        outs: &mut [&mut CudaSlice<bf16>],
+        timed: bool,
+    ) -> Result<(EpSaved, StageTimes)> {
+        self.check_fp8_inputs(inp, outs)?;
+        self.alloc_fp8()?;
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let c = self.cfg;
+        // every step that can fail before the first launch, as `run`
+        self.maps.trim(&self.gpu)?;
+        for (r, i) in inp.iter().enumerate() {
+            self.gemms_fp8(r, i.weights, Pass::Prepare)?;
+        }
+        let call = self.begin_call()?;
+        self.fwd_call = call;
+        for (r, i) in inp.iter().enumerate() {
+            self.route(r, i.tokens, i.topk_ids)?;
+        }
+        let mut ranks = [NO_RANK; MAX_RANKS];
+        for (r, (i, o)) in inp.iter().zip(outs.iter()).enumerate() {
+            let w = &self.ranks[r];
+            let f = w.fp8.as_ref().expect("allocated above");
+            ranks[r] = EpRank {
+                x: dptr(&f.x8, &s),
+                x_scales: dptr(&f.x8s, &s),
+                y: dptr(&w.y, &s),
+                out: dptr(&**o, &s),
+                ..self.rank_routing(r, i.tokens, i.topk_ids, i.topk_weights)
+            };
+        }
+        // the push of codes and the copying combine (`EpParams::fp8`)
+        let p = EpParams { fp8: 1, pull: 0, scatter: 0, ..self.params(ranks, false) };
+        let dispatch = || -> Result<()> {
+            for (i, rk) in inp.iter().zip(&ranks) {
+                // SAFETY: x holds at least tokens * H bf16 (checked), the rank's codes and scales max_tokens >=
+                // tokens rows of H and H / 128.
+                unsafe { q::quantize_rows_raw(&g, dptr(i.x, &s), rk.x, rk.x_scales, i.tokens, c.hidden)? };
+            }
+            self.launch_ep("ep_dispatch", &p, false).map(|_| ())
+        };
+        let dispatch_ms = if timed { g.timed(dispatch)? } else { dispatch().map(|_| 0.0)? };
+        let mut gemms = || -> Result<()> {
+            for (r, i) in inp.iter().enumerate() {
+                self.gemms_fp8(r, i.weights, Pass::Launch)?;
+            }
+            Ok(())
+        };
+        let gemm_ms = if timed { g.timed(gemms)? } else { gemms().map(|_| 0.0)? };
+        let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
+        let saved = EpSaved { layer: self.id, call, tokens: inp.iter().map(|i| i.tokens).collect(), fp8: true };
+        Ok((saved, StageTimes { dispatch_ms, gemm_ms, combine_ms }))
+    }
+
+    /// Rank r's FP8 GEMMs over its receive rows: GEMM1 with the SwiGLU and h quantized in its epilogue
+    /// (`grouped_gemm_fp8w_swiglu_q`, the codes and scales the dispatch left in `recv`), then GEMM2 into y (the
+    /// single-GPU FP8 forward's kernels, on the rank's local layout).
+    fn gemms_fp8(&mut self, r: usize, w: &Fp8Weights, pass: Pass) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let c = self.cfg;
+        let (h, i) = (c.hidden, c.intermediate);
+        let per = c.experts / self.world();
+        let lay = self.group.layout;
+        let recv = lay.max_recv as usize;
+        let ws = self.group.ws(r);
+        let (x8, x8s) = (ws + lay.recv, ws + lay.recv + lay.max_recv * h as u64);
+        let (h8, h8s, y) = {
+            let wk = &self.ranks[r];
+            let f = wk.fp8.as_ref().expect("allocated before any FP8 GEMM");
+            (dptr(&f.h8, &s), dptr(&f.h8s, &s), dptr(&wk.y, &s))
+        };
+        let layout = (ws + lay.local_offsets, ws + lay.local_tiles, per, recv);
+        let k1 = "grouped_gemm_fp8w_swiglu_q";
+        let maps1 = [
+            self.maps.get_u8(&g, x8, recv, h, 128)?,
+            self.maps.get_u8(&g, dptr(&w.w1, &s), per * 2 * i, h, 128)?,
+            self.maps.get_u8(&g, h8, recv, i, 64)?,
+        ];
+        let mut p1 = fp8_gemm(layout, (x8s, dptr(&w.w1_scales, &s), h8), (i, h), maps1);
+        p1.c_scales = h8s;
+        let cfg1 = q::launch_cfg(&g, k1, recv, per, i, q::tile_cols(k1))?;
+        let maps2 = [
+            self.maps.get_u8(&g, h8, recv, i, 128)?,
+            self.maps.get_u8(&g, dptr(&w.w2, &s), per * h, i, 128)?,
+            self.maps.get(&g, y, recv, h, 64, 64)?,
+        ];
+        let p2 = fp8_gemm(layout, (h8s, dptr(&w.w2_scales, &s), y), (h, i), maps2);
+        let k2 = plain_kernel();
+        let cfg2 = q::launch_cfg(&g, k2, recv, per, h, q::tile_cols(k2))?;
+        if pass == Pass::Prepare {
+            return Ok(());
+        }
+        // SAFETY: recv holds max_recv rows of H codes and, after them, max_recv rows of H / 128 scales (inside its
+        // bf16 [max_recv, H]); W1 per * 2I rows of H codes, W2 per * H rows of I (checked); h's codes and scales
+        // and y max_recv rows; the local offsets the kernels read are clamped to max_recv on the device.
+        unsafe {
+            g.launch(k1, cfg1, &p1)?;
+            g.launch(k2, cfg2, &p2)
+        }
+    }
+
+    /// Rank r's routing layout over its own `tokens * k` slots and the E global experts.
+    fn route(&self, r: usize, tokens: usize, topk_ids: &CudaSlice<i32>) -> Result<()> {
+        let (g, c) = (&self.gpu, &self.cfg);
+        let s = g.stream();
+        let w = &self.ranks[r];
+        let route = Route {
+            topk_ids: dptr(topk_ids, s),
+            counts: dptr(&w.counts, s),
+            offsets: dptr(&w.offsets, s),
+            tile_offsets: dptr(&w.tile_offsets, s),
+            row_slot: dptr(&w.row_slot, s),
+            slot_row: dptr(&w.slot_row, s),
+            error: dptr(&w.route_error, s),
+            chunk_counts: dptr(&w.route_chunks, s),
+            barrier: dptr(&w.route_barrier, s),
+            timeout_ns: 0,
+            slots: (tokens * c.top_k) as u32,
+            experts: c.experts as u32,
+            tile_m: kh::GEMM_BM,
+            chunk: 0,
+        };
+        // SAFETY: the routing buffers hold E, E + 1 and max_slots entries, the chunk workspace covers max_slots,
+        // the barrier word is the rank's own; ids are range-checked on the device; with 0 slots the kernels only
+        // write zero counts and offsets (and the error word).
+        unsafe { crate::route::launch(g, &route) }
     }
 
     /// One launch of a dispatch or combine kernel for all the emulated ranks; its device time when `timed`.
@@ -671,16 +937,21 @@ impl EpLayer {
 
     /// Rank r's buffers that forward and backward share.
     fn rank_common(&self, r: usize, i: &RankInputs<'_>) -> EpRank {
+        self.rank_routing(r, i.tokens, i.topk_ids, i.topk_weights)
+    }
+
+    /// Rank r's routing buffers and token count in a rank entry.
+    fn rank_routing(&self, r: usize, tokens: usize, ids: &CudaSlice<i32>, weights: &CudaSlice<f32>) -> EpRank {
         let s = self.gpu.stream();
         let w = &self.ranks[r];
         EpRank {
-            topk_ids: dptr(i.topk_ids, s),
-            w: dptr(i.topk_weights, s),
+            topk_ids: dptr(ids, s),
+            w: dptr(weights, s),
             counts: dptr(&w.counts, s),
             offsets: dptr(&w.offsets, s),
             row_slot: dptr(&w.row_slot, s),
             slot_row: dptr(&w.slot_row, s),
-            tokens: i.tokens as u32,
+            tokens: tokens as u32,
             route_error: dptr(&w.route_error, s),
             ..NO_RANK
         }
@@ -704,7 +975,7 @@ impl EpLayer {
             backward: backward as u32,
             pull: (self.pull && !backward) as u32,
             scatter: (self.scatter && !backward) as u32,
-            pad: 0,
+            fp8: 0,
         }
     }
 
@@ -1258,7 +1529,7 @@ mod tests {
 
     #[test]
     fn a_saved_state_is_taken_only_by_its_layer_and_latest_forward() {
-        let saved = EpSaved { layer: 7, call: 3, tokens: vec![5, 0] };
+        let mut saved = EpSaved { layer: 7, call: 3, tokens: vec![5, 0], fp8: false };
         saved.check(7, 3, 2).unwrap();
         let e = saved.check(8, 3, 2).unwrap_err().to_string();
         assert!(e.contains("another EP layer (layer 7, this is layer 8)"), "{e}");
@@ -1267,6 +1538,10 @@ mod tests {
         // a state over fewer ranks than the layer has (its token counts were indexed by rank: a panic)
         let e = saved.check(7, 3, 4).unwrap_err().to_string();
         assert!(e.contains("2 ranks' token counts, the layer has 4 ranks"), "{e}");
+        // an FP8 forward's state (no bf16 rows in the workspace)
+        saved.fp8 = true;
+        let e = saved.check(7, 3, 2).unwrap_err().to_string();
+        assert!(e.contains("of an FP8 forward"), "{e}");
         // every layer its own id
         let (a, b) = (next_layer_id(), next_layer_id());
         assert!(a != b && a != 0 && b != 0);

@@ -33,7 +33,7 @@ use crate::gemm::{m_grouped_launch, m_tiles_max, wgrad_launch, zero_gemm, WgradE
 use crate::runtime::{dptr, Gpu, Launch};
 use crate::tensor_map::{CaptureMaps, DeviceTensorMap, Dtype, Swizzle, TiledDesc};
 
-mod fp8;
+pub(crate) mod fp8;
 use fp8::Operand;
 pub use fp8::{Fp8Inputs, Fp8Weights};
 

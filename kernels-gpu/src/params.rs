@@ -572,6 +572,8 @@ pub struct EpRank {
     /// outside -1..E: its offsets are then zero and `route_place` did not run); 0: none. Such a rank sends the
     /// owners a count of zero for every expert (it sends no rows) and its combine writes none of its outputs.
     pub route_error: u64,
+    /// FP8 forward (`EpParams::fp8`): f32 [tokens, hidden / 128], the 1 x 128 scales of `x`'s codes; else 0.
+    pub x_scales: u64,
 }
 
 /// Parameters of `ep_dispatch` and `ep_combine`.
@@ -608,8 +610,12 @@ pub struct EpParams {
     /// (`c_dst_ranks`): `ep_combine` only releases the back flags before the sources sum. 0 = it copies the
     /// rows from the owner's y.
     pub scatter: u32,
-    /// Unused.
-    pub pad: u32,
+    /// Forward only, with the push (`pull` 0): 1 = the rows travel as blockwise FP8: each rank's `x` holds its
+    /// tokens' e4m3 codes [tokens, hidden] and `x_scales` their 1 x 128 scales, and an owner's `recv` receives the
+    /// codes [max_recv, hidden] (bytes) followed by the scales f32 [max_recv, hidden / 128] at
+    /// `recv + max_recv * hidden` (both inside the region's bf16 [max_recv, hidden]); `hidden` a multiple of 512.
+    /// 0 = bf16 rows.
+    pub fp8: u32,
 }
 
 /// Blockwise FP8 quantization (kernels `quantize_fp8_rows`, `quantize_fp8_blocks`; [`crate::fp8`] gives the rule):

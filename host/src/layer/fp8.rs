@@ -45,7 +45,7 @@ fn check_block_shape(what: &str, h: usize, i: usize) -> Result<()> {
 
 /// Refuse an allocation on `g`'s stream while it is being captured: a capture would record it as a graph
 /// allocation, valid only inside that graph, which the layer would then keep.
-fn no_alloc_in_capture(g: &Gpu, what: &str) -> Result<()> {
+pub(crate) fn no_alloc_in_capture(g: &Gpu, what: &str) -> Result<()> {
     if g.capturing()? {
         return Err(Error::InvalidArgument(format!(
             "{what} allocates its buffers, which a CUDA graph capture cannot record: run it once outside the \
@@ -59,14 +59,14 @@ impl Fp8Weights {
     /// Buffers for `layer`'s weights (uninitialised: fill them with [`Fp8Weights::quantize`]). H and I must be
     /// multiples of 128.
     pub fn alloc(layer: &MoeLayer) -> Result<Self> {
-        let (g, c) = (&layer.gpu, &layer.cfg);
-        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        let c = &layer.cfg;
+        Self::alloc_shape(&layer.gpu, (c.experts, c.hidden, c.intermediate), c.fp8_backward.dx())
+    }
+
+    /// Buffers for `e` experts of H x I (`w1t`: W1's transposed codes too).
+    pub(crate) fn alloc_shape(g: &Gpu, (e, h, i): (usize, usize, usize), w1t: bool) -> Result<Self> {
         check_block_shape("Fp8Weights::alloc", h, i)?;
-        let w1t = if c.fp8_backward.dx() {
-            Some((g.alloc(e * 2 * i * h)?, g.alloc(e * 2 * i / 128 * (h / 128))?))
-        } else {
-            None
-        };
+        let w1t = if w1t { Some((g.alloc(e * 2 * i * h)?, g.alloc(e * 2 * i / 128 * (h / 128))?)) } else { None };
         Ok(Fp8Weights {
             w1: g.alloc(e * 2 * i * h)?,
             w1_scales: g.alloc(e * 2 * i / 128 * (h / 128))?,
@@ -80,7 +80,18 @@ impl Fp8Weights {
     /// and W1's transpose when allocated.
     pub fn quantize(&mut self, gpu: &Gpu, w1: &CudaSlice<bf16>, w2: &CudaSlice<bf16>, layer: &MoeLayer) -> Result<()> {
         let c = &layer.cfg;
-        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        self.quantize_shape(gpu, w1, w2, (c.experts, c.hidden, c.intermediate), layer.gpu.ordinal())
+    }
+
+    /// [`Fp8Weights::quantize`] for `e` experts of H x I, the layer on device `layer_dev`.
+    pub(crate) fn quantize_shape(
+        &mut self,
+        gpu: &Gpu,
+        w1: &CudaSlice<bf16>,
+        w2: &CudaSlice<bf16>,
+        (e, h, i): (usize, usize, usize),
+        layer_dev: usize,
+    ) -> Result<()> {
         // both weights checked before the first launch, shapes included (the quantizers' own checks come launch
         // by launch): a bad W2 must not leave W1's codes updated alone
         check_block_shape("Fp8Weights::quantize", h, i)?;
@@ -94,11 +105,10 @@ impl Fp8Weights {
                 )));
             }
         }
-        if gpu.ordinal() != layer.gpu.ordinal() {
+        if gpu.ordinal() != layer_dev {
             return Err(Error::InvalidArgument(format!(
-                "Fp8Weights::quantize: called on device {}, the layer is on device {}",
-                gpu.ordinal(),
-                layer.gpu.ordinal()
+                "Fp8Weights::quantize: called on device {}, the layer is on device {layer_dev}",
+                gpu.ordinal()
             )));
         }
         if self.w1.len() != e * 2 * i * h || self.w2.len() != e * h * i {
@@ -681,7 +691,7 @@ impl MoeLayer {
 /// SwiGLU then in the same tiles), or with `MEGAMOE_FP8_TILES=128` (read at each call, for the benchmark's A/B)
 /// `grouped_gemm_fp8` (128 x 128; the same bits). The wide tiles made the 30B FP8 forward 1.098x faster
 /// (twelfth session, call G).
-pub(super) fn plain_kernel() -> &'static str {
+pub(crate) fn plain_kernel() -> &'static str {
     match std::env::var("MEGAMOE_FP8_TILES") {
         Ok(v) if v == "128" => "grouped_gemm_fp8",
         _ => "grouped_gemm_fp8w",
@@ -714,21 +724,34 @@ fn fp8_params(
     (n, k): (usize, usize),
     maps: [u64; 3],
 ) -> GroupedGemmFp8 {
+    let layout = (dptr(&sv.offsets, s), dptr(&sv.tile_offsets, s), cfg.experts, cfg.max_tokens * cfg.top_k);
+    fp8_gemm(layout, (sa, sb, c), (n, k), maps)
+}
+
+/// The parameters of an FP8 grouped GEMM over a routing layout (`offsets`, `tile_offsets` of `experts` experts
+/// over at most `rows_max` rows, on the device), scales `sa` and `sb`, C at `c`, maps [A, B, C]; the other
+/// fields zero.
+pub(crate) fn fp8_gemm(
+    (offsets, tile_offsets, experts, rows_max): (u64, u64, usize, usize),
+    (sa, sb, c): (u64, u64, u64),
+    (n, k): (usize, usize),
+    maps: [u64; 3],
+) -> GroupedGemmFp8 {
     GroupedGemmFp8 {
         map_a: maps[0],
         map_b: maps[1],
         sa,
         sb,
-        offsets: dptr(&sv.offsets, s),
-        tile_offsets: dptr(&sv.tile_offsets, s),
+        offsets,
+        tile_offsets,
         c,
         error: 0,
         map_c: maps[2],
         c_scales: 0,
-        experts: cfg.experts as u32,
+        experts: experts as u32,
         n: n as u32,
         k: k as u32,
-        rows_max: (cfg.max_tokens * cfg.top_k) as u32,
+        rows_max: rows_max as u32,
         ct: 0,
         z: 0,
         map_z: 0,

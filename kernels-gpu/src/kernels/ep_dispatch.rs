@@ -16,7 +16,8 @@
 //! 3. every block computes the first row on the owner of r's rows of each expert (`ep::recv_row_by`: local
 //!    experts in order, sources in rank order within an expert, the EP = 1 order of the concatenated batch);
 //!    block 0 writes r's local layout (offsets and m-tiles of its E / R experts) for the grouped GEMMs;
-//! 4. each warp pushes whole rows: x[t] to the owner's `recv` row (16-byte stores through the peer pointer), the
+//! 4. each warp pushes whole rows: x[t] to the owner's `recv` row (16-byte stores through the peer pointer; with
+//!    `p.fp8` the token's e4m3 codes and 1 x 128 scales, see `EpParams::fp8`), the
 //!    row's routing weight to `recv_w` and (r, slot) to `recv_meta`; block barrier, `fence.acq_rel.sys`,
 //!    `st.release.sys` of `data_flags[r * B + b] = epoch` on every rank (rows or none);
 //! 5. block 0 waits for the `world * B` data flags of its workspace, then `fence.proxy.async.global` (the
@@ -135,6 +136,8 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
 
     // pull dispatch: zero this rank's GEMM1 arrival counters and error word (its GEMM1 runs after this launch)
     let pull = p.pull != 0 && !bwd;
+    // FP8 rows (the push only: the host never asks for both)
+    let fp8 = p.fp8 != 0 && !bwd && !pull;
     if pull {
         let words = ep::Workspace::arrive_words(ws.max_recv, e_n as u64) as u32;
         let arrive = (me.ws + ws.arrive) as *mut u32;
@@ -175,7 +178,16 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
                     let tok = slot / p.k;
                     let src = (me.own.x as *const [u32; 4]).add((tok * chunks) as usize);
                     let to = ((peer + region) as *mut [u32; 4]).add(dst as usize * chunks as usize);
-                    if !pull {
+                    if fp8 {
+                        // the token's codes (hidden bytes) and its scales (hidden / 128 f32): whole 16-byte chunks
+                        let (cc, sc) = (p.hidden / 16, p.hidden / 512);
+                        let codes = (peer + region) as *mut [u32; 4];
+                        let scales = (peer + region + ws.max_recv * p.hidden as u64) as *mut [u32; 4];
+                        let x8 = me.own.x as *const [u32; 4];
+                        copy_row(x8.add((tok * cc) as usize), codes.add(dst as usize * cc as usize), cc, lane);
+                        let xs = me.own.x_scales as *const [u32; 4];
+                        copy_row(xs.add((tok * sc) as usize), scales.add(dst as usize * sc as usize), sc, lane);
+                    } else if !pull {
                         copy_row(src, to, chunks, lane);
                     }
                     if lane == 0 && !bwd {
