@@ -6,6 +6,10 @@
 //! timed with the GEMMs on the static tile walk (`gemm::with_gemm_sched(false)`), alternating. Emulated ranks share one GPU,
 //! so every "peer" store goes to the same HBM: these figures are the kernels' memory efficiency, not NVLink's.
 //!
+//! The FP8 forward (`forward_fp8`: the rows dispatched as e4m3 codes and scales, the FP8 GEMMs) alternating with
+//! the bf16 push / copy forward, the same figures; checked fully written and bitwise the single-GPU `forward_fp8`
+//! on the concatenated tokens.
+//!
 //! Correctness in the same run, for every mode: every rank's output poisoned, then checked fully written and
 //! bitwise equal to the EP = 1 layer's output on the concatenated tokens; no device timeout recorded.
 //!
@@ -14,8 +18,8 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, RankInputs};
-use megamoe::layer::{Inputs, LayerConfig, MoeLayer, Save};
+use megamoe::ep::{EpLayer, RankFp8Inputs, RankInputs};
+use megamoe::layer::{Fp8Inputs, Fp8Weights, Inputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
 use megamoe::{Error, Gpu, Result};
@@ -39,14 +43,20 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     let w1 = rng.bf16_vec(e * 2 * i * h, 1.7 / (h as f64).sqrt());
     let w2 = rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
 
-    // EP = 1 on all tokens: the bits every rank's output must equal
-    let want: Vec<u16> = {
+    // EP = 1 on all tokens: the bits every rank's output must equal (bf16, and the FP8 forward's)
+    let (want, want8): (Vec<u16>, Vec<u16>) = {
         let (dx, dids, dw, dw1, dw2) = (g.upload(&x)?, g.upload(&ids)?, g.upload(&w)?, g.upload(&w1)?, g.upload(&w2)?);
         let mut out = g.alloc::<bf16>(total * h)?;
         let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, total, Save::InputsOnly))?;
         let inp = Inputs { tokens: total, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
         layer.forward(&inp, &mut out)?;
-        g.download(&out)?.iter().map(|v| v.to_bits()).collect()
+        let bits = g.download(&out)?.iter().map(|v| v.to_bits()).collect();
+        let mut fw = Fp8Weights::alloc(&layer)?;
+        fw.quantize(g, &dw1, &dw2, &layer)?;
+        let mut saved = layer.alloc_saved(total)?;
+        let inp8 = Fp8Inputs { tokens: total, x: &dx, topk_ids: &dids, topk_weights: &dw, weights: &fw };
+        layer.forward_fp8(&inp8, &mut out, &mut saved)?;
+        (bits, g.download(&out)?.iter().map(|v| v.to_bits()).collect())
     };
 
     let cfg = LayerConfig::bf16(h, i, e, k, TOKENS, Save::InputsOnly);
@@ -64,6 +74,17 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         ))
     };
     let bufs = (0..WORLD).map(up).collect::<Result<Vec<_>>>()?;
+    let mut w8 = Vec::with_capacity(WORLD);
+    for b in &bufs {
+        let mut q = layer.alloc_fp8_weights()?;
+        layer.quantize_fp8_weights(&mut q, &b.3, &b.4)?;
+        w8.push(q);
+    }
+    let inp8: Vec<RankFp8Inputs> = bufs
+        .iter()
+        .zip(&w8)
+        .map(|(b, q)| RankFp8Inputs { tokens: TOKENS, x: &b.0, topk_ids: &b.1, topk_weights: &b.2, weights: q })
+        .collect();
     let mut outs: Vec<CudaSlice<bf16>> = (0..WORLD).map(|_| g.alloc::<bf16>(TOKENS * h)).collect::<Result<_>>()?;
     let inp: Vec<RankInputs> = bufs
         .iter()
@@ -89,6 +110,39 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
             }
         }
     }
+    // the FP8 forward, alternating with the bf16 push / copy forward
+    layer.set_pull_dispatch(false);
+    layer.set_scatter_combine(false);
+    let mut t8 = [(); 5].map(|_| Vec::new());
+    for rep in 0..23 {
+        let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
+        let (_, t) = layer.forward_fp8_timed(&inp8, &mut o)?;
+        let whole = g.timed(|| layer.forward_fp8(&inp8, &mut o).map(|_| ()))?;
+        let bf = g.timed(|| layer.forward(&inp, &mut o).map(|_| ()))?;
+        if rep >= 3 {
+            for (v, x) in t8.iter_mut().zip([t.dispatch_ms, t.gemm_ms, t.combine_ms, whole, bf]) {
+                v.push(x);
+            }
+        }
+    }
+    for o in outs.iter_mut() {
+        g.fill_bytes(o, 0xff)?;
+    }
+    {
+        let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
+        layer.forward_fp8(&inp8, &mut o)?;
+    }
+    layer.check()?;
+    for (r, o) in outs.iter().enumerate() {
+        let bits: Vec<u16> = g.download(o)?.iter().map(|v| v.to_bits()).collect();
+        if bits.contains(&0xffff) {
+            return Err(Error::Mismatch(format!("FP8: rank {r} not fully written")));
+        }
+        if bits[..] != want8[r * TOKENS * h..(r + 1) * TOKENS * h] {
+            return Err(Error::Mismatch(format!("FP8: rank {r} differs from the single-GPU FP8 forward")));
+        }
+    }
+
     for &(pull, scatter) in &MODES {
         layer.set_pull_dispatch(pull);
         layer.set_scatter_combine(scatter);
@@ -155,13 +209,35 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
             fixed / total
         );
     }
+    {
+        let [d, gm, c, whole, bf] = t8.map(median);
+        // the dispatch stage includes the tokens' quantization (read 2H, write H + H / 32 a token)
+        let moved8 = rows * (h + h / 32 + 12);
+        println!(
+            "RESULT ep forward FP8, push dispatch of codes, copy combine (EP = {WORLD} emulated, Qwen3-30B-A3B, \
+             {TOKENS} tokens/rank, {rows} rows): {:.0} us whole against the bf16 push / copy forward's {:.0} us \
+             ({:.3}x, alternating, median of 20) | stages timed apart: quantize + dispatch {:.0} us ({:.0} GB/s of \
+             {} MB dispatched), FP8 GEMMs {:.0} us, combine {:.0} us",
+            whole * 1e3,
+            bf * 1e3,
+            bf / whole,
+            d * 1e3,
+            gbs(moved8, d),
+            moved8 / 1_000_000,
+            gm * 1e3,
+            c * 1e3
+        );
+    }
     println!(
         "RESULT device-to-device memcpy of the push dispatch's bytes: {:.0} us, {:.0} GB/s (read + write each byte \
          once)",
         m * 1e3,
         gbs(dispatch_bytes, m)
     );
-    println!("every mode: every rank's output fully written and bitwise equal to EP = 1; no device timeout");
+    println!(
+        "every mode: every rank's output fully written and bitwise equal to EP = 1 (FP8: to the single-GPU FP8 \
+         forward); no device timeout"
+    );
     Ok(())
 }
 
