@@ -837,6 +837,24 @@ gpu_test!(backward_refuses_another_layers_saved_state, {
     }
 });
 
+/// `io` for the FP8 forward: every rank's inputs with its FP8 weights `w8[r]`, and its outputs.
+fn io_fp8<'a>(
+    r: &'a mut Ranks,
+    w8: &'a [megamoe::layer::Fp8Weights],
+) -> (Vec<megamoe::ep::RankFp8Inputs<'a>>, Vec<&'a mut CudaSlice<bf16>>) {
+    let Ranks { x, ids, w, out, tokens, .. } = r;
+    let fi = (0..tokens.len())
+        .map(|i| megamoe::ep::RankFp8Inputs {
+            tokens: tokens[i],
+            x: &x[i],
+            topk_ids: &ids[i],
+            topk_weights: &w[i],
+            weights: &w8[i],
+        })
+        .collect();
+    (fi, out.iter_mut().collect())
+}
+
 /// The single-GPU FP8 forward's output on all tokens (weights quantized by the layer), as raw bits, poisoned
 /// before and checked fully written.
 fn ep1_fp8_bits(g: &Arc<Gpu>, inp: &Inputs) -> Vec<u16> {
@@ -866,7 +884,6 @@ fn ep1_fp8_bits(g: &Arc<Gpu>, inp: &Inputs) -> Vec<u16> {
 /// tokens, bitwise, every output poisoned first; against the f64 bf16 reference within the format's error; twice
 /// (a new epoch); its saved state refused by the bf16 backward; bad FP8 arguments refused.
 fn check_ep_fp8(s: Shape, tokens: &[usize], routing: EpRouting) {
-    use megamoe::ep::RankFp8Inputs;
     let g = gpu();
     let mut rng = rng();
     let inp = ep_inputs(&mut rng, s, tokens, routing);
@@ -886,17 +903,7 @@ fn check_ep_fp8(s: Shape, tokens: &[usize], routing: EpRouting) {
             g.fill_bytes(o, 0xff).unwrap();
         }
         {
-            let Ranks { x, ids, w, out, .. } = &mut r;
-            let fi: Vec<RankFp8Inputs<'_>> = (0..world)
-                .map(|i| RankFp8Inputs {
-                    tokens: tokens[i],
-                    x: &x[i],
-                    topk_ids: &ids[i],
-                    topk_weights: &w[i],
-                    weights: &w8[i],
-                })
-                .collect();
-            let mut outs: Vec<&mut CudaSlice<bf16>> = out.iter_mut().collect();
+            let (fi, mut outs) = io_fp8(&mut r, &w8);
             saved = Some(layer.forward_fp8(&fi, &mut outs).unwrap());
         }
         layer.check().unwrap();
@@ -921,12 +928,8 @@ fn check_ep_fp8(s: Shape, tokens: &[usize], routing: EpRouting) {
     }
     let mut short = layer.alloc_fp8_weights().unwrap();
     short.w2 = g.alloc::<u8>(short.w2.len() - 128).unwrap();
-    let Ranks { x, ids, w, out, .. } = &mut r;
-    let mut fi: Vec<RankFp8Inputs<'_>> = (0..world)
-        .map(|i| RankFp8Inputs { tokens: tokens[i], x: &x[i], topk_ids: &ids[i], topk_weights: &w[i], weights: &w8[i] })
-        .collect();
+    let (mut fi, mut outs) = io_fp8(&mut r, &w8);
     fi[world - 1].weights = &short;
-    let mut outs: Vec<&mut CudaSlice<bf16>> = out.iter_mut().collect();
     let e = layer.forward_fp8(&fi, &mut outs).unwrap_err().to_string();
     assert!(e.contains(&format!("rank {}: W2's codes has", world - 1)), "{e}");
     fi.pop();
@@ -955,17 +958,7 @@ gpu_test!(fp8_ep_refuses_widths_the_fp8_kernels_do_not_take, {
     let mut layer = ep_layer(&g, SMALL, &tokens, Mode::PUSH);
     let mut r = upload_ranks(&g, &inp, &tokens);
     let w8: Vec<_> = (0..2).map(|_| layer.alloc_fp8_weights().unwrap()).collect();
-    let Ranks { x, ids, w, out, .. } = &mut r;
-    let fi: Vec<megamoe::ep::RankFp8Inputs<'_>> = (0..2)
-        .map(|i| megamoe::ep::RankFp8Inputs {
-            tokens: tokens[i],
-            x: &x[i],
-            topk_ids: &ids[i],
-            topk_weights: &w[i],
-            weights: &w8[i],
-        })
-        .collect();
-    let mut outs: Vec<&mut CudaSlice<bf16>> = out.iter_mut().collect();
+    let (fi, mut outs) = io_fp8(&mut r, &w8);
     let e = layer.forward_fp8(&fi, &mut outs).unwrap_err().to_string();
     assert!(e.contains("H = 256 must be a multiple of 512"), "{e}");
 });
