@@ -844,7 +844,7 @@ mod tests {
                 size_of::<EpParams>(),
                 size_of::<RankGroup>() + size_of::<crate::ep::Workspace>() + MAX_RANKS * size_of::<EpRank>() + 10 * 4,
             ),
-            ("EpRank", size_of::<EpRank>(), 12 * 8 + 2 * 4),
+            ("EpRank", size_of::<EpRank>(), 13 * 8 + 2 * 4),
             ("TmaRowsTest", size_of::<TmaRowsTest>(), 5 * 8 + 2 * 4),
             ("TmaMcTest", size_of::<TmaMcTest>(), 2 * 8 + 2 * 4),
         ];
