@@ -386,10 +386,8 @@ fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting,
     let want_y = ep1_bits(&g, &inp);
     let want = ep1_backward::<W>(&g, &inp);
     let world = tokens.len();
-    let per = s.e / world;
     let mut layer = ep_layer(&g, s, tokens, mode);
     let mut r = upload_ranks(&g, &inp, tokens);
-    let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
     let mut b = RankBufs::<W>::new(&g, &inp, tokens);
     for rep in 0..2 {
         b.poison(&g);
@@ -401,29 +399,7 @@ fn check_ep_backward_mode<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting,
         b.backward(&mut layer, &saved, &li).unwrap();
         layer.check().unwrap();
         compare(&g, &r, s.h, &want_y);
-        let mut t0 = 0;
-        let (mut all_dx, mut all_tk) = (Vec::new(), Vec::new());
-        for (rank, &t) in tokens.iter().enumerate() {
-            let gx: Vec<u16> = g.download(&b.dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
-            let gt: Vec<u32> = g.download(&b.dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
-            if t == 0 {
-                assert_eq!(
-                    (gx[0], gt[0]),
-                    (0xffff, 0xffff_ffff),
-                    "rank {rank} has no tokens but its dx or dtopk was written"
-                );
-            } else {
-                same_bits(&format!("rank {rank} dx"), &gx, &want.dx[t0 * s.h..(t0 + t) * s.h], 0xffff);
-                same_bits(&format!("rank {rank} dtopk"), &gt, &want.dtopk[t0 * s.k..(t0 + t) * s.k], 0xffff_ffff);
-                all_dx.extend(gx.iter().map(|&b| bf16::from_bits(b).to_f64()));
-                all_tk.extend(gt.iter().map(|&b| f32::from_bits(b) as f64));
-            }
-            let g1: Vec<u32> = g.download(&b.dw1[rank]).unwrap().into_iter().map(W::bits).collect();
-            let g2: Vec<u32> = g.download(&b.dw2[rank]).unwrap().into_iter().map(W::bits).collect();
-            same_bits(&format!("rank {rank} dW1 ({})", W::NAME), &g1, &want.dw1[rank * n1..(rank + 1) * n1], W::POISON);
-            same_bits(&format!("rank {rank} dW2 ({})", W::NAME), &g2, &want.dw2[rank * n2..(rank + 1) * n2], W::POISON);
-            t0 += t;
-        }
+        let (all_dx, all_tk) = b.same_as(&g, s, &want);
         if rep == 0 {
             // the f64 reference over the R ranks (EP = 1 equals EP = R bitwise, so once is enough)
             let ranks = reference_ranks(&inp, tokens);
@@ -681,6 +657,52 @@ impl<W: Wg> RankBufs<W> {
         let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
         let mut grads = rank_grads::<W>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
         layer.backward(saved, &dys, li, &mut grads, false)
+    }
+
+    /// The FP8 backward of `saved` on `li` and the ranks' FP8 weights `w8` into these buffers.
+    fn backward_fp8(
+        &mut self,
+        layer: &mut EpLayer,
+        saved: &EpSaved,
+        li: &[RankInputs<'_>],
+        w8: &[megamoe::layer::Fp8Weights],
+    ) -> Result<(), Error> {
+        let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
+        let w8: Vec<&megamoe::layer::Fp8Weights> = w8.iter().collect();
+        let mut grads = rank_grads::<W>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
+        layer.backward_fp8(saved, &dys, li, &w8, &mut grads, false)
+    }
+
+    /// Every rank's gradients bitwise the EP = 1 ones of `want` (dx and dtopk of the rank's tokens, dW1 and dW2
+    /// of its experts), none left at the poison, a rank without tokens' dx and dtopk unwritten; the ranks' dx and
+    /// dtopk concatenated, as values.
+    fn same_as(&self, g: &Gpu, s: Shape, want: &Ep1Grads) -> (Vec<f64>, Vec<f64>) {
+        let per = s.e / self.tokens.len();
+        let (n1, n2) = (per * 2 * s.i * s.h, per * s.h * s.i);
+        let mut t0 = 0;
+        let (mut all_dx, mut all_tk) = (Vec::new(), Vec::new());
+        for (rank, &t) in self.tokens.iter().enumerate() {
+            let gx: Vec<u16> = g.download(&self.dx[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            let gt: Vec<u32> = g.download(&self.dtopk[rank]).unwrap().iter().map(|v| v.to_bits()).collect();
+            if t == 0 {
+                assert_eq!(
+                    (gx[0], gt[0]),
+                    (0xffff, 0xffff_ffff),
+                    "rank {rank} has no tokens but its dx or dtopk was written"
+                );
+            } else {
+                same_bits(&format!("rank {rank} dx"), &gx, &want.dx[t0 * s.h..(t0 + t) * s.h], 0xffff);
+                same_bits(&format!("rank {rank} dtopk"), &gt, &want.dtopk[t0 * s.k..(t0 + t) * s.k], 0xffff_ffff);
+                all_dx.extend(gx.iter().map(|&b| bf16::from_bits(b).to_f64()));
+                all_tk.extend(gt.iter().map(|&b| f32::from_bits(b) as f64));
+            }
+            let g1: Vec<u32> = g.download(&self.dw1[rank]).unwrap().into_iter().map(W::bits).collect();
+            let g2: Vec<u32> = g.download(&self.dw2[rank]).unwrap().into_iter().map(W::bits).collect();
+            same_bits(&format!("rank {rank} dW1 ({})", W::NAME), &g1, &want.dw1[rank * n1..(rank + 1) * n1], W::POISON);
+            same_bits(&format!("rank {rank} dW2 ({})", W::NAME), &g2, &want.dw2[rank * n2..(rank + 1) * n2], W::POISON);
+            t0 += t;
+        }
+        (all_dx, all_tk)
     }
 }
 
@@ -961,4 +983,201 @@ gpu_test!(fp8_ep_refuses_widths_the_fp8_kernels_do_not_take, {
     let (fi, mut outs) = io_fp8(&mut r, &w8);
     let e = layer.forward_fp8(&fi, &mut outs).unwrap_err().to_string();
     assert!(e.contains("H = 256 must be a multiple of 512"), "{e}");
+});
+
+/// A layer configuration whose FP8 backward runs `mode` and takes dW1 from x's codes (what the EP FP8 backward
+/// computes), for `t` tokens at most.
+fn fp8_codes_cfg(s: Shape, t: usize, mode: megamoe::layer::Fp8Backward) -> LayerConfig {
+    use megamoe::layer::Fp8Dw1X;
+    LayerConfig {
+        fp8_backward: mode,
+        fp8_dw1_x: Fp8Dw1X::Codes,
+        ..LayerConfig::bf16(s.h, s.i, s.e, s.k, t.max(1), Save::InputsOnly)
+    }
+}
+
+/// The single-GPU FP8 forward and backward (`Fp8Dw1X::Codes`, `mode`) on all tokens: out's bits, and dx, dtopk,
+/// dW1, dW2 as raw bits (the weight gradients in `W`), every output poisoned before and checked fully written.
+fn ep1_fp8_backward<W: Wg>(g: &Arc<Gpu>, inp: &Inputs, mode: megamoe::layer::Fp8Backward) -> (Vec<u16>, Ep1Grads) {
+    use megamoe::layer::{Fp8Inputs, Fp8Weights};
+    let s = inp.shape;
+    let t = inp.tokens;
+    let mut layer = MoeLayer::new(g.clone(), fp8_codes_cfg(s, t, mode)).unwrap();
+    let up = |v: &[bf16]| g.upload(v).unwrap();
+    let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
+    let mut fw = Fp8Weights::alloc(&layer).unwrap();
+    fw.quantize(g, &w1, &w2, &layer).unwrap();
+    let ids = g.upload(&inp.ids).unwrap();
+    let w = g.upload(&inp.w).unwrap();
+    let mut out = g.alloc::<bf16>(t * s.h).unwrap();
+    let mut dx = g.alloc::<bf16>(t * s.h).unwrap();
+    let mut dtopk = g.alloc::<f32>(t * s.k).unwrap();
+    let mut dw1 = g.alloc::<W>(s.e * 2 * s.i * s.h).unwrap();
+    let mut dw2 = g.alloc::<W>(s.e * s.h * s.i).unwrap();
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    g.fill_bytes(&mut dx, 0xff).unwrap();
+    g.fill_bytes(&mut dtopk, 0xff).unwrap();
+    g.fill_bytes(&mut dw1, 0xff).unwrap();
+    g.fill_bytes(&mut dw2, 0xff).unwrap();
+    let mut saved = layer.alloc_saved(t).unwrap();
+    let fi = Fp8Inputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &w, weights: &fw };
+    layer.forward_fp8(&fi, &mut out, &mut saved).unwrap();
+    let li = LayerInputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let gr = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward_fp8(&saved, &dy, &li, &fw, gr).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let y: Vec<u16> = g.download(&out).unwrap().iter().map(|v| v.to_bits()).collect();
+    assert!(y.iter().all(|&b| b != 0xffff), "the single-GPU FP8 forward left poison in its output");
+    let grads = Ep1Grads {
+        dx: g.download(&dx).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dtopk: g.download(&dtopk).unwrap().iter().map(|v| v.to_bits()).collect(),
+        dw1: g.download(&dw1).unwrap().into_iter().map(W::bits).collect(),
+        dw2: g.download(&dw2).unwrap().into_iter().map(W::bits).collect(),
+    };
+    (y, grads)
+}
+
+/// The FP8 backward at EP = R (`EpLayer::backward_fp8`: z from the codes the forward sent, dy in bf16, dx in FP8
+/// with `Fp8Backward::Dx`, dW1 from the dequantized codes) against the single-GPU FP8 backward with
+/// `Fp8Dw1X::Codes` on the same tokens, bitwise (y, dx, dtopk, dW1, dW2; every output poisoned first), twice (a
+/// new epoch); once against the f64 model of that backward (`reference::forward_backward_fp8` with `dw1_codes`).
+fn check_ep_fp8_backward<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting, mode: megamoe::layer::Fp8Backward) {
+    let g = gpu();
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, tokens, routing);
+    let (want_y, want) = ep1_fp8_backward::<W>(&g, &inp, mode);
+    let world = tokens.len();
+    let max_t = tokens.iter().copied().max().unwrap();
+    let mut layer = EpLayer::new(g.clone(), fp8_codes_cfg(s, max_t, mode), world).unwrap();
+    let mut r = upload_ranks(&g, &inp, tokens);
+    let mut w8 = Vec::new();
+    for rank in 0..world {
+        let mut w = layer.alloc_fp8_weights().unwrap();
+        layer.quantize_fp8_weights(&mut w, &r.w1[rank], &r.w2[rank]).unwrap();
+        w8.push(w);
+    }
+    let mut b = RankBufs::<W>::new(&g, &inp, tokens);
+    let tag = format!("FP8 EP = {world} backward ({mode:?}, {}) {s:?} {tokens:?} {routing:?}", W::NAME);
+    for rep in 0..2 {
+        b.poison(&g);
+        for o in r.out.iter_mut() {
+            g.fill_bytes(o, 0xff).unwrap();
+        }
+        let saved = {
+            let (fi, mut outs) = io_fp8(&mut r, &w8);
+            layer.forward_fp8(&fi, &mut outs).unwrap()
+        };
+        b.backward_fp8(&mut layer, &saved, &rank_inputs(&r), &w8).unwrap();
+        layer.check().unwrap();
+        compare(&g, &r, s.h, &want_y);
+        let (all_dx, all_tk) = b.same_as(&g, s, &want);
+        if rep == 0 {
+            // the CPU model: z from the dequantized codes of x and W1 (each rank's codes are the concatenation's:
+            // rows and 128 x 128 blocks of one expert), dW1 from x's dequantized codes, dx from dz's row codes
+            let (qx, sx) = megamoe::fp8::quantize_rows_cpu(&inp.x, inp.tokens, s.h);
+            let xd = megamoe::fp8::dequantize_cpu(&qx, &sx, inp.tokens, s.h, 1);
+            let (q1, s1) = megamoe::fp8::quantize_blocks_cpu(&inp.w1, s.e * 2 * s.i, s.h);
+            let w1d = megamoe::fp8::dequantize_cpu(&q1, &s1, s.e * 2 * s.i, s.h, 128);
+            let mut xr = Vec::new();
+            let mut t0 = 0;
+            for &t in tokens {
+                xr.push(xd[t0 * s.h..(t0 + t) * s.h].to_vec());
+                t0 += t;
+            }
+            let zf = reference::ZFrom { x: &xr, w1: &w1d };
+            let which = reference::Fp8Grads { dx: mode.dx(), wgrad: false, dw1_codes: true };
+            let ranks = reference_ranks(&inp, tokens);
+            let w = Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) };
+            let (outs, grads) = reference::forward_backward_fp8(&s, &ranks, &w, zf, which).unwrap();
+            let dx_ref: Vec<f64> = outs.iter().flat_map(|o| o.dx.iter().copied()).collect();
+            let tk_ref: Vec<f64> = outs.iter().flat_map(|o| o.dtopk.iter().copied()).collect();
+            let f = |v: &[u32]| v.iter().map(|&b| W::value(b)).collect::<Vec<f64>>();
+            // the model's operands are f64 where the GPU's are bf16 (z, dz, s h): an e4m3 code now and then a step
+            // apart (docs/NOTES.md: ~1e-2), so 2.5e-2 as the single-GPU FP8 backward's tests
+            let mut line = format!("{tag}: bitwise the single-GPU FP8 backward; rel err against the model:");
+            for (what, got, reference) in [
+                ("dx", all_dx.clone(), dx_ref),
+                ("dtopk", all_tk.clone(), tk_ref),
+                ("dW1", f(&want.dw1), grads.dw1),
+                ("dW2", f(&want.dw2), grads.dw2),
+            ] {
+                let e = check::close(&format!("{what} ({tag})"), &got, &reference, 2.5e-2).unwrap();
+                line += &format!(" {what} {e:.3e}");
+            }
+            eprintln!("{line}");
+        }
+    }
+}
+
+gpu_test!(fp8_ep2_backward_dx_uneven_one_rank_empty, {
+    use megamoe::layer::Fp8Backward;
+    check_ep_fp8_backward::<f32>(MEDIUM, &[37, 0], EpRouting::Layer(Routing::Uniform), Fp8Backward::Dx)
+});
+gpu_test!(fp8_ep4_backward_straight_every_row_to_one_rank_that_has_no_tokens, {
+    use megamoe::layer::Fp8Backward;
+    check_ep_fp8_backward::<f32>(MEDIUM, &[50, 0, 123, 7], EpRouting::AllOnRank(1), Fp8Backward::Straight)
+});
+gpu_test!(fp8_ep8_backward_dx_bf16_weight_gradients_masked, {
+    use megamoe::layer::Fp8Backward;
+    let tokens = [13, 0, 77, 150, 1, 64, 200, 31];
+    check_ep_fp8_backward::<bf16>(MEDIUM, &tokens, EpRouting::Layer(Routing::Masked10), Fp8Backward::Dx)
+});
+
+// The FP8 backward's refusals, each before anything runs (no rank's gradients written): a bf16 forward's state; a
+// layer whose dW1 would read the bf16 x (`Fp8Dw1X::Bf16`, the default: the owner has only the codes); FP8 weight
+// gradients; the weights of a rank missing; W1's transposed codes missing for an FP8 dx. Then the same state runs.
+gpu_test!(fp8_ep_backward_refusals_write_nothing, {
+    use megamoe::layer::{Fp8Backward, Fp8Dw1X};
+    let g = gpu();
+    let s = MEDIUM;
+    let tokens = [21usize, 40];
+    let mut rng = rng();
+    let inp = ep_inputs(&mut rng, s, &tokens, EpRouting::Layer(Routing::Uniform));
+    let mut r = upload_ranks(&g, &inp, &tokens);
+    let mut b = RankBufs::<f32>::new(&g, &inp, &tokens);
+    let quantized = |layer: &EpLayer, r: &Ranks| -> Vec<megamoe::layer::Fp8Weights> {
+        (0..2)
+            .map(|rank| {
+                let mut w = layer.alloc_fp8_weights().unwrap();
+                layer.quantize_fp8_weights(&mut w, &r.w1[rank], &r.w2[rank]).unwrap();
+                w
+            })
+            .collect()
+    };
+    // a bf16 forward's state
+    let mut layer = EpLayer::new(g.clone(), fp8_codes_cfg(s, 40, Fp8Backward::Dx), 2).unwrap();
+    let w8 = quantized(&layer, &r);
+    let saved = forward_saved(&mut layer, &mut r);
+    b.poison(&g);
+    refused(b.backward_fp8(&mut layer, &saved, &rank_inputs(&r), &w8), "of a bf16 forward", "bf16 state");
+    b.assert_poison(&g, true, "the FP8 backward of a bf16 forward");
+    // the FP8 forward's state with one rank's weights missing, then without W1's transposed codes
+    let saved = {
+        let (fi, mut outs) = io_fp8(&mut r, &w8);
+        layer.forward_fp8(&fi, &mut outs).unwrap()
+    };
+    refused(b.backward_fp8(&mut layer, &saved, &rank_inputs(&r), &w8[..1]), "1 FP8 weights for 2 ranks", "w8");
+    let straight = EpLayer::new(g.clone(), fp8_codes_cfg(s, 40, Fp8Backward::Straight), 2).unwrap();
+    let no_t: Vec<_> = quantized(&straight, &r);
+    assert!(no_t[0].w1t.is_none());
+    refused(b.backward_fp8(&mut layer, &saved, &rank_inputs(&r), &no_t), "W1's transposed codes", "no W1^T");
+    b.assert_poison(&g, true, "refused FP8 backwards");
+    // the same state then runs
+    b.backward_fp8(&mut layer, &saved, &rank_inputs(&r), &w8).unwrap();
+    layer.check().unwrap();
+    b.assert_poison(&g, false, "the FP8 backward after the refusals");
+    // dW1 from the bf16 x (the default): not at EP; FP8 weight gradients with dW1 from the codes: no layer
+    let cfg = LayerConfig { fp8_dw1_x: Fp8Dw1X::Bf16, ..fp8_codes_cfg(s, 40, Fp8Backward::Dx) };
+    let mut layer = EpLayer::new(g.clone(), cfg, 2).unwrap();
+    let w8 = quantized(&layer, &r);
+    let saved = {
+        let (fi, mut outs) = io_fp8(&mut r, &w8);
+        layer.forward_fp8(&fi, &mut outs).unwrap()
+    };
+    b.poison(&g);
+    refused(b.backward_fp8(&mut layer, &saved, &rank_inputs(&r), &w8), "Fp8Dw1X::Codes", "Fp8Dw1X::Bf16");
+    b.assert_poison(&g, true, "the FP8 backward with Fp8Dw1X::Bf16");
+    let e = EpLayer::new(g.clone(), fp8_codes_cfg(s, 40, Fp8Backward::Wgrad), 2).err().unwrap().to_string();
+    assert!(e.contains("not with FP8 weight gradients"), "{e}");
 });

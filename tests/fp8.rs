@@ -1452,7 +1452,7 @@ fn backward_fp8_mode_run(
     }
     // the CPU model
     let mi = ModelInputs::new((&x, &ids, &wts, &dyh), (&w1, &w2), (tokens, h, i, e, k));
-    let which = reference::Fp8Grads { dx: mode.dx(), wgrad: mode.wgrad() };
+    let which = reference::Fp8Grads { dx: mode.dx(), wgrad: mode.wgrad(), dw1_codes: false };
     let ris = std::slice::from_ref(&mi.ri);
     let (mo, model) = reference::forward_backward_fp8(&mi.shape, ris, &mi.wr, mi.zf(), which).unwrap();
     let (so, straight) = reference::forward_backward_z_from(&mi.shape, ris, &mi.wr, mi.zf()).unwrap();
@@ -1503,6 +1503,132 @@ gpu_test!(backward_fp8_dx_matches_the_fp8_model, {
 gpu_test!(backward_fp8_dx_wgrad_qwen3_30b_widths, {
     use megamoe::layer::{Fp8Backward, Gather};
     backward_fp8_mode_run((200, 2048, 768, 16, 8), Gather::Overlapped, Fp8Backward::DxWgrad)
+});
+
+/// `dequantize_rows` of codes the CPU quantizer made gives `dequantize_rows_bf16_cpu`'s bf16 bit for bit, every
+/// element written over a poison (rows of 8, 1 and several 16-code chunks a thread: one row a block and several).
+fn dequantize_matches(rows: usize, cols: usize) {
+    let g = gpu();
+    let mut r = fresh_rng();
+    let x = spread(&mut r, rows, cols);
+    let (q, sc) = fp8::quantize_rows_cpu(&x, rows, cols);
+    let (dq, ds) = (g.upload(&q).unwrap(), g.upload(&sc).unwrap());
+    let mut out = g.alloc::<bf16>(rows * cols).unwrap();
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    fp8::dequantize_rows(&g, &dq, &ds, &mut out, rows, cols).unwrap();
+    let got = g.download(&out).unwrap();
+    let want = fp8::dequantize_rows_bf16_cpu(&q, &sc, rows, cols);
+    if let Some(i) = (0..rows * cols).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        panic!(
+            "[{}, {}]: {:#06x} against {:#06x} (code {:#04x})",
+            i / cols,
+            i % cols,
+            got[i].to_bits(),
+            want[i].to_bits(),
+            q[i]
+        );
+    }
+    // the rounding is bf16's of the f32 product: within half a bf16 ulp of the exact value
+    let exact = fp8::dequantize_cpu(&q, &sc, rows, cols, 1);
+    assert!((0..rows * cols).all(|i| (got[i].to_f64() - exact[i]).abs() <= exact[i].abs() * 2f64.powi(-8)));
+    // bad shapes are refused, nothing written
+    g.fill_bytes(&mut out, 0xff).unwrap();
+    let e = fp8::dequantize_rows(&g, &dq, &ds, &mut out, rows, cols - 64).unwrap_err().to_string();
+    assert!(e.contains("cols"), "{e}");
+    let e = fp8::dequantize_rows(&g, &dq, &ds, &mut out, rows + 1, cols).unwrap_err().to_string();
+    assert!(e.contains("q has"), "{e}");
+    assert!(g.download(&out).unwrap().iter().all(|v| v.to_bits() == 0xffff), "a refused call wrote");
+}
+
+gpu_test!(dequantize_rows_is_the_cpu_model_bit_for_bit, {
+    for (rows, cols) in [(1, 128), (37, 384), (300, 2048), (19, 4096)] {
+        dequantize_matches(rows, cols);
+    }
+});
+
+/// `Fp8Dw1X::Codes` (dW1 from x's row codes dequantized, the EP FP8 backward's single-GPU twin), with z recomputed
+/// and with z saved (x quantized again in the backward): dx, dtopk and dW2 bit for bit the `Fp8Dw1X::Bf16`
+/// backward's; dW1 within 2.5e-2 of the model that takes dW1 from the dequantized codes, and markedly closer to it
+/// than to the model that takes the bf16 x (e4m3's error, ~3-4%, apart). Outputs poisoned, checked written.
+fn backward_fp8_dw1_codes_run((tokens, h, i, e, k): (usize, usize, usize, usize, usize), save: megamoe::layer::Save) {
+    use megamoe::layer::{Fp8Backward, Fp8Dw1X, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer};
+    let g = gpu();
+    let mut r = fresh_rng();
+    let x = r.bf16_vec(tokens * h, 1.0);
+    let mut ids = r.topk_ids(tokens, k, e);
+    for t in (0..tokens).step_by(5) {
+        ids[t * k] = -1;
+    }
+    let wts: Vec<f32> = (0..tokens * k).map(|_| r.uniform() as f32).collect();
+    let w1 = r.bf16_vec(e * 2 * i * h, 2.0 / (h as f64).sqrt());
+    let w2 = r.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
+    let dyh = r.bf16_vec(tokens * h, 1.0);
+    let (dx, dids, dwts) = (g.upload(&x).unwrap(), g.upload(&ids).unwrap(), g.upload(&wts).unwrap());
+    let (dw1, dw2, ddy) = (g.upload(&w1).unwrap(), g.upload(&w2).unwrap(), g.upload(&dyh).unwrap());
+    let inp16 = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, w1: &dw1, w2: &dw2 };
+    let (n1, n2) = (e * 2 * i * h, e * h * i);
+    let f64s = |v: Vec<f32>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
+    let mut runs = Vec::new();
+    for m in [Fp8Dw1X::Bf16, Fp8Dw1X::Codes] {
+        let cfg = LayerConfig {
+            fp8_backward: Fp8Backward::Dx,
+            fp8_dw1_x: m,
+            ..LayerConfig::bf16(h, i, e, k, tokens + 20, save)
+        };
+        let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+        let mut fw = Fp8Weights::alloc(&layer).unwrap();
+        fw.quantize(&g, &dw1, &dw2, &layer).unwrap();
+        let mut saved = layer.alloc_saved(tokens).unwrap();
+        let mut out = g.alloc::<bf16>(tokens * h).unwrap();
+        let inp = Fp8Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, weights: &fw };
+        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+        let mut dx_out = g.alloc::<bf16>(tokens * h).unwrap();
+        let (mut gw1, mut gw2) = (g.alloc::<f32>(n1).unwrap(), g.alloc::<f32>(n2).unwrap());
+        let mut dtopk = g.alloc::<f32>(tokens * k).unwrap();
+        g.fill_bytes(&mut dx_out, 0xff).unwrap();
+        g.fill_bytes(&mut gw1, 0xff).unwrap();
+        g.fill_bytes(&mut gw2, 0xff).unwrap();
+        g.fill_bytes(&mut dtopk, 0xff).unwrap();
+        let grads = Grads { dx: &mut dx_out, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
+        layer.backward_fp8(&saved, &ddy, &inp16, &fw, grads).unwrap();
+        g.sync().unwrap();
+        layer.routing_error().unwrap();
+        let dxb: Vec<u16> = g.download(&dx_out).unwrap().iter().map(|v| v.to_bits()).collect();
+        let got =
+            (dxb, f64s(g.download(&dtopk).unwrap()), f64s(g.download(&gw1).unwrap()), f64s(g.download(&gw2).unwrap()));
+        assert!(got.0.iter().all(|&b| b != 0xffff), "{m:?}: dx left unwritten");
+        for (name, v) in [("dtopk", &got.1), ("dW1", &got.2), ("dW2", &got.3)] {
+            if let Some(q) = v.iter().position(|x| x.is_nan()) {
+                panic!("backward_fp8 ({m:?}, {save:?}) left {name}[{q}] unwritten");
+            }
+        }
+        runs.push(got);
+    }
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
+    assert!(runs[0].0 == runs[1].0, "dx differs between Fp8Dw1X::Bf16 and Codes");
+    assert!(bits(&runs[0].1) == bits(&runs[1].1), "dtopk differs between Fp8Dw1X::Bf16 and Codes");
+    assert!(bits(&runs[0].3) == bits(&runs[1].3), "dW2 differs between Fp8Dw1X::Bf16 and Codes");
+    let mi = ModelInputs::new((&x, &ids, &wts, &dyh), (&w1, &w2), (tokens, h, i, e, k));
+    let ris = std::slice::from_ref(&mi.ri);
+    let model = |dw1_codes: bool| {
+        let which = reference::Fp8Grads { dx: true, wgrad: false, dw1_codes };
+        reference::forward_backward_fp8(&mi.shape, ris, &mi.wr, mi.zf(), which).unwrap().1.dw1
+    };
+    let tag = format!("backward_fp8 Fp8Dw1X::Codes ({save:?}) T {tokens} H {h} I {i} E {e} k {k}");
+    let ec = check::close(&format!("{tag} dW1"), &runs[1].2, &model(true), 2.5e-2).unwrap();
+    let eb = check::rel_err(&runs[1].2, &model(false));
+    let e16 = check::rel_err(&runs[0].2, &model(false));
+    assert!(ec < 0.6 * eb, "{tag}: dW1 no closer to the codes model ({ec:.3e}) than to the bf16-x one ({eb:.3e})");
+    eprintln!(
+        "{tag}: dW1 rel err {ec:.3e} against its model, {eb:.3e} against the bf16-x model (Bf16 mode: {e16:.3e})"
+    );
+}
+
+gpu_test!(backward_fp8_dw1_from_codes_z_recomputed, {
+    backward_fp8_dw1_codes_run((300, 512, 256, 8, 4), megamoe::layer::Save::InputsOnly)
+});
+gpu_test!(backward_fp8_dw1_from_codes_z_saved, {
+    backward_fp8_dw1_codes_run((260, 512, 256, 8, 4), megamoe::layer::Save::WithZ)
 });
 
 gpu_test!(backward_fp8_dx_refuses_weights_without_w1_transpose, {

@@ -32,7 +32,7 @@ use crate::error::{Context, Error, Result};
 use crate::fp8 as q;
 use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm, WgradElem};
 use crate::layer::fp8::{fp8_gemm, no_alloc_in_capture, plain_kernel};
-use crate::layer::{Fp8Weights, LayerConfig, MapCache};
+use crate::layer::{Fp8Dw1X, Fp8Weights, LayerConfig, MapCache};
 use crate::runtime::{dptr, Gpu, Launch};
 
 /// Threads per block of `ep_dispatch` and `ep_combine`.
@@ -248,7 +248,7 @@ pub struct EpSaved {
 impl EpSaved {
     /// Whether this is the state of forward `call` of layer `layer` over `world` ranks: a message naming what
     /// differs.
-    fn check(&self, layer: u64, call: u32, world: usize) -> Result<()> {
+    fn check(&self, layer: u64, call: u32, world: usize, fp8: bool) -> Result<()> {
         let bad = |s: String| Err(Error::InvalidArgument(s));
         if self.layer != layer {
             return bad(format!(
@@ -268,10 +268,15 @@ impl EpSaved {
                 "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()
             );
         }
-        if self.fp8 {
+        if self.fp8 && !fp8 {
             return bad("the saved state is of an FP8 forward (`EpLayer::forward_fp8`), whose workspace holds the \
-                        rows' codes, not the bf16 rows this backward reads: the EP layer has no FP8 backward yet"
+                        rows' codes, not the bf16 rows this backward reads: its backward is `EpLayer::backward_fp8`"
                 .into());
+        }
+        if !self.fp8 && fp8 {
+            return bad(
+                "the saved state is of a bf16 forward (`EpLayer::forward`): its backward is `EpLayer::backward`".into(),
+            );
         }
         Ok(())
     }
@@ -385,6 +390,9 @@ struct Fp8Work {
     h8: CudaSlice<u8>,
     /// f32 [max_recv, I / 128].
     h8s: CudaSlice<f32>,
+    /// An FP8 dx's dz row codes, e4m3 [max_recv, 2I], and scales, f32 [max_recv, 2I / 128] (allocated at the first
+    /// [`EpLayer::backward_fp8`] with [`crate::layer::Fp8Backward::Dx`]).
+    dz8: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
 }
 
 /// The MoE layer at EP = R, R ranks emulated on one GPU (forward).
@@ -707,10 +715,12 @@ impl EpLayer {
     }
 
     /// Buffers for one rank's FP8 weights (its E / R experts; uninitialised: fill them with
-    /// [`EpLayer::quantize_fp8_weights`]). H and I must be multiples of 128.
+    /// [`EpLayer::quantize_fp8_weights`]), with W1's transposed codes when the layer's `fp8_backward` runs dx in
+    /// FP8 ([`EpLayer::backward_fp8`]). H and I must be multiples of 128.
     pub fn alloc_fp8_weights(&self) -> Result<Fp8Weights> {
         let c = &self.cfg;
-        Fp8Weights::alloc_shape(&self.gpu, (c.experts / self.world(), c.hidden, c.intermediate), false)
+        let shape = (c.experts / self.world(), c.hidden, c.intermediate);
+        Fp8Weights::alloc_shape(&self.gpu, shape, c.fp8_backward.dx())
     }
 
     /// Quantize one rank's bf16 W1 [E / R, 2I, H] and W2 [E / R, H, I] into `w8` in 128 x 128 blocks (after each
@@ -728,8 +738,8 @@ impl EpLayer {
     /// Bitwise the single-GPU [`crate::layer::MoeLayer::forward_fp8`] on the ranks' tokens concatenated in rank
     /// order with the experts' weights concatenated likewise. Needs H a multiple of 512 and I of 128; uses the push
     /// dispatch and the copying combine whatever [`EpLayer::set_pull_dispatch`] and
-    /// [`EpLayer::set_scatter_combine`] say. The saved state is refused by [`EpLayer::backward`] (no FP8 backward
-    /// at EP yet). Asynchronous, no host synchronisation; the first call allocates the FP8 buffers (then capturable
+    /// [`EpLayer::set_scatter_combine`] say. Its backward is [`EpLayer::backward_fp8`] ([`EpLayer::backward`]
+    /// refuses the state: the workspace holds the rows' codes). Asynchronous, no host synchronisation; the first call allocates the FP8 buffers (then capturable
     /// in a CUDA graph as [`EpLayer::forward`]).
     pub fn forward_fp8(&mut self, inp: &[RankFp8Inputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<EpSaved> {
         self.run_fp8(inp, outs, false).map(|(s, _)| s)
@@ -784,6 +794,7 @@ impl EpLayer {
                 x8s: self.gpu.alloc(c.max_tokens * c.hidden / 128)?,
                 h8: self.gpu.alloc(recv * c.intermediate)?,
                 h8s: self.gpu.alloc(recv * c.intermediate / 128)?,
+                dz8: None,
             });
         }
         Ok(())
@@ -1128,13 +1139,93 @@ impl EpLayer {
         grads: &mut [RankGrads<'_, W>],
         accumulate: bool,
     ) -> Result<()> {
+        self.backward_impl(saved, dy, inp, None, grads, accumulate)
+    }
+
+    /// Backward of [`EpLayer::forward_fp8`] (`saved` its state, the layer's latest forward): bitwise the single-GPU
+    /// [`crate::layer::MoeLayer::backward_fp8`] with [`Fp8Dw1X::Codes`] on the concatenated tokens (and the same
+    /// [`crate::layer::Fp8Backward`]: `Straight` or `Dx`). Each expert's owner holds its rows only as the codes the
+    /// forward sent: it recomputes z in FP8 from them (W1's codes), receives dy in bf16 (as [`EpLayer::backward`]),
+    /// runs dh with the SwiGLU backward and dtopk as the bf16 backward, dx in FP8 from dz's row codes and W1's
+    /// transposed codes (`Fp8Backward::Dx`: `w8[r]` from [`EpLayer::alloc_fp8_weights`] of such a layer holds them)
+    /// or in bf16, dW2 = (s dy)^T h and dW1 = dz^T x with x the forward's codes dequantized to bf16 (into `recv_dy`,
+    /// free once dW2 has read it), and sends dx rows and dtopk back. Over forward and backward a routed row crosses
+    /// the links as H (1 + 1 / 32) bytes of codes, then y, dy and dx in bf16 (2H each): 7.03H against the bf16
+    /// layer's 8H. `inp[r]` are the forward's
+    /// inputs with the rank's bf16 W1 and W2 (its x is not read); `w8[r]` the rank's FP8 weights of the forward.
+    /// Needs `LayerConfig::fp8_dw1_x` = [`Fp8Dw1X::Codes`] (the owner has no bf16 x). Asynchronous, no host
+    /// synchronisation; the first call allocates dz's codes (then capturable as [`EpLayer::backward`]).
+    pub fn backward_fp8<W: WgradElem>(
+        &mut self,
+        saved: &EpSaved,
+        dy: &[&CudaSlice<bf16>],
+        inp: &[RankInputs<'_>],
+        w8: &[&Fp8Weights],
+        grads: &mut [RankGrads<'_, W>],
+        accumulate: bool,
+    ) -> Result<()> {
+        self.backward_impl(saved, dy, inp, Some(w8), grads, accumulate)
+    }
+
+    /// The FP8 backward's configuration and each rank's FP8 weights.
+    fn check_fp8_backward(&self, w8: &[&Fp8Weights]) -> Result<()> {
+        let c = &self.cfg;
+        let r_n = self.world();
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if c.fp8_dw1_x != Fp8Dw1X::Codes {
+            return bad(format!(
+                "backward_fp8 at EP computes dW1 from x's codes (an expert's owner holds no bf16 x): it needs \
+                 LayerConfig::fp8_dw1_x = Fp8Dw1X::Codes (it is {:?})",
+                c.fp8_dw1_x
+            ));
+        }
+        // (`Fp8Dw1X::Codes` with FP8 weight gradients fails `LayerConfig::validate`, so no layer has them here)
+        if w8.len() != r_n {
+            return bad(format!("{} FP8 weights for {r_n} ranks", w8.len()));
+        }
+        let (per, h, i) = (c.experts / r_n, c.hidden, c.intermediate);
+        let me = self.gpu.ordinal();
+        for (r, w) in w8.iter().enumerate() {
+            let mut exact = vec![
+                ("W1's codes", w.w1.len(), per * 2 * i * h, w.w1.ordinal()),
+                ("W1's scales", w.w1_scales.len(), per * 2 * i / 128 * (h / 128), w.w1_scales.ordinal()),
+                ("W2's codes", w.w2.len(), per * h * i, w.w2.ordinal()),
+                ("W2's scales", w.w2_scales.len(), per * h / 128 * (i / 128), w.w2_scales.ordinal()),
+            ];
+            if c.fp8_backward.dx() {
+                let Some((qt, st)) = &w.w1t else {
+                    return bad(format!(
+                        "rank {r}: an FP8 dx needs W1's transposed codes: allocate the weights with \
+                         EpLayer::alloc_fp8_weights of a layer whose fp8_backward runs dx in FP8"
+                    ));
+                };
+                exact.push(("W1^T's codes", qt.len(), per * 2 * i * h, qt.ordinal()));
+                exact.push(("W1^T's scales", st.len(), per * 2 * i / 128 * (h / 128), st.ordinal()));
+            }
+            check_exact(r, &exact, per, me)?;
+        }
+        Ok(())
+    }
+
+    fn backward_impl<W: WgradElem>(
+        &mut self,
+        saved: &EpSaved,
+        dy: &[&CudaSlice<bf16>],
+        inp: &[RankInputs<'_>],
+        w8: Option<&[&Fp8Weights]>,
+        grads: &mut [RankGrads<'_, W>],
+        accumulate: bool,
+    ) -> Result<()> {
         let c = self.cfg;
         let r_n = self.world();
         let per = c.experts / r_n;
         let bad = |s: String| Err(Error::InvalidArgument(s));
-        saved.check(self.id, self.fwd_call, r_n)?;
+        saved.check(self.id, self.fwd_call, r_n, w8.is_some())?;
         if dy.len() != r_n || grads.len() != r_n || inp.len() != r_n {
             return bad(format!("{} dy, {} grads and {} inputs for {r_n} ranks", dy.len(), grads.len(), inp.len()));
+        }
+        if let Some(w) = w8 {
+            self.check_fp8_backward(w)?;
         }
         // the forward's checks of the inputs: the backward reads W1, W2, topk_ids and topk_weights too
         self.check_inputs(inp, None)?;
@@ -1171,18 +1262,21 @@ impl EpLayer {
                 }
             }
         }
-        let allocated = self.ident.is_some() && self.ranks.iter().all(|w| w.bwd.is_some());
+        let dx8 = w8.is_some() && c.fp8_backward.dx();
+        let allocated = self.ident.is_some()
+            && self.ranks.iter().all(|w| w.bwd.is_some() && (!dx8 || w.fp8.as_ref().is_some_and(|f| f.dz8.is_some())));
         if !allocated && self.gpu.capturing()? {
             return bad("the EP layer's first backward allocates its buffers, which a CUDA graph capture cannot \
                         record: run a backward once outside the capture first"
                 .into());
         }
-        self.alloc_backward()?;
+        self.alloc_backward(dx8)?;
         // every step of every rank's GEMMs that can fail (tensor maps, kernel and schedule policies), before the
         // call's first launch: a backward that fails has written no rank's gradients
         self.maps.trim(&self.gpu)?;
+        let w8r = |r: usize| w8.map(|w| w[r]);
         for r in 0..r_n {
-            self.experts_backward(r, &inp[r], &mut grads[r], accumulate, Pass::Prepare)?;
+            self.experts_backward(r, &inp[r], w8r(r), &mut grads[r], accumulate, Pass::Prepare)?;
         }
         let g = self.gpu.clone();
         let s = g.stream().clone();
@@ -1203,16 +1297,24 @@ impl EpLayer {
         let p = self.params(ranks, true);
         self.launch_ep("ep_dispatch", &p, false)?;
         for r in 0..r_n {
-            self.experts_backward(r, &inp[r], &mut grads[r], accumulate, Pass::Launch)?;
+            self.experts_backward(r, &inp[r], w8r(r), &mut grads[r], accumulate, Pass::Launch)?;
         }
         self.launch_ep("ep_combine", &p, false)?;
         Ok(())
     }
 
-    fn alloc_backward(&mut self) -> Result<()> {
+    /// The backward's buffers, once (with `dz8`, an FP8 dx's dz codes too; the FP8 buffers exist: an FP8
+    /// backward follows an FP8 forward).
+    fn alloc_backward(&mut self, dz8: bool) -> Result<()> {
         let g = self.gpu.clone();
         let c = self.cfg;
         let recv = self.group.layout.max_recv as usize;
+        if dz8 {
+            let i2 = 2 * c.intermediate;
+            for f in self.ranks.iter_mut().filter_map(|w| w.fp8.as_mut()).filter(|f| f.dz8.is_none()) {
+                f.dz8 = Some((g.alloc(recv * i2)?, g.alloc(recv * i2 / 128)?));
+            }
+        }
         if self.ident.is_none() {
             let ids: Vec<u32> = (0..recv as u32).collect();
             self.ident = Some(g.upload(&ids)?);
@@ -1240,6 +1342,7 @@ impl EpLayer {
         &mut self,
         r: usize,
         inp: &RankInputs<'_>,
+        w8: Option<&Fp8Weights>,
         gr: &mut RankGrads<'_, W>,
         accumulate: bool,
         pass: Pass,
@@ -1258,8 +1361,12 @@ impl EpLayer {
             let b = self.ranks[r].bwd.as_ref().expect("allocated");
             (dptr(&b.z, &s), dptr(&b.dz, &s), dptr(&b.sh, &s), dptr(&b.partial, &s), dptr(&b.row_dtopk, &s))
         };
-        // z again from the x rows the forward left in recv (h is recomputed from z in the dh epilogue)
-        self.gemm1(r, inp, 0, z, false, pass)?;
+        // z again from the x rows the forward left in recv, or from their codes in FP8 (h is recomputed from z in
+        // the dh epilogue)
+        match w8 {
+            None => self.gemm1(r, inp, 0, z, false, pass)?,
+            Some(w) => self.z_fp8(r, w, z, pass)?,
+        }
         // dh = dy W2_e with the SwiGLU backward: dz, s * h and the dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
         let map_dy = self.maps.get(&g, ws + lay.recv_dy, recv, h2, kh::GEMM_BM, 64)?;
@@ -1301,7 +1408,32 @@ impl EpLayer {
             // SAFETY: partial holds n_tiles sums for every row < max_recv; row_dtopk holds max_recv values.
             unsafe { g.launch("dtopk_reduce", Launch::new((recv as u32).div_ceil(256), 256, 0), &red)? };
         }
-        // dx rows = dz W1_e
+        // dx rows = dz W1_e: in FP8 from dz's row codes and W1's transposed codes, or in bf16
+        if let (Some(w), true) = (w8, c.fp8_backward.dx()) {
+            self.dx_fp8(r, w, dz, y, pass)?;
+        } else {
+            self.dx_bf16(r, inp, dz, y, pass)?;
+        }
+        // weight gradients, before the combine releases this rank's rows (recv is not read after it): dW2 from dy,
+        // then dW1 from x's bf16 rows, or from the forward's codes dequantized into recv_dy (dW2 has read it)
+        self.wgrad(r, (ws + lay.recv_dy, h2), (sh, i2), gr.dw2, accumulate, pass)?;
+        let x = match w8 {
+            None => ws + lay.recv,
+            Some(_) => {
+                self.dequantize_recv(r, ws + lay.recv_dy, pass)?;
+                ws + lay.recv_dy
+            }
+        };
+        self.wgrad(r, (dz, 2 * i2), (x, h2), gr.dw1, accumulate, pass)
+    }
+
+    /// Rank r's dx rows = dz W1_e in bf16 into y.
+    fn dx_bf16(&mut self, r: usize, inp: &RankInputs<'_>, dz: u64, y: u64, pass: Pass) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let (h2, i2) = (self.cfg.hidden, self.cfg.intermediate);
+        let per = self.cfg.experts / self.world();
+        let recv = self.group.layout.max_recv as usize;
         let map_dz = self.maps.get(&g, dz, recv, 2 * i2, kh::GEMM_BM, 64)?;
         let map_w1 = self.maps.get(&g, dptr(inp.w1, &s), per * 2 * i2, h2, 64, 64)?;
         let map_c = self.maps.get(&g, y, recv, h2, 64, 64)?;
@@ -1317,11 +1449,102 @@ impl EpLayer {
             n_tiles: (h2 as u32).div_ceil(kh::GEMM_BN),
             ..self.local_gemm(r)
         };
-        self.mgemm("grouped_gemm_bt_bf16", p, pass)?;
-        // weight gradients, before the combine releases this rank's rows (recv is not read after it)
-        self.wgrad(r, (ws + lay.recv_dy, h2), (sh, i2), gr.dw2, accumulate, pass)?;
-        self.wgrad(r, (dz, 2 * i2), (ws + lay.recv, h2), gr.dw1, accumulate, pass)?;
-        Ok(())
+        self.mgemm("grouped_gemm_bt_bf16", p, pass)
+    }
+
+    /// Rank r's z = x W1_e^T in FP8 from the codes and scales the FP8 forward's dispatch left in `recv` (the
+    /// single-GPU FP8 backward's recompute: the same kernel family, so the same bits) into `z` [max_recv, 2I].
+    fn z_fp8(&mut self, r: usize, w: &Fp8Weights, z: u64, pass: Pass) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let (h, i) = (self.cfg.hidden, self.cfg.intermediate);
+        let per = self.cfg.experts / self.world();
+        let lay = self.group.layout;
+        let recv = lay.max_recv as usize;
+        let ws = self.group.ws(r);
+        let (x8, x8s) = (ws + lay.recv, ws + lay.recv + lay.max_recv * h as u64);
+        let layout = (ws + lay.local_offsets, ws + lay.local_tiles, per, recv);
+        let maps = [
+            self.maps.get_u8(&g, x8, recv, h, 128)?,
+            self.maps.get_u8(&g, dptr(&w.w1, &s), per * 2 * i, h, 128)?,
+            self.maps.get(&g, z, recv, 2 * i, 64, 64)?,
+        ];
+        let p = fp8_gemm(layout, (x8s, dptr(&w.w1_scales, &s), z), (2 * i, h), maps);
+        let k = plain_kernel();
+        let cfg = q::launch_cfg(&g, k, recv, per, 2 * i, q::tile_cols(k))?;
+        if pass == Pass::Prepare {
+            return Ok(());
+        }
+        // SAFETY: recv holds max_recv rows of H codes and then their H / 128 scales (the FP8 forward's, kept: the
+        // backward's dispatch writes recv_dy only), W1 per * 2I rows of H codes with its block scales (checked), z
+        // max_recv rows of 2I; the local offsets are clamped to max_recv on the device.
+        unsafe { g.launch(k, cfg, &p) }
+    }
+
+    /// Rank r's dx rows = dz W1_e in FP8 into y: dz's rows quantized (1 x 128, the rank's received rows as the
+    /// device counts them), then the FP8 GEMM with W1's transposed codes (the single-GPU FP8 dx's).
+    fn dx_fp8(&mut self, r: usize, w: &Fp8Weights, dz: u64, y: u64, pass: Pass) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let (h, i) = (self.cfg.hidden, self.cfg.intermediate);
+        let per = self.cfg.experts / self.world();
+        let lay = self.group.layout;
+        let recv = lay.max_recv as usize;
+        let ws = self.group.ws(r);
+        let Some((w1t, w1ts)) = &w.w1t else {
+            return Err(Error::InvalidArgument(format!("rank {r}: an FP8 dx needs W1's transposed codes")));
+        };
+        let (dz8, dz8s) = {
+            let f = self.ranks[r].fp8.as_ref().and_then(|f| f.dz8.as_ref()).expect("allocated by alloc_backward");
+            (dptr(&f.0, &s), dptr(&f.1, &s))
+        };
+        let layout = (ws + lay.local_offsets, ws + lay.local_tiles, per, recv);
+        let maps = [
+            self.maps.get_u8(&g, dz8, recv, 2 * i, 128)?,
+            self.maps.get_u8(&g, dptr(w1t, &s), per * h, 2 * i, 128)?,
+            self.maps.get(&g, y, recv, h, 64, 64)?,
+        ];
+        let p = fp8_gemm(layout, (dz8s, dptr(w1ts, &s), y), (h, 2 * i), maps);
+        let k = plain_kernel();
+        let cfg = q::launch_cfg(&g, k, recv, per, h, q::tile_cols(k))?;
+        if pass == Pass::Prepare {
+            return Ok(());
+        }
+        // the rank's received rows: local_offsets[per] (written by the dispatch, at most max_recv)
+        let rows_at = ws + lay.local_offsets + 4 * per as u64;
+        // SAFETY: dz and its codes and scales hold max_recv rows of 2I (a multiple of 128), the row count is
+        // clamped to max_recv on the device; W1^T per * H rows of 2I codes with its block scales (checked), y
+        // max_recv rows of H; the local offsets are clamped to max_recv on the device.
+        unsafe {
+            q::quantize_rows_at(&g, dz, dz8, dz8s, (rows_at, recv), 2 * i)?;
+            g.launch(k, cfg, &p)
+        }
+    }
+
+    /// Rank r's received codes (the FP8 forward's, in `recv`) dequantized to bf16 rows at `dst` ([max_recv, H]):
+    /// dW1's x, the values the forward's GEMM1 consumed.
+    fn dequantize_recv(&self, r: usize, dst: u64, pass: Pass) -> Result<()> {
+        if pass == Pass::Prepare {
+            return Ok(());
+        }
+        let h = self.cfg.hidden;
+        let lay = self.group.layout;
+        let ws = self.group.ws(r);
+        let p = params::GatherDequant {
+            src: ws + lay.recv,
+            scales: ws + lay.recv + lay.max_recv * h as u64,
+            dst,
+            // the rows in their own order, as many as the rank's local offsets count
+            row_slot: 0,
+            offsets: ws + lay.local_offsets,
+            cols: h as u32,
+            k: 1,
+            experts: (self.cfg.experts / self.world()) as u32,
+            rows_max: lay.max_recv as u32,
+        };
+        // SAFETY: recv holds max_recv rows of H codes and then their scales, dst max_recv rows of H bf16; the row
+        // count is local_offsets[E / R], clamped to max_recv on the device.
+        unsafe { q::gather_dequant_raw(&self.gpu, &p) }
     }
 
     /// dW = A^T B over each of rank r's local experts' rows; `a` and `b` are (address, columns) of buffers of
@@ -1530,18 +1753,22 @@ mod tests {
     #[test]
     fn a_saved_state_is_taken_only_by_its_layer_and_latest_forward() {
         let mut saved = EpSaved { layer: 7, call: 3, tokens: vec![5, 0], fp8: false };
-        saved.check(7, 3, 2).unwrap();
-        let e = saved.check(8, 3, 2).unwrap_err().to_string();
+        saved.check(7, 3, 2, false).unwrap();
+        let e = saved.check(8, 3, 2, false).unwrap_err().to_string();
         assert!(e.contains("another EP layer (layer 7, this is layer 8)"), "{e}");
-        let e = saved.check(7, 5, 2).unwrap_err().to_string();
+        let e = saved.check(7, 5, 2, false).unwrap_err().to_string();
         assert!(e.contains("not of this layer's latest forward"), "{e}");
         // a state over fewer ranks than the layer has (its token counts were indexed by rank: a panic)
-        let e = saved.check(7, 3, 4).unwrap_err().to_string();
+        let e = saved.check(7, 3, 4, false).unwrap_err().to_string();
         assert!(e.contains("2 ranks' token counts, the layer has 4 ranks"), "{e}");
-        // an FP8 forward's state (no bf16 rows in the workspace)
+        // a bf16 forward's state is not the FP8 backward's, an FP8 forward's (no bf16 rows in the workspace) not
+        // the bf16 backward's
+        let e = saved.check(7, 3, 2, true).unwrap_err().to_string();
+        assert!(e.contains("of a bf16 forward") && e.contains("`EpLayer::backward`"), "{e}");
         saved.fp8 = true;
-        let e = saved.check(7, 3, 2).unwrap_err().to_string();
-        assert!(e.contains("of an FP8 forward"), "{e}");
+        saved.check(7, 3, 2, true).unwrap();
+        let e = saved.check(7, 3, 2, false).unwrap_err().to_string();
+        assert!(e.contains("of an FP8 forward") && e.contains("`EpLayer::backward_fp8`"), "{e}");
         // every layer its own id
         let (a, b) = (next_layer_id(), next_layer_id());
         assert!(a != b && a != 0 && b != 0);

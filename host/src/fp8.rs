@@ -26,7 +26,7 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe_kernels::fp8::{e4m3_from_f32, e4m3_to_f32, scale_and_factor};
 use megamoe_kernels::kernels_host as kh;
-use megamoe_kernels::params::{GroupedGemmFp8, QuantFp8, QuantFp8Cols, QuantFp8T, WgradFp8};
+use megamoe_kernels::params::{GatherDequant, GroupedGemmFp8, QuantFp8, QuantFp8Cols, QuantFp8T, WgradFp8};
 
 use crate::error::Result;
 use crate::gemm::Check;
@@ -64,6 +64,7 @@ impl QuantizeArgs<'_> {
             x: dptr(self.x, &s),
             q: dptr(self.q, &s),
             scales: dptr(self.scales, &s),
+            rows_at: 0,
             rows: self.rows as u32,
             cols: self.cols as u32,
         })
@@ -81,12 +82,71 @@ pub fn quantize_rows(gpu: &Gpu, a: QuantizeArgs<'_>) -> Result<()> {
 /// `q` and scales at `scales` (the layer's buffers, sized for its maximum).
 /// SAFETY: `x` holds rows * cols bf16, `q` rows * cols bytes, `scales` rows * cols / 128 f32, on `gpu`.
 pub(crate) unsafe fn quantize_rows_raw(gpu: &Gpu, x: u64, q: u64, scales: u64, rows: usize, cols: usize) -> Result<()> {
-    let warps = (rows * (cols / 128)) as u32;
+    quantize_rows_at(gpu, x, q, scales, (0, rows), cols)
+}
+
+/// [`quantize_rows_raw`] of the row count at `rows.0` on the device (u32, clamped to `rows.1`; 0: `rows.1` rows):
+/// the grid covers `rows.1` rows, the warps past the device's count return.
+/// SAFETY: as [`quantize_rows_raw`] for `rows.1` rows; `rows.0` 0 or a u32 on `gpu`.
+pub(crate) unsafe fn quantize_rows_at(
+    gpu: &Gpu,
+    x: u64,
+    q: u64,
+    scales: u64,
+    rows: (u64, usize),
+    cols: usize,
+) -> Result<()> {
+    let warps = (rows.1 * (cols / 128)) as u32;
     if warps == 0 {
         return Ok(());
     }
-    let p = QuantFp8 { x, q, scales, rows: rows as u32, cols: cols as u32 };
+    let p = QuantFp8 { x, q, scales, rows_at: rows.0, rows: rows.1 as u32, cols: cols as u32 };
     gpu.launch("quantize_fp8_rows", Launch::new(warps.div_ceil(8 * kh::FP8_ROWS_UNITS), 256, 0), &p)
+}
+
+/// Rows quantized in 1 x 128 blocks (e4m3 codes [rows, cols], f32 scales [rows, cols / 128], as [`quantize_rows`]
+/// writes them) back to bf16 [rows, cols]: each value decode(code) * scale in f32, rounded once to nearest-even bf16
+/// ([`dequantize_rows_bf16_cpu`] bit for bit). The kernel is the dequantizing gather the FP8 backward's dW1 reads x
+/// through with [`crate::layer::Fp8Dw1X::Codes`].
+pub fn dequantize_rows(
+    gpu: &Gpu,
+    q: &CudaSlice<u8>,
+    scales: &CudaSlice<f32>,
+    out: &mut CudaSlice<bf16>,
+    rows: usize,
+    cols: usize,
+) -> Result<()> {
+    let ck = Check { what: "dequantize_rows", ordinal: gpu.ordinal() };
+    ck.multiple("cols", cols, 128)?;
+    ck.buf("q", q, rows * cols)?;
+    ck.buf("scales", scales, rows * cols / 128)?;
+    ck.buf("out", out, rows * cols)?;
+    let s = gpu.stream().clone();
+    let p = GatherDequant {
+        src: dptr(q, &s),
+        scales: dptr(scales, &s),
+        dst: dptr(&*out, &s),
+        row_slot: 0,
+        offsets: 0,
+        cols: cols as u32,
+        k: 1,
+        experts: 0,
+        rows_max: rows as u32,
+    };
+    // SAFETY: the buffers hold the shapes (checked, fewer than 2^31 elements) and stay borrowed until the launch
+    // is enqueued; no row index or offsets (rows 0 .. rows, each its own token).
+    unsafe { gather_dequant_raw(gpu, &p) }
+}
+
+/// One launch of `gather_rows_dequant` over `p.rows_max` possible rows (the device's count may be fewer).
+/// SAFETY: `p.src` holds the tokens' codes (every token row_slot / k names, or rows_max rows), `p.scales` their
+/// scales, `p.dst` rows_max rows of `p.cols` bf16, `p.row_slot` rows_max entries and `p.offsets` E + 1 (or 0).
+pub(crate) unsafe fn gather_dequant_raw(gpu: &Gpu, p: &GatherDequant) -> Result<()> {
+    let rpb = megamoe_kernels::scheduler::gather_rows_per_block(p.cols / 16, 128);
+    if p.rows_max == 0 || p.cols == 0 {
+        return Ok(());
+    }
+    gpu.launch("gather_rows_dequant", Launch::new(p.rows_max.div_ceil(rpb), 128, 0), p)
 }
 
 /// Quantize 128 x 128 blocks (weights); rows a multiple of 128.
@@ -985,6 +1045,13 @@ pub fn dequantize_cpu(q: &[u8], scales: &[f32], rows: usize, cols: usize, block_
             e4m3_to_f32(q[i]) as f64 * scales[(r / block_rows) * cb + c / 128] as f64
         })
         .collect()
+}
+
+/// Rows quantized in 1 x 128 blocks back to bf16, as the GPU's dequantizing gather writes them: decode(q[r, c]) *
+/// scale of (r, c / 128) in f32, rounded once to nearest-even bf16.
+pub fn dequantize_rows_bf16_cpu(q: &[u8], scales: &[f32], rows: usize, cols: usize) -> Vec<bf16> {
+    let cb = cols / 128;
+    (0..rows * cols).map(|i| bf16::from_f32(e4m3_to_f32(q[i]) * scales[(i / cols) * cb + (i % cols) / 128])).collect()
 }
 
 /// f64 CPU reference of [`grouped_gemm_fp8`] from the dequantized operands: C [offsets\[E\], N] with

@@ -137,6 +137,20 @@ impl Fp8Backward {
     }
 }
 
+/// Which x the bf16 weight gradient dW1 = dz^T x of [`MoeLayer::backward_fp8`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Dw1X {
+    /// The bf16 tokens the call passes (the straight-through gradient). The default.
+    Bf16,
+    /// The tokens' 1 x 128 row codes, as the FP8 forward's GEMM1 consumed them, dequantized to bf16 (each value
+    /// decode(code) * scale rounded once): dW1 of the product the forward computed, W1's quantizer taken as the
+    /// identity (DeepSeek-V3 also keeps its activations in FP8 for the weight gradients). What the FP8 backward at
+    /// expert parallelism computes ([`crate::ep::EpLayer::backward_fp8`]: an expert's owner holds the tokens only as
+    /// the codes the forward sent), so this mode is its single-GPU twin, bit for bit. Not with FP8 weight
+    /// gradients ([`Fp8Backward::Wgrad`], [`Fp8Backward::DxWgrad`]: their x is quantized from the bf16 tokens).
+    Codes,
+}
+
 /// Element type of the layer's activations and weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DType {
@@ -169,6 +183,8 @@ pub struct LayerConfig {
     /// straight-through backward at both model shapes; [`Fp8Weights::alloc`] then also holds
     /// W1's transposed codes).
     pub fp8_backward: Fp8Backward,
+    /// Which x the bf16 dW1 of [`MoeLayer::backward_fp8`] reads ([`Fp8Dw1X::Bf16`] from [`LayerConfig::bf16`]).
+    pub fp8_dw1_x: Fp8Dw1X,
 }
 
 /// The names `MEGAMOE_GATHER` accepts.
@@ -229,6 +245,7 @@ impl LayerConfig {
             gather: env_choice("MEGAMOE_GATHER", Gather::default_for(forward), GATHER_NAMES),
             forward,
             fp8_backward: env_choice("MEGAMOE_FP8_BACKWARD", Fp8Backward::Dx, FP8_BACKWARD_NAMES),
+            fp8_dw1_x: Fp8Dw1X::Bf16,
         }
     }
 
@@ -278,6 +295,12 @@ impl LayerConfig {
         }
         if self.forward == Forward::Persistent && self.gather == Gather::InProducer {
             return bad("Forward::Persistent runs GEMM1 on the gathered copy of x: not with Gather::InProducer".into());
+        }
+        if self.fp8_dw1_x == Fp8Dw1X::Codes && self.fp8_backward.wgrad() {
+            return bad(format!(
+                "Fp8Dw1X::Codes (dW1 from x's row codes, in bf16) is not with FP8 weight gradients ({:?})",
+                self.fp8_backward
+            ));
         }
         Ok(())
     }
@@ -1169,8 +1192,11 @@ impl MoeLayer {
         let side_copy = fp8.is_none() && c.gather == Gather::InProducer && saved.xs.is_none() && saved.z.is_some();
         // the FP8 backward with an FP8 dx and bf16 weight gradients: the FP8 dx kernel's idle warps copy them
         // (`grouped_gemm_fp8w_cpx`), so no gather pass
-        let side_copy8 = dx8 && !wgrad8 && fp8::plain_kernel() == "grouped_gemm_fp8w";
+        // dW1's x from the forward's row codes (dequantized just before dW1) instead of the bf16 tokens
+        let dw1_codes = fp8.is_some() && c.fp8_dw1_x == Fp8Dw1X::Codes;
+        let side_copy8 = dx8 && !wgrad8 && !dw1_codes && fp8::plain_kernel() == "grouped_gemm_fp8w";
         if !wgrad8
+            && !dw1_codes
             && !side_copy
             && !side_copy8
             && (fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped)))
@@ -1178,11 +1204,16 @@ impl MoeLayer {
             self.gather(dptr(inp.x, &s), xs.0, saved)?;
         }
         // the z the dh epilogue reads, and its buffer's rows
+        let mut x_coded = false;
         let (z_ptr, z_rows) = match (fp8, &saved.z) {
             // with FP8 weight gradients the recompute also writes h^T's block codes, dW2's B
             // the FP8 forward's own z (no recompute: no x codes, no GEMM)
             (Some(_), Some(z)) if saved.z_fp8 && !wgrad8 => (dptr(z, &s), z.len() / (2 * i2)),
-            (Some(w), _) => (self.recompute_z_fp8(inp.x, t, w, saved, wgrad8)?, ws_rows),
+            (Some(w), _) => {
+                // the recompute quantizes the tokens (their row codes stay for dW1 with `Fp8Dw1X::Codes`)
+                x_coded = true;
+                (self.recompute_z_fp8(inp.x, t, w, saved, wgrad8)?, ws_rows)
+            }
             (None, Some(z)) => (dptr(z, &s), z.len() / (2 * i2)),
             (None, None) => {
                 let zp = dptr(&self.work.z, &s);
@@ -1320,6 +1351,13 @@ impl MoeLayer {
         }
         let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
         self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, dx_by_movers.then_some(first))?;
+        if dw1_codes {
+            // the forward's codes of x (quantized again when z was saved: the same codes), in bf16, expert order
+            if !x_coded {
+                self.quantize_tokens(inp.x, t, saved, true)?;
+            }
+            self.dequantize_tokens(xs.0, saved)?;
+        }
         let dz = (dptr(&self.work.dz, &s), ws_rows, 2 * i2);
         self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, dx_by_movers.then_some(rest))?;
         Ok(())
@@ -1488,6 +1526,29 @@ mod tests {
         let huge = LayerConfig { hidden: 1 << 30, intermediate: 1 << 29, experts: 4096, top_k: 1, max_tokens: 1, ..ok };
         let m = huge.validate().unwrap_err().to_string();
         assert!(m.contains("overflow the address space"), "{m}");
+    }
+
+    #[test]
+    fn dw1_from_codes_is_a_bf16_weight_gradient_only() {
+        let base = LayerConfig::bf16(512, 256, 8, 2, 64, Save::InputsOnly);
+        for (mode, ok) in [
+            (Fp8Backward::Straight, true),
+            (Fp8Backward::Dx, true),
+            (Fp8Backward::Wgrad, false),
+            (Fp8Backward::DxWgrad, false),
+        ] {
+            let cfg = LayerConfig { fp8_backward: mode, fp8_dw1_x: Fp8Dw1X::Codes, ..base };
+            match cfg.validate() {
+                Ok(()) => assert!(ok, "{mode:?} with Fp8Dw1X::Codes passed"),
+                Err(e) => {
+                    assert!(!ok, "{mode:?}: {e}");
+                    assert!(e.to_string().contains("not with FP8 weight gradients"), "{e}");
+                }
+            }
+            // dW1 from the bf16 x goes with every mode
+            LayerConfig { fp8_backward: mode, ..base }.validate().unwrap();
+        }
+        assert_eq!(base.fp8_dw1_x, Fp8Dw1X::Bf16);
     }
 
     #[test]

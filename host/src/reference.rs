@@ -247,7 +247,7 @@ fn expert(
     let mut dx = vec![0.0; n * h];
     matmul(n, h, 2 * i, Strided::rows(dz_dx, 2 * i), Strided::rows(w1_dx, h), &mut dx, false);
     if !fp8.wgrad {
-        let xs = x.concat();
+        let xs = if fp8.dw1_codes { zx.concat() } else { x.concat() };
         matmul(2 * i, h, n, Strided::transposed(&dz, 2 * i), Strided::rows(&xs, h), dw1, false);
     } else {
         // the weight gradients from blockwise-FP8 operands, as `MoeLayer::backward_fp8` with
@@ -318,6 +318,9 @@ pub struct Fp8Grads {
     /// dW2 = (s dy)^T h and dW1 = dz^T x, s dy and dz quantized in 1 x 128 blocks along each expert's rows, h and x
     /// in 128 x 128 blocks, each of the bf16-rounded values.
     pub wgrad: bool,
+    /// dW1 = dz^T x' with x' the `ZFrom`'s x (the values z came from: the FP8 forward's dequantized row codes)
+    /// instead of the inputs' x: `MoeLayer::backward_fp8` with `Fp8Dw1X::Codes` (not with `wgrad`).
+    pub dw1_codes: bool,
 }
 
 /// As [`forward_backward_z_from`] with the products `fp8` names from blockwise-FP8 operands: the model of
@@ -338,6 +341,9 @@ pub fn forward_backward_fp8(
     }
     if s.h % 128 != 0 || s.i % 128 != 0 {
         return Err("the FP8 products need H and I multiples of 128".into());
+    }
+    if fp8.dw1_codes && fp8.wgrad {
+        return Err("dW1 from x's codes is a bf16 weight gradient: not with FP8 weight gradients".into());
     }
     run(s, ranks, w, true, Some(zf), fp8)
 }

@@ -59,6 +59,7 @@ pub const KERNELS: &[KernelSpec] = &[
     k("route_place", 256, true, false),
     k("route_fused", 256, true, false),
     k("gather_rows", 128, true, false),
+    k("gather_rows_dequant", 128, true, false),
     k("combine_rows", 256, true, false),
     k("grouped_gemm_bf16", 384, true, true),
     k("grouped_gemm_bf16_scatter", 384, true, true),

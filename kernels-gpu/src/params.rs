@@ -205,6 +205,33 @@ pub struct Gather {
     pub pad: u32,
 }
 
+/// Dequantizing row gather (kernel `gather_rows_dequant`): dst\[r\] = bf16(codes\[t\] * scales\[t\]) with t =
+/// row_slot\[r\] / k (t = r when `row_slot` is 0), for r < min(offsets\[E\], rows_max) (r < rows_max when
+/// `offsets` is 0): e4m3 codes in 1 x 128 blocks (one f32 scale a block) back to bf16 rows (each value decoded
+/// exactly, times its scale in f32, rounded once to nearest-even bf16).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct GatherDequant {
+    /// u8 [tokens, cols]: e4m3 codes.
+    pub src: u64,
+    /// f32 [tokens, cols / 128].
+    pub scales: u64,
+    /// bf16 [rows, cols].
+    pub dst: u64,
+    /// u32 \[rows\], or 0 (row r is token r).
+    pub row_slot: u64,
+    /// u32 [E + 1] (offsets\[E\] is the row count), or 0 (`rows_max` rows).
+    pub offsets: u64,
+    /// Columns (a multiple of 128).
+    pub cols: u32,
+    /// Slots per token.
+    pub k: u32,
+    /// Experts.
+    pub experts: u32,
+    /// The rows `dst` holds: the row count is clamped to it.
+    pub rows_max: u32,
+}
+
 /// Combine (kernel `combine_rows`): out\[t\] = sum over j of w[t, j] * y[slot_row[t * k + j]] in f32, j in order,
 /// masked slots skipped; out in bf16. With `w` = 0 every weight is 1 (the backward's dx).
 #[derive(Clone, Copy, Debug, Default)]
@@ -630,7 +657,10 @@ pub struct QuantFp8 {
     pub q: u64,
     /// f32 scales.
     pub scales: u64,
-    /// Rows (a multiple of 128 for blocks).
+    /// `quantize_fp8_rows` only: u32 \[1\] holding the row count on the device (clamped to `rows`), or 0 (`rows`
+    /// rows); e.g. a rank's received rows at expert parallelism, which the host never learns.
+    pub rows_at: u64,
+    /// Rows (a multiple of 128 for blocks); with `rows_at`, the most the buffers hold.
     pub rows: u32,
     /// Columns (a multiple of 128).
     pub cols: u32,
@@ -826,7 +856,8 @@ mod tests {
             ("Route", size_of::<Route>(), 10 * 8 + 4 * 4),
             ("MatrixTest", size_of::<MatrixTest>(), 3 * 8),
             ("Gather", size_of::<Gather>(), 4 * 8 + 4 * 4),
-            ("QuantFp8", size_of::<QuantFp8>(), 3 * 8 + 2 * 4),
+            ("GatherDequant", size_of::<GatherDequant>(), 5 * 8 + 4 * 4),
+            ("QuantFp8", size_of::<QuantFp8>(), 4 * 8 + 2 * 4),
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 10 * 8 + 8 * 4),
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),

@@ -8,7 +8,7 @@
 //! quantizers taken as the identity).
 use cudarc::driver::{CudaSlice, CudaStream};
 use half::bf16;
-use megamoe_kernels::params::{Combine, GroupedGemmFp8};
+use megamoe_kernels::params::{Combine, GatherDequant, GroupedGemmFp8};
 
 use super::{Grads, Inputs, LayerConfig, MoeLayer, Saved};
 use crate::error::{Error, Result};
@@ -335,7 +335,8 @@ impl MoeLayer {
     /// straight-through gradient (each quantizer taken as the identity). With `Save::WithZ` the FP8 forward's GEMM1
     /// stored z (`grouped_gemm_fp8w_swiglu_qz`, the 128 x 256 kernels) and this backward reads it unless its weight
     /// gradients are FP8 (their recompute also makes dW2's B); otherwise it recomputes z. It gathers x (the FP8
-    /// forward keeps no x rows). Writes as [`MoeLayer::backward`] does (nothing when
+    /// forward keeps no x rows); with `LayerConfig::fp8_dw1_x` = [`Fp8Dw1X::Codes`](super::Fp8Dw1X::Codes) dW1 reads
+    /// the tokens' row codes dequantized to bf16 instead (the EP FP8 backward's single-GPU twin). Writes as [`MoeLayer::backward`] does (nothing when
     /// the forward saw a bad expert id); asynchronous, no host synchronisation.
     pub fn backward_fp8<W: WgradElem>(
         &mut self,
@@ -407,7 +408,13 @@ impl MoeLayer {
 
     /// The tokens x [T, H] quantized once (1 x 128 scales), their codes and scales gathered into expert order
     /// unless `in_producer` (the `_gather` kernels read them from the tokens' rows).
-    fn quantize_tokens(&mut self, x: &CudaSlice<bf16>, t: usize, sv: &Saved, in_producer: bool) -> Result<()> {
+    pub(super) fn quantize_tokens(
+        &mut self,
+        x: &CudaSlice<bf16>,
+        t: usize,
+        sv: &Saved,
+        in_producer: bool,
+    ) -> Result<()> {
         self.alloc_fp8()?;
         let (g, h) = (self.gpu.clone(), self.cfg.hidden);
         let s = g.stream().clone();
@@ -421,6 +428,30 @@ impl MoeLayer {
         // codes and scales into expert order (H and H / 32 bytes a row: H a multiple of 512 keeps both 16-byte rows)
         self.gather_bytes(x8, xs8, h, sv)?;
         self.gather_bytes(x8s, xs8s, h / 32, sv)
+    }
+
+    /// The tokens' row codes (x8 and its scales, from [`MoeLayer::quantize_tokens`]) dequantized to bf16 into expert
+    /// order at `dst` (the workspace's xs: max_tokens k rows of H): dW1's x with [`Fp8Dw1X::Codes`](super::Fp8Dw1X::Codes).
+    pub(super) fn dequantize_tokens(&self, dst: u64, sv: &Saved) -> Result<()> {
+        let Some(f) = self.fp8.as_ref() else {
+            return Err(Error::InvalidArgument("the tokens' codes are made by an FP8 call first".into()));
+        };
+        let (g, c) = (&self.gpu, &self.cfg);
+        let s = g.stream();
+        let p = GatherDequant {
+            src: dptr(&f.x8, s),
+            scales: dptr(&f.x8_scales, s),
+            dst,
+            row_slot: dptr(&sv.row_slot, s),
+            offsets: dptr(&sv.offsets, s),
+            cols: c.hidden as u32,
+            k: c.top_k as u32,
+            experts: c.experts as u32,
+            rows_max: (sv.tokens * c.top_k) as u32,
+        };
+        // SAFETY: the codes and scales hold max_tokens >= T rows (row_slot / k < T), dst max_tokens k >= T k rows of
+        // H; row_slot T k entries, offsets E + 1 (offsets[E] <= T k; zero after a bad id).
+        unsafe { q::gather_dequant_raw(g, &p) }
     }
 
     /// z = x W1^T in FP8 for the backward of an FP8 forward (the GEMM1 of the forward without its SwiGLU epilogue:

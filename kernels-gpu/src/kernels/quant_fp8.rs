@@ -45,7 +45,8 @@ pub unsafe extern "ptx-kernel" fn quantize_fp8_rows(p: QuantFp8) {
     let g0 = (regs::bid() * 8 + regs::tid() / 32) * ROWS_UNITS;
     let lane = regs::tid() % 32;
     let kbs = p.cols / 128;
-    let units = p.rows * kbs;
+    let rows = if p.rows_at == 0 { p.rows } else { (*(p.rows_at as *const u32)).min(p.rows) };
+    let units = rows * kbs;
     // a unit's element index: units are consecutive 128-value blocks of the row-major x
     let at = |u: u32| ((g0 + u) * 128 + 4 * lane) as usize;
     let mut w = [0u64; ROWS_UNITS as usize];
