@@ -8,7 +8,10 @@
 //!
 //! The FP8 forward (`forward_fp8`: the rows dispatched as e4m3 codes and scales, the FP8 GEMMs) alternating with
 //! the bf16 push / copy forward, the same figures; checked fully written and bitwise the single-GPU `forward_fp8`
-//! on the concatenated tokens.
+//! on the concatenated tokens. Then the FP8 forward + backward (`backward_fp8`: z from the codes the owners hold,
+//! dy in bf16, FP8 dx, dW1 from the dequantized codes) alternating with the bf16 forward + backward, whole-call
+//! device-event times, median of 10; the FP8 backward's dx checked fully written and bitwise the single-GPU
+//! `backward_fp8` with `Fp8Dw1X::Codes`.
 //!
 //! Correctness in the same run, for every mode: every rank's output poisoned, then checked fully written and
 //! bitwise equal to the EP = 1 layer's output on the concatenated tokens; no device timeout recorded.
@@ -18,8 +21,8 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, RankFp8Inputs, RankInputs};
-use megamoe::layer::{Fp8Inputs, Fp8Weights, Inputs, LayerConfig, MoeLayer, Save};
+use megamoe::ep::{EpLayer, RankFp8Inputs, RankGrads, RankInputs};
+use megamoe::layer::{Fp8Dw1X, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
 use megamoe::{Error, Gpu, Result};
@@ -32,6 +35,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Every rank's gradients of the forward + backward step.
+struct StepBufs {
+    dx: Vec<CudaSlice<bf16>>,
+    dtopk: Vec<CudaSlice<f32>>,
+    dw1: Vec<CudaSlice<f32>>,
+    dw2: Vec<CudaSlice<f32>>,
+}
+
 fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     let s = Shape::QWEN3_30B_A3B;
     let (h, i, e, k) = (s.h, s.i, s.e, s.k);
@@ -42,12 +53,17 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     let w: Vec<f32> = (0..total * k).map(|_| rng.uniform() as f32).collect();
     let w1 = rng.bf16_vec(e * 2 * i * h, 1.7 / (h as f64).sqrt());
     let w2 = rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
+    let dy = rng.bf16_vec(total * h, 1.0);
+    // dW1 from x's codes in the FP8 backward (what the EP FP8 backward computes; the bf16 path ignores it)
+    let cfg_of =
+        |t: usize| LayerConfig { fp8_dw1_x: Fp8Dw1X::Codes, ..LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly) };
 
-    // EP = 1 on all tokens: the bits every rank's output must equal (bf16, and the FP8 forward's)
-    let (want, want8): (Vec<u16>, Vec<u16>) = {
+    // EP = 1 on all tokens: the bits every rank's output must equal (bf16, and the FP8 forward's), and the FP8
+    // backward's dx
+    let (want, want8, want_dx8): (Vec<u16>, Vec<u16>, Vec<u16>) = {
         let (dx, dids, dw, dw1, dw2) = (g.upload(&x)?, g.upload(&ids)?, g.upload(&w)?, g.upload(&w1)?, g.upload(&w2)?);
         let mut out = g.alloc::<bf16>(total * h)?;
-        let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(h, i, e, k, total, Save::InputsOnly))?;
+        let mut layer = MoeLayer::new(g.clone(), cfg_of(total))?;
         let inp = Inputs { tokens: total, x: &dx, topk_ids: &dids, topk_weights: &dw, w1: &dw1, w2: &dw2 };
         layer.forward(&inp, &mut out)?;
         let bits = g.download(&out)?.iter().map(|v| v.to_bits()).collect();
@@ -56,11 +72,17 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         let mut saved = layer.alloc_saved(total)?;
         let inp8 = Fp8Inputs { tokens: total, x: &dx, topk_ids: &dids, topk_weights: &dw, weights: &fw };
         layer.forward_fp8(&inp8, &mut out, &mut saved)?;
-        (bits, g.download(&out)?.iter().map(|v| v.to_bits()).collect())
+        let bits8 = g.download(&out)?.iter().map(|v| v.to_bits()).collect();
+        let ddy = g.upload(&dy)?;
+        let mut gx = g.alloc::<bf16>(total * h)?;
+        let (mut g1, mut g2) = (g.alloc::<f32>(e * 2 * i * h)?, g.alloc::<f32>(e * h * i)?);
+        let mut gt = g.alloc::<f32>(total * k)?;
+        let gr = Grads { dx: &mut gx, dw1: &mut g1, dw2: &mut g2, dtopk: &mut gt, accumulate: false };
+        layer.backward_fp8(&saved, &ddy, &inp, &fw, gr)?;
+        (bits, bits8, g.download(&gx)?.iter().map(|v| v.to_bits()).collect())
     };
 
-    let cfg = LayerConfig::bf16(h, i, e, k, TOKENS, Save::InputsOnly);
-    let mut layer = EpLayer::new(g.clone(), cfg, WORLD)?;
+    let mut layer = EpLayer::new(g.clone(), cfg_of(TOKENS), WORLD)?;
     let up = |r: usize| -> Result<_> {
         let (t0, t1) = (r * TOKENS, (r + 1) * TOKENS);
         let (a, b) = (r * per * 2 * i * h, (r + 1) * per * 2 * i * h);
@@ -140,6 +162,56 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         }
         if bits[..] != want8[r * TOKENS * h..(r + 1) * TOKENS * h] {
             return Err(Error::Mismatch(format!("FP8: rank {r} differs from the single-GPU FP8 forward")));
+        }
+    }
+
+    // forward + backward, FP8 against bf16 (push / copy), alternating; weight gradients in f32
+    let dys = (0..WORLD).map(|r| g.upload(&dy[r * TOKENS * h..(r + 1) * TOKENS * h])).collect::<Result<Vec<_>>>()?;
+    let dyr: Vec<&CudaSlice<bf16>> = dys.iter().collect();
+    let mut b = StepBufs {
+        dx: (0..WORLD).map(|_| g.alloc(TOKENS * h)).collect::<Result<_>>()?,
+        dtopk: (0..WORLD).map(|_| g.alloc(TOKENS * k)).collect::<Result<_>>()?,
+        dw1: (0..WORLD).map(|_| g.alloc(per * 2 * i * h)).collect::<Result<_>>()?,
+        dw2: (0..WORLD).map(|_| g.alloc(per * h * i)).collect::<Result<_>>()?,
+    };
+    let w8r: Vec<&Fp8Weights> = w8.iter().collect();
+    let step = |layer: &mut EpLayer, outs: &mut [CudaSlice<bf16>], b: &mut StepBufs, fp8: bool| -> Result<()> {
+        let mut grads: Vec<RankGrads> =
+            b.dx.iter_mut()
+                .zip(b.dtopk.iter_mut())
+                .zip(b.dw1.iter_mut().zip(b.dw2.iter_mut()))
+                .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+                .collect();
+        let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
+        if fp8 {
+            let saved = layer.forward_fp8(&inp8, &mut o)?;
+            layer.backward_fp8(&saved, &dyr, &inp, &w8r, &mut grads, false)
+        } else {
+            let saved = layer.forward(&inp, &mut o)?;
+            layer.backward(&saved, &dyr, &inp, &mut grads, false)
+        }
+    };
+    let mut tstep = [(); 2].map(|_| Vec::new());
+    for rep in 0..13 {
+        for (m, fp8) in [(0, true), (1, false)] {
+            let ms = g.timed(|| step(&mut layer, &mut outs, &mut b, fp8))?;
+            if rep >= 3 {
+                tstep[m].push(ms);
+            }
+        }
+    }
+    for d in b.dx.iter_mut() {
+        g.fill_bytes(d, 0xff)?;
+    }
+    step(&mut layer, &mut outs, &mut b, true)?;
+    layer.check()?;
+    for (r, d) in b.dx.iter().enumerate() {
+        let bits: Vec<u16> = g.download(d)?.iter().map(|v| v.to_bits()).collect();
+        if bits.contains(&0xffff) {
+            return Err(Error::Mismatch(format!("FP8 backward: rank {r}'s dx not fully written")));
+        }
+        if bits[..] != want_dx8[r * TOKENS * h..(r + 1) * TOKENS * h] {
+            return Err(Error::Mismatch(format!("FP8 backward: rank {r}'s dx differs from the single-GPU one")));
         }
     }
 
@@ -228,6 +300,17 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
             c * 1e3
         );
     }
+    {
+        let [s8, s16] = tstep.map(median);
+        println!(
+            "RESULT ep forward + backward FP8 (EP = {WORLD} emulated, Qwen3-30B-A3B, {TOKENS} tokens/rank, {rows} \
+             rows; FP8 dx, dW1 from the codes, f32 weight gradients): {:.0} us against the bf16 step's {:.0} us \
+             ({:.3}x, alternating, median of 10)",
+            s8 * 1e3,
+            s16 * 1e3,
+            s16 / s8
+        );
+    }
     println!(
         "RESULT device-to-device memcpy of the push dispatch's bytes: {:.0} us, {:.0} GB/s (read + write each byte \
          once)",
@@ -236,7 +319,7 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     );
     println!(
         "every mode: every rank's output fully written and bitwise equal to EP = 1 (FP8: to the single-GPU FP8 \
-         forward); no device timeout"
+         forward; the FP8 backward's dx to the single-GPU one's); no device timeout"
     );
     Ok(())
 }
