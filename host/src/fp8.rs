@@ -138,7 +138,9 @@ pub fn dequantize_rows(
     unsafe { gather_dequant_raw(gpu, &p) }
 }
 
-/// One launch of `gather_rows_dequant` over `p.rows_max` possible rows (the device's count may be fewer).
+/// One launch of `gather_rows_dequant` over `p.rows_max` possible rows (the device's count may be far fewer: at
+/// EP a rank's receive buffer holds R times its expected rows), at most 16 blocks an SM, each looping over the rows
+/// a grid apart.
 /// SAFETY: `p.src` holds the tokens' codes (every token row_slot / k names, or rows_max rows), `p.scales` their
 /// scales, `p.dst` rows_max rows of `p.cols` bf16, `p.row_slot` rows_max entries and `p.offsets` E + 1 (or 0).
 pub(crate) unsafe fn gather_dequant_raw(gpu: &Gpu, p: &GatherDequant) -> Result<()> {
@@ -146,7 +148,8 @@ pub(crate) unsafe fn gather_dequant_raw(gpu: &Gpu, p: &GatherDequant) -> Result<
     if p.rows_max == 0 || p.cols == 0 {
         return Ok(());
     }
-    gpu.launch("gather_rows_dequant", Launch::new(p.rows_max.div_ceil(rpb), 128, 0), p)
+    let grid = p.rows_max.div_ceil(rpb).min(16 * gpu.sm_count());
+    gpu.launch("gather_rows_dequant", Launch::new(grid, 128, 0), p)
 }
 
 /// Quantize 128 x 128 blocks (weights); rows a multiple of 128.
