@@ -14,7 +14,7 @@ use common::{f64s, gpu, inputs, rank_grads, rank_input, rng, weights, Inputs, Ro
 use cudarc::driver::sys;
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, RankInputs};
+use megamoe::ep::{EpLayer, RankFp8Inputs, RankInputs};
 use megamoe::layer::{
     Fp8Backward, Fp8Inputs, Fp8Weights, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save, Saved,
 };
@@ -343,6 +343,8 @@ struct EpBufs {
     dtopk: Vec<CudaSlice<f32>>,
     dw1: Vec<CudaSlice<f32>>,
     dw2: Vec<CudaSlice<f32>>,
+    /// Each rank's FP8 weights when the step is the FP8 one (`EpBufs::fp8`), quantized again at every load.
+    w8: Vec<megamoe::layer::Fp8Weights>,
 }
 
 /// One rank's host inputs: x, ids, weights, dy (its tokens, padded to one element), W1, W2 (its experts).
@@ -399,6 +401,7 @@ impl EpBufs {
             dtopk: vec![],
             dw1: vec![],
             dw2: vec![],
+            w8: vec![],
         };
         for (&t, (x, ids, w, dy, w1, w2)) in tokens.iter().zip(split_ranks(inp, tokens)) {
             b.x.push(g.upload(&x).unwrap());
@@ -434,8 +437,20 @@ impl EpBufs {
         }
     }
 
-    /// The forward, then (with `backward`) its backward: what a graph captures. No allocation (after one eager
-    /// step), no synchronisation.
+    /// The FP8 step from now on: every rank's FP8 weights, allocated by `layer` (quantized by `quantize`).
+    fn fp8(&mut self, layer: &EpLayer) {
+        self.w8 = (0..self.tokens.len()).map(|_| layer.alloc_fp8_weights().unwrap()).collect();
+    }
+
+    /// The ranks' FP8 weights quantized from their bf16 W1 and W2 (after `load`; outside any capture).
+    fn quantize(&mut self, layer: &EpLayer) {
+        for (r, w) in self.w8.iter_mut().enumerate() {
+            layer.quantize_fp8_weights(w, &self.w1[r], &self.w2[r]).unwrap();
+        }
+    }
+
+    /// The forward, then (with `backward`) its backward, in FP8 after `fp8` (`forward_fp8`, `backward_fp8`): what
+    /// a graph captures. No allocation (after one eager step), no synchronisation.
     fn step(&mut self, layer: &mut EpLayer, backward: bool) -> megamoe::Result<()> {
         let li: Vec<RankInputs> = (0..self.tokens.len())
             .map(|i| RankInputs {
@@ -448,11 +463,32 @@ impl EpBufs {
             })
             .collect();
         let mut outs: Vec<&mut CudaSlice<bf16>> = self.out.iter_mut().collect();
-        let saved = layer.forward(&li, &mut outs)?;
+        let fp8 = !self.w8.is_empty();
+        let saved = if fp8 {
+            let fi: Vec<RankFp8Inputs> = li
+                .iter()
+                .zip(&self.w8)
+                .map(|(i, w)| RankFp8Inputs {
+                    tokens: i.tokens,
+                    x: i.x,
+                    topk_ids: i.topk_ids,
+                    topk_weights: i.topk_weights,
+                    weights: w,
+                })
+                .collect();
+            layer.forward_fp8(&fi, &mut outs)?
+        } else {
+            layer.forward(&li, &mut outs)?
+        };
         if backward {
             let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
             let mut grads = rank_grads::<f32>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
-            layer.backward(&saved, &dys, &li, &mut grads, false)?;
+            if fp8 {
+                let w8: Vec<&megamoe::layer::Fp8Weights> = self.w8.iter().collect();
+                layer.backward_fp8(&saved, &dys, &li, &w8, &mut grads, false)?;
+            } else {
+                layer.backward(&saved, &dys, &li, &mut grads, false)?;
+            }
         }
         Ok(())
     }
@@ -498,8 +534,9 @@ impl EpBufs {
     }
 }
 
-/// The step's outputs within 1e-2 of the f64 reference over the R ranks.
-fn ep_against_reference(b: &EpBits, inp: &Inputs, tokens: &[usize], backward: bool, tag: &str) {
+/// The step's outputs within `tol` of the f64 reference over the R ranks (1e-2 for bf16; the FP8 step is tested
+/// bitwise against the single-GPU FP8 layer in tests/ep.rs, here within e4m3's error of the bf16 reference).
+fn ep_against_reference(b: &EpBits, inp: &Inputs, tokens: &[usize], backward: bool, tag: &str, tol: f64) {
     let s = inp.shape;
     let mut ranks = Vec::new();
     let mut t0 = 0;
@@ -536,7 +573,7 @@ fn ep_against_reference(b: &EpBits, inp: &Inputs, tokens: &[usize], backward: bo
         cmp.push(("dW2", h32(&b.dw2, false), grads.dw2.clone()));
     }
     for (what, got, want) in cmp {
-        let e = check::close(&format!("{tag}: {what}"), &got, &want, 1e-2).unwrap();
+        let e = check::close(&format!("{tag}: {what}"), &got, &want, tol).unwrap();
         eprintln!("{tag}: {what} rel err {e:.3e}");
     }
 }
@@ -547,18 +584,39 @@ fn ep_against_reference(b: &EpBits, inp: &Inputs, tokens: &[usize], backward: bo
 /// one `check`. `check` after every replay reports no timeout and reads the device's call counter advanced by
 /// every call of every replay (the host's count is not: the epoch is the device's).
 fn check_ep_graph(s: Shape, tokens: &[usize], routing: Routing, pull: bool, scatter: bool, backward: bool) {
+    check_ep_graph_of(s, tokens, routing, (pull, scatter), backward, false)
+}
+
+/// `check_ep_graph`, with `fp8` the FP8 step (`forward_fp8`, `backward_fp8` with `Fp8Dw1X::Codes`; the weights
+/// quantized again at every load, outside the capture).
+fn check_ep_graph_of(s: Shape, tokens: &[usize], routing: Routing, mode: (bool, bool), backward: bool, fp8: bool) {
+    let (pull, scatter) = mode;
     let g = gpu();
     let mut r = rng();
     let total: usize = tokens.iter().sum();
     let (a, b) = (inputs(&mut r, s, total, routing), inputs(&mut r, s, total, routing));
     let world = tokens.len();
-    let tag = format!("EP = {world} {s:?} {tokens:?} {routing:?} pull {pull} scatter {scatter} backward {backward}");
+    let tag = format!(
+        "EP = {world} {s:?} {tokens:?} {routing:?} pull {pull} scatter {scatter} backward {backward} fp8 {fp8}"
+    );
     let max_t = tokens.iter().copied().max().unwrap().max(1);
-    let mut layer =
-        EpLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly), world).unwrap();
+    let cfg = LayerConfig {
+        fp8_backward: Fp8Backward::Dx,
+        fp8_dw1_x: megamoe::layer::Fp8Dw1X::Codes,
+        ..LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly)
+    };
+    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
     layer.set_pull_dispatch(pull);
     layer.set_scatter_combine(scatter);
     let mut bufs = EpBufs::new(&g, &a, tokens);
+    if fp8 {
+        bufs.fp8(&layer);
+    }
+    let tol = if fp8 { 0.1 } else { 1e-2 };
+    let load = |bufs: &mut EpBufs, layer: &EpLayer, inp: &Inputs| {
+        bufs.load(&g, inp);
+        bufs.quantize(layer);
+    };
     let calls = if backward { 2 } else { 1 }; // EP calls per step: each advances the device's epoch once
     let mut epoch = 0;
     let mut run_checked = |layer: &mut EpLayer, what: &str, steps: u32| {
@@ -568,22 +626,22 @@ fn check_ep_graph(s: Shape, tokens: &[usize], routing: Routing, pull: bool, scat
     };
 
     // eager on A: also encodes every tensor map and allocates every buffer the capture will use
-    bufs.load(&g, &a);
+    load(&mut bufs, &layer, &a);
     bufs.step(&mut layer, backward).unwrap();
     run_checked(&mut layer, "eager A", 1);
     let eager_a = bufs.bits(&g, backward, &format!("{tag} eager A"));
-    ep_against_reference(&eager_a, &a, tokens, backward, &format!("{tag} eager A"));
+    ep_against_reference(&eager_a, &a, tokens, backward, &format!("{tag} eager A"), tol);
 
     let graph = capture(&g, || bufs.step(&mut layer, backward)).unwrap();
     // nothing ran during the capture: the device's counter is where the eager step left it
     run_checked(&mut layer, "after the capture", 0);
 
     for (inp, name) in [(&b, "B"), (&a, "A")] {
-        bufs.load(&g, inp);
+        load(&mut bufs, &layer, inp);
         graph.launch().unwrap();
         run_checked(&mut layer, &format!("graph {name}"), 1);
         let replay = bufs.bits(&g, backward, &format!("{tag} graph {name}"));
-        bufs.load(&g, inp);
+        load(&mut bufs, &layer, inp);
         bufs.step(&mut layer, backward).unwrap();
         run_checked(&mut layer, &format!("eager {name}"), 1);
         let eager = bufs.bits(&g, backward, &format!("{tag} eager {name}"));
@@ -593,13 +651,13 @@ fn check_ep_graph(s: Shape, tokens: &[usize], routing: Routing, pull: bool, scat
         }
     }
     // replays back to back: each its own epochs over flags the previous replay left
-    bufs.load(&g, &b);
+    load(&mut bufs, &layer, &b);
     for _ in 0..3 {
         graph.launch().unwrap();
     }
     run_checked(&mut layer, "three replays", 3);
     let replays = bufs.bits(&g, backward, &format!("{tag} three replays"));
-    bufs.load(&g, &b);
+    load(&mut bufs, &layer, &b);
     bufs.step(&mut layer, backward).unwrap();
     run_checked(&mut layer, "eager B again", 1);
     assert!(replays == bufs.bits(&g, backward, &tag), "{tag}: three replays differ from the eager step");
@@ -607,7 +665,7 @@ fn check_ep_graph(s: Shape, tokens: &[usize], routing: Routing, pull: bool, scat
     // pageable copy waits for the replay before it), the last on A: bitwise the first eager step on A, so a replay
     // that read the previous one's rows, or left its outputs unwritten, shows (the same inputs three times cannot)
     for inp in [&a, &b, &a] {
-        bufs.load(&g, inp);
+        load(&mut bufs, &layer, inp);
         graph.launch().unwrap();
     }
     run_checked(&mut layer, "replays on A, B, A", 3);
@@ -619,6 +677,9 @@ gpu_test!(graph_ep4_forward_backward, {
     check_ep_graph(SMALL, &[50, 0, 123, 7], Routing::Uniform, false, false, true)
 });
 gpu_test!(graph_ep4_forward, { check_ep_graph(SMALL, &[50, 0, 123, 7], Routing::Masked10, false, false, false) });
+gpu_test!(graph_ep4_fp8_forward_backward, {
+    check_ep_graph_of(FP8_SHAPE, &[50, 0, 123, 7], Routing::Masked10, (false, false), true, true)
+});
 gpu_test!(graph_ep4_pull_scatter_forward_backward, {
     check_ep_graph(SMALL, &[31, 64, 0, 90], Routing::Masked10, true, true, true)
 });
@@ -662,5 +723,5 @@ gpu_test!(graph_ep_capture_before_eager_calls_is_a_clear_error, {
     layer.check().unwrap();
     assert_eq!(layer.device_epoch(), 3, "one eager forward, one eager forward + backward");
     let bits = bufs.bits(&g, true, "eager after the refused captures");
-    ep_against_reference(&bits, &a, &tokens, true, "eager after the refused captures");
+    ep_against_reference(&bits, &a, &tokens, true, "eager after the refused captures", 1e-2);
 });

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Forty-ninth session's call (any card). b119 = this session's tree: ep tests (`fp8_ep*`: the FP8 forward at EP
 # and the new FP8 backward at EP, `EpLayer::backward_fp8`, bitwise the single-GPU `backward_fp8` with
-# `Fp8Dw1X::Codes`), fp8 tests (`dequantize_rows` bit for bit, `Fp8Dw1X::Codes` single-GPU), the ep bench (the FP8
-# forward alternating with the bf16 one). Then the owed FP8 tile call (next-fp8w192.sh through b117, MODE as given),
+# `Fp8Dw1X::Codes`), fp8 tests (`dequantize_rows` bit for bit, `Fp8Dw1X::Codes` single-GPU), graph tests
+# (`graph_ep*`: the EP steps captured and replayed, the FP8 step's new), the ep bench (the FP8 forward alternating
+# with the bf16 one, the FP8 step with the bf16 step). Then the owed FP8 tile call (next-fp8w192.sh through b117, MODE as given),
 # then the whole ep suite and compute-sanitizer memcheck of the FP8 EP backward. Carry [".dev/b117", ".dev/b119"]
 # (~6 min; BOUND / BOUND2 / BOUND3 bound the parts).
 # Predicted: every test passes (bitwise; dW1 from codes within ~1e-2 of its model and ~3-4e-2 from the bf16-x
@@ -19,6 +20,7 @@ echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
   mv $OUT/r/t_ep.txt $OUT/r/t_ep_fp8.txt
   t fp8 60 120 dequantize_rows dw1_from_codes
   grep -E "Fp8Dw1X" $OUT/r/t_fp8.txt | cut -c1-300 | head -4
+  t graph 60 100 graph_ep
   timeout $(to 150 5) $B/ep_bench --bench > $OUT/r/ep_bench.txt 2>&1
   echo "== ep_bench rc $? at $(el) s"; grep -E "RESULT|FAILED|every mode" $OUT/r/ep_bench.txt | cut -c1-420
   tar czf $OUT/r1.tgz -C $OUT r && rm -rf $OUT/r )
