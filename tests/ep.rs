@@ -179,18 +179,28 @@ fn check_ep(s: Shape, tokens: &[usize], routing: EpRouting) {
 }
 
 /// How the forward moves rows: dispatch by push or by GEMM1's movers pulling them; combine by copying the y rows
-/// back or by GEMM2 scattering them straight to their sources.
+/// back or by GEMM2 scattering them straight to their sources; with `save_z` GEMM1 also stores z for the backward
+/// (`Save::WithZ`: no recompute).
 #[derive(Clone, Copy, Debug)]
 struct Mode {
     pull: bool,
     scatter: bool,
+    save_z: bool,
 }
 
 impl Mode {
-    const PUSH: Mode = Mode { pull: false, scatter: false };
-    const PULL: Mode = Mode { pull: true, scatter: false };
-    const SCATTER: Mode = Mode { pull: false, scatter: true };
-    const BOTH: Mode = Mode { pull: true, scatter: true };
+    const PUSH: Mode = Mode { pull: false, scatter: false, save_z: false };
+    const PULL: Mode = Mode { pull: true, scatter: false, save_z: false };
+    const SCATTER: Mode = Mode { pull: false, scatter: true, save_z: false };
+    const BOTH: Mode = Mode { pull: true, scatter: true, save_z: false };
+
+    fn save(self) -> Save {
+        if self.save_z {
+            Save::WithZ
+        } else {
+            Save::InputsOnly
+        }
+    }
 
     fn set(self, layer: &mut EpLayer) {
         layer.set_pull_dispatch(self.pull);
@@ -201,7 +211,7 @@ impl Mode {
 /// An EP layer over `tokens.len()` ranks, sized for the largest rank's tokens, in `mode`.
 fn ep_layer(g: &Arc<Gpu>, s: Shape, tokens: &[usize], mode: Mode) -> EpLayer {
     let max_t = tokens.iter().copied().max().unwrap().max(1);
-    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, Save::InputsOnly);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, mode.save());
     let mut layer = EpLayer::new(g.clone(), cfg, tokens.len()).unwrap();
     mode.set(&mut layer);
     layer
@@ -567,6 +577,16 @@ gpu_test!(pull_scatter_ep4_backward_uneven_one_rank_empty, {
 });
 gpu_test!(scatter_ep2_backward_small, {
     check_ep_backward_mode::<f32>(SMALL, &[0, 61], EpRouting::Layer(Routing::Uniform), Mode::SCATTER)
+});
+// z stored by the forward's GEMM1 (`Save::WithZ`): the backward skips its recompute, bitwise the EP = 1 backward that
+// recomputes it (push, and pull with scatter: the movers' GEMM1 stores z too)
+gpu_test!(ep4_backward_saved_z, {
+    let mode = Mode { save_z: true, ..Mode::PUSH };
+    check_ep_backward_mode::<f32>(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10), mode)
+});
+gpu_test!(pull_scatter_ep2_backward_saved_z, {
+    let mode = Mode { save_z: true, ..Mode::BOTH };
+    check_ep_backward_mode::<f32>(SMALL, &[33, 61], EpRouting::Layer(Routing::Uniform), mode)
 });
 
 /// The forward on `r`'s inputs into its outputs (checked); its saved state.
@@ -988,11 +1008,16 @@ gpu_test!(fp8_ep_refuses_widths_the_fp8_kernels_do_not_take, {
 /// A layer configuration whose FP8 backward runs `mode` and takes dW1 from x's codes (what the EP FP8 backward
 /// computes), for `t` tokens at most.
 fn fp8_codes_cfg(s: Shape, t: usize, mode: megamoe::layer::Fp8Backward) -> LayerConfig {
+    fp8_codes_cfg_save(s, t, mode, Save::InputsOnly)
+}
+
+/// `fp8_codes_cfg` saving `save`.
+fn fp8_codes_cfg_save(s: Shape, t: usize, mode: megamoe::layer::Fp8Backward, save: Save) -> LayerConfig {
     use megamoe::layer::Fp8Dw1X;
     LayerConfig {
         fp8_backward: mode,
         fp8_dw1_x: Fp8Dw1X::Codes,
-        ..LayerConfig::bf16(s.h, s.i, s.e, s.k, t.max(1), Save::InputsOnly)
+        ..LayerConfig::bf16(s.h, s.i, s.e, s.k, t.max(1), save)
     }
 }
 
@@ -1043,13 +1068,25 @@ fn ep1_fp8_backward<W: Wg>(g: &Arc<Gpu>, inp: &Inputs, mode: megamoe::layer::Fp8
 /// `Fp8Dw1X::Codes` on the same tokens, bitwise (y, dx, dtopk, dW1, dW2; every output poisoned first), twice (a
 /// new epoch); once against the f64 model of that backward (`reference::forward_backward_fp8` with `dw1_codes`).
 fn check_ep_fp8_backward<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting, mode: megamoe::layer::Fp8Backward) {
+    check_ep_fp8_backward_save::<W>(s, tokens, routing, mode, Save::InputsOnly)
+}
+
+/// `check_ep_fp8_backward` with the EP layer saving `save` (`Save::WithZ`: the FP8 GEMM1 stores z, the backward
+/// skips its recompute; the single-GPU twin recomputes it: the same bits).
+fn check_ep_fp8_backward_save<W: Wg>(
+    s: Shape,
+    tokens: &[usize],
+    routing: EpRouting,
+    mode: megamoe::layer::Fp8Backward,
+    save: Save,
+) {
     let g = gpu();
     let mut rng = rng();
     let inp = ep_inputs(&mut rng, s, tokens, routing);
     let (want_y, want) = ep1_fp8_backward::<W>(&g, &inp, mode);
     let world = tokens.len();
     let max_t = tokens.iter().copied().max().unwrap();
-    let mut layer = EpLayer::new(g.clone(), fp8_codes_cfg(s, max_t, mode), world).unwrap();
+    let mut layer = EpLayer::new(g.clone(), fp8_codes_cfg_save(s, max_t, mode, save), world).unwrap();
     let mut r = upload_ranks(&g, &inp, tokens);
     let mut w8 = Vec::new();
     for rank in 0..world {
@@ -1058,7 +1095,7 @@ fn check_ep_fp8_backward<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting, 
         w8.push(w);
     }
     let mut b = RankBufs::<W>::new(&g, &inp, tokens);
-    let tag = format!("FP8 EP = {world} backward ({mode:?}, {}) {s:?} {tokens:?} {routing:?}", W::NAME);
+    let tag = format!("FP8 EP = {world} backward ({mode:?}, {}, {save:?}) {s:?} {tokens:?} {routing:?}", W::NAME);
     for rep in 0..2 {
         b.poison(&g);
         for o in r.out.iter_mut() {
@@ -1117,6 +1154,11 @@ gpu_test!(fp8_ep2_backward_dx_uneven_one_rank_empty, {
 gpu_test!(fp8_ep4_backward_straight_every_row_to_one_rank_that_has_no_tokens, {
     use megamoe::layer::Fp8Backward;
     check_ep_fp8_backward::<f32>(MEDIUM, &[50, 0, 123, 7], EpRouting::AllOnRank(1), Fp8Backward::Straight)
+});
+gpu_test!(fp8_ep4_backward_dx_saved_z, {
+    use megamoe::layer::Fp8Backward;
+    let routing = EpRouting::Layer(Routing::Masked10);
+    check_ep_fp8_backward_save::<f32>(MEDIUM, &[50, 0, 123, 7], routing, Fp8Backward::Dx, Save::WithZ)
 });
 gpu_test!(fp8_ep8_backward_dx_bf16_weight_gradients_masked, {
     use megamoe::layer::Fp8Backward;

@@ -32,7 +32,7 @@ use crate::error::{Context, Error, Result};
 use crate::fp8 as q;
 use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm, WgradElem};
 use crate::layer::fp8::{fp8_gemm, no_alloc_in_capture, plain_kernel};
-use crate::layer::{Fp8Dw1X, Fp8Weights, LayerConfig, MapCache};
+use crate::layer::{Fp8Dw1X, Fp8Weights, LayerConfig, MapCache, Save};
 use crate::runtime::{dptr, Gpu, Launch};
 
 /// Threads per block of `ep_dispatch` and `ep_combine`.
@@ -243,6 +243,8 @@ pub struct EpSaved {
     /// Made by [`EpLayer::forward_fp8`]: the workspace holds the rows' FP8 codes, not the bf16 rows the backward
     /// reads.
     fp8: bool,
+    /// Its GEMM1 stored z for the backward (`Save::WithZ`), which then skips z's recompute.
+    z: bool,
 }
 
 impl EpSaved {
@@ -423,7 +425,8 @@ pub struct EpLayer {
 
 impl EpLayer {
     /// `world` ranks emulated on `gpu`; `cfg.experts` is the global E (a multiple of `world`), `cfg.max_tokens`
-    /// the most tokens of one rank.
+    /// the most tokens of one rank; `cfg.save` = `Save::WithZ` makes every forward's GEMM1 store z for the backward
+    /// (each rank's z buffer, [max_recv, 2I], allocated at the first forward), which then skips its recompute.
     pub fn new(gpu: Arc<Gpu>, cfg: LayerConfig, world: usize) -> Result<Self> {
         Self::check_config(&cfg, world)?;
         // every block of the emulated ranks resident at once: R * B <= SMs
@@ -676,6 +679,7 @@ impl EpLayer {
         timed: bool,
     ) -> Result<(EpSaved, StageTimes)> {
         self.check_inputs(inp, Some(&*outs))?;
+        self.alloc_saved_z()?;
         let g = self.gpu.clone();
         let s = g.stream().clone();
         // every step of the GEMMs that can fail (their tensor maps, kernel choices), before the call's first
@@ -684,7 +688,7 @@ impl EpLayer {
         self.maps.trim(&self.gpu)?;
         for (r, i) in inp.iter().enumerate() {
             let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
-            self.gemm1(r, i, h, 0, self.pull, Pass::Prepare)?;
+            self.gemm1(r, i, h, self.saved_z(r), self.pull, Pass::Prepare)?;
             self.gemm2(r, i, h, y, Pass::Prepare)?;
         }
         let call = self.begin_call()?;
@@ -703,14 +707,15 @@ impl EpLayer {
         let mut gemms = || -> Result<()> {
             for (r, i) in inp.iter().enumerate() {
                 let (h, y) = (dptr(&self.ranks[r].h, &s), dptr(&self.ranks[r].y, &s));
-                self.gemm1(r, i, h, 0, self.pull, Pass::Launch)?;
+                self.gemm1(r, i, h, self.saved_z(r), self.pull, Pass::Launch)?;
                 self.gemm2(r, i, h, y, Pass::Launch)?;
             }
             Ok(())
         };
         let gemm_ms = if timed { g.timed(gemms)? } else { gemms().map(|_| 0.0)? };
         let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
-        let saved = EpSaved { layer: self.id, call, tokens: inp.iter().map(|i| i.tokens).collect(), fp8: false };
+        let tokens = inp.iter().map(|i| i.tokens).collect();
+        let saved = EpSaved { layer: self.id, call, tokens, fp8: false, z: self.save_z() };
         Ok((saved, StageTimes { dispatch_ms, gemm_ms, combine_ms }))
     }
 
@@ -808,6 +813,7 @@ impl EpLayer {
     ) -> Result<(EpSaved, StageTimes)> {
         self.check_fp8_inputs(inp, outs)?;
         self.alloc_fp8()?;
+        self.alloc_saved_z()?;
         let g = self.gpu.clone();
         let s = g.stream().clone();
         let c = self.cfg;
@@ -852,7 +858,8 @@ impl EpLayer {
         };
         let gemm_ms = if timed { g.timed(gemms)? } else { gemms().map(|_| 0.0)? };
         let combine_ms = self.launch_ep("ep_combine", &p, timed)?;
-        let saved = EpSaved { layer: self.id, call, tokens: inp.iter().map(|i| i.tokens).collect(), fp8: true };
+        let tokens = inp.iter().map(|i| i.tokens).collect();
+        let saved = EpSaved { layer: self.id, call, tokens, fp8: true, z: self.save_z() };
         Ok((saved, StageTimes { dispatch_ms, gemm_ms, combine_ms }))
     }
 
@@ -875,7 +882,9 @@ impl EpLayer {
             (dptr(&f.h8, &s), dptr(&f.h8s, &s), dptr(&wk.y, &s))
         };
         let layout = (ws + lay.local_offsets, ws + lay.local_tiles, per, recv);
-        let k1 = "grouped_gemm_fp8w_swiglu_q";
+        // with `Save::WithZ` GEMM1 also stores z (the recompute's bits) for the backward
+        let z = self.saved_z(r);
+        let k1 = if z != 0 { "grouped_gemm_fp8w_swiglu_qz" } else { "grouped_gemm_fp8w_swiglu_q" };
         let maps1 = [
             self.maps.get_u8(&g, x8, recv, h, 128)?,
             self.maps.get_u8(&g, dptr(&w.w1, &s), per * 2 * i, h, 128)?,
@@ -883,6 +892,9 @@ impl EpLayer {
         ];
         let mut p1 = fp8_gemm(layout, (x8s, dptr(&w.w1_scales, &s), h8), (i, h), maps1);
         p1.c_scales = h8s;
+        if z != 0 {
+            (p1.z, p1.map_z) = (z, self.maps.get(&g, z, recv, 2 * i, 64, 64)?);
+        }
         let cfg1 = q::launch_cfg(&g, k1, recv, per, i, q::tile_cols(k1))?;
         let maps2 = [
             self.maps.get_u8(&g, h8, recv, i, 128)?,
@@ -1275,8 +1287,9 @@ impl EpLayer {
         // call's first launch: a backward that fails has written no rank's gradients
         self.maps.trim(&self.gpu)?;
         let w8r = |r: usize| w8.map(|w| w[r]);
+        let z = saved.z;
         for r in 0..r_n {
-            self.experts_backward(r, &inp[r], w8r(r), &mut grads[r], accumulate, Pass::Prepare)?;
+            self.experts_backward(r, (&inp[r], w8r(r), z), &mut grads[r], accumulate, Pass::Prepare)?;
         }
         let g = self.gpu.clone();
         let s = g.stream().clone();
@@ -1297,10 +1310,32 @@ impl EpLayer {
         let p = self.params(ranks, true);
         self.launch_ep("ep_dispatch", &p, false)?;
         for r in 0..r_n {
-            self.experts_backward(r, &inp[r], w8r(r), &mut grads[r], accumulate, Pass::Launch)?;
+            self.experts_backward(r, (&inp[r], w8r(r), z), &mut grads[r], accumulate, Pass::Launch)?;
         }
         self.launch_ep("ep_combine", &p, false)?;
         Ok(())
+    }
+
+    /// Whether the forward stores z for the backward (`LayerConfig::save` = `Save::WithZ`).
+    fn save_z(&self) -> bool {
+        self.cfg.save == Save::WithZ
+    }
+
+    /// Rank r's z [max_recv, 2I] when the forward stores it (allocated by `alloc_saved_z`), else 0.
+    fn saved_z(&self, r: usize) -> u64 {
+        match (self.save_z(), &self.ranks[r].bwd) {
+            (true, Some(b)) => dptr(&b.z, self.gpu.stream()),
+            _ => 0,
+        }
+    }
+
+    /// With `Save::WithZ`, the backward's buffers (z among them) at the first forward, outside a capture.
+    fn alloc_saved_z(&mut self) -> Result<()> {
+        if !self.save_z() || (self.ident.is_some() && self.ranks.iter().all(|w| w.bwd.is_some())) {
+            return Ok(());
+        }
+        no_alloc_in_capture(&self.gpu, "the EP layer's first forward with Save::WithZ (it allocates z)")?;
+        self.alloc_backward(false)
     }
 
     /// The backward's buffers, once (with `dz8`, an FP8 dx's dz codes too; the FP8 buffers exist: an FP8
@@ -1341,8 +1376,7 @@ impl EpLayer {
     fn experts_backward<W: WgradElem>(
         &mut self,
         r: usize,
-        inp: &RankInputs<'_>,
-        w8: Option<&Fp8Weights>,
+        (inp, w8, z_saved): (&RankInputs<'_>, Option<&Fp8Weights>, bool),
         gr: &mut RankGrads<'_, W>,
         accumulate: bool,
         pass: Pass,
@@ -1361,11 +1395,12 @@ impl EpLayer {
             let b = self.ranks[r].bwd.as_ref().expect("allocated");
             (dptr(&b.z, &s), dptr(&b.dz, &s), dptr(&b.sh, &s), dptr(&b.partial, &s), dptr(&b.row_dtopk, &s))
         };
-        // z again from the x rows the forward left in recv, or from their codes in FP8 (h is recomputed from z in
-        // the dh epilogue)
-        match w8 {
-            None => self.gemm1(r, inp, 0, z, false, pass)?,
-            Some(w) => self.z_fp8(r, w, z, pass)?,
+        // z as the forward's GEMM1 stored it (`Save::WithZ`), or again from the x rows the forward left in recv,
+        // or from their codes in FP8 (h is recomputed from z in the dh epilogue)
+        match (z_saved, w8) {
+            (true, _) => {}
+            (false, None) => self.gemm1(r, inp, 0, z, false, pass)?,
+            (false, Some(w)) => self.z_fp8(r, w, z, pass)?,
         }
         // dh = dy W2_e with the SwiGLU backward: dz, s * h and the dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
@@ -1752,7 +1787,7 @@ mod tests {
 
     #[test]
     fn a_saved_state_is_taken_only_by_its_layer_and_latest_forward() {
-        let mut saved = EpSaved { layer: 7, call: 3, tokens: vec![5, 0], fp8: false };
+        let mut saved = EpSaved { layer: 7, call: 3, tokens: vec![5, 0], fp8: false, z: false };
         saved.check(7, 3, 2, false).unwrap();
         let e = saved.check(8, 3, 2, false).unwrap_err().to_string();
         assert!(e.contains("another EP layer (layer 7, this is layer 8)"), "{e}");
