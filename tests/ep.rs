@@ -1023,11 +1023,11 @@ fn fp8_codes_cfg_save(s: Shape, t: usize, mode: megamoe::layer::Fp8Backward, sav
 
 /// The single-GPU FP8 forward and backward (`Fp8Dw1X::Codes`, `mode`) on all tokens: out's bits, and dx, dtopk,
 /// dW1, dW2 as raw bits (the weight gradients in `W`), every output poisoned before and checked fully written.
-fn ep1_fp8_backward<W: Wg>(g: &Arc<Gpu>, inp: &Inputs, mode: megamoe::layer::Fp8Backward) -> (Vec<u16>, Ep1Grads) {
+fn ep1_fp8_backward<W: Wg>(g: &Arc<Gpu>, inp: &Inputs, cfg: LayerConfig) -> (Vec<u16>, Ep1Grads) {
     use megamoe::layer::{Fp8Inputs, Fp8Weights};
     let s = inp.shape;
     let t = inp.tokens;
-    let mut layer = MoeLayer::new(g.clone(), fp8_codes_cfg(s, t, mode)).unwrap();
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig { max_tokens: t.max(1), ..cfg }).unwrap();
     let up = |v: &[bf16]| g.upload(v).unwrap();
     let (x, w1, w2, dy) = (up(&inp.x), up(&inp.w1), up(&inp.w2), up(&inp.dy));
     let mut fw = Fp8Weights::alloc(&layer).unwrap();
@@ -1068,25 +1068,21 @@ fn ep1_fp8_backward<W: Wg>(g: &Arc<Gpu>, inp: &Inputs, mode: megamoe::layer::Fp8
 /// `Fp8Dw1X::Codes` on the same tokens, bitwise (y, dx, dtopk, dW1, dW2; every output poisoned first), twice (a
 /// new epoch); once against the f64 model of that backward (`reference::forward_backward_fp8` with `dw1_codes`).
 fn check_ep_fp8_backward<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting, mode: megamoe::layer::Fp8Backward) {
-    check_ep_fp8_backward_save::<W>(s, tokens, routing, mode, Save::InputsOnly)
+    check_ep_fp8_backward_cfg::<W>(s, tokens, routing, fp8_codes_cfg(s, 1, mode))
 }
 
-/// `check_ep_fp8_backward` with the EP layer saving `save` (`Save::WithZ`: the FP8 GEMM1 stores z, the backward
-/// skips its recompute; the single-GPU twin recomputes it: the same bits).
-fn check_ep_fp8_backward_save<W: Wg>(
-    s: Shape,
-    tokens: &[usize],
-    routing: EpRouting,
-    mode: megamoe::layer::Fp8Backward,
-    save: Save,
-) {
+/// `check_ep_fp8_backward` with the layers (EP and its single-GPU twin) of `cfg` (its `max_tokens` set by each):
+/// e.g. `Save::WithZ` (the FP8 GEMM1 stores z, the backward skips its recompute) or `Fp8Dy::Codes` (dy travels as
+/// codes; the model's dy is then their bf16 values).
+fn check_ep_fp8_backward_cfg<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouting, cfg: LayerConfig) {
+    let (mode, save) = (cfg.fp8_backward, cfg.save);
     let g = gpu();
     let mut rng = rng();
     let inp = ep_inputs(&mut rng, s, tokens, routing);
-    let (want_y, want) = ep1_fp8_backward::<W>(&g, &inp, mode);
+    let (want_y, want) = ep1_fp8_backward::<W>(&g, &inp, cfg);
     let world = tokens.len();
-    let max_t = tokens.iter().copied().max().unwrap();
-    let mut layer = EpLayer::new(g.clone(), fp8_codes_cfg_save(s, max_t, mode, save), world).unwrap();
+    let max_t = tokens.iter().copied().max().unwrap().max(1);
+    let mut layer = EpLayer::new(g.clone(), LayerConfig { max_tokens: max_t, ..cfg }, world).unwrap();
     let mut r = upload_ranks(&g, &inp, tokens);
     let mut w8 = Vec::new();
     for rank in 0..world {
@@ -1095,7 +1091,11 @@ fn check_ep_fp8_backward_save<W: Wg>(
         w8.push(w);
     }
     let mut b = RankBufs::<W>::new(&g, &inp, tokens);
-    let tag = format!("FP8 EP = {world} backward ({mode:?}, {}, {save:?}) {s:?} {tokens:?} {routing:?}", W::NAME);
+    let tag = format!(
+        "FP8 EP = {world} backward ({mode:?}, {}, {save:?}, dy {:?}) {s:?} {tokens:?} {routing:?}",
+        W::NAME,
+        cfg.fp8_dy
+    );
     for rep in 0..2 {
         b.poison(&g);
         for o in r.out.iter_mut() {
@@ -1124,7 +1124,13 @@ fn check_ep_fp8_backward_save<W: Wg>(
             }
             let zf = reference::ZFrom { x: &xr, w1: &w1d };
             let which = reference::Fp8Grads { dx: mode.dx(), wgrad: false, dw1_codes: true };
-            let ranks = reference_ranks(&inp, tokens);
+            // with dy's codes on the links the model's dy is their values, as the GPU's (bf16, bit for bit)
+            let mut inp_m = inp.clone();
+            if cfg.fp8_dy == megamoe::layer::Fp8Dy::Codes {
+                let (qd, sd) = megamoe::fp8::quantize_rows_cpu(&inp.dy, inp.tokens, s.h);
+                inp_m.dy = megamoe::fp8::dequantize_rows_bf16_cpu(&qd, &sd, inp.tokens, s.h);
+            }
+            let ranks = reference_ranks(&inp_m, tokens);
             let w = Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) };
             let (outs, grads) = reference::forward_backward_fp8(&s, &ranks, &w, zf, which).unwrap();
             let dx_ref: Vec<f64> = outs.iter().flat_map(|o| o.dx.iter().copied()).collect();
@@ -1158,7 +1164,20 @@ gpu_test!(fp8_ep4_backward_straight_every_row_to_one_rank_that_has_no_tokens, {
 gpu_test!(fp8_ep4_backward_dx_saved_z, {
     use megamoe::layer::Fp8Backward;
     let routing = EpRouting::Layer(Routing::Masked10);
-    check_ep_fp8_backward_save::<f32>(MEDIUM, &[50, 0, 123, 7], routing, Fp8Backward::Dx, Save::WithZ)
+    let cfg = fp8_codes_cfg_save(MEDIUM, 1, Fp8Backward::Dx, Save::WithZ);
+    check_ep_fp8_backward_cfg::<f32>(MEDIUM, &[50, 0, 123, 7], routing, cfg)
+});
+// dy travels to the owners as codes (`Fp8Dy::Codes`): H (1 + 1/32) bytes a routed row instead of 2H
+gpu_test!(fp8_ep4_backward_dy_codes, {
+    use megamoe::layer::{Fp8Backward, Fp8Dy};
+    let cfg = LayerConfig { fp8_dy: Fp8Dy::Codes, ..fp8_codes_cfg(MEDIUM, 1, Fp8Backward::Dx) };
+    check_ep_fp8_backward_cfg::<f32>(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10), cfg)
+});
+gpu_test!(fp8_ep8_backward_dy_codes_straight_saved_z_every_row_to_one_rank, {
+    use megamoe::layer::{Fp8Backward, Fp8Dy};
+    let base = fp8_codes_cfg_save(MEDIUM, 1, Fp8Backward::Straight, Save::WithZ);
+    let cfg = LayerConfig { fp8_dy: Fp8Dy::Codes, ..base };
+    check_ep_fp8_backward_cfg::<bf16>(MEDIUM, &[40, 0, 90, 17, 5, 128, 66, 9], EpRouting::AllOnRank(3), cfg)
 });
 gpu_test!(fp8_ep8_backward_dx_bf16_weight_gradients_masked, {
     use megamoe::layer::Fp8Backward;

@@ -1632,6 +1632,65 @@ gpu_test!(backward_fp8_dw1_from_codes_z_saved, {
     backward_fp8_dw1_codes_run((260, 512, 256, 8, 4), megamoe::layer::Save::WithZ)
 });
 
+// `Fp8Dy::Codes` is the backward on dy's dequantized codes: bit for bit the `Fp8Dy::Bf16` backward given those values
+// (made on the CPU) as its dy; every gradient written (poisoned before), dx within e4m3's error of the bf16-dy one.
+gpu_test!(backward_fp8_dy_codes_is_the_backward_of_the_dequantized_dy, {
+    use megamoe::layer::{Fp8Backward, Fp8Dy, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+    let g = gpu();
+    let mut r = fresh_rng();
+    let (tokens, h, i, e, k) = (230, 512, 256, 8, 4);
+    let x = r.bf16_vec(tokens * h, 1.0);
+    let ids = r.topk_ids(tokens, k, e);
+    let wts: Vec<f32> = (0..tokens * k).map(|_| r.uniform() as f32).collect();
+    let w1 = r.bf16_vec(e * 2 * i * h, 2.0 / (h as f64).sqrt());
+    let w2 = r.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
+    let dyh = spread(&mut r, tokens, h);
+    let (qd, sd) = fp8::quantize_rows_cpu(&dyh, tokens, h);
+    let dyq = fp8::dequantize_rows_bf16_cpu(&qd, &sd, tokens, h);
+    let (dx, dids, dwts) = (g.upload(&x).unwrap(), g.upload(&ids).unwrap(), g.upload(&wts).unwrap());
+    let (dw1, dw2) = (g.upload(&w1).unwrap(), g.upload(&w2).unwrap());
+    let (ddy, ddyq) = (g.upload(&dyh).unwrap(), g.upload(&dyq).unwrap());
+    let inp16 = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, w1: &dw1, w2: &dw2 };
+    let mut runs = Vec::new();
+    for (mode, dy) in [(Fp8Dy::Codes, &ddy), (Fp8Dy::Bf16, &ddyq), (Fp8Dy::Bf16, &ddy)] {
+        let cfg = LayerConfig {
+            fp8_backward: Fp8Backward::Dx,
+            fp8_dy: mode,
+            ..LayerConfig::bf16(h, i, e, k, tokens, Save::InputsOnly)
+        };
+        let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+        let mut fw = Fp8Weights::alloc(&layer).unwrap();
+        fw.quantize(&g, &dw1, &dw2, &layer).unwrap();
+        let mut saved = layer.alloc_saved(tokens).unwrap();
+        let mut out = g.alloc::<bf16>(tokens * h).unwrap();
+        let inp = Fp8Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, weights: &fw };
+        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+        let mut gx = g.alloc::<bf16>(tokens * h).unwrap();
+        let (mut g1, mut g2) = (g.alloc::<f32>(e * 2 * i * h).unwrap(), g.alloc::<f32>(e * h * i).unwrap());
+        let mut gt = g.alloc::<f32>(tokens * k).unwrap();
+        g.fill_bytes(&mut gx, 0xff).unwrap();
+        g.fill_bytes(&mut g1, 0xff).unwrap();
+        g.fill_bytes(&mut g2, 0xff).unwrap();
+        g.fill_bytes(&mut gt, 0xff).unwrap();
+        let grads = Grads { dx: &mut gx, dw1: &mut g1, dw2: &mut g2, dtopk: &mut gt, accumulate: false };
+        layer.backward_fp8(&saved, dy, &inp16, &fw, grads).unwrap();
+        g.sync().unwrap();
+        let b16: Vec<u16> = g.download(&gx).unwrap().iter().map(|v| v.to_bits()).collect();
+        let b32 = |v: &CudaSlice<f32>| -> Vec<u32> { g.download(v).unwrap().iter().map(|v| v.to_bits()).collect() };
+        let got = (b16, b32(&gt), b32(&g1), b32(&g2));
+        assert!(got.0.iter().all(|&b| b != 0xffff), "{mode:?}: dx left unwritten");
+        for (name, v) in [("dtopk", &got.1), ("dW1", &got.2), ("dW2", &got.3)] {
+            assert!(v.iter().all(|&b| b != 0xffff_ffff), "{mode:?}: {name} left unwritten");
+        }
+        runs.push(got);
+    }
+    assert!(runs[0] == runs[1], "Fp8Dy::Codes differs from the backward of dy's dequantized codes");
+    let f = |v: &[u16]| v.iter().map(|&b| bf16::from_bits(b).to_f64()).collect::<Vec<f64>>();
+    let d = check::rel_err(&f(&runs[0].0), &f(&runs[2].0));
+    eprintln!("Fp8Dy::Codes: bitwise the backward of the dequantized dy; dx {d:.3e} from the bf16-dy backward's");
+    assert!(d > 0.0 && d < 0.1, "dx {d} from the bf16-dy backward's");
+});
+
 gpu_test!(backward_fp8_dx_refuses_weights_without_w1_transpose, {
     // an FP8 dx needs W1's transposed codes, which `Fp8Weights::alloc` makes only for a layer whose backward uses
     // them: weights allocated for a straight layer are refused before anything runs (the gradients keep their

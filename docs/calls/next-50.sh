@@ -18,8 +18,8 @@ echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
   t ep 120 150 fp8_ep
   grep -E "FP8 EP|rel err" $OUT/r/t_ep.txt | cut -c1-300 | head -12
   mv $OUT/r/t_ep.txt $OUT/r/t_ep_fp8.txt
-  t fp8 60 120 dequantize_rows dw1_from_codes
-  grep -E "Fp8Dw1X" $OUT/r/t_fp8.txt | cut -c1-300 | head -4
+  t fp8 60 120 dequantize_rows dw1_from_codes dy_codes
+  grep -E "Fp8Dw1X|Fp8Dy" $OUT/r/t_fp8.txt | cut -c1-300 | head -4
   t graph 60 100 graph_ep
   timeout $(to 150 5) $B/ep_bench --bench > $OUT/r/ep_bench.txt 2>&1
   echo "== ep_bench rc $? at $(el) s"; grep -E "RESULT|FAILED|every mode" $OUT/r/ep_bench.txt | cut -c1-420

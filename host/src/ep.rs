@@ -32,7 +32,7 @@ use crate::error::{Context, Error, Result};
 use crate::fp8 as q;
 use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm, WgradElem};
 use crate::layer::fp8::{fp8_gemm, no_alloc_in_capture, plain_kernel};
-use crate::layer::{Fp8Dw1X, Fp8Weights, LayerConfig, MapCache, Save};
+use crate::layer::{Fp8Dw1X, Fp8Dy, Fp8Weights, LayerConfig, MapCache, Save};
 use crate::runtime::{dptr, Gpu, Launch};
 
 /// Threads per block of `ep_dispatch` and `ep_combine`.
@@ -1163,7 +1163,9 @@ impl EpLayer {
     /// or in bf16, dW2 = (s dy)^T h and dW1 = dz^T x with x the forward's codes dequantized to bf16 (into `recv_dy`,
     /// free once dW2 has read it), and sends dx rows and dtopk back. Over forward and backward a routed row crosses
     /// the links as H (1 + 1 / 32) bytes of codes, then y, dy and dx in bf16 (2H each): 7.03H against the bf16
-    /// layer's 8H. `inp[r]` are the forward's
+    /// layer's 8H; with `LayerConfig::fp8_dy` = [`Fp8Dy::Codes`] dy travels as codes too (each rank quantizes its
+    /// dy, the owner dequantizes the rows into y, free until dx): 6.06H, and the twin is the single-GPU backward
+    /// with the same setting. `inp[r]` are the forward's
     /// inputs with the rank's bf16 W1 and W2 (its x is not read); `w8[r]` the rank's FP8 weights of the forward.
     /// Needs `LayerConfig::fp8_dw1_x` = [`Fp8Dw1X::Codes`] (the owner has no bf16 x). Asynchronous, no host
     /// synchronisation; the first call allocates dz's codes (then capturable as [`EpLayer::backward`]).
@@ -1275,6 +1277,7 @@ impl EpLayer {
             }
         }
         let dx8 = w8.is_some() && c.fp8_backward.dx();
+        let dy8 = w8.is_some() && c.fp8_dy == Fp8Dy::Codes;
         let allocated = self.ident.is_some()
             && self.ranks.iter().all(|w| w.bwd.is_some() && (!dx8 || w.fp8.as_ref().is_some_and(|f| f.dz8.is_some())));
         if !allocated && self.gpu.capturing()? {
@@ -1287,7 +1290,8 @@ impl EpLayer {
         // call's first launch: a backward that fails has written no rank's gradients
         self.maps.trim(&self.gpu)?;
         let w8r = |r: usize| w8.map(|w| w[r]);
-        let z = saved.z;
+        // (z saved by the forward, dy's codes on the links)
+        let z = (saved.z, dy8);
         for r in 0..r_n {
             self.experts_backward(r, (&inp[r], w8r(r), z), &mut grads[r], accumulate, Pass::Prepare)?;
         }
@@ -1306,8 +1310,18 @@ impl EpLayer {
                 dtopk: dptr(&*grads[r].dtopk, &s),
                 ..self.rank_common(r, &inp[r])
             };
+            if dy8 {
+                // dy's codes and scales into the rank's token codes (x's, free since the forward's dispatch)
+                let f = w.fp8.as_ref().expect("an FP8 backward follows an FP8 forward");
+                let (q8, qs) = (dptr(&f.x8, &s), dptr(&f.x8s, &s));
+                // SAFETY: dy holds at least tokens * H bf16 (checked), the codes and scales max_tokens >= tokens
+                // rows of H and H / 128.
+                unsafe { q::quantize_rows_raw(&g, dptr(dy[r], &s), q8, qs, inp[r].tokens, c.hidden)? };
+                (ranks[r].x, ranks[r].x_scales) = (q8, qs);
+            }
         }
-        let p = self.params(ranks, true);
+        // dy as codes (`Fp8Dy::Codes`): the push of codes into recv_dy
+        let p = EpParams { fp8: dy8 as u32, ..self.params(ranks, true) };
         self.launch_ep("ep_dispatch", &p, false)?;
         for r in 0..r_n {
             self.experts_backward(r, (&inp[r], w8r(r), z), &mut grads[r], accumulate, Pass::Launch)?;
@@ -1376,7 +1390,7 @@ impl EpLayer {
     fn experts_backward<W: WgradElem>(
         &mut self,
         r: usize,
-        (inp, w8, z_saved): (&RankInputs<'_>, Option<&Fp8Weights>, bool),
+        (inp, w8, (z_saved, dy8)): (&RankInputs<'_>, Option<&Fp8Weights>, (bool, bool)),
         gr: &mut RankGrads<'_, W>,
         accumulate: bool,
         pass: Pass,
@@ -1402,9 +1416,17 @@ impl EpLayer {
             (false, None) => self.gemm1(r, inp, 0, z, false, pass)?,
             (false, Some(w)) => self.z_fp8(r, w, z, pass)?,
         }
+        // dy's rows: those the dispatch pushed into recv_dy, or their codes there dequantized into y (free until
+        // dx, which runs after dW2)
+        let dy_rows = if dy8 {
+            self.dequantize_recv(r, ws + lay.recv_dy, y, pass)?;
+            y
+        } else {
+            ws + lay.recv_dy
+        };
         // dh = dy W2_e with the SwiGLU backward: dz, s * h and the dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
-        let map_dy = self.maps.get(&g, ws + lay.recv_dy, recv, h2, kh::GEMM_BM, 64)?;
+        let map_dy = self.maps.get(&g, dy_rows, recv, h2, kh::GEMM_BM, 64)?;
         let map_w2 = self.maps.get(&g, dptr(inp.w2, &s), per * h2, i2, 64, 64)?;
         // z and dz ([recv, 2I]) in 64 x 64 boxes: whole 64-row groups of an expert go through the copy engine
         let map_z = self.maps.get(&g, z, recv, 2 * i2, kh::GEMM_C_BOX.0, kh::GEMM_C_BOX.1)?;
@@ -1443,19 +1465,20 @@ impl EpLayer {
             // SAFETY: partial holds n_tiles sums for every row < max_recv; row_dtopk holds max_recv values.
             unsafe { g.launch("dtopk_reduce", Launch::new((recv as u32).div_ceil(256), 256, 0), &red)? };
         }
+        // the weight gradients before the combine releases this rank's rows (recv is not read after it): dW2 from
+        // dy, before dx overwrites y
+        self.wgrad(r, (dy_rows, h2), (sh, i2), gr.dw2, accumulate, pass)?;
         // dx rows = dz W1_e: in FP8 from dz's row codes and W1's transposed codes, or in bf16
         if let (Some(w), true) = (w8, c.fp8_backward.dx()) {
             self.dx_fp8(r, w, dz, y, pass)?;
         } else {
             self.dx_bf16(r, inp, dz, y, pass)?;
         }
-        // weight gradients, before the combine releases this rank's rows (recv is not read after it): dW2 from dy,
-        // then dW1 from x's bf16 rows, or from the forward's codes dequantized into recv_dy (dW2 has read it)
-        self.wgrad(r, (ws + lay.recv_dy, h2), (sh, i2), gr.dw2, accumulate, pass)?;
+        // dW1 from x's bf16 rows, or from the forward's codes dequantized into recv_dy (dy read by now)
         let x = match w8 {
             None => ws + lay.recv,
             Some(_) => {
-                self.dequantize_recv(r, ws + lay.recv_dy, pass)?;
+                self.dequantize_recv(r, ws + lay.recv, ws + lay.recv_dy, pass)?;
                 ws + lay.recv_dy
             }
         };
@@ -1556,9 +1579,10 @@ impl EpLayer {
         }
     }
 
-    /// Rank r's received codes (the FP8 forward's, in `recv`) dequantized to bf16 rows at `dst` ([max_recv, H]):
-    /// dW1's x, the values the forward's GEMM1 consumed.
-    fn dequantize_recv(&self, r: usize, dst: u64, pass: Pass) -> Result<()> {
+    /// Rank r's received codes in the region at `src` (`recv`: the FP8 forward's x, dW1's x, the values its GEMM1
+    /// consumed; `recv_dy`: the backward's dy with `Fp8Dy::Codes`), codes [max_recv, H] then their scales,
+    /// dequantized to bf16 rows at `dst` ([max_recv, H]).
+    fn dequantize_recv(&self, r: usize, src: u64, dst: u64, pass: Pass) -> Result<()> {
         if pass == Pass::Prepare {
             return Ok(());
         }
@@ -1566,8 +1590,8 @@ impl EpLayer {
         let lay = self.group.layout;
         let ws = self.group.ws(r);
         let p = params::GatherDequant {
-            src: ws + lay.recv,
-            scales: ws + lay.recv + lay.max_recv * h as u64,
+            src,
+            scales: src + lay.max_recv * h as u64,
             dst,
             // the rows in their own order, as many as the rank's local offsets count
             row_slot: 0,

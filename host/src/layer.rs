@@ -151,6 +151,18 @@ pub enum Fp8Dw1X {
     Codes,
 }
 
+/// Which dy [`MoeLayer::backward_fp8`] differentiates with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Dy {
+    /// The bf16 dy the call passes. The default.
+    Bf16,
+    /// dy quantized per token in 1 x 128 blocks and dequantized to bf16 (decode(code) * scale, one rounding) before
+    /// the backward uses it: every gradient then carries e4m3's error on dy (DeepSeek-V3 also quantizes its output
+    /// gradients). What the FP8 backward at expert parallelism does when dy travels to the experts' owners as codes
+    /// ([`crate::ep::EpLayer::backward_fp8`]: H (1 + 1/32) bytes a routed row instead of 2H), bit for bit.
+    Codes,
+}
+
 /// Element type of the layer's activations and weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DType {
@@ -185,6 +197,8 @@ pub struct LayerConfig {
     pub fp8_backward: Fp8Backward,
     /// Which x the bf16 dW1 of [`MoeLayer::backward_fp8`] reads ([`Fp8Dw1X::Bf16`] from [`LayerConfig::bf16`]).
     pub fp8_dw1_x: Fp8Dw1X,
+    /// Which dy [`MoeLayer::backward_fp8`] uses ([`Fp8Dy::Bf16`] from [`LayerConfig::bf16`]).
+    pub fp8_dy: Fp8Dy,
 }
 
 /// The names `MEGAMOE_GATHER` accepts.
@@ -246,6 +260,7 @@ impl LayerConfig {
             forward,
             fp8_backward: env_choice("MEGAMOE_FP8_BACKWARD", Fp8Backward::Dx, FP8_BACKWARD_NAMES),
             fp8_dw1_x: Fp8Dw1X::Bf16,
+            fp8_dy: Fp8Dy::Bf16,
         }
     }
 
@@ -1182,6 +1197,8 @@ impl MoeLayer {
         let slots = t * c.top_k;
         let ws_rows = c.max_tokens * c.top_k;
         let (h2, i2) = (c.hidden, c.intermediate);
+        // dy, or with `Fp8Dy::Codes` its codes dequantized (what the rest of the backward reads)
+        let dy_p = if fp8.is_some() && c.fp8_dy == Fp8Dy::Codes { self.dy_through_codes(dy, t)? } else { dptr(dy, &s) };
         // x rows (unless saved), z (unless saved; h is recomputed from z in the dh epilogue)
         let xs = if fp8.is_some() { (dptr(&self.work.xs, &s), ws_rows) } else { self.xs_of(saved) };
         let overlapped = c.gather == Gather::Overlapped;
@@ -1238,10 +1255,10 @@ impl MoeLayer {
         if wgrad8 {
             // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy
             // dW2 = (s dy)^T h: the routing weight applied to dy's codes (h^T comes from z's recompute)
-            let gather = Some((dptr(dy, &s), dptr(&self.work.dys, &s), dptr(inp.topk_weights, &s)));
+            let gather = Some((dy_p, dptr(&self.work.dys, &s), dptr(inp.topk_weights, &s)));
             self.quantize_cols_fp8(Operand::A, 0, h2, false, gather, false, saved)?;
         } else if !dy_in_producer {
-            self.gather(dptr(dy, &s), dptr(&self.work.dys, &s), saved)?;
+            self.gather(dy_p, dptr(&self.work.dys, &s), saved)?;
         }
         // dh = dy W2_e with the SwiGLU backward: dz, s * h, dtopk partials
         let n_tiles_i = crate::gemm::dswiglu_partials(i2) as u32;
@@ -1277,7 +1294,7 @@ impl MoeLayer {
             sh: if wgrad8 { 0 } else { dptr(&self.work.sh, &s) },
             map_sh: if wgrad8 { 0 } else { map_sh },
             // dy's tokens and where the gathered rows go (dW2's A)
-            a_rows: if dy_in_producer { dptr(dy, &s) } else { 0 },
+            a_rows: if dy_in_producer { dy_p } else { 0 },
             top_k: c.top_k as u32,
             a_out: if dy_in_producer { dptr(&self.work.dys, &s) } else { 0 },
             ..zero_gemm()

@@ -637,11 +637,11 @@ pub struct EpParams {
     /// (`c_dst_ranks`): `ep_combine` only releases the back flags before the sources sum. 0 = it copies the
     /// rows from the owner's y.
     pub scatter: u32,
-    /// Forward only, with the push (`pull` 0): 1 = the rows travel as blockwise FP8: each rank's `x` holds its
-    /// tokens' e4m3 codes [tokens, hidden] and `x_scales` their 1 x 128 scales, and an owner's `recv` receives the
-    /// codes [max_recv, hidden] (bytes) followed by the scales f32 [max_recv, hidden / 128] at
-    /// `recv + max_recv * hidden` (both inside the region's bf16 [max_recv, hidden]); `hidden` a multiple of 512.
-    /// 0 = bf16 rows.
+    /// With the push (`pull` 0): 1 = the rows travel as blockwise FP8: each rank's `x` holds its tokens' e4m3 codes
+    /// [tokens, hidden] (the forward's x, or the backward's dy) and `x_scales` their 1 x 128 scales, and an owner's
+    /// `recv` (backward: `recv_dy`) receives the codes [max_recv, hidden] (bytes) followed by the scales f32
+    /// [max_recv, hidden / 128] at `region + max_recv * hidden` (both inside the region's bf16 [max_recv, hidden]);
+    /// `hidden` a multiple of 512. 0 = bf16 rows.
     pub fp8: u32,
 }
 

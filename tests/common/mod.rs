@@ -48,6 +48,7 @@ pub enum Routing {
 }
 
 /// Host inputs of one layer call.
+#[derive(Clone)]
 pub struct Inputs {
     pub shape: Shape,
     pub tokens: usize,

@@ -156,6 +156,9 @@ pub(super) struct Fp8Work {
     wgrad: Option<WgradWork>,
     /// dz's codes [max_tokens k, 2I] and row scales [max_tokens k, 2I / 128] for an FP8 dx, on first use.
     dz8: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
+    /// dy's codes [max_tokens, H], scales [max_tokens, H / 128] and their bf16 values [max_tokens, H] with
+    /// [`Fp8Dy::Codes`](super::Fp8Dy::Codes), on first use.
+    dyq: Option<(CudaSlice<u8>, CudaSlice<f32>, CudaSlice<bf16>)>,
 }
 
 /// The FP8 weight gradients' two operands, transposed per expert (`quantize_fp8_cols_grouped`): A^T codes [M, Kp]
@@ -336,7 +339,9 @@ impl MoeLayer {
     /// stored z (`grouped_gemm_fp8w_swiglu_qz`, the 128 x 256 kernels) and this backward reads it unless its weight
     /// gradients are FP8 (their recompute also makes dW2's B); otherwise it recomputes z. It gathers x (the FP8
     /// forward keeps no x rows); with `LayerConfig::fp8_dw1_x` = [`Fp8Dw1X::Codes`](super::Fp8Dw1X::Codes) dW1 reads
-    /// the tokens' row codes dequantized to bf16 instead (the EP FP8 backward's single-GPU twin). Writes as [`MoeLayer::backward`] does (nothing when
+    /// the tokens' row codes dequantized to bf16 instead (the EP FP8 backward's single-GPU twin); with
+    /// `LayerConfig::fp8_dy` = [`Fp8Dy::Codes`](super::Fp8Dy::Codes) the backward runs on dy quantized per token and
+    /// dequantized. Writes as [`MoeLayer::backward`] does (nothing when
     /// the forward saw a bad expert id); asynchronous, no host synchronisation.
     pub fn backward_fp8<W: WgradElem>(
         &mut self,
@@ -401,6 +406,7 @@ impl MoeLayer {
                 h8_scales: g.alloc((slots * i / 128).max(1))?,
                 wgrad: None,
                 dz8: None,
+                dyq: None,
             });
         }
         Ok(())
@@ -428,6 +434,38 @@ impl MoeLayer {
         // codes and scales into expert order (H and H / 32 bytes a row: H a multiple of 512 keeps both 16-byte rows)
         self.gather_bytes(x8, xs8, h, sv)?;
         self.gather_bytes(x8s, xs8s, h / 32, sv)
+    }
+
+    /// dy [T, H] quantized per token (1 x 128) and dequantized to bf16 into the layer's own buffer: the dy of the
+    /// backward with [`Fp8Dy::Codes`](super::Fp8Dy::Codes); its address.
+    pub(super) fn dy_through_codes(&mut self, dy: &CudaSlice<bf16>, t: usize) -> Result<u64> {
+        self.alloc_fp8()?;
+        let (g, c) = (self.gpu.clone(), self.cfg);
+        let s = g.stream().clone();
+        let f = self.fp8.as_mut().expect("allocated above");
+        if f.dyq.is_none() {
+            no_alloc_in_capture(&g, "the FP8 layer's first backward with Fp8Dy::Codes")?;
+            let n = (c.max_tokens * c.hidden).max(1);
+            f.dyq = Some((g.alloc(n)?, g.alloc((n / 128).max(1))?, g.alloc(n)?));
+        }
+        let (q8, qs, out) = f.dyq.as_ref().map(|(a, b, d)| (dptr(a, &s), dptr(b, &s), dptr(d, &s))).expect("above");
+        let p = GatherDequant {
+            src: q8,
+            scales: qs,
+            dst: out,
+            row_slot: 0,
+            offsets: 0,
+            cols: c.hidden as u32,
+            k: 1,
+            experts: 0,
+            rows_max: t as u32,
+        };
+        // SAFETY: dy holds T rows of H (checked by the caller), the codes, scales and values max_tokens >= T rows.
+        unsafe {
+            q::quantize_rows_raw(&g, dptr(dy, &s), q8, qs, t, c.hidden)?;
+            q::gather_dequant_raw(&g, &p)?;
+        }
+        Ok(out)
     }
 
     /// The tokens' row codes (x8 and its scales, from [`MoeLayer::quantize_tokens`]) dequantized to bf16 into expert

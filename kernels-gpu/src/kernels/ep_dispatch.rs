@@ -27,7 +27,7 @@
 //! Backward (`p.backward = 1`, the call right after the forward it differentiates): steps 1, 2 and the local
 //! layout are the forward's (the gathered counts are still in the workspace: no rank starts the next forward
 //! before every rank has finished this backward's combine); step 4 pushes dy rows into `recv_dy` (their
-//! weights and slots are already in `recv_w` and `recv_meta`).
+//! weights and slots are already in `recv_w` and `recv_meta`), with `p.fp8` dy's codes and scales.
 use crate::ep::{self, Phase};
 use crate::kernels::ep_common::{copy_row, epoch_usable, me, pick, routing_failed, wait_flags};
 use crate::params::EpParams;
@@ -136,8 +136,8 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
 
     // pull dispatch: zero this rank's GEMM1 arrival counters and error word (its GEMM1 runs after this launch)
     let pull = p.pull != 0 && !bwd;
-    // FP8 rows (the push only: the host never asks for both)
-    let fp8 = p.fp8 != 0 && !bwd && !pull;
+    // FP8 rows, forward (x) or backward (dy): the push only (the host never asks for both)
+    let fp8 = p.fp8 != 0 && !pull;
     if pull {
         let words = ep::Workspace::arrive_words(ws.max_recv, e_n as u64) as u32;
         let arrive = (me.ws + ws.arrive) as *mut u32;
