@@ -22,7 +22,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::ep::{EpLayer, RankFp8Inputs, RankGrads, RankInputs};
-use megamoe::layer::{Fp8Dw1X, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+use megamoe::layer::{Fp8Backward, Fp8Dw1X, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
 use megamoe::{Error, Gpu, Result};
@@ -55,8 +55,12 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     let w2 = rng.bf16_vec(e * h * i, 2.0 / (i as f64).sqrt());
     let dy = rng.bf16_vec(total * h, 1.0);
     // dW1 from x's codes in the FP8 backward (what the EP FP8 backward computes; the bf16 path ignores it)
-    let cfg_of =
-        |t: usize| LayerConfig { fp8_dw1_x: Fp8Dw1X::Codes, ..LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly) };
+    // (the FP8 dx whatever MEGAMOE_FP8_BACKWARD says: FP8 weight gradients do not go with dW1 from the codes)
+    let cfg_of = |t: usize| LayerConfig {
+        fp8_dw1_x: Fp8Dw1X::Codes,
+        fp8_backward: Fp8Backward::Dx,
+        ..LayerConfig::bf16(h, i, e, k, t, Save::InputsOnly)
+    };
 
     // EP = 1 on all tokens: the bits every rank's output must equal (bf16, and the FP8 forward's), and the FP8
     // backward's dx
