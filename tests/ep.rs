@@ -1123,7 +1123,8 @@ fn check_ep_fp8_backward_cfg<W: Wg>(s: Shape, tokens: &[usize], routing: EpRouti
                 t0 += t;
             }
             let zf = reference::ZFrom { x: &xr, w1: &w1d };
-            let which = reference::Fp8Grads { dx: mode.dx(), wgrad: false, dw1_codes: true };
+            let dh = cfg.fp8_dh == megamoe::layer::Fp8Dh::Fp8;
+            let which = reference::Fp8Grads { dx: mode.dx(), wgrad: false, dw1_codes: true, dh };
             // with dy's codes on the links the model's dy is their values, as the GPU's (bf16, bit for bit)
             let mut inp_m = inp.clone();
             if cfg.fp8_dy == megamoe::layer::Fp8Dy::Codes {
@@ -1171,6 +1172,12 @@ gpu_test!(fp8_ep4_backward_dx_saved_z, {
 gpu_test!(fp8_ep4_backward_dy_codes, {
     use megamoe::layer::{Fp8Backward, Fp8Dy};
     let cfg = LayerConfig { fp8_dy: Fp8Dy::Codes, ..fp8_codes_cfg(MEDIUM, 1, Fp8Backward::Dx) };
+    check_ep_fp8_backward_cfg::<f32>(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10), cfg)
+});
+// dh in FP8 on the owners from the dy codes the dispatch pushed (`Fp8Dh::Fp8` with `Fp8Dy::Codes`)
+gpu_test!(fp8_ep4_backward_dh_fp8_dy_codes, {
+    use megamoe::layer::{Fp8Backward, Fp8Dh, Fp8Dy};
+    let cfg = LayerConfig { fp8_dy: Fp8Dy::Codes, fp8_dh: Fp8Dh::Fp8, ..fp8_codes_cfg(MEDIUM, 1, Fp8Backward::Dx) };
     check_ep_fp8_backward_cfg::<f32>(MEDIUM, &[50, 0, 123, 7], EpRouting::Layer(Routing::Masked10), cfg)
 });
 gpu_test!(fp8_ep8_backward_dy_codes_straight_saved_z_every_row_to_one_rank, {
@@ -1241,4 +1248,15 @@ gpu_test!(fp8_ep_backward_refusals_write_nothing, {
     b.assert_poison(&g, true, "the FP8 backward with Fp8Dw1X::Bf16");
     let e = EpLayer::new(g.clone(), fp8_codes_cfg(s, 40, Fp8Backward::Wgrad), 2).err().unwrap().to_string();
     assert!(e.contains("not with FP8 weight gradients"), "{e}");
+    // an FP8 dh reads dy's codes on the owners: not with dy in bf16
+    let cfg = LayerConfig { fp8_dh: megamoe::layer::Fp8Dh::Fp8, ..fp8_codes_cfg(s, 40, Fp8Backward::Dx) };
+    let mut layer = EpLayer::new(g.clone(), cfg, 2).unwrap();
+    let w8 = quantized(&layer, &r);
+    let saved = {
+        let (fi, mut outs) = io_fp8(&mut r, &w8);
+        layer.forward_fp8(&fi, &mut outs).unwrap()
+    };
+    b.poison(&g);
+    refused(b.backward_fp8(&mut layer, &saved, &rank_inputs(&r), &w8), "Fp8Dy::Codes", "Fp8Dh::Fp8 with bf16 dy");
+    b.assert_poison(&g, true, "the FP8-dh backward with bf16 dy");
 });

@@ -1073,6 +1073,7 @@ unsafe fn borrow_fp8(l: &MegamoeLayer, codes: *const u64) -> Result<BorrowedFp8>
         w2: take(&mut w2.slice),
         w2_scales: takef(&mut w2s.slice),
         w1t: Some((take(&mut w1t.slice), takef(&mut w1ts.slice))),
+        w2t: None,
     };
     Ok(BorrowedFp8 { w: std::mem::ManuallyDrop::new(w), spans })
 }

@@ -32,7 +32,7 @@ use crate::error::{Context, Error, Result};
 use crate::fp8 as q;
 use crate::gemm::{m_grouped_launch, wgrad_launch, zero_gemm, WgradElem};
 use crate::layer::fp8::{fp8_gemm, no_alloc_in_capture, plain_kernel};
-use crate::layer::{Fp8Dw1X, Fp8Dy, Fp8Weights, LayerConfig, MapCache, Save};
+use crate::layer::{Fp8Dh, Fp8Dw1X, Fp8Dy, Fp8Weights, LayerConfig, MapCache, Save};
 use crate::runtime::{dptr, Gpu, Launch};
 
 /// Threads per block of `ep_dispatch` and `ep_combine`.
@@ -725,7 +725,7 @@ impl EpLayer {
     pub fn alloc_fp8_weights(&self) -> Result<Fp8Weights> {
         let c = &self.cfg;
         let shape = (c.experts / self.world(), c.hidden, c.intermediate);
-        Fp8Weights::alloc_shape(&self.gpu, shape, c.fp8_backward.dx())
+        Fp8Weights::alloc_shape(&self.gpu, shape, (c.fp8_backward.dx(), c.fp8_dh == Fp8Dh::Fp8))
     }
 
     /// Quantize one rank's bf16 W1 [E / R, 2I, H] and W2 [E / R, H, I] into `w8` in 128 x 128 blocks (after each
@@ -1197,6 +1197,12 @@ impl EpLayer {
         if w8.len() != r_n {
             return bad(format!("{} FP8 weights for {r_n} ranks", w8.len()));
         }
+        let dh8 = c.fp8_dh == Fp8Dh::Fp8;
+        if dh8 && c.fp8_dy != Fp8Dy::Codes {
+            return bad("backward_fp8 at EP with an FP8 dh (Fp8Dh::Fp8) reads dy's codes on the owners: it needs \
+                        LayerConfig::fp8_dy = Fp8Dy::Codes"
+                .into());
+        }
         let (per, h, i) = (c.experts / r_n, c.hidden, c.intermediate);
         let me = self.gpu.ordinal();
         for (r, w) in w8.iter().enumerate() {
@@ -1215,6 +1221,16 @@ impl EpLayer {
                 };
                 exact.push(("W1^T's codes", qt.len(), per * 2 * i * h, qt.ordinal()));
                 exact.push(("W1^T's scales", st.len(), per * 2 * i / 128 * (h / 128), st.ordinal()));
+            }
+            if dh8 {
+                let Some((qt, st)) = &w.w2t else {
+                    return bad(format!(
+                        "rank {r}: an FP8 dh needs W2's transposed codes: allocate the weights with \
+                         EpLayer::alloc_fp8_weights of a layer with Fp8Dh::Fp8"
+                    ));
+                };
+                exact.push(("W2^T's codes", qt.len(), per * i * h, qt.ordinal()));
+                exact.push(("W2^T's scales", st.len(), per * i / 128 * (h / 128), st.ordinal()));
             }
             check_exact(r, &exact, per, me)?;
         }
@@ -1452,7 +1468,17 @@ impl EpLayer {
             map_sh,
             ..self.local_gemm(r)
         };
-        self.mgemm("grouped_gemm_bt_dswiglu", p, pass)?;
+        // with an FP8 dh (`Fp8Dh::Fp8`, dy's codes in recv_dy): the FP8 kernel over those codes, 256 columns a tile
+        let n_tiles_i = match w8 {
+            Some(w) if c.fp8_dh == Fp8Dh::Fp8 => {
+                self.dh_fp8(r, w, (z, dz, sh, partial), pass)?;
+                (i2 / 256) as u32
+            }
+            _ => {
+                self.mgemm("grouped_gemm_bt_dswiglu", p, pass)?;
+                n_tiles_i
+            }
+        };
         let red = DtopkReduce {
             partial,
             slot_row: ident,
@@ -1536,6 +1562,47 @@ impl EpLayer {
         // SAFETY: recv holds max_recv rows of H codes and then their H / 128 scales (the FP8 forward's, kept: the
         // backward's dispatch writes recv_dy only), W1 per * 2I rows of H codes with its block scales (checked), z
         // max_recv rows of 2I; the local offsets are clamped to max_recv on the device.
+        unsafe { g.launch(k, cfg, &p) }
+    }
+
+    /// Rank r's dh = dy W2_e in FP8 with the SwiGLU backward (`grouped_gemm_fp8w_dswiglu`): A the dy codes and scales
+    /// the backward's dispatch pushed into recv_dy (`Fp8Dy::Codes`), B W2's transposed codes; dz, s h and the dtopk
+    /// partials (I / 256 a row) into the rank's buffers, z read at `z`; the routing weights from recv_w (each row
+    /// its own slot).
+    fn dh_fp8(
+        &mut self,
+        r: usize,
+        w: &Fp8Weights,
+        (z, dz, sh, partial): (u64, u64, u64, u64),
+        pass: Pass,
+    ) -> Result<()> {
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let (h, i) = (self.cfg.hidden, self.cfg.intermediate);
+        let per = self.cfg.experts / self.world();
+        let lay = self.group.layout;
+        let recv = lay.max_recv as usize;
+        let ws = self.group.ws(r);
+        let Some((w2t, w2ts)) = &w.w2t else {
+            return Err(Error::InvalidArgument(format!("rank {r}: an FP8 dh needs W2's transposed codes")));
+        };
+        let (dy8, dy8s) = (ws + lay.recv_dy, ws + lay.recv_dy + lay.max_recv * h as u64);
+        let layout = (ws + lay.local_offsets, ws + lay.local_tiles, per, recv);
+        let maps = [self.maps.get_u8(&g, dy8, recv, h, 128)?, self.maps.get_u8(&g, dptr(w2t, &s), per * i, h, 128)?, 0];
+        let mut p = fp8_gemm(layout, (dy8s, dptr(w2ts, &s), dz), (i, h), maps);
+        p.z = z;
+        p.row_slot = dptr(self.ident.as_ref().expect("allocated"), &s);
+        (p.w, p.w_len) = (ws + lay.recv_w, lay.max_recv as u32);
+        (p.partial, p.sh) = (partial, sh);
+        let k = "grouped_gemm_fp8w_dswiglu";
+        let cfg = q::launch_cfg(&g, k, recv, per, i, q::tile_cols(k))?;
+        if pass == Pass::Prepare {
+            return Ok(());
+        }
+        // SAFETY: recv_dy holds max_recv rows of H codes and then their scales (the backward's dispatch of codes),
+        // W2^T per * I rows of H codes with its block scales (checked), z and dz max_recv rows of 2I, sh of I, the
+        // partials max_recv rows of at least I / 256, recv_w and the identity max_recv entries; the local offsets
+        // are clamped to max_recv on the device.
         unsafe { g.launch(k, cfg, &p) }
     }
 

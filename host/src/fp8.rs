@@ -882,10 +882,13 @@ impl<'a> Operands<'a> {
             a_rows: 0,
             a_copy: 0,
             row_slot: 0,
+            w: 0,
+            partial: 0,
+            sh: 0,
             kp: 0,
             top_k: 0,
             copy_cols: 0,
-            pad: 0,
+            w_len: 0,
         };
         let cfg = launch_cfg(gpu, kernel, rows, e, n, tile_cols(kernel))?;
         let mut prepared = PreparedFp8::new("grouped_gemm_fp8", gpu, kernel, Some((cfg, p)));

@@ -163,6 +163,20 @@ pub enum Fp8Dy {
     Codes,
 }
 
+/// Which precision the dh GEMM (dh = dy W2 with the SwiGLU backward in its epilogue) of
+/// [`MoeLayer::backward_fp8`] runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Dh {
+    /// bf16 (the default).
+    Bf16,
+    /// Blockwise FP8 (`grouped_gemm_fp8w_dswiglu`): dy's row codes (1 x 128, quantized per token) against W2's
+    /// transposed codes ([`Fp8Weights`]' `w2t`, W2's 128 x 128 blocks), the SwiGLU backward from the f32
+    /// accumulators (dz, s h and the dtopk partials as the bf16 kernels compute them). dz, dtopk and everything after
+    /// them carry e4m3's error on dy and W2; dW2 = (s dy)^T h still reads the bf16 dy (or its dequantized codes with
+    /// [`Fp8Dy::Codes`]). Not with FP8 weight gradients.
+    Fp8,
+}
+
 /// Element type of the layer's activations and weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DType {
@@ -199,6 +213,9 @@ pub struct LayerConfig {
     pub fp8_dw1_x: Fp8Dw1X,
     /// Which dy [`MoeLayer::backward_fp8`] uses ([`Fp8Dy::Bf16`] from [`LayerConfig::bf16`]).
     pub fp8_dy: Fp8Dy,
+    /// The precision of [`MoeLayer::backward_fp8`]'s dh GEMM ([`Fp8Dh::Bf16`] from [`LayerConfig::bf16`];
+    /// [`Fp8Weights::alloc`] holds W2's transposed codes for [`Fp8Dh::Fp8`]).
+    pub fp8_dh: Fp8Dh,
 }
 
 /// The names `MEGAMOE_GATHER` accepts.
@@ -261,6 +278,7 @@ impl LayerConfig {
             fp8_backward: env_choice("MEGAMOE_FP8_BACKWARD", Fp8Backward::Dx, FP8_BACKWARD_NAMES),
             fp8_dw1_x: Fp8Dw1X::Bf16,
             fp8_dy: Fp8Dy::Bf16,
+            fp8_dh: Fp8Dh::Bf16,
         }
     }
 
@@ -310,6 +328,12 @@ impl LayerConfig {
         }
         if self.forward == Forward::Persistent && self.gather == Gather::InProducer {
             return bad("Forward::Persistent runs GEMM1 on the gathered copy of x: not with Gather::InProducer".into());
+        }
+        if self.fp8_dh == Fp8Dh::Fp8 && self.fp8_backward.wgrad() {
+            return bad(format!("Fp8Dh::Fp8 is not with FP8 weight gradients ({:?})", self.fp8_backward));
+        }
+        if self.fp8_dh == Fp8Dh::Fp8 && self.intermediate % 256 != 0 {
+            return bad(format!("Fp8Dh::Fp8 needs I a multiple of 256 (I = {})", self.intermediate));
         }
         if self.fp8_dw1_x == Fp8Dw1X::Codes && self.fp8_backward.wgrad() {
             return bad(format!(
@@ -1162,7 +1186,7 @@ impl MoeLayer {
             );
         }
         if let Some(w) = fp8 {
-            self.check_fp8_weights(w, c.fp8_backward.dx())?;
+            self.check_fp8_weights(w, (c.fp8_backward.dx(), c.fp8_dh == Fp8Dh::Fp8))?;
             // the FP8 weight gradients' column quantizer indexes its codes in 32 bits (the public
             // quantize_cols_grouped checks the same; the layer calls the kernel directly)
             let kp = crate::fp8::cols_grouped_kp(c.max_tokens * c.top_k, c.experts);
@@ -1197,8 +1221,15 @@ impl MoeLayer {
         let slots = t * c.top_k;
         let ws_rows = c.max_tokens * c.top_k;
         let (h2, i2) = (c.hidden, c.intermediate);
-        // dy, or with `Fp8Dy::Codes` its codes dequantized (what the rest of the backward reads)
-        let dy_p = if fp8.is_some() && c.fp8_dy == Fp8Dy::Codes { self.dy_through_codes(dy, t)? } else { dptr(dy, &s) };
+        // dy, or with `Fp8Dy::Codes` its codes dequantized (what the rest of the backward reads); with an FP8 dh its
+        // codes are dh's A
+        let dh8 = fp8.is_some() && c.fp8_dh == Fp8Dh::Fp8;
+        let dy_coded = fp8.is_some() && c.fp8_dy == Fp8Dy::Codes;
+        let dyq = if dh8 || dy_coded { Some(self.dy_codes(dy, t)?) } else { None };
+        let dy_p = match dyq {
+            Some(q) if dy_coded => self.dequantize_dy(q, t)?,
+            _ => dptr(dy, &s),
+        };
         // x rows (unless saved), z (unless saved; h is recomputed from z in the dh epilogue)
         let xs = if fp8.is_some() { (dptr(&self.work.xs, &s), ws_rows) } else { self.xs_of(saved) };
         let overlapped = c.gather == Gather::Overlapped;
@@ -1249,6 +1280,7 @@ impl MoeLayer {
         // pass (overlapped with the dh + SwiGLU backward GEMM by movers, it measured ~200 us slower at 30B:
         // docs/NOTES.md)
         let dy_in_producer = !wgrad8
+            && !dh8
             && c.gather == Gather::InProducer
             && crate::gemm::dswiglu_kernel()? == crate::tiles::Dsw::Ew7
             && crate::gemm::dy_gather_in_producer()?;
@@ -1300,7 +1332,17 @@ impl MoeLayer {
             ..zero_gemm()
         };
         let dh = if dy_in_producer { "grouped_gemm_bt_dswiglu_ew7_gather" } else { "grouped_gemm_bt_dswiglu" };
-        self.mgemm(dh, p, saved)?;
+        let n_tiles_i = match (dh8, fp8, dyq) {
+            // FP8: dy's token codes against W2's transposed codes, 256 columns of I a tile
+            (true, Some(w), Some((q8, qs, _))) => {
+                self.dh_fp8(w, (q8, qs), z_ptr, dptr(inp.topk_weights, &s), saved)?;
+                (i2 / 256) as u32
+            }
+            _ => {
+                self.mgemm(dh, p, saved)?;
+                n_tiles_i
+            }
+        };
         let red = DtopkReduce {
             partial: dptr(&self.work.partial, &s),
             slot_row: dptr(&saved.slot_row, &s),
@@ -1566,6 +1608,21 @@ mod tests {
             LayerConfig { fp8_backward: mode, ..base }.validate().unwrap();
         }
         assert_eq!(base.fp8_dw1_x, Fp8Dw1X::Bf16);
+    }
+
+    #[test]
+    fn an_fp8_dh_needs_bf16_weight_gradients_and_whole_256_column_tiles() {
+        let base = LayerConfig { fp8_dh: Fp8Dh::Fp8, ..LayerConfig::bf16(512, 256, 8, 2, 64, Save::InputsOnly) };
+        for mode in [Fp8Backward::Straight, Fp8Backward::Dx] {
+            LayerConfig { fp8_backward: mode, ..base }.validate().unwrap();
+        }
+        for mode in [Fp8Backward::Wgrad, Fp8Backward::DxWgrad] {
+            let e = LayerConfig { fp8_backward: mode, ..base }.validate().unwrap_err().to_string();
+            assert!(e.contains("Fp8Dh::Fp8 is not with FP8 weight gradients"), "{e}");
+        }
+        let e = LayerConfig { intermediate: 384, fp8_backward: Fp8Backward::Dx, ..base }.validate().unwrap_err();
+        assert!(e.to_string().contains("I a multiple of 256 (I = 384)"), "{e}");
+        assert_eq!(LayerConfig::bf16(512, 256, 8, 2, 64, Save::InputsOnly).fp8_dh, Fp8Dh::Bf16);
     }
 
     #[test]

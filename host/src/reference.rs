@@ -212,7 +212,17 @@ fn expert(
     let dy: Vec<&[f64]> = rows.iter().map(|&(r, t, _)| &ranks[r].dy[t * h..(t + 1) * h]).collect();
     let dys = dy.concat();
     let mut dh = vec![0.0; n * i];
-    matmul(n, i, h, Strided::rows(&dys, h), Strided::rows(w2, i), &mut dh, false);
+    if fp8.dh {
+        // dy's rows and W2 as the FP8 dh reads them: 1 x 128 row codes of the bf16 dy, W2's 128 x 128 blocks
+        let b16 = |v: &[f64]| v.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<bf16>>();
+        let (qd, sd) = crate::fp8::quantize_rows_cpu(&b16(&dys), n, h);
+        let dyq = crate::fp8::dequantize_cpu(&qd, &sd, n, h, 1);
+        let (q2, s2) = crate::fp8::quantize_blocks_cpu(&b16(w2), h, i);
+        let w2d = crate::fp8::dequantize_cpu(&q2, &s2, h, i, 128);
+        matmul(n, i, h, Strided::rows(&dyq, h), Strided::rows(&w2d, i), &mut dh, false);
+    } else {
+        matmul(n, i, h, Strided::rows(&dys, h), Strided::rows(w2, i), &mut dh, false);
+    }
     if !fp8.wgrad {
         let sdy: Vec<f64> = dys.iter().enumerate().map(|(q, &v)| sw[q / h] * v).collect();
         matmul(h, i, n, Strided::transposed(&sdy, h), Strided::rows(&act, i), dw2, false);
@@ -321,6 +331,9 @@ pub struct Fp8Grads {
     /// dW1 = dz^T x' with x' the `ZFrom`'s x (the values z came from: the FP8 forward's dequantized row codes)
     /// instead of the inputs' x: `MoeLayer::backward_fp8` with `Fp8Dw1X::Codes` (not with `wgrad`).
     pub dw1_codes: bool,
+    /// dh = dy W2 from dy's bf16 values quantized per row in 1 x 128 blocks and W2 quantized in 128 x 128 blocks
+    /// (dequantized): `MoeLayer::backward_fp8` with `Fp8Dh::Fp8`. dW2 still takes the inputs' dy.
+    pub dh: bool,
 }
 
 /// As [`forward_backward_z_from`] with the products `fp8` names from blockwise-FP8 operands: the model of

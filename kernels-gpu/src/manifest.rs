@@ -137,6 +137,8 @@ pub const KERNELS: &[KernelSpec] = &[
     k("grouped_gemm_fp8w_swiglu_qz", 384, true, true),
     k("grouped_gemm_fp8w_cpx", 384, true, true),
     k("grouped_gemm_fp8w_gather", 384, true, true),
+    k("grouped_gemm_fp8w_dswiglu", 384, true, true),
+    k("grouped_gemm_fp8w_dswiglu_gather", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_q_gather", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_zt_gather", 384, true, true),
     k("grouped_gemm_fp8w_swiglu_qz_gather", 384, true, true),

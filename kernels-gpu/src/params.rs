@@ -824,8 +824,17 @@ pub struct GroupedGemmFp8 {
     /// `grouped_gemm_fp8w_cpx`: where row r of the routing goes, bf16 [rows_max, copy_cols]: token
     /// row_slot\[r\] / top_k's row; 0 otherwise.
     pub a_copy: u64,
-    /// `grouped_gemm_fp8w_cpx`: u32 \[rows_max\], the slot of each expert-ordered row; 0 otherwise.
+    /// `grouped_gemm_fp8w_cpx`: u32 \[rows_max\], the slot of each expert-ordered row; `grouped_gemm_fp8w_dswiglu`:
+    /// the same, for the rows' routing weights; 0 otherwise.
     pub row_slot: u64,
+    /// `grouped_gemm_fp8w_dswiglu`: f32 \[w_len\], the routing weight of each slot (s = w\[row_slot\[row\]\]); 0
+    /// otherwise.
+    pub w: u64,
+    /// `grouped_gemm_fp8w_dswiglu`: f32 [rows_max, N / 256], each row's dtopk partial sum of a tile (sum over the
+    /// tile's columns of dh h), the layout `dtopk_reduce` reads; 0 otherwise.
+    pub partial: u64,
+    /// `grouped_gemm_fp8w_dswiglu`: bf16 [rows_max, N], s h (dW2's B); 0 for none.
+    pub sh: u64,
     /// Experts.
     pub experts: u32,
     /// Columns N per expert (a multiple of 128).
@@ -840,8 +849,8 @@ pub struct GroupedGemmFp8 {
     pub top_k: u32,
     /// `grouped_gemm_fp8w_cpx`: the copied rows' bf16 columns (a multiple of 8); 0 otherwise.
     pub copy_cols: u32,
-    /// Unused (the block stays whole 8-byte words).
-    pub pad: u32,
+    /// `grouped_gemm_fp8w_dswiglu`: entries of `w` (a slot at or past it takes weight 0); 0 otherwise.
+    pub w_len: u32,
 }
 
 #[cfg(test)]
@@ -861,7 +870,7 @@ mod tests {
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 10 * 8 + 8 * 4),
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
-            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 16 * 8 + 8 * 4),
+            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 19 * 8 + 8 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 22 * 8 + 12 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),

@@ -303,6 +303,7 @@ const LDG_WAIT_KNOWN: &[&str] = &[
     "grouped_gemm_fp8w_swiglu_q",
     "grouped_gemm_fp8w_swiglu_zt",
     "grouped_gemm_fp8w_cpx",
+    "grouped_gemm_fp8w_dswiglu",
 ];
 
 /// How many instructions of `sass` sit inside a run of wgmma (after a HGMMA / QGMMA that more of its commit group

@@ -31,6 +31,9 @@ pub struct Fp8Weights {
     /// W1's own blocks (the same scales, laid out [E * H / 128, 2I / 128]); allocated by [`Fp8Weights::alloc`] for a
     /// layer whose backward needs it.
     pub w1t: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
+    /// For an FP8 dh ([`Fp8Dh::Fp8`](super::Fp8Dh::Fp8)): each expert's W2 transposed, e4m3 [E * I, H] in W2's own
+    /// blocks (scales [E * I / 128, H / 128]); allocated by [`Fp8Weights::alloc`] for a layer whose backward needs it.
+    pub w2t: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
 }
 
 /// The weights' 128 x 128 blocks need H and I multiples of 128 (the layer itself takes multiples of 64).
@@ -60,19 +63,22 @@ impl Fp8Weights {
     /// multiples of 128.
     pub fn alloc(layer: &MoeLayer) -> Result<Self> {
         let c = &layer.cfg;
-        Self::alloc_shape(&layer.gpu, (c.experts, c.hidden, c.intermediate), c.fp8_backward.dx())
+        let t = (c.fp8_backward.dx(), c.fp8_dh == super::Fp8Dh::Fp8);
+        Self::alloc_shape(&layer.gpu, (c.experts, c.hidden, c.intermediate), t)
     }
 
-    /// Buffers for `e` experts of H x I (`w1t`: W1's transposed codes too).
-    pub(crate) fn alloc_shape(g: &Gpu, (e, h, i): (usize, usize, usize), w1t: bool) -> Result<Self> {
+    /// Buffers for `e` experts of H x I (`w1t`, `w2t`: W1's, W2's transposed codes too).
+    pub(crate) fn alloc_shape(g: &Gpu, (e, h, i): (usize, usize, usize), (w1t, w2t): (bool, bool)) -> Result<Self> {
         check_block_shape("Fp8Weights::alloc", h, i)?;
         let w1t = if w1t { Some((g.alloc(e * 2 * i * h)?, g.alloc(e * 2 * i / 128 * (h / 128))?)) } else { None };
+        let w2t = if w2t { Some((g.alloc(e * i * h)?, g.alloc(e * i / 128 * (h / 128))?)) } else { None };
         Ok(Fp8Weights {
             w1: g.alloc(e * 2 * i * h)?,
             w1_scales: g.alloc(e * 2 * i / 128 * (h / 128))?,
             w2: g.alloc(e * h * i)?,
             w2_scales: g.alloc(e * h / 128 * (i / 128))?,
             w1t,
+            w2t,
         })
     }
 
@@ -122,6 +128,9 @@ impl Fp8Weights {
         )?;
         if let Some((qt, st)) = self.w1t.as_mut() {
             q::quantize_blocks_t(gpu, QuantizeTArgs { x: w1, q: qt, scales: st, batches: e, rows: 2 * i, cols: h })?;
+        }
+        if let Some((qt, st)) = self.w2t.as_mut() {
+            q::quantize_blocks_t(gpu, QuantizeTArgs { x: w2, q: qt, scales: st, batches: e, rows: h, cols: i })?;
         }
         q::quantize_blocks(
             gpu,
@@ -199,7 +208,7 @@ impl MoeLayer {
         let bad = |s: String| Err(Error::InvalidArgument(format!("forward_fp8: {s}")));
         // the weights' shapes, and H a multiple of 512, I of 128
         let w = inp.weights;
-        self.check_fp8_weights(w, false)?;
+        self.check_fp8_weights(w, (false, false))?;
         crate::gemm::check_policies()?;
         self.check_saved_owner(saved)?;
         let t = inp.tokens;
@@ -356,7 +365,7 @@ impl MoeLayer {
 
     /// W1 and W2 quantized for this layer: their shapes and device; with `needs_w1t` (a backward whose dx runs in
     /// FP8; the forward does not need it) W1's transposed codes too.
-    pub(super) fn check_fp8_weights(&self, w: &Fp8Weights, needs_w1t: bool) -> Result<()> {
+    pub(super) fn check_fp8_weights(&self, w: &Fp8Weights, (needs_w1t, needs_w2t): (bool, bool)) -> Result<()> {
         let c = &self.cfg;
         let (e, h, i) = (c.experts, c.hidden, c.intermediate);
         let bad = |s: String| Err(Error::InvalidArgument(format!("FP8 weights: {s}")));
@@ -378,6 +387,15 @@ impl MoeLayer {
             };
             want.push(("W1^T", qt.len(), e * 2 * i * h, qt.ordinal()));
             want.push(("W1^T scales", st.len(), e * 2 * i / 128 * (h / 128), st.ordinal()));
+        }
+        if needs_w2t {
+            let Some((qt, st)) = &w.w2t else {
+                return bad(
+                    "an FP8 dh needs W2's transpose: allocate the weights for this layer (Fp8Weights::alloc)".into()
+                );
+            };
+            want.push(("W2^T", qt.len(), e * i * h, qt.ordinal()));
+            want.push(("W2^T scales", st.len(), e * i / 128 * (h / 128), st.ordinal()));
         }
         for (name, got, need, o) in want {
             if got != need {
@@ -436,19 +454,10 @@ impl MoeLayer {
         self.gather_bytes(x8s, xs8s, h / 32, sv)
     }
 
-    /// dy [T, H] quantized per token (1 x 128) and dequantized to bf16 into the layer's own buffer: the dy of the
+    /// dy's codes from [`MoeLayer::dy_codes`] dequantized to bf16 into the layer's own buffer: the dy of the
     /// backward with [`Fp8Dy::Codes`](super::Fp8Dy::Codes); its address.
-    pub(super) fn dy_through_codes(&mut self, dy: &CudaSlice<bf16>, t: usize) -> Result<u64> {
-        self.alloc_fp8()?;
-        let (g, c) = (self.gpu.clone(), self.cfg);
-        let s = g.stream().clone();
-        let f = self.fp8.as_mut().expect("allocated above");
-        if f.dyq.is_none() {
-            no_alloc_in_capture(&g, "the FP8 layer's first backward with Fp8Dy::Codes")?;
-            let n = (c.max_tokens * c.hidden).max(1);
-            f.dyq = Some((g.alloc(n)?, g.alloc((n / 128).max(1))?, g.alloc(n)?));
-        }
-        let (q8, qs, out) = f.dyq.as_ref().map(|(a, b, d)| (dptr(a, &s), dptr(b, &s), dptr(d, &s))).expect("above");
+    pub(super) fn dequantize_dy(&self, (q8, qs, out): (u64, u64, u64), t: usize) -> Result<u64> {
+        let c = self.cfg;
         let p = GatherDequant {
             src: q8,
             scales: qs,
@@ -460,12 +469,62 @@ impl MoeLayer {
             experts: 0,
             rows_max: t as u32,
         };
-        // SAFETY: dy holds T rows of H (checked by the caller), the codes, scales and values max_tokens >= T rows.
-        unsafe {
-            q::quantize_rows_raw(&g, dptr(dy, &s), q8, qs, t, c.hidden)?;
-            q::gather_dequant_raw(&g, &p)?;
-        }
+        // SAFETY: the codes, scales and values hold max_tokens >= T rows.
+        unsafe { q::gather_dequant_raw(&self.gpu, &p)? };
         Ok(out)
+    }
+
+    /// dy [T, H] quantized per token (1 x 128) into the layer's own buffers: (codes, scales, the bf16 buffer of
+    /// [`MoeLayer::dequantize_dy`]).
+    pub(super) fn dy_codes(&mut self, dy: &CudaSlice<bf16>, t: usize) -> Result<(u64, u64, u64)> {
+        self.alloc_fp8()?;
+        let (g, c) = (self.gpu.clone(), self.cfg);
+        let s = g.stream().clone();
+        let f = self.fp8.as_mut().expect("allocated above");
+        if f.dyq.is_none() {
+            no_alloc_in_capture(&g, "the FP8 layer's first backward with Fp8Dy::Codes")?;
+            let n = (c.max_tokens * c.hidden).max(1);
+            f.dyq = Some((g.alloc(n)?, g.alloc((n / 128).max(1))?, g.alloc(n)?));
+        }
+        let (q8, qs, out) = f.dyq.as_ref().map(|(a, b, d)| (dptr(a, &s), dptr(b, &s), dptr(d, &s))).expect("above");
+        // SAFETY: dy holds T rows of H (checked by the caller), the codes and scales max_tokens >= T rows.
+        unsafe { q::quantize_rows_raw(&g, dptr(dy, &s), q8, qs, t, c.hidden)? };
+        Ok((q8, qs, out))
+    }
+
+    /// dh = dy W2_e in FP8 with the SwiGLU backward (`grouped_gemm_fp8w_dswiglu_gather`: dy's token codes `dy8`
+    /// (scales `dy8s`) read by the producer through the routing's row -> slot map, W2's transposed codes): dz into
+    /// the workspace's dz, s h into its sh, each row's dtopk partials (I / 256 a row) into its partials; z at `z`.
+    pub(super) fn dh_fp8(
+        &mut self,
+        w: &Fp8Weights,
+        (dy8, dy8s): (u64, u64),
+        z: u64,
+        w_route: u64,
+        sv: &Saved,
+    ) -> Result<()> {
+        let c = self.cfg;
+        let (e, h, i) = (c.experts, c.hidden, c.intermediate);
+        let g = self.gpu.clone();
+        let s = g.stream().clone();
+        let slots_max = c.max_tokens * c.top_k;
+        let Some((w2t, w2ts)) = &w.w2t else {
+            return Err(Error::InvalidArgument("FP8 weights: an FP8 dh needs W2's transpose".into()));
+        };
+        let maps = [0, self.maps.get_u8(&g, dptr(w2t, &s), e * i, h, 128)?, 0];
+        let dz = dptr(&self.work.dz, &s);
+        let p = fp8_params(&c, &s, sv, dy8s, dptr(w2ts, &s), dz, (i, h), maps);
+        let mut p = tokens_a(p, dy8, dptr(&sv.row_slot, &s), c.top_k);
+        p.z = z;
+        (p.w, p.w_len) = (w_route, (sv.tokens * c.top_k) as u32);
+        (p.partial, p.sh) = (dptr(&self.work.partial, &s), dptr(&self.work.sh, &s));
+        let k1 = "grouped_gemm_fp8w_dswiglu_gather";
+        let cfg = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
+        // SAFETY: dy's codes and scales hold the call's T tokens (row_slot / top_k < T), W2^T E * I rows of H with
+        // its block scales (checked), z and dz [slots_max, 2I] (z: the saved state's rows when saved, at least the
+        // call's), sh [slots_max, I], the partials slots_max rows of at least I / 256; rows bounded by the device
+        // offsets, offsets[E] <= T k.
+        unsafe { g.launch(k1, cfg, &p) }
     }
 
     /// The tokens' row codes (x8 and its scales, from [`MoeLayer::quantize_tokens`]) dequantized to bf16 into expert
@@ -827,9 +886,12 @@ pub(crate) fn fp8_gemm(
         a_rows: 0,
         a_copy: 0,
         row_slot: 0,
+        w: 0,
+        partial: 0,
+        sh: 0,
         kp: 0,
         top_k: 0,
         copy_cols: 0,
-        pad: 0,
+        w_len: 0,
     }
 }

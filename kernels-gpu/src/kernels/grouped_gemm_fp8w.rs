@@ -335,6 +335,25 @@ const NO_LOAD: u32 = 32;
 const AHEAD: u32 = 8;
 /// The probe bits that replace the main loop (`NOPROMO_SERIAL`, `NOPROMO_STRAIGHT`).
 const LOOP: u32 = 3;
+/// Bit (a form of the kernel, not a probe): the SwiGLU backward's epilogue ([`epilogue_dswiglu`]): C is dh.
+const DSW: u32 = 64;
+
+/// dh = dy W2_e in blockwise FP8 (A: dy's row codes [rows, H]; B: W2's transposed codes [E I, H] in W2's 128 x 128
+/// blocks; N = I, a multiple of 256) with the SwiGLU backward in the epilogue ([`epilogue_dswiglu`]): dz (C, bf16
+/// [rows, 2I]), s h and the rows' dtopk partials. The wide kernel's tiles, ring and main loop.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_dswiglu(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, false, DSW>(&p);
+}
+
+/// [`grouped_gemm_fp8w_dswiglu`] with dy's codes read from the tokens' rows by the producer warpgroup
+/// ([`produce_gather`]: `a_rows` [tokens, H] codes, row r's token row_slot[r] / top_k; `sa` the tokens' scales).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_dswiglu_gather(p: GroupedGemmFp8) {
+    crate::kernels::pdl_entry();
+    body::<false, false, false, false, true, DSW>(&p);
+}
 
 /// 384 threads, FP8W_SMEM bytes of dynamic shared memory, grid <= the SM count.
 #[no_mangle]
@@ -824,7 +843,9 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
         let row_a = ti.row0 + cw * 64 + r;
         let row_b = row_a + 8;
         let row0w = ti.row0 + cw * 64;
-        if SW && ZT {
+        if PROBE & DSW != 0 {
+            epilogue_dswiglu(p, &acc, &ti, (r, c0, row0w));
+        } else if SW && ZT {
             epilogue_swiglu_zt(p, &acc, &ti, (r, c0, row0w), (wst, base + RED_AT + 32 * (l % 2)), cw, &mut boxes);
         } else if SW && QZ {
             // z through the staging boxes in turn (4 a whole tile: box 0 first, box 1 last), then h's codes through
@@ -861,6 +882,58 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
     // the staging must not be freed (block exit) before the copy engine has read it
     if t == 0 {
         tma::wait_group::<0>();
+    }
+}
+
+/// The SwiGLU backward's epilogue (`grouped_gemm_fp8w_dswiglu`): the accumulator is dh of the tile's 256 columns of
+/// I (rows r and r + 8 of the warpgroup's 64). Per element, z's g and u (bf16 pairs from z [rows, 2N]: g at column
+/// c, u at N + c) and the row's routing weight s = w[row_slot[row]] (0 for a slot at or past `w_len`) into
+/// [`dswiglu_elem`] (the bf16 kernels' arithmetic): dz's g half into column c of C (dz, bf16 [rows, 2N]), its u half
+/// into N + c, s h into `sh` [rows, N] (when given), each as 4-byte column pairs from registers, and the row's dtopk
+/// partial (dh h over this thread's 64 columns in order, then the quad's four lanes by two xor shuffles: a fixed
+/// order) by the quad's first lane into partial[row, n_tile] (N / 256 a row, as `dtopk_reduce` reads). Rows at or
+/// past the expert's end read and write nothing (their partial stays 0 and is not stored).
+#[inline(always)]
+unsafe fn epilogue_dswiglu(p: &GroupedGemmFp8, acc: &[f32; 128], ti: &MTile, (r, c0, row0w): (u32, u32, u32)) {
+    let lane = regs::tid() % 32;
+    let rows = [row0w + r, row0w + r + 8];
+    let n2 = 2 * p.n;
+    let (z, dz, sh) = (p.z as *const u32, p.c as *mut u32, p.sh as *mut u32);
+    let lo = |x: u32| f32::from_bits(x << 16);
+    let hi = |x: u32| f32::from_bits(x & 0xffff_0000);
+    let mut part = [0f32; 2];
+    crate::unroll!(H in [0, 1] {
+        let row = rows[H];
+        if row < ti.row_end {
+            let slot = *(p.row_slot as *const u32).add(row as usize);
+            let s = if slot < p.w_len { *(p.w as *const f32).add(slot as usize) } else { 0.0 };
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+                let col = ti.n_tile * BN + 8 * J as u32 + c0;
+                let (ig, iu) = (((row * n2 + col) / 2) as usize, ((row * n2 + p.n + col) / 2) as usize);
+                let (gw, uw) = (*z.add(ig), *z.add(iu));
+                let o = 4 * J + 2 * H;
+                let (g0, u0, s0) = crate::kernels::grouped_gemm::dswiglu_elem(lo(gw), lo(uw), acc[o], s, &mut part[H]);
+                let (g1, u1, s1) = crate::kernels::grouped_gemm::dswiglu_elem(hi(gw), hi(uw), acc[o + 1], s, &mut part[H]);
+                *dz.add(ig) = math::pack_bf16x2(g0, g1);
+                *dz.add(iu) = math::pack_bf16x2(u0, u1);
+                if p.sh != 0 {
+                    *sh.add(((row * p.n + col) / 2) as usize) = math::pack_bf16x2(s0, s1);
+                }
+            });
+        }
+    });
+    // the row's partial over the quad (every lane takes part: the shuffles stay uniform)
+    crate::unroll!(M in [1, 2] {
+        part[0] += f32::from_bits(warp::shfl_xor(part[0].to_bits(), M as u32));
+        part[1] += f32::from_bits(warp::shfl_xor(part[1].to_bits(), M as u32));
+    });
+    if lane % 4 == 0 {
+        let tiles = p.n / BN;
+        crate::unroll!(H in [0, 1] {
+            if rows[H] < ti.row_end {
+                *(p.partial as *mut f32).add((rows[H] * tiles + ti.n_tile) as usize) = part[H];
+            }
+        });
     }
 }
 
