@@ -32,7 +32,7 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::layer::{
-    Forward, Fp8Backward, Fp8Inputs, Fp8Weights, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved,
+    Forward, Fp8Backward, Fp8Dh, Fp8Inputs, Fp8Weights, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved,
 };
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
@@ -679,9 +679,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     // gradients) alternating with the bf16 forward + backward (z recomputed, bf16 weight gradients)
     let mut gdx8 = g.alloc::<bf16>(tokens * h)?;
     g.fill_bytes(&mut gdx8, 0xff)?;
-    // and the same with dx, the weight gradients or both in FP8 (`Fp8Backward`), each its own layer, weights (W1's
-    // transpose for dx), dx and weight gradients
-    let modes = [Fp8Backward::Dx, Fp8Backward::Wgrad, Fp8Backward::DxWgrad];
+    // and the same with dx, the weight gradients or both in FP8 (`Fp8Backward`), and dx with dh in FP8 (`Fp8Dh::Fp8`:
+    // dh = dy W2 with the SwiGLU backward in the FP8 kernel's epilogue), each its own layer, weights (W1's transpose
+    // for dx, W2's for dh), dx and weight gradients
+    let modes = [
+        (Fp8Backward::Dx, Fp8Dh::Bf16),
+        (Fp8Backward::Wgrad, Fp8Dh::Bf16),
+        (Fp8Backward::DxWgrad, Fp8Dh::Bf16),
+        (Fp8Backward::Dx, Fp8Dh::Fp8),
+    ];
     struct ModeRun {
         layer: MoeLayer,
         w8: Fp8Weights,
@@ -692,8 +698,8 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         times: Vec<f64>,
     }
     let mut mruns = Vec::new();
-    for m in modes {
-        let layer_m = MoeLayer::new(g.clone(), LayerConfig { fp8_backward: m, ..*layer.config() })?;
+    for (m, dh) in modes {
+        let layer_m = MoeLayer::new(g.clone(), LayerConfig { fp8_backward: m, fp8_dh: dh, ..*layer.config() })?;
         let mut w8m = Fp8Weights::alloc(&layer_m)?;
         w8m.quantize(g, &dw1, &dw2, &layer_m)?;
         let sv = layer_m.alloc_saved(tokens)?;
@@ -745,7 +751,7 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let to64 = |v: Vec<bf16>| v.into_iter().map(|x| x.to_f64()).collect::<Vec<f64>>();
     let (b1, b2, dx8s) = (to64(g.download(&gw1b)?), to64(g.download(&gw2b)?), to64(g.download(&gdx8)?));
     let mut bad_w = false;
-    for (m, mr) in modes.iter().zip(mruns) {
+    for (&(m, dh), mr) in modes.iter().zip(mruns) {
         let (w1m, w2m, dxm) = (to64(g.download(&mr.dw1)?), to64(g.download(&mr.dw2)?), to64(g.download(&mr.dx)?));
         let written = w1m.iter().chain(&w2m).chain(&dxm).all(|v| !v.is_nan());
         let (d1, d2, ddx) = (check::rel_err(&w1m, &b1), check::rel_err(&w2m, &b2), check::rel_err(&dxm, &dx8s));
@@ -754,8 +760,9 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         let same_dx = m.dx() || ddx == 0.0;
         let mt = median(mr.times);
         println!(
-            "RESULT megamoe forward+backward FP8, Fp8Backward::{m:?} {name} T={tokens}: {:.0} us (median of {reps}, \
-             alternating: the bf16 step {:.0} us, {:.3}x; the FP8 step with bf16 dx and weight gradients {:.0} us, \
+            "RESULT megamoe forward+backward FP8, Fp8Backward::{m:?}, Fp8Dh::{dh:?} {name} T={tokens}: {:.0} us (median \
+             of {reps}, alternating: the bf16 step {:.0} us, {:.3}x; the FP8 step with bf16 dx and weight gradients \
+             {:.0} us, \
              {:.3}x); dW1 / dW2 rel diff to the bf16 step's {d1:.1e} / {d2:.1e}, dx to the straight FP8 step's \
              {ddx:.1e}, written: {written}",
             mt * 1e3,
