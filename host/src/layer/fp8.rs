@@ -528,7 +528,8 @@ impl MoeLayer {
     }
 
     /// The tokens' row codes (x8 and its scales, from [`MoeLayer::quantize_tokens`]) dequantized to bf16 into expert
-    /// order at `dst` (the workspace's xs: max_tokens k rows of H): dW1's x with [`Fp8Dw1X::Codes`](super::Fp8Dw1X::Codes).
+    /// order at `dst` (the workspace's xs: max_tokens k rows of H): dW1's x with
+    /// [`Fp8Dw1X::Codes`](super::Fp8Dw1X::Codes).
     pub(super) fn dequantize_tokens(&self, dst: u64, sv: &Saved) -> Result<()> {
         let Some(f) = self.fp8.as_ref() else {
             return Err(Error::InvalidArgument("the tokens' codes are made by an FP8 call first".into()));

@@ -17,6 +17,7 @@
 //! `grouped_gemm_fp8_swiglu_q`.
 use crate::desc::SmemDesc;
 use crate::fp8::scale_and_factor;
+use crate::kernels::grouped_gemm::dswiglu_elem;
 use crate::kernels::routing_failed;
 use crate::params::GroupedGemmFp8;
 use crate::pipeline::Ring;
@@ -912,8 +913,8 @@ unsafe fn epilogue_dswiglu(p: &GroupedGemmFp8, acc: &[f32; 128], ti: &MTile, (r,
                 let (ig, iu) = (((row * n2 + col) / 2) as usize, ((row * n2 + p.n + col) / 2) as usize);
                 let (gw, uw) = (*z.add(ig), *z.add(iu));
                 let o = 4 * J + 2 * H;
-                let (g0, u0, s0) = crate::kernels::grouped_gemm::dswiglu_elem(lo(gw), lo(uw), acc[o], s, &mut part[H]);
-                let (g1, u1, s1) = crate::kernels::grouped_gemm::dswiglu_elem(hi(gw), hi(uw), acc[o + 1], s, &mut part[H]);
+                let (g0, u0, s0) = dswiglu_elem(lo(gw), lo(uw), acc[o], s, &mut part[H]);
+                let (g1, u1, s1) = dswiglu_elem(hi(gw), hi(uw), acc[o + 1], s, &mut part[H]);
                 *dz.add(ig) = math::pack_bf16x2(g0, g1);
                 *dz.add(iu) = math::pack_bf16x2(u0, u1);
                 if p.sh != 0 {
