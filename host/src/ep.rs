@@ -744,8 +744,8 @@ impl EpLayer {
     /// order with the experts' weights concatenated likewise. Needs H a multiple of 512 and I of 128; uses the push
     /// dispatch and the copying combine whatever [`EpLayer::set_pull_dispatch`] and
     /// [`EpLayer::set_scatter_combine`] say. Its backward is [`EpLayer::backward_fp8`] ([`EpLayer::backward`]
-    /// refuses the state: the workspace holds the rows' codes). Asynchronous, no host synchronisation; the first call
-    /// allocates the FP8 buffers (then capturable in a CUDA graph as [`EpLayer::forward`]).
+    /// refuses the state: the workspace holds the rows' codes). Asynchronous, no host synchronisation; the first call allocates the FP8 buffers (then capturable
+    /// in a CUDA graph as [`EpLayer::forward`]).
     pub fn forward_fp8(&mut self, inp: &[RankFp8Inputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<EpSaved> {
         self.run_fp8(inp, outs, false).map(|(s, _)| s)
     }
