@@ -1588,12 +1588,16 @@ impl EpLayer {
         };
         let (dy8, dy8s) = (ws + lay.recv_dy, ws + lay.recv_dy + lay.max_recv * h as u64);
         let layout = (ws + lay.local_offsets, ws + lay.local_tiles, per, recv);
-        let maps = [self.maps.get_u8(&g, dy8, recv, h, 128)?, self.maps.get_u8(&g, dptr(w2t, &s), per * i, h, 128)?, 0];
+        // dz's and s h's maps: whole 64-row groups go through the copy engine
+        let map_dz = self.maps.get(&g, dz, recv, 2 * i, 64, 64)?;
+        let maps =
+            [self.maps.get_u8(&g, dy8, recv, h, 128)?, self.maps.get_u8(&g, dptr(w2t, &s), per * i, h, 128)?, map_dz];
         let mut p = fp8_gemm(layout, (dy8s, dptr(w2ts, &s), dz), (i, h), maps);
         p.z = z;
         p.row_slot = dptr(self.ident.as_ref().expect("allocated"), &s);
         (p.w, p.w_len) = (ws + lay.recv_w, lay.max_recv as u32);
         (p.partial, p.sh) = (partial, sh);
+        p.map_sh = self.maps.get(&g, sh, recv, i, 64, 64)?;
         let k = "grouped_gemm_fp8w_dswiglu";
         let cfg = q::launch_cfg(&g, k, recv, per, i, q::tile_cols(k))?;
         if pass == Pass::Prepare {

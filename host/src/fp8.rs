@@ -885,6 +885,7 @@ impl<'a> Operands<'a> {
             w: 0,
             partial: 0,
             sh: 0,
+            map_sh: 0,
             kp: 0,
             top_k: 0,
             copy_cols: 0,

@@ -833,8 +833,11 @@ pub struct GroupedGemmFp8 {
     /// `grouped_gemm_fp8w_dswiglu`: f32 [rows_max, N / 256], each row's dtopk partial sum of a tile (sum over the
     /// tile's columns of dh h), the layout `dtopk_reduce` reads; 0 otherwise.
     pub partial: u64,
-    /// `grouped_gemm_fp8w_dswiglu`: bf16 [rows_max, N], s h (dW2's B); 0 for none.
+    /// `grouped_gemm_fp8w_dswiglu`: bf16 [rows_max, N], s h (dW2's B); 0 otherwise.
     pub sh: u64,
+    /// `grouped_gemm_fp8w_dswiglu`: tensor map of `sh`, box 64 x 64, 128-byte swizzle (with `map_c`, dz's map
+    /// [rows_max, 2N] in the same boxes, the whole 64-row groups' stores go through the copy engine); 0 otherwise.
+    pub map_sh: u64,
     /// Experts.
     pub experts: u32,
     /// Columns N per expert (a multiple of 128).
@@ -870,7 +873,7 @@ mod tests {
             ("QuantFp8T", size_of::<QuantFp8T>(), 3 * 8 + 2 * 4),
             ("QuantFp8Cols", size_of::<QuantFp8Cols>(), 10 * 8 + 8 * 4),
             ("WgradFp8", size_of::<WgradFp8>(), 9 * 8 + 6 * 4 + size_of::<Combine>()),
-            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 19 * 8 + 8 * 4),
+            ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 20 * 8 + 8 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 22 * 8 + 12 * 4),
             ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),

@@ -511,13 +511,15 @@ impl MoeLayer {
         let Some((w2t, w2ts)) = &w.w2t else {
             return Err(Error::InvalidArgument("FP8 weights: an FP8 dh needs W2's transpose".into()));
         };
-        let maps = [0, self.maps.get_u8(&g, dptr(w2t, &s), e * i, h, 128)?, 0];
-        let dz = dptr(&self.work.dz, &s);
+        let (dz, sh) = (dptr(&self.work.dz, &s), dptr(&self.work.sh, &s));
+        let maps =
+            [0, self.maps.get_u8(&g, dptr(w2t, &s), e * i, h, 128)?, self.maps.get(&g, dz, slots_max, 2 * i, 64, 64)?];
         let p = fp8_params(&c, &s, sv, dy8s, dptr(w2ts, &s), dz, (i, h), maps);
         let mut p = tokens_a(p, dy8, dptr(&sv.row_slot, &s), c.top_k);
         p.z = z;
         (p.w, p.w_len) = (w_route, (sv.tokens * c.top_k) as u32);
-        (p.partial, p.sh) = (dptr(&self.work.partial, &s), dptr(&self.work.sh, &s));
+        (p.partial, p.sh) = (dptr(&self.work.partial, &s), sh);
+        p.map_sh = self.maps.get(&g, sh, slots_max, i, 64, 64)?;
         let k1 = "grouped_gemm_fp8w_dswiglu_gather";
         let cfg = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
         // SAFETY: dy's codes and scales hold the call's T tokens (row_slot / top_k < T), W2^T E * I rows of H with
@@ -890,6 +892,7 @@ pub(crate) fn fp8_gemm(
         w: 0,
         partial: 0,
         sh: 0,
+        map_sh: 0,
         kp: 0,
         top_k: 0,
         copy_cols: 0,

@@ -699,6 +699,9 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             if QZ {
                 crate::kernels::acquire_host_map(p.map_z);
             }
+            if PROBE & DSW != 0 {
+                crate::kernels::acquire_host_map(p.map_sh);
+            }
         }
         // the tile from its slot, once its first stage has landed
         ring.wait_full(it);
@@ -845,7 +848,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
         let row_b = row_a + 8;
         let row0w = ti.row0 + cw * 64;
         if PROBE & DSW != 0 {
-            epilogue_dswiglu(p, &acc, &ti, (r, c0, row0w));
+            epilogue_dswiglu(p, &acc, &ti);
         } else if SW && ZT {
             epilogue_swiglu_zt(p, &acc, &ti, (r, c0, row0w), (wst, base + RED_AT + 32 * (l % 2)), cw, &mut boxes);
         } else if SW && QZ {
@@ -890,39 +893,147 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
 /// I (rows r and r + 8 of the warpgroup's 64). Per element, z's g and u (bf16 pairs from z [rows, 2N]: g at column
 /// c, u at N + c) and the row's routing weight s = w[row_slot[row]] (0 for a slot at or past `w_len`) into
 /// [`dswiglu_elem`] (the bf16 kernels' arithmetic): dz's g half into column c of C (dz, bf16 [rows, 2N]), its u half
-/// into N + c, s h into `sh` [rows, N] (when given), each as 4-byte column pairs from registers, and the row's dtopk
-/// partial (dh h over this thread's 64 columns in order, then the quad's four lanes by two xor shuffles: a fixed
-/// order) by the quad's first lane into partial[row, n_tile] (N / 256 a row, as `dtopk_reduce` reads). Rows at or
-/// past the expert's end read and write nothing (their partial stays 0 and is not stored).
+/// into N + c, s h into `sh` [rows, N]. z is read 64 columns at a time, every load of a batch issued before its
+/// first use, each at a constant offset from its row's pointers (`ld.global`, so ptxas may keep the loads ahead of
+/// the stores into shared memory).
+///
+/// A warpgroup whose 64 rows all belong to the tile's expert stores through its two staging boxes and the copy
+/// engine (`map_c`: dz's map [rows_max, 2N], `map_sh`; `store_box`'s layout): per 64-column batch, dz's g and u
+/// boxes at once (after every earlier store has read both boxes), then s h's box in the g box once its store has
+/// read it, s h computed again from z (no registers are left to hold it: the accumulator takes 128 of them);
+/// otherwise from registers, 4-byte column pairs. The row's dtopk partial (dh h over this thread's 64 columns in
+/// order, then the quad's four lanes by two xor shuffles: a fixed order, the same in both paths) by the quad's first
+/// lane into partial[row, n_tile] (N / 256 a row, as `dtopk_reduce` reads). Rows at or past the expert's end read
+/// and write nothing (their partial stays 0 and is not stored). Every pointer and map given (the host's checks: no
+/// test of them here, where a predicate kept across the main loop spilled). SAFETY: all 128 threads of the
+/// warpgroup, in uniform control flow.
 #[inline(always)]
-unsafe fn epilogue_dswiglu(p: &GroupedGemmFp8, acc: &[f32; 128], ti: &MTile, (r, c0, row0w): (u32, u32, u32)) {
-    let lane = regs::tid() % 32;
+unsafe fn epilogue_dswiglu(p: &GroupedGemmFp8, acc: &[f32; 128], ti: &MTile) {
+    // the thread's place, its warpgroup's staging boxes and rows read afresh (`tid_fresh`: not kept in registers
+    // across the main loop, which runs at the register cap)
+    let t = regs::tid_fresh();
+    let (cw, lane) = (t / 128 - 1, t % 32);
+    let r = 16 * (t % 128 / 32) + lane / 4;
+    let c0 = 2 * (lane % 4);
+    let wst = smem::base() + STAGING + cw * 2 * C_BOX;
+    let row0w = ti.row0 + cw * 64;
     let rows = [row0w + r, row0w + r + 8];
-    let n2 = 2 * p.n;
-    let (z, dz, sh) = (p.z as *const u32, p.c as *mut u32, p.sh as *mut u32);
     let lo = |x: u32| f32::from_bits(x << 16);
     let hi = |x: u32| f32::from_bits(x & 0xffff_0000);
-    let mut part = [0f32; 2];
-    crate::unroll!(H in [0, 1] {
-        let row = rows[H];
-        if row < ti.row_end {
-            let slot = *(p.row_slot as *const u32).add(row as usize);
-            let s = if slot < p.w_len { *(p.w as *const f32).add(slot as usize) } else { 0.0 };
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
-                let col = ti.n_tile * BN + 8 * J as u32 + c0;
-                let (ig, iu) = (((row * n2 + col) / 2) as usize, ((row * n2 + p.n + col) / 2) as usize);
-                let (gw, uw) = (*z.add(ig), *z.add(iu));
-                let o = 4 * J + 2 * H;
-                let (g0, u0, s0) = dswiglu_elem(lo(gw), lo(uw), acc[o], s, &mut part[H]);
-                let (g1, u1, s1) = dswiglu_elem(hi(gw), hi(uw), acc[o + 1], s, &mut part[H]);
-                *dz.add(ig) = math::pack_bf16x2(g0, g1);
-                *dz.add(iu) = math::pack_bf16x2(u0, u1);
-                if p.sh != 0 {
-                    *sh.add(((row * p.n + col) / 2) as usize) = math::pack_bf16x2(s0, s1);
-                }
-            });
+    let weight = |row: u32| {
+        let slot = *(p.row_slot as *const u32).add(row as usize);
+        if slot < p.w_len {
+            *(p.w as *const f32).add(slot as usize)
+        } else {
+            0.0
         }
-    });
+    };
+    // a row's first pair (column n_tile BN + c0) in u32 words of a [rows, cols] bf16 array: row * cols / 2 + ..
+    let first = |row: u32, cols: u32| row as usize * (cols / 2) as usize + ((ti.n_tile * BN + c0) / 2) as usize;
+    // batch B's pair J of a row: 8 columns a step, 64 a batch
+    let at = |b: usize, j: usize| 32 * b + 4 * j;
+    let nh = (p.n / 2) as usize;
+    let mut part = [0f32; 2];
+    // uniform in the warpgroup
+    if row0w + 64 <= ti.row_end {
+        let s = [weight(rows[0]), weight(rows[1])];
+        let zg = [(p.z as *const u32).add(first(rows[0], 2 * p.n)), (p.z as *const u32).add(first(rows[1], 2 * p.n))];
+        let zu = [zg[0].add(nh), zg[1].add(nh)];
+        let leader = t % 128 == 0;
+        let bar = 2 + cw;
+        // the staging layout of `store_box` (16-byte chunk j of row rr at chunk j ^ (rr % 8))
+        let put = |buf: u32, j: u32, h: u32, v: u32| {
+            let rr = r + 8 * h;
+            smem::st_u32(buf + rr * 128 + ((j ^ (rr % 8)) * 16) + 2 * c0, v);
+        };
+        crate::unroll!(B in [0, 1, 2, 3] {
+            // batch B's 64 columns: dz's g and u halves straight into the two staging boxes (once every earlier
+            // store has read them: no box is left in flight across batches or tiles, so no turn is counted)
+            let (bg, bu) = (wst, wst + C_BOX);
+            let mut zw = [[0u32; 2]; 16];
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                crate::unroll!(H in [0, 1] {
+                    zw[2 * J + H] = [global::ld_u32(zg[H].add(at(B, J))), global::ld_u32(zu[H].add(at(B, J)))];
+                });
+            });
+            if leader {
+                tma::wait_group_read::<0>();
+            }
+            sync::named_sync(bar, 128);
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                crate::unroll!(H in [0, 1] {
+                    let [g, u] = zw[2 * J + H];
+                    let o = 4 * (8 * B + J) + 2 * H;
+                    let (g0, u0, _) = dswiglu_elem(lo(g), lo(u), acc[o], s[H], &mut part[H]);
+                    let (g1, u1, _) = dswiglu_elem(hi(g), hi(u), acc[o + 1], s[H], &mut part[H]);
+                    put(bg, J as u32, H as u32, math::pack_bf16x2(g0, g1));
+                    put(bu, J as u32, H as u32, math::pack_bf16x2(u0, u1));
+                });
+            });
+            fence::proxy_async_shared_cta();
+            sync::named_sync(bar, 128);
+            let col = ti.n_tile * BN + 64 * B as u32;
+            if leader {
+                tma::store_2d(p.map_c as *const u8, col as i32, row0w as i32, bg);
+                tma::commit_group();
+                tma::store_2d(p.map_c as *const u8, (p.n + col) as i32, row0w as i32, bu);
+                tma::commit_group();
+            }
+            {
+                // s h into the g box once its store has read it (the u box's may still be reading), from z again:
+                // `dswiglu_elem`'s third value, the same arithmetic, so the register path's bits
+                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    crate::unroll!(H in [0, 1] {
+                        zw[2 * J + H] = [global::ld_u32(zg[H].add(at(B, J))), global::ld_u32(zu[H].add(at(B, J)))];
+                    });
+                });
+                if leader {
+                    tma::wait_group_read::<1>();
+                }
+                sync::named_sync(bar, 128);
+                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    crate::unroll!(H in [0, 1] {
+                        let [g, u] = zw[2 * J + H];
+                        let mut unused = 0f32;
+                        let s0 = dswiglu_elem(lo(g), lo(u), 0.0, s[H], &mut unused).2;
+                        let s1 = dswiglu_elem(hi(g), hi(u), 0.0, s[H], &mut unused).2;
+                        put(bg, J as u32, H as u32, math::pack_bf16x2(s0, s1));
+                    });
+                });
+                fence::proxy_async_shared_cta();
+                sync::named_sync(bar, 128);
+                if leader {
+                    tma::store_2d(p.map_sh as *const u8, col as i32, row0w as i32, bg);
+                    tma::commit_group();
+                }
+            }
+        });
+    } else {
+        crate::unroll!(H in [0, 1] {
+            let row = rows[H];
+            if row < ti.row_end {
+                let s = weight(row);
+                let zg = (p.z as *const u32).add(first(row, 2 * p.n));
+                let dzg = (p.c as *mut u32).add(first(row, 2 * p.n));
+                let shr = (p.sh as *mut u32).add(first(row, p.n));
+                crate::unroll!(B in [0, 1, 2, 3] {
+                    let mut zw = [[0u32; 2]; 8];
+                    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        zw[J] = [global::ld_u32(zg.add(at(B, J))), global::ld_u32(zg.add(nh + at(B, J)))];
+                    });
+                    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        let [g, u] = zw[J];
+                        let o = 4 * (8 * B + J) + 2 * H;
+                        let (g0, u0, s0) = dswiglu_elem(lo(g), lo(u), acc[o], s, &mut part[H]);
+                        let (g1, u1, s1) = dswiglu_elem(hi(g), hi(u), acc[o + 1], s, &mut part[H]);
+                        *dzg.add(at(B, J)) = math::pack_bf16x2(g0, g1);
+                        *dzg.add(nh + at(B, J)) = math::pack_bf16x2(u0, u1);
+                        *shr.add(at(B, J)) = math::pack_bf16x2(s0, s1);
+                    });
+                });
+            }
+        });
+    }
     // the row's partial over the quad (every lane takes part: the shuffles stay uniform)
     crate::unroll!(M in [1, 2] {
         part[0] += f32::from_bits(warp::shfl_xor(part[0].to_bits(), M as u32));

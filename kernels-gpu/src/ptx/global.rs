@@ -40,6 +40,19 @@ pub unsafe fn ld_nc_f32(p: *const f32) -> f32 {
     r
 }
 
+/// `ld.global.u32`: a weak load named global, so ptxas may move it past this thread's shared-memory stores (a
+/// generic load after a generic or shared store waits for it: ptxas cannot tell the spaces apart), though not
+/// across a barrier (as `.nc` loads may be: in the FP8 dh's epilogue ptxas hoisted a next batch that way, and
+/// 128 of them in its register path, at a cost in spills). Not `pure`: two loads of one address stay two loads.
+/// SAFETY: any thread; `p` a 4-byte aligned global address readable for 4 bytes, not written during this kernel
+/// unless the caller orders that write before this load.
+#[inline(always)]
+pub unsafe fn ld_u32(p: *const u32) -> u32 {
+    let r: u32;
+    asm!("ld.global.u32 {r}, [{p}];", r = out(reg32) r, p = in(reg64) p, options(nostack, readonly));
+    r
+}
+
 /// `prefetch.global.L1`: bring the line holding `p` into this SM's L1. SAFETY: any thread; `p` a global address
 /// (a prefetch never faults, but must name global memory).
 #[inline(always)]
