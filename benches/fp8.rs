@@ -192,12 +192,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         // the 128 x 256 kernel recording its consumer warps' clock at five points of 16 k-blocks of each block's
         // second tile (the same C, checked)
         // (and the probes': the no-load and the halves-in-turn ones, their C not the product, not checked)
-        let tl_kinds = [
-            Fp8Variant::WideTimeline,
-            Fp8Variant::WideNoLoadTimeline,
-            Fp8Variant::WideProbe1Timeline,
-            Fp8Variant::WideAheadTimeline,
-        ];
+        let tl_kinds = [Fp8Variant::WideTimeline, Fp8Variant::WideNoLoadTimeline, Fp8Variant::WideProbe1Timeline];
         let mut c8t: Vec<_> = tl_kinds.iter().map(|_| s(g.alloc::<bf16>(m * n))).collect::<R<_>>()?;
         let mut bufs = Vec::new();
         for c in c8t.iter_mut() {
@@ -219,17 +214,6 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         let p8nl = prep(&mut c8nl, Fp8Variant::WideNoLoad)?;
         let mut c8q2nl = s(g.alloc::<bf16>(m * n))?;
         let p8q2nl = prep(&mut c8q2nl, Fp8Variant::WideProbe2NoLoad)?;
-        // 128 x 192 tiles where N allows them (a multiple of 384): bitwise the staged kernel
-        let mut c8w3 = s(g.alloc::<bf16>(m * n))?;
-        s(g.fill_bytes(&mut c8w3, 0xff))?;
-        let p8w3 = if n % 384 == 0 { Some(prep(&mut c8w3, Fp8Variant::Wide192)?) } else { None };
-        let mut c8w3a = s(g.alloc::<bf16>(m * n))?;
-        s(g.fill_bytes(&mut c8w3a, 0xff))?;
-        let p8w3a = if n % 384 == 0 { Some(prep(&mut c8w3a, Fp8Variant::Wide192Ahead)?) } else { None };
-        // the wide kernel taking each next block's turn during the current one's half 1 (bitwise the staged)
-        let mut c8wa = s(g.alloc::<bf16>(m * n))?;
-        s(g.fill_bytes(&mut c8wa, 0xff))?;
-        let p8wa = prep(&mut c8wa, Fp8Variant::WideAhead)?;
         let p16 = s(GroupedGemmArgs {
             a: &da,
             b: &dw,
@@ -256,10 +240,6 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
                 &mut || s(p8q2.launch(g)),
                 &mut || s(p8nl.launch(g)),
                 &mut || s(p8q2nl.launch(g)),
-                // (a launch of nothing where N does not allow the 192-column tiles: its median not printed)
-                &mut || p8w3.as_ref().map_or(Ok(()), |p| s(p.launch(g))),
-                &mut || p8w3a.as_ref().map_or(Ok(()), |p| s(p.launch(g))),
-                &mut || s(p8wa.launch(g)),
             ],
         )?;
         for pt in pts.iter_mut() {
@@ -269,32 +249,12 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
         }
         s(g.sync())?;
         drop((p8, p16, p8r, p8c, p8p, p8w, p8q1, p8q2, pts, p8nl, p8q2nl));
-        let has_w3 = p8w3.is_some();
-        drop((p8w3, p8w3a, p8wa));
         // checks: every element written; rows of experts 0, E/2, E-1 against the dequantized f64 product
         let c = s(g.download(&c8))?;
         let written = c.iter().all(|v| !v.is_nan()) && s(g.download(&c16))?.iter().all(|v| !v.is_nan());
         let same = s(g.download(&c8r))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits())
             && s(g.download(&c8c))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
         let same_w = s(g.download(&c8w))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
-        let same_wa = s(g.download(&c8wa))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits());
-        let same_w3 = !has_w3
-            || (s(g.download(&c8w3))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits())
-                && s(g.download(&c8w3a))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()));
-        let w3 = if has_w3 {
-            let tf3 = |us: f64| 2.0 * (m * n * kk) as f64 / us * 1e-6;
-            format!(
-                "{:.0} us {:.0} TFLOP/s ({:.3}x the wide), the next block's turn ahead {:.0} us ({:.3}x the wide), \
-                 both bitwise the staged: {same_w3}",
-                t[10],
-                tf3(t[10]),
-                t[5] / t[10],
-                t[11],
-                t[5] / t[11]
-            )
-        } else {
-            "- (N not a multiple of 384)".to_string()
-        };
         let same_as = |d: &CudaSlice<bf16>| -> R<bool> {
             Ok(s(g.download(d))?.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()))
         };
@@ -395,7 +355,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             );
         }
         let err = check::rel_err(&got, &want);
-        let good = written && same && same_w && same_wa && same_w3 && same_t && err <= 1e-2;
+        let good = written && same && same_w && same_t && err <= 1e-2;
         ok &= good;
         let flop = 2.0 * m as f64 * n as f64 * kk as f64;
         let tf = |us: f64| flop / us * 1e-6;
@@ -409,8 +369,7 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
              ({:.3}x the staged), bitwise the staged: {same_w} | 128 x 256 probes without the promotion: halves in \
              turn {:.0} us {:.0} TFLOP/s, halves straight {:.0} us {:.0} TFLOP/s | no-load probes (the producer's \
              loads stopped after the ring's first fill): the wide kernel {:.0} us ({:.3}x the wide), halves straight \
-             {:.0} us ({:.3}x halves straight) | the wide kernel's next turn ahead {:.0} us ({:.3}x the wide), \
-             bitwise the staged: {same_wa} | 128 x 192 tiles {w3}{}",
+             {:.0} us ({:.3}x halves straight){}",
             t[0],
             tf(t[0]),
             tf(t[0]) / FP8_PEAK,
@@ -437,8 +396,6 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
             t[5] / t[8],
             t[9],
             t[7] / t[9],
-            t[12],
-            t[5] / t[12],
             if good { "" } else { " FAILED" }
         );
     }

@@ -588,18 +588,6 @@ pub enum Fp8Variant {
     /// Not a GEMM: `WideProbe1` recording the timeline as `WideTimeline` does, clocks 1 and 2 both after half
     /// 0's wait (`grouped_gemm_fp8w_probe1_timeline`).
     WideProbe1Timeline,
-    /// Tiles of 128 x 192 (`grouped_gemm_fp8w192`: one commit group and one promotion a 128-deep block a
-    /// warpgroup, where `Wide` runs two halves in turn; the same C, bitwise). N a multiple of 384. For the
-    /// benchmark while it is measured against `Wide`.
-    Wide192,
-    /// `Wide192` taking each next block's turn (stage wait, descriptors, scale loads) while the current block's
-    /// wgmma run (`grouped_gemm_fp8w192_ahead`; the same C), for the benchmark.
-    Wide192Ahead,
-    /// `Wide` taking each next block's turn (its stage's wait, its scale loads) while the current block's half 1
-    /// runs (`grouped_gemm_fp8w_ahead`; the same C), for the benchmark.
-    WideAhead,
-    /// `WideAhead` recording the timeline as `WideTimeline` does (`grouped_gemm_fp8w_ahead_timeline`).
-    WideAheadTimeline,
 }
 
 /// A checked blockwise-FP8 grouped GEMM with its tensor maps, to launch any number of times.
@@ -628,19 +616,9 @@ impl<'a> GroupedGemmFp8Args<'a> {
             Fp8Variant::WideProbe2NoLoad => "grouped_gemm_fp8w_probe2_nl",
             Fp8Variant::WideNoLoadTimeline => "grouped_gemm_fp8w_nl_timeline",
             Fp8Variant::WideProbe1Timeline => "grouped_gemm_fp8w_probe1_timeline",
-            Fp8Variant::Wide192 => "grouped_gemm_fp8w192",
-            Fp8Variant::Wide192Ahead => "grouped_gemm_fp8w192_ahead",
-            Fp8Variant::WideAhead => "grouped_gemm_fp8w_ahead",
-            Fp8Variant::WideAheadTimeline => "grouped_gemm_fp8w_ahead_timeline",
         };
         let ck = Check { what: "grouped_gemm_fp8", ordinal: gpu.ordinal() };
-        // the 128 x 192 tiles: N a multiple of 192 and of the weights' 128-row scale blocks
-        let n_unit = match variant {
-            Fp8Variant::Clusters => 2 * tile_cols(kernel),
-            Fp8Variant::Wide192 | Fp8Variant::Wide192Ahead => 384,
-            _ => tile_cols(kernel),
-        };
-        ck.multiple("N", self.n, n_unit)?;
+        ck.multiple("N", self.n, tile_cols(kernel) * if variant == Fp8Variant::Clusters { 2 } else { 1 })?;
         let op = Operands {
             a: self.a,
             a_scales: self.a_scales,
@@ -653,10 +631,7 @@ impl<'a> GroupedGemmFp8Args<'a> {
             k: self.k,
             rows_max: self.rows_max,
         };
-        // B in boxes of 128 rows (two a 256-column tile), or of 96 (two a 192-column tile)
-        let b_box =
-            if matches!(variant, Fp8Variant::Wide192 | Fp8Variant::Wide192Ahead) { 96 } else { kh::FP8_BN as usize };
-        op.prepare(gpu, &ck, kernel, self.n, self.n, b_box)
+        op.prepare(gpu, &ck, kernel, self.n, self.n, kh::FP8_BN as usize)
     }
 }
 
@@ -908,8 +883,6 @@ pub fn grouped_gemm_fp8(gpu: &Gpu, g: GroupedGemmFp8Args<'_>) -> Result<()> {
 pub(crate) fn tile_cols(kernel: &str) -> usize {
     if kernel == "grouped_gemm_fp8_swiglu" {
         64
-    } else if kernel.starts_with("grouped_gemm_fp8w192") {
-        192
     } else if kernel.starts_with("grouped_gemm_fp8w") && !kernel.starts_with("grouped_gemm_fp8w_swiglu") {
         kh::FP8W_BN as usize
     } else {

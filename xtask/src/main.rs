@@ -299,7 +299,6 @@ const LDG_WAIT_KNOWN: &[&str] = &[
     "grouped_gemm_fp8_swiglu_q",
     "grouped_gemm_fp8w",
     "grouped_gemm_fp8w_nl",
-    "grouped_gemm_fp8w_ahead",
     "grouped_gemm_fp8w_swiglu_q",
     "grouped_gemm_fp8w_swiglu_zt",
     "grouped_gemm_fp8w_cpx",

@@ -15,7 +15,6 @@
 //! its quantization: the rows' amax over the quad's lanes, then the e4m3 codes (whole 64-row groups through the
 //! staging and the copy engine) and the scales. The rule of `quantize_fp8_rows` on the bf16-rounded h: bitwise
 //! `grouped_gemm_fp8_swiglu_q`.
-use crate::desc::SmemDesc;
 use crate::fp8::scale_and_factor;
 use crate::kernels::grouped_gemm::dswiglu_elem;
 use crate::kernels::routing_failed;
@@ -64,221 +63,6 @@ const fn tile_cols<const SW: bool>() -> u32 {
         BN / 2
     } else {
         BN
-    }
-}
-
-/// Columns of C per tile of `grouped_gemm_fp8w192`.
-const BN3: u32 = 192;
-/// One of its two 96-row boxes of B (96 x 128 bytes; together the 192 rows one wgmma m64n192k32 reads).
-const B_THIRD: u32 = 96 * BK;
-/// The bytes its producer loads a stage (A and 192 rows of B, in the wide kernel's 48 KiB stage).
-const STAGE_BYTES3: u32 = A_BYTES + BN3 * BK;
-const _: () = assert!(STAGE_BYTES3 <= STAGE_BYTES && 2 * B_THIRD == BN3 * BK);
-
-/// A twin of `grouped_gemm_fp8w` (the same C, bitwise) in tiles of 128 x 192, for the benchmark: each warpgroup's
-/// 64 x 192 accumulator (96 registers) and one 96-register partial, so a 128-deep block is one commit group (four
-/// wgmma m64n192k32) and one promotion, where the wide kernel runs two halves and two promotions in turn. Why: the
-/// wide kernel's timeline (docs/RESULTS.md 2026-12-06j) has each warpgroup's serial chain a block (a half returns
-/// ~370-400 cycles after its issue, a promotion ~160) longer than the pipe's time for both warpgroups; here the
-/// chain is one return and one promotion against 768 cycles of pipe. A tile's 192 columns are rows n0 .. n0 + 192
-/// of B, in two 128-row scale blocks (n0 % 128 is 0 or 64): columns below 128 - n0 % 128 take the first block's
-/// scale. N a multiple of 384 (192 and the scale blocks' 128). The ring, slots and staging as the wide kernel's
-/// (its 48 KiB stages, 40 KiB of each used).
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w192(p: GroupedGemmFp8) {
-    body192::<false>(&p);
-}
-
-/// `grouped_gemm_fp8w192` (the same C) whose consumers take the next block's turn while this block's wgmma run:
-/// the next stage's wait, its descriptors and the next block's scale loads between the group's commit and its
-/// wait, so that after the promotion the next group issues at once. For the benchmark.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w192_ahead(p: GroupedGemmFp8) {
-    body192::<true>(&p);
-}
-
-/// The two 128 x 192 kernels: `AHEAD` takes the next block's turn early (see `grouped_gemm_fp8w192_ahead`).
-#[inline(always)]
-unsafe fn body192<const AHEAD: bool>(p: &GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    if routing_failed(p.error) {
-        return;
-    }
-    let base = smem::base();
-    let ring = Ring::<STAGES>::at(base + STAGING + 4 * C_BOX);
-    let t = regs::tid();
-    if t == 0 {
-        // one arrival per consumer warp
-        ring.init_with(1, 8);
-    }
-    sync::block_sync();
-    let total = || crate::kernels::grouped_gemm_fp8::m_tiles(p) * (p.n / BN3);
-    if t / 128 == 0 {
-        regs::setmaxnreg_dec::<40>();
-        if t == 0 {
-            produce192(p, base, ring, total());
-        }
-    } else {
-        regs::setmaxnreg_inc::<232>();
-        consume192::<AHEAD>(p, base, ring, total(), regs::warpgroup() - 1);
-    }
-}
-
-/// [`produce`] for the 128 x 192 tiles: A's 128 rows and B's 192 rows (two 96-row boxes) a stage.
-#[inline(always)]
-unsafe fn produce192(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
-    let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
-    crate::kernels::acquire_prefetch(ma);
-    crate::kernels::acquire_prefetch(mb);
-    let kb_n = p.k / BK;
-    let mut it = 0u32;
-    let mut l = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
-        let ti = crate::kernels::grouped_gemm_fp8::walk_lookup(p, tile, p.n / BN3);
-        let b0 = (ti.e * p.n + ti.n_tile * BN3) as i32;
-        let mut kb = 0;
-        while kb < kb_n {
-            if kb == 0 {
-                // the tile's slot, published by the stage's arrival below; its previous tile (l - SLOTS) is done
-                ring.wait_empty(it);
-                smem::st_v4(base + SLOT_AT + 16 * (l % SLOTS), [ti.e, ti.row0, ti.row_end, ti.n_tile]);
-            }
-            let fb = ring.produce(it, STAGE_BYTES3);
-            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            tma::load_2d(st, ma, (kb * BK) as i32, ti.row0 as i32, fb);
-            tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, b0, fb);
-            tma::load_2d(st + A_BYTES + B_THIRD, mb, (kb * BK) as i32, b0 + 96, fb);
-            it += 1;
-            kb += 1;
-        }
-        l += 1;
-        tile += regs::nctaid();
-    }
-}
-
-/// `acc` += part * w, with w by column group J (8 columns): `lo` below column 64, `mid` for 64..128, `hi` from
-/// 128 on; each a pair (the fragment's row r, row r + 8).
-#[inline(always)]
-fn promote192(acc: &mut [f32; 96], part: &[f32; 96], lo: (f32, f32), mid: (f32, f32), hi: (f32, f32)) {
-    crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23] {
-        let (wa, wb) = if J < 8 { lo } else if J < 16 { mid } else { hi };
-        let o = 4 * J;
-        acc[o] = math::fma(part[o], wa, acc[o]);
-        acc[o + 1] = math::fma(part[o + 1], wa, acc[o + 1]);
-        acc[o + 2] = math::fma(part[o + 2], wb, acc[o + 2]);
-        acc[o + 3] = math::fma(part[o + 3], wb, acc[o + 3]);
-    });
-}
-
-/// [`consume`] for the 128 x 192 tiles (the plain GEMM): per block one commit group, its wait, the stage given
-/// back, one promotion; the epilogue as the wide kernel's (three 64 x 64 boxes a warpgroup).
-#[inline(always)]
-unsafe fn consume192<const AHEAD: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32, cw: u32) {
-    let t = regs::tid() % 128;
-    let lane = t % 32;
-    let r = 16 * (t / 32) + lane / 4;
-    let c0 = 2 * (lane % 4);
-    let kb_n = p.k / BK;
-    let mut it = 0u32;
-    let wst = base + STAGING + cw * 2 * C_BOX;
-    let mut boxes = 0u32;
-    let mut l = 0u32;
-    let mut tile = regs::bid();
-    while tile < total {
-        if l == 0 && t == 0 {
-            crate::kernels::acquire_host_map(p.map_c);
-        }
-        ring.wait_full(it);
-        // scale rows: A's rows r, r + 8 (past the buffer: row 0's, the rows are TMA's zeros), B's two 128 x 128
-        // blocks of the tile's rows n0 .. n0 + 192 (n0 % 128 is 0 or 64: N is a multiple of 384)
-        let (ia, ib, iw0, mid_hi) = {
-            let ti = slot(base, l);
-            let row_a = ti.row0 + cw * 64 + r;
-            let src = |row: u32| if row < p.rows_max { row } else { 0 };
-            let n0 = ti.e * p.n + ti.n_tile * BN3;
-            (src(row_a) * kb_n, src(row_a + 8) * kb_n, n0 / 128 * kb_n, n0 % 128 != 0)
-        };
-        let iw1 = iw0 + kb_n;
-        let sc = scales(p, (ia, ib, iw0, iw1));
-        let mut acc = [0f32; 96];
-        let mut part = [0f32; 96];
-        // block kb's stage (after its wait): the descriptors of the warpgroup's 64 rows of A and all 192 rows of B
-        let descs = |it: u32| unsafe {
-            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
-            let (a, b) = (warp::uniform(st + cw * (A_BYTES / 2)), warp::uniform(st + A_BYTES));
-            (SmemDesc::k_major_sw128(a), SmemDesc::k_major_sw128(b))
-        };
-        // with AHEAD, block 0's turn here and each next block's while this one's wgmma run
-        let (mut d, mut s) = if AHEAD {
-            ring.wait_full(it);
-            (descs(it), sc(0))
-        } else {
-            ((SmemDesc(0), SmemDesc(0)), (0.0, 0.0, 0.0, 0.0))
-        };
-        let mut kb = 0;
-        while kb < kb_n {
-            if !AHEAD {
-                ring.wait_full(it);
-                (d, s) = (descs(it), sc(kb));
-            }
-            let (da, db) = d;
-            // into the partial (overwritten)
-            wgmma::fence();
-            crate::unroll!(KS in [0, 1, 2, 3] {
-                let off = 32 * KS as u32;
-                wgmma::m64n192k32_f32_e4m3_ss(&mut part, da.advance(off).0, db.advance(off).0, (KS > 0) as u32);
-            });
-            wgmma::commit_group();
-            let s_now = s;
-            if AHEAD && kb + 1 < kb_n {
-                ring.wait_full(it + 1);
-                (d, s) = (descs(it + 1), sc(kb + 1));
-            }
-            let s = s_now;
-            wgmma::wait_group::<0>();
-            wgmma::fence_operand_96(&mut part);
-            if lane == 0 {
-                ring.release_prev(it + 1);
-            }
-            let (lo, hi) = ((s.0 * s.2, s.1 * s.2), (s.0 * s.3, s.1 * s.3));
-            promote192(&mut acc, &part, lo, if mid_hi { hi } else { lo }, hi);
-            it += 1;
-            kb += 1;
-        }
-        // clamped by the producer (`walk_lookup`): row0 <= row_end <= rows_max whatever the device offsets say
-        let mut ti = slot(base, regs::opaque(l));
-        ti.row_end = ti.row_end.min(p.rows_max);
-        let row_a = ti.row0 + cw * 64 + r;
-        let row_b = row_a + 8;
-        let row0w = ti.row0 + cw * 64;
-        if row0w + 64 <= ti.row_end {
-            // uniform in the warpgroup: three 64 x 64 boxes through the staging and the copy engine
-            crate::unroll!(B in [0, 1, 2] {
-                let col = ti.n_tile * BN3 + 64 * B as u32;
-                crate::kernels::grouped_gemm::store_box(p.map_c, col, row0w, wst + (boxes % 2) * C_BOX, cw, |j, h| {
-                    math::pack_bf16x2(acc[4 * (8 * B + j) + 2 * h], acc[4 * (8 * B + j) + 2 * h + 1])
-                });
-                boxes += 1;
-            });
-        } else {
-            let c = p.c as *mut u32;
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23] {
-                let col = ti.n_tile * BN3 + 8 * J as u32 + c0;
-                if row_a < ti.row_end {
-                    *c.add(((row_a * p.n + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J], acc[4 * J + 1]);
-                }
-                if row_b < ti.row_end {
-                    *c.add(((row_b * p.n + col) / 2) as usize) = math::pack_bf16x2(acc[4 * J + 2], acc[4 * J + 3]);
-                }
-            });
-        }
-        l += 1;
-        tile += regs::nctaid();
-    }
-    // the staging must not be freed (block exit) before the copy engine has read it
-    if t == 0 {
-        tma::wait_group::<0>();
     }
 }
 
@@ -331,9 +115,6 @@ const TIMELINE: u32 = 4;
 /// the block's first tile), then completes every later stage with no bytes, so the consumers run on stale stages
 /// with no TMA traffic (neither L2's reads nor shared memory's writes) beside their wgmma.
 const NO_LOAD: u32 = 32;
-/// Bit: the consumers take the next block's turn (its stage's wait and its scale loads) while the current block's
-/// half 1 runs (the same C).
-const AHEAD: u32 = 8;
 /// The probe bits that replace the main loop (`NOPROMO_SERIAL`, `NOPROMO_STRAIGHT`).
 const LOOP: u32 = 3;
 /// Bit (a form of the kernel, not a probe): the SwiGLU backward's epilogue ([`epilogue_dswiglu`]): C is dh.
@@ -390,24 +171,6 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_timeline(p: GroupedGemmFp8) 
 pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_probe2(p: GroupedGemmFp8) {
     crate::kernels::pdl_entry();
     body::<false, false, false, false, false, NOPROMO_STRAIGHT>(&p);
-}
-
-/// Twins of `grouped_gemm_fp8w` (the same C) for the benchmark: the next block's turn (its stage's wait and its four
-/// scale loads) taken while the current block's half 1 runs, so that after half 1's promotion the next half 0
-/// issues at once (`_ahead`), and the same with the timeline's records (`_ahead_timeline`). Why: in the
-/// halves-in-turn probe's timeline a block's first half costs ~90 cycles more than its second with no promotion
-/// and no scale loads (docs/RESULTS.md 2026-12-06j call 3), on each warpgroup's serial chain.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_ahead(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, AHEAD>(&p);
-}
-
-/// See `grouped_gemm_fp8w_ahead`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn grouped_gemm_fp8w_ahead_timeline(p: GroupedGemmFp8) {
-    crate::kernels::pdl_entry();
-    body::<false, false, false, false, false, { AHEAD | TIMELINE }>(&p);
 }
 
 /// Probes, not GEMMs (C is not the product): `grouped_gemm_fp8w` (`_nl`), its `_probe2` (`_probe2_nl`) and its
@@ -737,21 +500,14 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
         let sc = scales(p, (ia, ib, iw0, iw1));
         let mut acc = [0f32; 128];
         let mut part = [0f32; 64];
-        // block `it`'s stage, once its data has landed
-        let stage_of = |it: u32| unsafe {
+        let mut kb = 0;
+        while kb < kb_n {
             ring.wait_full(it);
             if GA {
                 // A arrived through the generic proxy (cp.async): order it before the tensor cores' reads
                 fence::proxy_async_shared_cta();
             }
-            base + Ring::<STAGES>::stage(it) * STAGE_BYTES
-        };
-        // with AHEAD, block 0's stage and scales here, each next block's while the current block's half 1 runs
-        let (mut st_next, mut s_next) =
-            if PROBE & AHEAD != 0 { (stage_of(it), sc(0)) } else { (0, (0.0, 0.0, 0.0, 0.0)) };
-        let mut kb = 0;
-        while kb < kb_n {
-            let st = if PROBE & AHEAD != 0 { st_next } else { stage_of(it) };
+            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
             // the timeline probe's records (where the host gave a buffer): lane 0 of each consumer warp, the
             // block's second tile
             let rec = PROBE & TIMELINE != 0 && p.ct != 0 && l == 1 && lane == 0 && kb < 16;
@@ -804,7 +560,7 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
                 continue;
             }
             mark(0, 0.0);
-            let s = if PROBE & AHEAD != 0 { s_next } else { sc(kb) };
+            let s = sc(kb);
             issue_half(st, cw, 0, &mut part);
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut part);
@@ -812,9 +568,6 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
             promote_half::<0>(&mut acc, &part, s.0 * s.2, s.1 * s.2);
             mark(2, acc[63]);
             issue_half(st, cw, 1, &mut part);
-            if PROBE & AHEAD != 0 && kb + 1 < kb_n {
-                (st_next, s_next) = (stage_of(it + 1), sc(kb + 1));
-            }
             wgmma::wait_group::<0>();
             wgmma::fence_operand_64(&mut part);
             mark(3, part[0]);

@@ -13,10 +13,6 @@
 //! the producer rewrites half l % 2 for tile l + 2 only after its wait for the stage of tile l + 1's last k-block,
 //! which the consumers release after reading tile l's tokens); the FP8 layer asks H to be a multiple of 512
 //! (kb_n >= 4). With one or two k-blocks a tile (at four stages) the checker finds the race.
-//!
-//! `ahead` models the consumers that take the next block's turn early (`grouped_gemm_fp8w_ahead`'s AHEAD bit): in a
-//! tile, block kb + 1's full stage is waited for while block kb's stage is still being read (its half 1 in flight),
-//! before block kb's stage is given back. The same bounds hold with it.
 use super::{assert_fails, assert_ok, Kind, Mask, Model, Op, Ring};
 use std::format;
 use std::vec::Vec;
@@ -32,8 +28,6 @@ pub struct Fp8wGather {
     pub s: u32,
     pub kb_n: u32,
     pub tiles: Vec<[u32; 2]>,
-    /// The next block's stage waited for before this block's is given back (see the module).
-    pub ahead: bool,
 }
 
 /// Changes to the kernel's protocol that the checker must catch.
@@ -44,8 +38,6 @@ pub enum Mutation {
     OneTokensBuffer,
     /// The tile slots indexed modulo the ring's stages, not `SLOTS`.
     SlotsAsStages,
-    /// With `ahead`, the turn taken a whole ring ahead (block kb + S's stage: the one this block's release frees).
-    AheadPastRing,
 }
 
 /// The model of `c` (see the module).
@@ -99,17 +91,9 @@ pub fn model(c: &Fp8wGather, mutation: Mutation) -> Model {
                     ops.push(ring.wait_full(it));
                     ops.extend([Op::BeginRead(slot(l)), Op::EndRead(slot(l))]);
                     ops.extend([Op::BeginRead(tok(l)), Op::EndRead(tok(l))]);
-                    for kb in 0..c.kb_n {
-                        if !c.ahead || kb == 0 {
-                            ops.push(ring.wait_full(it));
-                        }
-                        ops.push(Op::BeginRead(ring.region(it)));
-                        if c.ahead && kb + 1 < c.kb_n {
-                            // the next block's turn, while this block's wgmma still read its stage
-                            let next = if mutation == Mutation::AheadPastRing { it + c.s } else { it + 1 };
-                            ops.push(ring.wait_full(next));
-                        }
-                        ops.push(Op::EndRead(ring.region(it)));
+                    for _ in 0..c.kb_n {
+                        ops.push(ring.wait_full(it));
+                        ops.extend([Op::BeginRead(ring.region(it)), Op::EndRead(ring.region(it))]);
                         ops.push(ring.release_prev(it + 1, 4));
                         it += 1;
                     }
@@ -145,11 +129,7 @@ mod tests {
     use std::println;
 
     fn c(s: u32, kb_n: u32, tiles: &[[u32; 2]]) -> Fp8wGather {
-        Fp8wGather { s, kb_n, tiles: tiles.to_vec(), ahead: false }
-    }
-
-    fn c_ahead(s: u32, kb_n: u32, tiles: &[[u32; 2]]) -> Fp8wGather {
-        Fp8wGather { ahead: true, ..c(s, kb_n, tiles) }
+        Fp8wGather { s, kb_n, tiles: tiles.to_vec() }
     }
 
     /// Tiles of 2 kb_n - 1 >= S k-blocks, over three tiles (the producer two tiles ahead at most), with and without
@@ -165,9 +145,8 @@ mod tests {
             (2, 2, &[[1, 1], [0, 0], [1, 0]][..]),
         ] {
             states += assert_ok(&model(&c(s, kb_n, t), Mutation::None));
-            states += assert_ok(&model(&c_ahead(s, kb_n, t), Mutation::None));
         }
-        println!("fp8w gather (in turn and ahead): {states} states");
+        println!("fp8w gather: {states} states");
     }
 
     /// Tiles of 2 kb_n - 1 < S k-blocks (the kernel's four stages with one or two, H = 128 or 256; two stages with
@@ -176,10 +155,8 @@ mod tests {
     #[test]
     fn fp8w_gather_tokens_race_with_short_tiles() {
         for (s, kb_n) in [(4, 1), (4, 2), (2, 1)] {
-            for cfg in [c(s, kb_n, &[[0, 0]; 3]), c_ahead(s, kb_n, &[[0, 0]; 3])] {
-                let v = assert_fails(&model(&cfg, Mutation::None), Kind::Race);
-                assert!(v.what.contains("row tokens"), "{v}");
-            }
+            let v = assert_fails(&model(&c(s, kb_n, &[[0, 0]; 3]), Mutation::None), Kind::Race);
+            assert!(v.what.contains("row tokens"), "{v}");
         }
     }
 
@@ -190,7 +167,5 @@ mod tests {
         assert!(v.what.contains("row tokens"), "{v}");
         let v = assert_fails(&model(&c(2, 1, &[[0, 0]; 4]), Mutation::SlotsAsStages), Kind::Race);
         assert!(v.what.contains("slot"), "{v}");
-        // the ahead consumers waiting for the stage that only their own release frees
-        assert_fails(&model(&c_ahead(2, 3, &[[0, 0]; 2]), Mutation::AheadPastRing), Kind::Deadlock);
     }
 }
