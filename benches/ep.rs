@@ -22,7 +22,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::ep::{EpLayer, RankFp8Inputs, RankGrads, RankInputs};
-use megamoe::layer::{Fp8Backward, Fp8Dw1X, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save};
+use megamoe::layer::{
+    Fp8Backward, Fp8Dh, Fp8Dw1X, Fp8Dy, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save,
+};
 use megamoe::reference::Shape;
 use megamoe::rng::Rng;
 use megamoe::{Error, Gpu, Result};
@@ -219,6 +221,75 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         }
     }
 
+    // the FP8 step with dy sent as codes and dh in FP8 (`Fp8Dy::Codes`, `Fp8Dh::Fp8`: a second layer and its
+    // weights with W2's transposed codes), alternating with the first FP8 step; its dx checked written and near the
+    // first's (the FP8 dh moves dx by a few 1e-2; the tests check it bitwise its single-GPU twin)
+    let step_codes: Result<(f64, f64, f64)> = (|| {
+        let cfg_c = LayerConfig { fp8_dy: Fp8Dy::Codes, fp8_dh: Fp8Dh::Fp8, ..cfg_of(TOKENS) };
+        let mut lc = EpLayer::new(g.clone(), cfg_c, WORLD)?;
+        let mut w8c = Vec::with_capacity(WORLD);
+        for bb in &bufs {
+            let mut q = lc.alloc_fp8_weights()?;
+            lc.quantize_fp8_weights(&mut q, &bb.3, &bb.4)?;
+            w8c.push(q);
+        }
+        let inp8c: Vec<RankFp8Inputs> = bufs
+            .iter()
+            .zip(&w8c)
+            .map(|(bb, q)| RankFp8Inputs { tokens: TOKENS, x: &bb.0, topk_ids: &bb.1, topk_weights: &bb.2, weights: q })
+            .collect();
+        let w8cr: Vec<&Fp8Weights> = w8c.iter().collect();
+        let mut dxc: Vec<CudaSlice<bf16>> = (0..WORLD).map(|_| g.alloc(TOKENS * h)).collect::<Result<_>>()?;
+        let mut step_c = |dxc: &mut [CudaSlice<bf16>], outs: &mut [CudaSlice<bf16>], b: &mut StepBufs| -> Result<()> {
+            let mut grads: Vec<RankGrads> = dxc
+                .iter_mut()
+                .zip(b.dtopk.iter_mut())
+                .zip(b.dw1.iter_mut().zip(b.dw2.iter_mut()))
+                .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+                .collect();
+            let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
+            let saved = lc.forward_fp8(&inp8c, &mut o)?;
+            lc.backward_fp8(&saved, &dyr, &inp, &w8cr, &mut grads, false)
+        };
+        let (mut tc, mut t8) = (Vec::new(), Vec::new());
+        for rep in 0..13 {
+            let c = g.timed(|| step_c(&mut dxc, &mut outs, &mut b))?;
+            let f = g.timed(|| step(&mut layer, &mut outs, &mut b, true))?;
+            if rep >= 3 {
+                tc.push(c);
+                t8.push(f);
+            }
+        }
+        // b.dx holds the first FP8 step's dx (it ran last); this step's once more into poisoned buffers
+        for d in dxc.iter_mut() {
+            g.fill_bytes(d, 0xff)?;
+        }
+        step_c(&mut dxc, &mut outs, &mut b)?;
+        lc.check()?;
+        let (mut num, mut den) = (0f64, 0f64);
+        for (r, (c, f)) in dxc.iter().zip(&b.dx).enumerate() {
+            let (c, f) = (g.download(c)?, g.download(f)?);
+            if c.iter().any(|v| v.to_bits() == 0xffff) {
+                return Err(Error::Mismatch(format!("FP8 dh step: rank {r}'s dx not fully written")));
+            }
+            for (x, y) in c.iter().zip(&f) {
+                let (x, y) = (x.to_f64(), y.to_f64());
+                num += (x - y) * (x - y);
+                den += y * y;
+            }
+        }
+        let d = (num / den).sqrt();
+        if d.is_nan() || d > 0.1 {
+            return Err(Error::Mismatch(format!("FP8 dh step: dx {d:.2e} from the bf16-dh FP8 step's")));
+        }
+        Ok((median(tc), median(t8), d))
+    })();
+    // a second layer may not fit beside the first (an 80 GB card): skipped then; any other error fails the bench
+    let step_codes = match step_codes {
+        Err(e) if !e.to_string().contains("OUT_OF_MEMORY") => return Err(e),
+        r => r,
+    };
+
     for &(pull, scatter) in &MODES {
         layer.set_pull_dispatch(pull);
         layer.set_scatter_combine(scatter);
@@ -314,6 +385,17 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
             s16 * 1e3,
             s16 / s8
         );
+    }
+    match step_codes {
+        Ok((sc, s8, d)) => println!(
+            "RESULT ep forward + backward FP8, dy as codes and dh in FP8 (Fp8Dy::Codes, Fp8Dh::Fp8; EP = {WORLD} \
+             emulated, Qwen3-30B-A3B, {TOKENS} tokens/rank, {rows} rows): {:.0} us against the FP8 step with bf16 dy \
+             and dh {:.0} us ({:.3}x, alternating, median of 10); dx fully written, rel diff to that step's {d:.2e}",
+            sc * 1e3,
+            s8 * 1e3,
+            s8 / sc
+        ),
+        Err(e) => println!("RESULT ep forward + backward FP8, dy as codes and dh in FP8: skipped ({e})"),
     }
     println!(
         "RESULT device-to-device memcpy of the push dispatch's bytes: {:.0} us, {:.0} GB/s (read + write each byte \
