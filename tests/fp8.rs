@@ -1483,12 +1483,63 @@ gpu_test!(dequantize_rows_is_the_cpu_model_bit_for_bit, {
     }
 });
 
+/// (dx's bits, dtopk, dW1, dW2) of one FP8 forward + backward of a single-GPU layer of `cfg` on `inp16`'s tokens
+/// and weights (quantized afresh) and upstream gradient `dy`: every gradient poisoned first and checked written
+/// (no NaN), f32 weight gradients, no accumulation. With whether the weights carried W2's transpose.
+fn fp8_backward_once(
+    g: &Arc<Gpu>,
+    cfg: megamoe::layer::LayerConfig,
+    inp16: &megamoe::layer::Inputs,
+    dy: &CudaSlice<bf16>,
+    tag: &str,
+) -> ((Vec<u16>, Vec<f64>, Vec<f64>, Vec<f64>), bool) {
+    use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, MoeLayer};
+    let (tokens, h, k) = (inp16.tokens, cfg.hidden, cfg.top_k);
+    let (n1, n2) = (cfg.experts * 2 * cfg.intermediate * h, cfg.experts * h * cfg.intermediate);
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut fw = Fp8Weights::alloc(&layer).unwrap();
+    fw.quantize(g, inp16.w1, inp16.w2, &layer).unwrap();
+    let mut saved = layer.alloc_saved(tokens).unwrap();
+    let mut out = g.alloc::<bf16>(tokens * h).unwrap();
+    let (x, topk_ids, topk_weights) = (inp16.x, inp16.topk_ids, inp16.topk_weights);
+    let inp = Fp8Inputs { tokens, x, topk_ids, topk_weights, weights: &fw };
+    layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
+    let mut dx_out = g.alloc::<bf16>(tokens * h).unwrap();
+    let (mut gw1, mut gw2) = (g.alloc::<f32>(n1).unwrap(), g.alloc::<f32>(n2).unwrap());
+    let mut dtopk = g.alloc::<f32>(tokens * k).unwrap();
+    g.fill_bytes(&mut dx_out, 0xff).unwrap();
+    g.fill_bytes(&mut gw1, 0xff).unwrap();
+    g.fill_bytes(&mut gw2, 0xff).unwrap();
+    g.fill_bytes(&mut dtopk, 0xff).unwrap();
+    let grads = Grads { dx: &mut dx_out, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward_fp8(&saved, dy, inp16, &fw, grads).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let f64s = |v: Vec<f32>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
+    let dxv = g.download(&dx_out).unwrap();
+    if let Some(q) = dxv.iter().position(|x| x.is_nan()) {
+        panic!("{tag}: backward_fp8 left dx[{q}] unwritten");
+    }
+    let got = (
+        dxv.iter().map(|v| v.to_bits()).collect(),
+        f64s(g.download(&dtopk).unwrap()),
+        f64s(g.download(&gw1).unwrap()),
+        f64s(g.download(&gw2).unwrap()),
+    );
+    for (name, v) in [("dtopk", &got.1), ("dW1", &got.2), ("dW2", &got.3)] {
+        if let Some(q) = v.iter().position(|x| x.is_nan()) {
+            panic!("{tag}: backward_fp8 left {name}[{q}] unwritten");
+        }
+    }
+    (got, fw.w2t.is_some())
+}
+
 /// `Fp8Dw1X::Codes` (dW1 from x's row codes dequantized, the EP FP8 backward's single-GPU twin), with z recomputed
 /// and with z saved (x quantized again in the backward): dx, dtopk and dW2 bit for bit the `Fp8Dw1X::Bf16`
 /// backward's; dW1 within 2.5e-2 of the model that takes dW1 from the dequantized codes, and markedly closer to it
 /// than to the model that takes the bf16 x (e4m3's error, ~3-4%, apart). Outputs poisoned, checked written.
 fn backward_fp8_dw1_codes_run((tokens, h, i, e, k): (usize, usize, usize, usize, usize), save: megamoe::layer::Save) {
-    use megamoe::layer::{Fp8Backward, Fp8Dw1X, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer};
+    use megamoe::layer::{Fp8Backward, Fp8Dw1X, Inputs, LayerConfig};
     let g = gpu();
     let mut r = fresh_rng();
     let x = r.bf16_vec(tokens * h, 1.0);
@@ -1503,8 +1554,6 @@ fn backward_fp8_dw1_codes_run((tokens, h, i, e, k): (usize, usize, usize, usize,
     let (dx, dids, dwts) = (g.upload(&x).unwrap(), g.upload(&ids).unwrap(), g.upload(&wts).unwrap());
     let (dw1, dw2, ddy) = (g.upload(&w1).unwrap(), g.upload(&w2).unwrap(), g.upload(&dyh).unwrap());
     let inp16 = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, w1: &dw1, w2: &dw2 };
-    let (n1, n2) = (e * 2 * i * h, e * h * i);
-    let f64s = |v: Vec<f32>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
     let mut runs = Vec::new();
     for m in [Fp8Dw1X::Bf16, Fp8Dw1X::Codes] {
         let cfg = LayerConfig {
@@ -1512,34 +1561,7 @@ fn backward_fp8_dw1_codes_run((tokens, h, i, e, k): (usize, usize, usize, usize,
             fp8_dw1_x: m,
             ..LayerConfig::bf16(h, i, e, k, tokens + 20, save)
         };
-        let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
-        let mut fw = Fp8Weights::alloc(&layer).unwrap();
-        fw.quantize(&g, &dw1, &dw2, &layer).unwrap();
-        let mut saved = layer.alloc_saved(tokens).unwrap();
-        let mut out = g.alloc::<bf16>(tokens * h).unwrap();
-        let inp = Fp8Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, weights: &fw };
-        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
-        let mut dx_out = g.alloc::<bf16>(tokens * h).unwrap();
-        let (mut gw1, mut gw2) = (g.alloc::<f32>(n1).unwrap(), g.alloc::<f32>(n2).unwrap());
-        let mut dtopk = g.alloc::<f32>(tokens * k).unwrap();
-        g.fill_bytes(&mut dx_out, 0xff).unwrap();
-        g.fill_bytes(&mut gw1, 0xff).unwrap();
-        g.fill_bytes(&mut gw2, 0xff).unwrap();
-        g.fill_bytes(&mut dtopk, 0xff).unwrap();
-        let grads = Grads { dx: &mut dx_out, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
-        layer.backward_fp8(&saved, &ddy, &inp16, &fw, grads).unwrap();
-        g.sync().unwrap();
-        layer.routing_error().unwrap();
-        let dxb: Vec<u16> = g.download(&dx_out).unwrap().iter().map(|v| v.to_bits()).collect();
-        let got =
-            (dxb, f64s(g.download(&dtopk).unwrap()), f64s(g.download(&gw1).unwrap()), f64s(g.download(&gw2).unwrap()));
-        assert!(got.0.iter().all(|&b| b != 0xffff), "{m:?}: dx left unwritten");
-        for (name, v) in [("dtopk", &got.1), ("dW1", &got.2), ("dW2", &got.3)] {
-            if let Some(q) = v.iter().position(|x| x.is_nan()) {
-                panic!("backward_fp8 ({m:?}, {save:?}) left {name}[{q}] unwritten");
-            }
-        }
-        runs.push(got);
+        runs.push(fp8_backward_once(&g, cfg, &inp16, &ddy, &format!("{m:?}, {save:?}")).0);
     }
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
     assert!(runs[0].0 == runs[1].0, "dx differs between Fp8Dw1X::Bf16 and Codes");
@@ -1633,7 +1655,7 @@ gpu_test!(backward_fp8_dy_codes_is_the_backward_of_the_dequantized_dy, {
 /// s h, the bf16 kernel's arithmetic on the same z) bit for bit the bf16-dh backward's. Outputs poisoned, checked
 /// written. With z recomputed and saved.
 fn backward_fp8_dh_run((tokens, h, i, e, k): (usize, usize, usize, usize, usize), save: megamoe::layer::Save) {
-    use megamoe::layer::{Fp8Backward, Fp8Dh, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer};
+    use megamoe::layer::{Fp8Backward, Fp8Dh, Inputs, LayerConfig};
     let g = gpu();
     let mut r = fresh_rng();
     let x = r.bf16_vec(tokens * h, 1.0);
@@ -1648,44 +1670,13 @@ fn backward_fp8_dh_run((tokens, h, i, e, k): (usize, usize, usize, usize, usize)
     let (dx, dids, dwts) = (g.upload(&x).unwrap(), g.upload(&ids).unwrap(), g.upload(&wts).unwrap());
     let (dw1, dw2, ddy) = (g.upload(&w1).unwrap(), g.upload(&w2).unwrap(), g.upload(&dyh).unwrap());
     let inp16 = Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, w1: &dw1, w2: &dw2 };
-    let (n1, n2) = (e * 2 * i * h, e * h * i);
-    let f64s = |v: Vec<f32>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
     let mut runs = Vec::new();
     for m in [Fp8Dh::Bf16, Fp8Dh::Fp8] {
         let cfg =
             LayerConfig { fp8_backward: Fp8Backward::Dx, fp8_dh: m, ..LayerConfig::bf16(h, i, e, k, tokens + 9, save) };
-        let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
-        let mut fw = Fp8Weights::alloc(&layer).unwrap();
-        assert_eq!(fw.w2t.is_some(), m == Fp8Dh::Fp8, "W2's transpose allocated for an FP8 dh only");
-        fw.quantize(&g, &dw1, &dw2, &layer).unwrap();
-        let mut saved = layer.alloc_saved(tokens).unwrap();
-        let mut out = g.alloc::<bf16>(tokens * h).unwrap();
-        let inp = Fp8Inputs { tokens, x: &dx, topk_ids: &dids, topk_weights: &dwts, weights: &fw };
-        layer.forward_fp8(&inp, &mut out, &mut saved).unwrap();
-        let mut dx_out = g.alloc::<bf16>(tokens * h).unwrap();
-        let (mut gw1, mut gw2) = (g.alloc::<f32>(n1).unwrap(), g.alloc::<f32>(n2).unwrap());
-        let mut dtopk = g.alloc::<f32>(tokens * k).unwrap();
-        g.fill_bytes(&mut dx_out, 0xff).unwrap();
-        g.fill_bytes(&mut gw1, 0xff).unwrap();
-        g.fill_bytes(&mut gw2, 0xff).unwrap();
-        g.fill_bytes(&mut dtopk, 0xff).unwrap();
-        let grads = Grads { dx: &mut dx_out, dw1: &mut gw1, dw2: &mut gw2, dtopk: &mut dtopk, accumulate: false };
-        layer.backward_fp8(&saved, &ddy, &inp16, &fw, grads).unwrap();
-        g.sync().unwrap();
-        layer.routing_error().unwrap();
-        let b64 = |v: Vec<bf16>| v.into_iter().map(|x| x.to_f64()).collect::<Vec<f64>>();
-        let got = (
-            b64(g.download(&dx_out).unwrap()),
-            f64s(g.download(&dtopk).unwrap()),
-            f64s(g.download(&gw1).unwrap()),
-            f64s(g.download(&gw2).unwrap()),
-        );
-        for (name, v) in [("dx", &got.0), ("dtopk", &got.1), ("dW1", &got.2), ("dW2", &got.3)] {
-            if let Some(q) = v.iter().position(|x| x.is_nan()) {
-                panic!("backward_fp8 ({m:?}, {save:?}) left {name}[{q}] unwritten");
-            }
-        }
-        runs.push(got);
+        let ((dxb, dtopk, gw1, gw2), w2t) = fp8_backward_once(&g, cfg, &inp16, &ddy, &format!("{m:?}, {save:?}"));
+        assert_eq!(w2t, m == Fp8Dh::Fp8, "W2's transpose allocated for an FP8 dh only");
+        runs.push((dxb.into_iter().map(|b| bf16::from_bits(b).to_f64()).collect::<Vec<f64>>(), dtopk, gw1, gw2));
     }
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
     assert!(bits(&runs[0].3) == bits(&runs[1].3), "dW2 differs between the bf16 and the FP8 dh");
