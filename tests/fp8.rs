@@ -1483,6 +1483,9 @@ gpu_test!(dequantize_rows_is_the_cpu_model_bit_for_bit, {
     }
 });
 
+/// dx's bits, dtopk, dW1 and dW2 of a backward.
+type GradsOut = (Vec<u16>, Vec<f64>, Vec<f64>, Vec<f64>);
+
 /// (dx's bits, dtopk, dW1, dW2) of one FP8 forward + backward of a single-GPU layer of `cfg` on `inp16`'s tokens
 /// and weights (quantized afresh) and upstream gradient `dy`: every gradient poisoned first and checked written
 /// (no NaN), f32 weight gradients, no accumulation. With whether the weights carried W2's transpose.
@@ -1492,7 +1495,7 @@ fn fp8_backward_once(
     inp16: &megamoe::layer::Inputs,
     dy: &CudaSlice<bf16>,
     tag: &str,
-) -> ((Vec<u16>, Vec<f64>, Vec<f64>, Vec<f64>), bool) {
+) -> (GradsOut, bool) {
     use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, MoeLayer};
     let (tokens, h, k) = (inp16.tokens, cfg.hidden, cfg.top_k);
     let (n1, n2) = (cfg.experts * 2 * cfg.intermediate * h, cfg.experts * h * cfg.intermediate);
