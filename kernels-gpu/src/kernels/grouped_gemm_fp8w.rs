@@ -653,7 +653,8 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
 /// A warpgroup whose 64 rows all belong to the tile's expert stores through its two staging boxes and the copy
 /// engine (`map_c`: dz's map [rows_max, 2N], `map_sh`; `store_box`'s layout): per 64-column batch, dz's g and u
 /// boxes at once (after every earlier store has read both boxes), then s h's box in the g box once its store has
-/// read it, s h computed again from z (no registers are left to hold it: the accumulator takes 128 of them);
+/// read it, s h's 16 words a batch held in registers meanwhile (computed with dz: the main loop's registers are
+/// free by then; recomputing it from a second read of z cost the kernel 2184 SASS instructions of 11544);
 /// otherwise from registers, 4-byte column pairs. The row's dtopk partial (dh h over this thread's 64 columns in
 /// order, then the quad's four lanes by two xor shuffles: a fixed order, the same in both paths) by the quad's first
 /// lane into partial[row, n_tile] (N / 256 a row, as `dtopk_reduce` reads). Rows at or past the expert's end read
@@ -713,14 +714,17 @@ unsafe fn epilogue_dswiglu(p: &GroupedGemmFp8, acc: &[f32; 128], ti: &MTile) {
                 tma::wait_group_read::<0>();
             }
             sync::named_sync(bar, 128);
+            // s h's pairs held (16 words) until the g box is free again
+            let mut shw = [0u32; 16];
             crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
                 crate::unroll!(H in [0, 1] {
                     let [g, u] = zw[2 * J + H];
                     let o = 4 * (8 * B + J) + 2 * H;
-                    let (g0, u0, _) = dswiglu_elem(lo(g), lo(u), acc[o], s[H], &mut part[H]);
-                    let (g1, u1, _) = dswiglu_elem(hi(g), hi(u), acc[o + 1], s[H], &mut part[H]);
+                    let (g0, u0, s0) = dswiglu_elem(lo(g), lo(u), acc[o], s[H], &mut part[H]);
+                    let (g1, u1, s1) = dswiglu_elem(hi(g), hi(u), acc[o + 1], s[H], &mut part[H]);
                     put(bg, J as u32, H as u32, math::pack_bf16x2(g0, g1));
                     put(bu, J as u32, H as u32, math::pack_bf16x2(u0, u1));
+                    shw[2 * J + H] = math::pack_bf16x2(s0, s1);
                 });
             });
             fence::proxy_async_shared_cta();
@@ -731,34 +735,20 @@ unsafe fn epilogue_dswiglu(p: &GroupedGemmFp8, acc: &[f32; 128], ti: &MTile) {
                 tma::commit_group();
                 tma::store_2d(p.map_c as *const u8, (p.n + col) as i32, row0w as i32, bu);
                 tma::commit_group();
+                // s h into the g box once its store has read it (the u box's may still be reading)
+                tma::wait_group_read::<1>();
             }
-            {
-                // s h into the g box once its store has read it (the u box's may still be reading), from z again:
-                // `dswiglu_elem`'s third value, the same arithmetic, so the register path's bits
-                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                    crate::unroll!(H in [0, 1] {
-                        zw[2 * J + H] = [global::ld_u32(zg[H].add(at(B, J))), global::ld_u32(zu[H].add(at(B, J)))];
-                    });
+            sync::named_sync(bar, 128);
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                crate::unroll!(H in [0, 1] {
+                    put(bg, J as u32, H as u32, shw[2 * J + H]);
                 });
-                if leader {
-                    tma::wait_group_read::<1>();
-                }
-                sync::named_sync(bar, 128);
-                crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                    crate::unroll!(H in [0, 1] {
-                        let [g, u] = zw[2 * J + H];
-                        let mut unused = 0f32;
-                        let s0 = dswiglu_elem(lo(g), lo(u), 0.0, s[H], &mut unused).2;
-                        let s1 = dswiglu_elem(hi(g), hi(u), 0.0, s[H], &mut unused).2;
-                        put(bg, J as u32, H as u32, math::pack_bf16x2(s0, s1));
-                    });
-                });
-                fence::proxy_async_shared_cta();
-                sync::named_sync(bar, 128);
-                if leader {
-                    tma::store_2d(p.map_sh as *const u8, col as i32, row0w as i32, bg);
-                    tma::commit_group();
-                }
+            });
+            fence::proxy_async_shared_cta();
+            sync::named_sync(bar, 128);
+            if leader {
+                tma::store_2d(p.map_sh as *const u8, col as i32, row0w as i32, bg);
+                tma::commit_group();
             }
         });
     } else {
