@@ -648,7 +648,8 @@ unsafe fn consume<const SW: bool, const ZT: bool, const QZ: bool, const GA: bool
 /// [`dswiglu_elem`] (the bf16 kernels' arithmetic): dz's g half into column c of C (dz, bf16 [rows, 2N]), its u half
 /// into N + c, s h into `sh` [rows, N]. z is read 64 columns at a time, every load of a batch issued before its
 /// first use, each at a constant offset from its row's pointers (`ld.global`, so ptxas may keep the loads ahead of
-/// the stores into shared memory).
+/// the stores into shared memory); in the staged path the next batch's loads are issued as soon as this batch's
+/// words are used (before its boxes are stored), so only the first batch waits a whole load latency.
 ///
 /// A warpgroup whose 64 rows all belong to the tile's expert stores through its two staging boxes and the copy
 /// engine (`map_c`: dz's map [rows_max, 2N], `map_sh`; `store_box`'s layout): per 64-column batch, dz's g and u
@@ -700,16 +701,20 @@ unsafe fn epilogue_dswiglu(p: &GroupedGemmFp8, acc: &[f32; 128], ti: &MTile) {
             let rr = r + 8 * h;
             smem::st_u32(buf + rr * 128 + ((j ^ (rr % 8)) * 16) + 2 * c0, v);
         };
+        // batch b's z words of this thread's two rows (g, u pairs), 32 loads issued at once
+        let load = |b: usize, zw: &mut [[u32; 2]; 16]| {
+            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
+                crate::unroll!(H in [0, 1] {
+                    zw[2 * J + H] = [global::ld_u32(zg[H].add(at(b, J))), global::ld_u32(zu[H].add(at(b, J)))];
+                });
+            });
+        };
+        let (bg, bu) = (wst, wst + C_BOX);
+        let mut zw = [[0u32; 2]; 16];
+        load(0, &mut zw);
         crate::unroll!(B in [0, 1, 2, 3] {
             // batch B's 64 columns: dz's g and u halves straight into the two staging boxes (once every earlier
             // store has read them: no box is left in flight across batches or tiles, so no turn is counted)
-            let (bg, bu) = (wst, wst + C_BOX);
-            let mut zw = [[0u32; 2]; 16];
-            crate::unroll!(J in [0, 1, 2, 3, 4, 5, 6, 7] {
-                crate::unroll!(H in [0, 1] {
-                    zw[2 * J + H] = [global::ld_u32(zg[H].add(at(B, J))), global::ld_u32(zu[H].add(at(B, J)))];
-                });
-            });
             if leader {
                 tma::wait_group_read::<0>();
             }
@@ -727,6 +732,10 @@ unsafe fn epilogue_dswiglu(p: &GroupedGemmFp8, acc: &[f32; 128], ti: &MTile) {
                     shw[2 * J + H] = math::pack_bf16x2(s0, s1);
                 });
             });
+            // the next batch's z in flight (into the words just read) while this batch's boxes are stored
+            if B < 3 {
+                load(B + 1, &mut zw);
+            }
             fence::proxy_async_shared_cta();
             sync::named_sync(bar, 128);
             let col = ti.n_tile * BN + 64 * B as u32;
