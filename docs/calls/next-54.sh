@@ -3,7 +3,8 @@
 # tests, layer bench, ep bench). The FP8 dh (`Fp8Dh::Fp8`, `grouped_gemm_fp8w_dswiglu[_gather]`): whole 64-row
 # groups of dz and s h staged and stored by the copy engine, the rest from registers, z read once, 64 columns at
 # a time by `ld.global` at constant offsets; s h computed with dz and held (16 words a batch) until the g box is
-# free (b122 read z twice and recomputed s h: 11544 SASS instructions against 9360 now, main loop identical).
+# free (b122 read z twice and recomputed s h: 11544 SASS instructions against 9448 now, main loop identical), and
+# the next batch's z loads in flight while this batch's boxes are stored (main dcec4b7).
 # Order as run: the whole fp8 suite (--nocapture: the FP8-dh tests' rel errs), the layer bench
 # at 30B (its FP8 step line `Dx, Fp8Dh::Fp8` against `Dx, Fp8Dh::Bf16`), ncu's time of each SwiGLU-backward GEMM and the FP8 dx, the fp8_ep tests, the ep bench (the FP8 step with
 # `Fp8Dy::Codes` + `Fp8Dh::Fp8` against the bf16-dy FP8 step). Carry [".dev/b123"].
