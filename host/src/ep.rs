@@ -1598,6 +1598,8 @@ impl EpLayer {
         (p.w, p.w_len) = (ws + lay.recv_w, lay.max_recv as u32);
         (p.partial, p.sh) = (partial, sh);
         p.map_sh = self.maps.get(&g, sh, recv, i, 64, 64)?;
+        // z's map: the producer's L2 prefetches of what the epilogue reads
+        p.map_z = self.maps.get(&g, z, recv, 2 * i, 64, 64)?;
         let k = "grouped_gemm_fp8w_dswiglu";
         let cfg = q::launch_cfg(&g, k, recv, per, i, q::tile_cols(k))?;
         if pass == Pass::Prepare {

@@ -1335,7 +1335,7 @@ impl MoeLayer {
         let n_tiles_i = match (dh8, fp8, dyq) {
             // FP8: dy's token codes against W2's transposed codes, 256 columns of I a tile
             (true, Some(w), Some((q8, qs, _))) => {
-                self.dh_fp8(w, (q8, qs), z_ptr, dptr(inp.topk_weights, &s), saved)?;
+                self.dh_fp8(w, (q8, qs), (z_ptr, z_rows), dptr(inp.topk_weights, &s), saved)?;
                 (i2 / 256) as u32
             }
             _ => {

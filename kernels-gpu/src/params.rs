@@ -816,7 +816,9 @@ pub struct GroupedGemmFp8 {
     pub ct: u64,
     /// `grouped_gemm_fp8w_swiglu_qz`: z, bf16 [rows, 2N] (the rows the call routes: at most `rows_max`); 0 otherwise.
     pub z: u64,
-    /// `grouped_gemm_fp8w_swiglu_qz`: tensor map of z, bf16 [rows, 2N], box 64 x 64, 128-byte swizzle; 0 otherwise.
+    /// Tensor map of z, bf16 [rows, 2N], box 64 x 64, 128-byte swizzle: `grouped_gemm_fp8w_swiglu_qz` stores z
+    /// through it; `grouped_gemm_fp8w_dswiglu[_gather]` (required there) prefetch the z their epilogue reads into L2
+    /// through it; 0 otherwise.
     pub map_z: u64,
     /// `grouped_gemm_fp8w_cpx` (the side copy, by the producer warpgroup's idle warps while the GEMM runs): the
     /// tokens' rows, bf16 [tokens, copy_cols]; 0 otherwise.

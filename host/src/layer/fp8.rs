@@ -494,12 +494,13 @@ impl MoeLayer {
 
     /// dh = dy W2_e in FP8 with the SwiGLU backward (`grouped_gemm_fp8w_dswiglu_gather`: dy's token codes `dy8`
     /// (scales `dy8s`) read by the producer through the routing's row -> slot map, W2's transposed codes): dz into
-    /// the workspace's dz, s h into its sh, each row's dtopk partials (I / 256 a row) into its partials; z at `z`.
+    /// the workspace's dz, s h into its sh, each row's dtopk partials (I / 256 a row) into its partials; z at `z`
+    /// (`z_rows` rows of 2I).
     pub(super) fn dh_fp8(
         &mut self,
         w: &Fp8Weights,
         (dy8, dy8s): (u64, u64),
-        z: u64,
+        (z, z_rows): (u64, usize),
         w_route: u64,
         sv: &Saved,
     ) -> Result<()> {
@@ -520,6 +521,8 @@ impl MoeLayer {
         (p.w, p.w_len) = (w_route, (sv.tokens * c.top_k) as u32);
         (p.partial, p.sh) = (dptr(&self.work.partial, &s), sh);
         p.map_sh = self.maps.get(&g, sh, slots_max, i, 64, 64)?;
+        // z's map: the producer's L2 prefetches of what the epilogue reads
+        p.map_z = self.maps.get(&g, z, z_rows, 2 * i, 64, 64)?;
         let k1 = "grouped_gemm_fp8w_dswiglu_gather";
         let cfg = q::launch_cfg(&g, k1, slots_max, e, i, q::tile_cols(k1))?;
         // SAFETY: dy's codes and scales hold the call's T tokens (row_slot / top_k < T), W2^T E * I rows of H with

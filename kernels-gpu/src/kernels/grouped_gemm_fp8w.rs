@@ -302,7 +302,7 @@ unsafe fn body<const SW: bool, const ZT: bool, const QZ: bool, const CPX: bool, 
             regs::setmaxnreg_dec::<40>();
         }
         if GA {
-            produce_gather::<SW>(p, base, ring, total());
+            produce_gather::<SW, PROBE>(p, base, ring, total());
         } else if t == 0 {
             produce::<SW, PROBE>(p, base, ring, total());
         } else if CPX && t >= 32 {
@@ -323,6 +323,9 @@ unsafe fn produce<const SW: bool, const PROBE: u32>(p: &GroupedGemmFp8, base: u3
     let (ma, mb) = (p.map_a as *const u8, p.map_b as *const u8);
     crate::kernels::acquire_prefetch(ma);
     crate::kernels::acquire_prefetch(mb);
+    if PROBE & DSW != 0 {
+        crate::kernels::acquire_prefetch(p.map_z as *const u8);
+    }
     let kb_n = p.k / BK;
     let mut it = 0u32;
     let mut l = 0u32;
@@ -346,6 +349,10 @@ unsafe fn produce<const SW: bool, const PROBE: u32>(p: &GroupedGemmFp8, base: u3
                 tma::load_2d(st + A_BYTES, mb, (kb * BK) as i32, b0, fb);
                 tma::load_2d(st + A_BYTES + B_HALF, mb, (kb * BK) as i32, b1, fb);
             }
+            if PROBE & DSW != 0 && kb + Z_AHEAD == kb_n {
+                // the tile from the slot this thread wrote (no register of it held across the loop)
+                prefetch_z(p, &slot(base, l));
+            }
             it += 1;
             kb += 1;
         }
@@ -368,11 +375,20 @@ unsafe fn produce<const SW: bool, const PROBE: u32>(p: &GroupedGemmFp8, base: u3
 /// warpgroup 0, uniform control flow; row_slot holds the routing's slots (below tokens x top_k) for the rows below
 /// offsets[E], `a_rows` [tokens, K] codes.
 #[inline(always)]
-unsafe fn produce_gather<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ring<STAGES>, total: u32) {
+unsafe fn produce_gather<const SW: bool, const PROBE: u32>(
+    p: &GroupedGemmFp8,
+    base: u32,
+    ring: Ring<STAGES>,
+    total: u32,
+) {
     let t = regs::tid();
     let mb = p.map_b as *const u8;
     if t == 0 {
         crate::kernels::acquire_prefetch(mb);
+    }
+    if PROBE & DSW != 0 && t == 32 {
+        // z's map, for the L2 prefetches of the SwiGLU backward's z (this thread's, below)
+        crate::kernels::acquire_prefetch(p.map_z as *const u8);
     }
     let kb_n = p.k / BK;
     let mut it = 0u32;
@@ -389,6 +405,12 @@ unsafe fn produce_gather<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ri
         sync::named_sync(1, 128);
         smem::st_u32(toks + 4 * t, tok);
         sync::named_sync(1, 128);
+        if PROBE & DSW != 0 && t == 32 && l > 0 {
+            // the previous tile's z into L2 now that its last stage is issued, the ring's depth before the
+            // consumers' epilogue reads it (its slot, written by thread 0 before the barriers above; inside the k
+            // loop, `Z_AHEAD` k-steps earlier as `produce` does, this 56-register role spilled)
+            prefetch_z(p, &slot(base, l - 1));
+        }
         let rows = crate::kernels::grouped_gemm::GatherRows::new(p.a_rows as *const u8, p.k as usize, toks, t);
         let mut kb = 0;
         while kb < kb_n {
@@ -411,6 +433,34 @@ unsafe fn produce_gather<const SW: bool>(p: &GroupedGemmFp8, base: u32, ring: Ri
         }
         l += 1;
         tile += regs::nctaid();
+    }
+    if PROBE & DSW != 0 && t == 32 && l > 0 {
+        // the last tile's (its slot written before the last tile's barriers)
+        prefetch_z(p, &slot(base, l - 1));
+    }
+}
+
+/// How many k-steps before its tile's last one the producer asks L2 for the z that the SwiGLU backward's epilogue
+/// will read (the consumers run the ring's depth behind it, so the z arrives ~Z_AHEAD + STAGES k-steps ahead).
+const Z_AHEAD: u32 = 4;
+
+/// The SwiGLU-backward epilogue's z of tile `ti` (its rows' g and u runs of the tile's 256 columns: 64 x 64 boxes
+/// of `map_z`, z [rows, 2N] bf16) into L2 by the copy engine, so the epilogue's loads find it there: it reads its
+/// 1 KB a row at once with every SM's epilogue at about the same time (measured: the FP8 dh kernel ~290 us over its
+/// main loop at dx's rate at 30B on an H100, its epilogue's bytes exposed). Row groups past the expert's end are
+/// skipped. SAFETY: one thread; `map_z` acquired by it.
+#[inline(always)]
+unsafe fn prefetch_z(p: &GroupedGemmFp8, ti: &MTile) {
+    let mz = p.map_z as *const u8;
+    // a loop, not unrolled: the gathering producer runs at 56 registers (unrolled, its coordinates spilled one)
+    let mut q = 0;
+    while q < 16 {
+        let row = ti.row0 + 64 * (q / 8);
+        let col = ti.n_tile * BN + 64 * (q % 4) + (q / 4 % 2) * p.n;
+        if row < ti.row_end {
+            tma::prefetch_2d_l2(mz, col as i32, row as i32);
+        }
+        q += 1;
     }
 }
 

@@ -88,6 +88,14 @@ pub unsafe fn load_2d(dst: u32, map: *const u8, c0: i32, c1: i32, bar: u32) {
          options(nostack));
 }
 
+/// `cp.async.bulk.prefetch.tensor.2d.L2.global`: the box at (c0, c1) into L2 (a hint: nothing waits for it; parts
+/// of the box outside the tensor are skipped). SAFETY: one thread; `map` a valid 2D tensor map in global memory.
+#[inline(always)]
+pub unsafe fn prefetch_2d_l2(map: *const u8, c0: i32, c1: i32) {
+    asm!("cp.async.bulk.prefetch.tensor.2d.L2.global [{m}, {{{x}, {y}}}];", m = in(reg64) map, x = in(reg32) c0,
+         y = in(reg32) c1, options(nostack));
+}
+
 /// `cp.async.bulk.tensor.2d ... .multicast::cluster`: as [`load_2d`], the box lands at the same shared offset
 /// `dst` in every CTA of the cluster whose rank bit is set in `mask`, and completes its bytes on the mbarrier at
 /// offset `bar` of each. SAFETY: as [`load_2d`], for every CTA in `mask` (each expects the bytes on its barrier
