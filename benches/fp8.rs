@@ -16,7 +16,8 @@
 //! against the bf16 `grouped_wgrad`, under the routing `MEGAMOE_BENCH_ROUTING` asks for (random, balanced or
 //! zipf:S; benches/common/routing_env.rs).
 //!
-//! `cargo bench --bench fp8`; in the GPU bundle `./fp8_bench --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape.
+//! `cargo bench --bench fp8`; in the GPU bundle `./fp8_bench --bench`. `MEGAMOE_BENCH_ONLY=30B` runs one shape;
+//! `MEGAMOE_BENCH_FP8_GEMM=dh` only the M-grouped GEMM lines whose name contains `dh`.
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
@@ -131,9 +132,17 @@ fn bench(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
     let doff = s(g.upload(&offsets))?;
     let dtil = s(g.upload(&gemm::tile_offsets(&counts)))?;
     let mut ok = true;
-    for (what, n, kk, wscale) in
-        [("fwd GEMM1 (plain)", 2 * i, h, 1.7 / (h as f64).sqrt()), ("fwd GEMM2", h, i, 2.0 / (i as f64).sqrt())]
-    {
+    // (the backward's dh shape too: the FP8 dh's main loop with a plain epilogue, against which the SwiGLU-backward
+    // kernel's epilogue is priced)
+    for (what, n, kk, wscale) in [
+        ("fwd GEMM1 (plain)", 2 * i, h, 1.7 / (h as f64).sqrt()),
+        ("fwd GEMM2", h, i, 2.0 / (i as f64).sqrt()),
+        ("bwd dh (plain)", i, h, 2.0 / (h as f64).sqrt()),
+    ] {
+        // MEGAMOE_BENCH_FP8_GEMM=dh (a substring of the line's name): that GEMM alone (a profiler's run)
+        if !what.contains(gemm_only().as_str()) {
+            continue;
+        }
         let a = rng.bf16_vec(m * kk, 1.0);
         let w = rng.bf16_vec(e * n * kk, wscale);
         let (da, dw) = (s(g.upload(&a))?, s(g.upload(&w))?);
@@ -603,6 +612,11 @@ fn bench_wgrad(g: &Arc<Gpu>, name: &str, sh: Shape, rng: &mut Rng) -> R<bool> {
     Ok(ok)
 }
 
+/// `MEGAMOE_BENCH_FP8_GEMM`: run only the M-grouped GEMM lines whose name contains it (and not the layer lines).
+fn gemm_only() -> String {
+    std::env::var("MEGAMOE_BENCH_FP8_GEMM").unwrap_or_default()
+}
+
 fn main() {
     let g = match megamoe::gpu(0) {
         Ok(g) => g,
@@ -629,7 +643,7 @@ fn main() {
         let (wgrad, only_wgrad) = (wg == "1" || wg == "only", wg == "only");
         let runs = [
             (!only_wgrad).then(|| bench(&g, name, sh, &mut rng)),
-            (!only_wgrad).then(|| bench_layer(&g, name, sh, &mut rng)),
+            (!only_wgrad && gemm_only().is_empty()).then(|| bench_layer(&g, name, sh, &mut rng)),
             wgrad.then(|| bench_wgrad(&g, name, sh, &mut rng)),
         ];
         for r in runs.into_iter().flatten() {
