@@ -7,14 +7,15 @@
 # the next batch's z loads in flight while this batch's boxes are stored (main dcec4b7).
 # Order as run: the whole fp8 suite (--nocapture: the FP8-dh tests' rel errs), the layer bench
 # at 30B (its FP8 step line `Dx, Fp8Dh::Fp8` against `Dx, Fp8Dh::Bf16`), ncu's time of each SwiGLU-backward GEMM and the FP8 dx, the fp8_ep tests, the ep bench (the FP8 step with
-# `Fp8Dy::Codes` + `Fp8Dh::Fp8` against the bf16-dy FP8 step). Carry [".dev/b123"].
+# `Fp8Dy::Codes` + `Fp8Dh::Fp8` against the bf16-dy FP8 step). Carry [".dev/b123"] (or BDIR=bNN: another build).
 # Predicted: every test passes; dx, dtopk, dW1 within ~1e-2 of the FP8-dh model (2.5e-2 asserted); dW2 bitwise the
 # bf16-dh backward's; the EP FP8-dh backward bitwise its single-GPU twin. Timing (30B, the layer bench's
 # alternating FP8 steps): `Dx, Fp8Dh::Fp8` 1.04-1.09x the `Dx, Fp8Dh::Bf16` step (dh's GEMM ~0.8 ms -> ~0.5-0.6).
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-. "$(dirname "$0")/prelude.sh" b123
+D=${BDIR:-b123}
+. "$(dirname "$0")/prelude.sh" $D
 trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
-B=b123/main
+B=$D/main
 BOUND=${BOUND:-580}
 # the fp8 suite whole first (every FP8 kernel's parameter block grew `map_sh`), with the rel-err lines
 timeout $(to 240 300) $B/fp8 --include-ignored --test-threads=1 --nocapture > $OUT/r/t_fp8.txt 2>&1
