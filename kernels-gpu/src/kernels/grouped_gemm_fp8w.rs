@@ -446,9 +446,9 @@ const Z_AHEAD: u32 = 4;
 
 /// The SwiGLU-backward epilogue's z of tile `ti` (its rows' g and u runs of the tile's 256 columns: 64 x 64 boxes
 /// of `map_z`, z [rows, 2N] bf16) into L2 by the copy engine, so the epilogue's loads find it there: it reads its
-/// 1 KB a row at once with every SM's epilogue at about the same time (measured: the FP8 dh kernel ~290 us over its
-/// main loop at dx's rate at 30B on an H100, its epilogue's bytes exposed). Row groups past the expert's end are
-/// skipped. SAFETY: one thread; `map_z` acquired by it.
+/// 1 KB a row at once with every SM's epilogue at about the same time. Measured at 30B on an H100 (docs/RESULTS.md
+/// 2026-12-07d): the kernel 769 -> 735 us with it, against 387 for the plain wide kernel at its shape. Row groups
+/// past the expert's end are skipped. SAFETY: one thread; `map_z` acquired by it.
 #[inline(always)]
 unsafe fn prefetch_z(p: &GroupedGemmFp8, ti: &MTile) {
     let mz = p.map_z as *const u8;
