@@ -24,7 +24,9 @@ be captured by `torch.cuda.graph` and replayed (a captured forward keeps one slo
 slot a later forward overwrote raises). Not through these bindings yet: expert parallelism (the Rust API has it). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` +
 `moe_fp8`, or `Layer.forward_fp8` / `backward(..., w8=)`. torch.compile: `moe_op` / `MoE(..., op=True)`, the layer as
 custom operators (torch.library) that carry no state from forward to backward (the backward makes the routing
-again, ~13 us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring. In FP8 too:
+again, ~13 us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring; on a layer
+with `save_z=True` the forward operator also returns z, which autograd keeps for the backward operator instead of
+a recompute (1.18x the z-recomputing operators' step at 30B). In FP8 too (z recomputed):
 `moe_op_fp8` / `MoE(..., op=True, fp8=True)`, the FP8 weights as six tensors (`fp8_codes`, an operator: quantized
 in the call unless given).
 """
@@ -75,6 +77,9 @@ def lib():
     L.megamoe_layer_free.argtypes = [vp]
     L.megamoe_layer_reserve_saved.argtypes = [vp, sz]
     L.megamoe_backward_routed.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32]
+    L.megamoe_forward_z.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, u64]
+    L.megamoe_backward_routed_z.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32,
+                                            i32]
     L.megamoe_layer_free.restype = None
     L.megamoe_forward.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, ctypes.POINTER(vp)]
     L.megamoe_backward.argtypes = [vp, u64, vp, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32]
@@ -418,6 +423,32 @@ def _op_backward_impl(dy, x, topk_ids, topk_weights, w1, w2, layer_id):
     return dx, dtopk, dw1, dw2
 
 
+def _op_forward_z_impl(x, topk_ids, topk_weights, w1, w2, layer_id):
+    layer = _layers[layer_id]
+    T, k, d = x.shape[0], layer.top_k, layer.device
+    ptrs = layer._inputs(x, topk_ids, topk_weights, w1, w2, T)
+    out = torch.empty((T, layer.hidden), dtype=torch.bfloat16, device=d)
+    # z in the routing's row order (internal): only handed back to the backward
+    z = torch.empty((T * k, 2 * layer.intermediate), dtype=torch.bfloat16, device=d)
+    _keep_if_capturing(layer)
+    _check(lib().megamoe_forward_z(layer.handle, _stream(d), T, *ptrs, out.data_ptr(), z.data_ptr()))
+    return out, z
+
+
+def _op_backward_z_impl(dy, x, topk_ids, topk_weights, w1, w2, z, layer_id):
+    layer = _layers[layer_id]
+    T, k, d = x.shape[0], layer.top_k, layer.device
+    ptrs = layer._inputs(x, topk_ids, topk_weights, w1, w2, T)
+    pdy = _need(dy, "dy", torch.bfloat16, (T, layer.hidden), d)
+    pz = _need(z, "z", torch.bfloat16, (T * k, 2 * layer.intermediate), d)
+    dx, dw1, dw2 = torch.empty_like(x), torch.empty_like(w1), torch.empty_like(w2)
+    dtopk = torch.empty((T, k), dtype=torch.float32, device=d)
+    _keep_if_capturing(layer)
+    _check(lib().megamoe_backward_routed_z(layer.handle, _stream(d), T, pdy, *ptrs, pz, dx.data_ptr(),
+                                           dw1.data_ptr(), dw2.data_ptr(), dtopk.data_ptr(), 1, 0))
+    return dx, dtopk, dw1, dw2
+
+
 _HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
 
 if _HAS_CUSTOM_OP:
@@ -453,6 +484,41 @@ if _HAS_CUSTOM_OP:
         return dx, None, dtopk, dw1, dw2, None
 
     _op_forward.register_autograd(_op_autograd, setup_context=_op_setup_context)
+
+    @torch.library.custom_op("megamoe::moe_forward_z", mutates_args=())
+    def _op_forward_z(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w1: torch.Tensor,
+                      w2: torch.Tensor, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return _op_forward_z_impl(x, topk_ids, topk_weights, w1, w2, layer_id)
+
+    @_op_forward_z.register_fake
+    def _(x, topk_ids, topk_weights, w1, w2, layer_id):
+        k, i2 = topk_ids.shape[1], w1.shape[1]
+        return x.new_empty((x.shape[0], w2.shape[1])), x.new_empty((x.shape[0] * k, i2))
+
+    @torch.library.custom_op("megamoe::moe_backward_z", mutates_args=())
+    def _op_backward_z(dy: torch.Tensor, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                       w1: torch.Tensor, w2: torch.Tensor, z: torch.Tensor,
+                       layer_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _op_backward_z_impl(dy, x, topk_ids, topk_weights, w1, w2, z, layer_id)
+
+    @_op_backward_z.register_fake
+    def _(dy, x, topk_ids, topk_weights, w1, w2, z, layer_id):
+        return (torch.empty_like(x), x.new_empty(topk_weights.shape, dtype=torch.float32), torch.empty_like(w1),
+                torch.empty_like(w2))
+
+    def _op_z_setup_context(ctx, inputs, output):
+        x, topk_ids, topk_weights, w1, w2, layer_id = inputs
+        ctx.save_for_backward(x, topk_ids, topk_weights, w1, w2, output[1])
+        ctx.mark_non_differentiable(output[1])
+        ctx.layer_id = layer_id
+
+    def _op_z_autograd(ctx, dy, _dz):
+        x, topk_ids, topk_weights, w1, w2, z = ctx.saved_tensors
+        dx, dtopk, dw1, dw2 = torch.ops.megamoe.moe_backward_z(dy.contiguous(), x, topk_ids, topk_weights, w1, w2,
+                                                               z, ctx.layer_id)
+        return dx, None, dtopk, dw1, dw2, None
+
+    _op_forward_z.register_autograd(_op_z_autograd, setup_context=_op_z_setup_context)
 
 
 _CODE_NAMES = ("w1_codes", "w1_scales", "w2_codes", "w2_scales", "w1t_codes", "w1t_scales")
@@ -604,15 +670,18 @@ def moe_op_fp8(layer, x, topk_ids, topk_weights, w1, w2, codes=None):
 def moe_op(layer, x, topk_ids, topk_weights, w1, w2):
     """`moe` as PyTorch custom operators (`torch.ops.megamoe.moe_forward` / `moe_backward`, torch.library): they
     carry no Python object from forward to backward (the backward makes the routing again, ~13 us at the 30B
-    shape, and recomputes z), so `torch.compile` traces them without a graph break (fake implementations give the
-    shapes) and a CUDA graph captures them with no ring of saved states. The layer must recompute z
-    (`save_z=False`). Gradients bitwise `moe`'s; weight gradients in the weights' dtype (bf16)."""
-    if layer.save_z:
-        raise ValueError("moe_op needs a layer that recomputes z (save_z=False)")
+    shape), so `torch.compile` traces them without a graph break (fake implementations give the shapes) and a CUDA
+    graph captures them with no ring of saved states. A layer with `save_z=False` recomputes z in the backward; with
+    `save_z=True` the forward operator (`moe_forward_z`) also returns z (bf16 [T k, 2I], rows in the routing's
+    order), which autograd keeps for the backward operator (`moe_backward_z`): the z-saved layer's shorter
+    backward for 2I bf16 a routed row of activation memory. Gradients bitwise `moe`'s on a layer of the same
+    `save_z`; weight gradients in the weights' dtype (bf16)."""
     if not _HAS_CUSTOM_OP:
         raise RuntimeError("this PyTorch has no torch.library.custom_op (2.4 or later): use moe()")
     ids = topk_ids.to(torch.int32).contiguous()
     w = topk_weights.to(torch.float32).contiguous()
+    if layer.save_z:
+        return torch.ops.megamoe.moe_forward_z(x.contiguous(), ids, w, w1, w2, layer.id)[0]
     return torch.ops.megamoe.moe_forward(x.contiguous(), ids, w, w1, w2, layer.id)
 
 
@@ -626,8 +695,8 @@ class MoE(torch.nn.Module):
     def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False,
                  saved_slots=0, op=False):
         super().__init__()
-        if op and save_z:
-            raise ValueError("op=True (the custom operators) recomputes z: save_z must be False")
+        if op and fp8 and save_z:
+            raise ValueError("op=True with fp8=True (the FP8 custom operators) recomputes z: save_z must be False")
         self.op = op
         self.fp8 = fp8
         self.saved_slots = saved_slots

@@ -389,28 +389,35 @@ def check_compiled_module(tag, mod, x, ids, w, w1, w2, dy, want):
         fail(f"torch.compile of {tag}: {type(e).__name__}: {str(e)[:300]}")
 
 
-def case_op(name, H, I, E, k, T, masked):
-    """The custom operators (`moe_op`): forward and backward bitwise the handle path (`moe`); `torch.compile` with
-    fullgraph=True (no graph break) of a function calling them, with the aot_eager backend (dynamo's tracing, the
-    fake implementations, the autograd registration) and with inductor where it runs, bitwise too; the op path in a
-    CUDA graph with no ring of saved states, replayed on new inputs bitwise the eager step; a layer keeping z
-    refused."""
-    print(f"case op {name}: H={H} I={I} E={E} k={k} T={T} masked={masked}")
+def case_op(name, H, I, E, k, T, masked, save_z=False):
+    """The custom operators (`moe_op`; with `save_z` the pair that hands z from the forward to the backward as a
+    tensor): forward and backward bitwise the handle path (`moe`) of a layer of the same `save_z`;
+    `torch.compile` with fullgraph=True (no graph break) of a function calling them, with the aot_eager backend
+    (dynamo's tracing, the fake implementations, the autograd registration) and with inductor where it runs,
+    bitwise too; the op path in a CUDA graph with no ring of saved states, replayed on new inputs bitwise the eager
+    step."""
+    print(f"case op {name}: H={H} I={I} E={E} k={k} T={T} masked={masked} save_z={save_z}")
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
-    layer = mm.Layer(H, I, E, k, T)
+    layer = mm.Layer(H, I, E, k, T, save_z=save_z)
 
     args = (x, ids, w, w1, w2, dy)
     want = autograd_step(lambda *a: mm.moe(layer, *a), *args)
     same_five("op against moe", autograd_step(lambda *a: mm.moe_op(layer, *a), *args), want)
     check_compiled("", lambda *a: mm.moe_op(layer, *a), args, want)
     # the module form under torch.compile(fullgraph=True): its layer is made in __init__, not traced
-    check_compiled_module("MoE(op=True)", mm.MoE(H, I, E, k, T, device=dev, op=True), *args, want)
+    check_compiled_module(f"MoE(op=True, save_z={save_z})", mm.MoE(H, I, E, k, T, device=dev, op=True, save_z=save_z),
+                          *args, want)
     # a CUDA graph of the op path: no ring needed (nothing is carried from the forward to the backward)
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
     got = op_graph_replay(lambda *a: mm.moe_op(layer, *a), args, (x, ids, w, w1, w2, dy))
     same_five("op graph replay", got, autograd_step(lambda *a: mm.moe(layer, *a), x, ids, w, w1, w2, dy))
-    expect_error("moe_op on a layer keeping z", ValueError,
-                 lambda: mm.moe_op(mm.Layer(H, I, E, k, T, save_z=True), x, ids, w, w1, w2), "save_z")
+    if save_z:
+        # the op keeping z against the op recomputing it: the same bits (z is the same product either way)
+        layer_r = mm.Layer(H, I, E, k, T)
+        same_five("op keeping z against the op recomputing it", autograd_step(lambda *a: mm.moe_op(layer_r, *a), *args),
+                  autograd_step(lambda *a: mm.moe_op(layer, *a), *args))
+        expect_error("MoE(op=True, fp8=True, save_z=True)", ValueError,
+                     lambda: mm.MoE(H, I, E, k, T, device=dev, op=True, fp8=True, save_z=True), "save_z")
     torch.cuda.synchronize()
 
 
@@ -532,6 +539,31 @@ def bench():
     t_op, t_ours3 = median_ms(ours_op), median_ms(ours)
     print(f"RESULT torch-binding 30B T={T} fwd+bwd through the custom operators: {t_op:.3f} ms, the autograd Function "
           f"{t_ours3:.3f} ms ({t_ours3 / t_op:.3f}x; the operators' backward makes the routing again)")
+    # the operators keeping z (z a tensor from the forward operator to the backward one) against the operators
+    # recomputing it and the autograd Function keeping z, in rotation
+    layer_op_z = mm.Layer(H, I, E, k, T, save_z=True)
+    moe_z = mm.MoE(H, I, E, k, T, device=dev, save_z=True)
+    with torch.no_grad():
+        moe_z.w1.copy_(w1)
+        moe_z.w2.copy_(w2)
+
+    def ours_op_z():
+        xa.grad = wa.grad = W1.grad = W2.grad = None
+        mm.moe_op(layer_op_z, xa, ids64, wa, W1, W2).backward(dy)
+
+    def ours_z():
+        xa.grad = wa.grad = moe_z.w1.grad = moe_z.w2.grad = None
+        moe_z(xa, ids64, wa).backward(dy)
+
+    rot = {"op_z": [], "op": [], "fn_z": []}
+    for _ in range(3):
+        for n, f in (("op_z", ours_op_z), ("op", ours_op), ("fn_z", ours_z)):
+            rot[n].append(median_ms(f))
+    m = {n: sorted(v)[1] for n, v in rot.items()}
+    print(f"RESULT torch-binding 30B T={T} fwd+bwd through the custom operators keeping z: {m['op_z']:.3f} ms, the "
+          f"operators recomputing z {m['op']:.3f} ms ({m['op'] / m['op_z']:.3f}x), the autograd Function keeping z "
+          f"{m['fn_z']:.3f} ms ({m['fn_z'] / m['op_z']:.3f}x); three rotations, the median of each's medians")
+    del moe_z, layer_op_z
     t_graph, t_eager = median_ms(graph.replay), median_ms(ours)
     print(f"RESULT torch-binding 30B T={T} fwd+bwd as a CUDA graph: {t_graph:.3f} ms replayed, eager {t_eager:.3f} ms "
           f"({t_eager / t_graph:.3f}x), torch._grouped_mm layer {t_theirs:.3f} ms ({t_theirs / t_graph:.2f}x)")
@@ -544,6 +576,8 @@ case_graph("ragged, masked, z saved", 320, 192, 5, 3, 211, True, 0.1)
 case_graph("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, False, 0.0)
 case_op("ragged, masked", 320, 192, 5, 3, 211, 0.1)
 case_op("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, 0.0)
+case_op("ragged, masked, z saved", 320, 192, 5, 3, 211, 0.1, save_z=True)
+case_op("Qwen3-30B-A3B, z saved", 2048, 768, 128, 8, 512, 0.0, save_z=True)
 case_fp8("small, masked", 512, 256, 8, 2, 200, masked=0.1)
 case_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512)
 case_op_fp8("small, masked", 512, 256, 8, 2, 200, 0.1)

@@ -59,6 +59,18 @@ int megamoe_backward_routed(const MegamoeLayer *layer, uint64_t stream, size_t t
                             uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t dx,
                             uint64_t dw1, uint64_t dw2, uint64_t dtopk, int wgrad_bf16, int accumulate);
 
+/* The pair without a saved state for a layer that keeps z (save_z != 0, the in-producer gather: the default):
+ * the forward writes z (bf16 [T k, 2I], contiguous; its row order is internal) into the caller's buffer z and
+ * hands out no state; the backward takes the same inputs and that z unchanged, makes the routing again (~13 us)
+ * and reads z instead of recomputing it. Bitwise megamoe_forward / megamoe_backward. For callers that carry
+ * tensors, not handles, from forward to backward (PyTorch custom operators) and keep z. */
+int megamoe_forward_z(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t x, uint64_t topk_ids,
+                      uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t out, uint64_t z);
+int megamoe_backward_routed_z(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t dy, uint64_t x,
+                              uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2, uint64_t z,
+                              uint64_t dx, uint64_t dw1, uint64_t dw2, uint64_t dtopk, int wgrad_bf16,
+                              int accumulate);
+
 /* Blockwise FP8 (e4m3; 1 x 128 scales for activations, 128 x 128 for weights; H a multiple of 512, I of 128):
  * weights quantized after each change of the bf16 ones, then the FP8 forward and its straight-through backward
  * (which also takes the bf16 w1, w2 the codes came from). */

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{result, sys, CudaEvent, CudaSlice, DeviceRepr};
 use half::bf16;
 use megamoe::gemm::WgradElem;
-use megamoe::layer::{Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
+use megamoe::layer::{Fp8Inputs, Fp8Weights, Gather, Grads, Inputs, LayerConfig, MoeLayer, Save, Saved};
 use megamoe::{Error, Gpu, Result};
 
 /// The call succeeded.
@@ -125,6 +125,39 @@ struct State {
     /// The state of the calls that carry none (a forward given no `saved`, [`megamoe_backward_routed`]), for a
     /// layer that recomputes z; allocated with the layer (the routing layout for max_tokens: 8 bytes a slot).
     scratch: Option<Saved>,
+    /// The state of [`megamoe_forward_z`] and [`megamoe_backward_routed_z`], for a layer that keeps z (with the
+    /// in-producer gather): the scratch state without z's buffer, the caller's z lent to it for each call.
+    lent: Option<Saved>,
+}
+
+/// `s` with the caller's `z` lent to it for `f` ([`Saved::swap_z`]), taken back when `f` returns or unwinds:
+/// the state never keeps (or frees) the caller's buffer.
+fn with_lent_z<R>(s: &mut Saved, z: &mut Borrowed<bf16>, f: impl FnOnce(&mut Saved) -> Result<R>) -> Result<R> {
+    struct Back<'a> {
+        s: &'a mut Saved,
+        z: &'a mut Borrowed<bf16>,
+    }
+    impl Drop for Back<'_> {
+        fn drop(&mut self) {
+            self.z.slice = self.s.swap_z(None);
+        }
+    }
+    let lent = z.slice.take();
+    s.swap_z(lent);
+    let b = Back { s, z };
+    let r = f(&mut *b.s);
+    drop(b);
+    r
+}
+
+/// The layer's lent-z state ([`State::lent`]), or the error that says which layers have one.
+fn lent_state<'a>(lent: &'a mut Option<Saved>, what: &str) -> Result<&'a mut Saved> {
+    lent.as_mut().ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{what}: a layer that keeps z (save_z != 0) with the in-producer gather (MEGAMOE_GATHER unset or \
+             in-producer); a layer that recomputes z takes megamoe_forward / megamoe_backward_routed"
+        ))
+    })
 }
 
 /// One saved state of a layer's ring, and the generation of the forward that last wrote it (a handle records
@@ -544,7 +577,13 @@ pub unsafe extern "C" fn megamoe_layer_new(
         let before = driver("creating an event", ctx.new_event(None))?;
         let after = driver("creating an event", ctx.new_event(None))?;
         let scratch = if save_z == 0 { Some(layer.alloc_saved(cfg.max_tokens)?) } else { None };
-        let st = State { layer, before, after, ring: Vec::new(), next: 0, generations: 0, kept: Vec::new(), scratch };
+        let lent = if save_z != 0 && cfg.gather == Gather::InProducer {
+            Some(layer.alloc_saved_lent_z(cfg.max_tokens)?)
+        } else {
+            None
+        };
+        let st =
+            State { layer, before, after, ring: Vec::new(), next: 0, generations: 0, kept: Vec::new(), scratch, lent };
         let l = MegamoeLayer { gpu, cfg, state: Arc::new(Mutex::new(st)) };
         // SAFETY: `out` is non-null and writable (the function's contract).
         unsafe { hand_out(out, l) };
@@ -637,7 +676,8 @@ pub unsafe extern "C" fn megamoe_forward(
                 let State { layer, scratch, .. } = st;
                 let Some(s) = scratch.as_mut() else {
                     return bad("saved is null: only a layer that recomputes z (save_z = 0) runs a forward without \
-                                handing out its saved state"
+                                handing out its saved state (a layer that keeps z: megamoe_forward_z writes z into \
+                                the caller's buffer instead)"
                         .into());
                 };
                 layer.forward_into(&inp.inputs(tokens), &mut y, s)
@@ -721,6 +761,111 @@ pub unsafe extern "C" fn megamoe_backward_routed(
     })
 }
 
+/// Elements of the caller's z for `tokens` tokens: bf16 `[tokens k, 2I]`.
+fn z_elems(c: &LayerConfig, tokens: usize) -> usize {
+    tokens * c.top_k * 2 * c.intermediate
+}
+
+/// [`megamoe_forward`] of a layer that keeps z (save_z != 0), with no saved state handed out: z is written into
+/// the caller's buffer `z` (bf16 `[tokens k, 2I]`, contiguous; its rows in the routing's order, which the caller
+/// need not know: it only hands the buffer back, unchanged, to [`megamoe_backward_routed_z`]). For callers that
+/// carry tensors, not handles, from the forward to the backward (PyTorch custom operators): the z-saving
+/// counterpart of [`megamoe_forward`] given no `saved`. Needs the in-producer gather (the default). Bitwise
+/// [`megamoe_forward`]'s output.
+///
+/// # Safety
+/// As [`megamoe_forward`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_forward_z(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w1: u64,
+    w2: u64,
+    out: u64,
+    z: u64,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        let inp = In::new(l, tokens, [x, topk_ids, topk_weights, w1, w2])?;
+        let mut y = borrow::<bf16>(&l.gpu, "out", out, tokens * l.cfg.hidden, ROWS)?;
+        let mut zb = borrow::<bf16>(&l.gpu, "z", z, z_elems(&l.cfg, tokens), ROWS)?;
+        check_disjoint(&[y.span, zb.span], &inp.spans())?;
+        l.run(stream, |st| {
+            let State { layer, lent, .. } = st;
+            let s = lent_state(lent, "megamoe_forward_z")?;
+            with_lent_z(s, &mut zb, |s| layer.forward_into(&inp.inputs(tokens), &mut y, s))
+        })
+    })
+}
+
+/// The backward of [`megamoe_forward_z`]: the same inputs and its `z` unchanged (read, not written); the routing
+/// layout made again from `topk_ids` (one ~13 us launch at 30B), z read instead of recomputed; outputs as
+/// [`megamoe_backward`]'s. Bitwise [`megamoe_backward`] of the forward's own state. A z that is not that
+/// forward's gives wrong gradients (nothing can check it).
+///
+/// # Safety
+/// As [`megamoe_backward`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_backward_routed_z(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    dy: u64,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w1: u64,
+    w2: u64,
+    z: u64,
+    dx: u64,
+    dw1: u64,
+    dw2: u64,
+    dtopk: u64,
+    wgrad_bf16: c_int,
+    accumulate: c_int,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
+        if wgrad_bf16 != 0 {
+            backward_routed_z::<bf16>(l, stream, tokens, p, g, z, accumulate != 0)
+        } else {
+            backward_routed_z::<f32>(l, stream, tokens, p, g, z, accumulate != 0)
+        }
+    })
+}
+
+/// [`megamoe_backward_routed_z`]'s backward: the caller's z lent to the layer's lent-z state for the routing and
+/// the backward.
+fn backward_routed_z<W: WgradElem>(
+    l: &MegamoeLayer,
+    stream: u64,
+    t: usize,
+    p: [u64; 5],
+    g: [u64; 5],
+    z: u64,
+    accumulate: bool,
+) -> Result<()> {
+    let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
+    let mut zb = borrow::<bf16>(&l.gpu, "z", z, z_elems(&l.cfg, t), ROWS)?;
+    check_disjoint(&[b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span], &[zb.span])?;
+    l.run(stream, |st| {
+        let State { layer, lent, .. } = st;
+        let s = lent_state(lent, "megamoe_backward_routed_z")?;
+        with_lent_z(s, &mut zb, |s| {
+            layer.route_into(&inp.ids, t, s)?;
+            let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
+            layer.backward(s, &b.dy, &inp.inputs(t), grads)
+        })
+    })
+}
+
 /// A backward's gradient buffers (and dy), borrowed and checked, beside its inputs: dy, dx, dw1, dw2, dtopk from
 /// `g`, each output disjoint from the others and from every input.
 struct BwdBufs<W> {
@@ -769,7 +914,7 @@ fn backward_routed<W: WgradElem>(
         let State { layer, scratch, .. } = st;
         let Some(s) = scratch.as_mut() else {
             return bad("the routed backward: a layer that keeps z (save_z != 0) needs its forward's saved state \
-                        (megamoe_backward, megamoe_backward_fp8)"
+                        (megamoe_backward, megamoe_backward_fp8) or its z (megamoe_backward_routed_z)"
                 .into());
         };
         let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };

@@ -740,3 +740,119 @@ gpu_test!(the_stateless_forward_and_routed_backward_match_the_handle_path, {
         megamoe_layer_free(l);
     }
 });
+
+/// `megamoe_forward_z` into the caller's z and `megamoe_backward_routed_z` of that z (`inputs` `d`), with
+/// `between` other inputs' forward_z (into `z_other`) between them: the lent-z state's routing rewritten in
+/// between, which the backward makes again. Statuses asserted.
+fn through_z(g: &Gpu, l: *const MegamoeLayer, d: &Dev, z: u64, between: Option<(&Dev, u64)>, tokens: usize) {
+    let s = g.stream();
+    let p = |v: &CudaSlice<bf16>| ptr(v, s);
+    let ins = |d: &Dev| (p(&d.x), ptr(&d.ids, s), ptr(&d.w, s), p(&d.w1), p(&d.w2));
+    let (x, ids, w, w1, w2) = ins(d);
+    // SAFETY: live allocations of the sizes the shapes ask (z: tokens k rows of 2I).
+    unsafe {
+        let c = megamoe_forward_z(l, 0, tokens, x, ids, w, w1, w2, p(&d.y), z);
+        assert_eq!(c, MEGAMOE_OK, "forward_z: {}", last_error());
+        if let Some((o, zo)) = between {
+            let (x, ids, w, w1, w2) = ins(o);
+            let c = megamoe_forward_z(l, 0, tokens, x, ids, w, w1, w2, p(&o.y), zo);
+            assert_eq!(c, MEGAMOE_OK, "forward_z between: {}", last_error());
+        }
+        let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, s));
+        let c = megamoe_backward_routed_z(l, 0, tokens, p(&d.dy), x, ids, w, w1, w2, z, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_OK, "backward_routed_z: {}", last_error());
+    }
+}
+
+gpu_test!(z_in_the_callers_buffer_is_bitwise_the_saved_state, {
+    // the custom operators' z-keeping pair: the forward writes z into the caller's buffer and hands out no state,
+    // the backward takes that buffer back and routes again: bitwise the handle path (z in the saved state), with
+    // another forward between them, every output written; the refusals around it change nothing
+    let g = gpu();
+    let s = RAGGED;
+    let tokens = 97;
+    let mut r = rng();
+    let inp = inputs(&mut r, s, tokens, Routing::Masked10);
+    let other = inputs(&mut r, s, tokens, Routing::Uniform);
+    let (c, l) = new_layer(0, s, tokens, true);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    let st = g.stream();
+    // the handle path
+    let want_d = Dev::new(&g, &inp);
+    let (c, saved) = forward_only(&g, l, &want_d, tokens);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    assert_eq!(backward_only(&g, l, &want_d, saved), MEGAMOE_OK, "{}", last_error());
+    check_and_free(saved);
+    let want = download(&g, &want_d);
+    // the caller's z, poisoned
+    let zn = tokens * s.k * 2 * s.i;
+    let nan = |n: usize| {
+        let mut b = g.alloc::<bf16>(n).unwrap();
+        g.fill_bytes(&mut b, 0xff).unwrap();
+        b
+    };
+    let (z, z_other) = (nan(zn), nan(zn));
+    let d = Dev::new(&g, &inp);
+    let o = Dev::new(&g, &other);
+    through_z(&g, l, &d, ptr(&z, st), Some((&o, ptr(&z_other, st))), tokens);
+    g.sync().unwrap();
+    let got = download(&g, &d);
+    let b16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (what, a, b) in
+        [("y", &got.0, &want.0), ("dx", &got.1, &want.1), ("dW1", &got.3, &want.3), ("dW2", &got.4, &want.4)]
+    {
+        assert!(a.iter().all(|v| !v.is_nan()), "{what} not fully written");
+        assert!(b16(a) == b16(b), "{what} through the caller's z differs from the saved state's");
+    }
+    assert!(got.2.iter().zip(&want.2).all(|(a, b)| a.to_bits() == b.to_bits()), "dtopk differs");
+    // z holds the routed rows (masked slots leave rows unwritten at the end): some finite, none read as NaN above
+    assert!(g.download(&z).unwrap().iter().any(|v| v.is_finite()), "z not written");
+    // refusals, each writing nothing
+    let p = |v: &CudaSlice<bf16>| ptr(v, st);
+    let (x, ids, w, w1, w2) = (p(&d.x), ptr(&d.ids, st), ptr(&d.w, st), p(&d.w1), p(&d.w2));
+    let fresh = nan(tokens * s.h);
+    // SAFETY: live allocations; each call is refused before any launch.
+    unsafe {
+        let c = megamoe_forward(l, 0, tokens, x, ids, w, w1, w2, p(&fresh), null_mut());
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+        assert!(last_error().contains("megamoe_forward_z"), "{}", last_error());
+        // out inside z's buffer (both fit it)
+        let c = megamoe_forward_z(l, 0, tokens, x, ids, w, w1, w2, p(&z_other), p(&z_other));
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "z on out");
+        assert!(last_error().contains("overlaps"), "{}", last_error());
+        let c = megamoe_forward_z(l, 0, tokens, x, ids, w, w1, w2, p(&fresh), 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "null z");
+        assert!(last_error().contains("z is a null pointer"), "{}", last_error());
+        let (dx, dw1, dw2, dtopk) = (p(&o.dx), p(&o.dw1), p(&o.dw2), ptr(&o.dtopk, st));
+        let c = megamoe_backward_routed(l, 0, tokens, p(&d.dy), x, ids, w, w1, w2, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+        assert!(last_error().contains("megamoe_backward_routed_z"), "{}", last_error());
+        // dx onto z
+        let c =
+            megamoe_backward_routed_z(l, 0, tokens, p(&d.dy), x, ids, w, w1, w2, p(&z), p(&z), dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "dx on z");
+        assert!(last_error().contains("overlaps"), "{}", last_error());
+    }
+    // a layer that recomputes z has no lent-z state
+    let (c, l0) = new_layer(0, s, tokens, false);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    // SAFETY: as above.
+    unsafe {
+        let c = megamoe_forward_z(l0, 0, tokens, x, ids, w, w1, w2, p(&fresh), p(&z_other));
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+        assert!(last_error().contains("keeps z"), "{}", last_error());
+        megamoe_layer_free(l0);
+    }
+    g.sync().unwrap();
+    assert!(g.download(&fresh).unwrap().iter().all(|v| v.is_nan()), "a refused call wrote an output");
+    let od = download(&g, &o);
+    assert!(od.1.iter().all(|v| v.is_nan()), "a refused backward wrote dx");
+    // no tokens: nothing to write, no error
+    // SAFETY: empty buffers are not read.
+    unsafe {
+        let c = megamoe_forward_z(l, 0, 0, 0, 0, 0, w1, w2, 0, 0);
+        assert_eq!(c, MEGAMOE_OK, "0 tokens: {}", last_error());
+    }
+    // SAFETY: the live handle, freed once.
+    unsafe { megamoe_layer_free(l) };
+});

@@ -365,6 +365,8 @@ pub struct Saved {
     row_slot: CudaSlice<u32>,
     slot_row: CudaSlice<i32>,
     z: Option<CudaSlice<bf16>>,
+    /// z is the caller's buffer, lent with [`Saved::swap_z`] (route_into then takes a layer that keeps z).
+    z_lent: bool,
     /// The expert-ordered rows of x (bf16 [slots, H]), `Save::WithZ` unless `Gather::InProducer`.
     xs: Option<CudaSlice<bf16>>,
     /// Written by [`MoeLayer::forward_fp8`]: only [`MoeLayer::backward_fp8`] takes it (its xs, if any, is not that
@@ -381,6 +383,18 @@ impl Saved {
     pub fn tokens(&self) -> usize {
         self.tokens
     }
+    /// Puts `z` in place of the state's z buffer and returns the one it held (`None` takes it out). `z`: the
+    /// caller's bf16 buffer of at least tokens x top-k rows of 2I (its row order is the routing's, internal), on
+    /// the layer's device, lent for the calls that follow (the C ABI lends a caller's buffer for one call and
+    /// takes it out again before returning). The state is incomplete after a swap: a forward into it (which
+    /// writes z there), or [`MoeLayer::route_into`] with the z a forward on the same inputs wrote, makes it
+    /// whole again.
+    pub fn swap_z(&mut self, z: Option<CudaSlice<bf16>>) -> Option<CudaSlice<bf16>> {
+        self.complete = false;
+        self.z_lent = z.is_some();
+        std::mem::replace(&mut self.z, z)
+    }
+
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
         let words =
@@ -848,13 +862,34 @@ impl MoeLayer {
     /// maximum): allocated once, reused by every call into it. With it a forward and backward allocate nothing,
     /// so a whole training step can be captured in a CUDA graph (see [`MoeLayer::forward_into`]).
     pub fn alloc_saved(&self, tokens: usize) -> Result<Saved> {
+        self.alloc_saved_z(tokens, self.cfg.save == Save::WithZ)
+    }
+
+    /// [`MoeLayer::alloc_saved`] without z's buffer, for a layer that keeps z ([`Save::WithZ`], with
+    /// [`Gather::InProducer`]) whose caller keeps z in a buffer of its own and lends it to each call with
+    /// [`Saved::swap_z`]: the C ABI's custom operators, whose z is a tensor that the framework carries from the
+    /// forward to the backward. A forward into it with z lent writes z there; [`MoeLayer::route_into`] with the
+    /// same z lent back then makes the state its backward reads.
+    pub fn alloc_saved_lent_z(&self, tokens: usize) -> Result<Saved> {
+        let c = self.cfg;
+        if c.save != Save::WithZ || c.gather != Gather::InProducer {
+            return Err(Error::InvalidArgument(format!(
+                "alloc_saved_lent_z: a layer with Save::WithZ and Gather::InProducer (this one: {:?}, {:?}); with \
+                 another gather the state also keeps the forward's rows of x",
+                c.save, c.gather
+            )));
+        }
+        self.alloc_saved_z(tokens, false)
+    }
+
+    /// [`MoeLayer::alloc_saved`], z's buffer allocated when `with_z`.
+    fn alloc_saved_z(&self, tokens: usize, with_z: bool) -> Result<Saved> {
         let c = self.cfg;
         if tokens > c.max_tokens {
             return Err(Error::InvalidArgument(format!("{tokens} tokens > the configured maximum {}", c.max_tokens)));
         }
         let g = &self.gpu;
         let (slots, e) = (tokens * c.top_k, c.experts);
-        let with_z = c.save == Save::WithZ;
         Ok(Saved {
             layer: self.id,
             complete: false,
@@ -867,6 +902,7 @@ impl MoeLayer {
             row_slot: g.alloc(slots.max(1))?,
             slot_row: g.alloc(slots.max(1))?,
             z: if with_z { Some(g.alloc((slots * 2 * c.intermediate).max(1))?) } else { None },
+            z_lent: false,
             xs: if with_z && c.gather != Gather::InProducer { Some(g.alloc((slots * c.hidden).max(1))?) } else { None },
             fp8: false,
             z_fp8: false,
@@ -884,6 +920,7 @@ impl MoeLayer {
         // the kernel policies read at launch, checked before the first one (an unknown value fails the call whole)
         crate::gemm::check_policies()?;
         self.check_saved_owner(saved)?;
+        self.check_lent_z(saved, inp.tokens)?;
         let c = self.cfg;
         let slots = inp.tokens * c.top_k;
         let with_z = c.save == Save::WithZ;
@@ -892,9 +929,11 @@ impl MoeLayer {
             Some(n) => want && n >= (slots * per).max(1),
             None => !want,
         };
+        // a lent z was checked above (check_lent_z: this call's rows, none for no tokens)
+        let z_len = saved.z.as_ref().map(|z| if saved.z_lent { usize::MAX } else { z.len() });
         if saved.experts != c.experts
             || saved.row_slot.len() < slots.max(1)
-            || !fits(saved.z.as_ref().map(|z| z.len()), 2 * c.intermediate, with_z)
+            || !fits(z_len, 2 * c.intermediate, with_z)
             || !fits(saved.xs.as_ref().map(|x| x.len()), c.hidden, need_xs)
         {
             return Err(Error::InvalidArgument(format!(
@@ -917,14 +956,41 @@ impl MoeLayer {
     /// operators, whose values are tensors). Costs the routing's launch (one ~13 us launch at 30B, T =
     /// 16384). A layer that keeps z refuses (its backward reads the forward's z). Like the forward, an invalid
     /// expert id is found on the device and [`MoeLayer::routing_error`] reports it.
+    ///
+    /// A layer that keeps z takes it only from a state of [`MoeLayer::alloc_saved_lent_z`] with z lent back
+    /// ([`Saved::swap_z`]): the buffer a forward on the same inputs wrote, unchanged since (the caller's promise:
+    /// the routing made again is that forward's, bit for bit, but nothing can check z itself).
     pub fn route_into(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved) -> Result<()> {
         if self.cfg.save != Save::InputsOnly {
-            return Err(Error::InvalidArgument(
-                "route_into: a layer that keeps z (Save::WithZ) needs its forward's saved state for the backward"
-                    .into(),
-            ));
+            if !saved.z_lent {
+                return Err(Error::InvalidArgument(
+                    "route_into: a layer that keeps z (Save::WithZ) needs its forward's saved state for the backward, \
+                     or a state of alloc_saved_lent_z with the z that forward wrote lent back (Saved::swap_z)"
+                        .into(),
+                ));
+            }
+            self.check_lent_z(saved, tokens)?;
         }
         self.route_layout(topk_ids, tokens, saved, false)
+    }
+
+    /// A lent z (if any) of at least `tokens` x top-k rows of 2I, on the layer's device.
+    fn check_lent_z(&self, saved: &Saved, tokens: usize) -> Result<()> {
+        let (c, me) = (self.cfg, self.gpu.ordinal());
+        let need = tokens * c.top_k * 2 * c.intermediate;
+        match &saved.z {
+            Some(z) if saved.z_lent && z.ordinal() != me => Err(Error::InvalidArgument(format!(
+                "the lent z lives on device {}, the layer on device {me}",
+                z.ordinal()
+            ))),
+            Some(z) if saved.z_lent && z.len() < need => Err(Error::InvalidArgument(format!(
+                "the lent z has {} elements, {tokens} tokens need {need} ({} rows of 2I = {})",
+                z.len(),
+                tokens * c.top_k,
+                2 * c.intermediate
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// [`MoeLayer::route_into`] for [`MoeLayer::backward_fp8`]: the layout an FP8 forward on `topk_ids` leaves in
