@@ -26,7 +26,7 @@ slot a later forward overwrote raises). Not through these bindings yet: expert p
 custom operators (torch.library) that carry no state from forward to backward (the backward makes the routing
 again, ~13 us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring; on a layer
 with `save_z=True` the forward operator also returns z, which autograd keeps for the backward operator instead of
-a recompute (1.18x the z-recomputing operators' step at 30B). In FP8 too (z recomputed):
+a recompute (1.17-1.18x the z-recomputing operators' step at 30B; FP8 1.11x). In FP8 too:
 `moe_op_fp8` / `MoE(..., op=True, fp8=True)`, the FP8 weights as six tensors (`fp8_codes`, an operator: quantized
 in the call unless given).
 """
@@ -102,11 +102,15 @@ def lib():
     cp = ctypes.POINTER(u64)
     L.megamoe_fp8_quantize_into.argtypes = [vp, u64, u64, u64, cp]
     L.megamoe_forward_fp8_codes.argtypes = [vp, u64, sz, u64, u64, u64, cp, u64]
+    L.megamoe_forward_fp8_codes_z.argtypes = [vp, u64, sz, u64, u64, u64, cp, u64, u64]
+    L.megamoe_backward_routed_fp8_z.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, cp, u64, u64, u64, u64,
+                                                u64, i32, i32]
     L.megamoe_backward_routed_fp8.argtypes = [vp, u64, sz, u64, u64, u64, u64, u64, u64, cp, u64, u64, u64, u64, i32,
                                               i32]
     for f in ("megamoe_layer_new", "megamoe_layer_reserve_saved", "megamoe_forward", "megamoe_backward",
               "megamoe_backward_routed", "megamoe_fp8_quantize_into", "megamoe_forward_fp8_codes",
-              "megamoe_backward_routed_fp8",
+              "megamoe_backward_routed_fp8", "megamoe_forward_z", "megamoe_backward_routed_z",
+              "megamoe_forward_fp8_codes_z", "megamoe_backward_routed_fp8_z",
               "megamoe_saved_check", "megamoe_saved_status",
               "megamoe_trim_pool", "megamoe_fp8_weights_new", "megamoe_fp8_weights_quantize",
               "megamoe_forward_fp8", "megamoe_backward_fp8"):
@@ -551,7 +555,8 @@ def _op_fp8_quantize_impl(w1, w2, layer_id):
     return codes
 
 
-def _op_forward_fp8_impl(x, topk_ids, topk_weights, codes, layer_id):
+def _op_forward_fp8_impl(x, topk_ids, topk_weights, codes, layer_id, keep_z=False):
+    """The FP8 forward operator's work: y, and with `keep_z` (a layer keeping z) also z, as `_op_forward_z_impl`'s."""
     layer = _layers[layer_id]
     T, H, k, d = x.shape[0], layer.hidden, layer.top_k, layer.device
     px = _need(x, "x", torch.bfloat16, (T, H), d)
@@ -560,11 +565,17 @@ def _op_forward_fp8_impl(x, topk_ids, topk_weights, codes, layer_id):
     arr = _codes_arg(layer, codes)
     out = torch.empty((T, H), dtype=torch.bfloat16, device=d)
     _keep_if_capturing(layer)
-    _check(lib().megamoe_forward_fp8_codes(layer.handle, _stream(d), T, px, pi, pw, arr, out.data_ptr()))
-    return out
+    if not keep_z:
+        _check(lib().megamoe_forward_fp8_codes(layer.handle, _stream(d), T, px, pi, pw, arr, out.data_ptr()))
+        return out
+    z = torch.empty((T * k, 2 * layer.intermediate), dtype=torch.bfloat16, device=d)
+    _check(lib().megamoe_forward_fp8_codes_z(layer.handle, _stream(d), T, px, pi, pw, arr, out.data_ptr(),
+                                             z.data_ptr()))
+    return out, z
 
 
-def _op_backward_fp8_impl(dy, x, topk_ids, topk_weights, w1, w2, codes, layer_id):
+def _op_backward_fp8_impl(dy, x, topk_ids, topk_weights, w1, w2, codes, layer_id, z=None):
+    """The FP8 backward operator's work; with `z` (the z-keeping forward's) read instead of recomputed."""
     layer = _layers[layer_id]
     T, k, d = x.shape[0], layer.top_k, layer.device
     ptrs = layer._inputs(x, topk_ids, topk_weights, w1, w2, T)
@@ -572,9 +583,13 @@ def _op_backward_fp8_impl(dy, x, topk_ids, topk_weights, w1, w2, codes, layer_id
     arr = _codes_arg(layer, codes)
     dx, dw1, dw2 = torch.empty_like(x), torch.empty_like(w1), torch.empty_like(w2)
     dtopk = torch.empty((T, k), dtype=torch.float32, device=d)
+    g = (dx.data_ptr(), dw1.data_ptr(), dw2.data_ptr(), dtopk.data_ptr(), 1, 0)
     _keep_if_capturing(layer)
-    _check(lib().megamoe_backward_routed_fp8(layer.handle, _stream(d), T, pdy, *ptrs, arr, dx.data_ptr(),
-                                             dw1.data_ptr(), dw2.data_ptr(), dtopk.data_ptr(), 1, 0))
+    if z is None:
+        _check(lib().megamoe_backward_routed_fp8(layer.handle, _stream(d), T, pdy, *ptrs, arr, *g))
+    else:
+        pz = _need(z, "z", torch.bfloat16, (T * k, 2 * layer.intermediate), d)
+        _check(lib().megamoe_backward_routed_fp8_z(layer.handle, _stream(d), T, pdy, *ptrs, arr, pz, *g))
     return dx, dtopk, dw1, dw2
 
 
@@ -630,6 +645,45 @@ if _HAS_CUSTOM_OP:
 
     _op_forward_fp8.register_autograd(_op_fp8_autograd, setup_context=_op_fp8_setup_context)
 
+    @torch.library.custom_op("megamoe::moe_forward_fp8_z", mutates_args=())
+    def _op_forward_fp8_z(x: _T, topk_ids: _T, topk_weights: _T, w1: _T, w2: _T, w1_codes: _T, w1_scales: _T,
+                          w2_codes: _T, w2_scales: _T, w1t_codes: _T, w1t_scales: _T,
+                          layer_id: int) -> tuple[_T, _T]:
+        codes = (w1_codes, w1_scales, w2_codes, w2_scales, w1t_codes, w1t_scales)
+        return _op_forward_fp8_impl(x, topk_ids, topk_weights, codes, layer_id, keep_z=True)
+
+    @_op_forward_fp8_z.register_fake
+    def _(x, topk_ids, topk_weights, w1, w2, w1_codes, w1_scales, w2_codes, w2_scales, w1t_codes, w1t_scales,
+          layer_id):
+        k, i2 = topk_ids.shape[1], w1.shape[1]
+        return x.new_empty((x.shape[0], w2.shape[1])), x.new_empty((x.shape[0] * k, i2))
+
+    @torch.library.custom_op("megamoe::moe_backward_fp8_z", mutates_args=())
+    def _op_backward_fp8_z(dy: _T, x: _T, topk_ids: _T, topk_weights: _T, w1: _T, w2: _T, w1_codes: _T,
+                           w1_scales: _T, w2_codes: _T, w2_scales: _T, w1t_codes: _T, w1t_scales: _T, z: _T,
+                           layer_id: int) -> tuple[_T, _T, _T, _T]:
+        codes = (w1_codes, w1_scales, w2_codes, w2_scales, w1t_codes, w1t_scales)
+        return _op_backward_fp8_impl(dy, x, topk_ids, topk_weights, w1, w2, codes, layer_id, z=z)
+
+    @_op_backward_fp8_z.register_fake
+    def _(dy, x, topk_ids, topk_weights, w1, w2, w1_codes, w1_scales, w2_codes, w2_scales, w1t_codes, w1t_scales, z,
+          layer_id):
+        return (torch.empty_like(x), x.new_empty(topk_weights.shape, dtype=torch.float32), torch.empty_like(w1),
+                torch.empty_like(w2))
+
+    def _op_fp8_z_setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:11], output[1])
+        ctx.mark_non_differentiable(output[1])
+        ctx.layer_id = inputs[11]
+
+    def _op_fp8_z_autograd(ctx, dy, _dz):
+        x, topk_ids, topk_weights, w1, w2, *codes, z = ctx.saved_tensors
+        dx, dtopk, dw1, dw2 = torch.ops.megamoe.moe_backward_fp8_z(dy.contiguous(), x, topk_ids, topk_weights, w1,
+                                                                   w2, *codes, z, ctx.layer_id)
+        return (dx, None, dtopk, dw1, dw2) + (None,) * 7
+
+    _op_forward_fp8_z.register_autograd(_op_fp8_z_autograd, setup_context=_op_fp8_z_setup_context)
+
 
 def fp8_codes(layer, w1, w2):
     """W1 and W2 quantized to blockwise FP8 as six tensors (`torch.ops.megamoe.fp8_quantize`: W1's codes uint8
@@ -646,11 +700,11 @@ def moe_op_fp8(layer, x, topk_ids, topk_weights, w1, w2, codes=None):
     object carried from forward to backward (the backward makes the routing again), so torch.compile traces them
     without a graph break. The FP8 weights are tensors: `codes` from `fp8_codes(layer, w1, w2)` (the caller keeps
     them current with w1, w2: nothing checks it), or None to quantize w1, w2 in this call (an operator in the
-    graph: ~2.5 GB of traffic at the 30B shape, so quantize once a step for several micro-batches). The layer must
-    recompute z (`save_z=False`). Outputs and gradients bitwise `moe_fp8`'s on codes of the same weights (w1, w2's
-    gradients the straight-through ones, in bf16)."""
-    if layer.save_z:
-        raise ValueError("moe_op_fp8 needs a layer that recomputes z (save_z=False)")
+    graph: ~2.5 GB of traffic at the 30B shape, so quantize once a step for several micro-batches). On a layer
+    with `save_z=True` the forward operator (`moe_forward_fp8_z`) also returns z, kept by autograd for the backward
+    operator (`moe_backward_fp8_z`) instead of a recompute, as `moe_op`'s. Outputs and gradients bitwise
+    `moe_fp8`'s on codes of the same weights and a layer of the same `save_z` (w1, w2's gradients the
+    straight-through ones, in bf16)."""
     if not _HAS_CUSTOM_OP:
         raise RuntimeError("this PyTorch has no torch.library.custom_op (2.4 or later): use moe_fp8()")
     if codes is None:
@@ -664,6 +718,8 @@ def moe_op_fp8(layer, x, topk_ids, topk_weights, w1, w2, codes=None):
                 raise ValueError(f"{n} must be {dt} of shape {sh}, got {t.dtype} of shape {tuple(t.shape)}")
     ids = topk_ids.to(torch.int32).contiguous()
     w = topk_weights.to(torch.float32).contiguous()
+    if layer.save_z:
+        return torch.ops.megamoe.moe_forward_fp8_z(x.contiguous(), ids, w, w1, w2, *codes, layer.id)[0]
     return torch.ops.megamoe.moe_forward_fp8(x.contiguous(), ids, w, w1, w2, *codes, layer.id)
 
 
@@ -695,8 +751,6 @@ class MoE(torch.nn.Module):
     def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False,
                  saved_slots=0, op=False):
         super().__init__()
-        if op and fp8 and save_z:
-            raise ValueError("op=True with fp8=True (the FP8 custom operators) recomputes z: save_z must be False")
         self.op = op
         self.fp8 = fp8
         self.saved_slots = saved_slots

@@ -187,15 +187,15 @@ def case_fp8(name, H, I, E, k, T, masked=0.0):
     torch.cuda.synchronize()
 
 
-def case_op_fp8(name, H, I, E, k, T, masked):
-    """The custom operators' FP8 form (`moe_op_fp8`): forward and backward bitwise the handle path (`forward_fp8`,
-    `backward(..., w8=)`) with the codes quantized in the call and given from `fp8_codes`; `torch.compile` with
-    fullgraph=True of a function calling it (aot_eager, and inductor where it runs) and of `MoE(op=True,
-    fp8=True)`, bitwise too; a CUDA graph of the op path replayed on new inputs bitwise the eager step; codes of a
-    wrong shape and a layer keeping z refused."""
-    print(f"case op fp8 {name}: H={H} I={I} E={E} k={k} T={T} masked={masked}")
+def case_op_fp8(name, H, I, E, k, T, masked, save_z=False):
+    """The custom operators' FP8 form (`moe_op_fp8`; with `save_z` the pair handing z over as a tensor): forward
+    and backward bitwise the handle path (`forward_fp8`, `backward(..., w8=)`) of a layer of the same `save_z` with
+    the codes quantized in the call and given from `fp8_codes`; `torch.compile` with fullgraph=True of a function
+    calling it (aot_eager, and inductor where it runs) and of `MoE(op=True, fp8=True)`, bitwise too; a CUDA graph of
+    the op path replayed on new inputs bitwise the eager step; codes of a wrong shape refused."""
+    print(f"case op fp8 {name}: H={H} I={I} E={E} k={k} T={T} masked={masked} save_z={save_z}")
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
-    layer = mm.Layer(H, I, E, k, T)
+    layer = mm.Layer(H, I, E, k, T, save_z=save_z)
 
     def handle_path(x, ids, w, w1, w2, dy):
         w8 = mm.Fp8Weights(layer)
@@ -215,8 +215,8 @@ def case_op_fp8(name, H, I, E, k, T, masked):
               autograd_step(lambda x_, ids_, w_, w1_, w2_: mm.moe_op_fp8(layer, x_, ids_, w_, w1_, w2_, codes=codes),
                             *args), want)
     check_compiled(" (fp8)", lambda *a: mm.moe_op_fp8(layer, *a), args, want)
-    check_compiled_module("MoE(op=True, fp8=True)", mm.MoE(H, I, E, k, T, device=dev, op=True, fp8=True), *args,
-                          want)
+    check_compiled_module(f"MoE(op=True, fp8=True, save_z={save_z})",
+                          mm.MoE(H, I, E, k, T, device=dev, op=True, fp8=True, save_z=save_z), *args, want)
     # a CUDA graph of the op path, the codes made inside it: replays follow new weights
     x, ids, w, w1, w2, dy = inputs(H, I, E, k, T, masked)
     got = op_graph_replay(lambda *a: mm.moe_op_fp8(layer, *a), args, (x, ids, w, w1, w2, dy))
@@ -225,8 +225,13 @@ def case_op_fp8(name, H, I, E, k, T, masked):
     bad[2] = bad[2][:-1]
     expect_error("codes of a wrong shape", ValueError,
                  lambda: mm.moe_op_fp8(layer, x, ids, w, w1, w2, codes=tuple(bad)), "w2_codes")
-    expect_error("moe_op_fp8 on a layer keeping z", ValueError,
-                 lambda: mm.moe_op_fp8(mm.Layer(H, I, E, k, T, save_z=True), x, ids, w, w1, w2), "save_z")
+    if save_z:
+        # the FP8 op keeping z against the FP8 op recomputing it: the same bits (the forward's z is bitwise the
+        # backward's recompute)
+        layer_r = mm.Layer(H, I, E, k, T)
+        same_five("op fp8 keeping z against the op fp8 recomputing it",
+                  autograd_step(lambda *a: mm.moe_op_fp8(layer_r, *a), *args),
+                  autograd_step(lambda *a: mm.moe_op_fp8(layer, *a), *args))
     torch.cuda.synchronize()
 
 
@@ -416,8 +421,6 @@ def case_op(name, H, I, E, k, T, masked, save_z=False):
         layer_r = mm.Layer(H, I, E, k, T)
         same_five("op keeping z against the op recomputing it", autograd_step(lambda *a: mm.moe_op(layer_r, *a), *args),
                   autograd_step(lambda *a: mm.moe_op(layer, *a), *args))
-        expect_error("MoE(op=True, fp8=True, save_z=True)", ValueError,
-                     lambda: mm.MoE(H, I, E, k, T, device=dev, op=True, fp8=True, save_z=True), "save_z")
     torch.cuda.synchronize()
 
 
@@ -564,6 +567,24 @@ def bench():
           f"operators recomputing z {m['op']:.3f} ms ({m['op'] / m['op_z']:.3f}x), the autograd Function keeping z "
           f"{m['fn_z']:.3f} ms ({m['fn_z'] / m['op_z']:.3f}x); three rotations, the median of each's medians")
     del moe_z, layer_op_z
+    # the same for the FP8 operators (codes made once, given: the weights do not change here)
+    layer_f, layer_fz = mm.Layer(H, I, E, k, T), mm.Layer(H, I, E, k, T, save_z=True)
+    codes = mm.fp8_codes(layer_f, W1, W2)
+
+    def ours_op_fp8(layer):
+        def f():
+            xa.grad = wa.grad = W1.grad = W2.grad = None
+            mm.moe_op_fp8(layer, xa, ids64, wa, W1, W2, codes=codes).backward(dy)
+        return f
+
+    rot = {"z": [], "r": []}
+    for _ in range(3):
+        for n, f in (("z", ours_op_fp8(layer_fz)), ("r", ours_op_fp8(layer_f))):
+            rot[n].append(median_ms(f))
+    m = {n: sorted(v)[1] for n, v in rot.items()}
+    print(f"RESULT torch-binding 30B T={T} fwd+bwd through the FP8 custom operators (codes given) keeping z: "
+          f"{m['z']:.3f} ms, recomputing z {m['r']:.3f} ms ({m['r'] / m['z']:.3f}x); three rotations")
+    del layer_f, layer_fz, codes
     t_graph, t_eager = median_ms(graph.replay), median_ms(ours)
     print(f"RESULT torch-binding 30B T={T} fwd+bwd as a CUDA graph: {t_graph:.3f} ms replayed, eager {t_eager:.3f} ms "
           f"({t_eager / t_graph:.3f}x), torch._grouped_mm layer {t_theirs:.3f} ms ({t_theirs / t_graph:.2f}x)")
@@ -582,6 +603,8 @@ case_fp8("small, masked", 512, 256, 8, 2, 200, masked=0.1)
 case_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512)
 case_op_fp8("small, masked", 512, 256, 8, 2, 200, 0.1)
 case_op_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, 0.0)
+case_op_fp8("small, masked, z saved", 512, 256, 8, 2, 200, 0.1, save_z=True)
+case_op_fp8("Qwen3-30B-A3B, z saved", 2048, 768, 128, 8, 512, 0.0, save_z=True)
 refusals()
 if os.environ.get("MEGAMOE_TORCH_BENCH") == "1":
     bench()

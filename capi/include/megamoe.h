@@ -100,6 +100,15 @@ int megamoe_backward_routed_fp8(const MegamoeLayer *layer, uint64_t stream, size
                                 uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2,
                                 const uint64_t *codes, uint64_t dx, uint64_t dw1, uint64_t dw2, uint64_t dtopk,
                                 int wgrad_bf16, int accumulate);
+/* The same pair for a layer that keeps z (save_z != 0), z in the caller's buffer as megamoe_forward_z's (written
+ * by the default 128 x 256 FP8 GEMM1; the backward reads it instead of recomputing z). */
+int megamoe_forward_fp8_codes_z(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t x,
+                                uint64_t topk_ids, uint64_t topk_weights, const uint64_t *codes, uint64_t out,
+                                uint64_t z);
+int megamoe_backward_routed_fp8_z(const MegamoeLayer *layer, uint64_t stream, size_t tokens, uint64_t dy,
+                                  uint64_t x, uint64_t topk_ids, uint64_t topk_weights, uint64_t w1, uint64_t w2,
+                                  const uint64_t *codes, uint64_t z, uint64_t dx, uint64_t dw1, uint64_t dw2,
+                                  uint64_t dtopk, int wgrad_bf16, int accumulate);
 
 /* Synchronises; MEGAMOE_INVALID_ARGUMENT if the forward met an expert id outside -1..E (nothing was written). */
 int megamoe_saved_check(const MegamoeSaved *saved);

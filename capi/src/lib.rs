@@ -834,15 +834,16 @@ pub unsafe extern "C" fn megamoe_backward_routed_z(
         let _cur = CurrentCtx::enter(&l.gpu)?;
         let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
         if wgrad_bf16 != 0 {
-            backward_routed_z::<bf16>(l, stream, tokens, p, g, z, accumulate != 0)
+            backward_routed_z::<bf16>(l, stream, tokens, p, g, z, accumulate != 0, None)
         } else {
-            backward_routed_z::<f32>(l, stream, tokens, p, g, z, accumulate != 0)
+            backward_routed_z::<f32>(l, stream, tokens, p, g, z, accumulate != 0, None)
         }
     })
 }
 
-/// [`megamoe_backward_routed_z`]'s backward: the caller's z lent to the layer's lent-z state for the routing and
-/// the backward.
+/// [`megamoe_backward_routed_z`]'s backward (or with `fp8` [`megamoe_backward_routed_fp8_z`]'s): the caller's z
+/// lent to the layer's lent-z state for the routing and the backward.
+#[allow(clippy::too_many_arguments)]
 fn backward_routed_z<W: WgradElem>(
     l: &MegamoeLayer,
     stream: u64,
@@ -851,18 +852,72 @@ fn backward_routed_z<W: WgradElem>(
     g: [u64; 5],
     z: u64,
     accumulate: bool,
+    fp8: Option<&BorrowedFp8>,
 ) -> Result<()> {
     let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
     let mut zb = borrow::<bf16>(&l.gpu, "z", z, z_elems(&l.cfg, t), ROWS)?;
-    check_disjoint(&[b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span], &[zb.span])?;
+    let outs = [b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span];
+    check_disjoint(&outs, &[zb.span])?;
+    if let Some(q) = fp8 {
+        check_disjoint(&outs, &q.spans)?;
+    }
+    let what = if fp8.is_some() { "megamoe_backward_routed_fp8_z" } else { "megamoe_backward_routed_z" };
     l.run(stream, |st| {
         let State { layer, lent, .. } = st;
-        let s = lent_state(lent, "megamoe_backward_routed_z")?;
+        let s = lent_state(lent, what)?;
         with_lent_z(s, &mut zb, |s| {
-            layer.route_into(&inp.ids, t, s)?;
             let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
-            layer.backward(s, &b.dy, &inp.inputs(t), grads)
+            match fp8 {
+                None => {
+                    layer.route_into(&inp.ids, t, s)?;
+                    layer.backward(s, &b.dy, &inp.inputs(t), grads)
+                }
+                Some(q) => {
+                    layer.route_into_fp8(&inp.ids, t, s)?;
+                    layer.backward_fp8(s, &b.dy, &inp.inputs(t), &q.w, grads)
+                }
+            }
         })
+    })
+}
+
+/// The backward of [`megamoe_forward_fp8_codes_z`]: [`megamoe_backward_routed_fp8`] that reads the forward's z
+/// from the caller's `z` (unchanged since) instead of recomputing it (with FP8 weight gradients it recomputes z
+/// anyway: their recompute also makes dW2's operand). Bitwise [`megamoe_backward_fp8`] of the forward's own state.
+///
+/// # Safety
+/// As [`megamoe_backward_routed_fp8`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_backward_routed_fp8_z(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    dy: u64,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    w1: u64,
+    w2: u64,
+    codes: *const u64,
+    z: u64,
+    dx: u64,
+    dw1: u64,
+    dw2: u64,
+    dtopk: u64,
+    wgrad_bf16: c_int,
+    accumulate: c_int,
+) -> c_int {
+    guard(|| {
+        let l = layer_ref(layer)?;
+        let _cur = CurrentCtx::enter(&l.gpu)?;
+        // SAFETY: the function's contract.
+        let q = unsafe { borrow_fp8(l, codes) }?;
+        let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
+        if wgrad_bf16 != 0 {
+            backward_routed_z::<bf16>(l, stream, tokens, p, g, z, accumulate != 0, Some(&q))
+        } else {
+            backward_routed_z::<f32>(l, stream, tokens, p, g, z, accumulate != 0, Some(&q))
+        }
     })
 }
 
@@ -1273,33 +1328,83 @@ pub unsafe extern "C" fn megamoe_forward_fp8_codes(
     codes: *const u64,
     out: u64,
 ) -> c_int {
-    guard(|| {
-        let l = layer_ref(layer)?;
-        let _cur = CurrentCtx::enter(&l.gpu)?;
-        let c = &l.cfg;
-        if tokens > c.max_tokens {
-            return bad(format!("{tokens} tokens > the layer's maximum {}", c.max_tokens));
+    // SAFETY: the function's contract.
+    guard(|| unsafe { forward_fp8_codes(layer, stream, tokens, [x, topk_ids, topk_weights], codes, out, None) })
+}
+
+/// [`megamoe_forward_fp8_codes`] for a layer that keeps z (save_z != 0, the in-producer gather): z written into the
+/// caller's buffer `z` (bf16 `[tokens k, 2I]`, as [`megamoe_forward_z`]'s) by the 128 x 256 FP8 GEMM1 (the
+/// default kernels; with `MEGAMOE_FP8_TILES=128` or `MEGAMOE_FP8_HQ=pass` nothing is written there and the backward
+/// recomputes z); its backward is [`megamoe_backward_routed_fp8_z`] with the same `z`.
+///
+/// # Safety
+/// As [`megamoe_forward_fp8_codes`].
+#[no_mangle]
+pub unsafe extern "C" fn megamoe_forward_fp8_codes_z(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    x: u64,
+    topk_ids: u64,
+    topk_weights: u64,
+    codes: *const u64,
+    out: u64,
+    z: u64,
+) -> c_int {
+    // SAFETY: the function's contract.
+    guard(|| unsafe { forward_fp8_codes(layer, stream, tokens, [x, topk_ids, topk_weights], codes, out, Some(z)) })
+}
+
+/// [`megamoe_forward_fp8_codes`] (`z` None: the scratch state of a layer that recomputes z) or
+/// [`megamoe_forward_fp8_codes_z`] (the caller's z lent to the lent-z state).
+///
+/// # Safety
+/// As [`megamoe_forward_fp8_codes`].
+unsafe fn forward_fp8_codes(
+    layer: *const MegamoeLayer,
+    stream: u64,
+    tokens: usize,
+    [x, topk_ids, topk_weights]: [u64; 3],
+    codes: *const u64,
+    out: u64,
+    z: Option<u64>,
+) -> Result<()> {
+    let l = layer_ref(layer)?;
+    let _cur = CurrentCtx::enter(&l.gpu)?;
+    let c = &l.cfg;
+    if tokens > c.max_tokens {
+        return bad(format!("{tokens} tokens > the layer's maximum {}", c.max_tokens));
+    }
+    // SAFETY: the function's contract.
+    let q = unsafe { borrow_fp8(l, codes) }?;
+    let g = &*l.gpu;
+    let xb = borrow::<bf16>(g, "x", x, tokens * c.hidden, ROWS)?;
+    let ids = borrow::<i32>(g, "topk_ids", topk_ids, tokens * c.top_k, 4)?;
+    let w = borrow::<f32>(g, "topk_weights", topk_weights, tokens * c.top_k, 4)?;
+    let mut y = borrow::<bf16>(g, "out", out, tokens * c.hidden, ROWS)?;
+    let mut zb = z.map(|z| borrow::<bf16>(g, "z", z, z_elems(c, tokens), ROWS)).transpose()?;
+    let mut ins = vec![xb.span, ids.span, w.span];
+    ins.extend(q.spans);
+    let mut outs = vec![y.span];
+    outs.extend(zb.as_ref().map(|z| z.span));
+    check_disjoint(&outs, &ins)?;
+    l.run(stream, |st| {
+        let State { layer, scratch, lent, .. } = st;
+        let inp = Fp8Inputs { tokens, x: &xb, topk_ids: &ids, topk_weights: &w, weights: &q.w };
+        match zb.as_mut() {
+            None => {
+                let Some(s) = scratch.as_mut() else {
+                    return bad("megamoe_forward_fp8_codes: a layer that keeps z (save_z != 0) has no scratch state: \
+                                use megamoe_forward_fp8, or megamoe_forward_fp8_codes_z (z into the caller's buffer)"
+                        .into());
+                };
+                layer.forward_fp8(&inp, &mut y, s)
+            }
+            Some(zb) => {
+                let s = lent_state(lent, "megamoe_forward_fp8_codes_z")?;
+                with_lent_z(s, zb, |s| layer.forward_fp8(&inp, &mut y, s))
+            }
         }
-        // SAFETY: the function's contract.
-        let q = unsafe { borrow_fp8(l, codes) }?;
-        let g = &*l.gpu;
-        let xb = borrow::<bf16>(g, "x", x, tokens * c.hidden, ROWS)?;
-        let ids = borrow::<i32>(g, "topk_ids", topk_ids, tokens * c.top_k, 4)?;
-        let w = borrow::<f32>(g, "topk_weights", topk_weights, tokens * c.top_k, 4)?;
-        let mut y = borrow::<bf16>(g, "out", out, tokens * c.hidden, ROWS)?;
-        let mut ins = vec![xb.span, ids.span, w.span];
-        ins.extend(q.spans);
-        check_disjoint(&[y.span], &ins)?;
-        l.run(stream, |st| {
-            let State { layer, scratch, .. } = st;
-            let Some(s) = scratch.as_mut() else {
-                return bad("megamoe_forward_fp8_codes: a layer that keeps z (save_z != 0) has no scratch state: \
-                            use megamoe_forward_fp8"
-                    .into());
-            };
-            let inp = Fp8Inputs { tokens, x: &xb, topk_ids: &ids, topk_weights: &w, weights: &q.w };
-            layer.forward_fp8(&inp, &mut y, s)
-        })
     })
 }
 

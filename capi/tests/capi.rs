@@ -398,32 +398,7 @@ gpu_test!(fp8_layer_through_raw_pointers_matches_the_rust_api_bitwise, {
     let got = download(&g, &d);
     // the codes in the caller's buffers (the custom operators' FP8 form): quantized into them, the forward with no
     // saved state and the backward that routes again, bitwise the handle path, into newly poisoned outputs
-    let (e, h, i) = (s.e, s.h, s.i);
-    let code_bufs: Vec<CudaSlice<u8>> = [e * 2 * i * h, e * h * i, e * 2 * i * h]
-        .iter()
-        .map(|&n| {
-            let mut b = g.alloc::<u8>(n).unwrap();
-            g.fill_bytes(&mut b, 0x7f).unwrap();
-            b
-        })
-        .collect();
-    let scale_bufs: Vec<CudaSlice<f32>> =
-        [e * 2 * i / 128 * (h / 128), e * h / 128 * (i / 128), e * 2 * i / 128 * (h / 128)]
-            .iter()
-            .map(|&n| {
-                let mut b = g.alloc::<f32>(n).unwrap();
-                g.fill_bytes(&mut b, 0xff).unwrap();
-                b
-            })
-            .collect();
-    let codes: [u64; 6] = [
-        ptr(&code_bufs[0], st),
-        ptr(&scale_bufs[0], st),
-        ptr(&code_bufs[1], st),
-        ptr(&scale_bufs[1], st),
-        ptr(&code_bufs[2], st),
-        ptr(&scale_bufs[2], st),
-    ];
+    let (_code_bufs, codes) = fp8_code_bufs(&g, s);
     let d2 = Dev::new(&g, &inp);
     let y_between = g.alloc::<bf16>(tokens * s.h).unwrap();
     let p2 = |v: &CudaSlice<bf16>| ptr(v, st);
@@ -500,6 +475,41 @@ gpu_test!(fp8_layer_through_raw_pointers_matches_the_rust_api_bitwise, {
     // SAFETY: the live handle, freed once.
     unsafe { megamoe_layer_free(l) };
 });
+
+/// The FP8 weight buffers' codes and scales (kept alive while their addresses are used).
+type CodeBufs = (Vec<CudaSlice<u8>>, Vec<CudaSlice<f32>>);
+
+/// The six FP8 weight buffers of the custom operators' form (poisoned) and their addresses in the C ABI's order
+/// (W1's codes and scales, W2's, W1 transposed's).
+fn fp8_code_bufs(g: &Gpu, s: Shape) -> (CodeBufs, [u64; 6]) {
+    let (e, h, i, st) = (s.e, s.h, s.i, g.stream());
+    let code_bufs: Vec<CudaSlice<u8>> = [e * 2 * i * h, e * h * i, e * 2 * i * h]
+        .iter()
+        .map(|&n| {
+            let mut b = g.alloc::<u8>(n).unwrap();
+            g.fill_bytes(&mut b, 0x7f).unwrap();
+            b
+        })
+        .collect();
+    let scale_bufs: Vec<CudaSlice<f32>> =
+        [e * 2 * i / 128 * (h / 128), e * h / 128 * (i / 128), e * 2 * i / 128 * (h / 128)]
+            .iter()
+            .map(|&n| {
+                let mut b = g.alloc::<f32>(n).unwrap();
+                g.fill_bytes(&mut b, 0xff).unwrap();
+                b
+            })
+            .collect();
+    let codes: [u64; 6] = [
+        ptr(&code_bufs[0], st),
+        ptr(&scale_bufs[0], st),
+        ptr(&code_bufs[1], st),
+        ptr(&scale_bufs[1], st),
+        ptr(&code_bufs[2], st),
+        ptr(&scale_bufs[2], st),
+    ];
+    ((code_bufs, scale_bufs), codes)
+}
 
 /// New inputs into `d`'s buffers and its outputs poisoned again (NaN), on the layer's stream.
 fn load(g: &Gpu, d: &mut Dev, inp: &Inputs) {
@@ -853,6 +863,120 @@ gpu_test!(z_in_the_callers_buffer_is_bitwise_the_saved_state, {
         let c = megamoe_forward_z(l, 0, 0, 0, 0, 0, w1, w2, 0, 0);
         assert_eq!(c, MEGAMOE_OK, "0 tokens: {}", last_error());
     }
+    // SAFETY: the live handle, freed once.
+    unsafe { megamoe_layer_free(l) };
+});
+
+gpu_test!(fp8_z_in_the_callers_buffer_is_bitwise_the_saved_state, {
+    // the FP8 operators' z-keeping pair (`megamoe_forward_fp8_codes_z`, `megamoe_backward_routed_fp8_z`) on a
+    // z-keeping layer: bitwise the FP8 handle path (z in the saved state), another FP8 forward_z between them
+    let g = gpu();
+    let s = Shape { h: 512, i: 256, e: 8, k: 2 };
+    let tokens = 200;
+    let mut r = rng();
+    let inp = inputs(&mut r, s, tokens, Routing::Masked10);
+    let other = inputs(&mut r, s, tokens, Routing::Uniform);
+    let (c, l) = new_layer(0, s, tokens, true);
+    assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    let st = g.stream();
+    let p = |v: &CudaSlice<bf16>| ptr(v, st);
+    let ins = |d: &Dev| (p(&d.x), ptr(&d.ids, st), ptr(&d.w, st), p(&d.w1), p(&d.w2));
+    // the handle path
+    let want_d = Dev::new(&g, &inp);
+    let (x, ids, w, w1, w2) = ins(&want_d);
+    let (mut w8, mut saved) = (null_mut(), null_mut());
+    // SAFETY: live handles and allocations of the sizes the shapes ask.
+    unsafe {
+        assert_eq!(megamoe_fp8_weights_new(l, &mut w8), MEGAMOE_OK, "{}", last_error());
+        assert_eq!(megamoe_fp8_weights_quantize(l, 0, w8, w1, w2), MEGAMOE_OK, "{}", last_error());
+        let c = megamoe_forward_fp8(l, 0, tokens, x, ids, w, w8, p(&want_d.y), &mut saved);
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        let d = &want_d;
+        let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, st));
+        let c = megamoe_backward_fp8(l, 0, saved, p(&d.dy), x, ids, w, w1, w2, w8, dx, dw1, dw2, dtopk, 1, 0);
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        check_and_free(saved);
+        megamoe_fp8_weights_free(w8);
+    }
+    let want = download(&g, &want_d);
+    // the codes in the caller's buffers, z in the caller's buffer
+    let (_bufs, codes) = fp8_code_bufs(&g, s);
+    let zn = tokens * s.k * 2 * s.i;
+    let nan = |n: usize| {
+        let mut b = g.alloc::<bf16>(n).unwrap();
+        g.fill_bytes(&mut b, 0xff).unwrap();
+        b
+    };
+    let (z, z_other) = (nan(zn), nan(zn));
+    let d = Dev::new(&g, &inp);
+    let o = Dev::new(&g, &other);
+    let (x, ids, w, w1, w2) = ins(&d);
+    // SAFETY: live handles and allocations of the sizes the shapes ask; `codes` six addresses.
+    unsafe {
+        assert_eq!(megamoe_fp8_quantize_into(l, 0, w1, w2, codes.as_ptr()), MEGAMOE_OK, "{}", last_error());
+        // the routine without z is refused on a z-keeping layer, writing nothing
+        let c = megamoe_forward_fp8_codes(l, 0, tokens, x, ids, w, codes.as_ptr(), p(&d.y));
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT);
+        assert!(last_error().contains("megamoe_forward_fp8_codes_z"), "{}", last_error());
+        let c = megamoe_forward_fp8_codes_z(l, 0, tokens, x, ids, w, codes.as_ptr(), p(&d.y), ptr(&z, st));
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        let (xo, idso, wo, _, _) = ins(&o);
+        let c = megamoe_forward_fp8_codes_z(l, 0, tokens, xo, idso, wo, codes.as_ptr(), p(&o.y), ptr(&z_other, st));
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+        let (dx, dw1, dw2, dtopk) = (p(&d.dx), p(&d.dw1), p(&d.dw2), ptr(&d.dtopk, st));
+        // z onto a code buffer: refused
+        let c = megamoe_backward_routed_fp8_z(
+            l,
+            0,
+            tokens,
+            p(&d.dy),
+            x,
+            ids,
+            w,
+            w1,
+            w2,
+            codes.as_ptr(),
+            ptr(&z, st),
+            codes[0],
+            dw1,
+            dw2,
+            dtopk,
+            1,
+            0,
+        );
+        assert_eq!(c, MEGAMOE_INVALID_ARGUMENT, "dx on W1's codes");
+        let c = megamoe_backward_routed_fp8_z(
+            l,
+            0,
+            tokens,
+            p(&d.dy),
+            x,
+            ids,
+            w,
+            w1,
+            w2,
+            codes.as_ptr(),
+            ptr(&z, st),
+            dx,
+            dw1,
+            dw2,
+            dtopk,
+            1,
+            0,
+        );
+        assert_eq!(c, MEGAMOE_OK, "{}", last_error());
+    }
+    g.sync().unwrap();
+    let got = download(&g, &d);
+    let b16 = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (what, a, b) in
+        [("y", &got.0, &want.0), ("dx", &got.1, &want.1), ("dW1", &got.3, &want.3), ("dW2", &got.4, &want.4)]
+    {
+        assert!(a.iter().all(|v| !v.is_nan()), "FP8 {what} not fully written");
+        assert!(b16(a) == b16(b), "FP8 {what} through the caller's z differs from the saved state's");
+    }
+    assert!(got.2.iter().zip(&want.2).all(|(a, b)| a.to_bits() == b.to_bits()), "FP8 dtopk differs");
+    assert!(g.download(&z).unwrap().iter().any(|v| v.is_finite()), "z not written");
     // SAFETY: the live handle, freed once.
     unsafe { megamoe_layer_free(l) };
 });

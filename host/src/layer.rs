@@ -994,10 +994,16 @@ impl MoeLayer {
     }
 
     /// [`MoeLayer::route_into`] for [`MoeLayer::backward_fp8`]: the layout an FP8 forward on `topk_ids` leaves in
-    /// `saved`, so that its backward needs only the forward's inputs and quantized weights. Any save mode (the
-    /// FP8 forward keeps no z: its backward recomputes z from the tokens' codes).
+    /// `saved`, so that its backward needs only the forward's inputs and quantized weights. Any save mode: the
+    /// backward recomputes z from the tokens' codes, unless the state holds z lent back ([`Saved::swap_z`], a
+    /// state of [`MoeLayer::alloc_saved_lent_z`]) that a forward_fp8 on the same inputs wrote (with the 128 x 256
+    /// kernels, the default: the caller's promise, as for [`MoeLayer::route_into`]), which it then reads.
     pub fn route_into_fp8(&mut self, topk_ids: &CudaSlice<i32>, tokens: usize, saved: &mut Saved) -> Result<()> {
-        self.route_layout(topk_ids, tokens, saved, true)
+        self.check_lent_z(saved, tokens)?;
+        self.route_layout(topk_ids, tokens, saved, true)?;
+        // as forward_fp8 sets it: its GEMM1 stores z only in the 128 x 256 form
+        saved.z_fp8 = saved.z_lent && fp8::gemm1_wide();
+        Ok(())
     }
 
     /// The routing layout alone into `saved`, marked as a bf16 (`fp8` false) or an FP8 forward's.

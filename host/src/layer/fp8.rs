@@ -215,6 +215,7 @@ impl MoeLayer {
         if t > c.max_tokens {
             return bad(format!("{t} tokens > the configured maximum {}", c.max_tokens));
         }
+        self.check_lent_z(saved, t)?;
         let want = [
             ("x", inp.x.len(), t * h),
             ("topk_ids", inp.topk_ids.len(), t * k),
@@ -267,12 +268,8 @@ impl MoeLayer {
         if !routed {
             return Ok(());
         }
-        // GEMM1 + SwiGLU with h quantized in its epilogue (`grouped_gemm_fp8_swiglu_q`, bitwise the two kernels
-        // in a row), or (MEGAMOE_FP8_HQ=pass) h stored in bf16 and quantized by a pass
-        let fused = std::env::var("MEGAMOE_FP8_HQ").map_or(true, |v| v != "pass");
-        // the fused kernel in 128 x 256 tiles (128-row boxes of W1), or with MEGAMOE_FP8_TILES=128 in pairs of
-        // 128 x 128 tiles
-        let wide = fused && plain_kernel() == "grouped_gemm_fp8w";
+        let fused = gemm1_h_fused();
+        let wide = gemm1_wide();
         // a layer that saves z gets it from GEMM1 (the 128 x 256 kernel: `_qz`), so its backward skips the
         // recompute (set before the launches: a call that fails leaves `saved` incomplete, refused by a backward)
         saved.z_fp8 = wide && saved.z.is_some();
@@ -825,6 +822,18 @@ impl MoeLayer {
 /// SwiGLU then in the same tiles), or with `MEGAMOE_FP8_TILES=128` (read at each call, for the benchmark's A/B)
 /// `grouped_gemm_fp8` (128 x 128; the same bits). The wide tiles made the 30B FP8 forward 1.098x faster
 /// (twelfth session, call G).
+/// GEMM1 + SwiGLU with h quantized in its epilogue (`grouped_gemm_fp8_swiglu_q`, bitwise the two kernels in a
+/// row), or (`MEGAMOE_FP8_HQ=pass`) h stored in bf16 and quantized by a pass.
+fn gemm1_h_fused() -> bool {
+    std::env::var("MEGAMOE_FP8_HQ").map_or(true, |v| v != "pass")
+}
+
+/// The fused GEMM1 in 128 x 256 tiles (128-row boxes of W1), or with `MEGAMOE_FP8_TILES=128` in pairs of 128 x 128
+/// tiles: the form whose forward also stores z when the state holds z (`_qz`).
+pub(super) fn gemm1_wide() -> bool {
+    gemm1_h_fused() && plain_kernel() == "grouped_gemm_fp8w"
+}
+
 pub(crate) fn plain_kernel() -> &'static str {
     match std::env::var("MEGAMOE_FP8_TILES") {
         Ok(v) if v == "128" => "grouped_gemm_fp8",
