@@ -33,12 +33,36 @@ def grouped(x, ids, w, W1, W2):
     return torch.zeros_like(x).index_add_(0, tok, y)
 
 
+# The layer shapes the Python benches take by key: (name, H, I (the experts' intermediate size), E, top-k, T tokens).
+# The Qwen3 pair is issue 4's (T = 16384 a GPU, as Prime's runs); the others are other models' MoE layers from their
+# Hugging Face configs, for coverage (one GPU, all experts local; random routing). `dsv3ep8` is DeepSeek-V3's
+# layer as one GPU of EP = 8 sees it: its 32 of the 256 experts and the rows they receive (T tokens a GPU, top-8:
+# ~T / 4 rows an expert, as here). `sonic` is SonicMoE's published H100 configuration (its paper's 7B shape).
+SHAPES = {
+    "30B": ("Qwen3-30B-A3B", 2048, 768, 128, 8, 16384),
+    "235B": ("Qwen3-235B-A22B", 4096, 1536, 128, 8, 16384),
+    "next": ("Qwen3-Next-80B-A3B", 2048, 512, 512, 10, 16384),
+    "dsv2lite": ("DeepSeek-V2-Lite", 2048, 1408, 64, 6, 16384),
+    "dsv3ep8": ("DeepSeek-V3 at EP=8 (32 experts a GPU)", 7168, 2048, 32, 8, 16384),
+    "gptoss": ("gpt-oss-120b (shape; plain SwiGLU)", 2880, 2880, 128, 4, 16384),
+    "sonic": ("SonicMoE's 7B configuration", 4096, 2048, 64, 4, 32768),
+}
+
+
+def shape(key):
+    """SHAPES[key], or an exit naming the keys."""
+    if key not in SHAPES:
+        raise SystemExit(f"shape {key}: expected one of {sorted(SHAPES)}")
+    return SHAPES[key]
+
+
 def layer_inputs(T, H, I, E, k, dev):
     """Random inputs of one MoE layer as the benches draw them: x [T, H] bf16, top-k expert ids [T, k] int32 (k
     distinct experts a token, uniform), routing weights [T, k] f32 in [0, 1), W1 [E, 2I, H] and W2 [E, H, I] bf16
     (scaled so that z and y stay O(1)), and an output gradient dy [T, H] bf16 (drawn last)."""
     x = torch.randn(T, H, device=dev, dtype=torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, device=dev)[:k] for _ in range(T)]).to(torch.int32)
+    # k distinct uniform experts a token (a random permutation's first k; one sort for all tokens)
+    ids = torch.rand(T, E, device=dev).argsort(dim=1)[:, :k].to(torch.int32)
     w = torch.rand(T, k, device=dev)
     w1 = (torch.randn(E, 2 * I, H, device=dev) * (1.7 / H ** 0.5)).to(torch.bfloat16)
     w2 = (torch.randn(E, H, I, device=dev) * (2.0 / I ** 0.5)).to(torch.bfloat16)

@@ -9,8 +9,10 @@ the other cannot promise (on the power-capped H200 the phase of a run moved our 
 warm-up, then medians of 20 (MEGAMOE_BENCH_REPS=N). Our output is checked against PyTorch's layer on the same
 inputs (relative difference of bf16 layers, NaN fails) and every element written (poisoned first).
 
-Usage: `MEGAMOE_LIB=.../libmegamoe_capi.so python3 benches/torch_rotation.py [30B|235B]` (default 30B; T = 16384,
-top-8, E = 128, random routing). Prints `RESULT rotation` lines.
+Usage: `MEGAMOE_LIB=.../libmegamoe_capi.so python3 benches/torch_rotation.py [KEY]` (default 30B; KEY one of
+torch_common.SHAPES: 30B and 235B (T = 16384, top-8, E = 128), and other models' layers; random routing). Before
+the timings one step of each side on the same inputs checks ours against PyTorch's: y, dx, dtopk, dW1 and dW2, every
+element written (ours poisoned first), relative differences of two bf16 layers. Prints `RESULT rotation` lines.
 """
 import os
 import sys
@@ -21,17 +23,12 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megamoe_torch as mm  # noqa: E402
-from torch_common import grouped, layer_inputs, timeit_rotation  # noqa: E402
-
-SHAPES = {"30B": ("Qwen3-30B-A3B", 2048, 768), "235B": ("Qwen3-235B-A22B", 4096, 1536)}
+from torch_common import grouped, layer_inputs, shape, timeit_rotation  # noqa: E402
 
 
 def main():
     key = sys.argv[1] if len(sys.argv) > 1 else "30B"
-    if key not in SHAPES:
-        raise SystemExit(f"shape {key}: expected one of {sorted(SHAPES)}")
-    name, H, I = SHAPES[key]
-    T, E, k = 16384, 128, 8
+    name, H, I, E, k, T = shape(key)
     reps = int(os.environ.get("MEGAMOE_BENCH_REPS", "20"))
     heat = float(os.environ.get("MEGAMOE_BENCH_HEAT", "3") or 0)
     dev = torch.device("cuda")
@@ -88,6 +85,19 @@ def main():
     print(f"check: our y against PyTorch's layer, rel diff {diff:.2e}")
     if not diff < 2e-2:
         raise SystemExit(f"FAILED: our y is {diff:.2e} from PyTorch's layer's (bf16 layers agree to ~1e-2)")
+    # the step's gradients: ours (poisoned first) against autograd's through PyTorch's layer
+    for g in grads:
+        g.fill_(float("nan"))
+    our_step()
+    their_step()
+    torch.cuda.synchronize()
+    for gname, ours, theirs in zip(("dx", "dtopk", "dW1", "dW2"), grads, (xr.grad, wr.grad, W1.grad, W2.grad)):
+        if torch.isnan(ours).any():
+            raise SystemExit(f"FAILED: our {gname} left NaN (an element unwritten or a NaN computed)")
+        d = ((ours.float() - theirs.float()).norm() / theirs.float().norm()).item()
+        print(f"check: our {gname} against PyTorch's autograd, rel diff {d:.2e}")
+        if not d < 3e-2:
+            raise SystemExit(f"FAILED: our {gname} is {d:.2e} from PyTorch's (bf16 layers agree to ~1e-2)")
 
     if heat > 0:
         t0, n = time.time(), 0

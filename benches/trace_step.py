@@ -12,8 +12,8 @@ trace-step` lines (per side, medians over steps: span, the kernels' sum, the gap
 lines (per side, each kernel name's time a step, median over steps, the largest first; PyTorch's names grouped by
 what they do: grouped GEMM, elementwise, sort and scan, gather / index, reduce, memset, other).
 
-Usage: `MEGAMOE_LIB=.../libmegamoe_capi.so python3 benches/trace_step.py [30B|235B] [MODE]` (T = 16384, top-8,
-E = 128). MODE (ours only; PyTorch's side runs with the default): `z` (the default: z saved, bf16 weight
+Usage: `MEGAMOE_LIB=.../libmegamoe_capi.so python3 benches/trace_step.py [KEY] [MODE]` (KEY one of
+torch_common.SHAPES, default 30B: T = 16384, top-8, E = 128). MODE (ours only; PyTorch's side runs with the default): `z` (the default: z saved, bf16 weight
 gradients), `recompute` (z recomputed in the backward), `f32` (z saved, f32 weight gradients), `fp8` (the FP8
 forward on weights quantized once, then its straight-through backward, bf16 weight gradients).
 """
@@ -28,9 +28,8 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import megamoe_torch as mm  # noqa: E402
-from torch_common import grouped, layer_inputs  # noqa: E402
+from torch_common import grouped, layer_inputs, shape  # noqa: E402
 
-SHAPES = {"30B": ("Qwen3-30B-A3B", 2048, 768), "235B": ("Qwen3-235B-A22B", 4096, 1536)}
 STEPS = 6
 MODES = ("z", "recompute", "f32", "fp8")
 MARK = "spin_kernel"  # torch.cuda._sleep's kernel: neither side launches one
@@ -80,12 +79,9 @@ def show(side, st):
 def main():
     key = sys.argv[1] if len(sys.argv) > 1 else "30B"
     mode = sys.argv[2] if len(sys.argv) > 2 else "z"
-    if key not in SHAPES:
-        raise SystemExit(f"shape {key}: expected one of {sorted(SHAPES)}")
+    name, H, I, E, k, T = shape(key)
     if mode not in MODES:
         raise SystemExit(f"mode {mode}: expected one of {MODES}")
-    name, H, I = SHAPES[key]
-    T, E, k = 16384, 128, 8
     dev = torch.device("cuda")
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
     x, ids, w, w1, w2, dy = layer_inputs(T, H, I, E, k, dev)
