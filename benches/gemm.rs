@@ -21,6 +21,9 @@
 //! output is checked on a sample too. The routing layout is computed on the host exactly as the layer's
 //! `route_*` kernels lay it out (each expert's rows in increasing slot order).
 //!
+//! `MEGAMOE_BENCH_SHAPE=H,I,E,k` runs that shape instead of the two (T = 16384; other models' layers, e.g.
+//! 2048,512,512,10 for Qwen3-Next-80B-A3B's fine-grained experts).
+//!
 //! `MEGAMOE_BENCH_HEAT=S` (default 3): S seconds of the first alternating line's two launches, untimed, before each
 //! shape's alternating section (as the layer bench heats), so it starts in the sustained power state.
 //! `MEGAMOE_BENCH_ONLY=30B` runs the shapes whose name contains it. `MEGAMOE_BENCH_REST_MS=200` idles the GPU that
@@ -1057,7 +1060,7 @@ fn main() {
     let seed = Rng::fresh_seed();
     let mut rng = Rng::new(seed);
     println!(
-        "GEMM benchmark on {} (seed {seed}): T={TOKENS}, top-8 of 128 experts ({:?} routing), {WARM} warm-ups, median of {REPS}",
+        "GEMM benchmark on {} (seed {seed}): T={TOKENS} ({:?} routing), {WARM} warm-ups, median of {REPS}",
         g.name(),
         routing_env::kind()
     );
@@ -1070,9 +1073,21 @@ fn main() {
     // the plain M-grouped GEMMs' run-time tile counter (read once; a bad value fails those GEMMs)
     println!("MEGAMOE_GEMM_SCHED: {:?}", gemm::gemm_sched_dynamic());
     let mut ok = true;
-    // MEGAMOE_BENCH_ONLY=30B (a part of the shape's name): that shape only
+    // MEGAMOE_BENCH_ONLY=30B (a part of the shape's name): that shape only; MEGAMOE_BENCH_SHAPE=H,I,E,k: that shape
+    // instead (e.g. 2048,512,512,10: Qwen3-Next-80B-A3B's layer), named "H x I, E experts, top-k"
     let only = std::env::var("MEGAMOE_BENCH_ONLY").unwrap_or_default();
-    for (name, s) in [("Qwen3-30B-A3B", Shape::QWEN3_30B_A3B), ("Qwen3-235B-A22B", Shape::QWEN3_235B_A22B)] {
+    let mut shapes =
+        vec![("Qwen3-30B-A3B".to_string(), Shape::QWEN3_30B_A3B), ("Qwen3-235B-A22B".into(), Shape::QWEN3_235B_A22B)];
+    if let Ok(v) = std::env::var("MEGAMOE_BENCH_SHAPE") {
+        let d: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        let [h, i, e, k] = d[..] else {
+            println!("FAILED: MEGAMOE_BENCH_SHAPE={v}: expected H,I,E,k (four numbers)");
+            std::process::exit(1);
+        };
+        shapes = vec![(format!("{h} x {i}, {e} experts, top-{k}"), Shape { h, i, e, k })];
+    }
+    for (name, s) in shapes {
+        let name = name.as_str();
         if !name.contains(only.as_str()) {
             continue;
         }
