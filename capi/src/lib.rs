@@ -753,11 +753,7 @@ pub unsafe extern "C" fn megamoe_backward_routed(
         let l = layer_ref(layer)?;
         let _cur = CurrentCtx::enter(&l.gpu)?;
         let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
-        if wgrad_bf16 != 0 {
-            backward_routed::<bf16>(l, stream, tokens, p, g, accumulate != 0, None)
-        } else {
-            backward_routed::<f32>(l, stream, tokens, p, g, accumulate != 0, None)
-        }
+        routed(l, stream, tokens, p, g, None, (wgrad_bf16, accumulate), None)
     })
 }
 
@@ -833,51 +829,7 @@ pub unsafe extern "C" fn megamoe_backward_routed_z(
         let l = layer_ref(layer)?;
         let _cur = CurrentCtx::enter(&l.gpu)?;
         let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
-        if wgrad_bf16 != 0 {
-            backward_routed_z::<bf16>(l, stream, tokens, p, g, z, accumulate != 0, None)
-        } else {
-            backward_routed_z::<f32>(l, stream, tokens, p, g, z, accumulate != 0, None)
-        }
-    })
-}
-
-/// [`megamoe_backward_routed_z`]'s backward (or with `fp8` [`megamoe_backward_routed_fp8_z`]'s): the caller's z
-/// lent to the layer's lent-z state for the routing and the backward.
-#[allow(clippy::too_many_arguments)]
-fn backward_routed_z<W: WgradElem>(
-    l: &MegamoeLayer,
-    stream: u64,
-    t: usize,
-    p: [u64; 5],
-    g: [u64; 5],
-    z: u64,
-    accumulate: bool,
-    fp8: Option<&BorrowedFp8>,
-) -> Result<()> {
-    let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
-    let mut zb = borrow::<bf16>(&l.gpu, "z", z, z_elems(&l.cfg, t), ROWS)?;
-    let outs = [b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span];
-    check_disjoint(&outs, &[zb.span])?;
-    if let Some(q) = fp8 {
-        check_disjoint(&outs, &q.spans)?;
-    }
-    let what = if fp8.is_some() { "megamoe_backward_routed_fp8_z" } else { "megamoe_backward_routed_z" };
-    l.run(stream, |st| {
-        let State { layer, lent, .. } = st;
-        let s = lent_state(lent, what)?;
-        with_lent_z(s, &mut zb, |s| {
-            let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
-            match fp8 {
-                None => {
-                    layer.route_into(&inp.ids, t, s)?;
-                    layer.backward(s, &b.dy, &inp.inputs(t), grads)
-                }
-                Some(q) => {
-                    layer.route_into_fp8(&inp.ids, t, s)?;
-                    layer.backward_fp8(s, &b.dy, &inp.inputs(t), &q.w, grads)
-                }
-            }
-        })
+        routed(l, stream, tokens, p, g, Some(z), (wgrad_bf16, accumulate), None)
     })
 }
 
@@ -913,11 +865,7 @@ pub unsafe extern "C" fn megamoe_backward_routed_fp8_z(
         // SAFETY: the function's contract.
         let q = unsafe { borrow_fp8(l, codes) }?;
         let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
-        if wgrad_bf16 != 0 {
-            backward_routed_z::<bf16>(l, stream, tokens, p, g, z, accumulate != 0, Some(&q))
-        } else {
-            backward_routed_z::<f32>(l, stream, tokens, p, g, z, accumulate != 0, Some(&q))
-        }
+        routed(l, stream, tokens, p, g, Some(z), (wgrad_bf16, accumulate), Some(&q))
     })
 }
 
@@ -950,37 +898,76 @@ impl<W: WgradElem> BwdBufs<W> {
     }
 }
 
-/// The routed backward (the routing made again into the layer's scratch state), bf16 or, with `fp8`, the FP8
-/// straight-through one on the caller's codes.
+/// The routed backward (the routing made again), bf16 or, with `fp8`, the FP8 straight-through one on the caller's
+/// codes; z recomputed (`z` None: the layer's scratch state) or read from the caller's buffer (`z`: lent to the
+/// layer's lent-z state); the weight gradients in bf16 (`wgrad_bf16` non-zero) or f32.
+#[allow(clippy::too_many_arguments)]
+fn routed(
+    l: &MegamoeLayer,
+    stream: u64,
+    t: usize,
+    p: [u64; 5],
+    g: [u64; 5],
+    z: Option<u64>,
+    (wgrad_bf16, accumulate): (c_int, c_int),
+    fp8: Option<&BorrowedFp8>,
+) -> Result<()> {
+    if wgrad_bf16 != 0 {
+        backward_routed::<bf16>(l, stream, t, p, g, z, accumulate != 0, fp8)
+    } else {
+        backward_routed::<f32>(l, stream, t, p, g, z, accumulate != 0, fp8)
+    }
+}
+
+/// [`routed`] with the weight gradients' type.
+#[allow(clippy::too_many_arguments)]
 fn backward_routed<W: WgradElem>(
     l: &MegamoeLayer,
     stream: u64,
     t: usize,
     p: [u64; 5],
     g: [u64; 5],
+    z: Option<u64>,
     accumulate: bool,
     fp8: Option<&BorrowedFp8>,
 ) -> Result<()> {
     let (inp, mut b) = BwdBufs::<W>::new(l, t, p, g)?;
+    let mut zb = z.map(|z| borrow::<bf16>(&l.gpu, "z", z, z_elems(&l.cfg, t), ROWS)).transpose()?;
+    let outs = [b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span];
+    if let Some(zb) = &zb {
+        check_disjoint(&outs, &[zb.span])?;
+    }
     if let Some(q) = fp8 {
-        check_disjoint(&[b.dx.span, b.dw1.span, b.dw2.span, b.dtopk.span], &q.spans)?;
+        check_disjoint(&outs, &q.spans)?;
     }
     l.run(stream, |st| {
-        let State { layer, scratch, .. } = st;
-        let Some(s) = scratch.as_mut() else {
-            return bad("the routed backward: a layer that keeps z (save_z != 0) needs its forward's saved state \
-                        (megamoe_backward, megamoe_backward_fp8) or its z (megamoe_backward_routed_z)"
-                .into());
-        };
-        let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
-        match fp8 {
-            None => {
-                layer.route_into(&inp.ids, t, s)?;
-                layer.backward(s, &b.dy, &inp.inputs(t), grads)
+        let State { layer, scratch, lent, .. } = st;
+        let mut run = |layer: &mut MoeLayer, s: &mut Saved| {
+            let grads = Grads { dx: &mut b.dx, dw1: &mut b.dw1, dw2: &mut b.dw2, dtopk: &mut b.dtopk, accumulate };
+            match fp8 {
+                None => {
+                    layer.route_into(&inp.ids, t, s)?;
+                    layer.backward(s, &b.dy, &inp.inputs(t), grads)
+                }
+                Some(q) => {
+                    layer.route_into_fp8(&inp.ids, t, s)?;
+                    layer.backward_fp8(s, &b.dy, &inp.inputs(t), &q.w, grads)
+                }
             }
-            Some(q) => {
-                layer.route_into_fp8(&inp.ids, t, s)?;
-                layer.backward_fp8(s, &b.dy, &inp.inputs(t), &q.w, grads)
+        };
+        match zb.as_mut() {
+            None => {
+                let Some(s) = scratch.as_mut() else {
+                    return bad("the routed backward: a layer that keeps z (save_z != 0) needs its forward's saved \
+                                state (megamoe_backward, megamoe_backward_fp8) or its z (megamoe_backward_routed_z)"
+                        .into());
+                };
+                run(layer, s)
+            }
+            Some(zb) => {
+                let what = if fp8.is_some() { "megamoe_backward_routed_fp8_z" } else { "megamoe_backward_routed_z" };
+                let s = lent_state(lent, what)?;
+                with_lent_z(s, zb, |s| run(layer, s))
             }
         }
     })
@@ -1440,11 +1427,7 @@ pub unsafe extern "C" fn megamoe_backward_routed_fp8(
         // SAFETY: the function's contract.
         let q = unsafe { borrow_fp8(l, codes) }?;
         let (p, g) = ([x, topk_ids, topk_weights, w1, w2], [dy, dx, dw1, dw2, dtopk]);
-        if wgrad_bf16 != 0 {
-            backward_routed::<bf16>(l, stream, tokens, p, g, accumulate != 0, Some(&q))
-        } else {
-            backward_routed::<f32>(l, stream, tokens, p, g, accumulate != 0, Some(&q))
-        }
+        routed(l, stream, tokens, p, g, None, (wgrad_bf16, accumulate), Some(&q))
     })
 }
 
