@@ -26,7 +26,7 @@ slot a later forward overwrote raises). Not through these bindings yet: expert p
 custom operators (torch.library) that carry no state from forward to backward (the backward makes the routing
 again, ~13 us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring; on a layer
 with `save_z=True` the forward operator also returns z, which autograd keeps for the backward operator instead of
-a recompute (1.17-1.18x the z-recomputing operators' step at 30B; FP8 1.11x). In FP8 too:
+a recompute (1.15-1.18x the z-recomputing operators' step at 30B; FP8 1.11-1.16x). In FP8 too:
 `moe_op_fp8` / `MoE(..., op=True, fp8=True)`, the FP8 weights as six tensors (`fp8_codes`, an operator: quantized
 in the call unless given).
 """

@@ -818,10 +818,6 @@ impl MoeLayer {
     }
 }
 
-/// The plain FP8 GEMM the layer launches (GEMM2, z's recompute): `grouped_gemm_fp8w` (128 x 256 tiles; GEMM1 +
-/// SwiGLU then in the same tiles), or with `MEGAMOE_FP8_TILES=128` (read at each call, for the benchmark's A/B)
-/// `grouped_gemm_fp8` (128 x 128; the same bits). The wide tiles made the 30B FP8 forward 1.098x faster
-/// (twelfth session, call G).
 /// GEMM1 + SwiGLU with h quantized in its epilogue (`grouped_gemm_fp8_swiglu_q`, bitwise the two kernels in a
 /// row), or (`MEGAMOE_FP8_HQ=pass`) h stored in bf16 and quantized by a pass.
 fn gemm1_h_fused() -> bool {
@@ -834,6 +830,10 @@ pub(super) fn gemm1_wide() -> bool {
     gemm1_h_fused() && plain_kernel() == "grouped_gemm_fp8w"
 }
 
+/// The plain FP8 GEMM the layer launches (GEMM2, z's recompute): `grouped_gemm_fp8w` (128 x 256 tiles; GEMM1 +
+/// SwiGLU then in the same tiles), or with `MEGAMOE_FP8_TILES=128` (read at each call, for the benchmark's A/B)
+/// `grouped_gemm_fp8` (128 x 128; the same bits). The wide tiles made the 30B FP8 forward 1.098x faster
+/// (twelfth session, call G).
 pub(crate) fn plain_kernel() -> &'static str {
     match std::env::var("MEGAMOE_FP8_TILES") {
         Ok(v) if v == "128" => "grouped_gemm_fp8",
