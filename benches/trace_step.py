@@ -15,7 +15,9 @@ what they do: grouped GEMM, elementwise, sort and scan, gather / index, reduce, 
 Usage: `MEGAMOE_LIB=.../libmegamoe_capi.so python3 benches/trace_step.py [KEY] [MODE]` (KEY one of
 torch_common.SHAPES, default 30B: T = 16384, top-8, E = 128). MODE (ours only; PyTorch's side runs with the default): `z` (the default: z saved, bf16 weight
 gradients), `recompute` (z recomputed in the backward), `f32` (z saved, f32 weight gradients), `fp8` (the FP8
-forward on weights quantized once, then its straight-through backward, bf16 weight gradients).
+forward on weights quantized once, then its straight-through backward, bf16 weight gradients), `op` / `op-z` (the
+custom operators under autograd, `moe_op`, on a layer that recomputes / keeps z: the torch.compile path's kernels
+and its host gaps).
 """
 import collections
 import os
@@ -31,7 +33,7 @@ import megamoe_torch as mm  # noqa: E402
 from torch_common import grouped, layer_inputs, shape  # noqa: E402
 
 STEPS = 6
-MODES = ("z", "recompute", "f32", "fp8")
+MODES = ("z", "recompute", "f32", "fp8", "op", "op-z")
 MARK = "spin_kernel"  # torch.cuda._sleep's kernel: neither side launches one
 
 
@@ -88,7 +90,7 @@ def main():
     print(f"trace of the step: {name} layer, T={T}, E={E}, top-{k}, on {torch.cuda.get_device_name()}, "
           f"library {mm.lib().megamoe_version().decode()}, torch {torch.__version__}, ours in mode {mode}")
 
-    layer = mm.Layer(H, I, E, k, T, save_z=mode != "recompute", device=dev)
+    layer = mm.Layer(H, I, E, k, T, save_z=mode not in ("recompute", "op"), device=dev)
     wdt = torch.float32 if mode == "f32" else torch.bfloat16
     y = torch.full((T, H), float("nan"), device=dev, dtype=torch.bfloat16)
     grads = (torch.full((T, H), float("nan"), device=dev, dtype=torch.bfloat16),
@@ -100,12 +102,27 @@ def main():
         w8 = mm.Fp8Weights(layer)
         w8.quantize(w1, w2)
 
+    # the operator modes: leaves whose gradients autograd writes, then copied into `grads` (outside the timing: the
+    # check only) by `op_outputs`
+    xo, wo, w1o, w2o = (t.detach().clone().requires_grad_(True) for t in (x, w, w1, w2))
+
     def ours():
+        if mode in ("op", "op-z"):
+            for t in (xo, wo, w1o, w2o):
+                t.grad = None
+            mm.moe_op(layer, xo, ids, wo, w1o, w2o).backward(dy)
+            return
         if w8 is None:
             _, saved = layer.forward(x, ids, w, w1, w2, out=y)
         else:
             _, saved = layer.forward_fp8(x, ids, w, w8, out=y)
         layer.backward(saved, dy, x, ids, w, w1, w2, grads=grads, wgrad_dtype=wdt, w8=w8)
+
+    def op_outputs():
+        with torch.no_grad():
+            y.copy_(mm.moe_op(layer, x, ids, w, w1, w2))
+            for g, o in zip(grads, (xo.grad, wo.grad, w1o.grad, w2o.grad)):
+                g.copy_(o)
 
     ids64 = ids.long()
     xr, wr, W1, W2 = (t.detach().clone().requires_grad_(True) for t in (x, w, w1, w2))
@@ -117,6 +134,8 @@ def main():
 
     # the step is checked before it is traced: every output of ours written, and near PyTorch's gradients
     ours()
+    if mode in ("op", "op-z"):
+        op_outputs()
     theirs()
     torch.cuda.synchronize()
     for what, a, b in (("y", y, None), ("dx", grads[0], xr.grad), ("dtopk", grads[1], wr.grad),
