@@ -1218,6 +1218,30 @@ gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     assert!(outs[0].0 == outs[3].0 && outs[3].0 == outs[5].0, "the forward depends on the backward's mode");
 });
 
+gpu_test!(backward_fp8_side_copy_off_is_bitwise_on, {
+    // z saved, FP8 dx, bf16 weight gradients: x's rows for dW1 copied by the FP8 dx kernel's idle warps
+    // (`grouped_gemm_fp8w_cpx`) or by the gather pass before the plain FP8 dx (`gemm::with_side_copy`): the outputs
+    // and gradients bit for bit the same, every element written
+    use megamoe::layer::{Fp8Backward as M, Save};
+    let g = gpu();
+    let mut r = Rng::new(Rng::fresh_seed());
+    let dims = (250, 512, 256, 8, 4);
+    let (_, h, i, e, _) = dims;
+    let b = LayerBufs::new(&g, &mut r, dims);
+    let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
+    let outs: Vec<_> = [true, false]
+        .into_iter()
+        .map(|side| {
+            megamoe::gemm::with_side_copy(Some(side), || {
+                fp8_step_bits(&g, &b, dims, Save::WithZ, M::Dx, (&gw1_0, &gw2_0))
+            })
+        })
+        .collect();
+    assert!(outs[1].0.iter().all(|&v| v != 0xffff), "y not fully written");
+    assert!(outs[1].1.iter().all(|&v| v != 0xffff), "dx not fully written");
+    assert!(outs[0] == outs[1], "the side copy and the gather pass give different outputs or gradients");
+});
+
 /// x's codes and scales read from the tokens' rows by the 128 x 256 GEMMs' producer (`_gather`: the forward's GEMM1
 /// in both save modes, the z recompute by the plain kernel and, with FP8 weight gradients, by `_zt`) against the
 /// pass's expert-ordered copy (MEGAMOE_FP8_GATHER=pass, read per call): y and every gradient bit for bit, at

@@ -417,6 +417,41 @@ pub fn with_gather_ahead<R>(on: bool, f: impl FnOnce() -> R) -> R {
 }
 
 thread_local! {
+    static SIDE_COPY: std::cell::Cell<Option<Option<bool>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the backward copies x's rows for dW1 in dx's idle producer warps (the side copy:
+/// `grouped_gemm_bt_bf16_cpx`, and `grouped_gemm_fp8w_cpx` with an FP8 dx) where it may (the in-producer gather,
+/// z saved): `Some(true)` always, `Some(false)` never (the gather pass before dx, then the plain dx kernel; the
+/// same bits), `None` as [`side_copy_pays`] decides from the shape. `MEGAMOE_SIDE_COPY` (read once) = `auto` or
+/// unset `None`, `on`, `off`; another value is an `InvalidArgument`; overridden on a thread by [`with_side_copy`].
+pub fn side_copy() -> Result<Option<bool>> {
+    static ENV: EnvPolicy<Option<bool>> = std::sync::OnceLock::new();
+    policy(
+        &SIDE_COPY,
+        &ENV,
+        "MEGAMOE_SIDE_COPY",
+        &[("auto", None), ("on", Some(true)), ("off", Some(false)), ("", None)],
+    )
+}
+
+/// Run `f` with the side copy's policy `v` (see [`side_copy`]) for every backward prepared on this thread inside it.
+pub fn with_side_copy<R>(v: Option<bool>, f: impl FnOnce() -> R) -> R {
+    with_override(&SIDE_COPY, v, f)
+}
+
+/// Whether the side copy pays at a layer of hidden size `hidden` and intermediate size `intermediate`: I >= 768 or
+/// H >= 4096. Its bytes (a row of x, read and written a slot) against dx's FLOPs (4 I H a slot) weigh 1 / I, and its
+/// three mover warps copy a row at a time, so short rows (small H) keep few bytes in flight: where both are small
+/// the copy, not dx's math, sets the kernel's pace. Fitted to the step traced both ways at six shapes (H100,
+/// docs/RESULTS.md 2026-12-07f): the gather pass faster at (H, I) = (768, 256) by 18%, (1536, 256) 9%, (2048, 512)
+/// 3.5%, and with an FP8 dx at (1536, 256) 3%; the side copy faster at (2048, 768) ~1% (FP8 3%), (2048, 1408)
+/// ~1%, (4096, 512) ~5%.
+pub fn side_copy_pays(hidden: usize, intermediate: usize) -> bool {
+    intermediate >= 768 || hidden >= 4096
+}
+
+thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
@@ -1185,6 +1220,19 @@ mod tests {
         );
         std::env::set_var("MEGAMOE_TEST_POLICY_UNSET", "a");
         assert_eq!(super::policy(&KEY, &UNSET, "MEGAMOE_TEST_POLICY_UNSET", &table).unwrap(), 2);
+    }
+
+    #[test]
+    fn the_side_copy_runs_where_it_was_measured_faster() {
+        // (H, I) of the step traced both ways (docs/RESULTS.md 2026-12-07f); the thread's override wins
+        for (h, i, pays) in
+            [(768, 256, false), (1536, 256, false), (2048, 512, false), (2048, 768, true), (2048, 1408, true)]
+        {
+            assert_eq!(super::side_copy_pays(h, i), pays, "H {h} I {i}");
+        }
+        assert!(super::side_copy_pays(4096, 512) && super::side_copy_pays(4096, 1536));
+        assert_eq!(super::with_side_copy(Some(false), super::side_copy).unwrap(), Some(false));
+        assert_eq!(super::with_side_copy(Some(true), super::side_copy).unwrap(), Some(true));
     }
 
     #[test]

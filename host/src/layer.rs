@@ -68,7 +68,8 @@ pub enum Gather {
     /// policy) it runs `grouped_gemm_swiglu_ew7_gather` (the whole producer warpgroup gathering, four epilogue
     /// warps), else the cooperative `grouped_gemm_swiglu_gather`. The backward (z saved) then copies x's rows for
     /// dW1 in dx's idle producer warps while dx runs (the side copy, `grouped_gemm_bt_bf16_cpx`, `_cpx_dyn` under
-    /// the run-time tile walk; with z recomputed, by the pass before the recompute); dx is summed by dW2's and
+    /// the run-time tile walk) where [`crate::gemm::side_copy`] has it (by default I >= 768 or H >= 4096), else by
+    /// the gather pass before dx (with z recomputed, by the pass before the recompute); dx is summed by dW2's and
     /// dW1's idle warps as with
     /// [`Gather::Overlapped`]. The default with [`Forward::Launches`]: at 30B on an H200, alternating in one run,
     /// 1.047x the forward and 1.013x the forward + backward (z saved) of [`Gather::Overlapped`], and no copy of x
@@ -1308,13 +1309,16 @@ impl MoeLayer {
         // FP8 weight gradients: x is quantized (and gathered) just before dW1 instead
         let wgrad8 = fp8.is_some() && c.fp8_backward.wgrad();
         let dx8 = fp8.is_some() && c.fp8_backward.dx();
-        // with the in-producer gather and z saved, dx's idle producer warps copy x's rows for dW1 (the side copy)
-        let side_copy = fp8.is_none() && c.gather == Gather::InProducer && saved.xs.is_none() && saved.z.is_some();
+        // with the in-producer gather and z saved, dx's idle producer warps copy x's rows for dW1 (the side copy),
+        // where it pays (`gemm::side_copy`; else the gather pass)
+        let side_ok = crate::gemm::side_copy()?.unwrap_or_else(|| crate::gemm::side_copy_pays(h2, i2));
+        let side_copy =
+            side_ok && fp8.is_none() && c.gather == Gather::InProducer && saved.xs.is_none() && saved.z.is_some();
         // the FP8 backward with an FP8 dx and bf16 weight gradients: the FP8 dx kernel's idle warps copy them
         // (`grouped_gemm_fp8w_cpx`), so no gather pass
         // dW1's x from the forward's row codes (dequantized just before dW1) instead of the bf16 tokens
         let dw1_codes = fp8.is_some() && c.fp8_dw1_x == Fp8Dw1X::Codes;
-        let side_copy8 = dx8 && !wgrad8 && !dw1_codes && fp8::plain_kernel() == "grouped_gemm_fp8w";
+        let side_copy8 = side_ok && dx8 && !wgrad8 && !dw1_codes && fp8::plain_kernel() == "grouped_gemm_fp8w";
         if !wgrad8
             && !dw1_codes
             && !side_copy
