@@ -37,7 +37,8 @@ def grouped(x, ids, w, W1, W2):
 # The Qwen3 pair is issue 4's (T = 16384 a GPU, as Prime's runs); the others are other models' MoE layers from their
 # Hugging Face configs, for coverage (one GPU, all experts local; random routing). `dsv3ep8` is DeepSeek-V3's
 # layer as one GPU of EP = 8 sees it: its 32 of the 256 experts and the rows they receive (T tokens a GPU, top-8:
-# ~T / 4 rows an expert, as here). `sonic` is SonicMoE's published H100 configuration (its paper's 7B shape).
+# ~T / 4 rows an expert, as here). `sonic` is SonicMoE's published H100 configuration (its paper's 7B shape);
+# `sfg-*` are the fine-grained ones of its Figure 14 (FLOPs counted as there: 6 T k H I forward, 12 backward).
 SHAPES = {
     "30B": ("Qwen3-30B-A3B", 2048, 768, 128, 8, 16384),
     "235B": ("Qwen3-235B-A22B", 4096, 1536, 128, 8, 16384),
@@ -46,6 +47,12 @@ SHAPES = {
     "dsv3ep8": ("DeepSeek-V3 at EP=8 (32 experts a GPU)", 7168, 2048, 32, 8, 16384),
     "gptoss": ("gpt-oss-120b (shape; plain SwiGLU)", 2880, 2880, 128, 4, 16384),
     "sonic": ("SonicMoE's 7B configuration", 4096, 2048, 64, 4, 32768),
+    # SonicMoE's Figure 14 (arXiv 2512.14080, H100 bf16; its forward / backward TFLOP/s read off the chart, ~+-5):
+    "sfg-30b-256": ("SonicMoE Fig. 14 30B n=256 (~427 / ~459)", 4096, 256, 256, 16, 32768),
+    "sfg-30b-512": ("SonicMoE Fig. 14 30B n=512 (~502 / ~511)", 4096, 512, 128, 8, 32768),
+    "sfg-120b-512": ("SonicMoE Fig. 14 120B n=512 (~517 / ~526)", 4096, 512, 256, 16, 32768),
+    "sfg-7b-256": ("SonicMoE Fig. 14 7B n=256 (~364 / ~404)", 1536, 256, 128, 8, 24576),
+    "sfg-1b-256": ("SonicMoE Fig. 14 1.4B n=256 (~336 / ~364)", 768, 256, 128, 8, 40960),
 }
 
 

@@ -134,6 +134,11 @@ def main():
     print(f"{head} forward+backward (ours z saved, bf16 weight gradients; PyTorch's autograd): megamoe "
           f"{s1 * 1e3:.0f} us, {3 * flops / s1 / 1e9:.0f} TFLOP/s; torch._grouped_mm {ts1 * 1e3:.0f} us; ratio "
           f"{ts1 / s1:.2f}x {tail}")
+    # SonicMoE's convention (its benchmarks/moe-cute.py): the backward's time is the step's less the forward's, for
+    # twice the forward's FLOPs
+    print(f"{head} backward as the step less the forward alone: megamoe {(s1 - f1) * 1e3:.0f} us, "
+          f"{2 * flops / (s1 - f1) / 1e9:.0f} TFLOP/s; torch._grouped_mm {(ts1 - t1) * 1e3:.0f} us, "
+          f"{2 * flops / (ts1 - t1) / 1e9:.0f} TFLOP/s {tail}")
 
 
 if __name__ == "__main__":
