@@ -334,6 +334,10 @@ fn in_producer_side_copy(s: Shape, tokens: usize, routing: Routing, side: bool) 
 gpu_test!(in_producer_side_copy_off_ragged, { in_producer_side_copy(RAGGED, 211, Routing::Uniform, false) });
 gpu_test!(in_producer_side_copy_on_ragged, { in_producer_side_copy(RAGGED, 211, Routing::Uniform, true) });
 gpu_test!(in_producer_side_copy_off_masked, { in_producer_side_copy(SMALL, 160, Routing::Masked10, false) });
+gpu_test!(in_producer_side_copy_on_masked, { in_producer_side_copy(SMALL, 160, Routing::Masked10, true) });
+gpu_test!(in_producer_side_copy_on_qwen3_30b_a3b_t4096, {
+    in_producer_side_copy(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, true)
+});
 
 /// As [`in_producer`] (x and, with `dy`, dy gathered in the producers) with the look-ahead tile hand-off
 /// (`MEGAMOE_GATHER_AHEAD=1`): bitwise the gather pass's forward and backward.
