@@ -1182,18 +1182,26 @@ fn fp8_step_bits(
     res
 }
 
+/// The GPU, a small layer's buffers (250 tokens, H 512, I 256, 8 experts, top-4), its dims and the weight
+/// gradients' random starting values (the steps accumulate onto them): the setup of the FP8 step comparisons.
+#[allow(clippy::type_complexity)]
+fn step_setup() -> (Arc<Gpu>, LayerBufs, (usize, usize, usize, usize, usize), (Vec<bf16>, Vec<bf16>)) {
+    let g = gpu();
+    let mut r = Rng::new(Rng::fresh_seed());
+    let dims = (250, 512, 256, 8, 4);
+    let (_, h, i, e, _) = dims;
+    let b = LayerBufs::new(&g, &mut r, dims);
+    let gw = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
+    (g, b, dims, gw)
+}
+
 gpu_test!(backward_fp8_is_the_same_in_both_save_modes, {
     // with Save::WithZ the FP8 forward's GEMM1 stores z (`grouped_gemm_fp8w_swiglu_qz`) and backward_fp8 reads it;
     // with Save::InputsOnly backward_fp8 recomputes it: the outputs and gradients bit for bit the same (bf16
     // weight gradients, accumulated onto random values), and the same again with dy gathered by the pass
     // instead of the dh GEMM's producer (`MEGAMOE_DY_GATHER=pass`); backward_fp8 refuses a bf16 forward's state
     use megamoe::layer::{Fp8Backward as M, Save};
-    let g = gpu();
-    let mut r = Rng::new(Rng::fresh_seed());
-    let dims = (250, 512, 256, 8, 4);
-    let (_, h, i, e, _) = dims;
-    let b = LayerBufs::new(&g, &mut r, dims);
-    let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
+    let (g, b, dims, (gw1_0, gw2_0)) = step_setup();
     let runs = [
         (Save::InputsOnly, true, M::Straight),
         (Save::WithZ, true, M::Straight),
@@ -1223,12 +1231,7 @@ gpu_test!(backward_fp8_side_copy_off_is_bitwise_on, {
     // (`grouped_gemm_fp8w_cpx`) or by the gather pass before the plain FP8 dx (`gemm::with_side_copy`): the outputs
     // and gradients bit for bit the same, every element written
     use megamoe::layer::{Fp8Backward as M, Save};
-    let g = gpu();
-    let mut r = Rng::new(Rng::fresh_seed());
-    let dims = (250, 512, 256, 8, 4);
-    let (_, h, i, e, _) = dims;
-    let b = LayerBufs::new(&g, &mut r, dims);
-    let (gw1_0, gw2_0) = (r.bf16_vec(e * 2 * i * h, 0.01), r.bf16_vec(e * h * i, 0.01));
+    let (g, b, dims, (gw1_0, gw2_0)) = step_setup();
     let outs: Vec<_> = [true, false]
         .into_iter()
         .map(|side| {
