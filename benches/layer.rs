@@ -12,6 +12,8 @@
 //! steps with z recomputed per `Fp8Backward` mode, and the FP8 step with z saved (FP8 dx) alternating with the bf16
 //! step with z saved (its dx fully written and within 0.1 of the bf16 step's).
 //!
+//! `MEGAMOE_BENCH_SHAPE=H,I,E,k[,T]` runs that shape instead of the two (T tokens, default 16384; e.g.
+//! 1536,256,128,8,24576 for SonicMoE's 7B n=256).
 //! `MEGAMOE_BENCH_ROUTING=zipf:S` (or `balanced`) routes the tokens with skewed (or equal) expert loads instead of
 //! uniformly at random (benches/common/routing_env.rs; benches/torch_layer.py draws the same distribution).
 //! `MEGAMOE_BENCH_PHASES=1`: then one more forward + backward of each save mode with device events around every
@@ -970,11 +972,28 @@ fn main() {
     let mut ok = true;
     // MEGAMOE_BENCH_ONLY=235B (a substring of the shape name) runs one shape
     let only = std::env::var("MEGAMOE_BENCH_ONLY").unwrap_or_default();
-    for (name, s) in [("Qwen3-30B-A3B", Shape::QWEN3_30B_A3B), ("Qwen3-235B-A22B", Shape::QWEN3_235B_A22B)] {
+    let mut shapes = vec![
+        ("Qwen3-30B-A3B".to_string(), Shape::QWEN3_30B_A3B, tokens),
+        ("Qwen3-235B-A22B".into(), Shape::QWEN3_235B_A22B, tokens),
+    ];
+    // MEGAMOE_BENCH_SHAPE=H,I,E,k[,T]: that shape instead (T tokens, default 16384), named "H x I, E experts, top-k"
+    if let Ok(v) = std::env::var("MEGAMOE_BENCH_SHAPE") {
+        let d: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        let (h, i, e, k, t) = match d[..] {
+            [h, i, e, k] => (h, i, e, k, tokens),
+            [h, i, e, k, t] => (h, i, e, k, t),
+            _ => {
+                println!("FAILED: MEGAMOE_BENCH_SHAPE={v}: expected H,I,E,k[,T]");
+                std::process::exit(1);
+            }
+        };
+        shapes = vec![(format!("{h} x {i}, {e} experts, top-{k}"), Shape { h, i, e, k }, t)];
+    }
+    for (name, s, tokens) in shapes {
         if !name.contains(only.as_str()) {
             continue;
         }
-        if let Err(e) = bench_shape(&g, name, s, tokens, &mut rng) {
+        if let Err(e) = bench_shape(&g, &name, s, tokens, &mut rng) {
             println!("FAILED {name}: {e}");
             ok = false;
         }

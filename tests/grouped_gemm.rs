@@ -471,12 +471,36 @@ gpu_test!(dswiglu_epilogue_warps_matches_the_reference, {
         let pp = val(&pp);
         // rows past the end hold the poison (NaN): compare the written ones
         let n = pp.iter().take_while(|v| !v.is_nan()).count();
-        for d in [gemm::Dsw::Ew, gemm::Dsw::Ew7] {
+        for d in [gemm::Dsw::Ew, gemm::Dsw::Ew7, gemm::Dsw::Ew7n] {
             let (ew, _) = gemm::with_dswiglu(d, || dswiglu_with(counts, i, k, seed));
             let ew = val(&ew);
             assert!(n > 0 && ew[n..].iter().all(|v| v.is_nan()), "{d:?} I = {i}: rows past the end written");
             check::close(&format!("dswiglu {d:?} against ping-pong"), &ew[..n], &pp[..n], 1e-2).unwrap();
         }
+    }
+});
+
+// The narrow seven-warp kernel (`grouped_gemm_bt_dswiglu_ew7n`, 128-column tiles) against the 192-column one: dz
+// bit for bit (each element of dh the same wgmma sum, the same epilogue), each row's dtopk partials summed over
+// its tiles within f32 rounding of the other's (another grouping of the columns); both against the f64 reference
+// inside `dswiglu_with`. I = 256 (two tiles either way), 128 (one), 320 (three against two) and 64; many blocks'
+// worth of tiles (the rings wrap).
+gpu_test!(dswiglu_narrow_tiles_give_the_same_dz, {
+    let counts: &[u32] = &[1300, 0, 2047, 129, 4000, 1, 2600, 2200];
+    for (i, k) in [(256, 256), (128, 192), (320, 128), (64, 128)] {
+        let seed = Rng::fresh_seed();
+        let run = |d| gemm::with_dswiglu(d, || (dswiglu_with(counts, i, k, seed), gemm::dswiglu_partials(i)));
+        let (((wide, wp), wn), ((narrow, np), nn)) = (run(gemm::Dsw::Ew7), run(gemm::Dsw::Ew7n));
+        assert_eq!(nn, i.div_ceil(128), "I = {i}: the narrow kernel's partial columns");
+        assert!(wide == narrow, "I = {i}: the narrow kernel's dz differs from the 192-column kernel's");
+        let rows = wide.len() / (2 * i);
+        let sum = |p: &[u32], nt: usize| -> Vec<f64> {
+            p.chunks(nt).take(rows).map(|r| r.iter().map(|&b| f32::from_bits(b) as f64).sum::<f64>()).collect()
+        };
+        let (ws, ns) = (sum(&wp, wn), sum(&np, nn));
+        let written = ws.iter().take_while(|v| !v.is_nan()).count();
+        assert!(written > 0 && ns[written..].iter().all(|v| v.is_nan()), "I = {i}: partial rows past the end");
+        check::close(&format!("I = {i}: dtopk partials narrow"), &ns[..written], &ws[..written], 1e-5).unwrap();
     }
 });
 
@@ -510,16 +534,20 @@ fn ew7_dyn_sched(counts: &[u32]) {
         assert!(again == dynamic, "GEMM1 + SwiGLU z {keep_z}: with programmatic dependent launch");
         assert!(stat == dynamic, "GEMM1 + SwiGLU z {keep_z}: the run-time walk's h / z differ from the static walk's");
     }
-    let run = |dynamic| {
-        gemm::with_dswiglu(gemm::Dsw::Ew7, || gemm::with_gemm_sched(dynamic, || dswiglu_with(&counts, i, k, seed)))
-    };
-    let stat = run(false);
-    g.fill_tile_counter(0xff).unwrap();
-    let dynamic = run(true);
-    assert_eq!(g.tile_counter_value().unwrap(), 0, "dh + SwiGLU's tile counter (reset by its last take)");
-    let again = megamoe::with_pdl(true, || run(true));
-    assert!(again == dynamic, "dh + SwiGLU backward: with programmatic dependent launch");
-    assert!(stat == dynamic, "dh + SwiGLU backward: the run-time walk's dz / partials differ from the static walk's");
+    for dsw in [gemm::Dsw::Ew7, gemm::Dsw::Ew7n] {
+        let run =
+            |dynamic| gemm::with_dswiglu(dsw, || gemm::with_gemm_sched(dynamic, || dswiglu_with(&counts, i, k, seed)));
+        let stat = run(false);
+        g.fill_tile_counter(0xff).unwrap();
+        let dynamic = run(true);
+        assert_eq!(g.tile_counter_value().unwrap(), 0, "dh + SwiGLU {dsw:?}'s tile counter (reset by its last take)");
+        let again = megamoe::with_pdl(true, || run(true));
+        assert!(again == dynamic, "dh + SwiGLU backward {dsw:?}: with programmatic dependent launch");
+        assert!(
+            stat == dynamic,
+            "dh + SwiGLU backward {dsw:?}: the run-time walk's dz / partials differ from the static's"
+        );
+    }
 }
 
 /// The SwiGLU-backward GEMM on the inputs of `seed`, checked against the f64 reference; returns the bits of dz
@@ -1128,8 +1156,13 @@ gpu_test!(dswiglu_bad_offsets_stay_inside_the_buffers, {
         })
         .collect();
     let drs = g.upload(&row_slot).unwrap();
-    let kernels =
-        [(gemm::Dsw::PingPong, false), (gemm::Dsw::PingPong, true), (gemm::Dsw::Ew, false), (gemm::Dsw::Ew7, false)];
+    let kernels = [
+        (gemm::Dsw::PingPong, false),
+        (gemm::Dsw::PingPong, true),
+        (gemm::Dsw::Ew, false),
+        (gemm::Dsw::Ew7, false),
+        (gemm::Dsw::Ew7n, false),
+    ];
     let fits = [0u32, 1, rows_max as u32 / 2, 29, 0, 17];
     let mut valid = vec![0u32];
     for c in fits {

@@ -320,6 +320,20 @@ gpu_test!(in_producer_dy_half_empty_inputs_only, {
 });
 gpu_test!(in_producer_dy_one_token_static, { in_producer_dy(SMALL, 1, Routing::Uniform, Save::WithZ, false) });
 gpu_test!(in_producer_dy_masked_static, { in_producer_dy(RAGGED, 160, Routing::Masked10, Save::WithZ, false) });
+// the narrow seven-warp SwiGLU backward (`grouped_gemm_bt_dswiglu_ew7n_gather[_dyn]` against the pass's
+// `grouped_gemm_bt_dswiglu_ew7n[_dyn]`), at I = 256 (two 128-column tiles) and RAGGED's I = 192
+gpu_test!(in_producer_dy_narrow_tiles_i256, {
+    let s = Shape { h: 384, i: 256, e: 6, k: 3 };
+    megamoe::gemm::with_dswiglu(megamoe::gemm::Dsw::Ew7n, || {
+        in_producer_dy(s, 300, Routing::Uniform, Save::WithZ, true);
+        in_producer_dy(s, 170, Routing::Masked10, Save::InputsOnly, false);
+    })
+});
+gpu_test!(in_producer_dy_narrow_tiles_ragged, {
+    megamoe::gemm::with_dswiglu(megamoe::gemm::Dsw::Ew7n, || {
+        in_producer_dy(RAGGED, 211, Routing::Uniform, Save::WithZ, true)
+    })
+});
 gpu_test!(in_producer_dy_qwen3_30b_a3b_t4096_save_z, {
     in_producer_dy(Shape::QWEN3_30B_A3B, 4096, Routing::Uniform, Save::WithZ, true)
 });

@@ -312,12 +312,13 @@ pub fn dswiglu_partials_max(i: usize) -> usize {
 }
 
 /// Columns of a tile of the SwiGLU-backward kernel this thread launches ([`dswiglu_kernel`]): 128 (ping-pong),
-/// 256 (`_ew`) or 192 (`_ew7`).
+/// 256 (`_ew`), 192 (`_ew7`) or 128 (`_ew7n`).
 pub fn dswiglu_columns() -> usize {
     (match dswiglu_kernel().unwrap_or(Dsw::Ew7) {
         Dsw::PingPong => kh::GEMM_DSW_BN,
         Dsw::Ew => kh::GEMM_BN,
         Dsw::Ew7 => kh::GEMM_EW7_BN,
+        Dsw::Ew7n => kh::GEMM_EW7N_BN,
     }) as usize
 }
 
@@ -358,12 +359,19 @@ pub fn swiglu_columns() -> usize {
 /// 4 warpgroups, 128 x 192 tiles, seven epilogue warps computing the SwiGLU backward from a bf16 copy of dh beside
 /// the consumers' next main loop; measured 1.021x / 1.005x the `_ew` kernel in the layer's forward + backward at
 /// 30B / 235B, docs/RESULTS.md 2026-12-04d), `grouped_gemm_bt_dswiglu_ew` ([`Dsw::Ew`]: the same with 128 x 256
-/// tiles and three epilogue warps) or the ping-pong `grouped_gemm_bt_dswiglu` ([`Dsw::PingPong`]; dh not rounded
-/// to bf16 before the SwiGLU backward). `MEGAMOE_DSW` (read once) = `ew7` (or unset), `ew`, `pp`; another value
-/// is an `InvalidArgument`; overridden on a thread by [`with_dswiglu`].
+/// tiles and three epilogue warps), `grouped_gemm_bt_dswiglu_ew7n` ([`Dsw::Ew7n`]: `_ew7` in 128 x 128 tiles, for I
+/// up to 256, where it needs as many column tiles as `_ew7`; opt-in until measured) or the ping-pong
+/// `grouped_gemm_bt_dswiglu` ([`Dsw::PingPong`]; dh not rounded to bf16 before the SwiGLU backward). `MEGAMOE_DSW`
+/// (read once) = `ew7` (or unset), `ew7n`, `ew`, `pp`; another value is an `InvalidArgument`; overridden on a thread
+/// by [`with_dswiglu`].
 pub fn dswiglu_kernel() -> Result<Dsw> {
     static ENV: EnvPolicy<Dsw> = std::sync::OnceLock::new();
-    policy(&DSW, &ENV, "MEGAMOE_DSW", &[("ew7", Dsw::Ew7), ("ew", Dsw::Ew), ("pp", Dsw::PingPong), ("", Dsw::Ew7)])
+    policy(
+        &DSW,
+        &ENV,
+        "MEGAMOE_DSW",
+        &[("ew7", Dsw::Ew7), ("ew7n", Dsw::Ew7n), ("ew", Dsw::Ew), ("pp", Dsw::PingPong), ("", Dsw::Ew7)],
+    )
 }
 
 /// Run `f` with the SwiGLU-backward kernel `k` for every launch prepared on this thread inside it, whatever
@@ -499,6 +507,8 @@ pub(crate) fn sched_name(dynamic: bool, kernel: &'static str) -> &'static str {
         (true, "grouped_gemm_swiglu_ew7_gather") => "grouped_gemm_swiglu_ew7_gather_dyn",
         (true, "grouped_gemm_bt_dswiglu_ew7") => "grouped_gemm_bt_dswiglu_ew7_dyn",
         (true, "grouped_gemm_bt_dswiglu_ew7_gather") => "grouped_gemm_bt_dswiglu_ew7_gather_dyn",
+        (true, "grouped_gemm_bt_dswiglu_ew7n") => "grouped_gemm_bt_dswiglu_ew7n_dyn",
+        (true, "grouped_gemm_bt_dswiglu_ew7n_gather") => "grouped_gemm_bt_dswiglu_ew7n_gather_dyn",
         (_, k) => k,
     }
 }

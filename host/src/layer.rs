@@ -1358,7 +1358,7 @@ impl MoeLayer {
         let dy_in_producer = !wgrad8
             && !dh8
             && c.gather == Gather::InProducer
-            && crate::gemm::dswiglu_kernel()? == crate::tiles::Dsw::Ew7
+            && matches!(crate::gemm::dswiglu_kernel()?, crate::tiles::Dsw::Ew7 | crate::tiles::Dsw::Ew7n)
             && crate::gemm::dy_gather_in_producer()?;
         if wgrad8 {
             // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy

@@ -57,6 +57,9 @@ pub enum Dsw {
     Ew,
     /// The epilogue-warps kernel with seven (`grouped_gemm_bt_dswiglu_ew7`, 4 warpgroups, 128 x 192, `ew7`).
     Ew7,
+    /// The same in 128 x 128 tiles (`grouped_gemm_bt_dswiglu_ew7n`, `ew7n`): no padding columns where I needs as
+    /// many 128-column tiles as 192-column ones (I = 256: two either way).
+    Ew7n,
 }
 
 /// The operand the two CTAs of a cluster share.
@@ -141,6 +144,11 @@ const fn ew7_dswiglu(kernel: &'static str, a: ALoad) -> TileConfig {
     TileConfig { epilogue: Epilogue::SwigluBackward, b: BLayout::KN, bn: kh::GEMM_EW7_BN, ..ew7_swiglu(kernel, a) }
 }
 
+/// Its narrow variant (`grouped_gemm_bt_dswiglu_ew7n*`: 128-column tiles, a 5-stage ring of 32 KiB stages).
+const fn ew7n_dswiglu(kernel: &'static str, a: ALoad) -> TileConfig {
+    TileConfig { bn: kh::GEMM_EW7N_BN, stages: kh::GEMM_EW7N_STAGES, ..ew7_dswiglu(kernel, a) }
+}
+
 use ALoad::{Gather, Tma};
 use BLayout::{KN, NK};
 use Epilogue::{Bf16, Bf16Scatter, Swiglu, SwigluBackward};
@@ -163,6 +171,8 @@ pub const CONFIGS: &[TileConfig] = &[
     cfg("grouped_gemm_swiglu_gather", Swiglu, Gather, NK, None),
     ew7_dswiglu("grouped_gemm_bt_dswiglu_ew7_gather", Gather),
     ew7_dswiglu("grouped_gemm_bt_dswiglu_ew7", Tma),
+    ew7n_dswiglu("grouped_gemm_bt_dswiglu_ew7n_gather", Gather),
+    ew7n_dswiglu("grouped_gemm_bt_dswiglu_ew7n", Tma),
     TileConfig {
         kernel: "grouped_gemm_bt_dswiglu_ew",
         epilogue: SwigluBackward,
@@ -303,7 +313,11 @@ pub fn check(c: &TileConfig, p: &Problem, l: &Limits) -> Option<Rejection> {
         return Some(Rejection::SwigluEw7Off);
     }
     if c.schedule == Schedule::EpilogueWarps && c.epilogue == SwigluBackward {
-        let is = if c.bn == kh::GEMM_EW7_BN { Dsw::Ew7 } else { Dsw::Ew };
+        let is = match c.bn {
+            kh::GEMM_EW7_BN => Dsw::Ew7,
+            kh::GEMM_EW7N_BN => Dsw::Ew7n,
+            _ => Dsw::Ew,
+        };
         if is != l.dsw {
             return Some(Rejection::DswPolicy { is, policy: l.dsw });
         }
@@ -439,6 +453,27 @@ mod tests {
         // other epilogues never pick them
         assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on).unwrap().config.kernel, "grouped_gemm_bt_bf16");
         assert_eq!(choose(&p(Bf16, Tma, KN, 768), &on7).unwrap().config.kernel, "grouped_gemm_bt_bf16");
+    }
+
+    #[test]
+    fn the_narrow_seven_warp_kernel_only_under_its_policy_with_128_column_tiles() {
+        let on7n = Limits { dsw: Dsw::Ew7n, ..H200 };
+        // I = 256: two tiles of 128 (the 192-column kernel's two: one full, one a third full)
+        for (a, kernel) in [(Tma, "grouped_gemm_bt_dswiglu_ew7n"), (Gather, "grouped_gemm_bt_dswiglu_ew7n_gather")] {
+            let dsw = p(SwigluBackward, a, KN, 256);
+            let ch = choose(&dsw, &on7n).unwrap();
+            assert_eq!((ch.config.kernel, dsw.n_tiles(&ch.config)), (kernel, 2));
+            let wide = kernel.replace("_ew7n", "_ew7");
+            let why = ch.rejected.iter().find(|(c, _)| c.kernel == wide).unwrap();
+            assert_eq!(why.1, Rejection::DswPolicy { is: Dsw::Ew7, policy: Dsw::Ew7n });
+            let seven = choose(&dsw, &Limits { dsw: Dsw::Ew7, ..H200 }).unwrap();
+            assert_eq!((seven.config.kernel, dsw.n_tiles(&seven.config)), (wide.as_str(), 2));
+            let why = seven.rejected.iter().find(|(c, _)| c.kernel == kernel).unwrap();
+            assert_eq!(why.1, Rejection::DswPolicy { is: Dsw::Ew7n, policy: Dsw::Ew7 });
+        }
+        // its stages fit the shared engine's memory
+        let c = config("grouped_gemm_bt_dswiglu_ew7n").unwrap();
+        assert_eq!((c.bn, c.stages, c.smem), (128, kh::GEMM_EW7N_STAGES, kh::GEMM_SMEM));
     }
 
     #[test]

@@ -104,6 +104,12 @@ pub mod kernels_host {
     pub const GEMM_EW7_BN: u32 = 192;
     /// Ring stages of `grouped_gemm_bt_dswiglu_ew7` (40 KiB stages; then its 48 KiB dh tile).
     pub const GEMM_EW7_STAGES: u32 = 4;
+    /// Columns of a tile of the narrow seven-warp SwiGLU backward (`grouped_gemm_bt_dswiglu_ew7n*`): where I needs as
+    /// many 128-column tiles as 192-column ones (I <= 128, or 129..=256), the same A reads with no padding columns.
+    pub const GEMM_EW7N_BN: u32 = 128;
+    /// Ring stages of `grouped_gemm_bt_dswiglu_ew7n*` (32 KiB stages: the 192-column ring's bytes in flight, one
+    /// more stage; then its 32 KiB dh tile).
+    pub const GEMM_EW7N_STAGES: u32 = 5;
     /// Pipeline stages of the weight-gradient GEMM.
     pub const WGRAD_STAGES: u32 = 4;
     /// The weight-gradient GEMM's ring: stages of (A 128 x 64 + B 256 x 64) bf16.

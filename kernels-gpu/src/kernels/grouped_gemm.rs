@@ -804,6 +804,7 @@ macro_rules! acc_impl {
 }
 acc_impl!(128, 256, m64n256k16_f32_bf16_ss, m64n256k16_f32_bf16_ss_bt, fence_operand_128);
 acc_impl!(96, 192, m64n192k16_f32_bf16_ss, m64n192k16_f32_bf16_ss_bt, fence_operand_96);
+acc_impl!(64, 128, m64n128k16_f32_bf16_ss, m64n128k16_f32_bf16_ss_bt, fence_operand_64);
 
 /// The main loop of one consumer warpgroup of the cooperative kernels over one tile: `kt_n` stages of an `S`-stage
 /// ring from iteration `*it` on (advanced past them), warpgroup `cw`'s 64 rows of the stage's A (128 x 64) times

@@ -100,6 +100,18 @@ const _: () = assert!(
     rows_at(S7, BN7) % 16 == 0 && rows_at(S7, BN7) + ROWS_BYTES <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED,
     "the gathering producer's rows overlap the scheduler's offsets"
 );
+/// The narrow variant (`grouped_gemm_bt_dswiglu_ew7n*`): 128-column tiles, the same roles as `_ew7`.
+const S7N: u32 = crate::kernels_host::GEMM_EW7N_STAGES;
+const BN7N: u32 = crate::kernels_host::GEMM_EW7N_BN;
+const _: () = assert!(
+    end(S7N, BN7N) <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED,
+    "the narrow layout overlaps the scheduler's offsets"
+);
+const _: () = assert!(dh_at(S7N, BN7N) % 1024 == 0 && stage_bytes(BN7N) % 1024 == 0, "1024-byte alignment");
+const _: () = assert!(
+    rows_at(S7N, BN7N) % 16 == 0 && rows_at(S7N, BN7N) + ROWS_BYTES <= SMEM_BYTES - crate::kernels_host::GEMM_SCHED,
+    "the narrow gathering producer's rows overlap the scheduler's offsets"
+);
 
 /// The dh GEMM (A = dy rows, B_e = W2_e stored [K, N]) with the SwiGLU backward by an epilogue warpgroup (see the
 /// module). 384 threads, `SMEM_BYTES` of dynamic shared memory, grid <= the SM count; `n_tiles` = n / 256 rounded
@@ -143,7 +155,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew(p: GroupedGemm) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
     crate::kernels::pdl_entry();
-    ew7_body!(p, false);
+    ew7_body!(p, false, S7, BN7, [f32; 96]);
 }
 
 /// As [`grouped_gemm_bt_dswiglu_ew7`], its tiles taken at run time from the counter `p.sched` (zeroed before the
@@ -151,7 +163,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7(p: GroupedGemm) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm) {
     crate::kernels::pdl_entry();
-    ew7_body!(p, true);
+    ew7_body!(p, true, S7, BN7, [f32; 96]);
 }
 
 /// As [`grouped_gemm_bt_dswiglu_ew7`] with A (dy's rows) gathered from the tokens by warpgroup 0 while it loads
@@ -161,7 +173,7 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_dyn(p: GroupedGemm
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather(p: GroupedGemm) {
     crate::kernels::pdl_entry();
-    gather_body::<false>(&p);
+    gather_body::<S7, BN7, [f32; 96], false>(&p);
 }
 
 /// As [`grouped_gemm_bt_dswiglu_ew7_gather`] with the run-time tile counter (see [`grouped_gemm_bt_dswiglu_ew7_dyn`]):
@@ -169,60 +181,94 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather(p: GroupedG
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7_gather_dyn(p: GroupedGemm) {
     crate::kernels::pdl_entry();
-    gather_body::<true>(&p);
+    gather_body::<S7, BN7, [f32; 96], true>(&p);
 }
 
-/// The `_ew7_gather` kernels: warpgroup 0 gathers A and loads B (`produce_gather`, `BN7 / 64` boxes of B 64 K x
-/// 64 N as [`produce_bt`]), warpgroups 1, 2 consume (A through the generic proxy: fenced), warpgroup 3 is the
-/// epilogue (four warps). SAFETY: every thread of the 512-thread launch, `SMEM_BYTES` of dynamic shared memory; `p`
+/// As [`grouped_gemm_bt_dswiglu_ew7`] in tiles of 128 x 128 (wgmma m64n128k16, a 5-stage ring of 32 KiB stages, a
+/// 32 KiB dh tile; the epilogue warps' lanes 16..31 hold no columns): where I needs as many 128-column tiles as
+/// 192-column ones (I <= 128 or 129..=256) it reads the same A with none of the 192-column tiles' padding columns
+/// (at I = 256: 256 columns of MMA and B a row of tiles against 384). `n_tiles` = n / 128 rounded up.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7n(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
+    ew7_body!(p, false, S7N, BN7N, [f32; 64]);
+}
+
+/// As [`grouped_gemm_bt_dswiglu_ew7n`] with the run-time tile counter (as [`grouped_gemm_bt_dswiglu_ew7_dyn`]).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7n_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
+    ew7_body!(p, true, S7N, BN7N, [f32; 64]);
+}
+
+/// As [`grouped_gemm_bt_dswiglu_ew7_gather`] in the narrow variant's tiles ([`grouped_gemm_bt_dswiglu_ew7n`]).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7n_gather(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
+    gather_body::<S7N, BN7N, [f32; 64], false>(&p);
+}
+
+/// As [`grouped_gemm_bt_dswiglu_ew7n_gather`] with the run-time tile counter.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7n_gather_dyn(p: GroupedGemm) {
+    crate::kernels::pdl_entry();
+    gather_body::<S7N, BN7N, [f32; 64], true>(&p);
+}
+
+/// The `_ew7_gather` / `_ew7n_gather` kernels (`S_` stages, tiles of `BN_` columns, accumulators `A`): warpgroup 0
+/// gathers A and loads B (`produce_gather`, `BN_ / 64` boxes of B 64 K x 64 N as [`produce_bt`]), warpgroups 1, 2
+/// consume (A through the generic proxy: fenced), warpgroup 3 is the epilogue (four warps). SAFETY: every thread of the 512-thread launch, `SMEM_BYTES` of dynamic shared memory; `p`
 /// as the kernels' docs and `produce_gather` ask.
 #[inline(always)]
-unsafe fn gather_body<const DYN: bool>(p: &GroupedGemm) {
+unsafe fn gather_body<const S_: u32, const BN_: u32, A: Acc, const DYN: bool>(p: &GroupedGemm) {
+    const { assert!(A::N == BN_, "the accumulators cover the tile's columns") };
     let base = smem::base();
     // the TMA thread's arrival and one per gathering thread's copies (`noinc`)
-    let (ring, dh, (full, empty)) = setup::<S7, BN7, 4, DYN>(p, base, 129);
-    let queue = if DYN { base + queue_at(S7, BN7) } else { 0 };
+    let (ring, dh, (full, empty)) = setup::<S_, BN_, 4, DYN>(p, base, 129);
+    let queue = if DYN { base + queue_at(S_, BN_) } else { 0 };
     let t = regs::tid();
     let wg = t / 128;
     let total = m_tiles(p) * p.n_tiles;
     let kt_n = p.k / BK;
     if wg == 0 {
-        produce_gather::<DYN, true>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
+        produce_gather::<S_, BN_, DYN, true>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
             let mut h = 0;
-            while h < BN7 / 64 {
-                let col = (ti.n_tile * BN7 + 64 * h) as i32;
+            while h < BN_ / 64 {
+                let col = (ti.n_tile * BN_ + 64 * h) as i32;
                 tma::load_2d(b_s + h * (64 * BK * 2), p.map_b as *const u8, col, (ti.e * p.k + kt * BK) as i32, fb);
                 h += 1;
             }
         });
     } else if wg == 3 {
-        epilogue::<BN7, 4, DYN>(p, dh, (full, empty), (total, queue), t / 32 - 12);
+        epilogue::<BN_, 4, DYN>(p, dh, (full, empty), (total, queue), t / 32 - 12);
     } else {
-        consume::<S7, [f32; 96], true, DYN, true>(p, base, ring, dh, (full, empty), (total, queue), kt_n, wg - 1);
+        consume::<S_, A, true, DYN, true>(p, base, ring, dh, (full, empty), (total, queue), kt_n, wg - 1);
     }
 }
 
-/// The body of the `_ew7` kernels, `$dyn` their walk (a macro, not an inlined function taking `&p`: with the
-/// function the default kernel's code came out laid out differently from before the `_dyn` form existed).
+/// The body of the `_ew7` and `_ew7n` kernels, `$dyn` their walk, `$s` stages of tiles of `$bn` columns into
+/// accumulators `$acc` (a macro, not an inlined function taking `&p`: with the function the default kernel's code
+/// came out laid out differently from before the `_dyn` form existed).
 macro_rules! ew7_body {
-    ($p:ident, $dyn:literal) => {{
+    ($p:ident, $dyn:literal, $s:ident, $bn:ident, $acc:ty) => {{
+        const { assert!(<$acc as Acc>::N == $bn, "the accumulators cover the tile's columns") };
         let base = smem::base();
-        let (ring, dh, (full, empty)) = setup::<S7, BN7, EW7, $dyn>(&$p, base, 1);
-        let queue = if $dyn { base + queue_at(S7, BN7) } else { 0 };
+        let (ring, dh, (full, empty)) = setup::<$s, $bn, EW7, $dyn>(&$p, base, 1);
+        let queue = if $dyn { base + queue_at($s, $bn) } else { 0 };
         let t = regs::tid();
         let wg = t / 128;
         let total = m_tiles(&$p) * $p.n_tiles;
         let kt_n = $p.k / BK;
         if t == 0 {
-            produce_bt::<BN7, S7, $dyn>(&$p, base, ring, (total, queue), kt_n);
+            produce_bt::<$bn, $s, $dyn>(&$p, base, ring, (total, queue), kt_n);
         } else if wg == 0 || wg == 3 {
             // one call site for both groups of epilogue warps: warps 1..3 are w 0..2, warps 12..15 w 3..6
             if t >= 32 {
                 let w = if wg == 0 { t / 32 - 1 } else { t / 32 - 9 };
-                epilogue::<BN7, EW7, $dyn>(&$p, dh, (full, empty), (total, queue), w);
+                epilogue::<$bn, EW7, $dyn>(&$p, dh, (full, empty), (total, queue), w);
             }
         } else {
-            consume::<S7, [f32; 96], true, $dyn, false>(
+            consume::<$s, $acc, true, $dyn, false>(
                 &$p,
                 base,
                 ring,
@@ -305,8 +351,8 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32, const DYN: bool>(
     }
 }
 
-/// The gathering producer of the epilogue-warps kernels (`_gather`: the 128 threads of warpgroup 0), stages of A
-/// 128 x 64 and B `BN7` x 64. Per tile, thread 0 takes the tile (the static walk, or `DYN` the counter, pushing it
+/// The gathering producer of the epilogue-warps kernels (`_gather`: the 128 threads of warpgroup 0), `S_` stages of
+/// A 128 x 64 and B `BN_` x 64. Per tile, thread 0 takes the tile (the static walk, or `DYN` the counter, pushing it
 /// to the consumers' and epilogue warps' queue) and writes it into shared memory; after named barrier 1 (the 128
 /// threads; it also orders the previous tile's reads of the row tokens before their rewrite) every thread reads it
 /// and looks up the token of row t (u32::MAX past the expert's end); after barrier 1 again, its eight rows' tokens
@@ -317,30 +363,30 @@ unsafe fn produce_bt<const BN_: u32, const S_: u32, const DYN: bool>(
 /// waiting for them, so as many stages are in flight as the ring holds. `OUT` with `a_out` non-zero: the tiles of
 /// n-tile 0 (one per m-tile) also write their gathered rows to `a_out` (bf16 [rows, K], expert order), each thread
 /// the chunks its own copies wrote, two k-steps behind them (a `cp.async` group a k-step; waiting for k-step kt - 2
-/// leaves two in flight; the ring's stage is refilled only `S7` k-steps later, by this same thread's chunks), the
+/// leaves two in flight; the ring's stage is refilled only `S_` k-steps later, by this same thread's chunks), the
 /// last two at the tile's end. With `flags` bit `GEMM_GATHER_AHEAD` the hand-off between tiles runs ahead instead
 /// (see the comment at that branch). SAFETY: the 128 threads of warpgroup 0, in uniform control flow between the barriers;
 /// K % 64 == 0, `a_rows` rows of K bf16, `a_out` (if set) `rows_max` rows of K bf16.
 #[inline(always)]
-pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
+pub(crate) unsafe fn produce_gather<const S_: u32, const BN_: u32, const DYN: bool, const OUT: bool>(
     p: &GroupedGemm,
     base: u32,
-    ring: Ring<S7>,
+    ring: Ring<S_>,
     (total, queue): (u32, u32),
     kt_n: u32,
     load_b: impl Fn(u32, u32, &Tile, u32),
 ) {
-    const { assert!(S7 >= 3, "the write-out reads a stage two k-steps after its copies") };
+    const { assert!(S_ >= 3, "the write-out reads a stage two k-steps after its copies") };
     let t = regs::tid();
     if t == 0 {
         crate::kernels::acquire_prefetch(p.map_b as *const u8);
     }
     let x = p.a_rows as *const u8;
     let row_bytes = (p.k * 2) as usize;
-    let toks = base + rows_at(S7, BN7);
+    let toks = base + rows_at(S_, BN_);
     let slot = toks + 2 * 4 * crate::kernels_host::GEMM_BM;
-    let stage = stage_bytes(BN7);
-    let b_bytes = BN7 * BK * 2;
+    let stage = stage_bytes(BN_);
+    let b_bytes = BN_ * BK * 2;
     let mut it = 0u32;
     // thread 0's walk (the others read its tiles from `slot`)
     let mut tiles = Tiles::<DYN, true>::new(p, total, queue);
@@ -375,7 +421,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
                     next_tok = token(&tile_info::<false>(p, next_tile));
                 }
             }
-            let a_s = base + Ring::<S7>::stage(*it) * stage;
+            let a_s = base + Ring::<S_>::stage(*it) * stage;
             ring.wait_empty(*it);
             let fb = ring.full_bar(*it);
             if t == 0 {
@@ -388,7 +434,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
                 cp_async::commit_group();
                 if kt >= 2 {
                     cp_async::wait_group::<2>();
-                    rows.copy_out(base + Ring::<S7>::stage(*it - 2) * stage, out, row_bytes, kt - 2);
+                    rows.copy_out(base + Ring::<S_>::stage(*it - 2) * stage, out, row_bytes, kt - 2);
                 }
             }
             *it += 1;
@@ -398,7 +444,7 @@ pub(crate) unsafe fn produce_gather<const DYN: bool, const OUT: bool>(
             cp_async::wait_group::<0>();
             let mut j = kt_n.saturating_sub(2);
             while j < kt_n {
-                rows.copy_out(base + Ring::<S7>::stage(*it - kt_n + j) * stage, out, row_bytes, j);
+                rows.copy_out(base + Ring::<S_>::stage(*it - kt_n + j) * stage, out, row_bytes, j);
                 j += 1;
             }
         }

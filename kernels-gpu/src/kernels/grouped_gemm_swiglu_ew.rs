@@ -164,7 +164,7 @@ unsafe fn produce_gather_w1<const DYN: bool>(
     (total, queue): (u32, u32),
     kt_n: u32,
 ) {
-    produce_gather::<DYN, false>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
+    produce_gather::<S7, BN7, DYN, false>(p, base, ring, (total, queue), kt_n, |b_s, fb, ti, kt| {
         let (brow, n0) = (ti.e * p.n_b, ti.n_tile * (BN7 / 2));
         let kx = (kt * BK) as i32;
         tma::load_2d(b_s, p.map_b as *const u8, kx, (brow + n0) as i32, fb);
