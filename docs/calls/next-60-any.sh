@@ -6,7 +6,7 @@
 t0=$(date +%s); O=$OUT; d=$(dirname "$0")
 n=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "GPU $n"
 case "$n" in
-  *H200*) DW=b138 BOUND=540 bash $d/next-done-when.sh ;;
+  *H200*) DW=b138 BOUND=${DWB:-540} bash $d/next-done-when.sh ;;
   *) mkdir -p $O/n $O/p $O/s
      OUT=$O/n BOUND=${NB:-230} bash $d/next-60-narrow.sh
      echo "== narrow took $(( $(date +%s) - t0 )) s"
