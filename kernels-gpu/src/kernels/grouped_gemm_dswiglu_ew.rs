@@ -217,8 +217,9 @@ pub unsafe extern "ptx-kernel" fn grouped_gemm_bt_dswiglu_ew7n_gather_dyn(p: Gro
 
 /// The `_ew7_gather` / `_ew7n_gather` kernels (`S_` stages, tiles of `BN_` columns, accumulators `A`): warpgroup 0
 /// gathers A and loads B (`produce_gather`, `BN_ / 64` boxes of B 64 K x 64 N as [`produce_bt`]), warpgroups 1, 2
-/// consume (A through the generic proxy: fenced), warpgroup 3 is the epilogue (four warps). SAFETY: every thread of the 512-thread launch, `SMEM_BYTES` of dynamic shared memory; `p`
-/// as the kernels' docs and `produce_gather` ask.
+/// consume (A through the generic proxy: fenced), warpgroup 3 is the epilogue (four warps). SAFETY: every thread
+/// of the 512-thread launch, `SMEM_BYTES` of dynamic shared memory; `p` as the kernels' docs and `produce_gather`
+/// ask.
 #[inline(always)]
 unsafe fn gather_body<const S_: u32, const BN_: u32, A: Acc, const DYN: bool>(p: &GroupedGemm) {
     const { assert!(A::N == BN_, "the accumulators cover the tile's columns") };
