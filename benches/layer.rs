@@ -139,6 +139,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let dy_default = gemm::dy_gather_in_producer()?;
     let dy_pass = passes.len();
     passes.push((1, true, 2, true));
+    // and with dx summed the other way: by the weight gradients' mover warps, or by the combine pass
+    // (`MEGAMOE_DX_COMBINE`; by default the movers at I >= 512)
+    let dxc_default = gemm::dx_combine()?.unwrap_or_else(|| gemm::dx_combine_in_movers_pays(i));
+    let dxc_pass = passes.len();
+    passes.push((1, true, 2, true));
     // the gathering producers' tile hand-off the other way (`MEGAMOE_GATHER_AHEAD`): the forward alone and the
     // z-saved step with bf16 weight gradients, alternating with the default's (passes 3 and the bf16 step)
     let ahead_default = gemm::gather_ahead()?;
@@ -204,6 +209,8 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
                                 gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
                             } else if pass == dy_pass {
                                 gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
+                            } else if pass == dxc_pass {
+                                gemm::with_dx_combine(Some(!dxc_default), || layer.backward(&sv, &ddy, &inp, gr))?;
                             } else {
                                 layer.backward(&sv, &ddy, &inp, gr)?;
                             }
@@ -523,6 +530,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_dy * 1e3,
         fbz_b2 * 1e3,
         fbz_b2 / ms_dy
+    );
+    let ms_dxc = ms[dxc_pass];
+    println!(
+        "RESULT megamoe forward+backward (z saved, bf16 weight gradients), dx summed {} {name} T={tokens}: {:.0} us \
+         (median of {reps}, alternating with the default's {:.0} us: {:.3}x)",
+        if dxc_default { "by the combine pass" } else { "by the weight gradients' movers" },
+        ms_dxc * 1e3,
+        fbz_b2 * 1e3,
+        fbz_b2 / ms_dxc
     );
     let (ms_rf, ms_rs) = (ms[route_passes.0], ms[route_passes.1]);
     println!(

@@ -1245,6 +1245,26 @@ gpu_test!(backward_fp8_side_copy_off_is_bitwise_on, {
     assert!(outs[0] == outs[1], "the side copy and the gather pass give different outputs or gradients");
 });
 
+gpu_test!(backward_fp8_dx_combine_pass_is_bitwise_movers, {
+    // dx summed by the weight gradients' idle producer warps (bf16 `_mv` with an FP8 dx, FP8 `_mv` with FP8
+    // weight gradients) or by the combine pass before them (`gemm::with_dx_combine`; the pass is the default at this
+    // I = 256): the outputs and gradients bit for bit the same, every element written
+    use megamoe::layer::{Fp8Backward as M, Save};
+    let (g, b, dims, (gw1_0, gw2_0)) = step_setup();
+    for (save, mode) in [(Save::WithZ, M::Dx), (Save::InputsOnly, M::DxWgrad)] {
+        let outs: Vec<_> = [true, false]
+            .into_iter()
+            .map(|movers| {
+                megamoe::gemm::with_dx_combine(Some(movers), || {
+                    fp8_step_bits(&g, &b, dims, save, mode, (&gw1_0, &gw2_0))
+                })
+            })
+            .collect();
+        assert!(outs[1].1.iter().all(|&v| v != 0xffff), "{mode:?}: dx not fully written");
+        assert!(outs[0] == outs[1], "{mode:?}: the movers' combine and the pass give different outputs or gradients");
+    }
+});
+
 /// x's codes and scales read from the tokens' rows by the 128 x 256 GEMMs' producer (`_gather`: the forward's GEMM1
 /// in both save modes, the z recompute by the plain kernel and, with FP8 weight gradients, by `_zt`) against the
 /// pass's expert-ordered copy (MEGAMOE_FP8_GATHER=pass, read per call): y and every gradient bit for bit, at

@@ -351,6 +351,28 @@ gpu_test!(in_producer_side_copy_on_ragged, { in_producer_side_copy(RAGGED, 211, 
 gpu_test!(in_producer_side_copy_off_masked, { in_producer_side_copy(SMALL, 160, Routing::Masked10, false) });
 gpu_test!(in_producer_side_copy_on_masked, { in_producer_side_copy(SMALL, 160, Routing::Masked10, true) });
 
+/// As [`in_producer_dy`] with dx's combine forced (`gemm::with_dx_combine`): `movers` true, summed by dW2's and
+/// dW1's idle producer warps (the `_mv` weight gradients) at any I; false, by the combine pass before the plain
+/// weight gradients; bitwise the gather pass's forward and backward either way (by default the movers run at
+/// I >= 512 only: RAGGED's and SMALL's I take the pass, the 30B test the movers).
+fn in_producer_dx_combine(s: Shape, tokens: usize, routing: Routing, save: Save, movers: bool) {
+    megamoe::gemm::with_dx_combine(Some(movers), || in_producer_with(s, tokens, routing, save, true));
+}
+
+gpu_test!(in_producer_dx_combine_movers_ragged, {
+    in_producer_dx_combine(RAGGED, 211, Routing::Uniform, Save::WithZ, true)
+});
+gpu_test!(in_producer_dx_combine_pass_ragged, {
+    in_producer_dx_combine(RAGGED, 211, Routing::Uniform, Save::WithZ, false)
+});
+gpu_test!(in_producer_dx_combine_movers_masked, {
+    in_producer_dx_combine(SMALL, 160, Routing::Masked10, Save::InputsOnly, true)
+});
+gpu_test!(in_producer_dx_combine_pass_i512, {
+    let s = Shape { h: 384, i: 512, e: 6, k: 3 };
+    in_producer_dx_combine(s, 300, Routing::Uniform, Save::WithZ, false)
+});
+
 /// As [`in_producer`] (x and, with `dy`, dy gathered in the producers) with the look-ahead tile hand-off
 /// (`MEGAMOE_GATHER_AHEAD=1`): bitwise the gather pass's forward and backward.
 fn in_producer_ahead(s: Shape, tokens: usize, routing: Routing, save: Save, dynamic: bool, dy: bool) {

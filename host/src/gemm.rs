@@ -460,6 +460,41 @@ pub fn side_copy_pays(hidden: usize, intermediate: usize) -> bool {
 }
 
 thread_local! {
+    static DX_COMBINE: std::cell::Cell<Option<Option<bool>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the backward sums dx over each token's slots in the weight gradients' idle producer warps (the `_mv`
+/// kernels: three mover warps a block beside dW2's and dW1's main loops; with [`crate::layer::Gather::InProducer`]
+/// or `Overlapped`) where it may: `Some(true)` always, `Some(false)` never (the combine pass `combine_rows` before
+/// the weight gradients, which then run without movers; the same sums in the same order, the same bits), `None` as
+/// [`dx_combine_in_movers_pays`] decides from the shape. `MEGAMOE_DX_COMBINE` (read once) = `auto` or unset `None`,
+/// `movers`, `pass`; another value is an `InvalidArgument`; overridden on a thread by [`with_dx_combine`].
+pub fn dx_combine() -> Result<Option<bool>> {
+    static ENV: EnvPolicy<Option<bool>> = std::sync::OnceLock::new();
+    policy(
+        &DX_COMBINE,
+        &ENV,
+        "MEGAMOE_DX_COMBINE",
+        &[("auto", None), ("movers", Some(true)), ("pass", Some(false)), ("", None)],
+    )
+}
+
+/// Run `f` with dx's combine policy `v` (see [`dx_combine`]) for every backward prepared on this thread inside it.
+pub fn with_dx_combine<R>(v: Option<bool>, f: impl FnOnce() -> R) -> R {
+    with_override(&DX_COMBINE, v, f)
+}
+
+/// Whether dx's combine pays in the weight gradients' mover warps at intermediate size `intermediate`: I >= 512.
+/// The movers fetch two slots' 16 bytes a lane at a time (the 40 registers of the producer warpgroup), so they sum
+/// at ~0.35-0.42 TB/s of dx rows whatever H (SonicMoE's 7B / 1.4B n=256 and 30B n=512 traces, an H100,
+/// docs/RESULTS.md 2026-12-07f), while the weight gradients' FLOPs per dx byte are 3 I: at ~580 TFLOP/s the
+/// movers' share takes ~483 / I of the weight gradients' time. At I = 256 they set the kernels' pace (~1.9x; the
+/// pass moves the same bytes at ~2.5 TB/s, ~0.3x); at I = 512 they match it; at I = 768 they hide under it.
+pub fn dx_combine_in_movers_pays(intermediate: usize) -> bool {
+    intermediate >= 512
+}
+
+thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
@@ -1243,6 +1278,17 @@ mod tests {
         assert!(super::side_copy_pays(4096, 512) && super::side_copy_pays(4096, 1536));
         assert_eq!(super::with_side_copy(Some(false), super::side_copy).unwrap(), Some(false));
         assert_eq!(super::with_side_copy(Some(true), super::side_copy).unwrap(), Some(true));
+    }
+
+    #[test]
+    fn dx_is_combined_by_the_movers_only_where_they_keep_up() {
+        // the movers' ~0.4 TB/s against the weight gradients' 3 I FLOPs a dx byte: a pass below I = 512
+        for (i, movers) in [(64, false), (256, false), (384, false), (511, false), (512, true), (768, true)] {
+            assert_eq!(super::dx_combine_in_movers_pays(i), movers, "I {i}");
+        }
+        assert_eq!(super::with_dx_combine(Some(false), super::dx_combine).unwrap(), Some(false));
+        assert_eq!(super::with_dx_combine(Some(true), super::dx_combine).unwrap(), Some(true));
+        assert_eq!(super::with_dx_combine(None, super::dx_combine).unwrap(), None);
     }
 
     #[test]

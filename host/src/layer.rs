@@ -8,9 +8,9 @@
 //! copy them into expert order while it runs.
 //! Backward: gather of x (and recompute of z, unless saved; overlapped as in the forward), gather of dy, dh =
 //! dy W2 with the SwiGLU-backward epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1,
-//! combine of dx (by the weight gradients' idle producer warps, unless [`Gather::Pass`]), and the K-grouped weight
-//! gradients
-//! dW2 = dy^T (s h) and dW1 = dz^T x.
+//! combine of dx (by the weight gradients' idle producer warps where [`crate::gemm::dx_combine`] has it, I >= 512 by
+//! default, unless [`Gather::Pass`]; else a pass), and the K-grouped weight gradients dW2 = dy^T (s h) and
+//! dW1 = dz^T x.
 //!
 //! Invalid expert ids (outside -1..E) cannot be seen by the host without a synchronisation. Each forward
 //! call has its own device error word (in its [`Saved`]): `route_count` sets it, `route_scan` then writes
@@ -57,7 +57,7 @@ pub enum Gather {
     /// Data movement overlapped with the GEMMs by their idle producer warps: GEMM1's copy the rows of x into the
     /// expert-ordered buffer while it runs (the forward's and the backward's recompute of z; `_mv` kernels: each
     /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW2's and dW1's sum dx over each
-    /// token's slots (no combine pass in the backward). Bitwise the same results as [`Gather::Pass`]. dy is
+    /// token's slots (no combine pass in the backward) where [`crate::gemm::dx_combine`] has it (by default I >= 512). Bitwise the same results as [`Gather::Pass`]. dy is
     /// gathered by the pass (overlapped with the dh GEMM it measured slower). 1.02-1.04x the forward and
     /// 1.016-1.021x the forward + backward of [`Gather::Pass`] (docs/RESULTS.md, 2026-12-03 eighth session); the
     /// default of [`Forward::Persistent`] (which runs GEMM1 on the gathered copy), the default of both until
@@ -70,8 +70,7 @@ pub enum Gather {
     /// dW1 in dx's idle producer warps while dx runs (the side copy, `grouped_gemm_bt_bf16_cpx`, `_cpx_dyn` under
     /// the run-time tile walk) where [`crate::gemm::side_copy`] has it (by default I >= 768 or H >= 4096), else by
     /// the gather pass before dx (with z recomputed, by the pass before the recompute); dx is summed by dW2's and
-    /// dW1's idle warps as with
-    /// [`Gather::Overlapped`]. The default with [`Forward::Launches`]: at 30B on an H200, alternating in one run,
+    /// dW1's idle warps as with [`Gather::Overlapped`] (where [`crate::gemm::dx_combine`] has it). The default with [`Forward::Launches`]: at 30B on an H200, alternating in one run,
     /// 1.047x the forward and 1.013x the forward + backward (z saved) of [`Gather::Overlapped`], and no copy of x
     /// kept for the backward (docs/RESULTS.md 2026-12-05h).
     InProducer,
@@ -1460,9 +1459,11 @@ impl MoeLayer {
             }
             self.mgemm("grouped_gemm_bt_bf16", p, saved)?;
         }
-        // dx = the sum over each token's slots: by a pass (`Gather::Pass`), or by dW2's and dW1's idle producer warps
-        // (the other two: the same sums in the same order)
-        let dx_by_movers = c.gather != Gather::Pass;
+        // dx = the sum over each token's slots: by a pass (`Gather::Pass`, or where the movers would set the weight
+        // gradients' pace: `gemm::dx_combine`), or by dW2's and dW1's idle producer warps (the same sums in the same
+        // order)
+        let movers_ok = crate::gemm::dx_combine()?.unwrap_or_else(|| crate::gemm::dx_combine_in_movers_pays(i2));
+        let dx_by_movers = c.gather != Gather::Pass && movers_ok;
         let dx_sum = self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved);
         if !dx_by_movers {
             self.launch_combine(&dx_sum)?;
