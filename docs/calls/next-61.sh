@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Fifty-fifth session: dx's combine by a pass below I = 512 (branch dx-combine, b140 = its tree: layer_forward, fp8,
+# grouped_gemm tests, layer and gemm benches; the narrow SwiGLU backward of main included). Carry [".dev/b140"]
+# (~6-8 min, BOUND=${BOUND:-540}).
+# Predicted: tests pass (bitwise movers vs pass, bf16 and FP8; the narrow kernel's dz bitwise the 192 kernel's).
+# The layer at 7B n=256 (1536, 256, T = 24576): the step with the combine pass 0.90-0.94x the movers' (the weight
+# gradients ~1513 -> ~900 us, the pass +~240 us), PHASE lines: grouped_wgrad_bf16_mc ~300 + ~560 us against
+# _mv_mc 558 + 960 (an H100). At 1.4B n=256 (768, 256, T = 40960) likewise (0.88-0.93x). At Qwen3-Next (2048, 512)
+# the movers' default within +-2% of the pass. The narrow kernel: its line ("SwiGLU backward Ew7", the 192 kernel
+# alternating) 1.02-1.04x in the 192 kernel's disfavour.
+echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+. "$(dirname "$0")/prelude.sh" b140
+trap 'tar czf $OUT/r.tgz -C $OUT r && rm -rf $OUT/r' EXIT
+BOUND=${BOUND:-540}
+B=b140/main
+t layer_forward 90 400 in_producer_dx_combine in_producer_dy_narrow
+t fp8 40 370 backward_fp8_dx_combine
+t grouped_gemm 60 330 dswiglu ew7_dyn
+lb() { local tag=$1 sh=$2 dsw=$3
+  env MEGAMOE_DSW=$dsw MEGAMOE_BENCH_SHAPE=$sh MEGAMOE_BENCH_HEAT=1 MEGAMOE_BENCH_PHASES=1 timeout $(to 110 $4) \
+    $B/layer --bench > $OUT/r/layer_$tag.txt 2>&1
+  echo "== layer $tag ($sh, DSW $dsw) rc $? at $(el) s"
+  grep -hE "^RESULT megamoe forward\+backward \(z saved, bf16 weight gradients\)" $OUT/r/layer_$tag.txt | cut -c1-260
+  grep -hE "^PHASE" $OUT/r/layer_$tag.txt | grep -E "wgrad|combine_rows|dswiglu" | cut -c1-160 | head -12
+  grep -hE "FAILED|panicked|Error" $OUT/r/layer_$tag.txt | head -3; }
+lb 7b 1536,256,128,8,24576 ew7n 200
+lb 1b 768,256,128,8,40960 ew7n 100
+lb next 2048,512,512,10 ew7 5
+echo "total $(el) s"
