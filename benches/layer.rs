@@ -139,11 +139,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let dy_default = gemm::dy_gather_in_producer()?;
     let dy_pass = passes.len();
     passes.push((1, true, 2, true));
-    // and with dx summed the other way: by the weight gradients' mover warps, or by the combine pass
-    // (`MEGAMOE_DX_COMBINE`; by default the movers at I >= 512)
-    let dxc_default = gemm::dx_combine()?.unwrap_or_else(|| gemm::dx_combine_in_movers_pays(i));
-    let dxc_pass = passes.len();
-    passes.push((1, true, 2, true));
+    // and with dx summed each way: by the combine pass, by the weight gradients' mover warps, by the movers with
+    // their L2 prefetch (`MEGAMOE_DX_COMBINE`, by default the movers at I >= 512; `MEGAMOE_COMBINE_PREFETCH`)
+    let dxc_ways = [(false, false), (true, false), (true, true)];
+    let dxc_passes = passes.len();
+    passes.extend(dxc_ways.map(|_| (1, true, 2, true)));
     // the gathering producers' tile hand-off the other way (`MEGAMOE_GATHER_AHEAD`): the forward alone and the
     // z-saved step with bf16 weight gradients, alternating with the default's (passes 3 and the bf16 step)
     let ahead_default = gemm::gather_ahead()?;
@@ -209,8 +209,11 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
                                 gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
                             } else if pass == dy_pass {
                                 gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
-                            } else if pass == dxc_pass {
-                                gemm::with_dx_combine(Some(!dxc_default), || layer.backward(&sv, &ddy, &inp, gr))?;
+                            } else if (dxc_passes..dxc_passes + dxc_ways.len()).contains(&pass) {
+                                let (movers, prefetch) = dxc_ways[pass - dxc_passes];
+                                gemm::with_dx_combine(Some(movers), || {
+                                    gemm::with_combine_prefetch(prefetch, || layer.backward(&sv, &ddy, &inp, gr))
+                                })?;
                             } else {
                                 layer.backward(&sv, &ddy, &inp, gr)?;
                             }
@@ -531,15 +534,25 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         fbz_b2 * 1e3,
         fbz_b2 / ms_dy
     );
-    let ms_dxc = ms[dxc_pass];
-    println!(
-        "RESULT megamoe forward+backward (z saved, bf16 weight gradients), dx summed {} {name} T={tokens}: {:.0} us \
-         (median of {reps}, alternating with the default's {:.0} us: {:.3}x)",
-        if dxc_default { "by the combine pass" } else { "by the weight gradients' movers" },
-        ms_dxc * 1e3,
-        fbz_b2 * 1e3,
-        fbz_b2 / ms_dxc
-    );
+    let dxc_default =
+        (gemm::dx_combine()?.unwrap_or_else(|| gemm::dx_combine_in_movers_pays(i)), gemm::combine_prefetch()?);
+    for (j, (movers, prefetch)) in dxc_ways.into_iter().enumerate() {
+        let ms_dxc = ms[dxc_passes + j];
+        println!(
+            "RESULT megamoe forward+backward (z saved, bf16 weight gradients), dx summed by {} {name} T={tokens}: \
+             {:.0} us (median of {reps}, alternating with the default's (movers {}, prefetch {}) {:.0} us: {:.3}x)",
+            match (movers, prefetch) {
+                (false, _) => "the combine pass",
+                (true, false) => "the weight gradients' movers",
+                (true, true) => "the weight gradients' movers with their L2 prefetch",
+            },
+            ms_dxc * 1e3,
+            dxc_default.0,
+            dxc_default.1,
+            fbz_b2 * 1e3,
+            fbz_b2 / ms_dxc
+        );
+    }
     let (ms_rf, ms_rs) = (ms[route_passes.0], ms[route_passes.1]);
     println!(
         "RESULT megamoe routing {route_other:?} (the default {route_default:?}) {name} T={tokens}: forward {:.0} us \

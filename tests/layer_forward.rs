@@ -368,6 +368,17 @@ gpu_test!(in_producer_dx_combine_pass_ragged, {
 gpu_test!(in_producer_dx_combine_movers_masked, {
     in_producer_dx_combine(SMALL, 160, Routing::Masked10, Save::InputsOnly, true)
 });
+// the movers with their L2 prefetch of each warp's next token (`gemm::with_combine_prefetch`)
+gpu_test!(in_producer_dx_combine_movers_prefetch_ragged, {
+    megamoe::gemm::with_combine_prefetch(true, || {
+        in_producer_dx_combine(RAGGED, 211, Routing::Uniform, Save::WithZ, true)
+    })
+});
+gpu_test!(in_producer_dx_combine_movers_prefetch_masked, {
+    megamoe::gemm::with_combine_prefetch(true, || {
+        in_producer_dx_combine(SMALL, 160, Routing::Masked10, Save::InputsOnly, true)
+    })
+});
 gpu_test!(in_producer_dx_combine_pass_i512, {
     let s = Shape { h: 384, i: 512, e: 6, k: 3 };
     in_producer_dx_combine(s, 300, Routing::Uniform, Save::WithZ, false)

@@ -6,7 +6,9 @@
 # The layer at 7B n=256 (1536, 256, T = 24576): the step with the combine pass 0.90-0.94x the movers' (the weight
 # gradients ~1513 -> ~900 us, the pass +~240 us), PHASE lines: grouped_wgrad_bf16_mc ~300 + ~560 us against
 # _mv_mc 558 + 960 (an H100). At 1.4B n=256 (768, 256, T = 40960) likewise (0.88-0.93x). At Qwen3-Next (2048, 512)
-# the movers' default within +-2% of the pass. The narrow kernel: its line ("SwiGLU backward Ew7", the 192 kernel
+# the movers' default within +-2% of the pass. The movers with their L2 prefetch (MEGAMOE_COMBINE_PREFETCH, the
+# third "dx summed" line): their sum's loads wait on L2 instead of DRAM, ~1.5-2x the movers' ~0.4 TB/s, so at 7B /
+# 1.4B the step 0.97-1.0x the pass's, at Qwen3-Next 0.98-1.0x the plain movers'. The narrow kernel: its line ("SwiGLU backward Ew7", the 192 kernel
 # alternating) 1.02-1.04x in the 192 kernel's disfavour.
 echo "GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 . "$(dirname "$0")/prelude.sh" b140

@@ -495,6 +495,25 @@ pub fn dx_combine_in_movers_pays(intermediate: usize) -> bool {
 }
 
 thread_local! {
+    static COMBINE_PREFETCH: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether the weight gradients' mover warps, where they sum dx ([`dx_combine`]), prefetch each warp's next token's
+/// rows into L2 while they sum the current one ([`megamoe_kernels::params::COMBINE_PREFETCH`]: one bulk prefetch a
+/// slot, no registers; the sum's loads, two slots at a time, then wait on L2 instead of DRAM). Bitwise the same.
+/// `MEGAMOE_COMBINE_PREFETCH` (read once) = `1` on, `0` or unset off (opt-in until measured); another value is an
+/// `InvalidArgument`; overridden on a thread by [`with_combine_prefetch`].
+pub fn combine_prefetch() -> Result<bool> {
+    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
+    policy(&COMBINE_PREFETCH, &ENV, "MEGAMOE_COMBINE_PREFETCH", &[("1", true), ("0", false), ("", false)])
+}
+
+/// Run `f` with the movers' prefetch on or off for every backward prepared on this thread inside it.
+pub fn with_combine_prefetch<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    with_override(&COMBINE_PREFETCH, on, f)
+}
+
+thread_local! {
     static GEMM_SCHED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
@@ -1289,6 +1308,8 @@ mod tests {
         assert_eq!(super::with_dx_combine(Some(false), super::dx_combine).unwrap(), Some(false));
         assert_eq!(super::with_dx_combine(Some(true), super::dx_combine).unwrap(), Some(true));
         assert_eq!(super::with_dx_combine(None, super::dx_combine).unwrap(), None);
+        assert!(super::with_combine_prefetch(true, super::combine_prefetch).unwrap());
+        assert!(!super::with_combine_prefetch(false, super::combine_prefetch).unwrap());
     }
 
     #[test]

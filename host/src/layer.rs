@@ -1169,7 +1169,7 @@ impl MoeLayer {
             tokens: sv.tokens as u32,
             cols: self.cfg.hidden as u32,
             k: self.cfg.top_k as u32,
-            pad: 0,
+            flags: 0,
         }
     }
 
@@ -1464,7 +1464,9 @@ impl MoeLayer {
         // order)
         let movers_ok = crate::gemm::dx_combine()?.unwrap_or_else(|| crate::gemm::dx_combine_in_movers_pays(i2));
         let dx_by_movers = c.gather != Gather::Pass && movers_ok;
-        let dx_sum = self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved);
+        let prefetch = if crate::gemm::combine_prefetch()? { params::COMBINE_PREFETCH } else { 0 };
+        let dx_sum =
+            Combine { flags: prefetch, ..self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved) };
         if !dx_by_movers {
             self.launch_combine(&dx_sum)?;
         }
@@ -1704,7 +1706,7 @@ mod tests {
 
     #[test]
     fn a_split_combine_covers_every_token_once() {
-        let c = Combine { y: 1000, w: 0, slot_row: 2000, out: 3000, error: 7, tokens: 10, cols: 64, k: 8, pad: 0 };
+        let c = Combine { y: 1000, w: 0, slot_row: 2000, out: 3000, error: 7, tokens: 10, cols: 64, k: 8, flags: 0 };
         let (a, b) = split_combine(&c, 3);
         assert_eq!((a.tokens, a.slot_row, a.out, a.w), (3, 2000, 3000, 0));
         assert_eq!((b.tokens, b.slot_row, b.out, b.w, b.y, b.error), (7, 2000 + 3 * 32, 3000 + 3 * 128, 0, 1000, 7));
