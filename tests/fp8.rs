@@ -1248,7 +1248,7 @@ gpu_test!(backward_fp8_side_copy_off_is_bitwise_on, {
 gpu_test!(backward_fp8_dx_combine_pass_is_bitwise_movers, {
     // dx summed by the weight gradients' idle producer warps (bf16 `_mv` with an FP8 dx, FP8 `_mv` with FP8
     // weight gradients; with and without their L2 prefetch) or by the combine pass before them
-    // (`gemm::with_dx_combine`; the pass is the default at this I = 256): the outputs and gradients bit for bit the
+    // (`gemm::with_dx_combine`; `auto` takes the pass at this I = 256): the outputs and gradients bit for bit the
     // same, every element written
     use megamoe::layer::{Fp8Backward as M, Save};
     let (g, b, dims, (gw1_0, gw2_0)) = step_setup();

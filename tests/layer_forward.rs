@@ -353,8 +353,8 @@ gpu_test!(in_producer_side_copy_on_masked, { in_producer_side_copy(SMALL, 160, R
 
 /// As [`in_producer_dy`] with dx's combine forced (`gemm::with_dx_combine`): `movers` true, summed by dW2's and
 /// dW1's idle producer warps (the `_mv` weight gradients) at any I; false, by the combine pass before the plain
-/// weight gradients; bitwise the gather pass's forward and backward either way (by default the movers run at
-/// I >= 512 only: RAGGED's and SMALL's I take the pass, the 30B test the movers).
+/// weight gradients; bitwise the gather pass's forward and backward either way (the default is the movers; with
+/// `MEGAMOE_DX_COMBINE=auto` the pass below I = 512).
 fn in_producer_dx_combine(s: Shape, tokens: usize, routing: Routing, save: Save, movers: bool) {
     megamoe::gemm::with_dx_combine(Some(movers), || in_producer_with(s, tokens, routing, save, true));
 }

@@ -467,15 +467,16 @@ thread_local! {
 /// kernels: three mover warps a block beside dW2's and dW1's main loops; with [`crate::layer::Gather::InProducer`]
 /// or `Overlapped`) where it may: `Some(true)` always, `Some(false)` never (the combine pass `combine_rows` before
 /// the weight gradients, which then run without movers; the same sums in the same order, the same bits), `None` as
-/// [`dx_combine_in_movers_pays`] decides from the shape. `MEGAMOE_DX_COMBINE` (read once) = `auto` or unset `None`,
-/// `movers`, `pass`; another value is an `InvalidArgument`; overridden on a thread by [`with_dx_combine`].
+/// [`dx_combine_in_movers_pays`] decides from the shape. `MEGAMOE_DX_COMBINE` (read once) = `movers` or unset
+/// `Some(true)` (the default until the rule is measured), `auto` `None`, `pass` `Some(false)`; another value is an
+/// `InvalidArgument`; overridden on a thread by [`with_dx_combine`].
 pub fn dx_combine() -> Result<Option<bool>> {
     static ENV: EnvPolicy<Option<bool>> = std::sync::OnceLock::new();
     policy(
         &DX_COMBINE,
         &ENV,
         "MEGAMOE_DX_COMBINE",
-        &[("auto", None), ("movers", Some(true)), ("pass", Some(false)), ("", None)],
+        &[("auto", None), ("movers", Some(true)), ("pass", Some(false)), ("", Some(true))],
     )
 }
 

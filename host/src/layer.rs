@@ -8,8 +8,8 @@
 //! copy them into expert order while it runs.
 //! Backward: gather of x (and recompute of z, unless saved; overlapped as in the forward), gather of dy, dh =
 //! dy W2 with the SwiGLU-backward epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1,
-//! combine of dx (by the weight gradients' idle producer warps where [`crate::gemm::dx_combine`] has it, I >= 512 by
-//! default, unless [`Gather::Pass`]; else a pass), and the K-grouped weight gradients dW2 = dy^T (s h) and
+//! combine of dx (by the weight gradients' idle producer warps where [`crate::gemm::dx_combine`] has it, by default
+//! always, unless [`Gather::Pass`]; else a pass), and the K-grouped weight gradients dW2 = dy^T (s h) and
 //! dW1 = dz^T x.
 //!
 //! Invalid expert ids (outside -1..E) cannot be seen by the host without a synchronisation. Each forward
@@ -57,7 +57,7 @@ pub enum Gather {
     /// Data movement overlapped with the GEMMs by their idle producer warps: GEMM1's copy the rows of x into the
     /// expert-ordered buffer while it runs (the forward's and the backward's recompute of z; `_mv` kernels: each
     /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW2's and dW1's sum dx over each
-    /// token's slots (no combine pass in the backward) where [`crate::gemm::dx_combine`] has it (by default I >= 512). Bitwise the same results as [`Gather::Pass`]. dy is
+    /// token's slots (no combine pass in the backward) where [`crate::gemm::dx_combine`] has it (by default always). Bitwise the same results as [`Gather::Pass`]. dy is
     /// gathered by the pass (overlapped with the dh GEMM it measured slower). 1.02-1.04x the forward and
     /// 1.016-1.021x the forward + backward of [`Gather::Pass`] (docs/RESULTS.md, 2026-12-03 eighth session); the
     /// default of [`Forward::Persistent`] (which runs GEMM1 on the gathered copy), the default of both until
