@@ -12,6 +12,7 @@ env MEGAMOE_DX_COMBINE=auto MEGAMOE_DSW=ew7n MEGAMOE_BENCH_SHAPE=1536,256,128,8,
 echo "== layer 7b rc $? at $(el) s"
 grep -hE "^RESULT megamoe forward\+backward \(z saved, bf16 weight gradients\)" $OUT/r/layer_7b.txt | cut -c1-260
 grep -hE "^PHASE" $OUT/r/layer_7b.txt | grep -E "wgrad|combine_rows|dswiglu" | cut -c1-160 | head -12
+grep -hoE "rel err dx [^ ]+ dtopk [^ ]+" $OUT/r/layer_7b.txt | head -2
 grep -hE "FAILED|panicked|Error" $OUT/r/layer_7b.txt | head -3
 t layer_forward 70 15 in_producer_dx_combine
 t fp8 40 3 backward_fp8_dx_combine
