@@ -57,11 +57,11 @@ pub enum Gather {
     /// Data movement overlapped with the GEMMs by their idle producer warps: GEMM1's copy the rows of x into the
     /// expert-ordered buffer while it runs (the forward's and the backward's recompute of z; `_mv` kernels: each
     /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW2's and dW1's sum dx over each
-    /// token's slots (no combine pass in the backward) where [`crate::gemm::dx_combine`] has it (by default always). Bitwise the same results as [`Gather::Pass`]. dy is
-    /// gathered by the pass (overlapped with the dh GEMM it measured slower). 1.02-1.04x the forward and
-    /// 1.016-1.021x the forward + backward of [`Gather::Pass`] (docs/RESULTS.md, 2026-12-03 eighth session); the
-    /// default of [`Forward::Persistent`] (which runs GEMM1 on the gathered copy), the default of both until
-    /// 2026-12-05h.
+    /// token's slots (no combine pass in the backward) where [`crate::gemm::dx_combine`] has it (by default
+    /// always). Bitwise the same results as [`Gather::Pass`]. dy is gathered by the pass (overlapped with the dh
+    /// GEMM it measured slower). 1.02-1.04x the forward and 1.016-1.021x the forward + backward of [`Gather::Pass`]
+    /// (docs/RESULTS.md, 2026-12-03 eighth session); the default of [`Forward::Persistent`] (which runs GEMM1 on
+    /// the gathered copy), the default of both until 2026-12-05h.
     Overlapped,
     /// GEMM1's producer warpgroup copies each row from x itself (`cp.async`), so the forward neither writes nor
     /// reads an expert-ordered copy of x; bitwise the same results. With the epilogue-warps GEMM1 (the default
@@ -70,9 +70,10 @@ pub enum Gather {
     /// dW1 in dx's idle producer warps while dx runs (the side copy, `grouped_gemm_bt_bf16_cpx`, `_cpx_dyn` under
     /// the run-time tile walk) where [`crate::gemm::side_copy`] has it (by default I >= 768 or H >= 4096), else by
     /// the gather pass before dx (with z recomputed, by the pass before the recompute); dx is summed by dW2's and
-    /// dW1's idle warps as with [`Gather::Overlapped`] (where [`crate::gemm::dx_combine`] has it). The default with [`Forward::Launches`]: at 30B on an H200, alternating in one run,
-    /// 1.047x the forward and 1.013x the forward + backward (z saved) of [`Gather::Overlapped`], and no copy of x
-    /// kept for the backward (docs/RESULTS.md 2026-12-05h).
+    /// dW1's idle warps as with [`Gather::Overlapped`] (where [`crate::gemm::dx_combine`] has it). The default with
+    /// [`Forward::Launches`]: at 30B on an H200, alternating in one run, 1.047x the forward and 1.013x the
+    /// forward + backward (z saved) of [`Gather::Overlapped`], and no copy of x kept for the backward
+    /// (docs/RESULTS.md 2026-12-05h).
     InProducer,
 }
 

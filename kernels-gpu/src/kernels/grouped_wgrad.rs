@@ -238,7 +238,8 @@ pub(crate) unsafe fn combine(c: &Combine, w: u32, lane: u32) {
 }
 
 /// Lane j < k of a mover warp: token `t`'s slot j's row of `c.y` into L2 (a bulk prefetch of the whole row; none
-/// for a masked slot or `t` past the tokens).
+/// for a masked slot or `t` past the tokens). SAFETY: as [`combine`]: `c`'s buffers as `combine_rows` takes them
+/// (`c.cols` a multiple of 8, so a row is whole 16-byte units at a 16-byte aligned address).
 #[inline(always)]
 unsafe fn prefetch_token(c: &Combine, t: u32, lane: u32) {
     if t < c.tokens && lane < c.k {
