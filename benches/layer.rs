@@ -140,7 +140,8 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let dy_pass = passes.len();
     passes.push((1, true, 2, true));
     // and with dx summed each way: by the combine pass, by the weight gradients' mover warps, by the movers with
-    // their L2 prefetch (`MEGAMOE_DX_COMBINE`: by default the movers; `auto` the pass below I = 512; `MEGAMOE_COMBINE_PREFETCH`)
+    // their L2 prefetch (`MEGAMOE_DX_COMBINE`: by default the movers, `auto` the pass below I = 512;
+    // `MEGAMOE_COMBINE_PREFETCH`)
     let dxc_ways = [(false, false), (true, false), (true, true)];
     let dxc_passes = passes.len();
     passes.extend(dxc_ways.map(|_| (1, true, 2, true)));
