@@ -492,3 +492,52 @@ gpu_test!(backward_from_route_into_matches_the_forwards_saved_state, {
         other => panic!("a layer keeping z took route_into: {:?}", other.map(|_| ())),
     }
 });
+
+gpu_test!(past_2g_elements_sampled_tokens_match_the_reference, {
+    // T k H > 2^31: 34000 tokens at top-16 and H = 4096 make 544000 routed rows of 2.2e9 elements (the limit was
+    // 2^31 before the kernels' unsigned 32-bit offsets were audited, docs/wip/offsets-2g.md). The whole step runs
+    // (z saved, the side copy at H = 4096, bf16 weight gradients); y, dx and dtopk of 24 tokens routed to the last
+    // expert (its rows the last of the routed rows, their element offsets past 2^31) against the f64 reference of
+    // those tokens alone (a token's outputs depend on its own experts only), every element of y and dx written
+    let g = gpu();
+    let mut r = rng();
+    let s = Shape { h: 4096, i: 256, e: 32, k: 16 };
+    let t = 34000;
+    assert!(t * s.k * s.h > 1 << 31);
+    let inp = inputs(&mut r, s, t, Routing::Uniform);
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, t, Save::WithZ);
+    let mut layer = MoeLayer::new(g.clone(), cfg).unwrap();
+    let Dev { x, w1, w2, dy, ids, w, mut out, mut dx, mut dtopk, mut dw1, mut dw2 } = device::<bf16>(&g, &inp);
+    let li = LayerInputs { tokens: t, x: &x, topk_ids: &ids, topk_weights: &w, w1: &w1, w2: &w2 };
+    let saved = layer.forward(&li, &mut out).unwrap();
+    let grads = Grads { dx: &mut dx, dw1: &mut dw1, dw2: &mut dw2, dtopk: &mut dtopk, accumulate: false };
+    layer.backward(&saved, &dy, &li, grads).unwrap();
+    g.sync().unwrap();
+    layer.routing_error().unwrap();
+    let (y, dx, dtopk) = (g.download(&out).unwrap(), g.download(&dx).unwrap(), g.download(&dtopk).unwrap());
+    assert!(y.iter().all(|v| v.to_bits() != 0xffff), "y not fully written");
+    assert!(dx.iter().all(|v| v.to_bits() != 0xffff), "dx not fully written");
+    // the sampled tokens: the first 24 with a slot on the last expert
+    let last = (s.e - 1) as i32;
+    let picked: Vec<usize> = (0..t).filter(|&tok| inp.ids[tok * s.k..][..s.k].contains(&last)).take(24).collect();
+    assert_eq!(picked.len(), 24);
+    let rows =
+        |v: &[bf16], w: usize| -> Vec<bf16> { picked.iter().flat_map(|&tok| v[tok * w..][..w].to_vec()).collect() };
+    let sub = Inputs {
+        shape: s,
+        tokens: picked.len(),
+        x: rows(&inp.x, s.h),
+        ids: picked.iter().flat_map(|&tok| inp.ids[tok * s.k..][..s.k].to_vec()).collect(),
+        w: picked.iter().flat_map(|&tok| inp.w[tok * s.k..][..s.k].to_vec()).collect(),
+        w1: inp.w1.clone(),
+        w2: inp.w2.clone(),
+        dy: rows(&inp.dy, s.h),
+    };
+    let (mut outs, _) = reference::forward_backward(&s, &[rank_input(&sub)], &weights(&sub)).unwrap();
+    let o = outs.remove(0);
+    let f = |v: Vec<bf16>| -> Vec<f64> { v.iter().map(|x| x.to_f64()).collect() };
+    check::close("y (sampled tokens)", &f(rows(&y, s.h)), &o.y, 1e-2).unwrap();
+    check::close("dx (sampled tokens)", &f(rows(&dx, s.h)), &o.dx, 1e-2).unwrap();
+    let dt: Vec<f64> = picked.iter().flat_map(|&tok| dtopk[tok * s.k..][..s.k].iter().map(|&v| v as f64)).collect();
+    check::close_scaled("dtopk (sampled tokens)", &dt, &o.dtopk, &o.dtopk_scale, 1e-2).unwrap();
+});

@@ -509,8 +509,8 @@ impl EpLayer {
             return bad(format!("intermediate size {} x 2 overflows", cfg.intermediate));
         };
         // the kernels' element offsets into the receive rows (h: I, z and dz: 2I, x, y and dy: H columns) are
-        // 32-bit
-        if recv.checked_mul(widest).is_none_or(|n| n >= 1 << 31) {
+        // unsigned 32-bit
+        if recv.checked_mul(widest).is_none_or(|n| n >= 1 << 32) {
             return bad(format!(
                 "{world} ranks x max_tokens {t} x top-k {k} rows of {widest} elements exceed 32-bit element offsets"
             ));
@@ -1866,7 +1866,7 @@ mod tests {
         // 2I (a multiple of 64)
         let e = config_error(cfg(256, 1 << 63, 8, 2, 16), 2);
         assert!(e.contains(&format!("intermediate size {} x 2 overflows", 1usize << 63)), "{e}");
-        // the receive rows' elements past 2^31, wrapping or not
+        // the receive rows' elements past 2^32, wrapping or not
         let e = config_error(cfg(1 << 30, 64, 8, 1, 1 << 40), 1);
         assert!(e.contains("exceed 32-bit element offsets"), "{e}");
         let e = config_error(cfg(2048, 768, 128, 8, 1 << 16), 8);

@@ -133,7 +133,7 @@ pub fn dequantize_rows(
         experts: 0,
         rows_max: rows as u32,
     };
-    // SAFETY: the buffers hold the shapes (checked, fewer than 2^31 elements) and stay borrowed until the launch
+    // SAFETY: the buffers hold the shapes (checked, fewer than 2^32 elements) and stay borrowed until the launch
     // is enqueued; no row index or offsets (rows 0 .. rows, each its own token).
     unsafe { gather_dequant_raw(gpu, &p) }
 }

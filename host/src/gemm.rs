@@ -791,13 +791,13 @@ impl Check {
         Err(Error::InvalidArgument(format!("{}: {s}", self.what)))
     }
 
-    /// `buf` is on the GPU and holds `want` elements, fewer than 2^31 (the kernels index in 32 bits).
+    /// `buf` is on the GPU and holds `want` elements, fewer than 2^32 (the kernels index in unsigned 32 bits).
     pub(crate) fn buf<T: DeviceRepr>(&self, name: &str, buf: &CudaSlice<T>, want: usize) -> Result<()> {
         if buf.len() != want {
             return self.bad(format!("{name} has {} elements, the shapes need {want}", buf.len()));
         }
-        if want >= 1 << 31 {
-            return self.bad(format!("{name} has {want} elements, 2^31 or more (the kernels index in 32 bits)"));
+        if want >= 1 << 32 {
+            return self.bad(format!("{name} has {want} elements, 2^32 or more (the kernels index in 32 bits)"));
         }
         if buf.ordinal() != self.ordinal {
             return self.bad(format!(

@@ -310,7 +310,9 @@ impl LayerConfig {
         // checked: a product that wraps would size the workspace for a few rows and pass (release builds)
         let width = self.intermediate.checked_mul(2).map(|w| w.max(self.hidden));
         let slots = self.max_tokens.checked_mul(self.top_k);
-        let fits = matches!((width, slots), (Some(w), Some(s)) if w < 1 << 31 && s < (1 << 31) / w);
+        // every kernel's offset into the routed rows is an unsigned 32-bit element count, widened before its
+        // pointer add (docs/wip/offsets-2g.md): below 2^32 elements (the rows, TMA's i32 coordinates, far below 2^31)
+        let fits = matches!((width, slots), (Some(w), Some(s)) if w < 1 << 31 && s < (1 << 32) / w);
         if self.max_tokens == 0 || !fits {
             return bad(format!(
                 "max_tokens {} (x top-k {}, x max(H, 2I)) is zero or too large for 32-bit element offsets",
@@ -1658,7 +1660,7 @@ mod tests {
         assert!(m.contains("too large"), "{m}");
         // the largest max_tokens that fits, and one more
         let w = 2048;
-        let top = (1usize << 31) / w / 8;
+        let top = (1usize << 32) / w / 8;
         LayerConfig { max_tokens: top - 1, ..ok }.validate().unwrap();
         assert!(LayerConfig { max_tokens: top, ..ok }.validate().is_err());
         // E x 2I x H overflows although every activation size fits (one token)
