@@ -139,10 +139,9 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let dy_default = gemm::dy_gather_in_producer()?;
     let dy_pass = passes.len();
     passes.push((1, true, 2, true));
-    // and with dx summed each way: by the combine pass, by the weight gradients' mover warps, by the movers with
-    // their L2 prefetch (`MEGAMOE_DX_COMBINE`: by default the movers, `auto` the pass below I = 512;
-    // `MEGAMOE_COMBINE_PREFETCH`)
-    let dxc_ways = [(false, false), (true, false), (true, true)];
+    // and with dx summed each way: by the combine pass, by the weight gradients' mover warps (`MEGAMOE_DX_COMBINE`:
+    // by default the pass below I = 512; the way the default takes is the line's noise check)
+    let dxc_ways = [false, true];
     let dxc_passes = passes.len();
     passes.extend(dxc_ways.map(|_| (1, true, 2, true)));
     // the gathering producers' tile hand-off the other way (`MEGAMOE_GATHER_AHEAD`): the forward alone and the
@@ -211,10 +210,8 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
                             } else if pass == dy_pass {
                                 gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
                             } else if (dxc_passes..dxc_passes + dxc_ways.len()).contains(&pass) {
-                                let (movers, prefetch) = dxc_ways[pass - dxc_passes];
-                                gemm::with_dx_combine(Some(movers), || {
-                                    gemm::with_combine_prefetch(prefetch, || layer.backward(&sv, &ddy, &inp, gr))
-                                })?;
+                                let movers = dxc_ways[pass - dxc_passes];
+                                gemm::with_dx_combine(Some(movers), || layer.backward(&sv, &ddy, &inp, gr))?;
                             } else {
                                 layer.backward(&sv, &ddy, &inp, gr)?;
                             }
@@ -535,21 +532,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         fbz_b2 * 1e3,
         fbz_b2 / ms_dy
     );
-    let dxc_default =
-        (gemm::dx_combine()?.unwrap_or_else(|| gemm::dx_combine_in_movers_pays(i)), gemm::combine_prefetch()?);
-    for (j, (movers, prefetch)) in dxc_ways.into_iter().enumerate() {
+    let dxc_default = gemm::dx_combine()?.unwrap_or_else(|| gemm::dx_combine_in_movers_pays(i));
+    for (j, movers) in dxc_ways.into_iter().enumerate() {
         let ms_dxc = ms[dxc_passes + j];
         println!(
             "RESULT megamoe forward+backward (z saved, bf16 weight gradients), dx summed by {} {name} T={tokens}: \
-             {:.0} us (median of {reps}, alternating with the default's (movers {}, prefetch {}) {:.0} us: {:.3}x)",
-            match (movers, prefetch) {
-                (false, _) => "the combine pass",
-                (true, false) => "the weight gradients' movers",
-                (true, true) => "the weight gradients' movers with their L2 prefetch",
-            },
+             {:.0} us (median of {reps}, alternating with the default's (movers {}) {:.0} us: {:.3}x)",
+            if movers { "the weight gradients' movers" } else { "the combine pass" },
             ms_dxc * 1e3,
-            dxc_default.0,
-            dxc_default.1,
+            dxc_default,
             fbz_b2 * 1e3,
             fbz_b2 / ms_dxc
         );

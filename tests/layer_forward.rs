@@ -353,8 +353,8 @@ gpu_test!(in_producer_side_copy_on_masked, { in_producer_side_copy(SMALL, 160, R
 
 /// As [`in_producer_dy`] with dx's combine forced (`gemm::with_dx_combine`): `movers` true, summed by dW2's and
 /// dW1's idle producer warps (the `_mv` weight gradients) at any I; false, by the combine pass before the plain
-/// weight gradients; bitwise the gather pass's forward and backward either way (the default is the movers; with
-/// `MEGAMOE_DX_COMBINE=auto` the pass below I = 512).
+/// weight gradients; bitwise the gather pass's forward and backward either way (by default the pass below
+/// I = 512, `gemm::dx_combine_in_movers_pays`).
 fn in_producer_dx_combine(s: Shape, tokens: usize, routing: Routing, save: Save, movers: bool) {
     megamoe::gemm::with_dx_combine(Some(movers), || in_producer_with(s, tokens, routing, save, true));
 }
@@ -367,17 +367,6 @@ gpu_test!(in_producer_dx_combine_pass_ragged, {
 });
 gpu_test!(in_producer_dx_combine_movers_masked, {
     in_producer_dx_combine(SMALL, 160, Routing::Masked10, Save::InputsOnly, true)
-});
-// the movers with their L2 prefetch of each warp's next token (`gemm::with_combine_prefetch`)
-gpu_test!(in_producer_dx_combine_movers_prefetch_ragged, {
-    megamoe::gemm::with_combine_prefetch(true, || {
-        in_producer_dx_combine(RAGGED, 211, Routing::Uniform, Save::WithZ, true)
-    })
-});
-gpu_test!(in_producer_dx_combine_movers_prefetch_masked, {
-    megamoe::gemm::with_combine_prefetch(true, || {
-        in_producer_dx_combine(SMALL, 160, Routing::Masked10, Save::InputsOnly, true)
-    })
 });
 gpu_test!(in_producer_dx_combine_pass_i512, {
     let s = Shape { h: 384, i: 512, e: 6, k: 3 };

@@ -467,16 +467,16 @@ thread_local! {
 /// kernels: three mover warps a block beside dW2's and dW1's main loops; with [`crate::layer::Gather::InProducer`]
 /// or `Overlapped`) where it may: `Some(true)` always, `Some(false)` never (the combine pass `combine_rows` before
 /// the weight gradients, which then run without movers; the same sums in the same order, the same bits), `None` as
-/// [`dx_combine_in_movers_pays`] decides from the shape. `MEGAMOE_DX_COMBINE` (read once) = `movers` or unset
-/// `Some(true)` (the default until the rule is measured), `auto` `None`, `pass` `Some(false)`; another value is an
-/// `InvalidArgument`; overridden on a thread by [`with_dx_combine`].
+/// [`dx_combine_in_movers_pays`] decides from the shape (the default: measured 1.14x the movers' step at I = 256,
+/// docs/RESULTS.md 2026-12-07i). `MEGAMOE_DX_COMBINE` (read once) = `auto` or unset `None`, `movers` `Some(true)`,
+/// `pass` `Some(false)`; another value is an `InvalidArgument`; overridden on a thread by [`with_dx_combine`].
 pub fn dx_combine() -> Result<Option<bool>> {
     static ENV: EnvPolicy<Option<bool>> = std::sync::OnceLock::new();
     policy(
         &DX_COMBINE,
         &ENV,
         "MEGAMOE_DX_COMBINE",
-        &[("auto", None), ("movers", Some(true)), ("pass", Some(false)), ("", Some(true))],
+        &[("auto", None), ("movers", Some(true)), ("pass", Some(false)), ("", None)],
     )
 }
 
@@ -491,27 +491,10 @@ pub fn with_dx_combine<R>(v: Option<bool>, f: impl FnOnce() -> R) -> R {
 /// docs/RESULTS.md 2026-12-07f), while the weight gradients' FLOPs per dx byte are 3 I: at ~580 TFLOP/s the
 /// movers' share takes ~483 / I of the weight gradients' time. At I = 256 they set the kernels' pace (~1.9x; the
 /// pass moves the same bytes at ~2.5 TB/s, ~0.3x); at I = 512 they match it; at I = 768 they hide under it.
+/// Measured (an H100, docs/RESULTS.md 2026-12-07i, the step alternating): the pass 1.14x the movers at (H, I) =
+/// (1536, 256) and 1.14x at (768, 256); the movers 1.02x the pass at (2048, 512).
 pub fn dx_combine_in_movers_pays(intermediate: usize) -> bool {
     intermediate >= 512
-}
-
-thread_local! {
-    static COMBINE_PREFETCH: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Whether the weight gradients' mover warps, where they sum dx ([`dx_combine`]), prefetch each warp's next token's
-/// rows into L2 while they sum the current one ([`megamoe_kernels::params::COMBINE_PREFETCH`]: one bulk prefetch a
-/// slot, no registers; the sum's loads, two slots at a time, then wait on L2 instead of DRAM). Bitwise the same.
-/// `MEGAMOE_COMBINE_PREFETCH` (read once) = `1` on, `0` or unset off (opt-in until measured); another value is an
-/// `InvalidArgument`; overridden on a thread by [`with_combine_prefetch`].
-pub fn combine_prefetch() -> Result<bool> {
-    static ENV: EnvPolicy<bool> = std::sync::OnceLock::new();
-    policy(&COMBINE_PREFETCH, &ENV, "MEGAMOE_COMBINE_PREFETCH", &[("1", true), ("0", false), ("", false)])
-}
-
-/// Run `f` with the movers' prefetch on or off for every backward prepared on this thread inside it.
-pub fn with_combine_prefetch<R>(on: bool, f: impl FnOnce() -> R) -> R {
-    with_override(&COMBINE_PREFETCH, on, f)
 }
 
 thread_local! {
@@ -1309,8 +1292,6 @@ mod tests {
         assert_eq!(super::with_dx_combine(Some(false), super::dx_combine).unwrap(), Some(false));
         assert_eq!(super::with_dx_combine(Some(true), super::dx_combine).unwrap(), Some(true));
         assert_eq!(super::with_dx_combine(None, super::dx_combine).unwrap(), None);
-        assert!(super::with_combine_prefetch(true, super::combine_prefetch).unwrap());
-        assert!(!super::with_combine_prefetch(false, super::combine_prefetch).unwrap());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! Backward: gather of x (and recompute of z, unless saved; overlapped as in the forward), gather of dy, dh =
 //! dy W2 with the SwiGLU-backward epilogue (dz, s * h and the dtopk partial sums), dtopk, dx rows = dz W1,
 //! combine of dx (by the weight gradients' idle producer warps where [`crate::gemm::dx_combine`] has it, by default
-//! always, unless [`Gather::Pass`]; else a pass), and the K-grouped weight gradients dW2 = dy^T (s h) and
+//! I >= 512, unless [`Gather::Pass`]; else a pass), and the K-grouped weight gradients dW2 = dy^T (s h) and
 //! dW1 = dz^T x.
 //!
 //! Invalid expert ids (outside -1..E) cannot be seen by the host without a synchronisation. Each forward
@@ -58,7 +58,7 @@ pub enum Gather {
     /// expert-ordered buffer while it runs (the forward's and the backward's recompute of z; `_mv` kernels: each
     /// m-tile's A is loaded once its rows are counted), so no gather pass of x runs; dW2's and dW1's sum dx over each
     /// token's slots (no combine pass in the backward) where [`crate::gemm::dx_combine`] has it (by default
-    /// always). Bitwise the same results as [`Gather::Pass`]. dy is gathered by the pass (overlapped with the dh
+    /// I >= 512). Bitwise the same results as [`Gather::Pass`]. dy is gathered by the pass (overlapped with the dh
     /// GEMM it measured slower). 1.02-1.04x the forward and 1.016-1.021x the forward + backward of [`Gather::Pass`]
     /// (docs/RESULTS.md, 2026-12-03 eighth session); the default of [`Forward::Persistent`] (which runs GEMM1 on
     /// the gathered copy), the default of both until 2026-12-05h.
@@ -1172,7 +1172,7 @@ impl MoeLayer {
             tokens: sv.tokens as u32,
             cols: self.cfg.hidden as u32,
             k: self.cfg.top_k as u32,
-            flags: 0,
+            pad: 0,
         }
     }
 
@@ -1467,9 +1467,7 @@ impl MoeLayer {
         // order)
         let movers_ok = crate::gemm::dx_combine()?.unwrap_or_else(|| crate::gemm::dx_combine_in_movers_pays(i2));
         let dx_by_movers = c.gather != Gather::Pass && movers_ok;
-        let prefetch = if crate::gemm::combine_prefetch()? { params::COMBINE_PREFETCH } else { 0 };
-        let dx_sum =
-            Combine { flags: prefetch, ..self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved) };
+        let dx_sum = self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved);
         if !dx_by_movers {
             self.launch_combine(&dx_sum)?;
         }
@@ -1709,7 +1707,7 @@ mod tests {
 
     #[test]
     fn a_split_combine_covers_every_token_once() {
-        let c = Combine { y: 1000, w: 0, slot_row: 2000, out: 3000, error: 7, tokens: 10, cols: 64, k: 8, flags: 0 };
+        let c = Combine { y: 1000, w: 0, slot_row: 2000, out: 3000, error: 7, tokens: 10, cols: 64, k: 8, pad: 0 };
         let (a, b) = split_combine(&c, 3);
         assert_eq!((a.tokens, a.slot_row, a.out, a.w), (3, 2000, 3000, 0));
         assert_eq!((b.tokens, b.slot_row, b.out, b.w, b.y, b.error), (7, 2000 + 3 * 32, 3000 + 3 * 128, 0, 1000, 7));

@@ -254,17 +254,13 @@ pub struct Combine {
     pub cols: u32,
     /// Slots per token.
     pub k: u32,
-    /// [`COMBINE_PREFETCH`], or 0.
-    pub flags: u32,
+    /// Unused.
+    pub pad: u32,
 }
-
-/// [`Combine::flags`]: the weight gradients' mover warps (the `_mv` kernels) prefetch the rows of each warp's next
-/// token into L2 (one bulk prefetch a slot) while they sum the current one. `combine_rows` ignores it.
-pub const COMBINE_PREFETCH: u32 = 1;
 
 impl Combine {
     /// No combine: no tokens, no buffers (the role of a kernel launched without one).
-    pub const NONE: Combine = Combine { y: 0, w: 0, slot_row: 0, out: 0, error: 0, tokens: 0, cols: 0, k: 0, flags: 0 };
+    pub const NONE: Combine = Combine { y: 0, w: 0, slot_row: 0, out: 0, error: 0, tokens: 0, cols: 0, k: 0, pad: 0 };
 }
 
 /// Grouped GEMM over experts (M-grouped): for each expert e and its rows offsets\[e\]..offsets[e + 1] of A,

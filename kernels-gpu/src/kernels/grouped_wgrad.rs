@@ -18,7 +18,7 @@ use crate::desc::{Layout, SmemDesc};
 use crate::kernels::combine::token_chunk;
 use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
-use crate::params::{Combine, WgradGemm, COMBINE_PREFETCH};
+use crate::params::{Combine, WgradGemm};
 use crate::pipeline::{PairChannel, Ring, TileQueue, TileWalk, PAIR_Q};
 use crate::ptx::{cluster, fence, global, math, regs, smem, sync, tma, wgmma};
 use crate::scheduler::busiest_rank;
@@ -217,37 +217,14 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
 #[inline(always)]
 pub(crate) unsafe fn combine(c: &Combine, w: u32, lane: u32) {
     let step = 3 * regs::nctaid();
-    let ahead = c.flags & COMBINE_PREFETCH != 0;
     let mut t = w + 3 * regs::bid();
-    if ahead {
-        prefetch_token(c, t, lane);
-    }
     while t < c.tokens {
-        if ahead {
-            // the next token's rows travel to L2 while this one's are summed (the sum's loads are two slots at a
-            // time, one round trip after another: a DRAM round trip each without this)
-            prefetch_token(c, t + step, lane);
-        }
         let mut ch = lane;
         while ch < c.cols / 8 {
             token_chunk::<2>(c, t, ch);
             ch += 32;
         }
         t += step;
-    }
-}
-
-/// Lane j < k of a mover warp: token `t`'s slot j's row of `c.y` into L2 (a bulk prefetch of the whole row; none
-/// for a masked slot or `t` past the tokens). SAFETY: as [`combine`]: `c`'s buffers as `combine_rows` takes them
-/// (`c.cols` a multiple of 8, so a row is whole 16-byte units at a 16-byte aligned address).
-#[inline(always)]
-unsafe fn prefetch_token(c: &Combine, t: u32, lane: u32) {
-    if t < c.tokens && lane < c.k {
-        let row = *(c.slot_row as *const i32).add((t * c.k + lane) as usize);
-        if row >= 0 {
-            let bytes = 2 * c.cols;
-            global::prefetch_bulk_l2((c.y as *const u8).add(row as usize * bytes as usize), bytes);
-        }
     }
 }
 

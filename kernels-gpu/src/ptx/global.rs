@@ -53,15 +53,6 @@ pub unsafe fn ld_u32(p: *const u32) -> u32 {
     r
 }
 
-/// `cp.async.bulk.prefetch.L2.global`: bring `bytes` bytes from `p` into L2 (a hint: nothing waits for it, no
-/// register receives anything). SAFETY: any thread; `p` a 16-byte aligned global address readable for `bytes`
-/// bytes, `bytes` a multiple of 16.
-#[inline(always)]
-pub unsafe fn prefetch_bulk_l2<T>(p: *const T, bytes: u32) {
-    asm!("cp.async.bulk.prefetch.L2.global [{p}], {n};", p = in(reg64) p, n = in(reg32) bytes,
-         options(nostack, readonly));
-}
-
 /// `prefetch.global.L1`: bring the line holding `p` into this SM's L1. SAFETY: any thread; `p` a global address
 /// (a prefetch never faults, but must name global memory).
 #[inline(always)]
