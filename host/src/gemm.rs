@@ -360,7 +360,8 @@ pub fn swiglu_columns() -> usize {
 /// the consumers' next main loop; measured 1.021x / 1.005x the `_ew` kernel in the layer's forward + backward at
 /// 30B / 235B, docs/RESULTS.md 2026-12-04d), `grouped_gemm_bt_dswiglu_ew` ([`Dsw::Ew`]: the same with 128 x 256
 /// tiles and three epilogue warps), `grouped_gemm_bt_dswiglu_ew7n` ([`Dsw::Ew7n`]: `_ew7` in 128 x 128 tiles, for I
-/// up to 256, where it needs as many column tiles as `_ew7`; opt-in until measured) or the ping-pong
+/// up to 256, where it needs as many column tiles as `_ew7`; opt-in: the step 1.003-1.007x at I = 256, inside the
+/// noise, docs/RESULTS.md 2026-12-07i) or the ping-pong
 /// `grouped_gemm_bt_dswiglu` ([`Dsw::PingPong`]; dh not rounded to bf16 before the SwiGLU backward). `MEGAMOE_DSW`
 /// (read once) = `ew7` (or unset), `ew7n`, `ew`, `pp`; another value is an `InvalidArgument`; overridden on a thread
 /// by [`with_dswiglu`].
