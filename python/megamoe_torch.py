@@ -13,22 +13,24 @@ or the function form on your own weights, `mm.moe(layer, x, topk_ids, topk_weigh
 `layer = mm.Layer(...)`: w1 bf16 [E, 2I, H] (each expert's I gate rows, then its I up rows), w2 bf16 [E, H, I];
 y[t] = sum_j topk_weights[t, j] * (silu(x[t] W1g^T) * (x[t] W1u^T)) W2^T of expert topk_ids[t, j].
 
-The layer runs on its device's own stream, ordered after the current PyTorch stream and before what comes after
-on it (events; no host synchronisation). Weight gradients are bf16 (as autograd gives them for bf16
-weights; each is the f32 sum rounded once). Every buffer is checked by the library before a launch (device, size
-of its allocation, 16-byte alignment, outputs disjoint from inputs): errors raise `MegamoeError` with the
-library's message. megamoe's workspace and saved states come from CUDA's default memory pool, kept cached
-between calls; `trim_pool()` hands it back. CUDA graphs: `Layer(..., saved_slots=n)` / `MoE(..., saved_slots=n)`
-gives the layer a ring of n saved states so that its forwards allocate nothing; then a forward and backward can
-be captured by `torch.cuda.graph` and replayed (a captured forward keeps one slot for its graph; a backward whose
-slot a later forward overwrote raises). Not through these bindings yet: expert parallelism (the Rust API has it). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` +
-`moe_fp8`, or `Layer.forward_fp8` / `backward(..., w8=)`. torch.compile: `moe_op` / `MoE(..., op=True)`, the layer as
-custom operators (torch.library) that carry no state from forward to backward (the backward makes the routing
-again, ~13 us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring; on a layer
-with `save_z=True` the forward operator also returns z, which autograd keeps for the backward operator instead of
-a recompute (1.15-1.18x the z-recomputing operators' step at 30B; FP8 1.11-1.16x). In FP8 too:
-`moe_op_fp8` / `MoE(..., op=True, fp8=True)`, the FP8 weights as six tensors (`fp8_codes`, an operator: quantized
-in the call unless given).
+The layer runs on its device's own stream, ordered after the current PyTorch stream and before what comes after on
+it (events; no host synchronisation). Weight gradients are bf16 (as autograd gives them for bf16 weights; each is
+the f32 sum rounded once). Every buffer is checked by the library before a launch (device, size of its allocation,
+16-byte alignment, outputs disjoint from inputs): errors raise `MegamoeError` with the library's message. megamoe's
+workspace and saved states come from CUDA's default memory pool, kept cached between calls; `trim_pool()` hands it
+back. A layer's workspace is scratch: the MoE layers of a model that share a shape can share one
+(`shared_layer(...)`, `MoE(..., share_layer=True)`). CUDA graphs: `Layer(..., saved_slots=n)` / `MoE(...,
+saved_slots=n)` gives the layer a ring of n saved states so that its forwards allocate nothing; then a forward and
+backward can be captured by `torch.cuda.graph` and replayed (a captured forward keeps one slot for its graph; a
+backward whose slot a later forward overwrote raises). Not through these bindings yet: expert parallelism (the Rust
+API has it). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` + `moe_fp8`, or
+`Layer.forward_fp8` / `backward(..., w8=)`. torch.compile: `moe_op` / `MoE(..., op=True)`, the layer as custom
+operators (torch.library) that carry no state from forward to backward (the backward makes the routing again, ~13
+us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring; on a layer with
+`save_z=True` the forward operator also returns z, which autograd keeps for the backward operator instead of a
+recompute (1.15-1.18x the z-recomputing operators' step at 30B; FP8 1.11-1.16x). In FP8 too: `moe_op_fp8` /
+`MoE(..., op=True, fp8=True)`, the FP8 weights as six tensors (`fp8_codes`, an operator: quantized in the call
+unless given).
 """
 import ctypes
 import itertools
@@ -749,17 +751,39 @@ def moe_op(layer, x, topk_ids, topk_weights, w1, w2):
     return torch.ops.megamoe.moe_forward(x.contiguous(), ids, w, w1, w2, layer.id)
 
 
+# Layers that `shared_layer` hands out, by device and configuration (freed once no caller holds them).
+_shared_layers = weakref.WeakValueDictionary()
+
+
+def shared_layer(hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None):
+    """The `Layer` of this configuration on `device` that earlier callers hold, or a new one. A layer's workspace
+    is scratch (each forward's `Saved`, or the operators' tensors, hold what its backward needs), so a model's MoE
+    layers of one shape need one between them, not one each (~2.8 GB each at Qwen3-30B-A3B with 16384 tokens): their
+    forwards and backwards may come in any order, on one stream at a time as every megamoe launch on a device."""
+    d = _cuda_device(device)
+    key = (d.index, hidden, intermediate, experts, top_k, max_tokens, bool(save_z))
+    layer = _shared_layers.get(key)
+    if layer is None:
+        layer = Layer(hidden, intermediate, experts, top_k, max_tokens, save_z=save_z, device=d)
+        _shared_layers[key] = layer
+    return layer
+
+
 class MoE(torch.nn.Module):
     """An MoE layer's experts as a module: parameters w1 [E, 2I, H] and w2 [E, H, I] in bf16; the routing
     (topk_ids, topk_weights) comes from the caller's router. `op=True`: through the custom operators (`moe_op`:
     torch.compile without a graph break); `saved_slots`: a ring of saved states for CUDA-graph capture of the
     default path; `fp8`: blockwise FP8 (with `op=True`: `moe_op_fp8`, the weights quantized by an operator in
-    every forward)."""
+    every forward); `share_layer`: the modules of one configuration and device share one `Layer` and so one
+    workspace (`shared_layer`; not with `saved_slots`, a ring being one module's)."""
 
     def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False,
-                 saved_slots=0, op=False):
+                 saved_slots=0, op=False, share_layer=False):
         super().__init__()
+        if share_layer and saved_slots:
+            raise ValueError("share_layer with saved_slots: a ring of saved states is one module's own")
         self.op = op
+        self.share_layer = share_layer
         self.fp8 = fp8
         self.saved_slots = saved_slots
         self._w8 = None
@@ -782,7 +806,10 @@ class MoE(torch.nn.Module):
     def layer(self):
         dev = self.w1.device
         if self._layer is None or self._layer.device != dev:
-            self._layer = Layer(*self.cfg, device=dev, saved_slots=self.saved_slots)
+            if self.share_layer:
+                self._layer = shared_layer(*self.cfg, device=dev)
+            else:
+                self._layer = Layer(*self.cfg, device=dev, saved_slots=self.saved_slots)
             self._w8 = None
         return self._layer
 

@@ -424,6 +424,41 @@ def case_op(name, H, I, E, k, T, masked, save_z=False):
     torch.cuda.synchronize()
 
 
+def case_shared(name, H, I, E, k, T, masked, save_z=False, op=False, fp8=False):
+    """Two MoE modules of one configuration sharing one layer (`share_layer=True`: one workspace), stacked as a
+    model stacks them (the second's input the first's output, other routing each) and trained a step: y, x's
+    gradient, both routings' and both modules' weight gradients bitwise those of two modules with a layer each."""
+    print(f"case shared {name}: H={H} I={I} E={E} k={k} T={T} masked={masked} save_z={save_z} op={op} fp8={fp8}")
+    x, ids_a, w_a, w1a, w2a, dy = inputs(H, I, E, k, T, masked)
+    _, ids_b, w_b, w1b, w2b, _ = inputs(H, I, E, k, T, masked)
+
+    def step(share):
+        mods = [mm.MoE(H, I, E, k, T, save_z=save_z, device=dev, op=op, fp8=fp8, share_layer=share) for _ in "ab"]
+        with torch.no_grad():
+            for m, w1, w2 in zip(mods, (w1a, w1b), (w2a, w2b)):
+                m.w1.copy_(w1)
+                m.w2.copy_(w2)
+        xg, wag, wbg = (t.clone().requires_grad_() for t in (x, w_a, w_b))
+        y = mods[1](mods[0](xg, ids_a, wag), ids_b, wbg)
+        y.backward(dy)
+        torch.cuda.synchronize()
+        shared = mods[0].layer() is mods[1].layer()
+        if shared != share:
+            fail(f"shared {name}: share_layer={share} but the modules' layers shared: {shared}")
+        return (y.detach(), xg.grad, wag.grad, wbg.grad, mods[0].w1.grad, mods[0].w2.grad, mods[1].w1.grad,
+                mods[1].w2.grad)
+
+    want, got = step(False), step(True)
+    for n, g_, e_ in zip(("y", "dx", "dtopk a", "dtopk b", "dW1 a", "dW2 a", "dW1 b", "dW2 b"), got, want):
+        if g_ is None or torch.isnan(g_).any():
+            fail(f"shared {name} {n}: missing or not fully written")
+        else:
+            same_bits(f"shared {name} {n}", g_, e_)
+    expect_error(f"shared {name}: share_layer with saved_slots", ValueError,
+                 lambda: mm.MoE(H, I, E, k, T, device=dev, saved_slots=2, share_layer=True))
+    torch.cuda.synchronize()
+
+
 def expect_error(tag, exc, f, contains=""):
     try:
         f()
@@ -599,6 +634,9 @@ case_op("ragged, masked", 320, 192, 5, 3, 211, 0.1)
 case_op("Qwen3-30B-A3B", 2048, 768, 128, 8, 512, 0.0)
 case_op("ragged, masked, z saved", 320, 192, 5, 3, 211, 0.1, save_z=True)
 case_op("Qwen3-30B-A3B, z saved", 2048, 768, 128, 8, 512, 0.0, save_z=True)
+case_shared("ragged, masked", 320, 192, 5, 3, 211, 0.1)
+case_shared("ragged, masked, z saved, op", 320, 192, 5, 3, 211, 0.1, save_z=True, op=True)
+case_shared("small, FP8", 512, 256, 8, 2, 200, 0.1, fp8=True)
 case_fp8("small, masked", 512, 256, 8, 2, 200, masked=0.1)
 case_fp8("Qwen3-30B-A3B", 2048, 768, 128, 8, 512)
 case_op_fp8("small, masked", 512, 256, 8, 2, 200, 0.1)

@@ -224,6 +224,49 @@ fn check_bf16_grads(s: Shape, tokens: usize, routing: Routing, save: Save) {
     doubled(&ob, &tag, |v| v.to_f64());
 }
 
+/// One `MoeLayer` serves every model layer of its configuration (the weights are inputs, and a `Saved` holds
+/// what its backward needs; the workspace is scratch): two model layers' inputs (other x, routing, weights and dy)
+/// through one layer in training order, forward A, forward B, backward B, backward A, each bitwise the same
+/// inputs' forward + backward on a layer of its own (`run`: its own forward right before), every output written.
+fn one_layer_serves_two_model_layers(s: Shape, tokens: usize, save: Save) {
+    let g = gpu();
+    let mut r = rng();
+    let inps = [inputs(&mut r, s, tokens, Routing::Uniform), inputs(&mut r, s, tokens, Routing::Masked10)];
+    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens, save);
+    let mut shared = MoeLayer::new(g.clone(), cfg).unwrap();
+    let mut devs: Vec<Dev<f32>> = inps.iter().map(|inp| device::<f32>(&g, inp)).collect();
+    let mut saved = Vec::new();
+    for d in devs.iter_mut() {
+        let li = LayerInputs { tokens, x: &d.x, topk_ids: &d.ids, topk_weights: &d.w, w1: &d.w1, w2: &d.w2 };
+        saved.push(shared.forward(&li, &mut d.out).unwrap());
+    }
+    for (d, sv) in devs.iter_mut().zip(&saved).rev() {
+        let li = LayerInputs { tokens, x: &d.x, topk_ids: &d.ids, topk_weights: &d.w, w1: &d.w1, w2: &d.w2 };
+        let grads = Grads { dx: &mut d.dx, dw1: &mut d.dw1, dw2: &mut d.dw2, dtopk: &mut d.dtopk, accumulate: false };
+        shared.backward(sv, &d.dy, &li, grads).unwrap();
+    }
+    g.sync().unwrap();
+    shared.routing_error().unwrap();
+    for (m, (inp, d)) in inps.iter().zip(&devs).enumerate() {
+        let tag = format!("{s:?} T={tokens} {save:?}, model layer {m} of two through one MoeLayer");
+        let mut own = MoeLayer::new(g.clone(), cfg).unwrap();
+        let want = run::<f32>(&g, &mut own, inp);
+        let (y, dx) = (g.download(&d.out).unwrap(), g.download(&d.dx).unwrap());
+        let (dtopk, dw1, dw2) =
+            (g.download(&d.dtopk).unwrap(), g.download(&d.dw1).unwrap(), g.download(&d.dw2).unwrap());
+        assert!(bits16(&y) == bits16(&want.y), "{tag}: y differs from its own layer's");
+        assert!(bits16(&dx) == bits16(&want.dx), "{tag}: dx differs from its own layer's");
+        assert!(bits32(&dtopk) == bits32(&want.dtopk), "{tag}: dtopk differs from its own layer's");
+        assert!(bits32(&dw1) == bits32(&want.dw1) && bits32(&dw2) == bits32(&want.dw2), "{tag}: dW differs");
+        compare(inp, &want, &tag);
+    }
+}
+
+gpu_test!(one_layer_serves_two_model_layers_recompute, {
+    one_layer_serves_two_model_layers(RAGGED, 211, Save::InputsOnly)
+});
+gpu_test!(one_layer_serves_two_model_layers_saved_z, { one_layer_serves_two_model_layers(SMALL, 160, Save::WithZ) });
+
 gpu_test!(bf16_weight_gradients_ragged, { check_bf16_grads(RAGGED, 211, Routing::Masked10, Save::WithZ) });
 gpu_test!(bf16_weight_gradients_half_empty, { check_bf16_grads(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly) });
 gpu_test!(bf16_weight_gradients_qwen3_30b_a3b_t1024, {

@@ -569,7 +569,9 @@ impl MapCache {
     }
 }
 
-/// The MoE layer on one GPU.
+/// The MoE layer on one GPU. One instance serves every MoE layer of a model that has its configuration: the
+/// weights are inputs, each forward's [`Saved`] holds what its backward needs, and the workspace is scratch between
+/// calls, so forwards and backwards of different model layers may interleave in any order on the device's stream.
 pub struct MoeLayer {
     gpu: Arc<Gpu>,
     cfg: LayerConfig,
