@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fifty-sixth session's next call, whatever card comes. Carry [".dev/b141", ".dev/b142"]: b141 = main 63f0ed5's
+# Fifty-sixth session's next call, whatever card comes. Carry [".dev/b141", ".dev/b142", ".dev/b143"]: first
+# next-64-shared.sh (b143, b142: one layer for many model layers, its two tests, ~1.5 min); b141 = main 63f0ed5's
 # layer and gemm benches and GPU tests (rebuild: `BDIR=$PWD/.dev/b141 bash docs/calls/2026-12-04c-build.sh main
 # layer_forward layer_backward fp8 ep graph grouped_gemm`), b142 = its libmegamoe_capi.so (rebuild: `mkdir -p
 # .dev/b142/capi && cargo build --release -p megamoe-capi && cp target/release/libmegamoe_capi.so .dev/b142/capi/ &&
@@ -12,8 +13,11 @@
 # rows); 120B n=512 ~500-530 / ~480-520 against ~517 / ~526; 7B n=256 backward ~370 (the layer bench's 374), 1.4B
 # ~340.
 n=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "GPU $n"
-d=$(dirname "$0")
+d=$(dirname "$0"); t0=$(date +%s); O=$OUT
+mkdir -p $O/s $O/m
+OUT=$O/s bash $d/next-64-shared.sh
+left=$(( ${BOUND:-560} - ($(date +%s) - t0) )); echo "== shared done, $left s left"
 case "$n" in
-  *H200*) DW=b141 BOUND=${BOUND:-560} bash $d/next-done-when.sh ;;
-  *) BDIR=b142 KEYS="sfg-30b-256 sfg-120b-512 sfg-7b-256 sfg-1b-256" BOUND=${BOUND:-560} bash $d/next-sonic-fig14.sh ;;
+  *H200*) OUT=$O/m DW=b141 BOUND=$left bash $d/next-done-when.sh ;;
+  *) OUT=$O/m BDIR=b142 KEYS="sfg-30b-256 sfg-120b-512 sfg-7b-256 sfg-1b-256" BOUND=$left bash $d/next-sonic-fig14.sh ;;
 esac
