@@ -493,7 +493,7 @@ pub fn with_dx_combine<R>(v: Option<bool>, f: impl FnOnce() -> R) -> R {
 /// movers' share takes ~483 / I of the weight gradients' time. At I = 256 they set the kernels' pace (~1.9x; the
 /// pass moves the same bytes at ~2.5 TB/s, ~0.3x); at I = 512 they match it; at I = 768 they hide under it.
 /// Measured (an H100, docs/RESULTS.md 2026-12-07i, the step alternating): the pass 1.14x the movers at (H, I) =
-/// (1536, 256) and 1.14x at (768, 256); the movers 1.02x the pass at (2048, 512).
+/// (1536, 256) and 1.14x at (768, 256); level at (2048, 512) (the pass's line 0.981x, the movers' own 0.977x).
 pub fn dx_combine_in_movers_pays(intermediate: usize) -> bool {
     intermediate >= 512
 }
