@@ -28,7 +28,10 @@ typedef struct MegamoeLayer MegamoeLayer;
 typedef struct MegamoeSaved MegamoeSaved;
 
 /* A layer for hidden size H, expert intermediate size I, E experts, top-k slots a token, calls of up to
- * max_tokens tokens; save_z != 0 keeps z for the backward (else it is recomputed). */
+ * max_tokens tokens; save_z != 0 keeps z for the backward (else it is recomputed). Its workspace is scratch: one
+ * layer serves every MoE layer of a model that has this configuration (the weights are arguments; each forward's
+ * saved state holds what its backward needs), their calls in any order, one at a time (a ring of saved states,
+ * megamoe_layer_reserve_saved, is theirs together: a slot for every forward awaiting its backward). */
 int megamoe_layer_new(int device, size_t hidden, size_t intermediate, size_t experts, size_t top_k,
                       size_t max_tokens, int save_z, MegamoeLayer **out);
 void megamoe_layer_free(MegamoeLayer *layer);
