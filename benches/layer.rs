@@ -631,6 +631,15 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ge * 1e3,
         ge / gg
     );
+    // the FP8 layer needs H a multiple of 512 and I of 128: other shapes end here, after the bf16 lines' checks
+    if h % 512 != 0 || i % 128 != 0 {
+        println!("FP8 lines skipped at {name}: the FP8 layer needs H a multiple of 512 and I of 128");
+        let err = err.max(err_dx).max(err_tk);
+        if err.is_nan() || err > 1e-2 || !written || !same {
+            return Err(megamoe::Error::Mismatch(format!("{name}: wrong results in the benchmark run")));
+        }
+        return Ok(());
+    }
     // the third layer's buffers freed first: at 235B the FP8 lines below did not fit an H100's 80 GB beside it
     all.truncate(2);
     // the forward in blockwise FP8 (`forward_fp8`, weights quantized beforehand, as once per optimizer step),
