@@ -234,6 +234,7 @@ fn one_layer_serves_two_model_layers(s: Shape, tokens: usize, save: Save) {
     let inps = [inputs(&mut r, s, tokens, Routing::Uniform), inputs(&mut r, s, tokens, Routing::Masked10)];
     let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, tokens, save);
     let mut shared = MoeLayer::new(g.clone(), cfg).unwrap();
+    assert_eq!(shared.workspace_bytes(), cfg.workspace_bytes().unwrap(), "the workspace counted as allocated");
     let mut devs: Vec<Dev<f32>> = inps.iter().map(|inp| device::<f32>(&g, inp)).collect();
     let mut saved = Vec::new();
     for d in devs.iter_mut() {

@@ -283,6 +283,16 @@ impl LayerConfig {
         }
     }
 
+    /// Device bytes of the workspace [`MoeLayer::new`] allocates for this configuration: max_tokens x k rows of x,
+    /// y and dy in expert order (H columns each), h and s h (I), z and dz (2I), all bf16, and the SwiGLU backward's
+    /// partial sums and the counters (~2.8 GB at Qwen3-30B-A3B with 16384 tokens). FP8 calls add their buffers at
+    /// first use; each call's [`Saved`] is apart (its routing, ~8 bytes a routed row, and z with [`Save::WithZ`]).
+    /// One layer serves every MoE layer of a model with this configuration ([`MoeLayer`]), so this is paid once.
+    pub fn workspace_bytes(&self) -> Result<usize> {
+        self.validate()?;
+        Ok(WorkSizes::of(self).bytes())
+    }
+
     /// Check the configuration; a message naming the first problem.
     pub fn validate(&self) -> Result<()> {
         let bad = |s: String| Err(Error::InvalidArgument(s));
@@ -448,6 +458,46 @@ enum Gemm1A {
     Tokens(u64),
 }
 
+/// Elements of the workspace's buffers for a configuration: what [`MoeLayer::new`] allocates and
+/// [`LayerConfig::workspace_bytes`] counts.
+struct WorkSizes {
+    /// bf16 [max_tokens k, H] each: xs, ys, dys.
+    rows_h: usize,
+    /// bf16 [max_tokens k, I] each: h, s h.
+    rows_i: usize,
+    /// bf16 [max_tokens k, 2I] each: z, dz.
+    rows_2i: usize,
+    /// f32: the SwiGLU backward's partial sums of dtopk.
+    partial: usize,
+    /// u32: the routing's per-chunk counts.
+    route_chunks: usize,
+    /// u32 each: `ready`, `arrive`.
+    m_tiles: usize,
+}
+
+impl WorkSizes {
+    /// The sizes for `c` (validated: its element counts stay below 2^32).
+    fn of(c: &LayerConfig) -> Self {
+        let slots = c.max_tokens * c.top_k;
+        WorkSizes {
+            rows_h: slots * c.hidden,
+            rows_i: slots * c.intermediate,
+            rows_2i: slots * 2 * c.intermediate,
+            // room for either SwiGLU-backward kernel's partial sums (the launch picks one by the policy of its thread)
+            partial: slots * crate::gemm::dswiglu_partials_max(c.intermediate),
+            route_chunks: crate::route::workspace_words(slots, c.experts),
+            m_tiles: m_tiles_max(slots, c.experts),
+        }
+    }
+
+    /// Device bytes: six bf16 buffers of routed rows, the f32 partial sums, the u32 counters and the barrier word.
+    fn bytes(&self) -> usize {
+        2 * (3 * self.rows_h + 2 * self.rows_i + 2 * self.rows_2i)
+            + 4 * (self.partial + self.route_chunks + 1)
+            + 4 * 2 * self.m_tiles
+    }
+}
+
 /// Device workspace of one layer instance (sized for max_tokens).
 struct Work {
     xs: CudaSlice<bf16>,
@@ -594,27 +644,24 @@ impl MoeLayer {
     /// Validate `cfg` and allocate the workspace for `cfg.max_tokens` tokens.
     pub fn new(gpu: Arc<Gpu>, cfg: LayerConfig) -> Result<Self> {
         cfg.validate()?;
-        let slots = cfg.max_tokens * cfg.top_k;
-        let (h, i) = (cfg.hidden, cfg.intermediate);
-        // room for either SwiGLU-backward kernel's partial sums (the launch picks one by the policy of its thread)
-        let n_tiles_i = crate::gemm::dswiglu_partials_max(i);
+        let n = WorkSizes::of(&cfg);
         let work = Work {
-            xs: gpu.alloc(slots * h)?,
-            h: gpu.alloc(slots * i)?,
-            z: gpu.alloc(slots * 2 * i)?,
-            ys: gpu.alloc(slots * h)?,
-            dys: gpu.alloc(slots * h)?,
-            sh: gpu.alloc(slots * i)?,
-            dz: gpu.alloc(slots * 2 * i)?,
-            partial: gpu.alloc(slots * n_tiles_i)?,
-            route_chunks: gpu.alloc(crate::route::workspace_words(slots, cfg.experts))?,
+            xs: gpu.alloc(n.rows_h)?,
+            h: gpu.alloc(n.rows_i)?,
+            z: gpu.alloc(n.rows_2i)?,
+            ys: gpu.alloc(n.rows_h)?,
+            dys: gpu.alloc(n.rows_h)?,
+            sh: gpu.alloc(n.rows_i)?,
+            dz: gpu.alloc(n.rows_2i)?,
+            partial: gpu.alloc(n.partial)?,
+            route_chunks: gpu.alloc(n.route_chunks)?,
             route_barrier: {
                 let mut b = gpu.alloc::<u32>(1)?;
                 gpu.fill_bytes(&mut b, 0)?;
                 b
             },
-            ready: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
-            arrive: gpu.alloc(m_tiles_max(slots, cfg.experts))?,
+            ready: gpu.alloc(n.m_tiles)?,
+            arrive: gpu.alloc(n.m_tiles)?,
         };
         let id = LAYER_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let maps = MapCache::new(&gpu)?;
@@ -624,6 +671,15 @@ impl MoeLayer {
     /// The configuration.
     pub fn config(&self) -> &LayerConfig {
         &self.cfg
+    }
+
+    /// Device bytes of the workspace this layer holds (without the FP8 calls' buffers), as
+    /// [`LayerConfig::workspace_bytes`] counts them.
+    pub fn workspace_bytes(&self) -> usize {
+        let w = &self.work;
+        let bf16s = [&w.xs, &w.h, &w.z, &w.ys, &w.dys, &w.sh, &w.dz].iter().map(|b| b.len()).sum::<usize>();
+        let words = [&w.route_chunks, &w.route_barrier, &w.ready, &w.arrive].iter().map(|b| b.len()).sum::<usize>();
+        2 * bf16s + 4 * (w.partial.len() + words)
     }
 
     /// The inputs' lengths and devices, and those of `out` (name, length, device: the forward's out or the
@@ -1596,6 +1652,19 @@ fn movers_variant(kernel: &'static str, copy: bool, side: bool) -> Result<&'stat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The workspace's bytes: the six buffers of routed rows and the rest under 1% at Qwen3-30B-A3B with 16384
+    /// tokens (~2.8 GB, the README's figure); a configuration that fails validation is refused, not counted.
+    #[test]
+    fn the_workspace_bytes_are_its_routed_rows_and_little_else() {
+        let c = LayerConfig::bf16(2048, 768, 128, 8, 16384, Save::InputsOnly);
+        let b = c.workspace_bytes().unwrap();
+        let rows = 16384 * 8 * (3 * 2048 + 2 * 768 + 2 * 1536) * 2;
+        assert!(b > rows && b < rows + rows / 100, "{b} bytes against {rows} in routed rows");
+        assert!((2_800_000_000..2_850_000_000).contains(&b), "{b}");
+        assert!(LayerConfig { max_tokens: 0, ..c }.workspace_bytes().is_err());
+        assert!(LayerConfig { max_tokens: 1 << 40, ..c }.workspace_bytes().is_err());
+    }
 
     /// Every kernel a layer launch can end at (tile configuration, then movers, then the walk) is one the module
     /// exports, for each launch site's configurations with and without movers and the run-time walk; the walk's
