@@ -330,10 +330,11 @@ def autograd_step(f, x, ids, w, w1, w2, dy):
     return (y.detach(), xa.grad, wa.grad, w1a.grad, w2a.grad)
 
 
-def same_five(tag, got, want):
-    """y, dx, dtopk, dW1, dW2 each present, fully written and bitwise `want`'s: whether all were."""
+def same_five(tag, got, want, names=("y", "dx", "dtopk", "dW1", "dW2")):
+    """y, dx, dtopk, dW1, dW2 (or the tensors `names` names) each present, fully written and bitwise `want`'s:
+    whether all were."""
     before = len(failures)
-    for n, g_, e_ in zip(("y", "dx", "dtopk", "dW1", "dW2"), got, want):
+    for n, g_, e_ in zip(names, got, want):
         if g_ is None or torch.isnan(g_).any():
             fail(f"{tag} {n}: missing or not fully written")
             continue
@@ -449,11 +450,7 @@ def case_shared(name, H, I, E, k, T, masked, save_z=False, op=False, fp8=False):
                 mods[1].w2.grad)
 
     want, got = step(False), step(True)
-    for n, g_, e_ in zip(("y", "dx", "dtopk a", "dtopk b", "dW1 a", "dW2 a", "dW1 b", "dW2 b"), got, want):
-        if g_ is None or torch.isnan(g_).any():
-            fail(f"shared {name} {n}: missing or not fully written")
-        else:
-            same_bits(f"shared {name} {n}", g_, e_)
+    same_five(f"shared {name}", got, want, names=("y", "dx", "dtopk a", "dtopk b", "dW1 a", "dW2 a", "dW1 b", "dW2 b"))
     expect_error(f"shared {name}: share_layer with saved_slots", ValueError,
                  lambda: mm.MoE(H, I, E, k, T, device=dev, saved_slots=2, share_layer=True))
     torch.cuda.synchronize()
