@@ -525,28 +525,143 @@ gpu_test!(ep8_backward_bf16_weight_gradients_every_row_to_one_rank, {
     check_ep_backward_mode::<bf16>(MEDIUM, &[40, 0, 90, 17, 5, 128, 66, 9], EpRouting::AllOnRank(2), Mode::PUSH)
 });
 
-gpu_test!(backward_needs_the_latest_forward, {
+/// One model layer's share of `check_ep_two_layers`: its inputs on the ranks, its gradient buffers, its FP8
+/// weights (an FP8 run) and its single-GPU twin's bits (out, and dx, dtopk, dW1, dW2 in f32).
+struct Part {
+    inp: Inputs,
+    r: Ranks,
+    b: RankBufs,
+    w8: Vec<megamoe::layer::Fp8Weights>,
+    want_y: Vec<u16>,
+    want: Ep1Grads,
+}
+
+impl Part {
+    /// `inp` over `tokens`; with `fp8` (the twin's configuration) the FP8 forward and backward.
+    fn new(g: &Arc<Gpu>, layer: &EpLayer, inp: Inputs, tokens: &[usize], fp8: Option<LayerConfig>) -> Part {
+        let (want_y, want) = match fp8 {
+            None => (ep1_bits(g, &inp), ep1_backward::<f32>(g, &inp)),
+            Some(cfg) => ep1_fp8_backward::<f32>(g, &inp, cfg),
+        };
+        let r = upload_ranks(g, &inp, tokens);
+        let mut w8 = Vec::new();
+        for rank in 0..tokens.len() {
+            if fp8.is_some() {
+                let mut w = layer.alloc_fp8_weights().unwrap();
+                layer.quantize_fp8_weights(&mut w, &r.w1[rank], &r.w2[rank]).unwrap();
+                w8.push(w);
+            }
+        }
+        let b = RankBufs::new(g, &inp, tokens);
+        Part { inp, r, b, w8, want_y, want }
+    }
+
+    /// The forward into the poisoned outputs.
+    fn forward(&mut self, g: &Gpu, layer: &mut EpLayer) -> EpSaved {
+        for o in self.r.out.iter_mut() {
+            g.fill_bytes(o, 0xff).unwrap();
+        }
+        if self.w8.is_empty() {
+            let (li, mut outs) = io(&mut self.r);
+            layer.forward(&li, &mut outs).unwrap()
+        } else {
+            let (fi, mut outs) = io_fp8(&mut self.r, &self.w8);
+            layer.forward_fp8(&fi, &mut outs).unwrap()
+        }
+    }
+
+    /// The backward of `saved` into the poisoned gradients.
+    fn backward(&mut self, g: &Gpu, layer: &mut EpLayer, saved: &EpSaved) {
+        self.b.poison(g);
+        let li = rank_inputs(&self.r);
+        if self.w8.is_empty() {
+            self.b.backward(layer, saved, &li).unwrap();
+        } else {
+            self.b.backward_fp8(layer, saved, &li, &self.w8).unwrap();
+        }
+    }
+
+    /// Out and every gradient bitwise the twin's, fully written; the gradients as values (dx, dtopk, dW1, dW2).
+    fn same(&self, g: &Arc<Gpu>, s: Shape) -> [Vec<f64>; 4] {
+        compare(g, &self.r, s.h, &self.want_y);
+        let (dx, tk) = self.b.same_as(g, s, &self.want);
+        let f = |v: &[u32]| v.iter().map(|&b| f32::from_bits(b) as f64).collect::<Vec<f64>>();
+        [dx, tk, f(&self.want.dw1), f(&self.want.dw2)]
+    }
+}
+
+/// One EP layer serving two model layers (`EpSaved`): A's and B's forwards (their own tokens, routing and
+/// weights), then their backwards in either order: B's on what the workspace holds, A's sending its x rows (or
+/// codes) again; then A's first, B's after it sending its rows again, and B's a second time on what that left.
+/// Every output and gradient bitwise each one's single-GPU twin (bf16, or FP8 with `fp8`'s configuration), every
+/// buffer poisoned before its call; the bf16 gradients of both against the f64 reference.
+fn check_ep_two_layers(s: Shape, tokens: [&[usize]; 2], mode: Mode, fp8: Option<LayerConfig>) {
     let g = gpu();
-    let s = SMALL;
-    let tokens = [9usize, 4];
     let mut rng = rng();
-    let inp = ep_inputs(&mut rng, s, &tokens, EpRouting::Layer(Routing::Uniform));
-    let cfg = LayerConfig::bf16(s.h, s.i, s.e, s.k, 9, Save::InputsOnly);
-    let mut layer = EpLayer::new(g.clone(), cfg, 2).unwrap();
-    let mut r = upload_ranks(&g, &inp, &tokens);
-    let (li, mut outs) = io(&mut r);
-    let old = layer.forward(&li, &mut outs).unwrap();
-    let _new = layer.forward(&li, &mut outs).unwrap();
-    let dy: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(t * s.h).unwrap()).collect();
-    let dys: Vec<&CudaSlice<bf16>> = dy.iter().collect();
-    let mut dx: Vec<CudaSlice<bf16>> = tokens.iter().map(|&t| g.alloc(t * s.h).unwrap()).collect();
-    let mut tk: Vec<CudaSlice<f32>> = tokens.iter().map(|&t| g.alloc(t * s.k).unwrap()).collect();
-    let per = s.e / 2;
-    let mut w1: Vec<CudaSlice<f32>> = (0..2).map(|_| g.alloc(per * 2 * s.i * s.h).unwrap()).collect();
-    let mut w2: Vec<CudaSlice<f32>> = (0..2).map(|_| g.alloc(per * s.h * s.i).unwrap()).collect();
-    let mut grads = rank_grads::<f32>(&mut dx, &mut tk, &mut w1, &mut w2);
-    assert!(matches!(layer.backward(&old, &dys, &li, &mut grads, false), Err(Error::InvalidArgument(_))));
-    layer.check().unwrap();
+    let world = tokens[0].len();
+    let max_t = tokens.iter().flat_map(|t| t.iter()).copied().max().unwrap().max(1);
+    let cfg = match fp8 {
+        Some(c) => LayerConfig { max_tokens: max_t, ..c },
+        None => LayerConfig::bf16(s.h, s.i, s.e, s.k, max_t, mode.save()),
+    };
+    let mut layer = EpLayer::new(g.clone(), cfg, world).unwrap();
+    mode.set(&mut layer);
+    let mut parts: Vec<Part> = tokens
+        .iter()
+        .map(|t| {
+            let inp = ep_inputs(&mut rng, s, t, EpRouting::Layer(Routing::Masked10));
+            Part::new(&g, &layer, inp, t, fp8)
+        })
+        .collect();
+    let tag = format!("two model layers on one EP = {world} layer ({mode:?}, FP8 {}) {s:?} {tokens:?}", fp8.is_some());
+    // (the part whose backward runs, on which forward's state)
+    for (round, order) in [[1, 0, 1], [0, 1, 1]].iter().enumerate() {
+        let saved = [parts[0].forward(&g, &mut layer), parts[1].forward(&g, &mut layer)];
+        for (i, &p) in order.iter().enumerate() {
+            if round == 0 && i == 2 {
+                break;
+            }
+            parts[p].backward(&g, &mut layer, &saved[p]);
+            layer.check().unwrap();
+            let v = parts[p].same(&g, s);
+            if round == 0 && fp8.is_none() {
+                let inp = &parts[p].inp;
+                let w = Weights { w1: f64s(&inp.w1), w2: f64s(&inp.w2) };
+                let (outs, grads) = reference::forward_backward(&s, &reference_ranks(inp, tokens[p]), &w).unwrap();
+                let dx_ref: Vec<f64> = outs.iter().flat_map(|o| o.dx.iter().copied()).collect();
+                let tk_ref: Vec<f64> = outs.iter().flat_map(|o| o.dtopk.iter().copied()).collect();
+                for (what, got, want) in [
+                    ("dx", &v[0], &dx_ref),
+                    ("dtopk", &v[1], &tk_ref),
+                    ("dW1", &v[2], &grads.dw1),
+                    ("dW2", &v[3], &grads.dw2),
+                ] {
+                    let e = check::close(&format!("{what} of layer {p} ({tag})"), got, want, 1e-2).unwrap();
+                    eprintln!("layer {p} {what} rel err {e:.3e}");
+                }
+            }
+        }
+    }
+    eprintln!("{tag}: every backward bitwise its layer's own");
+}
+
+gpu_test!(ep4_one_layer_serves_two_model_layers, {
+    check_ep_two_layers(MEDIUM, [&[37, 50, 0, 12], &[61, 3, 44, 20]], Mode::PUSH, None)
+});
+gpu_test!(ep2_one_layer_serves_two_model_layers_saved_z_pull_scatter, {
+    let mode = Mode { save_z: true, ..Mode::BOTH };
+    check_ep_two_layers(SMALL, [&[9, 4], &[0, 30]], mode, None)
+});
+gpu_test!(fp8_ep4_one_layer_serves_two_model_layers_dy_codes_saved_z, {
+    use megamoe::layer::{Fp8Backward, Fp8Dy};
+    let base = fp8_codes_cfg_save(MEDIUM, 1, Fp8Backward::Dx, Save::WithZ);
+    let cfg = LayerConfig { fp8_dy: Fp8Dy::Codes, ..base };
+    check_ep_two_layers(MEDIUM, [&[37, 50, 0, 12], &[61, 3, 44, 20]], Mode::PUSH, Some(cfg))
+});
+gpu_test!(fp8_ep2_one_layer_serves_two_model_layers_straight, {
+    use megamoe::layer::Fp8Backward;
+    let cfg = fp8_codes_cfg(MEDIUM, 1, Fp8Backward::Straight);
+    check_ep_two_layers(MEDIUM, [&[40, 7], &[3, 64]], Mode::PUSH, Some(cfg))
 });
 
 // the dispatch by pull and the combine by scatter (docs/FUSED.md step 2): GEMM1's idle producer warps copy

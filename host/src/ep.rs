@@ -231,8 +231,12 @@ pub struct StageTimes {
 
 /// What a forward leaves for its backward: the layer that ran it, its call number (the host's count of calls
 /// issued) and token counts. The routed x rows, the gathered counts and every rank's local layout stay in the
-/// workspace, so the backward must come before the next forward, on the same layer (checked:
-/// [`EpLayer::backward`] refuses an older forward's state and another layer's).
+/// workspace. While the workspace still holds them (no other forward ran since), the backward reads them there;
+/// otherwise it routes the same topk_ids again and its dispatch sends each routed row's x (or its FP8 codes)
+/// again with its dy, so one [`EpLayer`] serves every MoE layer of a model with its configuration: forward A,
+/// forward B, backward B, backward A give each layer's results bitwise. The re-sent rows cost link bytes (2H a
+/// routed row in bf16, H (1 + 1/32) in FP8) and with `Save::WithZ` z is computed again. The backward runs on the
+/// layer that ran the forward (another layer's state is refused).
 #[derive(Clone, Debug)]
 pub struct EpSaved {
     /// The layer's id ([`EpLayer`]'s `id`): call numbers count per layer, so another layer's state can carry
@@ -248,14 +252,14 @@ pub struct EpSaved {
 }
 
 impl EpSaved {
-    /// Whether this is the state of forward `call` of layer `layer` over `world` ranks: a message naming what
-    /// differs.
-    fn check(&self, layer: u64, call: u32, world: usize, fp8: bool) -> Result<()> {
+    /// Whether this is the state of a forward of layer `layer` over `world` ranks of the backward's kind (bf16 or
+    /// FP8): a message naming what differs.
+    fn check(&self, layer: u64, world: usize, fp8: bool) -> Result<()> {
         let bad = |s: String| Err(Error::InvalidArgument(s));
         if self.layer != layer {
             return bad(format!(
                 "the saved state is of another EP layer (layer {}, this is layer {layer}): a backward runs on the \
-                 workspace its forward left, in the layer that ran it",
+                 layer that ran its forward",
                 self.layer
             ));
         }
@@ -264,11 +268,6 @@ impl EpSaved {
                 "the saved state holds {} ranks' token counts, the layer has {world} ranks",
                 self.tokens.len()
             ));
-        }
-        if self.call != call {
-            return bad(
-                "the saved state is not of this layer's latest forward (a backward must follow its forward)".into()
-            );
         }
         if self.fp8 && !fp8 {
             return bad("the saved state is of an FP8 forward (`EpLayer::forward_fp8`), whose workspace holds the \
@@ -349,6 +348,8 @@ const NO_RANK: EpRank = EpRank {
     pad: 0,
     route_error: 0,
     x_scales: 0,
+    x2: 0,
+    x2_scales: 0,
 };
 
 /// Whether a step of a call launches its kernels or only prepares them. Every call runs its GEMMs' steps once
@@ -409,8 +410,10 @@ pub struct EpLayer {
     /// identity of a forward for its backward. The device's call counters (the epochs) run ahead of it by the
     /// calls that graph replays made.
     calls: u32,
-    /// `calls` at the latest forward.
-    fwd_call: u32,
+    /// The forward call whose state the workspace holds (its gathered counts, local layouts, the received rows'
+    /// weights and slots, the x rows or their codes, z with `Save::WithZ`): the latest forward's, or the forward
+    /// whose backward ran after it (that backward dispatched its rows again); 0 = none.
+    holds: u32,
     /// The device's call counter (every rank's) as the last [`EpLayer::check`] read it: records of later epochs
     /// are new.
     checked_epoch: u32,
@@ -474,7 +477,7 @@ impl EpLayer {
             group,
             ranks,
             calls: 0,
-            fwd_call: 0,
+            holds: 0,
             checked_epoch: 0,
             ident: None,
             timeout_ns: DEFAULT_TIMEOUT_NS,
@@ -692,9 +695,9 @@ impl EpLayer {
             self.gemm2(r, i, h, y, Pass::Prepare)?;
         }
         let call = self.begin_call()?;
-        // from here the workspace holds this call's state (or a failed call's): older forwards' saved states
-        // are refused by the backward
-        self.fwd_call = call;
+        // from here the workspace holds this call's state (or a failed call's): an older forward's backward
+        // dispatches its rows again
+        self.holds = call;
         for (r, i) in inp.iter().enumerate() {
             self.route(r, i.tokens, i.topk_ids)?;
         }
@@ -823,7 +826,7 @@ impl EpLayer {
             self.gemms_fp8(r, i.weights, Pass::Prepare)?;
         }
         let call = self.begin_call()?;
-        self.fwd_call = call;
+        self.holds = call;
         for (r, i) in inp.iter().enumerate() {
             self.route(r, i.tokens, i.topk_ids)?;
         }
@@ -999,6 +1002,7 @@ impl EpLayer {
             pull: (self.pull && !backward) as u32,
             scatter: (self.scatter && !backward) as u32,
             fp8: 0,
+            resend_x: 0,
         }
     }
 
@@ -1138,11 +1142,13 @@ impl EpLayer {
         self.mgemm("grouped_gemm_bf16", p, pass)
     }
 
-    /// Backward of the forward that returned `saved` (which must be this layer's latest forward), on the same
-    /// inputs, with `dy[r]` bf16 [T_r, H] per rank: every rank's dx and dtopk, and its experts' dW1 and dW2 in
-    /// `W` (f32 or bf16; written, or added to with `accumulate`), bitwise the EP = 1 backward (z recomputed, the
-    /// same `W`) on the concatenated tokens. dy travels to the experts like x; dx rows and each row's dtopk travel back; weight gradients stay
-    /// local. Asynchronous, no host synchronisation; [`EpLayer::check`] reports a device timeout.
+    /// Backward of the forward of this layer that returned `saved`, on the same inputs, with `dy[r]` bf16 [T_r, H]
+    /// per rank: every rank's dx and dtopk, and its experts' dW1 and dW2 in `W` (f32 or bf16; written, or added to
+    /// with `accumulate`), bitwise the EP = 1 backward (z recomputed, the same `W`) on the concatenated tokens. dy
+    /// travels to the experts like x; dx rows and each row's dtopk travel back; weight gradients stay local. When
+    /// another forward has run on the layer since (one layer serving several model layers: [`EpSaved`]), the x
+    /// rows travel again with dy (x must still hold the forward's tokens). Asynchronous, no host synchronisation;
+    /// [`EpLayer::check`] reports a device timeout.
     pub fn backward<W: WgradElem>(
         &mut self,
         saved: &EpSaved,
@@ -1154,7 +1160,7 @@ impl EpLayer {
         self.backward_impl(saved, dy, inp, None, grads, accumulate)
     }
 
-    /// Backward of [`EpLayer::forward_fp8`] (`saved` its state, the layer's latest forward): bitwise the single-GPU
+    /// Backward of [`EpLayer::forward_fp8`] (`saved` its state): bitwise the single-GPU
     /// [`crate::layer::MoeLayer::backward_fp8`] with [`Fp8Dw1X::Codes`] on the concatenated tokens (and the same
     /// [`crate::layer::Fp8Backward`]: `Straight` or `Dx`). Each expert's owner holds its rows only as the codes the
     /// forward sent: it recomputes z in FP8 from them (W1's codes), receives dy in bf16 (as [`EpLayer::backward`]),
@@ -1165,8 +1171,9 @@ impl EpLayer {
     /// the links as H (1 + 1 / 32) bytes of codes, then y, dy and dx in bf16 (2H each): 7.03H against the bf16
     /// layer's 8H; with `LayerConfig::fp8_dy` = [`Fp8Dy::Codes`] dy travels as codes too (each rank quantizes its
     /// dy, the owner dequantizes the rows into y, free until dx): 6.06H, and the twin is the single-GPU backward
-    /// with the same setting. `inp[r]` are the forward's
-    /// inputs with the rank's bf16 W1 and W2 (its x is not read); `w8[r]` the rank's FP8 weights of the forward.
+    /// with the same setting. `inp[r]` are the forward's inputs with the rank's bf16 W1 and W2 (x is read only when
+    /// another forward has run on the layer since: its codes travel again, H (1 + 1/32) bytes a routed row, as
+    /// [`EpLayer::backward`] says); `w8[r]` the rank's FP8 weights of the forward.
     /// Needs `LayerConfig::fp8_dw1_x` = [`Fp8Dw1X::Codes`] (the owner has no bf16 x). Asynchronous, no host
     /// synchronisation; the first call allocates dz's codes (then capturable as [`EpLayer::backward`]).
     pub fn backward_fp8<W: WgradElem>(
@@ -1250,7 +1257,7 @@ impl EpLayer {
         let r_n = self.world();
         let per = c.experts / r_n;
         let bad = |s: String| Err(Error::InvalidArgument(s));
-        saved.check(self.id, self.fwd_call, r_n, w8.is_some())?;
+        saved.check(self.id, r_n, w8.is_some())?;
         if dy.len() != r_n || grads.len() != r_n || inp.len() != r_n {
             return bad(format!("{} dy, {} grads and {} inputs for {r_n} ranks", dy.len(), grads.len(), inp.len()));
         }
@@ -1306,14 +1313,24 @@ impl EpLayer {
         // call's first launch: a backward that fails has written no rank's gradients
         self.maps.trim(&self.gpu)?;
         let w8r = |r: usize| w8.map(|w| w[r]);
-        // (z saved by the forward, dy's codes on the links)
-        let z = (saved.z, dy8);
+        // the workspace no longer holds the forward's state (another forward ran since): its routing again, and its
+        // rows sent again with dy
+        let redispatch = saved.call != self.holds;
+        // (z saved by the forward and still in the workspace, dy's codes on the links)
+        let z = (saved.z && !redispatch, dy8);
         for r in 0..r_n {
             self.experts_backward(r, (&inp[r], w8r(r), z), &mut grads[r], accumulate, Pass::Prepare)?;
         }
         let g = self.gpu.clone();
         let s = g.stream().clone();
         self.begin_call()?;
+        if redispatch {
+            // until this call's last launch the workspace holds no forward's state whole
+            self.holds = 0;
+            for (r, i) in inp.iter().enumerate() {
+                self.route(r, i.tokens, i.topk_ids)?;
+            }
+        }
         let mut ranks = [NO_RANK; MAX_RANKS];
         for r in 0..r_n {
             let w = &self.ranks[r];
@@ -1335,14 +1352,36 @@ impl EpLayer {
                 unsafe { q::quantize_rows_raw(&g, dptr(dy[r], &s), q8, qs, inp[r].tokens, c.hidden)? };
                 (ranks[r].x, ranks[r].x_scales) = (q8, qs);
             }
+            if redispatch && saved.fp8 {
+                // x's codes, the forward's bits (the same quantization of the same x), into y: free until the
+                // rank's GEMMs write it, and read before them by this rank's dispatch only
+                let y = dptr(&w.y, &s);
+                let (q8, qs) = (y, y + (c.max_tokens * c.hidden) as u64);
+                debug_assert!(c.max_tokens * c.hidden * 33 / 32 <= w.y.len() * 2);
+                // SAFETY: x holds at least tokens * H bf16 (checked); y's 2 * max_recv * H bytes hold max_tokens
+                // rows of H codes and H / 128 f32 scales (max_recv >= max_tokens), the scales 16-byte aligned
+                // (max_tokens * H, H a multiple of 512).
+                unsafe { q::quantize_rows_raw(&g, dptr(inp[r].x, &s), q8, qs, inp[r].tokens, c.hidden)? };
+                (ranks[r].x2, ranks[r].x2_scales) = (q8, qs);
+            } else if redispatch {
+                ranks[r].x2 = dptr(inp[r].x, &s);
+            }
         }
-        // dy as codes (`Fp8Dy::Codes`): the push of codes into recv_dy
-        let p = EpParams { fp8: dy8 as u32, ..self.params(ranks, true) };
+        // dy as codes (`Fp8Dy::Codes`): the push of codes into recv_dy; x again as the forward sent it
+        let resend_x = match (redispatch, saved.fp8) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        };
+        let p = EpParams { fp8: dy8 as u32, resend_x, ..self.params(ranks, true) };
         self.launch_ep("ep_dispatch", &p, false)?;
         for r in 0..r_n {
             self.experts_backward(r, (&inp[r], w8r(r), z), &mut grads[r], accumulate, Pass::Launch)?;
         }
         self.launch_ep("ep_combine", &p, false)?;
+        if redispatch {
+            self.holds = saved.call;
+        }
         Ok(())
     }
 
@@ -1885,21 +1924,19 @@ mod tests {
     #[test]
     fn a_saved_state_is_taken_only_by_its_layer_and_latest_forward() {
         let mut saved = EpSaved { layer: 7, call: 3, tokens: vec![5, 0], fp8: false, z: false };
-        saved.check(7, 3, 2, false).unwrap();
-        let e = saved.check(8, 3, 2, false).unwrap_err().to_string();
+        saved.check(7, 2, false).unwrap();
+        let e = saved.check(8, 2, false).unwrap_err().to_string();
         assert!(e.contains("another EP layer (layer 7, this is layer 8)"), "{e}");
-        let e = saved.check(7, 5, 2, false).unwrap_err().to_string();
-        assert!(e.contains("not of this layer's latest forward"), "{e}");
         // a state over fewer ranks than the layer has (its token counts were indexed by rank: a panic)
-        let e = saved.check(7, 3, 4, false).unwrap_err().to_string();
+        let e = saved.check(7, 4, false).unwrap_err().to_string();
         assert!(e.contains("2 ranks' token counts, the layer has 4 ranks"), "{e}");
         // a bf16 forward's state is not the FP8 backward's, an FP8 forward's (no bf16 rows in the workspace) not
         // the bf16 backward's
-        let e = saved.check(7, 3, 2, true).unwrap_err().to_string();
+        let e = saved.check(7, 2, true).unwrap_err().to_string();
         assert!(e.contains("of a bf16 forward") && e.contains("`EpLayer::backward`"), "{e}");
         saved.fp8 = true;
-        saved.check(7, 3, 2, true).unwrap();
-        let e = saved.check(7, 3, 2, false).unwrap_err().to_string();
+        saved.check(7, 2, true).unwrap();
+        let e = saved.check(7, 2, false).unwrap_err().to_string();
         assert!(e.contains("of an FP8 forward") && e.contains("`EpLayer::backward_fp8`"), "{e}");
         // every layer its own id
         let (a, b) = (next_layer_id(), next_layer_id());

@@ -601,6 +601,11 @@ pub struct EpRank {
     pub route_error: u64,
     /// FP8 forward (`EpParams::fp8`): f32 [tokens, hidden / 128], the 1 x 128 scales of `x`'s codes; else 0.
     pub x_scales: u64,
+    /// A backward that dispatches its forward's rows again (`EpParams::resend_x`): the rank's x (bf16 [tokens,
+    /// hidden]), or its e4m3 codes [tokens, hidden]; else 0.
+    pub x2: u64,
+    /// With `resend_x` = 2: f32 [tokens, hidden / 128], the scales of `x2`'s codes; else 0.
+    pub x2_scales: u64,
 }
 
 /// Parameters of `ep_dispatch` and `ep_combine`.
@@ -643,6 +648,13 @@ pub struct EpParams {
     /// [max_recv, hidden / 128] at `region + max_recv * hidden` (both inside the region's bf16 [max_recv, hidden]);
     /// `hidden` a multiple of 512. 0 = bf16 rows.
     pub fp8: u32,
+    /// Backward only: 0 = the workspace still holds the forward's state (its gathered counts, local layout, the
+    /// rows' weights and (rank, slot), the x rows in `recv`); the dispatch pushes dy alone. 1 or 2 = it does not
+    /// (another forward ran since): the dispatch runs the forward's steps again (count all-gather, layout,
+    /// weights and slots, over the routing the host laid out again from the same topk_ids) and pushes each row's
+    /// x from `EpRank::x2` into `recv` besides its dy into `recv_dy`: 1 as bf16 rows, 2 as FP8 codes and scales
+    /// (`x2_scales`, laid out as `fp8`'s).
+    pub resend_x: u32,
 }
 
 /// Blockwise FP8 quantization (kernels `quantize_fp8_rows`, `quantize_fp8_blocks`; [`crate::fp8`] gives the rule):

@@ -24,10 +24,14 @@
 //!    grouped GEMMs read `recv` with TMA next). A wait that expires writes the error record; the rank's later
 //!    waits of the call return at once, its local layout is emptied, and its releases still happen.
 //!
-//! Backward (`p.backward = 1`, the call right after the forward it differentiates): steps 1, 2 and the local
-//! layout are the forward's (the gathered counts are still in the workspace: no rank starts the next forward
-//! before every rank has finished this backward's combine); step 4 pushes dy rows into `recv_dy` (their
+//! Backward (`p.backward = 1`) while the workspace still holds its forward's state (`p.resend_x = 0`): steps 1, 2
+//! and the local layout are the forward's (the gathered counts are still in the workspace: no rank starts the next
+//! forward before every rank has finished this backward's combine); step 4 pushes dy rows into `recv_dy` (their
 //! weights and slots are already in `recv_w` and `recv_meta`), with `p.fp8` dy's codes and scales.
+//! Backward of an older forward (`p.resend_x` 1 or 2: another forward has used the workspace since, the host
+//! laid the routing out again from the same topk_ids): steps 1 to 5 as the forward's, and step 4 pushes each
+//! row's x again (`EpRank::x2`: bf16, or with `resend_x = 2` FP8 codes and scales) into `recv`, with its weight
+//! and (r, slot), besides its dy into `recv_dy`; the owners then hold what the forward left, bit for bit.
 use crate::ep::{self, Phase};
 use crate::kernels::ep_common::{copy_row, epoch_usable, me, pick, routing_failed, wait_flags};
 use crate::params::EpParams;
@@ -68,6 +72,29 @@ unsafe fn local_layout(p: &EpParams, ws_base: u64, rank: u32, ok: bool) {
     }
 }
 
+/// A warp copies token `tok`'s row of `src` (bf16 [tokens, hidden]; with `fp8`, e4m3 codes [tokens, hidden] and at
+/// `src_scales` their f32 [tokens, hidden / 128] scales) into row `dst` of the region at `to` (bf16 [max_recv,
+/// hidden]; with `fp8`, codes [max_recv, hidden] followed by scales [max_recv, hidden / 128] at `to + max_recv *
+/// hidden`).
+#[inline(always)]
+unsafe fn push_row(p: &EpParams, (src, src_scales): (u64, u64), fp8: bool, to: u64, (tok, dst): (u32, u32), lane: u32) {
+    let dst = dst as usize;
+    if fp8 {
+        // whole 16-byte chunks: hidden bytes of codes, hidden / 128 f32 scales
+        let (cc, sc) = (p.hidden / 16, p.hidden / 512);
+        let codes = to as *mut [u32; 4];
+        let scales = (to + p.ws.max_recv * p.hidden as u64) as *mut [u32; 4];
+        let x8 = src as *const [u32; 4];
+        copy_row(x8.add((tok * cc) as usize), codes.add(dst * cc as usize), cc, lane);
+        let xs = src_scales as *const [u32; 4];
+        copy_row(xs.add((tok * sc) as usize), scales.add(dst * sc as usize), sc, lane);
+    } else {
+        let chunks = p.hidden / 8;
+        let from = (src as *const [u32; 4]).add((tok * chunks) as usize);
+        copy_row(from, (to as *mut [u32; 4]).add(dst * chunks as usize), chunks, lane);
+    }
+}
+
 /// 256 threads; dynamic shared memory 16 + 4 * experts bytes.
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
@@ -83,6 +110,8 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
     let base_s = ok_s + 16;
     let withheld = |ph: Phase| p.withhold_rank == me.rank + 1 && p.withhold_phase == ph as u32;
     let bwd = p.backward != 0;
+    // the forward's steps: in the forward, and in a backward whose forward's state the workspace no longer holds
+    let full = !bwd || p.resend_x != 0;
     let epoch = me.epoch;
     if !epoch_usable(epoch) {
         // no call epoch (the counter was never advanced, or is exhausted): nothing moves; the GEMMs of the call
@@ -95,7 +124,7 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
 
     // 1. counts row to every rank (all zero when this rank's routing failed: its offsets are zero and it pushes
     // no row, so no owner may wait for or lay out rows from it)
-    if me.b == 0 && !bwd {
+    if me.b == 0 && full {
         let mine = me.own.counts as *const u32;
         let failed = routing_failed(me.own.route_error);
         let mut i = t;
@@ -107,7 +136,7 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
         }
     }
     sync::block_sync();
-    if me.b == 0 && t == 0 && !bwd && !withheld(Phase::Counts) {
+    if me.b == 0 && t == 0 && full && !withheld(Phase::Counts) {
         fence::acq_rel_sys();
         let mut o = 0;
         while o < world {
@@ -117,7 +146,7 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
     }
 
     // 2. every source's counts
-    let ok = bwd || wait_flags(me.ws + ws.count_flags, world, 1, &me, Phase::Counts as u32, ok_s);
+    let ok = !full || wait_flags(me.ws + ws.count_flags, world, 1, &me, Phase::Counts as u32, ok_s);
 
     // 3. where this rank's rows of each expert start on the owner; the local layout
     if ok {
@@ -129,7 +158,7 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
             e += nt;
         }
     }
-    if me.b == 0 && t == 0 && !bwd {
+    if me.b == 0 && t == 0 && full {
         local_layout(&p, me.ws, me.rank, ok);
     }
     sync::block_sync();
@@ -162,8 +191,8 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
         let rows = (*offsets.add(e_n as usize)).min(slots);
         let row_slot = me.own.row_slot as *const u32;
         let ids = me.own.topk_ids as *const i32;
-        let chunks = p.hidden / 8;
         let region = if bwd { ws.recv_dy } else { ws.recv };
+        let resend = bwd && p.resend_x != 0;
         let (warp, lane, warps) = (t / 32, t % 32, nt / 32);
         let mut q = me.b * warps + warp;
         while q < rows {
@@ -175,22 +204,15 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
                 let dst = smem::ld_u32(base_s + 4 * e).wrapping_add(q.wrapping_sub(first));
                 if (dst as u64) < ws.max_recv {
                     let peer = pick(&g.peer, ep::owner(e, e_n, world));
-                    let tok = slot / p.k;
-                    let src = (me.own.x as *const [u32; 4]).add((tok * chunks) as usize);
-                    let to = ((peer + region) as *mut [u32; 4]).add(dst as usize * chunks as usize);
-                    if fp8 {
-                        // the token's codes (hidden bytes) and its scales (hidden / 128 f32): whole 16-byte chunks
-                        let (cc, sc) = (p.hidden / 16, p.hidden / 512);
-                        let codes = (peer + region) as *mut [u32; 4];
-                        let scales = (peer + region + ws.max_recv * p.hidden as u64) as *mut [u32; 4];
-                        let x8 = me.own.x as *const [u32; 4];
-                        copy_row(x8.add((tok * cc) as usize), codes.add(dst as usize * cc as usize), cc, lane);
-                        let xs = me.own.x_scales as *const [u32; 4];
-                        copy_row(xs.add((tok * sc) as usize), scales.add(dst as usize * sc as usize), sc, lane);
-                    } else if !pull {
-                        copy_row(src, to, chunks, lane);
+                    let at = (slot / p.k, dst);
+                    if !pull {
+                        push_row(&p, (me.own.x, me.own.x_scales), fp8, peer + region, at, lane);
                     }
-                    if lane == 0 && !bwd {
+                    if resend {
+                        let x2 = (me.own.x2, me.own.x2_scales);
+                        push_row(&p, x2, p.resend_x == 2, peer + ws.recv, at, lane);
+                    }
+                    if lane == 0 && full {
                         *((peer + ws.recv_w) as *mut f32).add(dst as usize) =
                             *(me.own.w as *const f32).add(slot as usize);
                         let meta = ((peer + ws.recv_meta) as *mut u32).add(2 * dst as usize);

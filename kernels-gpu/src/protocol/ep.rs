@@ -28,7 +28,11 @@ use std::vec::Vec;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
     Forward,
+    /// The backward of the latest forward (the workspace holds its state): dy rows alone.
     Backward,
+    /// The backward of an older forward (`EpParams::resend_x`): the forward's count all-gather again, and each
+    /// row's x (into `recv`, with its weight and slot) besides its dy.
+    BackwardResend,
 }
 
 /// A configuration: ranks (2 to 4), blocks per rank, the calls in order, the modes.
@@ -124,27 +128,31 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
             for (ci, &call) in c.calls.iter().enumerate() {
                 let e = ci as u32 + 1;
                 let fwd = call == Call::Forward;
-                // the user's input for the call (a launch of its own on the rank's stream)
+                let resend = call == Call::BackwardResend;
+                // the forward's count all-gather and rows (x, weights, slots)
+                let full = fwd || resend;
+                // the user's input for the call (a launch of its own on the rank's stream; a resending backward
+                // reads the forward's x again, which the user left as it was)
                 if b == 0 {
                     rw(&mut ops, 0, if fwd { x[r as usize] } else { dyin[r as usize] });
                 }
                 boundary(&mut ops);
 
                 // ep_dispatch
-                if fwd && b == 0 {
+                if full && b == 0 {
                     rw(&mut ops, 0, to_all(&counts, r));
                     for o in 0..rn {
                         ops.push(Op::FlagStore { flag: count_f[at(rn, o, r)], value: e });
                     }
                 }
-                if fwd || mutation == Mutation::BackwardWaitsCounts {
+                if full || mutation == Mutation::BackwardWaitsCounts {
                     for s in 0..rn {
                         ops.push(Op::FlagWaitGe { flag: count_f[at(rn, r, s)], value: e });
                     }
                 } else {
                     assert!(fwd_seen, "a backward follows a forward");
                 }
-                // recv_row_by over the gathered counts (the backward's: the forward's, still there)
+                // recv_row_by over the gathered counts (a backward's without resend: the forward's, still there)
                 rw(&mut ops, all(&counts, r), 0);
                 let release_data = |ops: &mut Vec<Op>| {
                     for o in 0..rn {
@@ -154,15 +162,24 @@ pub fn model(c: &Ep, mutation: Mutation) -> Model {
                 if mutation == Mutation::DataFlagsBeforeRows {
                     release_data(&mut ops);
                 }
-                // the rows: x (push) or dy rows, their weights and (rank, slot), with the pull x's address
-                let rows = if !fwd {
+                // the rows: x (push) or dy rows, their weights and (rank, slot), with the pull x's address; a
+                // resending backward's x rows, weights and slots and dy rows
+                let rows = if resend {
+                    to_all(&recv, r) | to_all(&meta, r) | to_all(&dy, r)
+                } else if !fwd {
                     to_all(&dy, r)
                 } else if c.pull {
                     to_all(&meta, r)
                 } else {
                     to_all(&recv, r) | to_all(&meta, r)
                 };
-                let input = if fwd { x[r as usize] } else { dyin[r as usize] };
+                let input = if fwd {
+                    x[r as usize]
+                } else if resend {
+                    x[r as usize] | dyin[r as usize]
+                } else {
+                    dyin[r as usize]
+                };
                 rw(&mut ops, if fwd && c.pull { 0 } else { input }, rows);
                 if mutation != Mutation::DataFlagsBeforeRows {
                     release_data(&mut ops);
@@ -254,7 +271,7 @@ mod tests {
         Ep { ranks, ..cfg(1, calls, pull, scatter, lockstep) }
     }
 
-    use Call::{Backward as B, Forward as F};
+    use Call::{Backward as B, BackwardResend as Rb, Forward as F};
 
     /// Every mode, both forms, call sequences with a forward after a backward, two forwards in a row and two
     /// backwards of one forward.
@@ -269,6 +286,25 @@ mod tests {
             }
         }
         println!("ep, one block a rank: {states} states");
+    }
+
+    /// One layer serving two model layers: forward A, forward B, then their backwards in either order (the older
+    /// forward's resends its rows), two backwards of one forward, a forward after a resending backward.
+    #[test]
+    fn ep_backward_resend() {
+        let mut states = 0;
+        for calls in [vec![F, F, B, Rb], vec![F, F, Rb, Rb], vec![F, Rb, F, B], vec![F, F, Rb, B]] {
+            for (pull, scatter) in [(false, false), (true, false), (false, true), (true, true)] {
+                for lockstep in [false, true] {
+                    states += assert_ok(&model(&cfg(1, &calls, pull, scatter, lockstep), Mutation::None));
+                }
+            }
+        }
+        for calls in [vec![F, F, B, Rb], vec![F, Rb, B]] {
+            states += assert_ok(&model(&cfg(2, &calls, false, false, false), Mutation::None));
+        }
+        states += assert_ok(&model(&ranks(3, &[F, F, Rb], false, false, false), Mutation::None));
+        println!("ep, resending backwards: {states} states");
     }
 
     /// Two blocks a rank (each releases its own flags; only block 0 waits for the data flags).
