@@ -11,7 +11,9 @@
 //! on the concatenated tokens. Then the FP8 forward + backward (`backward_fp8`: z from the codes the owners hold,
 //! dy in bf16, FP8 dx, dW1 from the dequantized codes) alternating with the bf16 forward + backward, whole-call
 //! device-event times, median of 10; the FP8 backward's dx checked fully written and bitwise the single-GPU
-//! `backward_fp8` with `Fp8Dw1X::Codes`.
+//! `backward_fp8` with `Fp8Dw1X::Codes`. Then the bf16 backward of an older forward (one layer serving two model
+//! layers: the routing again, the x rows sent again with dy) alternating with the backward of the latest forward,
+//! each timed alone, median of 10; both dx fully written and bitwise equal.
 //!
 //! Correctness in the same run, for every mode: every rank's output poisoned, then checked fully written and
 //! bitwise equal to the EP = 1 layer's output on the concatenated tokens; no device timeout recorded.
@@ -21,7 +23,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, RankFp8Inputs, RankGrads, RankInputs};
+use megamoe::ep::{EpLayer, EpSaved, RankFp8Inputs, RankGrads, RankInputs};
 use megamoe::layer::{
     Fp8Backward, Fp8Dh, Fp8Dw1X, Fp8Dy, Fp8Inputs, Fp8Weights, Grads, Inputs, LayerConfig, MoeLayer, Save,
 };
@@ -290,6 +292,53 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         r => r,
     };
 
+    // one layer serving two model layers: the backward of an older forward (its routing again, its x rows sent
+    // again with dy) against the backward of the latest forward, each timed alone, alternating: forward, forward,
+    // the first one's backward (it sends its rows again), the same backward again (the workspace now holds that
+    // forward's state); both dx fully written and bitwise equal
+    let bwd = |layer: &mut EpLayer, b: &mut StepBufs, saved: &EpSaved| -> Result<()> {
+        let mut grads: Vec<RankGrads> =
+            b.dx.iter_mut()
+                .zip(b.dtopk.iter_mut())
+                .zip(b.dw1.iter_mut().zip(b.dw2.iter_mut()))
+                .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+                .collect();
+        layer.backward(saved, &dyr, &inp, &mut grads, false)
+    };
+    let mut tres = [(); 2].map(|_| Vec::new());
+    let mut dx_bits = [(); 2].map(|_| Vec::new());
+    for rep in 0..14 {
+        let first = {
+            let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
+            let first = layer.forward(&inp, &mut o)?;
+            layer.forward(&inp, &mut o)?;
+            first
+        };
+        for (m, t) in tres.iter_mut().enumerate() {
+            if rep == 13 {
+                for d in b.dx.iter_mut() {
+                    g.fill_bytes(d, 0xff)?;
+                }
+            }
+            let ms = g.timed(|| bwd(&mut layer, &mut b, &first))?;
+            if (3..13).contains(&rep) {
+                t.push(ms);
+            }
+            if rep == 13 {
+                layer.check()?;
+                for d in &b.dx {
+                    dx_bits[m].extend(g.download(d)?.iter().map(|v| v.to_bits()));
+                }
+            }
+        }
+    }
+    if dx_bits[0].contains(&0xffff) || dx_bits[1].contains(&0xffff) {
+        return Err(Error::Mismatch("backward of an older forward: dx not fully written".into()));
+    }
+    if dx_bits[0] != dx_bits[1] {
+        return Err(Error::Mismatch("the backward of an older forward differs from the latest forward's".into()));
+    }
+
     for &(pull, scatter) in &MODES {
         layer.set_pull_dispatch(pull);
         layer.set_scatter_combine(scatter);
@@ -384,6 +433,21 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
             s8 * 1e3,
             s16 * 1e3,
             s16 / s8
+        );
+    }
+    {
+        let [older, latest] = tres.map(median);
+        let extra = rows * 2 * h;
+        println!(
+            "RESULT ep backward of an older forward (one layer for two model layers: routing again, x rows sent \
+             again with dy; EP = {WORLD} emulated, Qwen3-30B-A3B, {TOKENS} tokens/rank, {rows} rows): {:.0} us \
+             against the latest forward's backward {:.0} us ({:.3}x, +{:.0} us for {} MB more dispatched; \
+             alternating, median of 10; dx bitwise equal)",
+            older * 1e3,
+            latest * 1e3,
+            latest / older,
+            (older - latest) * 1e3,
+            extra / 1_000_000
         );
     }
     match step_codes {
