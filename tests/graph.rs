@@ -374,6 +374,25 @@ fn split_ranks(inp: &Inputs, tokens: &[usize]) -> Vec<RankHost> {
     out
 }
 
+/// Every rank's inputs as the EP layer takes them.
+type RankTensors<'a> = (&'a [CudaSlice<bf16>], &'a [CudaSlice<i32>], &'a [CudaSlice<f32>]);
+fn rank_inputs<'a>(
+    tokens: &[usize],
+    (x, ids, w): RankTensors<'a>,
+    (w1, w2): (&'a [CudaSlice<bf16>], &'a [CudaSlice<bf16>]),
+) -> Vec<RankInputs<'a>> {
+    (0..tokens.len())
+        .map(|i| RankInputs {
+            tokens: tokens[i],
+            x: &x[i],
+            topk_ids: &ids[i],
+            topk_weights: &w[i],
+            w1: &w1[i],
+            w2: &w2[i],
+        })
+        .collect()
+}
+
 /// What one EP step left in every rank's outputs, as bits.
 #[derive(PartialEq, Eq)]
 struct EpBits {
@@ -452,45 +471,44 @@ impl EpBufs {
     /// The forward, then (with `backward`) its backward, in FP8 after `fp8` (`forward_fp8`, `backward_fp8`): what
     /// a graph captures. No allocation (after one eager step), no synchronisation.
     fn step(&mut self, layer: &mut EpLayer, backward: bool) -> megamoe::Result<()> {
-        let li: Vec<RankInputs> = (0..self.tokens.len())
-            .map(|i| RankInputs {
-                tokens: self.tokens[i],
-                x: &self.x[i],
-                topk_ids: &self.ids[i],
-                topk_weights: &self.w[i],
-                w1: &self.w1[i],
-                w2: &self.w2[i],
-            })
-            .collect();
-        let mut outs: Vec<&mut CudaSlice<bf16>> = self.out.iter_mut().collect();
-        let fp8 = !self.w8.is_empty();
-        let saved = if fp8 {
-            let fi: Vec<RankFp8Inputs> = li
-                .iter()
-                .zip(&self.w8)
-                .map(|(i, w)| RankFp8Inputs {
-                    tokens: i.tokens,
-                    x: i.x,
-                    topk_ids: i.topk_ids,
-                    topk_weights: i.topk_weights,
-                    weights: w,
-                })
-                .collect();
-            layer.forward_fp8(&fi, &mut outs)?
-        } else {
-            layer.forward(&li, &mut outs)?
-        };
+        let saved = self.forward(layer)?;
         if backward {
-            let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
-            let mut grads = rank_grads::<f32>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
-            if fp8 {
-                let w8: Vec<&megamoe::layer::Fp8Weights> = self.w8.iter().collect();
-                layer.backward_fp8(&saved, &dys, &li, &w8, &mut grads, false)?;
-            } else {
-                layer.backward(&saved, &dys, &li, &mut grads, false)?;
-            }
+            self.backward(layer, &saved)?;
         }
         Ok(())
+    }
+
+    /// The forward (in FP8 after `fp8`) into the outputs; its saved state.
+    fn forward(&mut self, layer: &mut EpLayer) -> megamoe::Result<megamoe::ep::EpSaved> {
+        let li = rank_inputs(&self.tokens, (&self.x, &self.ids, &self.w), (&self.w1, &self.w2));
+        let mut outs: Vec<&mut CudaSlice<bf16>> = self.out.iter_mut().collect();
+        if self.w8.is_empty() {
+            return layer.forward(&li, &mut outs);
+        }
+        let fi: Vec<RankFp8Inputs> = li
+            .iter()
+            .zip(&self.w8)
+            .map(|(i, w)| RankFp8Inputs {
+                tokens: i.tokens,
+                x: i.x,
+                topk_ids: i.topk_ids,
+                topk_weights: i.topk_weights,
+                weights: w,
+            })
+            .collect();
+        layer.forward_fp8(&fi, &mut outs)
+    }
+
+    /// The backward of `saved` (in FP8 after `fp8`) into the gradients.
+    fn backward(&mut self, layer: &mut EpLayer, saved: &megamoe::ep::EpSaved) -> megamoe::Result<()> {
+        let li = rank_inputs(&self.tokens, (&self.x, &self.ids, &self.w), (&self.w1, &self.w2));
+        let dys: Vec<&CudaSlice<bf16>> = self.dy.iter().collect();
+        let mut grads = rank_grads::<f32>(&mut self.dx, &mut self.dtopk, &mut self.dw1, &mut self.dw2);
+        if self.w8.is_empty() {
+            return layer.backward(saved, &dys, &li, &mut grads, false);
+        }
+        let w8: Vec<&megamoe::layer::Fp8Weights> = self.w8.iter().collect();
+        layer.backward_fp8(saved, &dys, &li, &w8, &mut grads, false)
     }
 
     /// Every rank's outputs as bits, each checked fully written (no poison left; a rank without tokens: its one
@@ -682,6 +700,55 @@ gpu_test!(graph_ep4_fp8_forward_backward, {
 });
 gpu_test!(graph_ep4_pull_scatter_forward_backward, {
     check_ep_graph(SMALL, &[31, 64, 0, 90], Routing::Masked10, true, true, true)
+});
+
+/// One EP layer serving two model layers in a graph: forward A, forward B, backward B, backward A (A's sends its
+/// rows again) captured after one eager run, replayed on new inputs of both: every output bitwise the same calls on
+/// a layer each (eager), the first eager run against the f64 reference.
+fn two_model_layers(layer: &mut EpLayer, a: &mut EpBufs, b: &mut EpBufs) -> megamoe::Result<()> {
+    let sa = a.forward(layer)?;
+    let sb = b.forward(layer)?;
+    b.backward(layer, &sb)?;
+    a.backward(layer, &sa)
+}
+
+gpu_test!(graph_ep4_one_layer_two_model_layers, {
+    let g = gpu();
+    let mut r = rng();
+    let tokens = [50usize, 0, 123, 7];
+    let total: usize = tokens.iter().sum();
+    let inp: Vec<Inputs> = (0..4).map(|_| inputs(&mut r, SMALL, total, Routing::Masked10)).collect();
+    let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 123, Save::InputsOnly);
+    // each model layer's step on a layer of its own
+    let own = |inp: &Inputs| -> EpBits {
+        let mut l = EpLayer::new(g.clone(), cfg, 4).unwrap();
+        let mut b = EpBufs::new(&g, inp, &tokens);
+        b.load(&g, inp);
+        b.step(&mut l, true).unwrap();
+        l.check().unwrap();
+        b.bits(&g, true, "a layer of its own")
+    };
+    let mut layer = EpLayer::new(g.clone(), cfg, 4).unwrap();
+    let (mut ba, mut bb) = (EpBufs::new(&g, &inp[0], &tokens), EpBufs::new(&g, &inp[1], &tokens));
+    ba.load(&g, &inp[0]);
+    bb.load(&g, &inp[1]);
+    two_model_layers(&mut layer, &mut ba, &mut bb).unwrap();
+    layer.check().unwrap();
+    let eager = (ba.bits(&g, true, "eager A"), bb.bits(&g, true, "eager B"));
+    ep_against_reference(&eager.0, &inp[0], &tokens, true, "two model layers, eager A", 1e-2);
+    ep_against_reference(&eager.1, &inp[1], &tokens, true, "two model layers, eager B", 1e-2);
+    assert!(eager.0 == own(&inp[0]), "eager A on the shared layer differs from A on a layer of its own");
+    assert!(eager.1 == own(&inp[1]), "eager B on the shared layer differs from B on a layer of its own");
+    let graph = capture(&g, || two_model_layers(&mut layer, &mut ba, &mut bb)).unwrap();
+    for (ia, ib) in [(2, 3), (1, 0), (0, 1)] {
+        ba.load(&g, &inp[ia]);
+        bb.load(&g, &inp[ib]);
+        graph.launch().unwrap();
+        layer.check().unwrap();
+        let tag = format!("replay on inputs {ia} and {ib}");
+        assert!(ba.bits(&g, true, &tag) == own(&inp[ia]), "{tag}: A differs from a layer of its own");
+        assert!(bb.bits(&g, true, &tag) == own(&inp[ib]), "{tag}: B differs from a layer of its own");
+    }
 });
 
 // An EP capture before any eager backward would allocate the backward's buffers: `Error::InvalidArgument` saying
