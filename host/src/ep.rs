@@ -1003,6 +1003,7 @@ impl EpLayer {
             scatter: (self.scatter && !backward) as u32,
             fp8: 0,
             resend_x: 0,
+            pad: 0,
         }
     }
 

@@ -655,6 +655,8 @@ pub struct EpParams {
     /// x from `EpRank::x2` into `recv` besides its dy into `recv_dy`: 1 as bf16 rows, 2 as FP8 codes and scales
     /// (`x2_scales`, laid out as `fp8`'s).
     pub resend_x: u32,
+    /// Unused (the block stays whole 8-byte words).
+    pub pad: u32,
 }
 
 /// Blockwise FP8 quantization (kernels `quantize_fp8_rows`, `quantize_fp8_blocks`; [`crate::fp8`] gives the rule):
@@ -899,9 +901,9 @@ mod tests {
             (
                 "EpParams",
                 size_of::<EpParams>(),
-                size_of::<RankGroup>() + size_of::<crate::ep::Workspace>() + MAX_RANKS * size_of::<EpRank>() + 10 * 4,
+                size_of::<RankGroup>() + size_of::<crate::ep::Workspace>() + MAX_RANKS * size_of::<EpRank>() + 12 * 4,
             ),
-            ("EpRank", size_of::<EpRank>(), 13 * 8 + 2 * 4),
+            ("EpRank", size_of::<EpRank>(), 15 * 8 + 2 * 4),
             ("TmaRowsTest", size_of::<TmaRowsTest>(), 5 * 8 + 2 * 4),
             ("TmaMcTest", size_of::<TmaMcTest>(), 2 * 8 + 2 * 4),
         ];
