@@ -47,6 +47,19 @@ struct StepBufs {
     dw2: Vec<CudaSlice<f32>>,
 }
 
+impl StepBufs {
+    /// Every rank's gradient buffers as the backward takes them, dx from `dx` if given (another step's) else its own.
+    fn grads<'a>(&'a mut self, dx: Option<&'a mut [CudaSlice<bf16>]>) -> Vec<RankGrads<'a>> {
+        let StepBufs { dx: own, dtopk, dw1, dw2 } = self;
+        dx.unwrap_or(own)
+            .iter_mut()
+            .zip(dtopk.iter_mut())
+            .zip(dw1.iter_mut().zip(dw2.iter_mut()))
+            .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
+            .collect()
+    }
+}
+
 fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     let s = Shape::QWEN3_30B_A3B;
     let (h, i, e, k) = (s.h, s.i, s.e, s.k);
@@ -184,12 +197,7 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     };
     let w8r: Vec<&Fp8Weights> = w8.iter().collect();
     let step = |layer: &mut EpLayer, outs: &mut [CudaSlice<bf16>], b: &mut StepBufs, fp8: bool| -> Result<()> {
-        let mut grads: Vec<RankGrads> =
-            b.dx.iter_mut()
-                .zip(b.dtopk.iter_mut())
-                .zip(b.dw1.iter_mut().zip(b.dw2.iter_mut()))
-                .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
-                .collect();
+        let mut grads = b.grads(None);
         let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
         if fp8 {
             let saved = layer.forward_fp8(&inp8, &mut o)?;
@@ -243,12 +251,7 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
         let w8cr: Vec<&Fp8Weights> = w8c.iter().collect();
         let mut dxc: Vec<CudaSlice<bf16>> = (0..WORLD).map(|_| g.alloc(TOKENS * h)).collect::<Result<_>>()?;
         let mut step_c = |dxc: &mut [CudaSlice<bf16>], outs: &mut [CudaSlice<bf16>], b: &mut StepBufs| -> Result<()> {
-            let mut grads: Vec<RankGrads> = dxc
-                .iter_mut()
-                .zip(b.dtopk.iter_mut())
-                .zip(b.dw1.iter_mut().zip(b.dw2.iter_mut()))
-                .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
-                .collect();
+            let mut grads = b.grads(Some(dxc));
             let mut o: Vec<&mut CudaSlice<bf16>> = outs.iter_mut().collect();
             let saved = lc.forward_fp8(&inp8c, &mut o)?;
             lc.backward_fp8(&saved, &dyr, &inp, &w8cr, &mut grads, false)
@@ -297,12 +300,7 @@ fn run(g: &Arc<Gpu>, rng: &mut Rng) -> Result<()> {
     // the first one's backward (it sends its rows again), the same backward again (the workspace now holds that
     // forward's state); both dx fully written and bitwise equal
     let bwd = |layer: &mut EpLayer, b: &mut StepBufs, saved: &EpSaved| -> Result<()> {
-        let mut grads: Vec<RankGrads> =
-            b.dx.iter_mut()
-                .zip(b.dtopk.iter_mut())
-                .zip(b.dw1.iter_mut().zip(b.dw2.iter_mut()))
-                .map(|((dx, dtopk), (dw1, dw2))| RankGrads { dx, dw1, dw2, dtopk })
-                .collect();
+        let mut grads = b.grads(None);
         layer.backward(saved, &dyr, &inp, &mut grads, false)
     };
     let mut tres = [(); 2].map(|_| Vec::new());

@@ -715,31 +715,12 @@ fn forward_saved(layer: &mut EpLayer, r: &mut Ranks) -> EpSaved {
 /// Every rank's inputs of `r` as the layer takes them, and its outputs (disjoint borrows of `r`'s fields).
 fn io(r: &mut Ranks) -> (Vec<RankInputs<'_>>, Vec<&mut CudaSlice<bf16>>) {
     let Ranks { x, ids, w, w1, w2, out, tokens } = r;
-    let li = (0..tokens.len())
-        .map(|i| RankInputs {
-            tokens: tokens[i],
-            x: &x[i],
-            topk_ids: &ids[i],
-            topk_weights: &w[i],
-            w1: &w1[i],
-            w2: &w2[i],
-        })
-        .collect();
-    (li, out.iter_mut().collect())
+    (common::rank_inputs(tokens, (x, ids, w), (w1, w2)), out.iter_mut().collect())
 }
 
 /// Every rank's inputs of `r` as the layer takes them.
 fn rank_inputs(r: &Ranks) -> Vec<RankInputs<'_>> {
-    (0..r.tokens.len())
-        .map(|i| RankInputs {
-            tokens: r.tokens[i],
-            x: &r.x[i],
-            topk_ids: &r.ids[i],
-            topk_weights: &r.w[i],
-            w1: &r.w1[i],
-            w2: &r.w2[i],
-        })
-        .collect()
+    common::rank_inputs(&r.tokens, (&r.x, &r.ids, &r.w), (&r.w1, &r.w2))
 }
 
 /// Every rank's dy and gradient buffers (weight gradients in W, f32 by default).

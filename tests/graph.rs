@@ -10,11 +10,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{f64s, gpu, inputs, rank_grads, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
+use common::{f64s, gpu, inputs, rank_grads, rank_input, rank_inputs, rng, weights, Inputs, Routing, RAGGED, SMALL};
 use cudarc::driver::sys;
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::{EpLayer, RankFp8Inputs, RankInputs};
+use megamoe::ep::{EpLayer, RankFp8Inputs};
 use megamoe::layer::{
     Fp8Backward, Fp8Inputs, Fp8Weights, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save, Saved,
 };
@@ -372,25 +372,6 @@ fn split_ranks(inp: &Inputs, tokens: &[usize]) -> Vec<RankHost> {
     }
     assert_eq!(t0, inp.tokens);
     out
-}
-
-/// Every rank's inputs as the EP layer takes them.
-type RankTensors<'a> = (&'a [CudaSlice<bf16>], &'a [CudaSlice<i32>], &'a [CudaSlice<f32>]);
-fn rank_inputs<'a>(
-    tokens: &[usize],
-    (x, ids, w): RankTensors<'a>,
-    (w1, w2): (&'a [CudaSlice<bf16>], &'a [CudaSlice<bf16>]),
-) -> Vec<RankInputs<'a>> {
-    (0..tokens.len())
-        .map(|i| RankInputs {
-            tokens: tokens[i],
-            x: &x[i],
-            topk_ids: &ids[i],
-            topk_weights: &w[i],
-            w1: &w1[i],
-            w2: &w2[i],
-        })
-        .collect()
 }
 
 /// What one EP step left in every rank's outputs, as bits.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
-use megamoe::ep::RankGrads;
+use megamoe::ep::{RankGrads, RankInputs};
 use megamoe::gemm::WgradElem;
 use megamoe::reference::{self, RankInput, Shape, Weights};
 use megamoe::rng::Rng;
@@ -129,6 +129,27 @@ pub fn weights(inp: &Inputs) -> Weights {
 /// The reference forward of one rank holding all tokens.
 pub fn reference_y(inp: &Inputs) -> Vec<f64> {
     reference::forward(&inp.shape, &[rank_input(inp)], &weights(inp)).unwrap().remove(0).y
+}
+
+/// Every rank's x, topk_ids and topk_weights (entry r of each is rank r's).
+pub type RankTensors<'a> = (&'a [CudaSlice<bf16>], &'a [CudaSlice<i32>], &'a [CudaSlice<f32>]);
+
+/// Every rank's inputs as the EP layer takes them: rank r's `tokens[r]` tokens, its tensors and its experts' W1, W2.
+pub fn rank_inputs<'a>(
+    tokens: &[usize],
+    (x, ids, w): RankTensors<'a>,
+    (w1, w2): (&'a [CudaSlice<bf16>], &'a [CudaSlice<bf16>]),
+) -> Vec<RankInputs<'a>> {
+    (0..tokens.len())
+        .map(|i| RankInputs {
+            tokens: tokens[i],
+            x: &x[i],
+            topk_ids: &ids[i],
+            topk_weights: &w[i],
+            w1: &w1[i],
+            w2: &w2[i],
+        })
+        .collect()
 }
 
 /// Every rank's gradient buffers as the EP backward takes them: rank r's dx, dtopk, dW1 and dW2 from entry r of each.
