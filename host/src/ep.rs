@@ -644,7 +644,11 @@ impl EpLayer {
     /// CUDA graphs: after one eager forward (and backward, if the graph holds one) on the same buffers, the calls
     /// can be captured on the GPU's stream and replayed on new contents of those buffers; the token counts, the
     /// modes and the timeout are those of the capture. Each replayed call is a new epoch on the device. The host
-    /// cannot see replays: a replayed backward must follow a replayed (or eager) forward of the same tokens.
+    /// cannot see replays: a replayed backward must follow a replayed (or eager) forward of the same tokens, and
+    /// whether a backward sends its rows again ([`EpSaved`]) is decided from the calls the host issued (at capture
+    /// for a captured backward). Keep a forward and its backward on the same side: both captured (in one graph or
+    /// in graphs replayed in the captured order) or both eager, so that no replay the host cannot see comes
+    /// between an eager forward and its eager backward.
     pub fn forward(&mut self, inp: &[RankInputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<EpSaved> {
         self.run(inp, outs, false).map(|(s, _)| s)
     }
