@@ -732,6 +732,43 @@ gpu_test!(graph_ep4_one_layer_two_model_layers, {
     }
 });
 
+// A graph's replay the host cannot see, between an eager forward and its eager backward: the backward runs on the
+// replayed forward's state (the host saw no other forward, so it sends no rows again); the dispatch's state tag
+// catches it and `check` says so (`Error::Mismatch` naming the forward the workspace held). Then the layer runs a
+// step normally, against the f64 reference.
+gpu_test!(graph_ep_replay_between_forward_and_backward_is_reported, {
+    let g = gpu();
+    let mut r = rng();
+    let tokens = [20usize, 9, 0, 33];
+    let total: usize = tokens.iter().sum();
+    let (a, b) = (inputs(&mut r, SMALL, total, Routing::Masked10), inputs(&mut r, SMALL, total, Routing::Uniform));
+    let cfg = LayerConfig::bf16(SMALL.h, SMALL.i, SMALL.e, SMALL.k, 33, Save::InputsOnly);
+    let mut layer = EpLayer::new(g.clone(), cfg, 4).unwrap();
+    let (mut ba, mut bb) = (EpBufs::new(&g, &a, &tokens), EpBufs::new(&g, &b, &tokens));
+    ba.load(&g, &a);
+    bb.load(&g, &b);
+    // eager steps first: every map and buffer the capture uses
+    ba.step(&mut layer, true).unwrap();
+    bb.step(&mut layer, true).unwrap();
+    layer.check().unwrap();
+    let graph = capture(&g, || bb.forward(&mut layer).map(|_| ())).unwrap();
+    let sa = ba.forward(&mut layer).unwrap();
+    graph.launch().unwrap();
+    ba.backward(&mut layer, &sa).unwrap();
+    match layer.check() {
+        Err(Error::Mismatch(m)) => {
+            assert!(m.contains("another forward") && m.contains("replay"), "unexpected message: {m}");
+            eprintln!("reported as expected: {m}");
+        }
+        other => panic!("a backward on a replayed forward's state: expected Error::Mismatch, got {other:?}"),
+    }
+    ba.load(&g, &a);
+    ba.step(&mut layer, true).unwrap();
+    layer.check().unwrap();
+    let bits = ba.bits(&g, true, "after the report");
+    ep_against_reference(&bits, &a, &tokens, true, "a step after the report", 1e-2);
+});
+
 // An EP capture before any eager backward would allocate the backward's buffers: `Error::InvalidArgument` saying
 // what to do, before any eager call (the forward's maps are then placed by recorded copies, the backward refuses)
 // and after an eager forward alone; afterwards the eager step runs normally.

@@ -709,7 +709,7 @@ impl EpLayer {
         for (r, ((i, o), w)) in inp.iter().zip(outs.iter()).zip(&self.ranks).enumerate() {
             ranks[r] = EpRank { x: dptr(i.x, &s), y: dptr(&w.y, &s), out: dptr(&**o, &s), ..self.rank_common(r, i) };
         }
-        let p = self.params(ranks, false);
+        let p = EpParams { state: call, ..self.params(ranks, false) };
         let dispatch_ms = self.launch_ep("ep_dispatch", &p, timed)?;
         let mut gemms = || -> Result<()> {
             for (r, i) in inp.iter().enumerate() {
@@ -847,7 +847,7 @@ impl EpLayer {
             };
         }
         // the push of codes and the copying combine (`EpParams::fp8`)
-        let p = EpParams { fp8: 1, pull: 0, scatter: 0, ..self.params(ranks, false) };
+        let p = EpParams { fp8: 1, pull: 0, scatter: 0, state: call, ..self.params(ranks, false) };
         let dispatch = || -> Result<()> {
             for (i, rk) in inp.iter().zip(&ranks) {
                 // SAFETY: x holds at least tokens * H bf16 (checked), the rank's codes and scales max_tokens >=
@@ -1007,7 +1007,7 @@ impl EpLayer {
             scatter: (self.scatter && !backward) as u32,
             fp8: 0,
             resend_x: 0,
-            pad: 0,
+            state: 0,
         }
     }
 
@@ -1378,7 +1378,7 @@ impl EpLayer {
             (true, false) => 1,
             (true, true) => 2,
         };
-        let p = EpParams { fp8: dy8 as u32, resend_x, ..self.params(ranks, true) };
+        let p = EpParams { fp8: dy8 as u32, resend_x, state: saved.call, ..self.params(ranks, true) };
         self.launch_ep("ep_dispatch", &p, false)?;
         for r in 0..r_n {
             self.experts_backward(r, (&inp[r], w8r(r), z), &mut grads[r], accumulate, Pass::Launch)?;
@@ -1760,18 +1760,27 @@ impl EpLayer {
     }
 
     /// Synchronise and report what the device recorded since the last check: a bounded wait that expired
-    /// ([`Error::Timeout`] naming the rank waited for and the phase) or an expert id outside -1..E
-    /// ([`Error::InvalidArgument`]). The workspace stays usable either way. "Since the last check" is by the
+    /// ([`Error::Timeout`] naming the rank waited for and the phase), a backward that ran on another forward's
+    /// state ([`Error::Mismatch`]: a call the host did not see, such as a graph replay, came between an eager
+    /// forward and its backward) or an expert id outside -1..E ([`Error::InvalidArgument`]). The workspace stays
+    /// usable either way. "Since the last check" is by the
     /// device's call counter, so it also covers calls replayed from a CUDA graph.
     pub fn check(&mut self) -> Result<()> {
         self.gpu.sync()?;
         let lay = self.group.layout;
         // every rank's call counter: equal (each advanced once per call by the same launches)
         let mut epoch = None;
+        // the first rank whose backward ran on another forward's state since the last check (the state error: that
+        // call's epoch), with the tag it found
+        let mut wrong_state = None;
         for r in 0..self.world() {
             let at = (r as u64 * lay.bytes + lay.epoch) as usize / 4;
-            let view = self.group.mem[0].slice(at..at + 1);
-            let e = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s call counter"))?[0];
+            let view = self.group.mem[0].slice(at..at + 3);
+            let words = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s call counter"))?;
+            let e = words[0];
+            if wrong_state.is_none() && words[2] > self.checked_epoch && words[2] <= e {
+                wrong_state = Some((r, words[1]));
+            }
             match epoch {
                 None => epoch = Some(e),
                 Some(e0) if e0 != e => {
@@ -1808,6 +1817,13 @@ impl EpLayer {
         self.checked_epoch = epoch;
         if let Some(t) = timeout {
             return Err(t);
+        }
+        if let Some((r, tag)) = wrong_state {
+            return Err(Error::Mismatch(format!(
+                "rank {r}: a backward ran on the workspace of another forward (it holds forward call {tag}'s rows): a \
+                 call the host did not see, such as a CUDA graph's replay, came between an eager forward and its \
+                 backward, whose results are wrong (EpLayer::forward's doc says how to order them)"
+            )));
         }
         // GEMM1's error word is only written (and zeroed) by a pulled forward
         if self.pull {

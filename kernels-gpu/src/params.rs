@@ -655,8 +655,10 @@ pub struct EpParams {
     /// x from `EpRank::x2` into `recv` besides its dy into `recv_dy`: 1 as bf16 rows, 2 as FP8 codes and scales
     /// (`x2_scales`, laid out as `fp8`'s).
     pub resend_x: u32,
-    /// Unused (the block stays whole 8-byte words).
-    pub pad: u32,
+    /// The host's number of the forward whose state this call leaves in (forward, backward with `resend_x`) or
+    /// expects of (backward without) the workspace: the state tag (`ep::Workspace::epoch`'s second word). A
+    /// backward that finds another tag records its epoch as the state error (the third word) and runs on.
+    pub state: u32,
 }
 
 /// Blockwise FP8 quantization (kernels `quantize_fp8_rows`, `quantize_fp8_blocks`; [`crate::fp8`] gives the rule):

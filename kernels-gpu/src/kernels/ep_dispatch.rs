@@ -122,6 +122,17 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
         return;
     }
 
+    // the state tag: left by a call that leaves the forward's state, checked by one that reads it (a mismatch: a call
+    // the host did not see, e.g. a graph's replay, came between the forward and this backward)
+    if me.b == 0 && t == 0 {
+        let tag = (me.ws + ws.epoch + 4) as *mut u32;
+        if full {
+            *tag = p.state;
+        } else if *tag != p.state {
+            *tag.add(1) = epoch;
+        }
+    }
+
     // 1. counts row to every rank (all zero when this rank's routing failed: its offsets are zero and it pushes
     // no row, so no owner may wait for or lay out rows from it)
     if me.b == 0 && full {
