@@ -6,7 +6,7 @@
 # Predicted: ep all pass (41 + the four new `*one_layer_serves_two_model_layers*`, 45 less the one retired:
 # `backward_needs_the_latest_forward` became the resend); every backward bitwise its model layer's own twin; graph's
 # EP tests 6/6 with `graph_ep4_one_layer_two_model_layers` (forward A, forward B, backward B, backward A captured,
-# replays bitwise a layer each). The ep
+# replays bitwise a layer each) and `graph_ep_replay_between_forward_and_backward_is_reported` (Error::Mismatch). The ep
 # bench's new line (H100 / H200, 30B EP = 8 emulated, 2048 tokens a rank, 131072 rows): the older forward's backward
 # +0.25-0.4 ms over the latest's (537 MB more dispatched through one HBM at ~2-3 TB/s of copy, plus 8 route launches
 # and a count round), ~1.1x.
