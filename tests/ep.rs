@@ -504,7 +504,23 @@ fn check_ep_bad_id(s: Shape, tokens: &[usize], bad: usize, mode: Mode) {
     // valid ids again: the next call's routing clears the error and every rank's output is the EP = 1 layer's
     r.ids[bad] = g.upload(&good_ids).unwrap();
     run_ep(&g, &mut layer, &mut r).unwrap();
-    compare(&g, &r, s.h, &ep1_bits(&g, &inp));
+    let want_good = ep1_bits(&g, &inp);
+    compare(&g, &r, s.h, &want_good);
+    // a forward with the bad id, then one with valid ids, one check: the later routing cleared the routing's error
+    // word, the dispatch's routing-error epoch still names the rank; then the layer runs normally
+    for ids in [&bad_ids, &good_ids] {
+        r.ids[bad] = g.upload(ids).unwrap();
+        let (li, mut outs) = io(&mut r);
+        layer.forward(&li, &mut outs).unwrap();
+    }
+    match layer.check() {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains(&format!("rank {bad}")) && m.contains("since the last check"), "{m}")
+        }
+        other => panic!("check after a bad expert id on rank {bad} in an earlier forward: {other:?}"),
+    }
+    run_ep(&g, &mut layer, &mut r).unwrap();
+    compare(&g, &r, s.h, &want_good);
 }
 
 gpu_test!(ep4_bad_expert_id_on_one_rank, { check_ep_bad_id(MEDIUM, &[50, 19, 123, 7], 1, Mode::PUSH) });

@@ -1771,15 +1771,19 @@ impl EpLayer {
         // every rank's call counter: equal (each advanced once per call by the same launches)
         let mut epoch = None;
         // the first rank whose backward ran on another forward's state since the last check (the state error: that
-        // call's epoch), with the tag it found
-        let mut wrong_state = None;
+        // call's epoch), with the tag the workspace holds now; the first whose routing failed in a call since
+        let (mut wrong_state, mut bad_routing) = (None, None);
         for r in 0..self.world() {
             let at = (r as u64 * lay.bytes + lay.epoch) as usize / 4;
-            let view = self.group.mem[0].slice(at..at + 3);
+            let view = self.group.mem[0].slice(at..at + 4);
             let words = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s call counter"))?;
             let e = words[0];
-            if wrong_state.is_none() && words[2] > self.checked_epoch && words[2] <= e {
+            let since = |w: u32| w > self.checked_epoch && w <= e;
+            if wrong_state.is_none() && since(words[2]) {
                 wrong_state = Some((r, words[1]));
+            }
+            if bad_routing.is_none() && since(words[3]) {
+                bad_routing = Some(r);
             }
             match epoch {
                 None => epoch = Some(e),
@@ -1820,9 +1824,9 @@ impl EpLayer {
         }
         if let Some((r, tag)) = wrong_state {
             return Err(Error::Mismatch(format!(
-                "rank {r}: a backward ran on the workspace of another forward (it holds forward call {tag}'s rows): a \
-                 call the host did not see, such as a CUDA graph's replay, came between an eager forward and its \
-                 backward, whose results are wrong (EpLayer::forward's doc says how to order them)"
+                "rank {r}: a backward ran on the workspace of another forward (it now holds forward call {tag}'s \
+                 rows): a call the host did not see, such as a CUDA graph's replay, came between an eager forward \
+                 and its backward, whose results are wrong (EpLayer::forward's doc says how to order them)"
             )));
         }
         // GEMM1's error word is only written (and zeroed) by a pulled forward
@@ -1861,6 +1865,14 @@ impl EpLayer {
                     self.cfg.experts
                 )));
             }
+        }
+        if let Some(r) = bad_routing {
+            return Err(Error::InvalidArgument(format!(
+                "rank {r}: the routing of a call since the last check failed (topk_ids held an expert id outside \
+                 -1..{}, or the routing's grid barrier timed out): that call sent none of the rank's rows and wrote \
+                 none of its outputs; a later routing of the rank succeeded",
+                self.cfg.experts
+            )));
         }
         Ok(())
     }
@@ -1943,7 +1955,7 @@ mod tests {
     }
 
     #[test]
-    fn a_saved_state_is_taken_only_by_its_layer_and_latest_forward() {
+    fn a_saved_state_is_taken_only_by_its_layer_and_kind() {
         let mut saved = EpSaved { layer: 7, call: 3, tokens: vec![5, 0], fp8: false, z: false };
         saved.check(7, 2, false).unwrap();
         let e = saved.check(8, 2, false).unwrap_err().to_string();

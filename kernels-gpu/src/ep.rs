@@ -135,11 +135,12 @@ pub struct Workspace {
     /// first launch of every call, adds 1; the call's dispatch and combine kernels read it at their start, so the
     /// epoch lives on the device and a CUDA graph replays new epochs. Every rank advances its own counter once
     /// per call and reads only its own, so ranks that make the same calls agree on every call's epoch.
-    /// `u32::MAX` means exhausted: the kernels then do nothing (the host refuses calls before). Then u32 \[2\]:
+    /// `u32::MAX` means exhausted: the kernels then do nothing (the host refuses calls before). Then u32 \[3\]:
     /// the state tag (the host's number of the forward whose state the workspace holds: written by the dispatch of
-    /// a forward and of a backward that sends its rows again, `EpParams::state`) and the state error (the epoch
-    /// of a backward whose dispatch found another tag: it ran on another forward's state; `EpLayer::check` reports
-    /// it).
+    /// a forward and of a backward that sends its rows again, `EpParams::state`), the state error (the epoch
+    /// of a backward whose dispatch found another tag: it ran on another forward's state) and the routing error
+    /// (the epoch of the latest call whose dispatch ran over a failed routing of the rank); `EpLayer::check`
+    /// reports both.
     pub epoch: u64,
     /// u64 \[8\]: each source rank's x address (pull dispatch: written by the source, read by this rank's GEMM1).
     pub src_x: u64,
@@ -219,7 +220,7 @@ impl Workspace {
         let local_tiles = some!(align(some!(after(local_offsets, 4, expert_words))));
         let error = some!(align(some!(after(local_tiles, 4, expert_words))));
         let epoch = some!(align(some!(after(error, 4, 4))));
-        let src_x = some!(align(some!(after(epoch, 4, 3))));
+        let src_x = some!(align(some!(after(epoch, 4, 4))));
         let back_ptrs = some!(align(some!(after(src_x, 8, 8))));
         let arrive = some!(align(some!(after(back_ptrs, 8, 8))));
         let bytes = some!(align(some!(after(arrive, 4, arrive_words))));
@@ -395,8 +396,8 @@ mod tests {
         assert!(w.back_flags - w.data_flags >= 4 * 8 * 16 && w.local_offsets - w.back_flags >= 4 * 8 * 16);
         assert!(w.back_flags - w.back >= 2048 * 8 * 2048 * 2);
         assert!(w.back_ptrs - w.src_x >= 8 * 8 && w.arrive - w.back_ptrs >= 8 * 8);
-        // the call counter, the state tag and the state error
-        assert!(w.src_x - w.epoch >= 3 * 4);
+        // the call counter, the state tag, the state error and the routing error
+        assert!(w.src_x - w.epoch >= 4 * 4);
         // an m-tile counter per 128 received rows, one more per local expert, and the error word
         assert!(w.bytes - w.arrive >= 4 * (8 * 2048 * 8 / 128 + 128 + 1));
     }

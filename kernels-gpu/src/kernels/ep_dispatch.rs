@@ -123,11 +123,15 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
     }
 
     // the state tag: left by a call that leaves the forward's state, checked by one that reads it (a mismatch: a call
-    // the host did not see, e.g. a graph's replay, came between the forward and this backward)
+    // the host did not see, e.g. a graph's replay, came between the forward and this backward); a call over a failed
+    // routing leaves its epoch too (the next routing clears the routing's own error word)
     if me.b == 0 && t == 0 {
         let tag = (me.ws + ws.epoch + 4) as *mut u32;
         if full {
             *tag = p.state;
+            if routing_failed(me.own.route_error) {
+                *tag.add(2) = epoch;
+            }
         } else if *tag != p.state {
             *tag.add(1) = epoch;
         }
