@@ -76,6 +76,8 @@ unsafe fn local_layout(p: &EpParams, ws_base: u64, rank: u32, ok: bool) {
 /// `src_scales` their f32 [tokens, hidden / 128] scales) into row `dst` of the region at `to` (bf16 [max_recv,
 /// hidden]; with `fp8`, codes [max_recv, hidden] followed by scales [max_recv, hidden / 128] at `to + max_recv *
 /// hidden`).
+/// SAFETY: the warp's 32 lanes together; `src` (and `src_scales`) hold token `tok`'s row, `dst < max_recv`, `to` a
+/// region of the layout above (the caller bounds `dst` and takes `tok` from a slot below the rank's tokens * k).
 #[inline(always)]
 unsafe fn push_row(p: &EpParams, (src, src_scales): (u64, u64), fp8: bool, to: u64, (tok, dst): (u32, u32), lane: u32) {
     let dst = dst as usize;
