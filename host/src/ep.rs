@@ -417,6 +417,8 @@ pub struct EpLayer {
     /// The device's call counter (every rank's) as the last [`EpLayer::check`] read it: records of later epochs
     /// are new.
     checked_epoch: u32,
+    /// Errors a check read but did not return yet (one is returned per check, oldest first).
+    pending: std::collections::VecDeque<Error>,
     /// u32 [max_recv]: 0, 1, 2, ... (row -> itself: the owner's rows are their own slots for the EP = 1 kernels).
     ident: Option<CudaSlice<u32>>,
     timeout_ns: u64,
@@ -479,6 +481,7 @@ impl EpLayer {
             calls: 0,
             holds: 0,
             checked_epoch: 0,
+            pending: std::collections::VecDeque::new(),
             ident: None,
             timeout_ns: DEFAULT_TIMEOUT_NS,
             withhold: None,
@@ -751,8 +754,8 @@ impl EpLayer {
     /// order with the experts' weights concatenated likewise. Needs H a multiple of 512 and I of 128; uses the push
     /// dispatch and the copying combine whatever [`EpLayer::set_pull_dispatch`] and
     /// [`EpLayer::set_scatter_combine`] say. Its backward is [`EpLayer::backward_fp8`] ([`EpLayer::backward`]
-    /// refuses the state: the workspace holds the rows' codes). Asynchronous, no host synchronisation; the first call allocates the FP8 buffers (then capturable
-    /// in a CUDA graph as [`EpLayer::forward`]).
+    /// refuses the state: the workspace holds the rows' codes). Asynchronous, no host synchronisation; the first
+    /// call allocates the FP8 buffers (then capturable in a CUDA graph as [`EpLayer::forward`]).
     pub fn forward_fp8(&mut self, inp: &[RankFp8Inputs<'_>], outs: &mut [&mut CudaSlice<bf16>]) -> Result<EpSaved> {
         self.run_fp8(inp, outs, false).map(|(s, _)| s)
     }
@@ -1763,11 +1766,22 @@ impl EpLayer {
     /// ([`Error::Timeout`] naming the rank waited for and the phase), a backward that ran on another forward's
     /// state ([`Error::Mismatch`]: a call the host did not see, such as a graph replay, came between an eager
     /// forward and its backward) or an expert id outside -1..E ([`Error::InvalidArgument`]). The workspace stays
-    /// usable either way. "Since the last check" is by the
-    /// device's call counter, so it also covers calls replayed from a CUDA graph.
+    /// usable either way. "Since the last check" is by the device's call counter, so it also covers calls replayed
+    /// from a CUDA graph. One error is returned per check, oldest first: where an interval recorded several (a
+    /// timeout and a state mismatch, say), the next checks return the rest before anything newer; `Ok` means none
+    /// is left.
     pub fn check(&mut self) -> Result<()> {
         self.gpu.sync()?;
+        let found = self.read_errors()?;
+        self.pending.extend(found);
+        self.pending.pop_front().map_or(Ok(()), Err)
+    }
+
+    /// Every error the device recorded since the last check, in the order [`EpLayer::check`] reports them; advances
+    /// the checked epoch. Reading a record that fails (or counters that disagree) returns at once.
+    fn read_errors(&mut self) -> Result<Vec<Error>> {
         let lay = self.group.layout;
+        let mut found = Vec::new();
         // every rank's call counter: equal (each advanced once per call by the same launches)
         let mut epoch = None;
         // the first rank whose backward ran on another forward's state since the last check (the state error: that
@@ -1804,26 +1818,23 @@ impl EpLayer {
                     .into(),
             ));
         }
-        let mut timeout = None;
         for r in 0..self.world() {
             let at = (r as u64 * lay.bytes + lay.error) as usize / 4;
             let view = self.group.mem[0].slice(at..at + 4);
             let rec = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s error record"))?;
-            if timeout.is_none() && rec[3] == 1 && rec[2] > self.checked_epoch && rec[2] <= epoch {
+            if rec[3] == 1 && rec[2] > self.checked_epoch && rec[2] <= epoch {
                 let phase = Phase::from_code(rec[0]).map_or("unknown phase", Phase::name);
-                timeout = Some(Error::Timeout {
+                found.push(Error::Timeout {
                     rank: rec[1] as usize,
                     phase,
                     timeout_ms: self.timeout_ns.div_ceil(1_000_000),
                 });
+                break;
             }
         }
         self.checked_epoch = epoch;
-        if let Some(t) = timeout {
-            return Err(t);
-        }
         if let Some((r, tag)) = wrong_state {
-            return Err(Error::Mismatch(format!(
+            found.push(Error::Mismatch(format!(
                 "rank {r}: a backward ran on the workspace of another forward (it now holds forward call {tag}'s \
                  rows): a call the host did not see, such as a CUDA graph's replay, came between an eager forward \
                  and its backward, whose results are wrong (EpLayer::forward's doc says how to order them)"
@@ -1840,41 +1851,48 @@ impl EpLayer {
                     .clone_dtoh(&self.group.mem[0].slice(at..at + 1))
                     .ctx(|| "reading an error word".to_string())?;
                 if w[0] == megamoe_kernels::params::FUSED_TIMEOUT {
-                    return Err(Error::Timeout {
+                    found.push(Error::Timeout {
                         rank: r,
                         phase: "GEMM1's wait for its pulled rows",
                         timeout_ms: self.timeout_ns.div_ceil(1_000_000),
                     });
+                    break;
                 }
             }
         }
+        let mut latest_routing_failed = false;
         for (r, w) in self.ranks.iter().enumerate() {
             let word = self.gpu.download(&w.route_error)?[0];
             if word == megamoe_kernels::params::ROUTE_TIMEOUT {
-                return Err(Error::Timeout {
+                found.push(Error::Timeout {
                     rank: r,
                     phase: "the routing's grid barrier (its blocks not all resident)",
                     timeout_ms: crate::route::ROUTE_TIMEOUT_NS / 1_000_000,
                 });
+                latest_routing_failed = true;
+                break;
             }
             if word != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "rank {r}: topk_ids holds an expert id outside -1..{}: that rank sent no rows and wrote none of its \
-                     outputs (out; in a backward dx and dtopk); the other ranks' results are those of a call without \
-                     its tokens",
+                found.push(Error::InvalidArgument(format!(
+                    "rank {r}: topk_ids holds an expert id outside -1..{}: that rank sent no rows and wrote none of \
+                     its outputs (out; in a backward dx and dtopk); the other ranks' results are those of a call \
+                     without its tokens",
                     self.cfg.experts
                 )));
+                latest_routing_failed = true;
+                break;
             }
         }
-        if let Some(r) = bad_routing {
-            return Err(Error::InvalidArgument(format!(
+        // the latest routing's failure is the same event as its call's epoch word: report it once
+        if let (Some(r), false) = (bad_routing, latest_routing_failed) {
+            found.push(Error::InvalidArgument(format!(
                 "rank {r}: the routing of a call since the last check failed (topk_ids held an expert id outside \
                  -1..{}, or the routing's grid barrier timed out): that call sent none of the rank's rows and wrote \
                  none of its outputs; a later routing of the rank succeeded",
                 self.cfg.experts
             )));
         }
-        Ok(())
+        Ok(found)
     }
 }
 
