@@ -18,19 +18,19 @@ it (events; no host synchronisation). Weight gradients are bf16 (as autograd giv
 the f32 sum rounded once). Every buffer is checked by the library before a launch (device, size of its allocation,
 16-byte alignment, outputs disjoint from inputs): errors raise `MegamoeError` with the library's message. megamoe's
 workspace and saved states come from CUDA's default memory pool, kept cached between calls; `trim_pool()` hands it
-back. A layer's workspace is scratch: the MoE layers of a model that share a shape can share one
-(`shared_layer(...)`, `MoE(..., share_layer=True)`). CUDA graphs: `Layer(..., saved_slots=n)` / `MoE(...,
-saved_slots=n)` gives the layer a ring of n saved states so that its forwards allocate nothing; then a forward and
-backward can be captured by `torch.cuda.graph` and replayed (a captured forward keeps one slot for its graph; a
-backward whose slot a later forward overwrote raises). Not through these bindings yet: expert parallelism (the Rust
-API has it). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or `Fp8Weights` + `moe_fp8`, or
-`Layer.forward_fp8` / `backward(..., w8=)`. torch.compile: `moe_op` / `MoE(..., op=True)`, the layer as custom
-operators (torch.library) that carry no state from forward to backward (the backward makes the routing again, ~13
-us at 30B): traced without a graph break, and capturable in a CUDA graph without a ring; on a layer with
-`save_z=True` the forward operator also returns z, which autograd keeps for the backward operator instead of a
-recompute (1.15-1.18x the z-recomputing operators' step at 30B; FP8 1.11-1.16x). In FP8 too: `moe_op_fp8` /
-`MoE(..., op=True, fp8=True)`, the FP8 weights as six tensors (`fp8_codes`, an operator: quantized in the call
-unless given).
+back. A layer's workspace is scratch: the MoE layers of a model that share a shape share one (`shared_layer(...)`;
+`MoE` does so by default on its eager path, `share_layer=False` to opt out). CUDA graphs: `Layer(...,
+saved_slots=n)` / `MoE(..., saved_slots=n)` gives the layer a ring of n saved states so that its forwards allocate
+nothing; then a forward and backward can be captured by `torch.cuda.graph` and replayed (a captured forward keeps
+one slot for its graph; a backward whose slot a later forward overwrote raises). Not through these bindings yet:
+expert parallelism (the Rust API has it). Blockwise FP8 (H a multiple of 512, I of 128): `MoE(..., fp8=True)`, or
+`Fp8Weights` + `moe_fp8`, or `Layer.forward_fp8` / `backward(..., w8=)`. torch.compile: `moe_op` / `MoE(...,
+op=True)`, the layer as custom operators (torch.library) that carry no state from forward to backward (the backward
+makes the routing again, ~13 us at 30B): traced without a graph break, and capturable in a CUDA graph without a
+ring; on a layer with `save_z=True` the forward operator also returns z, which autograd keeps for the backward
+operator instead of a recompute (1.15-1.18x the z-recomputing operators' step at 30B; FP8 1.11-1.16x). In FP8 too:
+`moe_op_fp8` / `MoE(..., op=True, fp8=True)`, the FP8 weights as six tensors (`fp8_codes`, an operator: quantized in
+the call unless given).
 """
 import ctypes
 import itertools
@@ -775,11 +775,17 @@ class MoE(torch.nn.Module):
     torch.compile without a graph break); `saved_slots`: a ring of saved states for CUDA-graph capture of the
     default path; `fp8`: blockwise FP8 (with `op=True`: `moe_op_fp8`, the weights quantized by an operator in
     every forward); `share_layer`: the modules of one configuration and device share one `Layer` and so one
-    workspace (`shared_layer`; not with `saved_slots`, a ring being one module's)."""
+    workspace (`shared_layer`). On by default on the eager path (no `op`, no `saved_slots`); off by default with
+    `op=True`, whose calls a CUDA graph can capture: the tensor maps of buffers first seen in captures take slots
+    of their layer (128, about a dozen a captured forward and backward), so a whole model captured on one layer
+    could run out of them; never with `saved_slots`, a ring being one module's. `share_layer=False`: a layer of
+    the module's own."""
 
     def __init__(self, hidden, intermediate, experts, top_k, max_tokens, save_z=False, device=None, fp8=False,
-                 saved_slots=0, op=False, share_layer=False):
+                 saved_slots=0, op=False, share_layer=None):
         super().__init__()
+        if share_layer is None:
+            share_layer = not saved_slots and not op
         if share_layer and saved_slots:
             raise ValueError("share_layer with saved_slots: a ring of saved states is one module's own")
         self.op = op

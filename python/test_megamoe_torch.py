@@ -453,6 +453,12 @@ def case_shared(name, H, I, E, k, T, masked, save_z=False, op=False, fp8=False):
     same_five(f"shared {name}", got, want, names=("y", "dx", "dtopk a", "dtopk b", "dW1 a", "dW2 a", "dW1 b", "dW2 b"))
     expect_error(f"shared {name}: share_layer with saved_slots", ValueError,
                  lambda: mm.MoE(H, I, E, k, T, device=dev, saved_slots=2, share_layer=True))
+    # the default: shared on the eager path, a layer each with op=True (capturable) or with a ring
+    for kw, want_shared in [(dict(), True), (dict(op=True), False), (dict(saved_slots=2), False)]:
+        a, b = (mm.MoE(H, I, E, k, T, save_z=save_z, device=dev, fp8=fp8, **kw) for _ in "ab")
+        got_shared = a.layer() is b.layer()
+        if got_shared != want_shared:
+            fail(f"shared {name}: the default with {kw} shared: {got_shared}, expected {want_shared}")
     torch.cuda.synchronize()
 
 
