@@ -1781,124 +1781,203 @@ impl EpLayer {
     /// the checked epoch. Reading a record that fails (or counters that disagree) returns at once.
     fn read_errors(&mut self) -> Result<Vec<Error>> {
         let lay = self.group.layout;
-        let mut found = Vec::new();
-        // every rank's call counter: equal (each advanced once per call by the same launches)
-        let mut epoch = None;
-        // the first rank whose backward ran on another forward's state since the last check (the state error: that
-        // call's epoch), with the tag the workspace holds now; the first whose routing failed in a call since
-        let (mut wrong_state, mut bad_routing) = (None, None);
+        let mut words = Vec::with_capacity(self.world());
         for r in 0..self.world() {
-            let at = (r as u64 * lay.bytes + lay.epoch) as usize / 4;
-            let view = self.group.mem[0].slice(at..at + 4);
-            let words = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s call counter"))?;
-            let e = words[0];
-            let since = |w: u32| w > self.checked_epoch && w <= e;
-            if wrong_state.is_none() && since(words[2]) {
-                wrong_state = Some((r, words[1]));
-            }
-            if bad_routing.is_none() && since(words[3]) {
-                bad_routing = Some(r);
-            }
-            match epoch {
-                None => epoch = Some(e),
-                Some(e0) if e0 != e => {
-                    return Err(Error::Mismatch(format!(
-                        "the ranks' call counters disagree (rank 0: {e0}, rank {r}: {e}): the ranks did not make \
-                         the same calls"
-                    )))
-                }
-                Some(_) => {}
-            }
+            let read = |off: u64, n: usize, what: &str| {
+                let at = (r as u64 * lay.bytes + off) as usize / 4;
+                let view = self.group.mem[0].slice(at..at + n);
+                self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s {what}"))
+            };
+            let counter = read(lay.epoch, 4, "call counter")?;
+            let record = read(lay.error, 4, "error record")?;
+            // GEMM1's error word (the last word of `arrive`) is only written (and zeroed) by a pulled forward
+            let pull_word = if self.pull {
+                let words = Workspace::arrive_words(lay.max_recv, self.cfg.experts as u64);
+                Some(read(lay.arrive + 4 * (words - 1), 1, "GEMM1's error word")?[0])
+            } else {
+                None
+            };
+            let route = self.gpu.download(&self.ranks[r].route_error)?[0];
+            words.push(RankWords {
+                counter: counter.try_into().expect("4 words"),
+                record: record.try_into().expect("4 words"),
+                pull_word,
+                route,
+            });
         }
-        let epoch = epoch.unwrap_or(0);
-        if epoch == u32::MAX {
-            return Err(Error::InvalidArgument(
-                "the workspace's call counter is exhausted (2^32 - 2 calls, CUDA graph replays included): the \
-                 later calls did nothing; make a new layer"
-                    .into(),
-            ));
-        }
-        for r in 0..self.world() {
-            let at = (r as u64 * lay.bytes + lay.error) as usize / 4;
-            let view = self.group.mem[0].slice(at..at + 4);
-            let rec = self.gpu.stream().clone_dtoh(&view).ctx(|| format!("reading rank {r}'s error record"))?;
-            if rec[3] == 1 && rec[2] > self.checked_epoch && rec[2] <= epoch {
-                let phase = Phase::from_code(rec[0]).map_or("unknown phase", Phase::name);
-                found.push(Error::Timeout {
-                    rank: rec[1] as usize,
-                    phase,
-                    timeout_ms: self.timeout_ns.div_ceil(1_000_000),
-                });
-                break;
-            }
-        }
+        let (epoch, found) = interval_errors(&words, self.checked_epoch, self.cfg.experts, self.timeout_ns)?;
         self.checked_epoch = epoch;
-        if let Some((r, tag)) = wrong_state {
-            found.push(Error::Mismatch(format!(
-                "rank {r}: a backward ran on the workspace of another forward (it now holds forward call {tag}'s \
-                 rows): a call the host did not see, such as a CUDA graph's replay, came between an eager forward \
-                 and its backward, whose results are wrong (EpLayer::forward's doc says how to order them)"
-            )));
-        }
-        // GEMM1's error word is only written (and zeroed) by a pulled forward
-        if self.pull {
-            let words = Workspace::arrive_words(lay.max_recv, self.cfg.experts as u64) as usize;
-            for r in 0..self.world() {
-                let at = (r as u64 * lay.bytes + lay.arrive) as usize / 4 + words - 1;
-                let w = self
-                    .gpu
-                    .stream()
-                    .clone_dtoh(&self.group.mem[0].slice(at..at + 1))
-                    .ctx(|| "reading an error word".to_string())?;
-                if w[0] == megamoe_kernels::params::FUSED_TIMEOUT {
-                    found.push(Error::Timeout {
-                        rank: r,
-                        phase: "GEMM1's wait for its pulled rows",
-                        timeout_ms: self.timeout_ns.div_ceil(1_000_000),
-                    });
-                    break;
-                }
-            }
-        }
-        let mut latest_routing_failed = false;
-        for (r, w) in self.ranks.iter().enumerate() {
-            let word = self.gpu.download(&w.route_error)?[0];
-            if word == megamoe_kernels::params::ROUTE_TIMEOUT {
-                found.push(Error::Timeout {
-                    rank: r,
-                    phase: "the routing's grid barrier (its blocks not all resident)",
-                    timeout_ms: crate::route::ROUTE_TIMEOUT_NS / 1_000_000,
-                });
-                latest_routing_failed = true;
-                break;
-            }
-            if word != 0 {
-                found.push(Error::InvalidArgument(format!(
-                    "rank {r}: topk_ids holds an expert id outside -1..{}: that rank sent no rows and wrote none of \
-                     its outputs (out; in a backward dx and dtopk); the other ranks' results are those of a call \
-                     without its tokens",
-                    self.cfg.experts
-                )));
-                latest_routing_failed = true;
-                break;
-            }
-        }
-        // the latest routing's failure is the same event as its call's epoch word: report it once
-        if let (Some(r), false) = (bad_routing, latest_routing_failed) {
-            found.push(Error::InvalidArgument(format!(
-                "rank {r}: the routing of a call since the last check failed (topk_ids held an expert id outside \
-                 -1..{}, or the routing's grid barrier timed out): that call sent none of the rank's rows and wrote \
-                 none of its outputs; a later routing of the rank succeeded",
-                self.cfg.experts
-            )));
-        }
         Ok(found)
     }
+}
+
+/// What [`EpLayer::check`] reads of one rank: its workspace's call counter and the three words after it (state tag,
+/// state-error epoch, routing-error epoch), its error record (phase, rank waited for, epoch, set), GEMM1's error
+/// word when the pull dispatch may have run, and its routing's error word.
+#[derive(Clone, Copy, Debug, Default)]
+struct RankWords {
+    counter: [u32; 4],
+    record: [u32; 4],
+    pull_word: Option<u32>,
+    route: u32,
+}
+
+/// The errors that `ranks`' words record for the calls after `checked` (the epoch the previous check read), in
+/// the order [`EpLayer::check`] returns them: a bounded wait's timeout (the first rank's record), the first rank's
+/// backward on another forward's state, GEMM1's pull timeout, the latest routing's failure (its grid barrier's
+/// timeout or a bad expert id), else an earlier call's routing failure (the latest routing's failure and its call's
+/// epoch word are one event: reported once). Returns the epoch read with them. An error when the ranks' counters
+/// disagree or the counter is exhausted.
+fn interval_errors(ranks: &[RankWords], checked: u32, experts: usize, timeout_ns: u64) -> Result<(u32, Vec<Error>)> {
+    let mut found = Vec::new();
+    // every rank's call counter: equal (each advanced once per call by the same launches)
+    let mut epoch = None;
+    // the first rank whose backward ran on another forward's state since the last check (the state error: that
+    // call's epoch), with the tag the workspace holds now; the first whose routing failed in a call since
+    let (mut wrong_state, mut bad_routing) = (None, None);
+    for (r, w) in ranks.iter().enumerate() {
+        let e = w.counter[0];
+        let since = |x: u32| x > checked && x <= e;
+        if wrong_state.is_none() && since(w.counter[2]) {
+            wrong_state = Some((r, w.counter[1]));
+        }
+        if bad_routing.is_none() && since(w.counter[3]) {
+            bad_routing = Some(r);
+        }
+        match epoch {
+            None => epoch = Some(e),
+            Some(e0) if e0 != e => {
+                return Err(Error::Mismatch(format!(
+                    "the ranks' call counters disagree (rank 0: {e0}, rank {r}: {e}): the ranks did not make the \
+                     same calls"
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    let epoch = epoch.unwrap_or(0);
+    if epoch == u32::MAX {
+        return Err(Error::InvalidArgument(
+            "the workspace's call counter is exhausted (2^32 - 2 calls, CUDA graph replays included): the later \
+             calls did nothing; make a new layer"
+                .into(),
+        ));
+    }
+    let timeout_ms = timeout_ns.div_ceil(1_000_000);
+    if let Some(rec) = ranks.iter().map(|w| w.record).find(|r| r[3] == 1 && r[2] > checked && r[2] <= epoch) {
+        let phase = Phase::from_code(rec[0]).map_or("unknown phase", Phase::name);
+        found.push(Error::Timeout { rank: rec[1] as usize, phase, timeout_ms });
+    }
+    if let Some((r, tag)) = wrong_state {
+        found.push(Error::Mismatch(format!(
+            "rank {r}: a backward ran on the workspace of another forward (it now holds forward call {tag}'s rows): \
+             a call the host did not see, such as a CUDA graph's replay, came between an eager forward and its \
+             backward, whose results are wrong (EpLayer::forward's doc says how to order them)"
+        )));
+    }
+    if let Some(r) = ranks.iter().position(|w| w.pull_word == Some(megamoe_kernels::params::FUSED_TIMEOUT)) {
+        found.push(Error::Timeout { rank: r, phase: "GEMM1's wait for its pulled rows", timeout_ms });
+    }
+    let latest = ranks.iter().position(|w| w.route != 0);
+    if let Some(r) = latest {
+        found.push(if ranks[r].route == megamoe_kernels::params::ROUTE_TIMEOUT {
+            Error::Timeout {
+                rank: r,
+                phase: "the routing's grid barrier (its blocks not all resident)",
+                timeout_ms: crate::route::ROUTE_TIMEOUT_NS / 1_000_000,
+            }
+        } else {
+            Error::InvalidArgument(format!(
+                "rank {r}: topk_ids holds an expert id outside -1..{experts}: that rank sent no rows and wrote none \
+                 of its outputs (out; in a backward dx and dtopk); the other ranks' results are those of a call \
+                 without its tokens"
+            ))
+        });
+    }
+    if let (Some(r), None) = (bad_routing, latest) {
+        found.push(Error::InvalidArgument(format!(
+            "rank {r}: the routing of a call since the last check failed (topk_ids held an expert id outside \
+             -1..{experts}, or the routing's grid barrier timed out): that call sent none of the rank's rows and \
+             wrote none of its outputs; a later routing of the rank succeeded"
+        )));
+    }
+    Ok((epoch, found))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `n` ranks at call counter `e`, nothing recorded.
+    fn quiet(n: usize, e: u32) -> Vec<RankWords> {
+        vec![RankWords { counter: [e, 1, 0, 0], ..Default::default() }; n]
+    }
+
+    fn kinds(v: &[Error]) -> Vec<&'static str> {
+        v.iter()
+            .map(|e| match e {
+                Error::Timeout { .. } => "timeout",
+                Error::Mismatch(_) => "mismatch",
+                Error::InvalidArgument(_) => "invalid",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn check_reports_every_error_of_the_interval_once_in_order() {
+        // nothing since the last check
+        let (e, f) = interval_errors(&quiet(3, 7), 5, 8, 10_000_000).unwrap();
+        assert_eq!((e, f.len()), (7, 0));
+        // a timeout (rank 2 waited for rank 0 in the dispatch, call 6) and a state mismatch (rank 1, call 7): both,
+        // the timeout first, the waited-for rank and the phase named, the tag the workspace holds in the mismatch
+        let mut w = quiet(3, 7);
+        w[2].record = [Phase::Dispatch as u32, 0, 6, 1];
+        w[1].counter = [7, 4, 7, 0];
+        let (_, f) = interval_errors(&w, 5, 8, 10_000_000).unwrap();
+        assert_eq!(kinds(&f), ["timeout", "mismatch"]);
+        match &f[0] {
+            Error::Timeout { rank, phase, timeout_ms } => assert_eq!((*rank, *phase, *timeout_ms), (0, "dispatch", 10)),
+            e => panic!("{e:?}"),
+        }
+        assert!(f[1].to_string().contains("rank 1") && f[1].to_string().contains("forward call 4"), "{}", f[1]);
+        // the same records read by the next check (epoch 7 checked): old, nothing reported
+        assert!(interval_errors(&w, 7, 8, 10_000_000).unwrap().1.is_empty());
+        // records of calls after the counter (a later call's, not yet counted) are not this interval's
+        w[1].counter = [7, 4, 8, 0];
+        w[2].record = [Phase::Counts as u32, 1, 8, 1];
+        assert!(interval_errors(&w, 5, 8, 10_000_000).unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn check_reports_a_routing_failure_once() {
+        // the latest routing failed on rank 1 (its error word) and its call left its epoch: one error, naming E
+        let mut w = quiet(2, 9);
+        w[1].route = 1;
+        w[1].counter[3] = 9;
+        let (_, f) = interval_errors(&w, 8, 16, 1).unwrap();
+        assert_eq!(kinds(&f), ["invalid"]);
+        assert!(f[0].to_string().contains("rank 1") && f[0].to_string().contains("-1..16"), "{}", f[0]);
+        // a later routing cleared the word: the epoch word still reports the earlier call
+        w[1].route = 0;
+        let (_, f) = interval_errors(&w, 8, 16, 1).unwrap();
+        assert_eq!(kinds(&f), ["invalid"]);
+        assert!(f[0].to_string().contains("since the last check"), "{}", f[0]);
+        // the routing's grid barrier timed out: a timeout, with the pull's GEMM1 timeout before it
+        w[0].route = megamoe_kernels::params::ROUTE_TIMEOUT;
+        w[1].pull_word = Some(megamoe_kernels::params::FUSED_TIMEOUT);
+        let (_, f) = interval_errors(&w, 8, 16, 1).unwrap();
+        assert_eq!(kinds(&f), ["timeout", "timeout"]);
+        assert!(f[0].to_string().contains("pulled rows") && f[1].to_string().contains("grid barrier"));
+    }
+
+    #[test]
+    fn check_refuses_disagreeing_or_exhausted_counters() {
+        let mut w = quiet(3, 5);
+        w[2].counter[0] = 4;
+        assert!(matches!(interval_errors(&w, 0, 8, 1), Err(Error::Mismatch(_))));
+        assert!(matches!(interval_errors(&quiet(2, u32::MAX), 0, 8, 1), Err(Error::InvalidArgument(_))));
+    }
 
     #[test]
     fn device_group_carries_the_layout_and_the_peers() {
