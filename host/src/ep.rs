@@ -1772,8 +1772,14 @@ impl EpLayer {
     /// is left.
     pub fn check(&mut self) -> Result<()> {
         self.gpu.sync()?;
-        let found = self.read_errors()?;
-        self.pending.extend(found);
+        // an error still pending is not queued twice (the latest routing's error word stays set until the next
+        // routing, so each check reads it again)
+        for e in self.read_errors()? {
+            let msg = e.to_string();
+            if !self.pending.iter().any(|p| p.to_string() == msg) {
+                self.pending.push_back(e);
+            }
+        }
         self.pending.pop_front().map_or(Ok(()), Err)
     }
 
