@@ -128,6 +128,8 @@ pub unsafe extern "ptx-kernel" fn ep_dispatch(p: EpParams) {
     // the host did not see, e.g. a graph's replay, came between the forward and this backward); a call over a failed
     // routing leaves its epoch too (the next routing clears the routing's own error word)
     if me.b == 0 && t == 0 {
+        // SAFETY: the epoch region of this rank's own workspace holds four u32 (counter, tag, state-error epoch,
+        // routing-error epoch); one thread of block 0 is its only writer in this call
         let tag = (me.ws + ws.epoch + 4) as *mut u32;
         if full {
             *tag = p.state;
