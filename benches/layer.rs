@@ -162,6 +162,21 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
     let pdl_default = megamoe::pdl_enabled()?;
     let pdl_passes = (passes.len(), passes.len() + 1);
     passes.extend([(0, false, 2, false), (1, true, 2, true)]);
+    // the weight gradients' operands gathered the other way (`MEGAMOE_WGRAD_GATHER`: by their producers from the
+    // tokens, or the copies the dh GEMM and the gather pass or side copy write): the z-saved step with bf16 and with
+    // f32 weight gradients, alternating with the default's (where the default, or the shape rule, is off the other
+    // way is `MEGAMOE_BENCH_WGRAD_GATHER` = 1 dW2's A, or 2 (unset) dW1's B too; where it gathers: off)
+    let wg_default = gemm::wgrad_gather()?;
+    let wg_other = match (
+        wg_default.unwrap_or(gemm::wgrad_gather_pays(s.i)),
+        std::env::var("MEGAMOE_BENCH_WGRAD_GATHER").as_deref(),
+    ) {
+        (gemm::WgradGather::Off, Ok("1")) => gemm::WgradGather::Dy,
+        (gemm::WgradGather::Off, _) => gemm::WgradGather::DyX,
+        _ => gemm::WgradGather::Off,
+    };
+    let wg_passes = (passes.len(), passes.len() + 1);
+    passes.extend([(1, true, 2, true), (1, true, 2, false)]);
     // heat: the GPU brought to the state a training loop runs in before anything is timed (under the 700 W cap the
     // clock falls within seconds of sustained work: a forward timed first, on a cold GPU, ran 11-15% faster than the
     // same process's forward timed later; a helper's audit of the benchmarks, 2026-12-05)
@@ -192,40 +207,43 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         let ahead = if pass == ahead_passes.0 || pass == ahead_passes.1 { !ahead_default } else { ahead_default };
         let rk = if pass == route_passes.0 || pass == route_passes.1 { route_other } else { route_default };
         let pdl = if pass == pdl_passes.0 || pass == pdl_passes.1 { !pdl_default } else { pdl_default };
-        let ms = megamoe::with_pdl(pdl, || {
-            megamoe::route::with_route_kernels(rk, || {
-                gemm::with_gather_ahead(ahead, || {
-                    g.timed(|| {
-                        let sv = layer.forward(&inp, &mut out)?;
-                        if with_bwd && bf16_grads {
-                            let gr = Grads {
-                                dx: &mut gdx,
-                                dw1: &mut gw1b,
-                                dw2: &mut gw2b,
-                                dtopk: &mut gtk,
-                                accumulate: false,
-                            };
-                            if pass == dsw_pass {
-                                gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
-                            } else if pass == dy_pass {
-                                gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
-                            } else if (dxc_passes..dxc_passes + dxc_ways.len()).contains(&pass) {
-                                let movers = dxc_ways[pass - dxc_passes];
-                                gemm::with_dx_combine(Some(movers), || layer.backward(&sv, &ddy, &inp, gr))?;
-                            } else {
+        let wg = if pass == wg_passes.0 || pass == wg_passes.1 { Some(wg_other) } else { wg_default };
+        let ms = gemm::with_wgrad_gather(wg, || {
+            megamoe::with_pdl(pdl, || {
+                megamoe::route::with_route_kernels(rk, || {
+                    gemm::with_gather_ahead(ahead, || {
+                        g.timed(|| {
+                            let sv = layer.forward(&inp, &mut out)?;
+                            if with_bwd && bf16_grads {
+                                let gr = Grads {
+                                    dx: &mut gdx,
+                                    dw1: &mut gw1b,
+                                    dw2: &mut gw2b,
+                                    dtopk: &mut gtk,
+                                    accumulate: false,
+                                };
+                                if pass == dsw_pass {
+                                    gemm::with_dswiglu(other_dsw, || layer.backward(&sv, &ddy, &inp, gr))?;
+                                } else if pass == dy_pass {
+                                    gemm::with_dy_gather(!dy_default, || layer.backward(&sv, &ddy, &inp, gr))?;
+                                } else if (dxc_passes..dxc_passes + dxc_ways.len()).contains(&pass) {
+                                    let movers = dxc_ways[pass - dxc_passes];
+                                    gemm::with_dx_combine(Some(movers), || layer.backward(&sv, &ddy, &inp, gr))?;
+                                } else {
+                                    layer.backward(&sv, &ddy, &inp, gr)?;
+                                }
+                            } else if with_bwd {
+                                let gr = Grads {
+                                    dx: &mut gdx,
+                                    dw1: &mut gw1,
+                                    dw2: &mut gw2,
+                                    dtopk: &mut gtk,
+                                    accumulate: false,
+                                };
                                 layer.backward(&sv, &ddy, &inp, gr)?;
                             }
-                        } else if with_bwd {
-                            let gr = Grads {
-                                dx: &mut gdx,
-                                dw1: &mut gw1,
-                                dw2: &mut gw2,
-                                dtopk: &mut gtk,
-                                accumulate: false,
-                            };
-                            layer.backward(&sv, &ddy, &inp, gr)?;
-                        }
-                        Ok(())
+                            Ok(())
+                        })
                     })
                 })
             })
@@ -570,6 +588,20 @@ fn bench_shape(g: &Arc<Gpu>, name: &str, s: Shape, tokens: usize, rng: &mut Rng)
         ms_ps * 1e3,
         fbz_b2 * 1e3,
         fbz_b2 / ms_ps
+    );
+    let (ms_wb, ms_wf) = (ms[wg_passes.0], ms[wg_passes.1]);
+    println!(
+        "RESULT megamoe weight gradients' operands gathered in their producers {:?} {name} T={tokens}: \
+         forward+backward (z saved, bf16 weight gradients) {:.0} us (default's {:.0} us: {:.3}x), with f32 weight \
+         gradients {:.0} us (default's {:.0} us: {:.3}x) (medians of {reps}, alternating; the same kernels unless dy \
+         is gathered in the dh GEMM's producer, or x's rows with z saved)",
+        wg_other,
+        ms_wb * 1e3,
+        fbz_b2 * 1e3,
+        fbz_b2 / ms_wb,
+        ms_wf * 1e3,
+        ms[4] * 1e3,
+        ms[4] / ms_wf
     );
     let (ms_af, ms_as) = (ms[ahead_passes.0], ms[ahead_passes.1]);
     println!(

@@ -1266,6 +1266,28 @@ gpu_test!(backward_fp8_dx_combine_pass_is_bitwise_movers, {
     }
 });
 
+gpu_test!(backward_fp8_wgrad_gather_is_bitwise_the_copy, {
+    // bf16 weight gradients (`Straight`: a bf16 dx too; `Dx`: the FP8 dx), dy gathered by the dh GEMM's producer:
+    // dW2's A gathered by its own producer warpgroup (`gemm::with_wgrad_gather`, `grouped_wgrad_bf16_ga*`; the dh
+    // kernel writes no copy of dy) against the expert-ordered copy, dx summed by the pass (the default at I = 256)
+    // or by the movers (dW1's take the whole sum): outputs and gradients bit for bit the same
+    use megamoe::layer::{Fp8Backward as M, Save};
+    let (g, b, dims, (gw1_0, gw2_0)) = step_setup();
+    for (save, mode, movers) in [(Save::InputsOnly, M::Straight, false), (Save::WithZ, M::Dx, true)] {
+        megamoe::gemm::with_dx_combine(Some(movers), || {
+            let copy = fp8_step_bits(&g, &b, dims, save, mode, (&gw1_0, &gw2_0));
+            let (ga, ran) = common::kernels_of(&g, || {
+                megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Dy), || {
+                    fp8_step_bits(&g, &b, dims, save, mode, (&gw1_0, &gw2_0))
+                })
+            });
+            assert!(ran.iter().any(|k| k.starts_with("grouped_wgrad_bf16_ga")), "{mode:?}: no gathering dW2: {ran:?}");
+            assert!(ga.1.iter().all(|&v| v != 0xffff), "{mode:?}: dx not fully written");
+            assert!(copy == ga, "{save:?} {mode:?} movers {movers}: the gathering dW2 differs from the copy's");
+        });
+    }
+});
+
 /// x's codes and scales read from the tokens' rows by the 128 x 256 GEMMs' producer (`_gather`: the forward's GEMM1
 /// in both save modes, the z recompute by the plain kernel and, with FP8 weight gradients, by `_zt`) against the
 /// pass's expert-ordered copy (MEGAMOE_FP8_GATHER=pass, read per call): y and every gradient bit for bit, at

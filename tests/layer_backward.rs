@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{gpu, inputs, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
+use common::{gpu, inputs, kernels_of, rank_input, rng, weights, Inputs, Routing, RAGGED, SMALL};
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use megamoe::gemm::WgradElem;
@@ -317,6 +317,140 @@ gpu_test!(clustered_weight_gradients_match_the_single_cta_qwen3_30b_a3b_t1024, {
     let o = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Dynamic, || run::<f32>(&g, &mut layer, &inp));
     let oc = megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Clusters, || run::<f32>(&g, &mut layer, &inp));
     assert_bitwise("clusters against the single-CTA schedule", &o, &oc);
+});
+
+/// `f` with both weight gradients reading the expert-ordered copies of their operands (`WgradGather::Off`): the
+/// gathers' baseline, whatever the shape rule picks.
+fn copies<R>(f: impl FnOnce() -> R) -> R {
+    megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Off), f)
+}
+
+// dW2's A gathered by its own producer warpgroup (`MEGAMOE_WGRAD_GATHER=1`, `grouped_wgrad_*_ga_mc` at the 30B shape;
+// dx's sum whole in dW1's idle warps): every output bitwise the default's, f32 and bf16 weight gradients.
+gpu_test!(wgrad_gather_matches_the_copy_qwen3_30b_a3b_t1024, {
+    let (g, inp, mut layer) = setup(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ);
+    let o = copies(|| run::<f32>(&g, &mut layer, &inp));
+    let (og, ran) = kernels_of(&g, || {
+        megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Dy), || run::<f32>(&g, &mut layer, &inp))
+    });
+    assert!(ran.contains(&"grouped_wgrad_f32_ga_mc"), "the gathering dW2 did not run: {ran:?}");
+    assert_bitwise("dW2's A gathered against the copy", &o, &og);
+    let o = copies(|| run::<bf16>(&g, &mut layer, &inp));
+    let (og, ran) = kernels_of(&g, || {
+        megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Dy), || run::<bf16>(&g, &mut layer, &inp))
+    });
+    assert!(ran.contains(&"grouped_wgrad_bf16_ga_mc"), "the gathering bf16 dW2 did not run: {ran:?}");
+    let b16 = |v: &[bf16]| bits16(v);
+    assert!(b16(&o.dw2) == b16(&og.dw2) && b16(&o.dw1) == b16(&og.dw1), "gathered A: bf16 dW differs");
+    assert!(b16(&o.dw2_acc) == b16(&og.dw2_acc) && b16(&o.dw1_acc) == b16(&og.dw1_acc), "bf16 dW acc differs");
+});
+
+// The same with fewer tokens than the layer's max_tokens (the saved row slots then fewer than the workspace's rows)
+// and M an odd multiple of 64 (RAGGED: dW2's M = 320, the last m-tile's second box past M): f32 weight gradients.
+gpu_test!(wgrad_gather_matches_the_copy_fewer_tokens_ragged, {
+    let g = gpu();
+    let mut r = rng();
+    let (s, tokens) = (RAGGED, 97);
+    let inp = inputs(&mut r, s, tokens, Routing::Masked10);
+    let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, 3 * tokens, Save::WithZ)).unwrap();
+    let o = copies(|| run::<f32>(&g, &mut layer, &inp));
+    let (og, ran) = kernels_of(&g, || {
+        megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Dy), || run::<f32>(&g, &mut layer, &inp))
+    });
+    // (dW2's M = 320: three m-tiles, so the single-CTA form)
+    assert!(ran.contains(&"grouped_wgrad_f32_ga"), "the gathering dW2 did not run: {ran:?}");
+    assert_bitwise("dW2's A gathered against the copy, fewer tokens than max_tokens", &o, &og);
+});
+
+// At a fine-grained shape (I = 256, 16 slots a token; SonicMoE's in small): dx summed by the combine pass (the
+// default below I = 512: no dx-sum share in either weight gradient) with z saved, and by the movers forced (dW1's
+// take the whole sum) with z recomputed; f32 and bf16 weight gradients, every output bitwise the copy's.
+gpu_test!(wgrad_gather_matches_the_copy_i256_top16, {
+    let s = Shape { h: 512, i: 256, e: 32, k: 16 };
+    for (save, movers) in [(Save::WithZ, None), (Save::InputsOnly, Some(true))] {
+        let (g, inp, mut layer) = setup(s, 300, Routing::Uniform, save);
+        megamoe::gemm::with_dx_combine(movers, || {
+            let o = copies(|| run::<f32>(&g, &mut layer, &inp));
+            let gather = || {
+                megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Dy), || {
+                    run::<f32>(&g, &mut layer, &inp)
+                })
+            };
+            let (og, ran) = kernels_of(&g, gather);
+            assert!(ran.iter().any(|k| k.starts_with("grouped_wgrad_f32_ga")), "no gathering dW2 ran: {ran:?}");
+            assert_bitwise(&format!("{save:?} movers {movers:?}: dW2's A gathered against the copy"), &o, &og);
+            let o = copies(|| run::<bf16>(&g, &mut layer, &inp));
+            let gather = || {
+                megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Dy), || {
+                    run::<bf16>(&g, &mut layer, &inp)
+                })
+            };
+            let (og, ran) = kernels_of(&g, gather);
+            assert!(ran.iter().any(|k| k.starts_with("grouped_wgrad_bf16_ga")), "no gathering dW2 ran: {ran:?}");
+            assert!(bits16(&o.dx) == bits16(&og.dx), "{save:?} movers {movers:?}: bf16 weight gradients: dx differs");
+            assert!(bits16(&o.dw2) == bits16(&og.dw2) && bits16(&o.dw1) == bits16(&og.dw1), "bf16 dW differs");
+            assert!(bits16(&o.dw2_acc) == bits16(&og.dw2_acc) && bits16(&o.dw1_acc) == bits16(&og.dw1_acc));
+        });
+    }
+});
+
+/// dW1's B (x's rows) gathered by its own producer warpgroup too (`MEGAMOE_WGRAD_GATHER=2`: `grouped_wgrad_*_gb`,
+/// single CTAs whatever the schedule; no gather pass of x and no side copy, dx's plain kernel; where dW2 gathers
+/// too, dx's sum by the combine pass): every output bitwise the default's, f32 and bf16 weight gradients, dx's
+/// combine asked of the movers and of the pass (`gemm::with_dx_combine`), z saved (the gathering dW1 runs) and
+/// recomputed (it does not: the recompute's GEMM1 reads x's rows in expert order, so they are made anyway), with the
+/// layer sized for `max_tokens` (more than `tokens`: the saved row slots fewer than the workspace's rows).
+fn wgrad_gather_x(s: Shape, tokens: usize, max_tokens: usize, routing: Routing) {
+    let g = gpu();
+    let inp = inputs(&mut rng(), s, tokens, routing);
+    let gx = megamoe::gemm::WgradGather::DyX;
+    for save in [Save::WithZ, Save::InputsOnly] {
+        let mut layer = MoeLayer::new(g.clone(), LayerConfig::bf16(s.h, s.i, s.e, s.k, max_tokens, save)).unwrap();
+        for movers in [Some(true), Some(false)] {
+            megamoe::gemm::with_dx_combine(movers, || {
+                let what = format!("{s:?} {tokens} tokens {routing:?} {save:?} movers {movers:?}");
+                let gathers = save == Save::WithZ;
+                let o = copies(|| run::<f32>(&g, &mut layer, &inp));
+                let (og, ran) =
+                    kernels_of(&g, || megamoe::gemm::with_wgrad_gather(Some(gx), || run::<f32>(&g, &mut layer, &inp)));
+                assert_eq!(ran.contains(&"grouped_wgrad_f32_gb"), gathers, "{what}: the gathering dW1: {ran:?}");
+                assert!(!gathers || !ran.contains(&"grouped_gemm_bt_bf16_cpx"), "{what}: the side copy ran: {ran:?}");
+                assert_bitwise(&format!("{what}: x's rows gathered by dW1"), &o, &og);
+                let o = copies(|| run::<bf16>(&g, &mut layer, &inp));
+                let (og, ran) =
+                    kernels_of(&g, || megamoe::gemm::with_wgrad_gather(Some(gx), || run::<bf16>(&g, &mut layer, &inp)));
+                assert_eq!(ran.contains(&"grouped_wgrad_bf16_gb"), gathers, "{what}: the bf16 dW1: {ran:?}");
+                assert!(bits16(&o.dx) == bits16(&og.dx), "{what}: bf16 weight gradients: dx differs");
+                assert!(bits32(&o.dtopk) == bits32(&og.dtopk), "{what}: bf16 weight gradients: dtopk differs");
+                assert!(bits16(&o.dw2) == bits16(&og.dw2) && bits16(&o.dw1) == bits16(&og.dw1), "{what}: bf16 dW");
+                assert!(bits16(&o.dw2_acc) == bits16(&og.dw2_acc), "{what}: bf16 dW2 acc differs");
+                assert!(bits16(&o.dw1_acc) == bits16(&og.dw1_acc), "{what}: bf16 dW1 acc differs");
+            });
+        }
+    }
+}
+
+// H = 320: a partial n-tile of dW1 (its second n-tile's columns past N zero-filled chunk by chunk)
+gpu_test!(wgrad_gather_x_matches_the_copy_ragged, { wgrad_gather_x(RAGGED, 211, 211, Routing::Uniform) });
+gpu_test!(wgrad_gather_x_matches_the_copy_masked_fewer_tokens, { wgrad_gather_x(SMALL, 97, 300, Routing::Masked10) });
+gpu_test!(wgrad_gather_x_matches_the_copy_half_empty, { wgrad_gather_x(RAGGED, 150, 150, Routing::HalfEmpty) });
+// I = 256, 16 slots a token (SonicMoE's fine-grained shape in small); dW1's M = 512 (four m-tiles): under the
+// clusters' schedule the gathering dW1 still runs single CTAs, and the side copy asked for still does not run
+gpu_test!(wgrad_gather_x_matches_the_copy_i256_top16, {
+    let s = Shape { h: 512, i: 256, e: 32, k: 16 };
+    wgrad_gather_x(s, 300, 300, Routing::Uniform);
+    megamoe::gemm::with_wgrad_sched(megamoe::gemm::WgradSched::Clusters, || {
+        megamoe::gemm::with_side_copy(Some(true), || wgrad_gather_x(s, 170, 170, Routing::Masked10))
+    });
+});
+// the 30B shape (dW1's M = 1536, twelve m-tiles; more tiles than blocks), z saved
+gpu_test!(wgrad_gather_x_matches_the_copy_qwen3_30b_a3b_t1024, {
+    let (g, inp, mut layer) = setup(Shape::QWEN3_30B_A3B, 1024, Routing::Uniform, Save::WithZ);
+    let gx = megamoe::gemm::WgradGather::DyX;
+    let o = copies(|| run::<f32>(&g, &mut layer, &inp));
+    let (og, ran) = kernels_of(&g, || megamoe::gemm::with_wgrad_gather(Some(gx), || run::<f32>(&g, &mut layer, &inp)));
+    assert!(ran.contains(&"grouped_wgrad_f32_gb"), "the gathering dW1 did not run: {ran:?}");
+    assert_bitwise("x's rows gathered by dW1 against the copy", &o, &og);
 });
 
 gpu_test!(zero_tokens_write_zero_weight_gradients, {

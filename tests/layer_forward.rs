@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{gpu, inputs, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
+use common::{gpu, inputs, kernels_of, reference_y, rng, Inputs, Routing, RAGGED, SMALL};
 use half::bf16;
 use megamoe::layer::{Forward, Gather, Grads, Inputs as LayerInputs, LayerConfig, MoeLayer, Save};
 use megamoe::reference::Shape;
@@ -310,6 +310,8 @@ fn in_producer(s: Shape, tokens: usize, routing: Routing, save: Save) {
 }
 
 /// [`in_producer_with`], dy gathered by the dh GEMM's producer; `dynamic` the run-time tile walk or the static one.
+/// (The weight gradients' gathers as the shape rule picks: with z saved both gather at I <= 512,
+/// `gemm::wgrad_gather_pays`.)
 fn in_producer_dy(s: Shape, tokens: usize, routing: Routing, save: Save, dynamic: bool) {
     megamoe::gemm::with_gemm_sched(dynamic, || in_producer_with(s, tokens, routing, save, true));
 }
@@ -343,7 +345,7 @@ gpu_test!(in_producer_dy_qwen3_30b_a3b_t4096_save_z, {
 /// pass before the plain dx; bitwise the gather pass's forward and backward either way. (At 30B the default rule
 /// keeps the side copy: `in_producer_dy_qwen3_30b_a3b_t4096_save_z` covers it there.)
 fn in_producer_side_copy(s: Shape, tokens: usize, routing: Routing, side: bool) {
-    megamoe::gemm::with_side_copy(Some(side), || in_producer_with(s, tokens, routing, Save::WithZ, true));
+    copies(|| megamoe::gemm::with_side_copy(Some(side), || in_producer_with(s, tokens, routing, Save::WithZ, true)));
 }
 
 gpu_test!(in_producer_side_copy_off_ragged, { in_producer_side_copy(RAGGED, 211, Routing::Uniform, false) });
@@ -356,7 +358,13 @@ gpu_test!(in_producer_side_copy_on_masked, { in_producer_side_copy(SMALL, 160, R
 /// weight gradients; bitwise the gather pass's forward and backward either way (by default the pass below
 /// I = 512, `gemm::dx_combine_in_movers_pays`).
 fn in_producer_dx_combine(s: Shape, tokens: usize, routing: Routing, save: Save, movers: bool) {
-    megamoe::gemm::with_dx_combine(Some(movers), || in_producer_with(s, tokens, routing, save, true));
+    copies(|| megamoe::gemm::with_dx_combine(Some(movers), || in_producer_with(s, tokens, routing, save, true)));
+}
+
+/// `f` with both weight gradients reading the expert-ordered copies of their operands (`WgradGather::Off`, which the
+/// side copy and the movers' sum of dx need; the shape rule gathers at I <= 512).
+fn copies<R>(f: impl FnOnce() -> R) -> R {
+    megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Off), f)
 }
 
 gpu_test!(in_producer_dx_combine_movers_ragged, {
@@ -371,6 +379,113 @@ gpu_test!(in_producer_dx_combine_movers_masked, {
 gpu_test!(in_producer_dx_combine_pass_i512, {
     let s = Shape { h: 384, i: 512, e: 6, k: 3 };
     in_producer_dx_combine(s, 300, Routing::Uniform, Save::WithZ, false)
+});
+
+/// As [`in_producer_dy`] with dW2's A gathered by its own producer warpgroup too (`MEGAMOE_WGRAD_GATHER=1`:
+/// `grouped_wgrad_f32_ga[_mc]`, dy's rows read from the tokens; the dh kernel writes no expert-ordered copy, dx's
+/// sum, where the movers run it, whole in dW1's idle warps), under the weight gradients' schedule `sched`: bitwise
+/// the gather pass's backward.
+fn in_producer_wgrad_gather(s: Shape, tokens: usize, routing: Routing, save: Save, sched: megamoe::gemm::WgradSched) {
+    let ((), ran) = kernels_of(&gpu(), || {
+        megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::Dy), || {
+            megamoe::gemm::with_wgrad_sched(sched, || in_producer_dy(s, tokens, routing, save, true))
+        })
+    });
+    assert!(ran.iter().any(|k| k.starts_with("grouped_wgrad_f32_ga")), "the gathering dW2 did not run: {ran:?}");
+}
+
+gpu_test!(in_producer_wgrad_gather_ragged_save_z, {
+    in_producer_wgrad_gather(RAGGED, 211, Routing::Uniform, Save::WithZ, megamoe::gemm::WgradSched::Clusters)
+});
+gpu_test!(in_producer_wgrad_gather_masked_static, {
+    in_producer_wgrad_gather(RAGGED, 160, Routing::Masked10, Save::WithZ, megamoe::gemm::WgradSched::Static)
+});
+gpu_test!(in_producer_wgrad_gather_half_empty_dynamic, {
+    in_producer_wgrad_gather(SMALL, 150, Routing::HalfEmpty, Save::InputsOnly, megamoe::gemm::WgradSched::Dynamic)
+});
+gpu_test!(in_producer_wgrad_gather_one_token, {
+    in_producer_wgrad_gather(SMALL, 1, Routing::Uniform, Save::WithZ, megamoe::gemm::WgradSched::Clusters)
+});
+gpu_test!(in_producer_wgrad_gather_qwen3_30b_a3b_t4096_save_z, {
+    in_producer_wgrad_gather(
+        Shape::QWEN3_30B_A3B,
+        4096,
+        Routing::Uniform,
+        Save::WithZ,
+        megamoe::gemm::WgradSched::Clusters,
+    )
+});
+
+/// [`in_producer_wgrad_gather`] (the run-time clusters) with dx's combine and the side copy forced
+/// (`gemm::with_dx_combine`, `gemm::with_side_copy`): `movers` true, dW1's idle warps sum the whole of dx (dW2's
+/// gathering producer takes none of it), false, the combine pass runs before the weight gradients; `side` true,
+/// x's rows for dW1 copied by dx's idle producer warps (with z saved), false, by the gather pass.
+fn in_producer_wgrad_gather_forced(s: Shape, tokens: usize, routing: Routing, save: Save, movers: bool, side: bool) {
+    megamoe::gemm::with_dx_combine(Some(movers), || {
+        megamoe::gemm::with_side_copy(Some(side), || {
+            in_producer_wgrad_gather(s, tokens, routing, save, megamoe::gemm::WgradSched::Clusters)
+        })
+    });
+}
+
+gpu_test!(in_producer_wgrad_gather_movers_side_copy_ragged, {
+    in_producer_wgrad_gather_forced(RAGGED, 211, Routing::Uniform, Save::WithZ, true, true)
+});
+gpu_test!(in_producer_wgrad_gather_pass_side_copy_ragged, {
+    in_producer_wgrad_gather_forced(RAGGED, 211, Routing::Uniform, Save::WithZ, false, true)
+});
+gpu_test!(in_producer_wgrad_gather_movers_no_side_copy_masked, {
+    in_producer_wgrad_gather_forced(SMALL, 160, Routing::Masked10, Save::WithZ, true, false)
+});
+gpu_test!(in_producer_wgrad_gather_pass_no_side_copy_masked, {
+    in_producer_wgrad_gather_forced(SMALL, 160, Routing::Masked10, Save::WithZ, false, false)
+});
+gpu_test!(in_producer_wgrad_gather_movers_recomputed_z, {
+    in_producer_wgrad_gather_forced(RAGGED, 211, Routing::Uniform, Save::InputsOnly, true, false)
+});
+// the narrow seven-warp SwiGLU backward (`grouped_gemm_bt_dswiglu_ew7n_gather`, no copy of dy written) at I = 256,
+// 16 slots a token (SonicMoE's fine-grained shape in small): the combine pass (the default there) and the movers
+gpu_test!(in_producer_wgrad_gather_narrow_tiles_i256_top16, {
+    let s = Shape { h: 512, i: 256, e: 32, k: 16 };
+    megamoe::gemm::with_dswiglu(megamoe::gemm::Dsw::Ew7n, || {
+        in_producer_wgrad_gather_forced(s, 300, Routing::Uniform, Save::WithZ, false, false);
+        in_producer_wgrad_gather_forced(s, 170, Routing::Masked10, Save::InputsOnly, true, false);
+    })
+});
+
+/// As [`in_producer_dy`] with both weight gradients gathering (`MEGAMOE_WGRAD_GATHER=2`): dW2's A from dy's tokens,
+/// dW1's B from x's (`grouped_wgrad_f32_gb`, z saved: no gather pass of x, no side copy), dx's combine asked of the
+/// movers or the pass (`movers`; with both gathering, the pass): bitwise the gather pass's backward.
+fn in_producer_wgrad_gather_x(s: Shape, tokens: usize, routing: Routing, movers: bool) {
+    let ((), ran) = kernels_of(&gpu(), || {
+        megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::DyX), || {
+            megamoe::gemm::with_dx_combine(Some(movers), || in_producer_dy(s, tokens, routing, Save::WithZ, true))
+        })
+    });
+    assert!(ran.contains(&"grouped_wgrad_f32_gb"), "the gathering dW1 did not run: {ran:?}");
+}
+
+gpu_test!(in_producer_wgrad_gather_x_movers_ragged, {
+    in_producer_wgrad_gather_x(RAGGED, 211, Routing::Uniform, true)
+});
+gpu_test!(in_producer_wgrad_gather_x_pass_masked, { in_producer_wgrad_gather_x(SMALL, 160, Routing::Masked10, false) });
+// dy gathered by the pass (so dW2 reads the copy, and its idle warps, with the movers, sum the whole of dx while
+// dW1 gathers x's rows)
+gpu_test!(in_producer_wgrad_gather_x_only_dw1_movers_ragged, {
+    let ((), ran) = kernels_of(&gpu(), || {
+        megamoe::gemm::with_wgrad_gather(Some(megamoe::gemm::WgradGather::DyX), || {
+            megamoe::gemm::with_dx_combine(Some(true), || in_producer(RAGGED, 211, Routing::Uniform, Save::WithZ))
+        })
+    });
+    assert!(ran.contains(&"grouped_wgrad_f32_gb"), "the gathering dW1 did not run: {ran:?}");
+    assert!(ran.contains(&"grouped_wgrad_f32_mv"), "dW2 with dx's sum did not run: {ran:?}");
+});
+gpu_test!(in_producer_wgrad_gather_x_narrow_tiles_i256_top16, {
+    let s = Shape { h: 512, i: 256, e: 32, k: 16 };
+    megamoe::gemm::with_dswiglu(megamoe::gemm::Dsw::Ew7n, || {
+        in_producer_wgrad_gather_x(s, 300, Routing::Uniform, false);
+        in_producer_wgrad_gather_x(s, 170, Routing::Masked10, true);
+    })
 });
 
 /// As [`in_producer`] (x and, with `dy`, dy gathered in the producers) with the look-ahead tile hand-off

@@ -258,6 +258,10 @@ pub trait WgradElem: DeviceRepr + Copy + 'static + sealed::Sealed {
     const KERNEL: &'static str;
     /// The kernel with the combine role.
     const KERNEL_MV: &'static str;
+    /// The kernel whose producer warpgroup gathers A's rows from token rows (`MEGAMOE_WGRAD_GATHER`).
+    const KERNEL_GA: &'static str;
+    /// The kernel whose producer warpgroup gathers B's rows from token rows (`MEGAMOE_WGRAD_GATHER=2`; single CTAs).
+    const KERNEL_GB: &'static str;
     /// The blockwise FP8 kernel ([`crate::fp8::grouped_wgrad_fp8`], 1 x 128 scales on both operands).
     const FP8_KERNEL: &'static str;
     /// The FP8 kernel with B in 128 x 128 blocks, and that with the combine role.
@@ -273,6 +277,8 @@ pub trait WgradElem: DeviceRepr + Copy + 'static + sealed::Sealed {
 impl WgradElem for f32 {
     const KERNEL: &'static str = "grouped_wgrad_f32";
     const KERNEL_MV: &'static str = "grouped_wgrad_f32_mv";
+    const KERNEL_GA: &'static str = "grouped_wgrad_f32_ga";
+    const KERNEL_GB: &'static str = "grouped_wgrad_f32_gb";
     const FP8_KERNEL: &'static str = "grouped_wgrad_fp8_f32";
     const FP8B_KERNELS: (&'static str, &'static str) = ("grouped_wgrad_fp8b_f32", "grouped_wgrad_fp8b_f32_mv");
     const DTYPE: Dtype = Dtype::F32;
@@ -283,6 +289,8 @@ impl WgradElem for f32 {
 impl WgradElem for bf16 {
     const KERNEL: &'static str = "grouped_wgrad_bf16";
     const KERNEL_MV: &'static str = "grouped_wgrad_bf16_mv";
+    const KERNEL_GA: &'static str = "grouped_wgrad_bf16_ga";
+    const KERNEL_GB: &'static str = "grouped_wgrad_bf16_gb";
     const FP8_KERNEL: &'static str = "grouped_wgrad_fp8_bf16";
     const FP8B_KERNELS: (&'static str, &'static str) = ("grouped_wgrad_fp8b_bf16", "grouped_wgrad_fp8b_bf16_mv");
     const DTYPE: Dtype = Dtype::Bf16;
@@ -400,6 +408,81 @@ pub fn dy_gather_in_producer() -> Result<bool> {
 /// thread inside it.
 pub fn with_dy_gather<R>(in_producer: bool, f: impl FnOnce() -> R) -> R {
     with_override(&DY_GATHER, in_producer, f)
+}
+
+thread_local! {
+    static WGRAD_GATHER: std::cell::Cell<Option<Option<WgradGather>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Which weight gradients of the layer's backward gather an operand's rows in their producer warpgroup
+/// ([`wgrad_gather`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WgradGather {
+    /// Neither: both read expert-ordered copies (`MEGAMOE_WGRAD_GATHER=0`).
+    Off,
+    /// dW2 gathers its A (dy's rows) (`1`).
+    Dy,
+    /// dW2 gathers dy's rows, and dW1 its B (x's rows) (`2`).
+    DyX,
+}
+
+impl WgradGather {
+    /// Whether dW2 gathers dy's rows (where the layer allows it).
+    pub fn dy(self) -> bool {
+        self != WgradGather::Off
+    }
+
+    /// Whether dW1 gathers x's rows (where the layer allows it).
+    pub fn x(self) -> bool {
+        self == WgradGather::DyX
+    }
+}
+
+/// Whether the layer's backward, when the dh + SwiGLU backward gathers dy in its producer
+/// ([`dy_gather_in_producer`]), gathers dW2's A (dy's rows) in the weight gradient's producer warpgroup too
+/// (`grouped_wgrad_*_ga*`: row r of A read from dy's token row `row_slot[r] / top_k` by `cp.async`), so the dh
+/// kernel writes no expert-ordered copy of dy (537 MB at 30B, 4.3 GB at 30B with I = 256, k = 16) and dW2 reads
+/// none; where the movers sum dx ([`dx_combine`]), that sum then runs whole in dW1's idle warps (with the combine
+/// pass neither weight gradient sums). Bitwise the same. Elsewhere (the gather pass of dy, an FP8 dh, FP8 weight
+/// gradients) the copy is read as before. With [`WgradGather::DyX`] dW1 gathers its B (x's rows, from the layer's
+/// token-ordered input) likewise (`grouped_wgrad_*_gb`, single CTAs), so neither the gather pass of x nor dx's side
+/// copy runs (dx its plain kernel); only where z is saved, x's rows are not, the gather is in-producer and the
+/// weight gradients are bf16 (the bf16 backward; not the FP8 one); elsewhere as before. Where both gather, no
+/// weight gradient has idle warps: dx's sum is the combine pass. `Some(g)` always `g`, `None` as
+/// [`wgrad_gather_pays`] decides from the shape in the bf16 backward ([`WgradGather::Off`] in the FP8 one).
+/// `MEGAMOE_WGRAD_GATHER` (read once) = `auto` or unset `None`, `0` off, `1` dW2, `2` dW2 and dW1; another value is
+/// an `InvalidArgument`; overridden on a thread by [`with_wgrad_gather`].
+pub fn wgrad_gather() -> Result<Option<WgradGather>> {
+    static ENV: EnvPolicy<Option<WgradGather>> = std::sync::OnceLock::new();
+    let table = [
+        ("auto", None),
+        ("2", Some(WgradGather::DyX)),
+        ("1", Some(WgradGather::Dy)),
+        ("0", Some(WgradGather::Off)),
+        ("", None),
+    ];
+    policy(&WGRAD_GATHER, &ENV, "MEGAMOE_WGRAD_GATHER", &table)
+}
+
+/// Run `f` with the weight gradients' gathers' policy `g` (see [`wgrad_gather`]: `Some` forces one, `None` the shape
+/// rule) for every launch prepared on this thread inside it.
+pub fn with_wgrad_gather<R>(g: Option<WgradGather>, f: impl FnOnce() -> R) -> R {
+    with_override(&WGRAD_GATHER, g, f)
+}
+
+/// The weight gradients' gathers the bf16 backward takes at a layer of intermediate size `intermediate` when the
+/// policy leaves it to the shape ([`wgrad_gather`] `None`): [`WgradGather::DyX`] for I <= 512, else
+/// [`WgradGather::Off`]. The copies they spare (dy's and x's rows in expert order, T k H each, written and read back)
+/// weigh 1 / I against the GEMMs' FLOPs (T k H I each), while the gathering producers' `cp.async` rows cost the
+/// weight gradients a few percent at any I. Fitted to the step traced both ways (H100, docs/RESULTS.md 2026-12-08a):
+/// both gathering faster at (H, I, k) = (4096, 256, 16) by 9%, (1536, 256, 8) 11.7%, (768, 256, 8) 11.4%,
+/// (4096, 512, 16) 1.2%; slower at (2048, 768, 8) by 2.8% (dW2's alone 2.7%).
+pub fn wgrad_gather_pays(intermediate: usize) -> WgradGather {
+    if intermediate <= 512 {
+        WgradGather::DyX
+    } else {
+        WgradGather::Off
+    }
 }
 
 thread_local! {
@@ -752,6 +835,8 @@ fn wgrad_cluster_kernel(kernel: &'static str) -> Result<&'static str> {
         "grouped_wgrad_f32_mv" | "grouped_wgrad_f32_mv_mc" => "grouped_wgrad_f32_mv_mc",
         "grouped_wgrad_bf16" | "grouped_wgrad_bf16_mc" => "grouped_wgrad_bf16_mc",
         "grouped_wgrad_bf16_mv" | "grouped_wgrad_bf16_mv_mc" => "grouped_wgrad_bf16_mv_mc",
+        "grouped_wgrad_f32_ga" | "grouped_wgrad_f32_ga_mc" => "grouped_wgrad_f32_ga_mc",
+        "grouped_wgrad_bf16_ga" | "grouped_wgrad_bf16_ga_mc" => "grouped_wgrad_bf16_ga_mc",
         k => return Err(Error::InvalidArgument(format!("{k} has no 2-CTA cluster form"))),
     })
 }
@@ -1113,6 +1198,7 @@ pub(crate) fn check_policies() -> Result<()> {
     swiglu_epilogue_warps()?;
     dswiglu_kernel()?;
     dy_gather_in_producer()?;
+    wgrad_gather()?;
     gather_ahead()?;
     wgrad_sched()?;
     Ok(())
@@ -1191,6 +1277,10 @@ pub(crate) fn wgrad_launch(
         b_base: bases[1],
         clusters: clusters as u32,
         rows_max: rows as u32,
+        a_gather: 0,
+        row_slot: 0,
+        top_k: 0,
+        pad: 0,
     };
     let tiles = p.experts * p.m_tiles * p.n_tiles;
     // clusters: an even grid (whole clusters; on the H200 all 66 fit at once)
@@ -1285,6 +1375,20 @@ mod tests {
     }
 
     #[test]
+    fn the_weight_gradients_gather_where_it_was_measured_faster() {
+        // I of the step traced both ways (docs/RESULTS.md 2026-12-08a: 256 and 512 faster gathering, 768 slower);
+        // the thread's override wins, `None` leaves it to the rule
+        use super::WgradGather::{Dy, DyX, Off};
+        for (i, g) in [(64, DyX), (256, DyX), (512, DyX), (513, Off), (768, Off), (1536, Off)] {
+            assert_eq!(super::wgrad_gather_pays(i), g, "I {i}");
+        }
+        for g in [None, Some(Off), Some(Dy), Some(DyX)] {
+            assert_eq!(super::with_wgrad_gather(g, super::wgrad_gather).unwrap(), g);
+        }
+        assert!(DyX.dy() && DyX.x() && Dy.dy() && !Dy.x() && !Off.dy() && !Off.x());
+    }
+
+    #[test]
     fn dx_is_combined_by_the_movers_only_where_they_keep_up() {
         // the movers' ~0.4 TB/s against the weight gradients' 3 I FLOPs a dx byte: a pass below I = 512
         for (i, movers) in [(64, false), (256, false), (384, false), (511, false), (512, true), (768, true)] {
@@ -1336,13 +1440,17 @@ mod tests {
         });
     }
 
-    /// Every weight-gradient kernel a launch can name (each output type with the combine or without; single CTAs or
-    /// clusters) is one the module exports.
+    /// Every weight-gradient kernel a launch can name (each output type with the combine, without, or gathering A;
+    /// single CTAs or clusters) is one the module exports.
     #[test]
     fn every_wgrad_name_is_a_kernel_of_the_module() {
         use super::{wgrad_cluster_kernel, WgradElem};
         use half::bf16;
-        for base in [f32::KERNEL, f32::KERNEL_MV, bf16::KERNEL, bf16::KERNEL_MV] {
+        for base in [f32::KERNEL_GB, bf16::KERNEL_GB] {
+            assert!(megamoe_kernels::manifest::find(base).is_some(), "{base} is not a kernel of the module");
+            assert!(wgrad_cluster_kernel(base).is_err(), "{base} has no cluster form: B is what clusters multicast");
+        }
+        for base in [f32::KERNEL, f32::KERNEL_MV, f32::KERNEL_GA, bf16::KERNEL, bf16::KERNEL_MV, bf16::KERNEL_GA] {
             for name in [base, wgrad_cluster_kernel(base).unwrap()] {
                 assert!(
                     megamoe_kernels::manifest::find(name).is_some(),
@@ -1350,6 +1458,6 @@ mod tests {
                 );
             }
         }
-        assert_eq!(wgrad_cluster_kernel(f32::KERNEL).unwrap(), "grouped_wgrad_f32_mc");
+        assert_eq!(wgrad_cluster_kernel(f32::KERNEL_GA).unwrap(), "grouped_wgrad_f32_ga_mc");
     }
 }

@@ -1235,7 +1235,10 @@ impl MoeLayer {
     }
 
     /// dW = A^T B per expert; `a` and `b` are (address, rows the buffer holds, columns). With `combine`, the
-    /// kernel's idle producer warps run that combine meanwhile (`W::KERNEL_MV`).
+    /// kernel's idle producer warps run that combine meanwhile (`W::KERNEL_MV`); with `gather`
+    /// ([`WgradSrc::A`]: token rows of M columns), the producer warpgroup gathers A's rows from them through
+    /// `sv.row_slot` instead (`W::KERNEL_GA`; `a` then only sizes A's unused tensor map), or ([`WgradSrc::B`]: of N
+    /// columns) B's (`W::KERNEL_GB`, single CTAs whatever the schedule: B is what the clusters multicast).
     #[allow(clippy::too_many_arguments)]
     fn wgrad<W: WgradElem>(
         &mut self,
@@ -1245,6 +1248,7 @@ impl MoeLayer {
         sv: &Saved,
         acc: bool,
         combine: Option<Combine>,
+        gather: Option<WgradSrc>,
     ) -> Result<()> {
         let g = self.gpu.clone();
         let s = g.stream().clone();
@@ -1257,14 +1261,37 @@ impl MoeLayer {
         let (offsets, error) = (dptr(&sv.offsets, &s), dptr(sv.error.as_ref(), &s));
         let maps = [map_a, map_b, map_c];
         let rows = a_rows.min(b_rows);
-        let (mut p, launch) =
+        let (mut p, mut launch) =
             wgrad_launch(&g, maps, [a_ptr, b_ptr], offsets, dptr(c, &s), error, e, (m, n, rows), acc)?;
-        let kernel = match combine {
-            Some(cb) => {
+        let kernel = match (combine, gather) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidArgument("a weight gradient gathering an operand runs no combine".into()))
+            }
+            (Some(cb), None) => {
                 p.combine = cb;
                 W::KERNEL_MV
             }
-            None => W::KERNEL,
+            (None, Some(WgradSrc::A(src) | WgradSrc::B(src))) => {
+                // the rows the kernel may read: those row_slot has an entry of this call for (the call's slots; the
+                // workspace's `rows` may be more, and a saved state made for more tokens holds more entries, of an
+                // earlier call: offsets[E] is at most the call's slots, so no expert loses a row); the expert maps
+                // of B are clamped alike (`launch_wgrad` builds them from `rows_max`)
+                let slots = sv.row_slot.len().min(sv.tokens * self.cfg.top_k);
+                p.rows_max = p.rows_max.min(slots as u32);
+                p.a_gather = src;
+                p.row_slot = dptr(&sv.row_slot, &s);
+                p.top_k = self.cfg.top_k as u32;
+                if let Some(WgradSrc::B(_)) = gather {
+                    // single CTAs (the run-time schedule's counter kept): the grid as `wgrad_launch` makes it then
+                    p.clusters = 0;
+                    let tiles = p.experts * p.m_tiles * p.n_tiles;
+                    launch = Launch::new(g.sm_count().min(tiles), launch.block, launch.smem);
+                    W::KERNEL_GB
+                } else {
+                    W::KERNEL_GA
+                }
+            }
+            (None, None) => W::KERNEL,
         };
         // SAFETY: A and B hold `rows` rows (each expert's rows are clamped to them on the device); C holds
         // E * M * N. Returns at entry when the forward's error word is set (C neither written nor added to, the
@@ -1372,8 +1399,23 @@ impl MoeLayer {
         // with the in-producer gather and z saved, dx's idle producer warps copy x's rows for dW1 (the side copy),
         // where it pays (`gemm::side_copy`; else the gather pass)
         let side_ok = crate::gemm::side_copy()?.unwrap_or_else(|| crate::gemm::side_copy_pays(h2, i2));
-        let side_copy =
-            side_ok && fp8.is_none() && c.gather == Gather::InProducer && saved.xs.is_none() && saved.z.is_some();
+        // the weight gradients' gathers (`gemm::wgrad_gather`: by the shape in the bf16 backward, else off unless
+        // asked)
+        let wg = crate::gemm::wgrad_gather()?.unwrap_or_else(|| match fp8 {
+            None => crate::gemm::wgrad_gather_pays(i2),
+            Some(_) => crate::gemm::WgradGather::Off,
+        });
+        // dW1's B (x's rows) gathered by its own producer from the tokens (`gemm::WgradGather::DyX`): the bf16
+        // backward with bf16 weight gradients, x's rows not saved, z saved (a recomputed z's GEMM1 reads x's rows
+        // in expert order anyway), the in-producer gather; then neither the gather pass of x nor the side copy
+        let dw1_gathers =
+            fp8.is_none() && c.gather == Gather::InProducer && saved.xs.is_none() && saved.z.is_some() && wg.x();
+        let side_copy = side_ok
+            && !dw1_gathers
+            && fp8.is_none()
+            && c.gather == Gather::InProducer
+            && saved.xs.is_none()
+            && saved.z.is_some();
         // the FP8 backward with an FP8 dx and bf16 weight gradients: the FP8 dx kernel's idle warps copy them
         // (`grouped_gemm_fp8w_cpx`), so no gather pass
         // dW1's x from the forward's row codes (dequantized just before dW1) instead of the bf16 tokens
@@ -1381,6 +1423,7 @@ impl MoeLayer {
         let side_copy8 = side_ok && dx8 && !wgrad8 && !dw1_codes && fp8::plain_kernel() == "grouped_gemm_fp8w";
         if !wgrad8
             && !dw1_codes
+            && !dw1_gathers
             && !side_copy
             && !side_copy8
             && (fp8.is_some() || (saved.xs.is_none() && (saved.z.is_some() || !overlapped)))
@@ -1420,6 +1463,8 @@ impl MoeLayer {
             && c.gather == Gather::InProducer
             && matches!(crate::gemm::dswiglu_kernel()?, crate::tiles::Dsw::Ew7 | crate::tiles::Dsw::Ew7n)
             && crate::gemm::dy_gather_in_producer()?;
+        // and dW2's A (dy's rows) gathered by its own producer: no expert-ordered copy of dy at all
+        let dw2_gathers = dy_in_producer && !wgrad8 && wg.dy();
         if wgrad8 {
             // the gather's bf16 rows and dy^T's codes (dW2's A, 1 x 128 blocks) in one pass over dy
             // dW2 = (s dy)^T h: the routing weight applied to dy's codes (h^T comes from z's recompute)
@@ -1464,7 +1509,7 @@ impl MoeLayer {
             // dy's tokens and where the gathered rows go (dW2's A)
             a_rows: if dy_in_producer { dy_p } else { 0 },
             top_k: c.top_k as u32,
-            a_out: if dy_in_producer { dptr(&self.work.dys, &s) } else { 0 },
+            a_out: if dy_in_producer && !dw2_gathers { dptr(&self.work.dys, &s) } else { 0 },
             ..zero_gemm()
         };
         let dh = if dy_in_producer { "grouped_gemm_bt_dswiglu_ew7_gather" } else { "grouped_gemm_bt_dswiglu" };
@@ -1524,15 +1569,22 @@ impl MoeLayer {
         // gradients' pace: `gemm::dx_combine`), or by dW2's and dW1's idle producer warps (the same sums in the same
         // order)
         let movers_ok = crate::gemm::dx_combine()?.unwrap_or_else(|| crate::gemm::dx_combine_in_movers_pays(i2));
-        let dx_by_movers = c.gather != Gather::Pass && movers_ok;
+        // (where both weight gradients gather, neither has idle warps: the pass)
+        let dx_by_movers = c.gather != Gather::Pass && movers_ok && !(dw1_gathers && dw2_gathers);
         let dx_sum = self.combine_params(dptr(&self.work.ys, &s), 0, dptr(grads.dx, &s), saved);
         if !dx_by_movers {
             self.launch_combine(&dx_sum)?;
         }
         // weight gradients, contracting over each expert's rows
         let acc = grads.accumulate;
-        // by the movers: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest
-        let (first, rest) = split_combine(&dx_sum, saved.tokens / 3);
+        // by the movers: dW2's idle warps sum the first third of the tokens, dW1's (twice as long) the rest; when
+        // dW2's producer warpgroup gathers dy, dW1's sum them all; when dW1's gathers x, dW2's
+        let split = match (dw2_gathers, dw1_gathers) {
+            (true, _) => 0,
+            (false, true) => saved.tokens,
+            (false, false) => saved.tokens / 3,
+        };
+        let (first, rest) = split_combine(&dx_sum, split);
         if wgrad8 {
             // dW2 = (s dy)^T h: h^T in 128 x 128 blocks from z's recompute; then dW1 = dz^T x: dz in 1 x 128
             // blocks, x gathered into 128 x 128 blocks (each operand's codes overwrite the last GEMM's, on the stream)
@@ -1547,7 +1599,13 @@ impl MoeLayer {
             return self.wgrad_fp8::<W>(dz_op, (2 * i2, h2), dw1, acc, saved, rest);
         }
         let sh = (dptr(&self.work.sh, &s), ws_rows, i2);
-        self.wgrad((dptr(&self.work.dys, &s), ws_rows, h2), sh, grads.dw2, saved, acc, dx_by_movers.then_some(first))?;
+        let dys = (dptr(&self.work.dys, &s), ws_rows, h2);
+        if dw2_gathers {
+            // dy's rows gathered by dW2's producer from the tokens the dh kernel read (dy, or its dequantized codes)
+            self.wgrad(dys, sh, grads.dw2, saved, acc, None, Some(WgradSrc::A(dy_p)))?;
+        } else {
+            self.wgrad(dys, sh, grads.dw2, saved, acc, dx_by_movers.then_some(first), None)?;
+        }
         if dw1_codes {
             // the forward's codes of x (quantized again when z was saved: the same codes), in bf16, expert order
             if !x_coded {
@@ -1556,7 +1614,12 @@ impl MoeLayer {
             self.dequantize_tokens(xs.0, saved)?;
         }
         let dz = (dptr(&self.work.dz, &s), ws_rows, 2 * i2);
-        self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, dx_by_movers.then_some(rest))?;
+        if dw1_gathers {
+            // x's rows gathered by dW1's producer from the layer's input (`xs` only sizes B's unused tensor map)
+            self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, None, Some(WgradSrc::B(dptr(inp.x, &s))))?;
+        } else {
+            self.wgrad(dz, (xs.0, xs.1, h2), grads.dw1, saved, acc, dx_by_movers.then_some(rest), None)?;
+        }
         Ok(())
     }
 
@@ -1572,6 +1635,15 @@ impl MoeLayer {
             None => Ok(()),
         }
     }
+}
+
+/// The token rows a weight gradient's producer warpgroup gathers an operand from ([`MoeLayer::wgrad`]).
+#[derive(Clone, Copy)]
+enum WgradSrc {
+    /// A's rows (dy's, for dW2).
+    A(u64),
+    /// B's rows (x's, for dW1).
+    B(u64),
 }
 
 /// A combine cut into tokens 0..n and n..: the same sums (each token's rows and order unchanged), the second

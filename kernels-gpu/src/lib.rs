@@ -122,7 +122,8 @@ pub mod kernels_host {
         + 16 * WGRAD_STAGES
         + 24 * WGRAD_QUEUE
         + 8 * WGRAD_SORT_MAX
-        + 20 * 2; // PairChannel::<PAIR_Q = 2>::BYTES (grouped_wgrad.rs asserts the sum)
+        + 20 * 2 // PairChannel::<PAIR_Q = 2>::BYTES
+        + 16; // the gathering producer's two tile slots (grouped_wgrad.rs asserts the sum)
     /// Slots of the weight-gradient GEMM's tile queue (from its producer to its consumers).
     pub const WGRAD_QUEUE: u32 = 4;
     /// Experts the weight-gradient GEMM's run-time schedule ranks busiest first in shared memory (more: in order).

@@ -453,6 +453,15 @@ pub struct WgradGemm {
     /// Rows A and B hold: each expert's rows are clamped to 0..rows_max (as `wgrad_expert_maps` clamps its maps),
     /// so offsets past it or decreasing read nothing outside the buffers and bound the contraction.
     pub rows_max: u32,
+    /// The gathering producer's (`grouped_wgrad_*_ga*`) source of A: bf16 [tokens, M], row r of A being row
+    /// `row_slot[r] / top_k` of it; or (`grouped_wgrad_*_gb`) of B: bf16 [tokens, N] alike (0 in the other kernels,
+    /// which read A and B through their maps).
+    pub a_gather: u64,
+    /// u32 \[rows_max\]: each expert-ordered row's slot (`_ga` and `_gb` kernels).
+    pub row_slot: u64,
+    /// Slots per token (`_ga` and `_gb` kernels).
+    pub top_k: u32,
+    pub pad: u32,
 }
 
 /// The per-expert tensor maps of a weight gradient (kernel `wgrad_expert_maps`, launched just before the
@@ -894,7 +903,7 @@ mod tests {
             ("GroupedGemmFp8", size_of::<GroupedGemmFp8>(), 20 * 8 + 8 * 4),
             ("Combine", size_of::<Combine>(), 5 * 8 + 4 * 4),
             ("GroupedGemm", size_of::<GroupedGemm>(), 22 * 8 + 12 * 4),
-            ("WgradGemm", size_of::<WgradGemm>(), 10 * 8 + 8 * 4 + size_of::<Combine>()),
+            ("WgradGemm", size_of::<WgradGemm>(), 12 * 8 + 10 * 4 + size_of::<Combine>()),
             ("WgradMaps", size_of::<WgradMaps>(), 7 * 8 + 4 * 4),
             ("FusedFfn", size_of::<FusedFfn>(), 2 * size_of::<GroupedGemm>() + 3 * 8 + 2 * 4),
             ("DtopkReduce", size_of::<DtopkReduce>(), 4 * 8 + 2 * 4),

@@ -266,6 +266,34 @@ pub const fn last_take(old: u32, units: u32) -> bool {
     units > 0 && old == units - 1
 }
 
+/// Division of any n < 2^31 by a divisor d >= 1 fixed for a kernel (a slot's token: slot / top_k), as a multiply-high,
+/// an add and a shift (a `u32 /` by a run-time divisor is ~20 instructions with a reciprocal in series): with
+/// l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1 (Granlund and Montgomery's round-up multiplier, below
+/// 2^32), n / d = (mulhi(n, m) + n) >> l; mulhi(n, m) <= n, so the sum fits 32 bits while n < 2^31.
+#[derive(Clone, Copy)]
+pub struct FastDiv {
+    m: u32,
+    l: u32,
+}
+
+impl FastDiv {
+    /// The divisor `d` (>= 1; 0 gives the divisor 1).
+    #[inline(always)]
+    pub const fn new(d: u32) -> Self {
+        let d = if d == 0 { 1 } else { d };
+        let l = 32 - (d - 1).leading_zeros();
+        let m = (((1u64 << 32) * ((1u64 << l) - d as u64)) / d as u64 + 1) as u32;
+        FastDiv { m, l }
+    }
+
+    /// n / d, for n < 2^31.
+    #[inline(always)]
+    pub const fn div(self, n: u32) -> u32 {
+        let hi = ((n as u64 * self.m as u64) >> 32) as u32;
+        (hi + n) >> self.l
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -708,6 +736,29 @@ mod tests {
             assert_eq!(takes, units, "grid {grid} units {units}");
             assert_eq!(counter, 0, "grid {grid} units {units}: the counter after the launch");
             assert_eq!(last_seen, units > 0);
+        }
+    }
+
+    /// `FastDiv` is `/` for every divisor up to 300 (top-k and beyond) and its powers of two, on every n below 2^16, a
+    /// stride through the rest of 0..2^31 and the values around each multiple of d near 2^31.
+    #[test]
+    fn fast_div_is_division() {
+        let mut ds: Vec<u32> = (1..=300).collect();
+        ds.extend((9..31).map(|b| 1u32 << b));
+        ds.extend([(1 << 31) - 1, 1_000_003, 65_537]);
+        for &d in &ds {
+            let f = FastDiv::new(d);
+            let check = |n: u32| assert_eq!(f.div(n), n / d, "{n} / {d}");
+            (0..1 << 16).for_each(check);
+            (0..(1u32 << 31)).step_by(7_919).for_each(check);
+            let top = (1u32 << 31) - 1;
+            for q in [top / d, top / d - 1] {
+                for n in [q * d, q * d + d - 1, (q * d).saturating_sub(1)] {
+                    if n <= top {
+                        check(n);
+                    }
+                }
+            }
         }
     }
 }

@@ -34,6 +34,18 @@ pub fn gpu() -> Arc<Gpu> {
     megamoe::gpu(0).unwrap_or_else(|e| panic!("GPU tests need the GPU machine: {e}"))
 }
 
+/// The kernels `f` launches on `g`, in order, with `f`'s result (profiled: one caller at a time in a test binary;
+/// a test running beside it may add its own launches). A test of a kernel choice asserts with it that the kernel
+/// it means ran (an environment variable or another default could otherwise make it compare a form with itself).
+pub fn kernels_of<R>(g: &Gpu, f: impl FnOnce() -> R) -> (R, Vec<&'static str>) {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    g.profile_start();
+    let r = f();
+    let names = g.profile_end().unwrap().into_iter().map(|l| l.kernel).collect();
+    (r, names)
+}
+
 /// How slots are routed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Routing {

@@ -20,8 +20,8 @@ use crate::kernels::grouped_gemm::BK;
 use crate::kernels::routing_failed;
 use crate::params::{Combine, WgradGemm};
 use crate::pipeline::{PairChannel, Ring, TileQueue, TileWalk, PAIR_Q};
-use crate::ptx::{cluster, fence, global, math, regs, smem, sync, tma, wgmma};
-use crate::scheduler::busiest_rank;
+use crate::ptx::{cluster, cp_async, fence, global, math, mbarrier, regs, smem, sync, tma, wgmma};
+use crate::scheduler::{busiest_rank, FastDiv};
 
 /// Pipeline depth.
 const STAGES: u32 = crate::kernels_host::WGRAD_STAGES;
@@ -49,10 +49,9 @@ const ORDER_AT: u32 = QUEUE_AT + TileQueue::<QUEUE>::BYTES;
 /// The cluster forms' channel of run-time tile indices (leader to peer), after the ranking.
 const CHAN_AT: u32 = ORDER_AT + 8 * SORT_MAX;
 const _: () = assert!(CHAN_AT % 8 == 0, "mbarriers are 8-byte aligned");
-const _: () = assert!(
-    CHAN_AT + PairChannel::<PAIR_Q>::BYTES == crate::kernels_host::WGRAD_SMEM,
-    "host and kernel agree on the shared memory"
-);
+/// The gathering producer's tile index (`_ga` kernels: u32 [2], by tile parity), after the channel.
+const SLOT_AT: u32 = CHAN_AT + PairChannel::<PAIR_Q>::BYTES;
+const _: () = assert!(SLOT_AT + 16 == crate::kernels_host::WGRAD_SMEM, "host and kernel agree on the shared memory");
 const _: () = assert!(STAGING % 1024 == 0 && C_BOX % 1024 == 0, "128-byte swizzle needs 1024-byte aligned boxes");
 const _: () = assert!(crate::kernels_host::WGRAD_SMEM <= 232448, "sm_90: at most 227 KiB of shared memory");
 const _: () = assert!(
@@ -153,8 +152,75 @@ pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_mv_mc(p: WgradGemm) {
     grouped_wgrad::<true, true, true>(&p);
 }
 
+/// As `grouped_wgrad_f32` with A's rows gathered by the producer warpgroup ([`produce_gather`]: row r of expert e's
+/// A is row `row_slot[r] / top_k` of `p.a_gather`, read by `cp.async`), so no expert-ordered copy of A exists.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_ga(p: WgradGemm) {
+    crate::kernels::pdl_entry();
+    grouped_wgrad_ga::<false, false>(&p);
+}
+
+/// `grouped_wgrad_f32_ga` with C in bf16 (as `grouped_wgrad_bf16`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_ga(p: WgradGemm) {
+    crate::kernels::pdl_entry();
+    grouped_wgrad_ga::<true, false>(&p);
+}
+
+/// `grouped_wgrad_f32_ga` in 2-CTA clusters (B shared by multicast as `grouped_wgrad_f32_mc`, each CTA gathering its
+/// own A).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_ga_mc(p: WgradGemm) {
+    crate::kernels::pdl_entry();
+    grouped_wgrad_ga::<false, true>(&p);
+}
+
+/// `grouped_wgrad_bf16_ga` in 2-CTA clusters.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_ga_mc(p: WgradGemm) {
+    crate::kernels::pdl_entry();
+    grouped_wgrad_ga::<true, true>(&p);
+}
+
+/// As `grouped_wgrad_f32` with B's rows gathered by the producer warpgroup ([`produce_gather`]: row r of expert e's
+/// B is row `row_slot[r] / top_k` of `p.a_gather`, N columns, read by `cp.async`; A by TMA), so no expert-ordered
+/// copy of B exists. Single CTAs only: B is what the cluster forms multicast.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_f32_gb(p: WgradGemm) {
+    crate::kernels::pdl_entry();
+    grouped_wgrad_any::<false, false, false, GATHER_B>(&p);
+}
+
+/// `grouped_wgrad_f32_gb` with C in bf16 (as `grouped_wgrad_bf16`).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn grouped_wgrad_bf16_gb(p: WgradGemm) {
+    crate::kernels::pdl_entry();
+    grouped_wgrad_any::<false, true, false, GATHER_B>(&p);
+}
+
 #[inline(always)]
 unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &WgradGemm) {
+    grouped_wgrad_any::<MV, BF, MC, GATHER_NONE>(p);
+}
+
+#[inline(always)]
+unsafe fn grouped_wgrad_ga<const BF: bool, const MC: bool>(p: &WgradGemm) {
+    grouped_wgrad_any::<false, BF, MC, GATHER_A>(p);
+}
+
+/// Which operand the producer warpgroup gathers ([`produce_gather`]): none (the TMA producer thread), A, or B.
+const GATHER_NONE: u32 = 0;
+const GATHER_A: u32 = 1;
+const GATHER_B: u32 = 2;
+
+/// The weight-gradient kernels' body: `MV` the combine in the producer warpgroup's warps 1..3, `BF` bf16 C, `MC`
+/// 2-CTA clusters, `G` the operand gathered by the producer warpgroup (`GATHER_A` or `GATHER_B`; no combine then:
+/// its 128 threads copy; B only in single CTAs, as the cluster forms multicast B).
+#[inline(always)]
+unsafe fn grouped_wgrad_any<const MV: bool, const BF: bool, const MC: bool, const G: u32>(p: &WgradGemm) {
+    const { assert!(!(MV && G != GATHER_NONE), "the gathering producer takes the combine's warps") };
+    const { assert!(!(MC && G == GATHER_B), "the cluster forms multicast B: it is not gathered there") };
+    const { assert!(G <= GATHER_B) };
     // the error word is read once, by every thread, before the first barrier: the whole block returns or none
     // (the combine then writes nothing either, as `combine_rows` would not); in a cluster both CTAs read the same
     // word, settled by an earlier kernel, so both return or neither (one alone would leave its peer waiting)
@@ -183,7 +249,8 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
         }
         // one arrival per consumer warp (and the mbarrier-init fence for both); in a cluster both CTAs' warps
         // release each stage (half of B came from the peer, which must not overwrite it before this CTA is done)
-        ring.init(if MC { 16 } else { 8 });
+        // (the gathering producer: thread 0's arrival with B's bytes and one per copying thread)
+        ring.init_with(if G != GATHER_NONE { 1 + 128 } else { 1 }, if MC { 16 } else { 8 });
     }
     if MC {
         // the peer's barriers (ring, channel) are initialised before any multicast, remote arrival or
@@ -195,15 +262,26 @@ unsafe fn grouped_wgrad<const MV: bool, const BF: bool, const MC: bool>(p: &Wgra
     // read by each role after its register reallocation (a value live across it may be spilled)
     let total = || p.experts * p.m_tiles * p.n_tiles;
     if t / 128 == 0 {
-        regs::setmaxnreg_dec::<40>();
-        if t == 0 {
+        // the gathering producer holds two k-steps' row slots: 56 registers (the consumers 224)
+        if G != GATHER_NONE {
+            regs::setmaxnreg_dec::<56>();
+        } else {
+            regs::setmaxnreg_dec::<40>();
+        }
+        if G != GATHER_NONE {
+            produce_gather::<MC, G>(p, base, ring, queue, total(), busiest_first());
+        } else if t == 0 {
             produce::<MC>(p, base, ring, queue, total(), busiest_first());
         } else if MV && t >= 32 {
             combine(&p.combine, t / 32 - 1, t % 32);
         }
     } else {
-        regs::setmaxnreg_inc::<232>();
-        consume::<BF, MC>(p, base, ring, queue, total(), regs::warpgroup() - 1);
+        if G != GATHER_NONE {
+            regs::setmaxnreg_inc::<224>();
+        } else {
+            regs::setmaxnreg_inc::<232>();
+        }
+        consume::<BF, MC, G>(p, base, ring, queue, total(), regs::warpgroup() - 1);
     }
     if MC {
         // no CTA leaves while its peer may still multicast into it or arrive on its empty barriers (every thread)
@@ -285,21 +363,172 @@ unsafe fn produce<const MC: bool>(
             let row = (kt * BK) as i32;
             tma::load_2d(st, map_a, (ti.mt * 128) as i32, row, fb);
             tma::load_2d(st + BOX, map_a, (ti.mt * 128 + 64) as i32, row, fb);
-            let mut q = 0;
-            while q < 4 {
-                let (dst, c0) = (st + A_BYTES + q * BOX, (ti.nt * 256 + 64 * q) as i32);
-                if !MC {
-                    tma::load_2d(dst, map_b, c0, row, fb);
-                } else if q / 2 == rank {
-                    // this CTA's half of the pair's B, into both CTAs (the same offsets, each CTA's full barrier)
-                    tma::load_2d_mc(dst, map_b, c0, row, fb, 0b11);
-                }
-                q += 1;
-            }
+            load_b::<MC>(st, map_b, ti.nt, row, fb, rank);
             it += 1;
             kt += 1;
         }
         walk.advance();
+    }
+}
+
+/// The four 64-column boxes of B of n-tile `nt` at k-row `row` into the stage at `st`, completing on `fb`; in a 2-CTA
+/// cluster (`MC`) this CTA's half (`rank`'s two boxes) into both CTAs (the same offsets, each CTA's full barrier).
+/// SAFETY: the producer thread; the stage free and `fb` announced with B's bytes; `map_b` the expert's map, acquired.
+#[inline(always)]
+unsafe fn load_b<const MC: bool>(st: u32, map_b: *const u8, nt: u32, row: i32, fb: u32, rank: u32) {
+    let mut q = 0;
+    while q < 4 {
+        let (dst, c0) = (st + A_BYTES + q * BOX, (nt * 256 + 64 * q) as i32);
+        if !MC {
+            tma::load_2d(dst, map_b, c0, row, fb);
+        } else if q / 2 == rank {
+            tma::load_2d_mc(dst, map_b, c0, row, fb, 0b11);
+        }
+        q += 1;
+    }
+}
+
+/// The gathering producer (`_ga` kernels: A; `_gb` kernels: B), the producer warpgroup's 128 threads: thread 0
+/// walks the tiles as [`produce`] does (pushes each on the queue, loads the other operand by TMA, announcing its
+/// bytes on the stage's full barrier) and hands each tile index to the others through shared memory (`SLOT_AT`, by
+/// tile parity: one 128-thread barrier a tile, reached by all 128 threads, as a slot is rewritten two tiles after
+/// it was read, with a barrier between); every thread copies its share of each stage's gathered operand, rows
+/// t / 16 + 8 i (i < 8) of the stage's 64 (so row % 8, and with it the 128-byte swizzle, is the thread's own):
+/// - A (`GATHER_A`): the 16-byte chunk t % 16 of their 256 bytes (the m-tile's 128 columns: box (t % 16) / 8,
+///   chunk (t % 16) % 8 of the 128-byte swizzled row), zero-filled past the expert's end (and in a box of columns
+///   past M: the last m-tile's second when M is an odd multiple of 64);
+/// - B (`GATHER_B`): the 16-byte chunks t % 16 and t % 16 + 16 of their 512 bytes (the n-tile's 256 columns: boxes
+///   (t % 16) / 8 and (t % 16) / 8 + 2, chunk (t % 16) % 8 of the 128-byte swizzled row, the layout of the four
+///   TMA boxes), zero-filled past the expert's end and for columns past N (N a multiple of 8: whole chunks);
+///
+/// from row `row_slot[r] / top_k` of `p.a_gather` (r the expert-ordered row), then arrives on the full barrier when
+/// its copies land (`cp.async.mbarrier.arrive.noinc`). Each thread loads the next k-step's eight `row_slot` entries
+/// before the current k-step's copies, so their latency lies under a k-step. The rows are the tensor maps' rows,
+/// so C is the TMA producer's bit for bit.
+/// SAFETY: the 128 threads of warpgroup 0; `p.a_gather` holds the tokens' rows (of 2 M bytes for A, 2 N for B)
+/// and `p.row_slot` an entry for each row below `rows_max`, each a slot below the tokens times `top_k` (the
+/// routing's); `G` is `GATHER_A` or `GATHER_B`, the latter only without clusters.
+#[inline(always)]
+unsafe fn produce_gather<const MC: bool, const G: u32>(
+    p: &WgradGemm,
+    base: u32,
+    ring: Ring<STAGES>,
+    queue: TileQueue<QUEUE>,
+    total: u32,
+    busiest_first: bool,
+) {
+    let gb = G == GATHER_B;
+    let t = regs::tid();
+    let order = if busiest_first { Some(base + ORDER_AT) } else { None };
+    let chan = PairChannel::<PAIR_Q>::at(base + CHAN_AT);
+    let mut walk = TileWalk::<MC>::new(total, p.m_tiles * p.n_tiles, p.n_tiles, p.sched, order, chan);
+    let rank = regs::bid() % 2;
+    // this thread's rows (r8 + 8 i) and chunk of a stage's A (or of B's first two boxes; + 2 BOX its second
+    // chunk): r8 = row % 8, so the swizzled chunk is the same for all
+    let (chunk, r8) = (t % 16, t / 16);
+    let dst = if gb { A_BYTES } else { 0 } + (chunk / 8) * BOX + r8 * 128 + (((chunk % 8) ^ r8) * 16);
+    let x = p.a_gather as *const u8;
+    let row_slot = p.row_slot as *const u32;
+    let row_bytes = 2 * if gb { p.n } else { p.m } as usize;
+    let per_token = FastDiv::new(p.top_k);
+    let mut it = 0u32;
+    let mut j = 0u32;
+    let mut acquired = u32::MAX;
+    loop {
+        let slot = base + SLOT_AT + 4 * (j % 2);
+        if t == 0 {
+            smem::st_u32(slot, walk.tile());
+        }
+        sync::named_sync(1, 128);
+        let tile = smem::ld_u32(slot);
+        if tile >= total {
+            if t == 0 {
+                queue.push(j, tile, 0);
+            }
+            break;
+        }
+        let ti = tile_info(p, tile);
+        let kt_n = (ti.r1 - ti.r0).div_ceil(BK);
+        // the operand thread 0 loads by TMA: B (gathering A) or A (gathering B)
+        let map = (p.expert_maps + ti.e as u64 * 256 + if gb { 0 } else { 128 }) as *const u8;
+        if t == 0 {
+            queue.push(j, tile, ti.r1 - ti.r0);
+            if kt_n > 0 && ti.e != acquired {
+                tma::tensormap_acquire(map);
+                tma::prefetch_tensormap(map);
+                acquired = ti.e;
+            }
+        }
+        j += 1;
+        // A: the m-tile's columns from chunk; B: the n-tile's (byte offsets in a row)
+        let col = if gb { (ti.nt * 512 + chunk * 16) as usize } else { (ti.mt * 256 + chunk * 16) as usize };
+        // A: the last m-tile's second box starts at column M when M is an odd multiple of 64: its columns are not
+        // A's (the TMA path's box came as zeros; consumer warpgroup 1 stores nothing there), so nothing is read for
+        // it. B: chunk by chunk (the tensor map's zeros past N), the second chunk 128 columns on
+        let in_m = if gb { ti.nt * 256 + 8 * chunk < p.n } else { ti.mt * 128 + 64 * (chunk / 8) < p.m };
+        let in_n2 = ti.nt * 256 + 128 + 8 * chunk < p.n;
+        // the row_slot entries of this thread's rows of k-step kt (u32::MAX past the expert's end)
+        let slots_of = |kt: u32| -> [u32; 8] {
+            let mut v = [u32::MAX; 8];
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let row = ti.r0 + kt * BK + r8 + 8 * I as u32;
+                if row < ti.r1 {
+                    // SAFETY: row < r1 <= rows_max, and row_slot holds rows_max entries (the host clamps rows_max
+                    // to the saved slots)
+                    v[I] = *row_slot.add(row as usize);
+                }
+            });
+            v
+        };
+        let mut cur = slots_of(0);
+        let mut kt = 0;
+        while kt < kt_n {
+            let next = slots_of(kt + 1);
+            let st = base + Ring::<STAGES>::stage(it) * STAGE_BYTES;
+            ring.wait_empty(it);
+            let fb = ring.full_bar(it);
+            if t == 0 {
+                let row = (kt * BK) as i32;
+                if gb {
+                    // A's two boxes by TMA: the full barrier's bytes are A's only
+                    mbarrier::arrive_expect_tx(fb, A_BYTES);
+                    tma::load_2d(st, map, (ti.mt * 128) as i32, row, fb);
+                    tma::load_2d(st + BOX, map, (ti.mt * 128 + 64) as i32, row, fb);
+                } else {
+                    mbarrier::arrive_expect_tx(fb, STAGE_BYTES - A_BYTES);
+                    load_b::<MC>(st, map, ti.nt, row, fb, rank);
+                }
+            }
+            // the eight sources first (branch-free: a row past the expert's end reads 0 bytes at x), then the copies
+            // back to back
+            let mut src = [x; 8];
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let row = x.wrapping_add(per_token.div(cur[I] & 0x7fff_ffff) as usize * row_bytes + col);
+                src[I] = if cur[I] != u32::MAX && in_m { row } else { x };
+            });
+            crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let n = if cur[I] != u32::MAX && in_m { 16 } else { 0 };
+                // SAFETY: a routed slot's token is below the tokens, so its 16 bytes at col + 16 <= the row's bytes
+                // (in_m) lie in a_gather; otherwise 0 bytes are read (zero fill); the stage is free (wait_empty)
+                cp_async::copy16_zfill(st + dst + 1024 * I as u32, src[I], n);
+            });
+            if gb {
+                // B's second chunk of each row, 128 columns (256 bytes) on, in boxes 2 and 3
+                crate::unroll!(I in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    let ok = cur[I] != u32::MAX && in_n2;
+                    let (s2, n) = if ok { (src[I].wrapping_add(256), 16) } else { (x, 0) };
+                    // SAFETY: as above (in_n2: its 16 bytes lie in the row)
+                    cp_async::copy16_zfill(st + dst + 2 * BOX + 1024 * I as u32, s2, n);
+                });
+            }
+            cp_async::mbarrier_arrive_noinc(fb);
+            cur = next;
+            it += 1;
+            kt += 1;
+        }
+        if t == 0 {
+            walk.advance();
+        }
     }
 }
 
@@ -326,7 +555,7 @@ pub(crate) unsafe fn rank_experts(experts: u32, off: *const u32, order: u32, t: 
 /// wait for the previous k-tile's, give its stage back.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn kstep<const KS: u32, const MC: bool>(
+unsafe fn kstep<const KS: u32, const MC: bool, const G: u32>(
     ring: &Ring<STAGES>,
     base: u32,
     acc: &mut [f32; 128],
@@ -336,6 +565,10 @@ unsafe fn kstep<const KS: u32, const MC: bool>(
     lane: u32,
 ) {
     ring.wait_full(it);
+    if G != GATHER_NONE {
+        // A (or B) arrived by `cp.async` (the generic proxy): made visible to the tensor cores' reads
+        fence::proxy_async_shared_cta();
+    }
     let st = crate::ptx::warp::uniform(base + Ring::<STAGES>::stage(it) * STAGE_BYTES);
     wgmma::fence();
     let mut ks = 0;
@@ -365,7 +598,7 @@ unsafe fn release<const MC: bool>(ring: &Ring<STAGES>, it: u32, lane: u32) {
 }
 
 #[inline(always)]
-unsafe fn consume<const BF: bool, const MC: bool>(
+unsafe fn consume<const BF: bool, const MC: bool, const G: u32>(
     p: &WgradGemm,
     base: u32,
     ring: Ring<STAGES>,
@@ -396,10 +629,10 @@ unsafe fn consume<const BF: bool, const MC: bool>(
             // holding none of its rows (in its last, partial k-tile) add nothing, so they are not issued: one
             // whole k-step per count (a wgmma under a branch inside a k-step makes ptxas serialise them all, C7520)
             match (ti.r1 - ti.r0 - kt * BK).min(BK).div_ceil(16) {
-                1 => kstep::<1, MC>(&ring, base, &mut acc, it, kt, cw, lane),
-                2 => kstep::<2, MC>(&ring, base, &mut acc, it, kt, cw, lane),
-                3 => kstep::<3, MC>(&ring, base, &mut acc, it, kt, cw, lane),
-                _ => kstep::<4, MC>(&ring, base, &mut acc, it, kt, cw, lane),
+                1 => kstep::<1, MC, G>(&ring, base, &mut acc, it, kt, cw, lane),
+                2 => kstep::<2, MC, G>(&ring, base, &mut acc, it, kt, cw, lane),
+                3 => kstep::<3, MC, G>(&ring, base, &mut acc, it, kt, cw, lane),
+                _ => kstep::<4, MC, G>(&ring, base, &mut acc, it, kt, cw, lane),
             }
             it += 1;
             kt += 1;

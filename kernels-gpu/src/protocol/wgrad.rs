@@ -34,6 +34,16 @@
 //! `cluster::sync()` / block barrier (178-184: after the inits, before any op), the barriers' inits (done before),
 //! memory scopes (the channel's cluster-scope acquire and release, 4300b5b: the checker takes every wait as an
 //! acquire of what the arrivals it waits for release).
+//!
+//! The gathering forms (`_ga`, `gather`: kernels/grouped_wgrad.rs `produce_gather`): the producer warpgroup's four
+//! warps are the producer. Per tile (and once more for the end) warp 0 (thread 0) writes the walk's tile into slot
+//! j % 2, named barrier 1 (128 threads), every warp reads it; at the end warp 0 pushes the index past the last; else
+//! warp 0 pushes the tile on the queue, and per k-tile every warp waits for the stage to be free, warp 0 announces
+//! B's bytes on the full barrier (`arrive_expect_tx`) and loads B by TMA (a cluster: its half into both CTAs), and
+//! every warp copies its rows of A by `cp.async` and arrives when they land (`noinc`: 32 a warp; `init_with(1 +
+//! 128, ..)`); after the tile warp 0's `walk.advance()` (the channel in a run-time cluster). The forms gathering B
+//! instead (`_gb`, `gather_b`; single CTAs only) are the same pattern with the operands' parts swapped: warp 0
+//! announces and loads A's two boxes by TMA, every warp copies its rows of B by `cp.async` (the same arrivals).
 use super::{assert_fails, assert_ok, Kind, Mask, Model, Op, Ring};
 use std::format;
 use std::string::String;
@@ -78,12 +88,16 @@ pub struct Wgrad {
     pub warps: bool,
     pub pairs: Pairs,
     pub in_flight: bool,
+    /// The gathering producer (`_ga` kernels: see the module).
+    pub gather: bool,
+    /// With `gather`: B gathered instead of A (`_gb` kernels, single CTAs): A's two boxes by TMA.
+    pub gather_b: bool,
 }
 
 impl Wgrad {
     /// A single CTA.
     pub fn new(s: u32, q: u32, tiles: Vec<Tile>, warps: bool) -> Self {
-        Wgrad { s, q, tiles, warps, pairs: Pairs::Single, in_flight: false }
+        Wgrad { s, q, tiles, warps, pairs: Pairs::Single, in_flight: false, gather: false, gather_b: false }
     }
 }
 
@@ -115,6 +129,12 @@ pub enum Mutation {
     NoEndSend,
     /// `grouped_wgrad` without its final `cluster::sync()`.
     NoClusterSync,
+    /// The gathering producer with one tile slot, not two by tile parity.
+    GatherOneSlot,
+    /// The gathering producer without named barrier 1 between thread 0's write of the tile and the reads.
+    GatherNoSync,
+    /// `init_with(128, ..)`: thread 0's arrival with B's bytes not counted.
+    GatherFullCount128,
 }
 
 /// A CTA's barriers and regions.
@@ -124,9 +144,11 @@ struct Cta {
     qempty: Vec<u8>,
     slot: Vec<Mask>,
     /// The stages' regions written by this CTA's producer into this CTA (single: the whole stage; cluster: A and
-    /// this CTA's half of B) and, in a cluster, by the peer's (its half of B, multicast).
+    /// this CTA's half of B; gathering: without A) and, in a cluster, by the peer's (its half of B, multicast).
     own: Vec<Mask>,
     mc: Vec<Mask>,
+    /// Gathering: A, copied by the four producer warps (each its own rows: partitioned).
+    a: Vec<Mask>,
 }
 
 /// The model of `c` (see the module): grouped_wgrad.rs `grouped_wgrad` (barrier init 168-177, final cluster sync
@@ -147,13 +169,33 @@ pub fn model(c: &Wgrad, mutation: Mutation) -> Model {
         let own: Vec<Mask> = (0..c.s).map(|i| m.region(&format!("{p}stage{i}"), false)).collect();
         let mc: Vec<Mask> =
             if cluster { (0..c.s).map(|i| m.region(&format!("{p}stage{i}.mc"), false)).collect() } else { Vec::new() };
-        let stage = (0..c.s as usize).map(|i| own[i] | mc.get(i).copied().unwrap_or(0)).collect();
-        let ring = Ring::named(&mut m, &p, c.s, 1, release_count, stage);
+        // (the operand the producer warpgroup copies: A, or with `gather_b` B)
+        let op = if c.gather_b { "B" } else { "A" };
+        let a: Vec<Mask> = if c.gather {
+            (0..c.s).map(|i| m.region(&format!("{p}stage{i}.{op}"), true)).collect()
+        } else {
+            Vec::new()
+        };
+        let stage = (0..c.s as usize)
+            .map(|i| own[i] | mc.get(i).copied().unwrap_or(0) | a.get(i).copied().unwrap_or(0))
+            .collect();
+        // `ring.init_with(if GA { 1 + 128 } else { 1 }, ..)`
+        let full = match (c.gather, mutation) {
+            (false, _) => 1,
+            (true, Mutation::GatherFullCount128) => 128,
+            (true, _) => 1 + 128,
+        };
+        let ring = Ring::named(&mut m, &p, c.s, full, release_count, stage);
         // `queue.init(8 * 32)`: every lane of the 8 consumer warps gives a slot back
         let qfull: Vec<u8> = (0..c.q).map(|i| m.mbar(&format!("{p}queue.full[{i}]"), 1)).collect();
         let qempty: Vec<u8> = (0..c.q).map(|i| m.mbar(&format!("{p}queue.empty[{i}]"), 8 * 32)).collect();
         let slot: Vec<Mask> = (0..c.q).map(|i| m.region(&format!("{p}slot{i}"), false)).collect();
-        cta.push(Cta { ring, qfull, qempty, slot, own, mc });
+        cta.push(Cta { ring, qfull, qempty, slot, own, mc, a });
+    }
+    if mutation == Mutation::GatherFullCount128 {
+        for b in 0..m.mbars.len() {
+            m.mbars[b].leftover_ok = true;
+        }
     }
     // `PairChannel::init`: per slot `full` (1) in the peer, `empty` (1) in the leader; the slots in the peer
     let chan = if c.pairs == Pairs::RunTime {
@@ -167,9 +209,14 @@ pub fn model(c: &Wgrad, mutation: Mutation) -> Model {
     let (actors, warps) = if c.warps { (4, 1) } else { (1, 4) };
     // `grouped_wgrad`'s final `cluster::sync()` (every thread of both CTAs): no CTA leaves while its peer may still
     // arrive on its barriers
+    let producers = match (c.gather, cluster) {
+        (false, _) => 1,
+        (true, false) => 4,
+        (true, true) => 2,
+    };
     let csync = if cluster && c.in_flight && mutation != Mutation::NoClusterSync {
         let id = m.named_bar("cluster");
-        Some(Op::ClusterSync { id, warps: 2 * (1 + 2 * actors) })
+        Some(Op::ClusterSync { id, warps: 2 * (producers + 2 * actors) })
     } else {
         None
     };
@@ -186,27 +233,10 @@ pub fn model(c: &Wgrad, mutation: Mutation) -> Model {
             ops.extend([Op::BeginWrite(me.slot[s]), Op::EndWrite(me.slot[s])]);
             ops.push(Op::Arrive { bar: me.qfull[s], count: 1, phase: ph });
         };
-        let mut p = Vec::new();
-        let mut it = 0;
+        // `walk.advance()`: with the counter in a cluster, the leader's `chan.send(j, v)`, the peer's
+        // `chan.recv(j)`
         let n = c.tiles.len() as u32;
-        for (j, t) in c.tiles.iter().enumerate() {
-            push(j as u32, &mut p);
-            for _ in 0..t.kt_n {
-                let (st, ph) = ((it % c.s) as usize, (it / c.s) as i64);
-                if cluster {
-                    // `ring.produce`; A and this CTA's half of B (`load_2d_mc` into both CTAs, each CTA's full
-                    // barrier): four boxes into this CTA, two into the peer
-                    let peer = &cta[1 - r as usize];
-                    p.extend(&me.ring.produce(it, STAGE_BYTES)[..2]);
-                    p.push(Op::Load { bar: me.ring.full[st], bytes: 4 * BOX, write: me.own[st], phase: ph });
-                    p.push(Op::Load { bar: peer.ring.full[st], bytes: 2 * BOX, write: peer.mc[st], phase: ph });
-                } else {
-                    p.extend(me.ring.produce(it, STAGE_BYTES));
-                }
-                it += 1;
-            }
-            // `walk.advance()`: with the counter in a cluster, the leader's `chan.send(j, v)`, the peer's
-            // `chan.recv(j)`
+        let advance = |j: usize, p: &mut Vec<Op>| {
             if let Some((full, empty, slot)) = &chan {
                 let (s, ph) = ((j as u32 % PAIR_Q) as usize, (j as u32 / PAIR_Q) as i64);
                 if r == 0 && !(mutation == Mutation::NoEndSend && j as u32 == n - 1) {
@@ -230,6 +260,93 @@ pub fn model(c: &Wgrad, mutation: Mutation) -> Model {
                     }
                 }
             }
+        };
+        if c.gather {
+            // kernels/grouped_wgrad.rs `produce_gather`, per warp of the producer warpgroup
+            let slots =
+                [m.region(&format!("{}tile slot0", pre(r)), false), m.region(&format!("{}tile slot1", pre(r)), false)];
+            let bar1 = m.named_bar(&format!("{}bar 1", pre(r)));
+            // a cluster's warps 1..3 in lock step as one actor (the state space of four per CTA is too large)
+            let (gw, rest) = if cluster { (2, 96) } else { (4, 32) };
+            for w in 0..gw {
+                let mut p = Vec::new();
+                let mut it = 0;
+                for j in 0..=n {
+                    let sl = if mutation == Mutation::GatherOneSlot { slots[0] } else { slots[(j % 2) as usize] };
+                    if w == 0 {
+                        p.extend([Op::BeginWrite(sl), Op::EndWrite(sl)]);
+                    }
+                    if mutation != Mutation::GatherNoSync {
+                        p.push(Op::Sync { id: bar1, warps: gw });
+                    }
+                    p.extend([Op::BeginRead(sl), Op::EndRead(sl)]);
+                    if j == n {
+                        if w == 0 {
+                            push(n, &mut p);
+                        }
+                        break;
+                    }
+                    if w == 0 {
+                        push(j, &mut p);
+                    }
+                    for _ in 0..c.tiles[j as usize].kt_n {
+                        let (st, ph) = ((it % c.s) as usize, (it / c.s) as i64);
+                        p.push(me.ring.wait_empty(it));
+                        if w == 0 {
+                            let fb = me.ring.full[st];
+                            if c.gather_b {
+                                // `_gb`: A's two boxes (single CTAs)
+                                assert!(!cluster, "the clusters multicast B: no gathering B there");
+                                p.push(Op::ArriveTx { bar: fb, bytes: 2 * BOX, phase: ph });
+                                p.push(Op::Load { bar: fb, bytes: 2 * BOX, write: me.own[st], phase: ph });
+                            } else if cluster {
+                                p.push(Op::ArriveTx { bar: fb, bytes: 4 * BOX, phase: ph });
+                                let peer = &cta[1 - r as usize];
+                                p.push(Op::Load { bar: fb, bytes: 2 * BOX, write: me.own[st], phase: ph });
+                                p.push(Op::Load {
+                                    bar: peer.ring.full[st],
+                                    bytes: 2 * BOX,
+                                    write: peer.mc[st],
+                                    phase: ph,
+                                });
+                            } else {
+                                p.push(Op::ArriveTx { bar: fb, bytes: 4 * BOX, phase: ph });
+                                p.push(Op::Load { bar: fb, bytes: 4 * BOX, write: me.own[st], phase: ph });
+                            }
+                        }
+                        let count = if w == 0 { 32 } else { rest };
+                        p.push(Op::CpAsync { bar: me.ring.full[st], count, write: me.a[st], phase: ph });
+                        it += 1;
+                    }
+                    if w == 0 {
+                        advance(j as usize, &mut p);
+                    }
+                }
+                p.extend(csync);
+                // one team a CTA: its warps' copies into A write disjoint rows
+                m.actor(&format!("{}producer.warp{w}", pre(r)), 1 + r as u8, p);
+            }
+            continue;
+        }
+        let mut p = Vec::new();
+        let mut it = 0;
+        for (j, t) in c.tiles.iter().enumerate() {
+            push(j as u32, &mut p);
+            for _ in 0..t.kt_n {
+                let (st, ph) = ((it % c.s) as usize, (it / c.s) as i64);
+                if cluster {
+                    // `ring.produce`; A and this CTA's half of B (`load_2d_mc` into both CTAs, each CTA's full
+                    // barrier): four boxes into this CTA, two into the peer
+                    let peer = &cta[1 - r as usize];
+                    p.extend(&me.ring.produce(it, STAGE_BYTES)[..2]);
+                    p.push(Op::Load { bar: me.ring.full[st], bytes: 4 * BOX, write: me.own[st], phase: ph });
+                    p.push(Op::Load { bar: peer.ring.full[st], bytes: 2 * BOX, write: peer.mc[st], phase: ph });
+                } else {
+                    p.extend(me.ring.produce(it, STAGE_BYTES));
+                }
+                it += 1;
+            }
+            advance(j, &mut p);
         }
         // the index past the last: the consumers' end
         push(n, &mut p);
@@ -413,7 +530,7 @@ mod tests {
     /// A 2-CTA cluster's work (see [`Wgrad`]): each tile's k-tiles, this CTA's and its peer's staged boxes.
     fn pair(s: u32, tiles: &[(u32, [u32; 2], [u32; 2])], pairs: Pairs, in_flight: bool) -> Wgrad {
         let tiles = tiles.iter().map(|&(kt_n, boxes, peer)| Tile { kt_n, boxes, peer }).collect();
-        Wgrad { s, q: 4, tiles, warps: false, pairs, in_flight }
+        Wgrad { s, q: 4, tiles, warps: false, pairs, in_flight, gather: false, gather_b: false }
     }
 
     /// The run-time pairs' channel (the host's cluster form) at the kernel's depth (S 4, queue 4): 0..4 pairs
@@ -538,5 +655,72 @@ mod tests {
                 assert_fails(&model(&pair(2, &[(1, z, z)], pairs, true), Mutation::NoClusterSync), Kind::UncleanEnd);
             assert!(v.what.contains("copy in flight"), "{v}");
         }
+    }
+
+    /// The gathering producer (`_ga`): single CTAs over sequences of up to 3 tiles of 0..3 k-tiles (S 2 and 4,
+    /// queue 4), the consumer warpgroups in lock step; and run-time pairs (S 2).
+    #[test]
+    fn wgrad_gather() {
+        let mut states = 0;
+        let ga = |s: u32, tiles: Vec<Tile>| Wgrad { gather: true, ..Wgrad::new(s, 4, tiles, false) };
+        for tiles in [
+            [t(1, 1, 1)].to_vec(),
+            [t(3, 1, 0)].to_vec(),
+            [t(0, 0, 0), t(2, 1, 1)].to_vec(),
+            [t(2, 1, 1), t(0, 0, 0), t(1, 1, 1)].to_vec(),
+            [t(1, 0, 1), t(1, 1, 0), t(1, 1, 1)].to_vec(),
+            [t(0, 0, 0); 3].to_vec(),
+        ] {
+            for s in [2, 4] {
+                states += assert_ok(&model(&ga(s, tiles.clone()), Mutation::None));
+                // the `_gb` forms (B gathered, A by TMA)
+                states += assert_ok(&model(&Wgrad { gather_b: true, ..ga(s, tiles.clone()) }, Mutation::None));
+            }
+        }
+        let z = [0, 0];
+        // (S 2: a cluster's regions at S 4 pass the checker's 32)
+        // (a pair of two k-tiles passes 5 M states: `wgrad_gather_pairs_extended`)
+        let w = Wgrad { gather: true, ..pair(2, &[(1, z, z)], Pairs::RunTime, false) };
+        states += assert_ok(&model(&w, Mutation::None));
+        println!("wgrad gathering producer: {states} states");
+    }
+
+    /// Gathering clusters beyond the suite's bound (ignored: `cargo test -p megamoe-kernels
+    /// wgrad_gather_pairs_extended -- --ignored --nocapture`): run-time pairs at S 2 of 2 and 3 k-tiles, two pairs,
+    /// static pairs; a check that reaches the bound (60 M states) is reported, not failed.
+    #[test]
+    #[ignore]
+    fn wgrad_gather_pairs_extended() {
+        let z = [0, 0];
+        let cfgs: [(&[u32], Pairs); 4] =
+            [(&[2], Pairs::RunTime), (&[3], Pairs::RunTime), (&[0, 2], Pairs::RunTime), (&[2], Pairs::Static)];
+        for (kts, pairs) in cfgs {
+            let tiles: Vec<(u32, [u32; 2], [u32; 2])> = kts.iter().map(|&k| (k, z, z)).collect();
+            let w = Wgrad { gather: true, ..pair(2, &tiles, pairs, false) };
+            let r = super::super::check_limit(&model(&w, Mutation::None), 60_000_000, None);
+            let bound = r.violations.iter().any(|v| v.kind == Kind::Limit);
+            println!("gathering {pairs:?} {kts:?}: {} states{}", r.states, if bound { " (bound)" } else { "" });
+            if let Some(v) = r.violations.iter().find(|v| v.kind != Kind::Limit) {
+                panic!("gathering {pairs:?} {kts:?}: {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn wgrad_gather_mutations() {
+        let ga = |tiles: Vec<Tile>| Wgrad { gather: true, ..Wgrad::new(2, 4, tiles, false) };
+        // one slot: warp 0 rewrites it for the next tile while a slower warp has yet to read this one
+        let v = assert_fails(&model(&ga([t(0, 0, 0); 2].into()), Mutation::GatherOneSlot), Kind::Race);
+        assert!(v.what.contains("tile slot0"), "{v}");
+        // no barrier: a warp reads the slot while warp 0 writes it
+        let v = assert_fails(&model(&ga([t(1, 0, 0)].into()), Mutation::GatherNoSync), Kind::Race);
+        assert!(v.what.contains("tile slot"), "{v}");
+        // the full barrier counting the copies only: thread 0's arrival with B's bytes overflows its phase
+        let v = assert_fails(&model(&ga([t(1, 1, 0)].into()), Mutation::GatherFullCount128), Kind::Overflow);
+        assert!(v.what.contains("full[0]"), "{v}");
+        // the same in the `_gb` form (thread 0's arrival with A's bytes)
+        let gb = Wgrad { gather_b: true, ..ga([t(1, 1, 0)].into()) };
+        let v = assert_fails(&model(&gb, Mutation::GatherFullCount128), Kind::Overflow);
+        assert!(v.what.contains("full[0]"), "{v}");
     }
 }
