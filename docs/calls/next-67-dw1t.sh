@@ -15,14 +15,8 @@ BOUND=${BOUND:-290}
 B=b149/dw1t
 t layer_backward 120 160 wgrad_gather_x
 export MEGAMOE_LIB=$PWD/b149/capi/libmegamoe_capi.so
-tr() { local key=$1 tag=$2; shift 2
-  f=$OUT/r/trace_${key}_$tag.txt
-  env "$@" PYTHONUNBUFFERED=1 timeout $(to 25 5) python3 ../benches/trace_step.py $key z > $f 2>&1
-  echo "== $key $tag rc $? at $(el) s: $(grep -h "^RESULT trace-step .*megamoe.*: span" $f | sed -E 's/.*: span/span/' | cut -c1-90)"
-  grep -h "Traceback\|Error" $f | head -3
-  grep -h "^RESULT trace-step kernel .*megamoe" $f | sed -E 's/RESULT trace-step kernel [^:]*: //' | head -8 | cut -c1-90; }
 for round in 1 2; do
-  for m in 2 3; do tr sfg-30b-256 g${m}_$round MEGAMOE_WGRAD_GATHER=$m; done
+  for m in 2 3; do trace_key sfg-30b-256 g${m}_$round MEGAMOE_WGRAD_GATHER=$m; done
 done
-for m in 2 3; do tr sfg-7b-256 g$m MEGAMOE_WGRAD_GATHER=$m; done
+for m in 2 3; do trace_key sfg-7b-256 g$m MEGAMOE_WGRAD_GATHER=$m; done
 echo "total $(el) s"

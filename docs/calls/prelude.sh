@@ -59,3 +59,11 @@ if rows:
         print(" ", i, k[:44], "; ".join(f"{a.split('__')[-1]}={b}" for a, b in d.items()))
 PY
 }
+# The layer's step traced (benches/trace_step.py KEY z) with the environment's extra VAR=VALUE settings:
+# `trace_key KEY TAG VAR=VALUE...` into $OUT/r/trace_KEY_TAG.txt under `to 25 5`, its span and its eight longest kernels.
+trace_key() { local key=$1 tag=$2; shift 2
+  local f=$OUT/r/trace_${key}_$tag.txt
+  env "$@" PYTHONUNBUFFERED=1 timeout $(to 25 5) python3 ../benches/trace_step.py $key z > $f 2>&1
+  echo "== $key $tag rc $? at $(el) s: $(grep -h "^RESULT trace-step .*megamoe.*: span" $f | sed -E 's/.*: span/span/' | cut -c1-90)"
+  grep -h "Traceback\|Error" $f | head -3
+  grep -h "^RESULT trace-step kernel .*megamoe" $f | sed -E 's/RESULT trace-step kernel [^:]*: //' | head -8 | cut -c1-90; }
