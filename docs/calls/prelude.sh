@@ -60,7 +60,8 @@ if rows:
 PY
 }
 # The layer's step traced (benches/trace_step.py KEY z) with the environment's extra VAR=VALUE settings:
-# `trace_key KEY TAG VAR=VALUE...` into $OUT/r/trace_KEY_TAG.txt under `to 25 5`, its span and its eight longest kernels.
+# `trace_key KEY TAG VAR=VALUE...` into $OUT/r/trace_KEY_TAG.txt under `to 25 5`: its span and its eight longest
+# kernels.
 trace_key() { local key=$1 tag=$2; shift 2
   local f=$OUT/r/trace_${key}_$tag.txt
   env "$@" PYTHONUNBUFFERED=1 timeout $(to 25 5) python3 ../benches/trace_step.py $key z > $f 2>&1
